@@ -1,0 +1,37 @@
+# The README's two commands: `make run` and `make test`. Everything they need is installed here.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint servers proto clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+# Debian's servers for the real-store tests; installed only when missing.
+servers:
+	@missing=""; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v redis-sentinel >/dev/null || missing="$$missing redis-sentinel"; \
+	command -v etcd >/dev/null || missing="$$missing etcd-server etcd-client"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing$$missing from Debian"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+run: $(STAMP)
+	$(BIN)/skillfs run
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy skillfs
+
+test: $(STAMP) servers lint
+	$(BIN)/pytest -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

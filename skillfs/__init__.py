@@ -1,0 +1,41 @@
+"""skillfs: Agent Skills in a key-value store, served fresh to every agent worker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skillfs import errors
+from skillfs.engines import default_url, open_engine
+from skillfs.model import Change, CommitResult, File, FileEntry, Finding, Manifest, Put, Remove, Revision, Scope
+from skillfs.store import GcReport, HistoryPolicy, Limits, Store
+
+__all__ = [
+    "Change",
+    "CommitResult",
+    "File",
+    "FileEntry",
+    "Finding",
+    "GcReport",
+    "HistoryPolicy",
+    "Limits",
+    "Manifest",
+    "Put",
+    "Remove",
+    "Revision",
+    "Scope",
+    "Store",
+    "default_url",
+    "errors",
+    "open_store",
+]
+
+
+def open_store(url: str | None = None, **options: Any) -> Store:
+    """A store by URL (DESIGN §2); `$SKILLFS_STORE` or the embedded SQLite file when None.
+
+    Options go to `Store` (limits, history_policy, gc_grace, blob_cache_bytes, retry_for)
+    or to the engine (e.g. `token` for grpc://)."""
+    store_keys = {"limits", "history_policy", "gc_grace", "blob_cache_bytes", "retry_for", "clock"}
+    store_opts = {k: v for k, v in options.items() if k in store_keys}
+    engine_opts = {k: v for k, v in options.items() if k not in store_keys}
+    return Store(open_engine(url, **engine_opts), **store_opts)

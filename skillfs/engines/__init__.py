@@ -1,0 +1,47 @@
+"""Engines by URL scheme; each is imported only when its URL is opened."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from skillfs.engines.base import Engine
+from skillfs.errors import InvalidPath
+
+DEFAULT_PATH = Path.home() / ".local" / "share" / "skillfs" / "skills.db"
+
+
+def default_url() -> str:
+    """`$SKILLFS_STORE`, else the embedded SQLite file."""
+    return os.environ.get("SKILLFS_STORE") or f"sqlite:///{DEFAULT_PATH}"
+
+
+def open_engine(url: str | None = None, **options: object) -> Engine:
+    url = url or default_url()
+    scheme = urlsplit(url).scheme
+    if scheme == "memory":
+        from skillfs.engines.memory import shared_memory_engine
+
+        return shared_memory_engine(url)
+    if scheme == "sqlite":
+        from skillfs.engines.sqlite import SqliteEngine
+
+        return SqliteEngine(url, **options)  # type: ignore[arg-type]
+    if scheme in ("redis", "rediss", "redis+cluster", "redis+sentinel", "rediss+cluster"):
+        from skillfs.engines.redis import RedisEngine
+
+        return RedisEngine(url, **options)  # type: ignore[arg-type]
+    if scheme == "etcd":
+        from skillfs.engines.etcd import EtcdEngine
+
+        return EtcdEngine(url, **options)  # type: ignore[arg-type]
+    if scheme in ("grpc", "grpcs"):
+        from skillfs.engines.grpc import GrpcEngine
+
+        return GrpcEngine(url, **options)  # type: ignore[arg-type]
+    raise InvalidPath(
+        f"unknown store URL {url!r}: use memory://, sqlite:///path, redis://host:port/db, "
+        "rediss://, redis+cluster://h:p,h:p, redis+sentinel://h:p/service/db, "
+        "etcd://host:port[,host:port] or grpc://host:port"
+    )

@@ -1,0 +1,162 @@
+"""The engine interface: the few primitives that differ between stores.
+
+Everything else (validation, hashing, chunking, versions, conflicts, retries, GC policy,
+history retention) is written once in `skillfs.store` on top of these. An engine keeps the
+consistency contract only through `commit`, which must be one atomic step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import BaseModel, ConfigDict
+
+from skillfs.errors import StoreUnavailable
+from skillfs.model import Change, Manifest, Revision, Scope
+
+MiB = 1024 * 1024
+
+
+class CommitOp(BaseModel):
+    """Replace the live manifest of one skill, which must be at version `expect` (0: no manifest)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    scope: Scope
+    manifest: Manifest
+    expect: int
+
+
+class VersionMismatch(Exception):
+    """Raised by `Engine.commit` when a skill is not at the version the op expects; nothing written."""
+
+    def __init__(self, scope: Scope, skill: str, current: int) -> None:
+        super().__init__(f"{scope}/{skill} is at version {current}")
+        self.scope = scope
+        self.skill = skill
+        self.current = current
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for error messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+class Engine(ABC):
+    """One store (memory, SQLite, Redis, etcd, a skillfs server). Thread-safe."""
+
+    #: Blobs are stored in chunks of this size (etcd limits a request to 1.5 MiB).
+    chunk_size: int = 4 * MiB
+    #: At most this many ops fit in one atomic commit (etcd: 128 operations per transaction).
+    max_ops: int | None = None
+
+    def __init__(self, url: str) -> None:
+        self.url = redact(url)
+
+    @contextlib.contextmanager
+    def unavailable(self, *errors: type[BaseException]) -> Iterator[None]:
+        """Turn a client's connection errors into StoreUnavailable naming this store."""
+        try:
+            yield
+        except errors as exc:
+            raise StoreUnavailable(
+                f"store {self.url} is unavailable ({type(exc).__name__}: {exc}); "
+                "check that it is running and reachable, then retry"
+            ) from exc
+
+    # --- blobs: content-addressed by SHA-256, immutable, stored as chunks 0..n-1
+
+    @abstractmethod
+    def touch_blobs(self, shas: Sequence[str], now: float) -> set[str]:
+        """Of `shas`, return those stored, refreshing their last-use time (GC's grace)."""
+
+    @abstractmethod
+    def put_blob(self, sha: str, chunks: Sequence[bytes], now: float) -> None:
+        """Store a blob's chunks and its last-use time; idempotent."""
+
+    @abstractmethod
+    def get_chunks(self, keys: Sequence[tuple[str, int]]) -> list[bytes | None]:
+        """Chunks by (sha, index), in one round trip where the store allows; None if absent."""
+
+    @abstractmethod
+    def blob_shas(self) -> Iterator[str]:
+        """Every stored blob, for GC's sweep."""
+
+    @abstractmethod
+    def delete_blob_if_idle(self, sha: str, cutoff: float) -> bool:
+        """Atomically delete the blob if its last-use time is before `cutoff`."""
+
+    # --- manifests and history
+
+    @abstractmethod
+    def load_scope(self, scope: Scope) -> dict[str, Manifest]:
+        """Every live manifest of a scope (tombstones included), in one round trip."""
+
+    @abstractmethod
+    def load_skills(self, scope: Scope, skills: Sequence[str]) -> dict[str, Manifest]:
+        """The live manifests of some skills of a scope (absent ones left out)."""
+
+    @abstractmethod
+    def commit(self, domain: str, ops: Sequence[CommitOp]) -> Revision:
+        """In one atomic step: check every op's `expect` (else VersionMismatch, nothing
+        written), move the replaced manifests to history, put the new ones, advance the
+        domain's revision (creating it with a fresh epoch) and append one change per op to
+        the domain's bounded change log. Returns the new revision."""
+
+    @abstractmethod
+    def history(self, scope: Scope, skill: str) -> list[Manifest]:
+        """Replaced manifests of a skill, newest first (the live one is not included)."""
+
+    @abstractmethod
+    def drop_history(self, scope: Scope, skill: str, versions: Sequence[int]) -> None:
+        """Forget these versions of a skill's history (retention)."""
+
+    # --- revisions and the change log
+
+    @abstractmethod
+    def revisions(self, domains: Sequence[str]) -> dict[str, Revision | None]:
+        """The current revision of each domain, read together in one round trip
+        (per Redis slot); None for a domain never written. Linearizable."""
+
+    @abstractmethod
+    def changes(self, domain: str, since: Revision, timeout: float) -> list[Change]:
+        """Changes after `since`, in order, waiting up to `timeout` seconds for the first
+        one. `[Change(op="reset", revision=current)]` when the log no longer reaches back
+        to `since` or the epoch differs."""
+
+    # --- listings
+
+    @abstractmethod
+    def domains(self) -> list[str]:
+        """Every domain ever written: `agents/<id>` and `markets/<id>`, sorted."""
+
+    @abstractmethod
+    def scopes(self, domain: str) -> list[Scope]:
+        """The scopes of a domain that ever held a skill, sorted."""
+
+    # --- usage counters (batched by the runtime)
+
+    @abstractmethod
+    def add_usage(self, agent: str, counts: Mapping[tuple[str, str], int]) -> None:
+        """Add load counts keyed by (user, skill id)."""
+
+    @abstractmethod
+    def usage(self, agent: str) -> dict[tuple[str, str], int]:
+        """Load counts of an agent keyed by (user, skill id)."""
+
+    # --- life cycle
+
+    @abstractmethod
+    def ping(self) -> None:
+        """Raise StoreUnavailable unless the store answers."""
+
+    def close(self) -> None:
+        """Release connections."""

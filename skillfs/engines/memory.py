@@ -1,0 +1,150 @@
+"""`memory://`: an in-process engine for tests and throw-away use; the reference for the others."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import defaultdict, deque
+from collections.abc import Iterator, Mapping, Sequence
+
+from skillfs.engines.base import CommitOp, Engine, VersionMismatch
+from skillfs.model import Change, Manifest, Revision, Scope
+
+LOG_LIMIT = 10_000
+
+
+class MemoryEngine(Engine):
+    def __init__(self, url: str = "memory://", log_limit: int = LOG_LIMIT) -> None:
+        super().__init__(url)
+        self._lock = threading.Condition()
+        self._chunks: dict[tuple[str, int], bytes] = {}
+        self._blob_use: dict[str, float] = {}
+        self._live: dict[Scope, dict[str, Manifest]] = defaultdict(dict)
+        self._history: dict[tuple[Scope, str], list[Manifest]] = defaultdict(list)
+        self._revs: dict[str, Revision] = {}
+        self._log: dict[str, deque[Change]] = defaultdict(lambda: deque(maxlen=log_limit))
+        self._usage: dict[str, dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
+
+    def touch_blobs(self, shas: Sequence[str], now: float) -> set[str]:
+        with self._lock:
+            present = {s for s in shas if s in self._blob_use}
+            for s in present:
+                self._blob_use[s] = now
+            return present
+
+    def put_blob(self, sha: str, chunks: Sequence[bytes], now: float) -> None:
+        with self._lock:
+            for i, c in enumerate(chunks):
+                self._chunks[(sha, i)] = bytes(c)
+            self._blob_use[sha] = now
+
+    def get_chunks(self, keys: Sequence[tuple[str, int]]) -> list[bytes | None]:
+        with self._lock:
+            return [self._chunks.get(k) for k in keys]
+
+    def blob_shas(self) -> Iterator[str]:
+        with self._lock:
+            return iter(sorted(self._blob_use))
+
+    def delete_blob_if_idle(self, sha: str, cutoff: float) -> bool:
+        with self._lock:
+            if self._blob_use.get(sha, cutoff) >= cutoff:
+                return False
+            del self._blob_use[sha]
+            for key in [k for k in self._chunks if k[0] == sha]:
+                del self._chunks[key]
+            return True
+
+    def load_scope(self, scope: Scope) -> dict[str, Manifest]:
+        with self._lock:
+            return dict(self._live.get(scope, {}))
+
+    def load_skills(self, scope: Scope, skills: Sequence[str]) -> dict[str, Manifest]:
+        with self._lock:
+            live = self._live.get(scope, {})
+            return {s: live[s] for s in skills if s in live}
+
+    def commit(self, domain: str, ops: Sequence[CommitOp]) -> Revision:
+        with self._lock:
+            for op in ops:
+                cur = self._live[op.scope].get(op.manifest.skill)
+                current = cur.version if cur else 0
+                if current != op.expect:
+                    raise VersionMismatch(op.scope, op.manifest.skill, current)
+            old = self._revs.get(domain)
+            rev = Revision(epoch=old.epoch if old else uuid.uuid4().hex, counter=(old.counter if old else 0) + 1)
+            self._revs[domain] = rev
+            for op in ops:
+                m = op.manifest
+                cur = self._live[op.scope].get(m.skill)
+                if cur is not None:
+                    self._history[(op.scope, m.skill)].insert(0, cur)
+                self._live[op.scope][m.skill] = m
+                self._log[domain].append(
+                    Change(revision=rev, op="remove" if m.deleted else "put", scope=op.scope,
+                           skill=m.skill, version=m.version)
+                )
+            self._lock.notify_all()
+            return rev
+
+    def history(self, scope: Scope, skill: str) -> list[Manifest]:
+        with self._lock:
+            return list(self._history.get((scope, skill), []))
+
+    def drop_history(self, scope: Scope, skill: str, versions: Sequence[int]) -> None:
+        with self._lock:
+            drop = set(versions)
+            key = (scope, skill)
+            self._history[key] = [m for m in self._history[key] if m.version not in drop]
+
+    def revisions(self, domains: Sequence[str]) -> dict[str, Revision | None]:
+        with self._lock:
+            return {d: self._revs.get(d) for d in domains}
+
+    def changes(self, domain: str, since: Revision, timeout: float) -> list[Change]:
+        with self._lock:
+            self._lock.wait_for(lambda: self._after(domain, since), timeout)
+            return self._after(domain, since)
+
+    def _after(self, domain: str, since: Revision) -> list[Change]:
+        rev = self._revs.get(domain)
+        if rev is None or rev.counter == since.counter and rev.epoch == since.epoch:
+            return []
+        log = self._log[domain]
+        trimmed = len(log) == log.maxlen and log[0].revision.counter > since.counter
+        if rev.epoch != since.epoch or rev.counter < since.counter or trimmed:
+            return [Change(revision=rev, op="reset")]
+        return [c for c in log if c.revision.counter > since.counter]
+
+    def domains(self) -> list[str]:
+        with self._lock:
+            return sorted(self._revs)
+
+    def scopes(self, domain: str) -> list[Scope]:
+        with self._lock:
+            return sorted((s for s in self._live if s.domain == domain), key=str)
+
+    def add_usage(self, agent: str, counts: Mapping[tuple[str, str], int]) -> None:
+        with self._lock:
+            for key, n in counts.items():
+                self._usage[agent][key] += n
+
+    def usage(self, agent: str) -> dict[tuple[str, str], int]:
+        with self._lock:
+            return dict(self._usage.get(agent, {}))
+
+    def ping(self) -> None:
+        return None
+
+
+_named: dict[str, MemoryEngine] = {}
+_named_lock = threading.Lock()
+
+
+def shared_memory_engine(url: str) -> MemoryEngine:
+    """`memory://` is a fresh store; `memory://NAME` is shared by every opener in this process."""
+    name = url.split("://", 1)[1]
+    if not name:
+        return MemoryEngine(url)
+    with _named_lock:
+        return _named.setdefault(name, MemoryEngine(url))

@@ -1,0 +1,51 @@
+"""Every error skillfs raises is a SkillfsError; the message says what is wrong and how to fix it."""
+
+from __future__ import annotations
+
+
+class SkillfsError(Exception):
+    """Base of all skillfs errors."""
+
+
+class InvalidSkill(SkillfsError, ValueError):
+    """A skill breaks the Agent Skills specification where the surface is strict."""
+
+    def __init__(self, message: str, findings: list[object] | None = None) -> None:
+        super().__init__(message)
+        self.findings = findings or []
+
+
+class InvalidPath(SkillfsError, ValueError):
+    """An id or path breaks the naming rules of DESIGN §1."""
+
+
+class Conflict(SkillfsError):
+    """Someone else changed the skill since the version the caller edited."""
+
+    def __init__(self, message: str, *, skill: str = "", current_version: int | None = None) -> None:
+        super().__init__(message)
+        self.skill = skill
+        self.current_version = current_version
+
+
+class NotFound(SkillfsError, KeyError):
+    """The skill, file, version or blob does not exist."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class TooLarge(SkillfsError, ValueError):
+    """A file, skill or request is over a configured limit."""
+
+
+class StoreUnavailable(SkillfsError, ConnectionError):
+    """The store did not answer; the message names it without its password."""
+
+
+class PermissionDenied(SkillfsError, PermissionError):
+    """The caller may not do this (a token's grants, or a shared-only path from a user scope)."""
+
+
+class HistoryGone(SkillfsError):
+    """The change log no longer reaches back to the asked revision: reload instead."""

@@ -1,0 +1,237 @@
+"""The things that cross the wire or the disk: scopes, files, manifests, revisions, changes."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from skillfs.errors import InvalidPath
+from skillfs.names import check_id
+
+
+class Scope(BaseModel):
+    """A set of skills stored in the KV store (DESIGN §1)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["shared", "user", "market"]
+    agent_id: str | None = None
+    user_id: str | None = None
+    market_id: str | None = None
+
+    @classmethod
+    def shared(cls, agent: str) -> Scope:
+        return cls(kind="shared", agent_id=check_id("agent", agent))
+
+    @classmethod
+    def user(cls, agent: str, user: str) -> Scope:
+        return cls(kind="user", agent_id=check_id("agent", agent), user_id=check_id("user", user))
+
+    @classmethod
+    def market(cls, market: str) -> Scope:
+        return cls(kind="market", market_id=check_id("market", market))
+
+    @classmethod
+    def parse(cls, text: str) -> Scope:
+        """`shared:AGENT`, `user:AGENT/USER` or `market:NAME`, as the CLI takes them."""
+        kind, _, rest = text.partition(":")
+        if kind == "shared" and rest:
+            return cls.shared(rest)
+        if kind == "user" and rest.count("/") == 1:
+            agent, user = rest.split("/")
+            return cls.user(agent, user)
+        if kind == "market" and rest:
+            return cls.market(rest)
+        raise InvalidPath(
+            f"invalid scope {text!r}: use shared:AGENT, user:AGENT/USER or market:NAME"
+        )
+
+    @property
+    def domain(self) -> str:
+        """The revision domain: every agent, and every market, has one revision."""
+        return f"markets/{self.market_id}" if self.kind == "market" else f"agents/{self.agent_id}"
+
+    @property
+    def prefix(self) -> str:
+        """The logical key prefix, e.g. `agents/support-bot/users/alice/skills/`."""
+        if self.kind == "market":
+            return f"markets/{self.market_id}/skills/"
+        if self.kind == "shared":
+            return f"agents/{self.agent_id}/shared/skills/"
+        return f"agents/{self.agent_id}/users/{self.user_id}/skills/"
+
+    def __str__(self) -> str:
+        if self.kind == "market":
+            return f"market:{self.market_id}"
+        if self.kind == "shared":
+            return f"shared:{self.agent_id}"
+        return f"user:{self.agent_id}/{self.user_id}"
+
+
+class File(BaseModel):
+    """File content to publish, with an optional mode (derived from the content when None)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    data: bytes
+    mode: int | None = None
+    mtime: float | None = None
+
+    def __init__(self, data: bytes, mode: int | None = None, mtime: float | None = None) -> None:
+        super().__init__(data=data, mode=mode, mtime=mtime)
+
+
+class FileEntry(BaseModel):
+    """One row of a manifest's file table."""
+
+    model_config = ConfigDict(frozen=True)
+
+    sha256: str
+    size: int
+    mode: int
+    mtime: float
+
+
+class Finding(BaseModel):
+    """A validation finding: an error breaks the spec, a warning is usable but off-spec."""
+
+    model_config = ConfigDict(frozen=True)
+
+    severity: Literal["error", "warning"]
+    field: str | None = None
+    rule: str
+    message: str
+
+
+class Manifest(BaseModel):
+    """One skill in one scope at one version (DESIGN §2).
+
+    A delete writes a tombstone (`deleted`, no files) so versions keep counting up across a
+    delete and a re-create, and history records who deleted what.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    skill: str
+    version: int
+    commit_id: str
+    committed_at: float
+    deleted: bool = False
+    frontmatter: dict[str, Any] | None = None
+    findings: list[Finding] = Field(default_factory=list)
+    files: dict[str, FileEntry]
+
+    @property
+    def usable(self) -> bool:
+        """A worker shows only skills whose SKILL.md has a name and a description (DESIGN §1)."""
+        fm = self.frontmatter
+        return (
+            not self.deleted
+            and fm is not None
+            and isinstance(fm.get("name"), str)
+            and bool(fm.get("name"))
+            and isinstance(fm.get("description"), str)
+            and bool(str(fm.get("description")).strip())
+        )
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def size(self) -> int:
+        return sum(e.size for e in self.files.values())
+
+
+@functools.total_ordering
+class Revision(BaseModel):
+    """Opaque, monotonic within an epoch; a new epoch means: reload, do not trust your cache."""
+
+    model_config = ConfigDict(frozen=True)
+
+    epoch: str
+    counter: int
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Revision):
+            return NotImplemented
+        if self.epoch != other.epoch:
+            raise ValueError(f"revisions of different epochs ({self} vs {other}) are not ordered: reload")
+        return self.counter < other.counter
+
+    def same_line(self, other: Revision | None) -> bool:
+        """True when `other` is an earlier-or-equal point of this revision's history."""
+        return other is not None and other.epoch == self.epoch and other.counter <= self.counter
+
+    def __str__(self) -> str:
+        return f"{self.epoch}:{self.counter}"
+
+    @classmethod
+    def parse(cls, text: str) -> Revision:
+        epoch, _, counter = text.rpartition(":")
+        return cls(epoch=epoch, counter=int(counter))
+
+
+class Change(BaseModel):
+    """One committed change of a skill, as the watch (C8) delivers it; `reset` means reload."""
+
+    model_config = ConfigDict(frozen=True)
+
+    revision: Revision
+    op: Literal["put", "remove", "reset"]
+    scope: Scope | None = None
+    skill: str | None = None
+    version: int | None = None
+
+
+class CommitResult(BaseModel):
+    """What a write returns (C2): the domain's new revision and each skill's new version."""
+
+    model_config = ConfigDict(frozen=True)
+
+    revision: Revision
+    commit_id: str
+    versions: dict[str, int]
+
+    @property
+    def version(self) -> int:
+        """The version of the one skill a publish wrote."""
+        if len(self.versions) != 1:
+            raise ValueError("this commit wrote several skills: use .versions")
+        return next(iter(self.versions.values()))
+
+
+class Put(BaseModel):
+    """Replace a skill's whole file set; `expected_version` 0 means 'must not exist yet'."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    scope: Scope
+    skill: str
+    files: dict[str, File | bytes]
+    expected_version: int | None = None
+
+    def __init__(
+        self,
+        scope: Scope,
+        skill: str,
+        files: dict[str, File | bytes],
+        expected_version: int | None = None,
+    ) -> None:
+        super().__init__(scope=scope, skill=skill, files=files, expected_version=expected_version)
+
+
+class Remove(BaseModel):
+    """Delete a skill (its manifest moves to history)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    scope: Scope
+    skill: str
+    expected_version: int | None = None
+
+    def __init__(self, scope: Scope, skill: str, expected_version: int | None = None) -> None:
+        super().__init__(scope=scope, skill=skill, expected_version=expected_version)
+

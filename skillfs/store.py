@@ -1,0 +1,609 @@
+"""The store: the logic every engine shares, written once on top of `Engine`'s primitives.
+
+Publishing hashes and validates the files, uploads the blobs the store lacks, then commits
+the new manifests in one atomic engine step that compares versions. Reads go through an
+in-process LRU of blobs, which is always safe because blobs are immutable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from skillfs.engines.base import CommitOp, Engine, VersionMismatch
+from skillfs.errors import Conflict, InvalidPath, NotFound, StoreUnavailable, TooLarge
+from skillfs.model import (
+    Change,
+    CommitResult,
+    File,
+    FileEntry,
+    Finding,
+    Manifest,
+    Put,
+    Remove,
+    Revision,
+    Scope,
+)
+from skillfs.names import check_id, check_skill_name, is_hidden_dir, normalize_path
+from skillfs.skill import inspect_skill
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+MiB = 1024 * 1024
+SCRIPT_SUFFIXES = (".sh", ".bash", ".py", ".rb", ".pl", ".js", ".mjs")
+
+
+class Limits(BaseModel):
+    """Size limits; an over-limit write raises TooLarge before anything is written."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_file_size: int = 64 * MiB
+    max_skill_size: int = 256 * MiB
+    max_files: int = 10_000
+
+
+class HistoryPolicy(BaseModel):
+    """A replaced version is kept while it is among the newest `keep_versions` or younger
+    than `keep_days`; older ones are dropped after a commit and by `gc()`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    keep_versions: int = 50
+    keep_days: float = 30.0
+
+
+class GcReport(BaseModel):
+    blobs_seen: int
+    blobs_referenced: int
+    blobs_deleted: int
+    history_dropped: int
+
+
+def default_mode(path: str, data: bytes) -> int:
+    """A file written without a mode is executable when it looks like a script (DESIGN §4)."""
+    return 0o755 if data.startswith(b"#!") or path.endswith(SCRIPT_SUFFIXES) else 0o644
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class _BlobCache:
+    """A byte-bounded LRU of whole blobs keyed by SHA-256."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[str, bytes] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def get(self, sha: str) -> bytes | None:
+        with self._lock:
+            data = self._items.get(sha)
+            if data is not None:
+                self._items.move_to_end(sha)
+            return data
+
+    def put(self, sha: str, data: bytes) -> None:
+        if len(data) > self.max_bytes // 4:
+            return
+        with self._lock:
+            if sha in self._items:
+                return
+            self._items[sha] = data
+            self._size += len(data)
+            while self._size > self.max_bytes:
+                _, old = self._items.popitem(last=False)
+                self._size -= len(old)
+
+
+class _Prepared(BaseModel):
+    """One change of a commit after validation, before versions are known."""
+
+    model_config = ConfigDict(frozen=True)
+
+    scope: Scope
+    skill: str
+    expected_version: int | None
+    files: dict[str, FileEntry] | None  # None: remove
+    frontmatter: dict[str, object] | None = None
+    findings: list[Finding] = []
+
+
+class Store:
+    """The public API of DESIGN §2 over any engine."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        limits: Limits | None = None,
+        history_policy: HistoryPolicy | None = None,
+        gc_grace: float = 3600.0,
+        blob_cache_bytes: int = 64 * MiB,
+        retry_for: float = 10.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.engine = engine
+        self.limits = limits or Limits()
+        self.history_policy = history_policy or HistoryPolicy()
+        self.gc_grace = gc_grace
+        self.retry_for = retry_for
+        self.clock = clock
+        self._blobs = _BlobCache(blob_cache_bytes)
+
+    @property
+    def url(self) -> str:
+        return self.engine.url
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ writes
+
+    def publish(
+        self,
+        scope: Scope,
+        skill: str,
+        files: Mapping[str, File | bytes],
+        expected_version: int | None = None,
+        *,
+        commit_id: str | None = None,
+    ) -> CommitResult:
+        """Replace a skill's whole file set (one-skill `commit`)."""
+        return self.commit([Put(scope, skill, dict(files), expected_version)], commit_id=commit_id)
+
+    def delete(
+        self,
+        scope: Scope,
+        skill: str,
+        expected_version: int | None = None,
+        *,
+        commit_id: str | None = None,
+    ) -> CommitResult:
+        return self.commit([Remove(scope, skill, expected_version)], commit_id=commit_id)
+
+    def rollback(
+        self, scope: Scope, skill: str, version: int, expected_version: int | None = None
+    ) -> CommitResult:
+        """Publish a new version whose files equal those of `version`."""
+        old = self.manifest(scope, skill, version=version)
+        if old.deleted:
+            raise NotFound(f"version {version} of {scope}/{skill} is a deletion: pick another version")
+        files = {p: File(self.read_entry(e), mode=e.mode, mtime=e.mtime) for p, e in old.files.items()}
+        return self.publish(scope, skill, files, expected_version)
+
+    def commit(self, changes: Sequence[Put | Remove], *, commit_id: str | None = None) -> CommitResult:
+        """Several skills of one agent (or one market), all or nothing (DESIGN §2)."""
+        if not changes:
+            raise InvalidPath("empty commit: give at least one Put or Remove")
+        domain = changes[0].scope.domain
+        seen: set[tuple[Scope, str]] = set()
+        for ch in changes:
+            if ch.scope.domain != domain:
+                raise InvalidPath(
+                    f"one commit spans one agent or one market: {ch.scope} is not in {domain}"
+                )
+            check_skill_name(ch.skill)
+            if is_hidden_dir(ch.skill) and isinstance(ch, Put) and not ch.files:
+                raise InvalidPath(f"skill {ch.skill!r} has no files")
+            if (ch.scope, ch.skill) in seen:
+                raise InvalidPath(f"{ch.scope}/{ch.skill} appears twice in one commit")
+            seen.add((ch.scope, ch.skill))
+        if self.engine.max_ops is not None and len(changes) > self.engine.max_ops:
+            raise TooLarge(
+                f"a commit of {len(changes)} skills is over this store's limit of "
+                f"{self.engine.max_ops} per atomic commit: split it into several commits"
+            )
+        now = self.clock()
+        prepared = [self._prepare(ch, now) for ch in changes]
+        commit_id = commit_id or uuid.uuid4().hex
+        return self._commit(domain, prepared, commit_id)
+
+    def _prepare(self, change: Put | Remove, now: float) -> _Prepared:
+        if isinstance(change, Remove):
+            return _Prepared(
+                scope=change.scope, skill=change.skill,
+                expected_version=change.expected_version, files=None,
+            )
+        files: dict[str, tuple[bytes, int | None, float | None]] = {}
+        for raw_path, value in change.files.items():
+            path = normalize_path(raw_path)
+            if path in files:
+                raise InvalidPath(f"{change.skill}: {raw_path!r} names the same file as another path")
+            f = value if isinstance(value, File) else File(bytes(value))
+            if len(f.data) > self.limits.max_file_size:
+                raise TooLarge(
+                    f"{change.skill}/{path} is {len(f.data)} bytes, over the limit of "
+                    f"{self.limits.max_file_size} bytes per file (Limits.max_file_size)"
+                )
+            files[path] = (f.data, f.mode, f.mtime)
+        if len(files) > self.limits.max_files:
+            raise TooLarge(
+                f"{change.skill} has {len(files)} files, over the limit of {self.limits.max_files}"
+            )
+        total = sum(len(d) for d, _, _ in files.values())
+        if total > self.limits.max_skill_size:
+            raise TooLarge(
+                f"{change.skill} holds {total} bytes, over the limit of "
+                f"{self.limits.max_skill_size} bytes per skill (Limits.max_skill_size)"
+            )
+        for path in files:
+            parent = path
+            while "/" in parent:
+                parent = parent.rsplit("/", 1)[0]
+                if parent in files:
+                    raise InvalidPath(
+                        f"{change.skill}: {parent!r} is a file, so {path!r} cannot be inside it"
+                    )
+        frontmatter, findings = inspect_skill(change.skill, {p: d for p, (d, _, _) in files.items()})
+        entries: dict[str, FileEntry] = {}
+        blobs: dict[str, bytes] = {}
+        for path, (data, mode, mtime) in sorted(files.items()):
+            digest = sha256(data)
+            blobs[digest] = data
+            entries[path] = FileEntry(
+                sha256=digest,
+                size=len(data),
+                mode=mode if mode is not None else default_mode(path, data),
+                mtime=mtime if mtime is not None else now,
+            )
+        self._upload(blobs, now)
+        return _Prepared(
+            scope=change.scope, skill=change.skill, expected_version=change.expected_version,
+            files=entries, frontmatter=frontmatter, findings=list(findings),
+        )
+
+    def _upload(self, blobs: Mapping[str, bytes], now: float) -> None:
+        """Write the blobs the store lacks; refresh last-use of the ones it has (GC grace)."""
+        present = self._retrying(lambda: self.engine.touch_blobs(list(blobs), now))
+        size = self.engine.chunk_size
+        for digest, data in blobs.items():
+            if digest not in present:
+                chunks = [data[i : i + size] for i in range(0, len(data), size)] or [b""]
+                self._retrying(lambda d=digest, c=chunks: self.engine.put_blob(d, c, now))
+            self._blobs.put(digest, data)
+
+    def _commit(self, domain: str, prepared: list[_Prepared], commit_id: str) -> CommitResult:
+        deadline = time.monotonic() + self.retry_for
+        for attempt in range(1000):
+            current: dict[tuple[Scope, str], Manifest] = {}
+            for scope in {p.scope for p in prepared}:
+                skills = [p.skill for p in prepared if p.scope == scope]
+                loaded = self._retrying(lambda s=scope, k=skills: self.engine.load_skills(s, k))
+                current.update({(scope, k): m for k, m in loaded.items()})
+            if prepared and all(
+                (c := current.get((p.scope, p.skill))) is not None and c.commit_id == commit_id
+                for p in prepared
+            ):
+                return self._already_committed(domain, prepared, current, commit_id)
+            ops = [self._op(p, current.get((p.scope, p.skill)), commit_id) for p in prepared]
+            try:
+                revision = self.engine.commit(domain, ops)
+            except VersionMismatch:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(min(0.001 * 2**attempt, 0.05))
+                continue
+            except StoreUnavailable:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(min(0.05 * 2**attempt, 1.0))
+                continue
+            self._prune_after_commit(ops)
+            return CommitResult(
+                revision=revision, commit_id=commit_id,
+                versions={op.manifest.skill: op.manifest.version for op in ops},
+            )
+        raise Conflict(
+            f"gave up after {self.retry_for:.0f}s of concurrent writers to the same skills; retry",
+        )
+
+    def _op(self, p: _Prepared, cur: Manifest | None, commit_id: str) -> CommitOp:
+        """Check the caller's expected version and build the next manifest (C6)."""
+        cur_version = cur.version if cur else 0
+        live = cur is not None and not cur.deleted
+        expected = p.expected_version
+        if expected is not None:
+            ok = (not live) if expected == 0 else (live and expected == cur_version)
+            if not ok:
+                now_is = f"now at version {cur_version}" if live else "it does not exist now"
+                wanted = "to not exist yet" if expected == 0 else f"version {expected}"
+                raise Conflict(
+                    f"{p.scope}/{p.skill} changed since you read it: you expected {wanted}, "
+                    f"{now_is}; reload it and apply your edit again",
+                    skill=p.skill,
+                    current_version=cur_version if live else 0,
+                )
+        if p.files is None and not live:
+            raise NotFound(f"skill {p.skill!r} does not exist in {p.scope}: nothing to delete")
+        manifest = Manifest(
+            skill=p.skill,
+            version=cur_version + 1,
+            commit_id=commit_id,
+            committed_at=self.clock(),
+            deleted=p.files is None,
+            frontmatter=p.frontmatter,
+            findings=p.findings,
+            files=p.files or {},
+        )
+        return CommitOp(scope=p.scope, manifest=manifest, expect=cur_version)
+
+    def _already_committed(
+        self, domain: str, prepared: list[_Prepared], current: dict[tuple[Scope, str], Manifest],
+        commit_id: str,
+    ) -> CommitResult:
+        """A retried commit whose first attempt landed: report it, do not write it twice.
+
+        The revision is the domain's current one, which contains the commit."""
+        rev = self.engine.revisions([domain])[domain]
+        assert rev is not None
+        return CommitResult(
+            revision=rev, commit_id=commit_id,
+            versions={p.skill: current[(p.scope, p.skill)].version for p in prepared},
+        )
+
+    def _retrying(self, fn: Callable[[], T]) -> T:
+        """Retry an idempotent engine call while the store is unavailable, up to `retry_for`."""
+        deadline = time.monotonic() + self.retry_for
+        delay = 0.05
+        while True:
+            try:
+                return fn()
+            except StoreUnavailable:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    # ------------------------------------------------------------------ history retention
+
+    def _prune_after_commit(self, ops: Sequence[CommitOp]) -> None:
+        """History length is at most version - 1, so only long-lived skills pay a read here."""
+        for op in ops:
+            if op.manifest.version - 1 > self.history_policy.keep_versions:
+                try:
+                    self._prune(op.scope, op.manifest.skill)
+                except StoreUnavailable as exc:
+                    log.warning("history retention skipped for %s/%s: %s", op.scope, op.manifest.skill, exc)
+
+    def _prune(self, scope: Scope, skill: str) -> int:
+        history = self.engine.history(scope, skill)
+        cutoff = self.clock() - self.history_policy.keep_days * 86400
+        drop = [
+            m.version
+            for m in history[self.history_policy.keep_versions :]
+            if m.committed_at < cutoff
+        ]
+        if drop:
+            self.engine.drop_history(scope, skill, drop)
+        return len(drop)
+
+    # ------------------------------------------------------------------ reads
+
+    def manifests(self, scope: Scope) -> dict[str, Manifest]:
+        """The live skills of a scope, in one round trip."""
+        return {k: m for k, m in self._retrying(lambda: self.engine.load_scope(scope)).items()
+                if not m.deleted}
+
+    def manifest(self, scope: Scope, skill: str, version: int | None = None) -> Manifest:
+        """The latest manifest, or the given version from history."""
+        check_skill_name(skill)
+        live = self._retrying(lambda: self.engine.load_skills(scope, [skill])).get(skill)
+        if version is None or (live is not None and live.version == version):
+            if live is None or live.deleted:
+                raise NotFound(self._no_skill(scope, skill))
+            return live
+        for m in self.engine.history(scope, skill):
+            if m.version == version:
+                return m
+        if live is None:
+            raise NotFound(self._no_skill(scope, skill))
+        raise NotFound(
+            f"version {version} of {scope}/{skill} is not kept (current version {live.version}); "
+            "see `history` for the versions there are"
+        )
+
+    def _no_skill(self, scope: Scope, skill: str) -> str:
+        names = sorted(self.manifests(scope))
+        listing = ", ".join(names[:50]) + (" …" if len(names) > 50 else "") if names else "none"
+        return f"skill {skill!r} does not exist in {scope}; skills there: {listing}"
+
+    def history(self, scope: Scope, skill: str) -> list[Manifest]:
+        """Every kept version of a skill, newest first, the live one (or its tombstone) first."""
+        live = self.engine.load_skills(scope, [skill]).get(skill)
+        older = self.engine.history(scope, skill)
+        if live is None and not older:
+            raise NotFound(self._no_skill(scope, skill))
+        return ([live] if live else []) + older
+
+    def read(self, scope: Scope, skill: str, path: str, version: int | None = None) -> bytes:
+        m = self.manifest(scope, skill, version)
+        return self.read_entry(self.entry(m, scope, path))
+
+    @staticmethod
+    def entry(m: Manifest, scope: Scope, path: str) -> FileEntry:
+        norm = normalize_path(path)
+        entry = m.files.get(norm)
+        if entry is None:
+            raise NotFound(
+                f"{scope}/{m.skill} (version {m.version}) has no file {path!r}; files: "
+                + ", ".join(sorted(m.files))
+            )
+        return entry
+
+    def read_entry(self, entry: FileEntry, start: int = 0, end: int | None = None) -> bytes:
+        """A file's bytes (or the range [start, end)), reading only the chunks it covers."""
+        end = entry.size if end is None else max(start, min(end, entry.size))
+        cached = self._blobs.get(entry.sha256)
+        if cached is not None:
+            return cached[start:end]
+        if entry.size == 0:
+            return b""
+        whole = start == 0 and end == entry.size
+        size = self.engine.chunk_size
+        first, last = (0, (entry.size - 1) // size) if whole else (start // size, max(start, end - 1) // size)
+        chunks = self._retrying(
+            lambda: self.engine.get_chunks([(entry.sha256, i) for i in range(first, last + 1)])
+        )
+        if any(c is None for c in chunks):
+            raise NotFound(
+                f"blob {entry.sha256} is missing from store {self.url}: the store lost data "
+                "or a GC ran with too short a grace; republish the skill"
+            )
+        data = b"".join(c for c in chunks if c is not None)
+        if whole:
+            self._blobs.put(entry.sha256, data)
+            return data
+        offset = first * size
+        return data[start - offset : end - offset]
+
+    def read_entries(self, entries: Iterable[FileEntry]) -> dict[str, bytes]:
+        """Many files at once: cached ones from memory, the rest in one batched round trip."""
+        wanted = {e.sha256: e for e in entries}
+        out: dict[str, bytes] = {}
+        keys: list[tuple[str, int]] = []
+        for digest, e in wanted.items():
+            cached = self._blobs.get(digest)
+            if cached is not None:
+                out[digest] = cached
+            elif e.size == 0:
+                out[digest] = b""
+            else:
+                keys += [(digest, i) for i in range((e.size - 1) // self.engine.chunk_size + 1)]
+        if keys:
+            chunks = self._retrying(lambda: self.engine.get_chunks(keys))
+            parts: dict[str, list[bytes]] = {}
+            for (digest, _), chunk in zip(keys, chunks, strict=True):
+                if chunk is None:
+                    raise NotFound(f"blob {digest} is missing from store {self.url}; republish the skill")
+                parts.setdefault(digest, []).append(chunk)
+            for digest, chunk_list in parts.items():
+                out[digest] = b"".join(chunk_list)
+                self._blobs.put(digest, out[digest])
+        return out
+
+    # ------------------------------------------------------------------ revisions and watch
+
+    @staticmethod
+    def _domain(target: str | Scope) -> str:
+        if isinstance(target, Scope):
+            return target.domain
+        if target.startswith(("agents/", "markets/")):
+            return target
+        return f"agents/{check_id('agent', target)}"
+
+    def revision(self, target: str | Scope) -> Revision | None:
+        """The revision of an agent (by id) or of a scope's agent or market; None if never written."""
+        domain = self._domain(target)
+        return self._retrying(lambda: self.engine.revisions([domain]))[domain]
+
+    def revisions(self, targets: Sequence[str | Scope]) -> dict[str, Revision | None]:
+        """Several domains' revisions read together (C3's one round trip)."""
+        domains = [self._domain(t) for t in targets]
+        return self._retrying(lambda: self.engine.revisions(domains))
+
+    def follow(
+        self,
+        target: str | Scope,
+        since: Revision | None = None,
+        *,
+        timeout: float | None = None,
+        poll: float = 1.0,
+        stop: threading.Event | None = None,
+    ) -> Iterator[Change]:
+        """Changes after `since` in order (C8); a `reset` change means reload from scratch.
+
+        Without `since`, follows from now. Stops after `timeout` seconds or when `stop` is set;
+        runs forever otherwise."""
+        domain = self._domain(target)
+        end = None if timeout is None else time.monotonic() + timeout
+        if since is None:
+            since = self.engine.revisions([domain])[domain] or Revision(epoch="", counter=0)
+        while not (stop and stop.is_set()):
+            wait = poll if end is None else min(poll, end - time.monotonic())
+            if wait <= 0:
+                return
+            try:
+                batch = self.engine.changes(domain, since, wait)
+            except StoreUnavailable as exc:
+                log.warning("follow %s: %s; retrying", domain, exc)
+                time.sleep(min(wait, 0.5))
+                continue
+            for change in batch:
+                yield change
+                since = change.revision
+
+    # ------------------------------------------------------------------ listings
+
+    def agents(self) -> list[str]:
+        return [d.split("/", 1)[1] for d in self.engine.domains() if d.startswith("agents/")]
+
+    def markets(self) -> list[str]:
+        return [d.split("/", 1)[1] for d in self.engine.domains() if d.startswith("markets/")]
+
+    def scopes(self, target: str | Scope) -> list[Scope]:
+        return self.engine.scopes(self._domain(target))
+
+    def users(self, agent: str) -> list[str]:
+        return sorted(s.user_id for s in self.scopes(agent) if s.user_id is not None)
+
+    def skills(self, scope: Scope) -> list[str]:
+        return sorted(self.manifests(scope))
+
+    # ------------------------------------------------------------------ usage
+
+    def record_usage(self, agent: str, counts: Mapping[tuple[str, str], int]) -> None:
+        if counts:
+            self.engine.add_usage(check_id("agent", agent), counts)
+
+    def usage(self, agent: str) -> dict[tuple[str, str], int]:
+        """Load counts keyed by (user, skill id)."""
+        return self.engine.usage(check_id("agent", agent))
+
+    # ------------------------------------------------------------------ garbage collection
+
+    def gc(self, grace: float | None = None, progress: Callable[[str, int], None] | None = None) -> GcReport:
+        """Mark every blob a live or kept manifest references, then sweep the rest that no
+        publisher touched since the mark started minus `grace` (re-checked atomically)."""
+        grace = self.gc_grace if grace is None else grace
+        started = self.clock()
+        referenced: set[str] = set()
+        dropped = 0
+        for domain in self.engine.domains():
+            for scope in self.engine.scopes(domain):
+                for skill, live in self.engine.load_scope(scope).items():
+                    dropped += self._prune(scope, skill)
+                    for m in [live, *self.engine.history(scope, skill)]:
+                        referenced.update(e.sha256 for e in m.files.values())
+                    if progress:
+                        progress("mark", 1)
+        seen = deleted = 0
+        cutoff = started - grace
+        for digest in self.engine.blob_shas():
+            seen += 1
+            if digest not in referenced and self.engine.delete_blob_if_idle(digest, cutoff):
+                deleted += 1
+            if progress:
+                progress("sweep", 1)
+        return GcReport(
+            blobs_seen=seen, blobs_referenced=len(referenced), blobs_deleted=deleted,
+            history_dropped=dropped,
+        )
+
