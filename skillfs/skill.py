@@ -1,0 +1,381 @@
+"""The skill model: read a SKILL.md, inspect a skill directory, validate skills on disk.
+
+Bad content never raises here: it becomes findings (DESIGN §7), and each surface decides whether
+an error rejects the skill. The rules themselves live in skillfs.validation.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from frontmatter.default_handlers import YAMLHandler
+from pydantic import BaseModel, ConfigDict
+
+from skillfs.model import Finding
+from skillfs.names import is_hidden_dir
+from skillfs.validation import check_frontmatter, finding, show
+
+SKILL_MD = "SKILL.md"
+MAX_LINES = 500  # the spec's recommendation for SKILL.md; longer ones get a warning
+
+# python-frontmatter finds the frontmatter. Its own boundary (`^-{3,}\s*$`) also takes `----`
+# and spans blank lines; ours is a line of exactly three dashes, as the spec and skills-ref have.
+# We never call its loader: it is safe (yaml.SafeLoader, checked) but types scalars
+# (1.10 -> 1.1, yes -> True, dates -> date objects) and drops errors we want as findings.
+_SPLITTER = YAMLHandler(fm_boundary=re.compile(r"^---[ \t]*$", re.MULTILINE))
+_STR, _SEQ, _MAP = (f"tag:yaml.org,2002:{t}" for t in ("str", "seq", "map"))
+
+
+class SkillDoc(BaseModel):
+    """A parsed SKILL.md: frontmatter (None when unreadable), body, findings about the document."""
+
+    model_config = ConfigDict(frozen=True)
+
+    frontmatter: dict[str, Any] | None
+    body: str
+    findings: list[Finding]
+
+
+class ValidationReport(BaseModel):
+    """One skill directory's verdict, as `skillfs validate --json` prints it."""
+
+    path: str
+    name: str | None
+    valid: bool
+    errors: list[str]
+    warnings: list[str]
+
+
+def parse_skill_md(data: bytes) -> SkillDoc:
+    """Read SKILL.md bytes; newlines become LF and a UTF-8 BOM is dropped (with a warning)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return SkillDoc(
+            frontmatter=None,
+            body="",
+            findings=[
+                finding(
+                    "error",
+                    None,
+                    "encoding",
+                    f"SKILL.md is not UTF-8 text (byte {data[exc.start]:#04x}"
+                    f" at offset {exc.start}): save it as UTF-8",
+                )
+            ],
+        )
+    findings: list[Finding] = []
+    if text.startswith("\ufeff"):
+        text = text[1:]
+        findings.append(
+            finding(
+                "warning",
+                None,
+                "bom",
+                "SKILL.md starts with a UTF-8 byte-order mark; skills-ref and other tools"
+                " reject it: save without BOM",
+            )
+        )
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if not text.strip():
+        findings.append(
+            finding(
+                "error",
+                None,
+                "empty",
+                "SKILL.md is empty: it needs YAML frontmatter (name, description)"
+                " between '---' lines",
+            )
+        )
+        return SkillDoc(frontmatter=None, body="", findings=findings)
+    if not _SPLITTER.detect(text):
+        first = text.split("\n", 1)[0]
+        findings.append(
+            finding(
+                "error",
+                None,
+                "frontmatter-missing",
+                f"SKILL.md must start with a '---' line opening the YAML frontmatter;"
+                f" line 1 is {show(first)}",
+            )
+        )
+        return SkillDoc(frontmatter=None, body=text, findings=findings)
+    try:
+        source, rest = _SPLITTER.split(text)
+    except ValueError:
+        findings.append(
+            finding(
+                "error",
+                None,
+                "frontmatter-unclosed",
+                "the frontmatter opened by '---' on line 1 is never closed:"
+                " add a '---' line after the last field",
+            )
+        )
+        return SkillDoc(frontmatter=None, body=text, findings=findings)
+    frontmatter, yaml_findings = _read_yaml(source)
+    findings += yaml_findings
+    body = rest.lstrip("\n")
+    lines = text.count("\n") + (0 if text.endswith("\n") else 1)
+    if lines > MAX_LINES:
+        findings.append(
+            finding(
+                "warning",
+                None,
+                "too-long",
+                f"SKILL.md has {lines} lines, over the {MAX_LINES} the spec recommends:"
+                " move details to references/",
+            )
+        )
+    if frontmatter is not None and not body.strip():
+        findings.append(
+            finding(
+                "warning", None, "no-body", "SKILL.md has no instructions after the frontmatter"
+            )
+        )
+    return SkillDoc(frontmatter=frontmatter, body=body, findings=findings)
+
+
+def _read_yaml(source: str) -> tuple[dict[str, Any] | None, list[Finding]]:
+    """Safe YAML: compose only (no object is ever constructed from a tag), every scalar a string.
+
+    Strings everywhere is what the spec (string fields, string metadata) and skills-ref's
+    strictyaml give, and it keeps `version: 1.10` as written and every value JSON-ready.
+    `source` starts right after the opening '---', so YAML line L (0-based) is file line L + 1.
+    """
+    try:
+        node = yaml.compose(source, Loader=yaml.BaseLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" on line {mark.line + 1}" if mark is not None else ""
+        problem = exc.problem or exc.context or "unreadable"
+        return None, [
+            finding(
+                "error", None, "yaml-syntax", f"frontmatter YAML syntax error{where}: {problem}"
+            )
+        ]
+    except yaml.YAMLError as exc:  # e.g. a control character the YAML reader refuses
+        return None, [
+            finding("error", None, "yaml-syntax", f"frontmatter YAML is unreadable: {exc}")
+        ]
+    except RecursionError:
+        return None, [
+            finding("error", None, "yaml-syntax", "frontmatter YAML is nested too deeply")
+        ]
+    if node is None:
+        return None, [
+            finding(
+                "error",
+                None,
+                "yaml-not-mapping",
+                "the frontmatter is empty: it needs at least name and description",
+            )
+        ]
+    if not isinstance(node, yaml.MappingNode):
+        value = node.value if isinstance(node, yaml.ScalarNode) else "[...]"
+        what = "a list" if isinstance(node, yaml.SequenceNode) else "a scalar"
+        return None, [
+            finding(
+                "error",
+                None,
+                "yaml-not-mapping",
+                f"the frontmatter must be a YAML mapping of fields (name: ..., description: ...),"
+                f" got {what} {show(value)}",
+            )
+        ]
+    builder = _Builder()
+    try:
+        data = builder.build(node, None, _line(node))
+    except RecursionError:
+        return None, [
+            finding("error", None, "yaml-syntax", "frontmatter YAML is nested too deeply")
+        ]
+    if builder.errors:
+        return None, builder.errors
+    return data, builder.warnings
+
+
+class _Builder:
+    """Composed YAML nodes to plain dicts, lists and strings, refusing what strictyaml refuses
+    (aliases, explicit tags, duplicate or non-string keys). Flow style is only warned about."""
+
+    def __init__(self) -> None:
+        self.errors: list[Finding] = []
+        self.warnings: list[Finding] = []
+        self._seen: set[int] = set()
+        self._flow: set[str | None] = set()
+
+    def build(self, node: yaml.Node, field: str | None, line: int) -> Any:
+        """`line` is the file line where `node` is referenced (for an alias: the alias's key)."""
+        if id(node) in self._seen:  # the composer hands an alias back as the anchored node
+            self._error(
+                field, line, "yaml-alias", "anchors and aliases (&name, *name) are not allowed"
+            )
+            return None
+        self._seen.add(id(node))
+        if node.tag not in (_STR, _SEQ, _MAP):
+            tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+            self._error(field, line, "yaml-tag", f"explicit YAML tags ({tag}) are not allowed")
+        if isinstance(node, yaml.ScalarNode):
+            return node.value
+        if isinstance(node, yaml.CollectionNode) and node.flow_style and field not in self._flow:
+            self._flow.add(field)
+            where = f"field {show(field)}" if field else "the frontmatter"
+            self.warnings.append(
+                finding(
+                    "warning",
+                    field,
+                    "yaml-flow-style",
+                    f"{where} uses flow-style YAML ([...] or {{...}}) on line {_line(node)};"
+                    " skills-ref and strict YAML readers reject it: use block style",
+                )
+            )
+        if isinstance(node, yaml.SequenceNode):
+            return [self.build(item, field, _line(item)) for item in node.value]
+        result: dict[str, Any] = {}
+        lines: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            at = _line(key_node)
+            if not isinstance(key_node, yaml.ScalarNode):
+                self._error(
+                    field, at, "yaml-key", "keys must be plain strings, not lists or mappings"
+                )
+                continue
+            key = key_node.value
+            if key in lines:
+                problem = f"key {show(key)} appears twice (lines {lines[key]} and {at})"
+                self._error(field or key, at, "yaml-duplicate-key", problem)
+            lines[key] = at
+            result[key] = self.build(value_node, field or key, at)
+        return result
+
+    def _error(self, field: str | None, line: int, rule: str, problem: str) -> None:
+        where = f" (field {show(field)})" if field else ""
+        message = f"frontmatter YAML on line {line}{where}: {problem}"
+        self.errors.append(finding("error", field, rule, message))
+
+
+def _line(node: yaml.Node) -> int:
+    """The 1-based SKILL.md line of a node (the YAML source starts on line 1, after '---')."""
+    return int(node.start_mark.line) + 1
+
+
+def inspect_skill(
+    directory: str, files: Mapping[str, bytes]
+) -> tuple[dict[str, Any] | None, list[Finding]]:
+    """All findings for the skill directory `directory` holding `files` (relative path -> bytes).
+
+    The frontmatter comes back even when it breaks the spec: the worker view is lenient.
+    Only SKILL.md is read, so `files` may be a lazy mapping.
+    """
+    if SKILL_MD not in files:
+        near = sorted(p for p in files if "/" not in p and p.lower() == SKILL_MD.lower())
+        hint = f" (found {show(near[0])}: rename it to SKILL.md)" if near else ""
+        return None, [
+            finding(
+                "error",
+                None,
+                "skill-md-missing",
+                f"skill directory {show(directory)} has no SKILL.md{hint}",
+            )
+        ]
+    doc = parse_skill_md(files[SKILL_MD])
+    findings = list(doc.findings)
+    if doc.frontmatter is not None:
+        findings += check_frontmatter(doc.frontmatter, directory)
+    return doc.frontmatter, findings
+
+
+class _DiskFiles(Mapping[str, bytes]):
+    """A directory's files by relative POSIX path, each read only when asked for."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+        self._paths: list[str] = []
+        for dirpath, _dirs, names in os.walk(root):  # symlinked directories are not followed
+            rel = Path(dirpath).relative_to(root)
+            self._paths += sorted((rel / n).as_posix() for n in names)
+        self._known = set(self._paths)
+
+    def __getitem__(self, path: str) -> bytes:
+        if path not in self._known:
+            raise KeyError(path)
+        return (self._root / path).read_bytes()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+    def __contains__(self, path: object) -> bool:
+        return path in self._known
+
+
+def validate_dir(path: Path) -> ValidationReport:
+    """Validate one skill directory on disk; its directory name is the one the name must equal."""
+    frontmatter: dict[str, Any] | None = None
+    if not path.is_dir():
+        findings = [
+            finding(
+                "error",
+                None,
+                "not-a-directory",
+                f"{path} is not a directory: a skill is a directory holding a SKILL.md",
+            )
+        ]
+    else:
+        # abspath, not resolve: `validate .` names the directory, and a symlink keeps its own name.
+        directory = Path(os.path.abspath(path)).name
+        try:
+            frontmatter, findings = inspect_skill(directory, _DiskFiles(path))
+        except OSError as exc:
+            findings = [finding("error", None, "unreadable", f"cannot read {path}: {exc}")]
+    name = frontmatter.get("name") if frontmatter is not None else None
+    errors = [f.message for f in findings if f.severity == "error"]
+    return ValidationReport(
+        path=str(path),
+        name=name if isinstance(name, str) else None,
+        valid=not errors,
+        errors=errors,
+        warnings=[f.message for f in findings if f.severity == "warning"],
+    )
+
+
+def find_skill_dirs(path: Path) -> list[Path]:
+    """The skill directories PATH names: itself when it holds a SKILL.md, else every skill below it
+    (not entering `_*`/`.*` directories, nor a skill's own sub-directories). A directory that is
+    neither a skill nor holds one is returned too, so that validating it reports the missing
+    SKILL.md instead of passing over it in silence. A SKILL.md file stands for its directory."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist")
+    if path.is_file():
+        return [path.parent if path.name == SKILL_MD else path]
+    if (path / SKILL_MD).is_file():
+        return [path]
+    return _skills_below(path, {path.resolve()}) or [path]
+
+
+def _skills_below(directory: Path, seen: set[Path]) -> list[Path]:
+    try:
+        children = sorted(
+            c for c in directory.iterdir() if c.is_dir() and not is_hidden_dir(c.name)
+        )
+    except OSError:
+        return []
+    found: list[Path] = []
+    for child in children:
+        real = child.resolve()
+        if real in seen:  # a symlink loop, or a second link to a directory already seen
+            continue
+        seen.add(real)
+        if (child / SKILL_MD).is_file():
+            found.append(child)
+        else:
+            found += _skills_below(child, seen) or [child]
+    return found
