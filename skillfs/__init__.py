@@ -6,7 +6,18 @@ from typing import Any
 
 from skillfs import errors
 from skillfs.engines import default_url, open_engine
-from skillfs.model import Change, CommitResult, File, FileEntry, Finding, Manifest, Put, Remove, Revision, Scope
+from skillfs.model import (
+    Change,
+    CommitResult,
+    File,
+    FileEntry,
+    Finding,
+    Manifest,
+    Put,
+    Remove,
+    Revision,
+    Scope,
+)
 from skillfs.store import GcReport, HistoryPolicy, Limits, Store
 
 __all__ = [

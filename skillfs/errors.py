@@ -1,4 +1,4 @@
-"""Every error skillfs raises is a SkillfsError; the message says what is wrong and how to fix it."""
+"""Every error skillfs raises is a SkillfsError; its message says what is wrong and what to do."""
 
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ class InvalidPath(SkillfsError, ValueError):
 class Conflict(SkillfsError):
     """Someone else changed the skill since the version the caller edited."""
 
-    def __init__(self, message: str, *, skill: str = "", current_version: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, skill: str = "", current_version: int | None = None
+    ) -> None:
         super().__init__(message)
         self.skill = skill
         self.current_version = current_version

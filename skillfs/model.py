@@ -158,7 +158,9 @@ class Revision(BaseModel):
         if not isinstance(other, Revision):
             return NotImplemented
         if self.epoch != other.epoch:
-            raise ValueError(f"revisions of different epochs ({self} vs {other}) are not ordered: reload")
+            raise ValueError(
+                f"revisions of different epochs ({self} vs {other}) are not ordered: reload"
+            )
         return self.counter < other.counter
 
     def same_line(self, other: Revision | None) -> bool:
@@ -234,4 +236,3 @@ class Remove(BaseModel):
 
     def __init__(self, scope: Scope, skill: str, expected_version: int | None = None) -> None:
         super().__init__(scope=scope, skill=skill, expected_version=expected_version)
-

@@ -18,12 +18,14 @@ def check_id(kind: str, value: str) -> str:
             f"invalid {kind} id {value!r}: use 1-128 characters of letters, digits and . _ @ + -"
         )
     if value in (".", "..") or value.startswith("_"):
-        raise InvalidPath(f"invalid {kind} id {value!r}: '.', '..' and ids starting with '_' are reserved")
+        raise InvalidPath(
+            f"invalid {kind} id {value!r}: '.', '..' and ids starting with '_' are reserved"
+        )
     return value
 
 
 def check_skill_name(value: str) -> str:
-    """A skill directory name: one path segment. Spec rules on names are validation findings, not path errors."""
+    """A skill directory: one path segment. The spec's name rules are findings, not path errors."""
     if not isinstance(value, str) or not _SKILL_DIR.fullmatch(value) or value in (".", ".."):
         raise InvalidPath(
             f"invalid skill directory {value!r}: a skill is one directory name "
@@ -38,21 +40,29 @@ def is_hidden_dir(name: str) -> bool:
 
 
 def normalize_path(path: str) -> str:
-    """A file path inside a skill: normalized POSIX, relative, no '..', NUL, backslash or empty segment."""
+    """A path inside a skill: normalized POSIX, relative; no '..', NUL, backslash, empty segment."""
     if not isinstance(path, str) or not path:
-        raise InvalidPath("empty file path: name a file inside the skill, e.g. 'references/guide.md'")
+        raise InvalidPath(
+            "empty file path: name a file inside the skill, e.g. 'references/guide.md'"
+        )
     if "\x00" in path:
         raise InvalidPath(f"file path {path!r} contains a NUL byte")
     if "\\" in path:
         raise InvalidPath(f"file path {path!r} contains a backslash: use '/' between directories")
     if path.startswith("/"):
-        raise InvalidPath(f"file path {path!r} is absolute: give it relative to the skill directory")
+        raise InvalidPath(
+            f"file path {path!r} is absolute: give it relative to the skill directory"
+        )
     parts = path.split("/")
     if any(p == "" for p in parts[:-1]) or parts[-1] == "":
         raise InvalidPath(f"file path {path!r} has an empty segment ('//' or a trailing '/')")
     if any(p == ".." for p in parts):
-        raise InvalidPath(f"file path {path!r} contains '..': paths may not leave the skill directory")
+        raise InvalidPath(
+            f"file path {path!r} contains '..': paths may not leave the skill directory"
+        )
     norm = posixpath.normpath(path)
     if norm in (".", "") or any(len(p.encode()) > 255 for p in parts):
-        raise InvalidPath(f"file path {path!r} does not name a file (or a segment is over 255 bytes)")
+        raise InvalidPath(
+            f"file path {path!r} does not name a file (or a segment is over 255 bytes)"
+        )
     return norm

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TypeVar
+from typing import ParamSpec, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -37,6 +37,7 @@ from skillfs.skill import inspect_skill
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+P = ParamSpec("P")
 
 MiB = 1024 * 1024
 SCRIPT_SUFFIXES = (".sh", ".bash", ".py", ".rb", ".pl", ".js", ".mjs")
@@ -185,11 +186,17 @@ class Store:
         """Publish a new version whose files equal those of `version`."""
         old = self.manifest(scope, skill, version=version)
         if old.deleted:
-            raise NotFound(f"version {version} of {scope}/{skill} is a deletion: pick another version")
-        files = {p: File(self.read_entry(e), mode=e.mode, mtime=e.mtime) for p, e in old.files.items()}
+            raise NotFound(
+                f"version {version} of {scope}/{skill} is a deletion: pick another version"
+            )
+        files = {
+            p: File(self.read_entry(e), mode=e.mode, mtime=e.mtime) for p, e in old.files.items()
+        }
         return self.publish(scope, skill, files, expected_version)
 
-    def commit(self, changes: Sequence[Put | Remove], *, commit_id: str | None = None) -> CommitResult:
+    def commit(
+        self, changes: Sequence[Put | Remove], *, commit_id: str | None = None
+    ) -> CommitResult:
         """Several skills of one agent (or one market), all or nothing (DESIGN §2)."""
         if not changes:
             raise InvalidPath("empty commit: give at least one Put or Remove")
@@ -219,14 +226,18 @@ class Store:
     def _prepare(self, change: Put | Remove, now: float) -> _Prepared:
         if isinstance(change, Remove):
             return _Prepared(
-                scope=change.scope, skill=change.skill,
-                expected_version=change.expected_version, files=None,
+                scope=change.scope,
+                skill=change.skill,
+                expected_version=change.expected_version,
+                files=None,
             )
         files: dict[str, tuple[bytes, int | None, float | None]] = {}
         for raw_path, value in change.files.items():
             path = normalize_path(raw_path)
             if path in files:
-                raise InvalidPath(f"{change.skill}: {raw_path!r} names the same file as another path")
+                raise InvalidPath(
+                    f"{change.skill}: {raw_path!r} names the same file as another path"
+                )
             f = value if isinstance(value, File) else File(bytes(value))
             if len(f.data) > self.limits.max_file_size:
                 raise TooLarge(
@@ -252,7 +263,9 @@ class Store:
                     raise InvalidPath(
                         f"{change.skill}: {parent!r} is a file, so {path!r} cannot be inside it"
                     )
-        frontmatter, findings = inspect_skill(change.skill, {p: d for p, (d, _, _) in files.items()})
+        frontmatter, findings = inspect_skill(
+            change.skill, {p: d for p, (d, _, _) in files.items()}
+        )
         entries: dict[str, FileEntry] = {}
         blobs: dict[str, bytes] = {}
         for path, (data, mode, mtime) in sorted(files.items()):
@@ -266,18 +279,22 @@ class Store:
             )
         self._upload(blobs, now)
         return _Prepared(
-            scope=change.scope, skill=change.skill, expected_version=change.expected_version,
-            files=entries, frontmatter=frontmatter, findings=list(findings),
+            scope=change.scope,
+            skill=change.skill,
+            expected_version=change.expected_version,
+            files=entries,
+            frontmatter=frontmatter,
+            findings=list(findings),
         )
 
     def _upload(self, blobs: Mapping[str, bytes], now: float) -> None:
         """Write the blobs the store lacks; refresh last-use of the ones it has (GC grace)."""
-        present = self._retrying(lambda: self.engine.touch_blobs(list(blobs), now))
+        present = self._retrying(self.engine.touch_blobs, list(blobs), now)
         size = self.engine.chunk_size
         for digest, data in blobs.items():
             if digest not in present:
                 chunks = [data[i : i + size] for i in range(0, len(data), size)] or [b""]
-                self._retrying(lambda d=digest, c=chunks: self.engine.put_blob(d, c, now))
+                self._retrying(self.engine.put_blob, digest, chunks, now)
             self._blobs.put(digest, data)
 
     def _commit(self, domain: str, prepared: list[_Prepared], commit_id: str) -> CommitResult:
@@ -286,7 +303,7 @@ class Store:
             current: dict[tuple[Scope, str], Manifest] = {}
             for scope in {p.scope for p in prepared}:
                 skills = [p.skill for p in prepared if p.scope == scope]
-                loaded = self._retrying(lambda s=scope, k=skills: self.engine.load_skills(s, k))
+                loaded = self._retrying(self.engine.load_skills, scope, skills)
                 current.update({(scope, k): m for k, m in loaded.items()})
             if prepared and all(
                 (c := current.get((p.scope, p.skill))) is not None and c.commit_id == commit_id
@@ -308,7 +325,8 @@ class Store:
                 continue
             self._prune_after_commit(ops)
             return CommitResult(
-                revision=revision, commit_id=commit_id,
+                revision=revision,
+                commit_id=commit_id,
                 versions={op.manifest.skill: op.manifest.version for op in ops},
             )
         raise Conflict(
@@ -346,7 +364,10 @@ class Store:
         return CommitOp(scope=p.scope, manifest=manifest, expect=cur_version)
 
     def _already_committed(
-        self, domain: str, prepared: list[_Prepared], current: dict[tuple[Scope, str], Manifest],
+        self,
+        domain: str,
+        prepared: list[_Prepared],
+        current: dict[tuple[Scope, str], Manifest],
         commit_id: str,
     ) -> CommitResult:
         """A retried commit whose first attempt landed: report it, do not write it twice.
@@ -355,17 +376,18 @@ class Store:
         rev = self.engine.revisions([domain])[domain]
         assert rev is not None
         return CommitResult(
-            revision=rev, commit_id=commit_id,
+            revision=rev,
+            commit_id=commit_id,
             versions={p.skill: current[(p.scope, p.skill)].version for p in prepared},
         )
 
-    def _retrying(self, fn: Callable[[], T]) -> T:
+    def _retrying(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Retry an idempotent engine call while the store is unavailable, up to `retry_for`."""
         deadline = time.monotonic() + self.retry_for
         delay = 0.05
         while True:
             try:
-                return fn()
+                return fn(*args, **kwargs)
             except StoreUnavailable:
                 if time.monotonic() > deadline:
                     raise
@@ -381,7 +403,9 @@ class Store:
                 try:
                     self._prune(op.scope, op.manifest.skill)
                 except StoreUnavailable as exc:
-                    log.warning("history retention skipped for %s/%s: %s", op.scope, op.manifest.skill, exc)
+                    log.warning(
+                        "history retention skipped for %s/%s: %s", op.scope, op.manifest.skill, exc
+                    )
 
     def _prune(self, scope: Scope, skill: str) -> int:
         history = self.engine.history(scope, skill)
@@ -399,13 +423,14 @@ class Store:
 
     def manifests(self, scope: Scope) -> dict[str, Manifest]:
         """The live skills of a scope, in one round trip."""
-        return {k: m for k, m in self._retrying(lambda: self.engine.load_scope(scope)).items()
-                if not m.deleted}
+        return {
+            k: m for k, m in self._retrying(self.engine.load_scope, scope).items() if not m.deleted
+        }
 
     def manifest(self, scope: Scope, skill: str, version: int | None = None) -> Manifest:
         """The latest manifest, or the given version from history."""
         check_skill_name(skill)
-        live = self._retrying(lambda: self.engine.load_skills(scope, [skill])).get(skill)
+        live = self._retrying(self.engine.load_skills, scope, [skill]).get(skill)
         if version is None or (live is not None and live.version == version):
             if live is None or live.deleted:
                 raise NotFound(self._no_skill(scope, skill))
@@ -458,9 +483,11 @@ class Store:
             return b""
         whole = start == 0 and end == entry.size
         size = self.engine.chunk_size
-        first, last = (0, (entry.size - 1) // size) if whole else (start // size, max(start, end - 1) // size)
+        first, last = (
+            (0, (entry.size - 1) // size) if whole else (start // size, max(start, end - 1) // size)
+        )
         chunks = self._retrying(
-            lambda: self.engine.get_chunks([(entry.sha256, i) for i in range(first, last + 1)])
+            self.engine.get_chunks, [(entry.sha256, i) for i in range(first, last + 1)]
         )
         if any(c is None for c in chunks):
             raise NotFound(
@@ -488,11 +515,13 @@ class Store:
             else:
                 keys += [(digest, i) for i in range((e.size - 1) // self.engine.chunk_size + 1)]
         if keys:
-            chunks = self._retrying(lambda: self.engine.get_chunks(keys))
+            chunks = self._retrying(self.engine.get_chunks, keys)
             parts: dict[str, list[bytes]] = {}
             for (digest, _), chunk in zip(keys, chunks, strict=True):
                 if chunk is None:
-                    raise NotFound(f"blob {digest} is missing from store {self.url}; republish the skill")
+                    raise NotFound(
+                        f"blob {digest} is missing from store {self.url}; republish the skill"
+                    )
                 parts.setdefault(digest, []).append(chunk)
             for digest, chunk_list in parts.items():
                 out[digest] = b"".join(chunk_list)
@@ -510,14 +539,14 @@ class Store:
         return f"agents/{check_id('agent', target)}"
 
     def revision(self, target: str | Scope) -> Revision | None:
-        """The revision of an agent (by id) or of a scope's agent or market; None if never written."""
+        """The revision of an agent (by id) or of a scope's domain; None if never written."""
         domain = self._domain(target)
-        return self._retrying(lambda: self.engine.revisions([domain]))[domain]
+        return self._retrying(self.engine.revisions, [domain])[domain]
 
     def revisions(self, targets: Sequence[str | Scope]) -> dict[str, Revision | None]:
         """Several domains' revisions read together (C3's one round trip)."""
         domains = [self._domain(t) for t in targets]
-        return self._retrying(lambda: self.engine.revisions(domains))
+        return self._retrying(self.engine.revisions, domains)
 
     def follow(
         self,
@@ -579,7 +608,9 @@ class Store:
 
     # ------------------------------------------------------------------ garbage collection
 
-    def gc(self, grace: float | None = None, progress: Callable[[str, int], None] | None = None) -> GcReport:
+    def gc(
+        self, grace: float | None = None, progress: Callable[[str, int], None] | None = None
+    ) -> GcReport:
         """Mark every blob a live or kept manifest references, then sweep the rest that no
         publisher touched since the mark started minus `grace` (re-checked atomically)."""
         grace = self.gc_grace if grace is None else grace
@@ -603,7 +634,8 @@ class Store:
             if progress:
                 progress("sweep", 1)
         return GcReport(
-            blobs_seen=seen, blobs_referenced=len(referenced), blobs_deleted=deleted,
+            blobs_seen=seen,
+            blobs_referenced=len(referenced),
+            blobs_deleted=deleted,
             history_dropped=dropped,
         )
-

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from skillfs.engines.base import Engine
@@ -17,7 +18,7 @@ def default_url() -> str:
     return os.environ.get("SKILLFS_STORE") or f"sqlite:///{DEFAULT_PATH}"
 
 
-def open_engine(url: str | None = None, **options: object) -> Engine:
+def open_engine(url: str | None = None, **options: Any) -> Engine:
     url = url or default_url()
     scheme = urlsplit(url).scheme
     if scheme == "memory":
@@ -27,21 +28,17 @@ def open_engine(url: str | None = None, **options: object) -> Engine:
     if scheme == "sqlite":
         from skillfs.engines.sqlite import SqliteEngine
 
-        return SqliteEngine(url, **options)  # type: ignore[arg-type]
+        return SqliteEngine(url, **options)
     if scheme in ("redis", "rediss", "redis+cluster", "redis+sentinel", "rediss+cluster"):
         from skillfs.engines.redis import RedisEngine
 
-        return RedisEngine(url, **options)  # type: ignore[arg-type]
+        return RedisEngine(url, **options)
     if scheme == "etcd":
         from skillfs.engines.etcd import EtcdEngine
 
-        return EtcdEngine(url, **options)  # type: ignore[arg-type]
-    if scheme in ("grpc", "grpcs"):
-        from skillfs.engines.grpc import GrpcEngine
-
-        return GrpcEngine(url, **options)  # type: ignore[arg-type]
+        return EtcdEngine(url, **options)
     raise InvalidPath(
         f"unknown store URL {url!r}: use memory://, sqlite:///path, redis://host:port/db, "
-        "rediss://, redis+cluster://h:p,h:p, redis+sentinel://h:p/service/db, "
-        "etcd://host:port[,host:port] or grpc://host:port"
+        "rediss://, redis+cluster://h:p,h:p, redis+sentinel://h:p/service/db "
+        "or etcd://host:port[,host:port]"
     )

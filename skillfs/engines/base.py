@@ -21,7 +21,7 @@ MiB = 1024 * 1024
 
 
 class CommitOp(BaseModel):
-    """Replace the live manifest of one skill, which must be at version `expect` (0: no manifest)."""
+    """Replace the live manifest of one skill, now at version `expect` (0: none yet)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -31,7 +31,7 @@ class CommitOp(BaseModel):
 
 
 class VersionMismatch(Exception):
-    """Raised by `Engine.commit` when a skill is not at the version the op expects; nothing written."""
+    """`Engine.commit` found a skill not at the version its op expects; nothing was written."""
 
     def __init__(self, scope: Scope, skill: str, current: int) -> None:
         super().__init__(f"{scope}/{skill} is at version {current}")
@@ -158,5 +158,5 @@ class Engine(ABC):
     def ping(self) -> None:
         """Raise StoreUnavailable unless the store answers."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - engines without connections keep this
         """Release connections."""

@@ -72,7 +72,10 @@ class MemoryEngine(Engine):
                 if current != op.expect:
                     raise VersionMismatch(op.scope, op.manifest.skill, current)
             old = self._revs.get(domain)
-            rev = Revision(epoch=old.epoch if old else uuid.uuid4().hex, counter=(old.counter if old else 0) + 1)
+            rev = Revision(
+                epoch=old.epoch if old else uuid.uuid4().hex,
+                counter=(old.counter if old else 0) + 1,
+            )
             self._revs[domain] = rev
             for op in ops:
                 m = op.manifest
@@ -81,8 +84,13 @@ class MemoryEngine(Engine):
                     self._history[(op.scope, m.skill)].insert(0, cur)
                 self._live[op.scope][m.skill] = m
                 self._log[domain].append(
-                    Change(revision=rev, op="remove" if m.deleted else "put", scope=op.scope,
-                           skill=m.skill, version=m.version)
+                    Change(
+                        revision=rev,
+                        op="remove" if m.deleted else "put",
+                        scope=op.scope,
+                        skill=m.skill,
+                        version=m.version,
+                    )
                 )
             self._lock.notify_all()
             return rev
@@ -108,7 +116,7 @@ class MemoryEngine(Engine):
 
     def _after(self, domain: str, since: Revision) -> list[Change]:
         rev = self._revs.get(domain)
-        if rev is None or rev.counter == since.counter and rev.epoch == since.epoch:
+        if rev is None or (rev.counter == since.counter and rev.epoch == since.epoch):
             return []
         log = self._log[domain]
         trimmed = len(log) == log.maxlen and log[0].revision.counter > since.counter

@@ -1,0 +1,48 @@
+"""The `store_url` fixture: one fresh, isolated namespace on every engine and topology.
+
+Each test gets its own `?prefix=` on the shared servers, so tests never see each other's
+keys and need no flush.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import skillfs
+
+ENGINES = ["memory", "sqlite", "redis", "redis-cluster", "redis-sentinel", "etcd", "etcd-cluster"]
+SERVER_FIXTURE = {
+    "redis": "redis_server",
+    "redis-cluster": "redis_cluster",
+    "redis-sentinel": "redis_sentinel",
+    "etcd": "etcd_server",
+    "etcd-cluster": "etcd_cluster",
+}
+
+
+def url_for(request: pytest.FixtureRequest, engine: str, tmp_path: Path) -> str:
+    """A URL with a fresh namespace on `engine`, starting its server when needed."""
+    ns = uuid.uuid4().hex[:12]
+    if engine == "memory":
+        return f"memory://{ns}"
+    if engine == "sqlite":
+        return f"sqlite:///{tmp_path / 'skills.db'}"
+    server = request.getfixturevalue(SERVER_FIXTURE[engine])
+    sep = "&" if "?" in server.url else "?"
+    return f"{server.url}{sep}prefix=t{ns}/"
+
+
+@pytest.fixture(params=ENGINES)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return url_for(request, request.param, tmp_path)
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[skillfs.Store]:
+    s = skillfs.open_store(store_url)
+    yield s
+    s.close()
