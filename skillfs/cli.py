@@ -1,0 +1,110 @@
+"""The `skillfs` command (DESIGN §6b): one typer app, one function per subcommand.
+
+Add a command with `@app.command()`; print listings through `_emit_json` when `--json` is given,
+otherwise with rich on `console`. Exit 1 means "ran, and found problems"; exit 2 means bad usage.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from skillfs.skill import ValidationReport, find_skill_dirs, validate_dir
+
+app = typer.Typer(
+    name="skillfs",
+    help="Agent Skills in a key-value store, served fresh to every agent worker.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+def main() -> None:
+    """The `skillfs` console script."""
+    app()
+
+
+def _emit_json(data: Any) -> None:
+    """JSON on stdout, untouched by rich (no wrapping, no colour), for scripts and tests."""
+    typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def _fail_usage(message: str) -> typer.Exit:
+    err_console.print(f"[red]error:[/red] {escape(message)}")
+    return typer.Exit(code=2)
+
+
+def _validate_paths(paths: Sequence[Path]) -> list[ValidationReport]:
+    missing = [p for p in paths if not p.exists()]
+    if missing:
+        raise _fail_usage(", ".join(f"path '{p}' does not exist" for p in missing))
+    return [validate_dir(d) for p in paths for d in find_skill_dirs(p)]
+
+
+def _print_reports(reports: Sequence[ValidationReport]) -> None:
+    for r in reports:
+        mark = "[green]✓[/green]" if r.valid else "[red]✗[/red]"
+        if r.valid and r.warnings:
+            mark = "[yellow]![/yellow]"
+        console.print(f"{mark} [bold]{escape(r.name or '?')}[/bold]  [dim]{escape(r.path)}[/dim]")
+        for message in r.errors:
+            console.print(f"    [red]error[/red]    {escape(message)}")
+        for message in r.warnings:
+            console.print(f"    [yellow]warning[/yellow]  {escape(message)}")
+    invalid = sum(not r.valid for r in reports)
+    warned = sum(bool(r.warnings) for r in reports)
+    console.print(
+        f"{len(reports)} skill director{'y' if len(reports) == 1 else 'ies'}:"
+        f" {len(reports) - invalid} valid, {invalid} with errors, {warned} with warnings"
+    )
+
+
+@app.command()
+def validate(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Skill directories, or directories holding skills (searched recursively).",
+            show_default=False,
+        ),
+    ],
+    as_json: JsonOption = False,
+) -> None:
+    """Check skill directories against the Agent Skills spec; exit 1 when any has errors."""
+    reports = _validate_paths(paths)
+    if as_json:
+        _emit_json([r.model_dump() for r in reports])
+    else:
+        _print_reports(reports)
+    if any(not r.valid for r in reports):
+        raise typer.Exit(code=1)
+
+
+def _examples_dir() -> Path:
+    """examples/skills of the source tree (`make run` uses an editable install), else of the cwd."""
+    for root in (Path(__file__).resolve().parents[1], Path.cwd()):
+        if (root / "examples" / "skills").is_dir():
+            return root / "examples" / "skills"
+    raise _fail_usage("examples/skills not found: run this from the skillfs source tree")
+
+
+@app.command()
+def run() -> None:
+    """What `make run` starts: for now, validate the bundled example skills."""
+    examples = _examples_dir()
+    console.print(f"Example skills in {escape(str(examples))}:")
+    reports = _validate_paths([examples])
+    _print_reports(reports)
+    console.print("The server (skillfs serve) and the store commands come with the next issues.")
+    if any(not r.valid for r in reports):
+        raise typer.Exit(code=1)
