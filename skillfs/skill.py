@@ -358,17 +358,21 @@ def find_skill_dirs(path: Path) -> list[Path]:
         return [path.parent if path.name == SKILL_MD else path]
     if (path / SKILL_MD).is_file():
         return [path]
-    return _skills_below(path, {path.resolve()}) or [path]
+    found, has_skill = _walk(path, {path.resolve()})
+    return found if has_skill else [path]
 
 
-def _skills_below(directory: Path, seen: set[Path]) -> list[Path]:
+def _walk(directory: Path, seen: set[Path]) -> tuple[list[Path], bool]:
+    """The skills below `directory` plus the topmost sub-directories holding none, and whether
+    any skill was found (a directory with no skill anywhere below is reported as itself)."""
     try:
-        children = sorted(
-            c for c in directory.iterdir() if c.is_dir() and not is_hidden_dir(c.name)
-        )
+        children = [c for c in directory.iterdir() if c.is_dir() and not is_hidden_dir(c.name)]
     except OSError:
-        return []
+        return [], False
+    # Real directories before symlinks, so a skill linked from elsewhere is found by its own name.
+    children.sort(key=lambda c: (c.is_symlink(), c.name))
     found: list[Path] = []
+    has_skill = False
     for child in children:
         real = child.resolve()
         if real in seen:  # a symlink loop, or a second link to a directory already seen
@@ -376,6 +380,9 @@ def _skills_below(directory: Path, seen: set[Path]) -> list[Path]:
         seen.add(real)
         if (child / SKILL_MD).is_file():
             found.append(child)
-        else:
-            found += _skills_below(child, seen) or [child]
-    return found
+            has_skill = True
+            continue
+        below, child_has_skill = _walk(child, seen)
+        found += below if child_has_skill else [child]
+        has_skill = has_skill or child_has_skill
+    return found, has_skill
