@@ -24,7 +24,7 @@ SKILL_MD = "SKILL.md"
 MAX_LINES = 500  # the spec's recommendation for SKILL.md; longer ones get a warning
 
 # python-frontmatter finds the frontmatter. Its own boundary (`^-{3,}\s*$`) also takes `----`
-# and spans blank lines; ours is a line of exactly three dashes, as the spec and skills-ref have.
+# and spans blank lines; ours is a line of exactly three dashes (trailing blanks allowed).
 # We never call its loader: it is safe (yaml.SafeLoader, checked) but types scalars
 # (1.10 -> 1.1, yes -> True, dates -> date objects) and drops errors we want as findings.
 _SPLITTER = YAMLHandler(fm_boundary=re.compile(r"^---[ \t]*$", re.MULTILINE))
