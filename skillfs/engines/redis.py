@@ -1,0 +1,508 @@
+"""`redis://`, `rediss://`, `redis+cluster://`, `redis+sentinel://`: Redis 7 as a production store.
+
+Every key of one agent (or market) carries the hash tag `{agentId}` (`{market}`), so Redis
+Cluster keeps them in one slot and one Lua script commits atomically. The physical layout, the
+durability settings and the limits are in docs/engine-redis.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, cast
+from urllib.parse import SplitResult, parse_qsl, unquote, urlencode, urlsplit
+
+import redis
+import redis.exceptions as rx
+from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.commands.core import Script
+from redis.connection import parse_url
+from redis.retry import Retry
+from redis.sentinel import Sentinel
+
+from skillfs.engines.base import CommitOp, Engine, VersionMismatch
+from skillfs.errors import InvalidPath, PermissionDenied, SkillfsError
+from skillfs.model import Change, Manifest, Revision, Scope
+from skillfs.names import check_id
+
+LOG_LIMIT = 10_000
+SOCKET_TIMEOUT = 5.0
+WAIT_TIMEOUT_MS = 1000
+#: Commits a `changes()` call returns at most; the caller asks again from the last one.
+CHANGES_BATCH = 100
+_MAX_SEQ = 18446744073709551615  # the largest sequence part of a stream entry ID
+_OUR_QUERY = ("prefix", "wait", "wait_timeout")
+#: Error replies that mean "not now" rather than "wrong": the server is busy, lacks replicas,
+#: or lost its primary. Anything else a ResponseError says is a bug and is raised as is.
+_TRANSIENT_REPLIES = ("NOREPLICAS", "BUSY", "MASTERDOWN", "TRYAGAIN", "LOADING", "CLUSTERDOWN")
+
+# KEYS: rev, log, scopes[, domains], then per op: scope hash, history hash.
+# ARGV: fresh epoch, log limit, number of fixed keys, domain, then per op:
+#       skill, expected version, manifest JSON, scope, op, new version.
+# Reads and checks everything before the first write, so a mismatch writes nothing. The epoch
+# changes when the server's replication ID differs from the one the revision was written under:
+# after a failover or a restart this server's history may lack writes others saw, and counters
+# that overtook the lost ones must not look like the same revisions to a follower.
+_COMMIT_LUA = """#!lua
+local nfixed = tonumber(ARGV[3])
+local n = (#KEYS - nfixed) / 2
+local olds = {}
+for i = 1, n do
+  local a = 4 + (i - 1) * 6
+  local old = redis.call('HGET', KEYS[nfixed + 2 * i - 1], ARGV[a + 1])
+  local v = 0
+  if old then v = cjson.decode(old)['version'] end
+  if v ~= tonumber(ARGV[a + 2]) then return {0, i, v} end
+  olds[i] = {old, v}
+end
+local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
+local rev = redis.call('HMGET', KEYS[1], 'epoch', 'counter', 'replid')
+local epoch = rev[1]
+if not epoch or rev[3] ~= replid then epoch = ARGV[1] end
+local counter = tonumber(rev[2] or '0')
+local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
+if last then counter = math.max(counter, tonumber(string.match(last[1], '^(%d+)'))) end
+counter = counter + 1
+local c = string.format('%d', counter)
+redis.call('HSET', KEYS[1], 'epoch', epoch, 'counter', c, 'replid', replid)
+for i = 1, n do
+  local a = 4 + (i - 1) * 6
+  if olds[i][1] then
+    redis.call('HSET', KEYS[nfixed + 2 * i], string.format('%d', olds[i][2]), olds[i][1])
+  end
+  redis.call('HSET', KEYS[nfixed + 2 * i - 1], ARGV[a + 1], ARGV[a + 3])
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], c .. '-' .. (i - 1),
+             'scope', ARGV[a + 4], 'skill', ARGV[a + 1], 'op', ARGV[a + 5], 'version', ARGV[a + 6])
+  redis.call('SADD', KEYS[3], ARGV[a + 4])
+end
+if nfixed == 4 then redis.call('SADD', KEYS[4], ARGV[4]) end
+return {1, counter, epoch}
+"""
+
+# KEYS: rev, log. ARGV: since epoch, since counter, most commits to return.
+# Returns {0} (domain never written), {1, epoch, counter, entries} or {2, epoch, counter} (reset).
+# Entries are whole commits: a follower moves `since` to a commit's revision after reading it.
+_CHANGES_LUA = """#!lua flags=no-writes
+local rev = redis.call('HMGET', KEYS[1], 'epoch', 'counter')
+if not rev[1] then return {0} end
+local counter = tonumber(rev[2])
+local since = tonumber(ARGV[2])
+if rev[1] ~= ARGV[1] or counter < since then return {2, rev[1], counter} end
+if counter == since then return {1, rev[1], counter, {}} end
+local first = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)[1]
+if not first then return {2, rev[1], counter} end
+local fc, fs = string.match(first[1], '^(%d+)-(%d+)$')
+fc, fs = tonumber(fc), tonumber(fs)
+if fc > since + 1 or (fc == since + 1 and fs > 0) then return {2, rev[1], counter} end
+local entries = redis.call('XRANGE', KEYS[2], string.format('%d-0', since + 1),
+                           string.format('%d-18446744073709551615', since + tonumber(ARGV[3])))
+return {1, rev[1], counter, entries}
+"""
+
+# KEYS: the blob's meta key. ARGV: cutoff, the prefix of its chunk keys (same hash tag, so the
+# same slot: Redis 7 lets a script reach undeclared keys of its own slot).
+_DELETE_BLOB_LUA = """#!lua
+local t = redis.call('GET', KEYS[1])
+if not t or tonumber(t) >= tonumber(ARGV[1]) then return 0 end
+redis.call('DEL', KEYS[1])
+local i = 0
+while redis.call('UNLINK', ARGV[2] .. i) == 1 do i = i + 1 end
+return 1
+"""
+
+
+class ReplicationTimeout(SkillfsError):
+    """A commit applied on the primary reached fewer replicas than `?wait=N` asked for in time.
+
+    The commit is not rolled back (Redis cannot): it is live on the primary and may be lost if
+    the primary fails before a replica copies it."""
+
+
+class _Transient(rx.RedisError):
+    """An error reply that means the server cannot serve now (see `_TRANSIENT_REPLIES`)."""
+
+
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    rx.ConnectionError,  # includes BusyLoadingError, MasterNotFoundError, MaxConnectionsError
+    rx.TimeoutError,
+    rx.ClusterError,  # includes ClusterDownError, MasterDownError
+    rx.ReadOnlyError,  # a demoted primary
+    rx.TryAgainError,
+    rx.OutOfMemoryError,
+    rx.SlotNotCoveredError,
+    rx.RedisClusterException,
+    _Transient,
+)
+
+
+def _host_port(text: str, default_port: int) -> tuple[str, int]:
+    """`host`, `host:port`, `[v6]` or `[v6]:port`."""
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = rest.removeprefix(":")
+    else:
+        host, _, port = text.partition(":")
+    try:
+        return host, int(port) if port else default_port
+    except ValueError as exc:
+        raise InvalidPath(f"invalid host:port {text!r} in the Redis URL") from exc
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
+class RedisEngine(Engine):
+    """Redis standalone (`redis://`, `rediss://`), Cluster (`redis+cluster://`) or Sentinel
+    (`redis+sentinel://`); options are passed on to the redis-py client."""
+
+    def __init__(self, url: str, *, log_limit: int = LOG_LIMIT, **options: Any) -> None:
+        super().__init__(url)
+        parts = urlsplit(url)
+        query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        self.prefix = query.pop("prefix", "")
+        if "{" in self.prefix or "}" in self.prefix:
+            raise InvalidPath(
+                f"key prefix {self.prefix!r} may not contain '{{' or '}}': they make hash tags"
+            )
+        try:
+            self.wait = int(query.pop("wait", "0"))
+            self.wait_timeout = int(query.pop("wait_timeout", str(WAIT_TIMEOUT_MS)))
+        except ValueError as exc:
+            raise InvalidPath(f"invalid wait or wait_timeout in {self.url}: give integers") from exc
+        if self.wait < 0 or self.wait_timeout <= 0:
+            raise InvalidPath(f"need wait >= 0 and wait_timeout > 0 (milliseconds) in {self.url}")
+        self.log_limit = log_limit
+        kwargs: dict[str, Any] = {
+            "socket_timeout": SOCKET_TIMEOUT,
+            "socket_connect_timeout": SOCKET_TIMEOUT,
+            # One immediate retry covers a pooled connection the server closed (a restart);
+            # waiting out an outage is the Store's job.
+            "retry": Retry(NoBackoff(), 1, supported_errors=(rx.ConnectionError,)),
+        } | options
+        kwargs["decode_responses"] = False
+        self.cluster = parts.scheme in ("redis+cluster", "rediss+cluster")
+        self._client: redis.Redis | RedisCluster = self._connect(parts, query, kwargs)
+        # XREAD BLOCK must return before the socket times out.
+        self.socket_timeout = float(
+            query.get("socket_timeout") or kwargs.get("socket_timeout") or SOCKET_TIMEOUT
+        )
+        self._commit_script: Script = self._client.register_script(_COMMIT_LUA)
+        self._changes_script: Script = self._client.register_script(_CHANGES_LUA)
+        self._delete_blob_script: Script = self._client.register_script(_DELETE_BLOB_LUA)
+
+    @staticmethod
+    def _connect(
+        parts: SplitResult, query: dict[str, str], kwargs: dict[str, Any]
+    ) -> redis.Redis | RedisCluster:
+        scheme = parts.scheme
+        tls = scheme.startswith("rediss")
+        auth, _, hosts = parts.netloc.rpartition("@")
+        rest = urlencode(query)
+        if scheme in ("redis", "rediss"):
+            plain = parts._replace(query=rest).geturl()
+            return redis.Redis.from_url(plain, **kwargs)
+        # Let redis-py parse the credentials and any client options from the query string.
+        opts: dict[str, Any] = parse_url(  # type: ignore[no-untyped-call]
+            f"redis://{auth + '@' if auth else ''}x?{rest}"
+        )
+        opts.pop("host", None)
+        sentinel_password = opts.pop("sentinel_password", None)
+        opts = opts | kwargs | ({"ssl": True} if tls else {})
+        nodes = [h for h in hosts.split(",") if h]
+        if not nodes:
+            raise InvalidPath(f"no host in the {scheme} URL: give host:port[,host:port...]")
+        if scheme in ("redis+cluster", "rediss+cluster"):
+            startup = [ClusterNode(*_host_port(n, 6379)) for n in nodes]  # type: ignore[no-untyped-call]
+            return RedisCluster(startup_nodes=startup, **opts)
+        if scheme in ("redis+sentinel", "rediss+sentinel"):
+            path = [unquote(p) for p in parts.path.split("/") if p]
+            if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
+                raise InvalidPath(
+                    "a Sentinel URL is redis+sentinel://[:password@]host:port[,host:port...]/service[/db]"
+                )
+            sentinel_kwargs = {k: v for k, v in kwargs.items() if k.startswith("socket_")}
+            if sentinel_password:
+                sentinel_kwargs["password"] = sentinel_password
+            sentinel = Sentinel(  # type: ignore[no-untyped-call]
+                [_host_port(n, 26379) for n in nodes], sentinel_kwargs=sentinel_kwargs
+            )
+            db = int(path[1]) if len(path) == 2 else 0
+            master = sentinel.master_for(path[0], db=db, **opts)  # type: ignore[no-untyped-call]
+            return cast(redis.Redis, master)
+        raise InvalidPath(f"unknown Redis URL scheme {scheme!r}")
+
+    # ------------------------------------------------------------------ keys
+
+    def _domain_key(self, domain: str) -> str:
+        """`agents/A` -> `<prefix>agents/{A}`: the hash tag keeps a domain's keys in one slot."""
+        kind, _, ident = domain.partition("/")
+        if kind not in ("agents", "markets"):
+            raise InvalidPath(f"invalid domain {domain!r}: use agents/<id> or markets/<id>")
+        check_id(kind[:-1], ident)
+        return f"{self.prefix}{kind}/{{{ident}}}"
+
+    def _scope_base(self, scope: Scope) -> str:
+        base = self._domain_key(scope.domain)
+        if scope.kind == "shared":
+            return f"{base}/shared"
+        if scope.kind == "user":
+            return f"{base}/users/{scope.user_id}"
+        return base
+
+    def _skills_key(self, scope: Scope) -> str:
+        return f"{self._scope_base(scope)}/skills"
+
+    def _history_key(self, scope: Scope, skill: str) -> str:
+        return f"{self._scope_base(scope)}/history/{skill}"
+
+    def _blob_key(self, sha: str, part: int | str) -> str:
+        return f"{self.prefix}blobs/{{{sha}}}/{part}"
+
+    @property
+    def _domains_key(self) -> str:
+        return f"{self.prefix}domains"
+
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[None]:
+        """Connection trouble -> StoreUnavailable; bad credentials -> PermissionDenied."""
+        with self.unavailable(*_UNAVAILABLE):
+            try:
+                yield
+            except (rx.AuthenticationError, rx.AuthorizationError, rx.NoPermissionError) as exc:
+                raise PermissionDenied(
+                    f"store {self.url} refused the credentials ({type(exc).__name__}: {exc}); "
+                    "check the user and password in the URL"
+                ) from exc
+            except rx.ResponseError as exc:
+                if str(exc).startswith(_TRANSIENT_REPLIES):
+                    raise _Transient(str(exc)) from exc
+                raise
+
+    # ------------------------------------------------------------------ blobs
+
+    def touch_blobs(self, shas: Sequence[str], now: float) -> set[str]:
+        if not shas:
+            return set()
+        with self._guard():
+            pipe = self._client.pipeline(transaction=False)
+            for sha in shas:
+                pipe.set(self._blob_key(sha, "meta"), repr(now), xx=True)
+            found = pipe.execute()
+        return {sha for sha, ok in zip(shas, found, strict=True) if ok}
+
+    def put_blob(self, sha: str, chunks: Sequence[bytes], now: float) -> None:
+        """Chunks and last-use in one MULTI: a blob with a meta key always has all its chunks."""
+        with self._guard():
+            pipe = self._client.pipeline(transaction=True)
+            for i, chunk in enumerate(chunks):
+                pipe.set(self._blob_key(sha, i), bytes(chunk))
+            pipe.set(self._blob_key(sha, "meta"), repr(now))
+            pipe.execute()
+
+    def get_chunks(self, keys: Sequence[tuple[str, int]]) -> list[bytes | None]:
+        if not keys:
+            return []
+        with self._guard():
+            pipe = self._client.pipeline(transaction=False)
+            for sha, i in keys:
+                pipe.get(self._blob_key(sha, i))
+            return cast(list[bytes | None], pipe.execute())
+
+    def blob_shas(self) -> Iterator[str]:
+        start = len(self.prefix) + len("blobs/{")
+        pattern = _glob_escape(self.prefix) + "blobs/{*}/meta"
+        with self._guard():
+            keys = cast(list[bytes], list(self._client.scan_iter(match=pattern, count=1000)))
+        return iter(sorted(k.decode()[start : -len("}/meta")] for k in keys))
+
+    def delete_blob_if_idle(self, sha: str, cutoff: float) -> bool:
+        with self._guard():
+            done = self._delete_blob_script(
+                keys=[self._blob_key(sha, "meta")], args=[repr(cutoff), self._blob_key(sha, "")]
+            )
+        return bool(done)
+
+    # ------------------------------------------------------------------ manifests and history
+
+    def load_scope(self, scope: Scope) -> dict[str, Manifest]:
+        with self._guard():
+            raw = cast(dict[bytes, bytes], self._client.hgetall(self._skills_key(scope)))
+        return {k.decode(): Manifest.model_validate_json(v) for k, v in raw.items()}
+
+    def load_skills(self, scope: Scope, skills: Sequence[str]) -> dict[str, Manifest]:
+        if not skills:
+            return {}
+        with self._guard():
+            raw = cast(list[bytes | None], self._client.hmget(self._skills_key(scope), skills))
+        return {s: Manifest.model_validate_json(v) for s, v in zip(skills, raw, strict=True) if v}
+
+    def commit(self, domain: str, ops: Sequence[CommitOp]) -> Revision:
+        base = self._domain_key(domain)
+        fixed = [f"{base}/rev", f"{base}/log", f"{base}/scopes"]
+        if not self.cluster:  # one slot only matters in Cluster; elsewhere the script lists it
+            fixed.append(self._domains_key)
+        keys = list(fixed)
+        args: list[str | int] = [uuid.uuid4().hex, self.log_limit, len(fixed), domain]
+        for op in ops:
+            m = op.manifest
+            keys += [self._skills_key(op.scope), self._history_key(op.scope, m.skill)]
+            args += [
+                m.skill, op.expect, m.model_dump_json(), str(op.scope),
+                "remove" if m.deleted else "put", m.version,
+            ]  # fmt: skip
+        with self._guard():
+            if self.cluster:  # the domain set has its own slot: add first, so listings never miss
+                self._client.sadd(self._domains_key, domain)
+            result = self._run_commit(keys, args)
+        if result[0] == 0:
+            op = ops[int(result[1]) - 1]
+            raise VersionMismatch(op.scope, op.manifest.skill, int(result[2]))
+        return Revision(epoch=result[2].decode(), counter=int(result[1]))
+
+    def _run_commit(self, keys: list[str], args: list[str | int]) -> list[Any]:
+        """The commit script; with `?wait=N`, followed by WAIT on the same connection."""
+        if not self.wait:
+            return cast(list[Any], self._commit_script(keys=keys, args=args))
+        node: redis.Redis
+        if isinstance(self._client, RedisCluster):
+            slot_node = self._client.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
+            node = self._client.get_redis_connection(slot_node)
+        else:
+            node = self._client
+        for _ in range(2):
+            pipe = node.pipeline(transaction=False)
+            pipe.evalsha(self._commit_script.sha, len(keys), *keys, *args)
+            pipe.execute_command("WAIT", self.wait, self.wait_timeout)  # type: ignore[no-untyped-call]
+            result, acked = pipe.execute(raise_on_error=False)
+            if isinstance(result, rx.NoScriptError):
+                node.script_load(_COMMIT_LUA)
+                continue
+            if isinstance(result, BaseException):
+                raise result
+            if result[0] == 1 and int(acked) < self.wait:
+                raise ReplicationTimeout(
+                    f"commit {result[2].decode()}:{result[1]} is applied on the primary of "
+                    f"{self.url} but only {acked} of {self.wait} replicas confirmed it within "
+                    f"{self.wait_timeout} ms; it is not rolled back and may be lost if the primary "
+                    "fails now: check the replicas"
+                )
+            return cast(list[Any], result)
+        raise rx.NoScriptError("the commit script could not be loaded")
+
+    def history(self, scope: Scope, skill: str) -> list[Manifest]:
+        with self._guard():
+            raw = cast(dict[bytes, bytes], self._client.hgetall(self._history_key(scope, skill)))
+        return [Manifest.model_validate_json(raw[v]) for v in sorted(raw, key=int, reverse=True)]
+
+    def drop_history(self, scope: Scope, skill: str, versions: Sequence[int]) -> None:
+        if versions:
+            with self._guard():
+                self._client.hdel(self._history_key(scope, skill), *map(str, versions))
+
+    # ------------------------------------------------------------------ revisions, change log
+
+    def revisions(self, domains: Sequence[str]) -> dict[str, Revision | None]:
+        """One pipeline of HMGETs: one round trip (per node in Cluster)."""
+        if not domains:
+            return {}
+        keys = [f"{self._domain_key(d)}/rev" for d in domains]
+        with self._guard():
+            pipe = self._client.pipeline(transaction=False)
+            for key in keys:
+                pipe.hmget(key, "epoch", "counter")
+            rows = cast(list[list[bytes | None]], pipe.execute())
+        out: dict[str, Revision | None] = {}
+        for d, (epoch, counter) in zip(domains, rows, strict=True):
+            if epoch is None or counter is None:
+                out[d] = None
+            else:
+                out[d] = Revision(epoch=epoch.decode(), counter=int(counter))
+        return out
+
+    def changes(self, domain: str, since: Revision, timeout: float) -> list[Change]:
+        """Checked and read atomically by a script; waits with XREAD BLOCK when nothing is new."""
+        base = self._domain_key(domain)
+        keys = [f"{base}/rev", f"{base}/log"]
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._guard():
+                result = self._changes_script(
+                    keys=keys, args=[since.epoch, since.counter, CHANGES_BATCH]
+                )
+            found = self._parse_changes(cast(list[Any], result))
+            remaining = deadline - time.monotonic()
+            if found or remaining <= 0:
+                return found
+            # Blocks until an entry after `since` exists; stays under the socket timeout.
+            block = min(remaining, self.socket_timeout * 0.8)
+            with self._guard():
+                self._client.xread({keys[1]: f"{since.counter}-{_MAX_SEQ}"}, count=1,
+                                   block=max(1, int(block * 1000)))  # fmt: skip
+
+    @staticmethod
+    def _parse_changes(result: list[Any]) -> list[Change]:
+        if result[0] == 0:
+            return []
+        epoch = result[1].decode()
+        if result[0] == 2:
+            return [Change(revision=Revision(epoch=epoch, counter=int(result[2])), op="reset")]
+        out = []
+        for entry_id, flat in result[3]:
+            f = dict(zip(flat[::2], flat[1::2], strict=True))
+            out.append(Change(
+                revision=Revision(epoch=epoch, counter=int(entry_id.split(b"-")[0])),
+                op=f[b"op"].decode(), scope=Scope.parse(f[b"scope"].decode()),
+                skill=f[b"skill"].decode(), version=int(f[b"version"]),
+            ))  # fmt: skip
+        return out
+
+    # ------------------------------------------------------------------ listings
+
+    def domains(self) -> list[str]:
+        with self._guard():
+            raw = cast(set[bytes], self._client.smembers(self._domains_key))
+        return sorted(d.decode() for d in raw)
+
+    def scopes(self, domain: str) -> list[Scope]:
+        key = f"{self._domain_key(domain)}/scopes"
+        with self._guard():
+            raw = cast(set[bytes], self._client.smembers(key))
+        return sorted((Scope.parse(s.decode()) for s in raw), key=str)
+
+    # ------------------------------------------------------------------ usage counters
+
+    def _usage_key(self, agent: str) -> str:
+        return f"{self._domain_key(f'agents/{agent}')}/usage"
+
+    def add_usage(self, agent: str, counts: Mapping[tuple[str, str], int]) -> None:
+        if not counts:
+            return
+        key = self._usage_key(agent)
+        with self._guard():
+            pipe = self._client.pipeline(transaction=False)
+            for (user, skill), n in counts.items():
+                pipe.hincrby(key, json.dumps([user, skill]), n)
+            pipe.execute()
+
+    def usage(self, agent: str) -> dict[tuple[str, str], int]:
+        with self._guard():
+            raw = cast(dict[bytes, bytes], self._client.hgetall(self._usage_key(agent)))
+        out: dict[tuple[str, str], int] = {}
+        for field, n in raw.items():
+            user, skill = json.loads(field)
+            out[(user, skill)] = int(n)
+        return out
+
+    # ------------------------------------------------------------------ life cycle
+
+    def ping(self) -> None:
+        with self._guard():
+            self._client.ping()
+
+    def close(self) -> None:
+        self._client.close()
