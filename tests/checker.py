@@ -1,0 +1,731 @@
+"""A multi-process history recorder and checker for the consistency contract (DESIGN §3).
+
+Writer processes do read-modify-write cycles on a few shared skills with `expected_version`;
+reader processes take snapshots (the agent's revision, then every scope's manifests, then
+every file of every skill). Every process records each store call with its invoke and
+complete times on CLOCK_MONOTONIC (`time.monotonic_ns`, one clock for every process on a
+Linux host) and writes its record to a JSON-lines file. `check` then reads the whole history
+(plus each skill's `store.history` taken afterwards) and reports every violation of
+
+- C1  no torn skill: every file of a read skill version carries the tag (writer + sequence)
+      of the one write that made that version, and all of that write's files are there;
+- C2  acknowledged writes have distinct revisions whose order agrees with real time and,
+      per skill, with versions;
+- C3  a read that started after a write was acknowledged sees that write or a newer one
+      (manifests and revisions), and a snapshot whose revision covers a write sees it;
+- C5  per process, revisions and each skill's versions never go back;
+- C6  every acknowledged write is in the skill's history exactly once, at the version it was
+      told; versions form a gap-free chain in which each write was based on the version just
+      before it (no lost update); every failed attempt got `Conflict` carrying a newer current
+      version, and no write that got `Conflict` is in history; reads only ever see written
+      versions.
+
+Usage (from a test, a fault scenario or by hand)::
+
+    history = record(url, tmp_path, writers=8, readers=4, duration=4.0)
+    report = check(history)
+    print(report.summary())
+    assert report.ok, report.violations[:20]
+
+Fault scenarios pass `allow_errors=True` to `check`: a write that failed with another error
+(a timeout, StoreUnavailable) has an unknown outcome, so it may or may not be in history, and
+a revision's epoch may change (after which revisions are compared within an epoch only).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import hashlib
+import json
+import multiprocessing
+import os
+import random
+import re
+import time
+import traceback
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import skillfs
+from skillfs.errors import Conflict, NotFound
+from skillfs.model import Manifest, Scope
+
+#: Paths every write puts; a manifest with a different file set is a partial publish.
+PATHS = ("SKILL.md", "references/notes.md", "scripts/run.sh", "assets/data.txt")
+_TAG = re.compile(rb"tag=([A-Za-z0-9_-]+)")
+#: Never drop history during a run: the checker needs every version.
+KEEP_ALL = skillfs.HistoryPolicy(keep_versions=1_000_000_000, keep_days=1e6)
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(kw_only=True)
+class Op:
+    """One store call by one process; times are CLOCK_MONOTONIC nanoseconds."""
+
+    proc: str
+    invoke: int
+    complete: int
+
+
+@dataclass(kw_only=True)
+class WriteOp(Op):
+    """A publish with `expected_version`; `tag` is also its commit id and is in every file."""
+
+    scope: str
+    skill: str
+    tag: str
+    parent: str | None  # commit id of the version read before writing (None: none existed)
+    expected: int
+    outcome: Literal["ok", "conflict", "error"]
+    version: int | None = None
+    epoch: str | None = None
+    counter: int | None = None
+    current: int | None = None  # Conflict.current_version
+    error: str | None = None
+
+
+@dataclass(kw_only=True)
+class RevisionRead(Op):
+    snap: int
+    epoch: str | None
+    counter: int | None
+
+
+@dataclass(kw_only=True)
+class ManifestsRead(Op):
+    """Manifests of the checked skills of one scope: skill -> (version, commit id).
+
+    `snap` is the reader's snapshot number, -1 for a writer's read before its write."""
+
+    snap: int
+    scope: str
+    skills: dict[str, tuple[int, str]]
+    wanted: list[str]  # skills asked for; a wanted skill not in `skills` was absent
+
+
+@dataclass(kw_only=True)
+class FilesRead(Op):
+    """Every file of one skill version, read in one batched call."""
+
+    snap: int
+    scope: str
+    skill: str
+    version: int
+    commit_id: str
+    paths: list[str]
+    tags: list[str]  # the tag found in each file, "" when none
+    bad_sha: list[str]  # paths whose bytes do not hash to the manifest's sha256
+
+
+OP_TYPES: dict[str, type[Op]] = {
+    t.__name__: t for t in (WriteOp, RevisionRead, ManifestsRead, FilesRead)
+}
+
+
+def _dump(op: Op) -> str:
+    return json.dumps({"type": type(op).__name__, **dataclasses.asdict(op)})
+
+
+def _load(line: str) -> Op:
+    raw = json.loads(line)
+    cls = OP_TYPES[raw.pop("type")]
+    if cls is ManifestsRead:
+        raw["skills"] = {k: (v[0], v[1]) for k, v in raw["skills"].items()}
+    return cls(**raw)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A checked skill: `scope` as the CLI writes it (`shared:A`, `user:A/U`)."""
+
+    scope: str
+    skill: str
+
+
+@dataclass
+class History:
+    """Everything recorded, plus each skill's history (oldest first) read after the run."""
+
+    agent: str
+    targets: list[Target]
+    ops: list[Op]
+    versions: dict[Target, list[tuple[int, str]]]  # (version, commit id), oldest first
+    wall_seconds: float = 0.0
+
+
+# --------------------------------------------------------------------------- workers
+
+
+def tag_of(data: bytes) -> str:
+    m = _TAG.search(data)
+    return m.group(1).decode() if m else ""
+
+
+def files_for(skill: str, tag: str) -> dict[str, bytes]:
+    """One write's files, each naming the write's tag; a few KiB in all."""
+    filler = (f"{tag} " * 200).encode()
+    return {
+        "SKILL.md": (
+            f"---\nname: {skill}\ndescription: Checker skill, tag={tag}. Use in tests.\n---\n\n"
+            f"# {skill}\n\nWritten by tag={tag}.\n"
+        ).encode(),
+        "references/notes.md": f"tag={tag}\n".encode() + filler,
+        "scripts/run.sh": f"#!/bin/sh\n# tag={tag}\necho {tag}\n".encode(),
+        "assets/data.txt": f"tag={tag}\n".encode() + filler * 2,
+    }
+
+
+@dataclass(frozen=True)
+class _Job:
+    url: str
+    agent: str
+    targets: list[Target]
+    out: str
+    duration: float
+    seed: int
+    max_ops: int | None = None
+
+
+def _now() -> int:
+    return time.monotonic_ns()
+
+
+def _save(path: str, ops: Iterable[Op], crash: str | None = None) -> None:
+    with open(path, "w") as f:
+        for op in ops:
+            f.write(_dump(op) + "\n")
+        if crash:
+            f.write(json.dumps({"type": "crash", "traceback": crash}) + "\n")
+
+
+def _worker(
+    role: Literal["w", "r"], index: int, job: _Job, barrier: Any
+) -> None:  # Any: a multiprocessing Barrier proxy
+    proc = f"{role}{index}"
+    ops: list[Op] = []
+    crash = None
+    try:
+        store = skillfs.open_store(job.url, history_policy=KEEP_ALL, blob_cache_bytes=0)
+        store.revision(job.agent)  # connect before the start line
+        barrier.wait()
+        deadline = time.monotonic() + job.duration
+        loop = _write_once if role == "w" else _snapshot
+        rng = random.Random(job.seed)
+        n = 0
+        while time.monotonic() < deadline and (job.max_ops is None or len(ops) < job.max_ops):
+            n += 1
+            loop(store, job, proc, n, rng, ops)
+        store.close()
+    except BaseException:
+        crash = traceback.format_exc()
+    _save(os.path.join(job.out, f"{proc}.jsonl"), ops, crash)
+    if crash:
+        raise SystemExit(1)
+
+
+def _write_once(
+    store: skillfs.Store, job: _Job, proc: str, n: int, rng: random.Random, ops: list[Op]
+) -> None:
+    """Read a skill's manifest, then publish a new file set expecting that version."""
+    t = rng.choice(job.targets)
+    scope = Scope.parse(t.scope)
+    t0 = _now()
+    try:
+        m: Manifest | None = store.manifest(scope, t.skill)
+    except NotFound:
+        m = None
+    t1 = _now()
+    seen = {t.skill: (m.version, m.commit_id)} if m else {}
+    ops.append(
+        ManifestsRead(
+            proc=proc, invoke=t0, complete=t1, snap=-1, scope=t.scope, skills=seen, wanted=[t.skill]
+        )
+    )
+    tag = f"{proc}-{n}"
+    expected = m.version if m else 0
+    op = WriteOp(
+        proc=proc,
+        invoke=_now(),
+        complete=0,
+        scope=t.scope,
+        skill=t.skill,
+        tag=tag,
+        parent=m.commit_id if m else None,
+        expected=expected,
+        outcome="error",
+    )
+    try:
+        res = store.publish(
+            scope, t.skill, files_for(t.skill, tag), expected_version=expected, commit_id=tag
+        )
+    except Conflict as exc:
+        op.outcome, op.current = "conflict", exc.current_version
+    except Exception as exc:  # recorded: an unknown outcome, a violation unless allowed
+        op.error = f"{type(exc).__name__}: {exc}"
+    else:
+        op.outcome, op.version = "ok", res.version
+        op.epoch, op.counter = res.revision.epoch, res.revision.counter
+    op.complete = _now()
+    ops.append(op)
+
+
+def _snapshot(
+    store: skillfs.Store, job: _Job, proc: str, n: int, rng: random.Random, ops: list[Op]
+) -> None:
+    """The agent's revision, then each scope's manifests, then every file of every skill."""
+    t0 = _now()
+    rev = store.revision(job.agent)
+    ops.append(
+        RevisionRead(
+            proc=proc,
+            invoke=t0,
+            complete=_now(),
+            snap=n,
+            epoch=rev.epoch if rev else None,
+            counter=rev.counter if rev else None,
+        )
+    )
+    by_scope: dict[str, list[str]] = defaultdict(list)
+    for t in job.targets:
+        by_scope[t.scope].append(t.skill)
+    read: list[tuple[str, Manifest]] = []
+    for scope_text, skills in by_scope.items():
+        t0 = _now()
+        manifests = store.manifests(Scope.parse(scope_text))
+        t1 = _now()
+        mine = {k: manifests[k] for k in skills if k in manifests}
+        ops.append(
+            ManifestsRead(
+                proc=proc,
+                invoke=t0,
+                complete=t1,
+                snap=n,
+                scope=scope_text,
+                skills={k: (m.version, m.commit_id) for k, m in mine.items()},
+                wanted=skills,
+            )
+        )
+        read += [(scope_text, m) for m in mine.values()]
+    for scope_text, m in read:
+        t0 = _now()
+        blobs = store.read_entries(m.files.values())
+        t1 = _now()
+        paths = sorted(m.files)
+        data = [blobs.get(m.files[p].sha256, b"") for p in paths]
+        ops.append(
+            FilesRead(
+                proc=proc,
+                invoke=t0,
+                complete=t1,
+                snap=n,
+                scope=scope_text,
+                skill=m.skill,
+                version=m.version,
+                commit_id=m.commit_id,
+                paths=paths,
+                tags=[tag_of(d) for d in data],
+                bad_sha=[
+                    p
+                    for p, d in zip(paths, data, strict=True)
+                    if hashlib.sha256(d).hexdigest() != m.files[p].sha256
+                ],
+            )
+        )
+
+
+# --------------------------------------------------------------------------- recording
+
+
+def default_targets(agent: str, skills: int = 4, run: str | None = None) -> list[Target]:
+    """`skills` fresh skills: all but the last in the agent-shared scope, the last in a
+    per-user scope of the same agent (so one revision covers two scopes)."""
+    run = run or uuid.uuid4().hex[:6]
+    out = []
+    for i in range(skills):
+        scope = f"user:{agent}/alice" if i == skills - 1 and skills > 1 else f"shared:{agent}"
+        out.append(Target(scope, f"chk-{run}-{i}"))
+    return out
+
+
+def record(
+    url: str,
+    out_dir: Path,
+    *,
+    agent: str = "checker",
+    targets: Sequence[Target] | None = None,
+    writers: int = 8,
+    readers: int = 4,
+    duration: float = 4.0,
+    max_ops: int | None = None,
+    during: Callable[[], None] | None = None,
+    start_timeout: float = 120.0,
+) -> History:
+    """Run writer and reader processes (spawned) against `url` for `duration` seconds and
+    return their recorded history. `during` runs in this process while they work (a fault
+    scenario kills a server there). Raises RuntimeError if a worker crashed."""
+    targets = list(targets or default_targets(agent))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(writers + readers + 1, timeout=start_timeout)
+    job = _Job(url, agent, targets, str(out_dir), duration, 0, max_ops)
+    procs = [
+        ctx.Process(
+            target=_worker,
+            args=(role, i, dataclasses.replace(job, seed=2 * i + (role == "r")), barrier),
+            name=f"checker-{role}{i}",
+        )
+        for role, count in (("w", writers), ("r", readers))
+        for i in range(count)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        barrier.wait()
+        started = time.monotonic()
+        if during is not None:
+            during()
+        for p in procs:
+            p.join(timeout=max(1.0, started + duration + 60 - time.monotonic()))
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
+    wall = time.monotonic() - started
+    ops: list[Op] = []
+    crashes: list[str] = []
+    for path in sorted(out_dir.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            if line.startswith('{"type": "crash"'):
+                crashes.append(f"{path.stem}: {json.loads(line)['traceback']}")
+            else:
+                ops.append(_load(line))
+    failed = [p.name for p in procs if p.exitcode != 0]
+    if crashes or failed:
+        raise RuntimeError(f"checker workers failed: {failed}\n" + "\n".join(crashes[:3]))
+    with skillfs.open_store(url) as store:
+        versions = {
+            t: sorted(
+                (m.version, m.commit_id)
+                for m in _history_or_empty(store, Scope.parse(t.scope), t.skill)
+            )
+            for t in targets
+        }
+    return History(agent=agent, targets=targets, ops=ops, versions=versions, wall_seconds=wall)
+
+
+def _history_or_empty(store: skillfs.Store, scope: Scope, skill: str) -> list[Manifest]:
+    try:
+        return store.history(scope, skill)
+    except NotFound:
+        return []
+
+
+# --------------------------------------------------------------------------- checking
+
+
+@dataclass
+class Report:
+    counts: Counter[str] = field(default_factory=Counter)
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    @property
+    def operations(self) -> int:
+        """Store calls checked (writes, revision reads, manifest reads, file reads)."""
+        c = self.counts
+        return c["writes"] + c["revision reads"] + c["manifest reads"] + c["file reads"]
+
+    def fail(self, clause: str, message: str) -> None:
+        self.counts[f"violations {clause}"] += 1
+        self.violations.append(f"{clause}: {message}")
+
+    def summary(self) -> str:
+        parts = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
+        return f"{self.operations} operations checked ({parts}); {len(self.violations)} violations"
+
+
+class _Bound:
+    """'Writes acknowledged before time t (or at revision <= r): the highest version'."""
+
+    def __init__(self, points: Iterable[tuple[int, int]]) -> None:
+        pts = sorted(points)
+        self.keys = [k for k, _ in pts]
+        self.best: list[int] = []
+        top = 0
+        for _, v in pts:
+            top = max(top, v)
+            self.best.append(top)
+
+    def before(self, key: int) -> int:
+        """Highest value among points with key < `key` (0 if none)."""
+        i = bisect.bisect_left(self.keys, key)
+        return self.best[i - 1] if i else 0
+
+    def at_most(self, key: int) -> int:
+        """Highest value among points with key <= `key` (0 if none)."""
+        i = bisect.bisect_right(self.keys, key)
+        return self.best[i - 1] if i else 0
+
+
+def check(history: History, *, allow_errors: bool = False) -> Report:
+    """Every violation of C1, C2, C3, C5 and C6 in a recorded history."""
+    r = Report()
+    writes = [op for op in history.ops if isinstance(op, WriteOp)]
+    revs = [op for op in history.ops if isinstance(op, RevisionRead)]
+    mreads = [op for op in history.ops if isinstance(op, ManifestsRead)]
+    freads = [op for op in history.ops if isinstance(op, FilesRead)]
+    by_tag = {w.tag: w for w in writes}
+    acked = [w for w in writes if w.outcome == "ok"]
+    r.counts.update(
+        {
+            "writes": len(writes),
+            "writes acknowledged": len(acked),
+            "writes conflicted": sum(w.outcome == "conflict" for w in writes),
+            "revision reads": len(revs),
+            "manifest reads": len(mreads),
+            "file reads": len(freads),
+            "files checked": sum(len(f.paths) for f in freads),
+            "snapshots": len({(op.proc, op.snap) for op in revs}),
+        }
+    )
+    if not acked:
+        r.fail("setup", "no write was acknowledged: nothing was tested")
+    if not freads:
+        r.fail("setup", "no reader read a file: nothing was tested")
+    _check_c1(history, by_tag, freads, mreads, r)
+    _check_c2(acked, r)
+    _check_c3(history, acked, revs, mreads, r)
+    _check_c5(revs, mreads, r, allow_errors)
+    _check_c6(history, writes, by_tag, r, allow_errors)
+    return r
+
+
+def _check_c1(
+    history: History,
+    by_tag: dict[str, WriteOp],
+    freads: list[FilesRead],
+    mreads: list[ManifestsRead],
+    r: Report,
+) -> None:
+    """No torn skill; every read version is one a write made (with that version)."""
+    for f in freads:
+        where = f"{f.proc} snapshot {f.snap} read {f.scope}/{f.skill} v{f.version}"
+        if sorted(f.paths) != sorted(PATHS):
+            r.fail("C1", f"{where}: files {f.paths}, the write put {list(PATHS)}")
+        if f.bad_sha:
+            r.fail("C1", f"{where}: bytes of {f.bad_sha} do not match the manifest's sha256")
+        if set(f.tags) != {f.commit_id}:
+            mixed = dict(zip(f.paths, f.tags, strict=True))
+            r.fail("C1", f"{where} (commit {f.commit_id}): torn, files carry tags {mixed}")
+    for m in mreads:
+        for skill, (version, commit_id) in m.skills.items():
+            r.counts["manifests checked"] += 1
+            w = by_tag.get(commit_id)
+            where = f"{m.proc} read {m.scope}/{skill} v{version} (commit {commit_id})"
+            if w is None or w.skill != skill or w.scope != m.scope:
+                r.fail("C1", f"{where}: no write of this skill made it")
+            elif w.outcome == "conflict":
+                r.fail("C6", f"{where}: made by a write that was told Conflict")
+            elif w.outcome == "ok" and w.version != version:
+                r.fail("C1", f"{where}: that write was acknowledged as v{w.version}")
+
+
+def _check_c2(acked: list[WriteOp], r: Report) -> None:
+    """Distinct revisions, ordered as real time and (per skill) as versions."""
+    by_epoch: dict[str | None, list[WriteOp]] = defaultdict(list)
+    for w in acked:
+        by_epoch[w.epoch].append(w)
+    for ws in by_epoch.values():
+        counters = Counter(w.counter for w in ws)
+        for c, n in counters.items():
+            if n > 1:
+                r.fail("C2", f"{n} acknowledged writes returned the same revision counter {c}")
+        ordered = sorted(ws, key=lambda w: w.counter or 0)
+        # A write that completed before another started must have the lower revision.
+        min_complete_after = None
+        for w in reversed(ordered):
+            r.counts["revision order checks"] += 1
+            if min_complete_after is not None and min_complete_after[0] < w.invoke:
+                other = min_complete_after[1]
+                r.fail(
+                    "C2",
+                    f"{other.tag} (revision {other.counter}) was acknowledged before {w.tag} "
+                    f"started, yet {w.tag} got the lower revision {w.counter}",
+                )
+            if min_complete_after is None or w.complete < min_complete_after[0]:
+                min_complete_after = (w.complete, w)
+        last: dict[tuple[str, str], WriteOp] = {}
+        for w in ordered:
+            prev = last.get((w.scope, w.skill))
+            if prev is not None and (prev.version or 0) >= (w.version or 0):
+                r.fail(
+                    "C2",
+                    f"{w.scope}/{w.skill}: revision {prev.counter} gave v{prev.version} "
+                    f"but the later revision {w.counter} gave v{w.version}",
+                )
+            last[(w.scope, w.skill)] = w
+
+
+def _check_c3(
+    history: History,
+    acked: list[WriteOp],
+    revs: list[RevisionRead],
+    mreads: list[ManifestsRead],
+    r: Report,
+) -> None:
+    """Reads see every write acknowledged before they started; a snapshot whose revision
+    covers a write sees the write in the manifests it reads afterwards."""
+    by_time: dict[tuple[str, str], _Bound] = {}
+    by_rev: dict[tuple[str | None, str, str], _Bound] = {}
+    epochs = {w.epoch for w in acked}
+    for t in history.targets:
+        mine = [w for w in acked if (w.scope, w.skill) == (t.scope, t.skill)]
+        by_time[(t.scope, t.skill)] = _Bound((w.complete, w.version or 0) for w in mine)
+        for e in epochs:
+            by_rev[(e, t.scope, t.skill)] = _Bound(
+                (w.counter or 0, w.version or 0) for w in mine if w.epoch == e
+            )
+    rev_bound = {
+        e: _Bound((w.complete, w.counter or 0) for w in acked if w.epoch == e) for e in epochs
+    }
+    for rv in revs:
+        if rv.epoch not in rev_bound:
+            continue  # no write acknowledged in this epoch: nothing to compare with
+        r.counts["C3 revision checks"] += 1
+        need = rev_bound[rv.epoch].before(rv.invoke)
+        if (rv.counter or 0) < need:
+            r.fail(
+                "C3",
+                f"{rv.proc} snapshot {rv.snap} read revision {rv.counter} after revision "
+                f"{need} was acknowledged",
+            )
+    snap_rev = {(op.proc, op.snap): op for op in revs}
+    for m in mreads:
+        rv = snap_rev.get((m.proc, m.snap))
+        for skill in m.wanted:
+            got = m.skills.get(skill, (0, ""))[0]
+            need = by_time[(m.scope, skill)].before(m.invoke)
+            r.counts["C3 manifest checks"] += 1
+            if got < need:
+                r.fail(
+                    "C3",
+                    f"{m.proc} read {m.scope}/{skill} v{got} after v{need} was acknowledged",
+                )
+            if rv is None or rv.counter is None or rv.epoch not in epochs:
+                continue
+            covered = by_rev[(rv.epoch, m.scope, skill)].at_most(rv.counter)
+            r.counts["C3 snapshot coverage checks"] += 1
+            if got < covered:
+                r.fail(
+                    "C3",
+                    f"{m.proc} snapshot {m.snap} at revision {rv.counter} read "
+                    f"{m.scope}/{skill} v{got}, but v{covered} was committed at or "
+                    "before that revision",
+                )
+
+
+def _check_c5(
+    revs: list[RevisionRead], mreads: list[ManifestsRead], r: Report, allow_errors: bool
+) -> None:
+    """Per process: revisions never go back (within an epoch), nor any skill's version."""
+    last_rev: dict[str, RevisionRead] = {}
+    for rv in sorted(revs, key=lambda op: (op.proc, op.invoke)):
+        prev = last_rev.get(rv.proc)
+        r.counts["C5 revision checks"] += 1
+        if prev is not None and prev.counter is not None:
+            if rv.epoch != prev.epoch:
+                if not allow_errors:
+                    r.fail("C5", f"{rv.proc}: the epoch changed from {prev.epoch} to {rv.epoch}")
+            elif (rv.counter or 0) < prev.counter:
+                r.fail(
+                    "C5",
+                    f"{rv.proc}: revision went back from {prev.counter} (snapshot {prev.snap}) "
+                    f"to {rv.counter} (snapshot {rv.snap})",
+                )
+        last_rev[rv.proc] = rv
+    last_version: dict[tuple[str, str, str], int] = {}
+    for m in sorted(mreads, key=lambda op: (op.proc, op.invoke)):
+        for skill in m.wanted:
+            got = m.skills.get(skill, (0, ""))[0]
+            key = (m.proc, m.scope, skill)
+            r.counts["C5 version checks"] += 1
+            if got < last_version.get(key, 0):
+                r.fail(
+                    "C5",
+                    f"{m.proc}: {m.scope}/{skill} went back from v{last_version[key]} to v{got}",
+                )
+            last_version[key] = max(got, last_version.get(key, 0))
+
+
+def _check_c6(
+    history: History,
+    writes: list[WriteOp],
+    by_tag: dict[str, WriteOp],
+    r: Report,
+    allow_errors: bool,
+) -> None:
+    """Acknowledged writes in history exactly once, a gap-free chain without lost updates,
+    failures are justified Conflicts."""
+    for w in writes:
+        if w.outcome == "error" and not allow_errors:
+            r.fail("C6", f"{w.tag} on {w.scope}/{w.skill} failed without Conflict: {w.error}")
+        if w.outcome == "conflict":
+            r.counts["C6 conflict checks"] += 1
+            if w.current is None or w.current <= w.expected:
+                r.fail(
+                    "C6",
+                    f"{w.tag} on {w.scope}/{w.skill} expected v{w.expected} and got Conflict "
+                    f"with current version {w.current}: not newer",
+                )
+    for t in history.targets:
+        chain = history.versions[t]
+        r.counts["history entries"] += len(chain)
+        where = f"{t.scope}/{t.skill}"
+        versions = [v for v, _ in chain]
+        if versions != list(range(1, len(chain) + 1)):
+            r.fail("C6", f"{where}: history versions are not the chain 1..{len(chain)}: {versions}")
+        tags = Counter(c for _, c in chain)
+        for tag, n in tags.items():
+            if n > 1:
+                r.fail("C6", f"{where}: commit {tag} is in history {n} times")
+        at: dict[int, str] = dict(chain)
+        for version, tag in chain:
+            w = by_tag.get(tag)
+            if w is None or (w.scope, w.skill) != (t.scope, t.skill):
+                r.fail("C6", f"{where} v{version}: commit {tag} is no recorded write of it")
+                continue
+            if w.outcome == "conflict":
+                r.fail("C6", f"{where} v{version}: {tag} was told Conflict but is in history")
+            elif w.outcome == "ok" and w.version != version:
+                r.fail(
+                    "C6", f"{where}: {tag} was acknowledged as v{w.version}, history has v{version}"
+                )
+            if w.expected != version - 1 or w.parent != at.get(version - 1):
+                r.fail(
+                    "C6",
+                    f"{where} v{version}: lost update: {tag} edited v{w.expected} "
+                    f"(commit {w.parent}) but v{version - 1} is {at.get(version - 1)}",
+                )
+            r.counts["C6 chain checks"] += 1
+        for w in writes:
+            if (w.scope, w.skill) != (t.scope, t.skill):
+                continue
+            if w.outcome == "ok" and tags.get(w.tag, 0) != 1:
+                r.fail("C6", f"{where}: acknowledged {w.tag} (v{w.version}) is not in history")
+            if w.outcome == "conflict" and at.get(w.expected + 1) in (None, w.tag):
+                r.fail(
+                    "C6",
+                    f"{where}: {w.tag} got Conflict expecting v{w.expected}, yet no other "
+                    f"write made v{w.expected + 1}",
+                )

@@ -1,0 +1,178 @@
+"""The concurrency checker (tests/checker.py) against every engine class, with real servers.
+
+8 writer processes do read-modify-write with `expected_version` on 4 shared skills while 4
+reader processes take snapshots and read every file of every skill, for a few seconds; the
+recorded history is then checked for C1, C2, C3, C5 and C6 (see tests/checker.py). Each run
+prints the number of operations it checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.checker import (
+    PATHS,
+    FilesRead,
+    History,
+    ManifestsRead,
+    Op,
+    RevisionRead,
+    Target,
+    WriteOp,
+    check,
+    record,
+)
+from tests.stores import url_for
+
+WRITERS = 8
+READERS = 4
+SECONDS = 5.0
+#: A run must check at least this many store calls to count as a test.
+MIN_OPERATIONS = 1000
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("engine", ["sqlite", "redis", "redis-cluster", "etcd"])
+def test_concurrent_writers_and_readers_keep_the_contract(
+    request: pytest.FixtureRequest, engine: str, tmp_path: Path
+) -> None:
+    url = url_for(request, engine, tmp_path)
+    history = record(url, tmp_path / "ops", writers=WRITERS, readers=READERS, duration=SECONDS)
+    report = check(history)
+    print(f"\n{engine}: {report.summary()} in {history.wall_seconds:.1f}s")
+    assert report.ok, "\n".join(report.violations[:30])
+    assert report.operations >= MIN_OPERATIONS, report.summary()
+    assert report.counts["writes acknowledged"] >= 100, report.summary()
+    assert report.counts["writes conflicted"] > 0, "no write raced another: nothing was tested"
+
+
+# --------------------------------------------------------------------------- the checker itself
+# A checker that never fails proves nothing: each synthetic history below breaks one clause.
+
+T = Target("shared:a", "s")
+E = "epoch"
+
+
+def _write(tag: str, parent: str | None, expected: int, t0: int, t1: int, **kw: Any) -> WriteOp:
+    outcome = kw.pop("outcome", "ok")
+    if outcome == "ok":
+        kw.setdefault("version", expected + 1)
+        kw.setdefault("epoch", E)
+    return WriteOp(
+        proc=tag.split("-")[0],
+        invoke=t0,
+        complete=t1,
+        scope=T.scope,
+        skill=T.skill,
+        tag=tag,
+        parent=parent,
+        expected=expected,
+        outcome=outcome,
+        **kw,
+    )
+
+
+def _read(proc: str, t0: int, version: int, tag: str, snap: int = 1) -> ManifestsRead:
+    return ManifestsRead(
+        proc=proc,
+        invoke=t0,
+        complete=t0 + 1,
+        snap=snap,
+        scope=T.scope,
+        skills={T.skill: (version, tag)} if version else {},
+        wanted=[T.skill],
+    )
+
+
+def _files(proc: str, t0: int, version: int, tag: str, tags: list[str] | None = None) -> FilesRead:
+    return FilesRead(
+        proc=proc,
+        invoke=t0,
+        complete=t0 + 1,
+        snap=1,
+        scope=T.scope,
+        skill=T.skill,
+        version=version,
+        commit_id=tag,
+        paths=sorted(PATHS),
+        tags=tags or [tag] * len(PATHS),
+        bad_sha=[],
+    )
+
+
+def _rev(proc: str, t0: int, counter: int, snap: int = 1) -> RevisionRead:
+    return RevisionRead(proc=proc, invoke=t0, complete=t0 + 1, snap=snap, epoch=E, counter=counter)
+
+
+def _good() -> tuple[list[Op], list[tuple[int, str]]]:
+    ops: list[Op] = [
+        _write("w0-1", None, 0, 0, 10, counter=1),
+        _write("w1-1", None, 0, 5, 12, outcome="conflict", current=1),
+        _write("w1-2", "w0-1", 1, 20, 30, counter=2),
+        _rev("r0", 31, 2),
+        _read("r0", 32, 2, "w1-2"),
+        _files("r0", 33, 2, "w1-2"),
+    ]
+    return ops, [(1, "w0-1"), (2, "w1-2")]
+
+
+def _violations(ops: list[Op], chain: list[tuple[int, str]], **kw: bool) -> list[str]:
+    report = check(History(agent="a", targets=[T], ops=ops, versions={T: chain}), **kw)
+    return report.violations
+
+
+def test_checker_passes_a_good_history() -> None:
+    assert _violations(*_good()) == []
+
+
+@pytest.mark.parametrize(
+    ("clause", "breaking"),
+    [
+        ("C1", lambda ops, chain: ops.append(_files("r1", 40, 2, "w1-2", ["w1-2", "w0-1"] * 2))),
+        ("C1", lambda ops, chain: ops.append(_read("r1", 40, 2, "w9-9"))),
+        ("C3", lambda ops, chain: ops.append(_read("r1", 31, 1, "w0-1"))),
+        ("C3", lambda ops, chain: ops.append(_rev("r1", 31, 1))),
+        (
+            "C3",
+            lambda ops, chain: ops.extend([_rev("r1", 15, 2, 7), _read("r1", 16, 1, "w0-1", 7)]),
+        ),
+        ("C5", lambda ops, chain: ops.append(_rev("r0", 40, 1, 2))),
+        ("C5", lambda ops, chain: ops.append(_read("r0", 40, 1, "w0-1", 2))),
+        ("C6", lambda ops, chain: chain.pop()),
+        ("C6", lambda ops, chain: chain.append((3, "w1-1"))),
+        ("C6", lambda ops, chain: ops.append(_write("w2-1", None, 0, 40, 41, outcome="error"))),
+        ("C6", lambda ops, chain: ops.append(_write("w2-1", None, 0, 40, 41, outcome="conflict"))),
+        (
+            "C6",  # a lost update: w2-1 edited v1 and was acknowledged as v3
+            lambda ops, chain: (
+                ops.append(_write("w2-1", "w0-1", 1, 40, 41, version=3, counter=3)),
+                chain.append((3, "w2-1")),
+            ),
+        ),
+        (
+            "C2",
+            lambda ops, chain: (
+                ops.append(_write("w2-1", "w1-2", 2, 40, 41, counter=2)),
+                chain.append((3, "w2-1")),
+            ),
+        ),
+    ],
+)
+def test_checker_catches(clause: str, breaking: Callable[[list[Op], list[Any]], object]) -> None:
+    ops, chain = _good()
+    breaking(ops, chain)
+    found = _violations(ops, chain)
+    assert any(v.startswith(clause) for v in found), found
+
+
+def test_checker_allows_unknown_outcomes_in_fault_runs() -> None:
+    ops, chain = _good()
+    ops.append(_write("w2-1", "w1-2", 2, 40, 41, outcome="error", error="StoreUnavailable"))
+    chain.append((3, "w2-1"))
+    assert _violations(ops, chain, allow_errors=True) == []
+    assert _violations(ops, chain)
