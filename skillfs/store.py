@@ -421,11 +421,14 @@ class Store:
 
     # ------------------------------------------------------------------ reads
 
-    def manifests(self, scope: Scope) -> dict[str, Manifest]:
-        """The live skills of a scope, in one round trip."""
-        return {
-            k: m for k, m in self._retrying(self.engine.load_scope, scope).items() if not m.deleted
-        }
+    def manifests(self, scope: Scope, skills: Sequence[str] | None = None) -> dict[str, Manifest]:
+        """The live skills of a scope (or those of `skills` that exist), in one round trip."""
+        loaded = (
+            self._retrying(self.engine.load_scope, scope)
+            if skills is None
+            else self._retrying(self.engine.load_skills, scope, list(skills))
+        )
+        return {k: m for k, m in loaded.items() if not m.deleted}
 
     def manifest(self, scope: Scope, skill: str, version: int | None = None) -> Manifest:
         """The latest manifest, or the given version from history."""
