@@ -1,0 +1,1 @@
+"""Benchmarks; run them from the repository root, e.g. `python -m bench.engines`."""

@@ -1,0 +1,480 @@
+"""Engine benchmarks: what a worker pays per step, per scope load, per publish and per file.
+
+    python -m bench.engines                      # sqlite, redis, etcd; prints a table
+    python -m bench.engines --engines redis --n 5000
+    python -m bench.engines --write-docs         # also replaces this section of docs/benchmarks.md
+
+Per engine, against one server started here (tests/servers.py) or one SQLite file:
+
+- freshness check when nothing changed: `store.revisions([agent])` (the per-step check of C3)
+  against one raw client read of the same store, timed interleaved so both see the same
+  machine: Redis GET of a small key, a linearizable etcd get, a SQLite SELECT of one row.
+  Target: p50 ratio <= 1.3 (the check is one round trip and little else);
+- loading a scope of 200 skills: engine calls (round trips) and time;
+- publish latency of a small skill (3 files, one changed) with `expected_version`;
+- reading a 4 KiB and a 1 MiB file through the store with a cold (disabled) blob cache;
+- memory of 10,000 manifests held in memory (tracemalloc), as a snapshot holds them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import os
+import platform
+import random
+import shlex
+import sqlite3
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import skillfs
+from skillfs import File, Put, Scope
+from skillfs.engines.base import Engine
+
+AGENT = "bench"
+SHARED = Scope.shared(AGENT)
+ENGINES = ("sqlite", "redis", "etcd")
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+BEGIN = "<!-- bench/engines.py: begin (generated; edit the script, not this section) -->"
+END = "<!-- bench/engines.py: end -->"
+TARGET_RATIO = 1.3
+#: Engine methods counted as round trips.
+ENGINE_CALLS = (
+    "touch_blobs",
+    "put_blob",
+    "get_chunks",
+    "load_scope",
+    "load_skills",
+    "commit",
+    "history",
+    "revisions",
+    "changes",
+    "domains",
+    "scopes",
+)
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def percentile(samples: Sequence[int], q: float) -> float:
+    """The q-quantile (0..1) of nanosecond samples, in microseconds."""
+    ordered = sorted(samples)
+    i = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[i] / 1000
+
+
+@dataclass
+class Timing:
+    samples: list[int] = field(default_factory=list)  # nanoseconds
+
+    @property
+    def p50(self) -> float:
+        return percentile(self.samples, 0.50)
+
+    @property
+    def p99(self) -> float:
+        return percentile(self.samples, 0.99)
+
+    def fmt(self) -> str:
+        return f"{_us(self.p50)} / {_us(self.p99)}"
+
+
+def _us(us: float) -> str:
+    if us >= 10_000:
+        return f"{us / 1000:.1f} ms"
+    if us >= 1000:
+        return f"{us / 1000:.2f} ms"
+    return f"{us:.0f} µs"
+
+
+def timed(fn: Callable[[], object], n: int, warmup: int = 20) -> Timing:
+    for _ in range(warmup):
+        fn()
+    t = Timing()
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        fn()
+        t.samples.append(time.perf_counter_ns() - t0)
+    return t
+
+
+def interleaved(
+    a: Callable[[], object], b: Callable[[], object], n: int, warmup: int = 200
+) -> tuple[Timing, Timing]:
+    """Time `a` and `b` alternately, so drift and noise hit both alike."""
+    for _ in range(warmup):
+        a()
+        b()
+    ta, tb = Timing(), Timing()
+    clock = time.perf_counter_ns
+    for i in range(n):
+        first, second = (a, b) if i % 2 else (b, a)
+        t0 = clock()
+        first()
+        t1 = clock()
+        second()
+        t2 = clock()
+        (ta if first is a else tb).samples.append(t1 - t0)
+        (tb if first is a else ta).samples.append(t2 - t1)
+    return ta, tb
+
+
+class CallCounter:
+    """Counts calls of an engine's primitives (each is one round trip, or one per Redis slot)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.calls: Counter[str] = Counter()
+        for name in ENGINE_CALLS:
+            original = getattr(engine, name)
+            setattr(engine, name, self._wrap(name, original))
+
+    def _wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return fn(*args, **kwargs)
+
+        return counted
+
+    @contextmanager
+    def counting(self) -> Iterator[Counter[str]]:
+        """The calls made inside the block."""
+        before = self.calls.copy()
+        delta: Counter[str] = Counter()
+        yield delta
+        delta.update(self.calls - before)
+
+
+# --------------------------------------------------------------------------- engines
+
+
+@dataclass
+class Target:
+    """A store URL and a raw read of one small value on the same server."""
+
+    name: str
+    url: str
+    raw_label: str
+    raw_get: Callable[[], object]
+    version: str
+
+
+def _sqlite(tmp: Path, stack: ExitStack) -> Target:
+    path = tmp / "skills.db"
+    url = f"sqlite:///{path}"
+    with skillfs.open_store(url) as s:  # creates the file and schema
+        s.publish(SHARED, "probe", {"SKILL.md": _skill_md("probe", 0)})
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    stack.callback(conn.close)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE IF NOT EXISTS bench_raw (k TEXT PRIMARY KEY, v BLOB)")
+    conn.execute("INSERT OR REPLACE INTO bench_raw VALUES ('small', ?)", (b"x" * 32,))
+    query = "SELECT v FROM bench_raw WHERE k = ?"
+    return Target(
+        "sqlite",
+        url,
+        "SELECT of one row",
+        lambda: conn.execute(query, ("small",)).fetchone(),
+        f"SQLite {sqlite3.sqlite_version}",
+    )
+
+
+def _redis(tmp: Path, stack: ExitStack) -> Target:
+    from tests.servers import RedisServer
+
+    server = stack.enter_context(RedisServer(tmp / "redis"))
+    client = server.client()
+    stack.callback(client.close)
+    client.set("bench:small", b"x" * 32)
+    version = client.info("server")["redis_version"]
+    return Target(
+        "redis",
+        server.url,
+        "GET of a small key",
+        lambda: client.get("bench:small"),
+        f"Redis {version}",
+    )
+
+
+def _etcd(tmp: Path, stack: ExitStack) -> Target:
+    from tests.servers import EtcdServer
+
+    server = stack.enter_context(EtcdServer(tmp / "etcd"))
+    client = server.client()
+    stack.callback(client.close)
+    client.put("bench/small", b"x" * 32)
+    version = client.status().version
+    return Target(
+        "etcd",
+        server.url,
+        "linearizable get",
+        lambda: client.get("bench/small"),  # serializable=False: a linearizable read
+        f"etcd {version}",
+    )
+
+
+SETUP: dict[str, Callable[[Path, ExitStack], Target]] = {
+    "sqlite": _sqlite,
+    "redis": _redis,
+    "etcd": _etcd,
+}
+
+
+# --------------------------------------------------------------------------- content
+
+
+def _skill_md(name: str, n: int) -> bytes:
+    return (
+        f"---\nname: {name}\ndescription: Benchmark skill {name}, revision {n}. Use it to "
+        "measure how fast a store serves skills to agent workers.\nlicense: Apache-2.0\n"
+        f"metadata:\n  owner: bench\n  version: '{n}'\n---\n\n# {name}\n\n"
+        + "Step by step instructions for the model. " * 25
+        + "\n"
+    ).encode()
+
+
+def _skill_files(name: str, n: int) -> dict[str, File | bytes]:
+    """A typical small skill: SKILL.md (~1.2 KiB), a reference (~3 KiB) and a script."""
+    return {
+        "SKILL.md": _skill_md(name, n),
+        "references/guide.md": f"# Guide for {name}\n".encode() + b"Reference material. " * 150,
+        "scripts/run.sh": File(f"#!/bin/sh\necho {name}\n".encode(), mode=0o755),
+    }
+
+
+# --------------------------------------------------------------------------- benchmarks
+
+
+@dataclass
+class Result:
+    engine: str
+    version: str
+    raw_label: str
+    raw: Timing
+    fresh: Timing
+    fresh_calls: float
+    scope_load: Timing
+    scope_calls: float
+    publish: Timing
+    publish_calls: float
+    read_4k: Timing
+    read_1m: Timing
+    manifest_bytes: float  # per 10,000 manifests
+
+    @property
+    def ratio(self) -> float:
+        return self.fresh.p50 / self.raw.p50
+
+    @property
+    def ratio_p99(self) -> float:
+        return self.fresh.p99 / self.raw.p99
+
+
+def bench_engine(target: Target, n: int) -> Result:
+    store = skillfs.open_store(target.url, blob_cache_bytes=0)
+    counter = CallCounter(store.engine)
+    try:
+        return _bench(store, counter, target, n)
+    finally:
+        store.close()
+
+
+def _bench(store: skillfs.Store, counter: CallCounter, target: Target, n: int) -> Result:
+    log = functools.partial(print, f"[{target.name}]", file=sys.stderr, flush=True)
+    store.publish(SHARED, "probe", {"SKILL.md": _skill_md("probe", 1)})
+
+    log("freshness check vs raw read")
+    gc.collect()
+    with counter.counting() as calls:
+        store.revisions([AGENT])
+    fresh_calls = calls.total()
+    fresh, raw = interleaved(lambda: store.revisions([AGENT]), target.raw_get, n)
+
+    log("scope of 200 skills")
+    scope = Scope.user(AGENT, "scope200")
+    names = [f"skill-{i:03d}" for i in range(200)]
+    for i in range(0, len(names), 50):
+        store.commit([Put(scope, k, _skill_files(k, 0)) for k in names[i : i + 50]])
+    with counter.counting() as calls:
+        loaded = store.manifests(scope)
+    assert len(loaded) == 200, len(loaded)
+    scope_calls = calls.total()
+    scope_load = timed(lambda: store.manifests(scope), max(20, n // 50), warmup=3)
+
+    log("publish")
+    version = store.manifest(SHARED, "probe").version
+    seq = iter(range(10**9))
+
+    def publish() -> None:
+        nonlocal version
+        k = next(seq)
+        files = _skill_files("probe", k)
+        version = store.publish(SHARED, "probe", files, expected_version=version).version
+
+    with counter.counting() as calls:
+        publish()
+    publish_calls = calls.total()
+    pub = timed(publish, max(50, n // 10), warmup=5)
+
+    log("file reads, cold cache")
+    rng = random.Random(7)
+    small, big = rng.randbytes(4096), rng.randbytes(1024 * 1024)
+    store.publish(
+        SHARED, "files", {"SKILL.md": _skill_md("files", 0), "a.bin": small, "b.bin": big}
+    )
+    m = store.manifest(SHARED, "files")
+    read_4k = timed(lambda: store.read_entry(m.files["a.bin"]), max(50, n // 10))
+    read_1m = timed(lambda: store.read_entry(m.files["b.bin"]), max(20, n // 100), warmup=3)
+    assert store.read_entry(m.files["b.bin"]) == big
+
+    log("memory of 10,000 manifests")
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    held = [store.manifests(scope) for _ in range(50)]  # 50 loads x 200 = 10,000 manifests
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert sum(len(h) for h in held) == 10_000
+    del held
+
+    return Result(
+        engine=target.name,
+        version=target.version,
+        raw_label=target.raw_label,
+        raw=raw,
+        fresh=fresh,
+        fresh_calls=fresh_calls,
+        scope_load=scope_load,
+        scope_calls=scope_calls,
+        publish=pub,
+        publish_calls=publish_calls,
+        read_4k=read_4k,
+        read_1m=read_1m,
+        manifest_bytes=after - before,
+    )
+
+
+# --------------------------------------------------------------------------- report
+
+
+def table(results: Sequence[Result]) -> str:
+    head = "| measure (p50 / p99) | " + " | ".join(r.engine for r in results) + " |"
+    rows = [
+        head,
+        "|---|" + "---|" * len(results),
+        _row("server", [r.version for r in results]),
+        _row("raw read: what", [r.raw_label for r in results]),
+        _row("raw read", [r.raw.fmt() for r in results]),
+        _row("freshness check `store.revisions([agent])`", [r.fresh.fmt() for r in results]),
+        _row(
+            f"**ratio** check / raw, p50 (target <= {TARGET_RATIO}) ; p99",
+            [
+                f"**{r.ratio:.2f}x** {'ok' if r.ratio <= TARGET_RATIO else 'MISSED'} ; "
+                f"{r.ratio_p99:.2f}x"
+                for r in results
+            ],
+        ),
+        _row("engine calls per freshness check", [f"{r.fresh_calls:.0f}" for r in results]),
+        _row("load a scope of 200 skills", [r.scope_load.fmt() for r in results]),
+        _row("engine calls per scope load", [f"{r.scope_calls:.0f}" for r in results]),
+        _row("publish (3 files, 1 changed)", [r.publish.fmt() for r in results]),
+        _row("engine calls per publish", [f"{r.publish_calls:.0f}" for r in results]),
+        _row("read a 4 KiB file, cold cache", [r.read_4k.fmt() for r in results]),
+        _row("read a 1 MiB file, cold cache", [r.read_1m.fmt() for r in results]),
+        _row(
+            "memory per 10,000 manifests",
+            [f"{r.manifest_bytes / 2**20:.1f} MiB" for r in results],
+        ),
+    ]
+    return "\n".join(rows)
+
+
+def _row(label: str, cells: Sequence[str]) -> str:
+    return f"| {label} | " + " | ".join(cells) + " |"
+
+
+def environment() -> str:
+    cpus = os.cpu_count()
+    return (
+        f"{platform.system()} {platform.release()}, {cpus} CPUs, Python "
+        f"{platform.python_version()}, redis-py "
+        f"{_version('redis')}, python3-etcd3 {_version('python3-etcd3')}"
+    )
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "-"
+
+
+def write_docs(section: str, path: Path = DOCS) -> None:
+    """Replace (or append) this script's section of docs/benchmarks.md, leaving others'."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    block = f"{BEGIN}\n{section.rstrip()}\n{END}"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        text = head + block + tail
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.engines", description=__doc__)
+    parser.add_argument("--engines", default=",".join(ENGINES), help="comma-separated")
+    parser.add_argument("--n", type=int, default=3000, help="freshness-check samples")
+    parser.add_argument("--write-docs", action="store_true", help=f"update {DOCS.name}")
+    args = parser.parse_args(argv)
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    unknown = set(engines) - set(SETUP)
+    if unknown:
+        parser.error(f"unknown engine(s) {sorted(unknown)}; known: {', '.join(SETUP)}")
+    results = []
+    with tempfile.TemporaryDirectory(prefix="skillfs-bench-") as tmp:
+        for name in engines:
+            with ExitStack() as stack:
+                target = SETUP[name](Path(tmp) / name, stack)
+                results.append(bench_engine(target, args.n))
+    out = table(results)
+    print(out)
+    if args.write_docs:
+        command = "python -m bench.engines " + shlex.join(sys.argv[1:] if argv is None else argv)
+        write_docs(_section(out, command.strip(), results))
+        print(f"\nwrote {DOCS}", file=sys.stderr)
+    return 0
+
+
+def _section(out: str, command: str, results: Sequence[Result]) -> str:
+    missed = [r.engine for r in results if r.ratio > TARGET_RATIO]
+    verdict = (
+        f"Every engine meets the freshness target (p50 <= {TARGET_RATIO}x one raw read)."
+        if not missed
+        else f"Freshness target missed on: {', '.join(missed)} (see the analysis below)."
+    )
+    return (
+        "## Engines (`bench/engines.py`)\n\n"
+        f"Command: `{command}` (from the repository root; servers are started by the script "
+        "with `tests/servers.py`, one per engine, on loopback).\n\n"
+        f"Machine: {environment()}; run {time.strftime('%Y-%m-%d')}.\n\n"
+        f"{out}\n\n{verdict}\n"
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
