@@ -1,0 +1,193 @@
+"""`Skills`: one worker's (agent, user) view of its layers, and a fresh snapshot per step.
+
+`snapshot()` reads the revisions of the agent and its markets in one store call, asks the
+followers for the scopes as of those revisions (free when their caches are current), checks
+disk and Git layers by their own means, and returns the previous snapshot object itself when
+nothing it depends on moved (C3). Layer states are immutable objects that change identity
+when their content changes, so "did anything change" is a handful of `is` comparisons.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from skillfs.engines import open_engine
+from skillfs.errors import InvalidPath, StoreUnavailable
+from skillfs.model import Revision, Scope
+from skillfs.names import check_id
+from skillfs.runtime.follower import Follower, follower_for
+from skillfs.runtime.layers import GitRepo, Layer, LayerSkills, LocalDir, Market, StoreScope, merge
+from skillfs.runtime.snapshot import Snapshot, View
+from skillfs.runtime.usage import UsageRecorder, recorder_for
+from skillfs.store import Store
+
+
+class Skills:
+    """The skills a worker for (agent, user) sees: `layers` lowest first (DESIGN §1: a
+    project-global directory, then marketplaces), then the agent-shared and per-user scopes.
+
+    With `max_staleness` (seconds), a snapshot skips the store round trip while every
+    follower's watch confirmed its cache within that many seconds: zero round trips for a
+    bounded delay in seeing an edit (it gives up C3). Off by default."""
+
+    def __init__(
+        self,
+        store: Store | str,
+        agent_id: str,
+        user_id: str,
+        layers: Sequence[LocalDir | GitRepo | Market] = (),
+        *,
+        max_staleness: float | None = None,
+    ) -> None:
+        self.store = store if isinstance(store, Store) else Store(open_engine(store))
+        self.agent_id = check_id("agent", agent_id)
+        self.user_id = check_id("user", user_id)
+        self.max_staleness = max_staleness
+        for layer in layers:
+            if not isinstance(layer, LocalDir | GitRepo | Market):
+                raise InvalidPath(
+                    f"layer {layer!r} is not a LocalDir, GitRepo or Market: "
+                    "the agent-shared and per-user scopes are added on top by themselves"
+                )
+        self.layers: tuple[Layer, ...] = (
+            *layers,
+            StoreScope(Scope.shared(agent_id)),
+            StoreScope(Scope.user(agent_id, user_id)),
+        )
+        dirs = [layer.source_dir for layer in self.layers]
+        if len(set(dirs)) != len(dirs):
+            twice = sorted({d for d in dirs if dirs.count(d) > 1})
+            raise InvalidPath(
+                f"two layers share the name {', '.join(twice)}: give them distinct name=..."
+            )
+        # Store layers grouped by domain: one follower each, the agent's domain first.
+        plan: dict[str, list[int]] = {f"agents/{agent_id}": []}
+        for i, each in enumerate(self.layers):
+            if each.scope is not None:
+                plan.setdefault(each.scope.domain, []).append(i)
+        self._domains = list(plan)
+        self._plan = [
+            (follower_for(self.store, d), [self._scope(i) for i in idx], idx)
+            for d, idx in plan.items()
+        ]
+        if max_staleness is not None:  # the watches must confirm at least that often
+            for follower, _, _ in self._plan:
+                follower.watch_timeout = min(follower.watch_timeout, max(max_staleness / 2, 0.01))
+        self._usage: UsageRecorder = recorder_for(self.store, agent_id)
+        self._lock = threading.Lock()
+        self._confirmed = -float("inf")  # when the last store round trip started
+        self._tracking = False
+        self._last: Snapshot | None = None
+        self._states: tuple[LayerSkills, ...] = ()
+
+    def _scope(self, i: int) -> Scope:
+        scope = self.layers[i].scope
+        assert scope is not None
+        return scope
+
+    def __repr__(self) -> str:
+        return f"Skills({self.store.url}, {self.agent_id}/{self.user_id})"
+
+    @property
+    def followers(self) -> list[Follower]:
+        """The watches this worker's store layers are served from (agent first, then markets)."""
+        return [f for f, _, _ in self._plan]
+
+    # ------------------------------------------------------------------ snapshots
+
+    def snapshot(self, *, allow_stale: bool = False) -> Snapshot:
+        """The skills for the next reasoning step (C3-C5).
+
+        With `allow_stale`, a store outage returns the last snapshot marked `stale` instead
+        of raising StoreUnavailable (DESIGN §7: only where the caller asked for it)."""
+        with self._lock:
+            if not self._tracking:
+                for follower, scopes, _ in self._plan:
+                    for scope in scopes:
+                        follower.track(scope)
+                self._tracking = True
+            try:
+                return self._snapshot()
+            except StoreUnavailable:
+                if allow_stale and self._last is not None:
+                    return self._last._replace(stale=True)
+                raise
+
+    async def asnapshot(self, *, allow_stale: bool = False) -> Snapshot:
+        """`snapshot()` for asyncio code, run in a worker thread (the store clients block)."""
+        return await asyncio.to_thread(self.snapshot, allow_stale=allow_stale)
+
+    def _snapshot(self) -> Snapshot:
+        started = time.monotonic()
+        revisions: dict[str, Revision | None]
+        if self._fresh_enough(started):
+            revisions = {f.domain: f.revision for f, _, _ in self._plan}
+            read_started = -float("inf")  # ask nothing: take each follower as it is
+        else:
+            revisions = self.store.revisions(self._domains)  # the one round trip (C3)
+            read_started = self._confirmed = started
+        states: list[LayerSkills | None] = [None] * len(self.layers)
+        seen: dict[str, Revision | None] = {}
+        for follower, scopes, idx in self._plan:
+            rev, got = follower.at(revisions[follower.domain], scopes, read_started)
+            seen[follower.domain] = rev
+            for i, state in zip(idx, got, strict=True):
+                states[i] = state
+        for i, layer in enumerate(self.layers):
+            if isinstance(layer, LocalDir | GitRepo):
+                states[i] = layer.state()
+        now = tuple(s for s in states if s is not None)
+        last = self._last
+        if last is not None and all(a is b for a, b in zip(now, self._states, strict=True)):
+            if last.revisions == seen and not last.stale:
+                return last
+            snap = last._replace(revisions=seen, stale=False)
+        else:
+            skills, problems = merge(list(zip(self.layers, now, strict=True)))
+            view = View(skills)
+            if last is not None and last.token == view.token:
+                view = last.view  # same skills: keep the prompt and tools computed for them
+            snap = Snapshot(
+                view,
+                agent_id=self.agent_id,
+                user_id=self.user_id,
+                revisions=seen,
+                problems=problems,
+                usage=self._usage,
+            )
+        self._last, self._states = snap, now
+        return snap
+
+    def _fresh_enough(self, now: float) -> bool:
+        if self.max_staleness is None or self._last is None:
+            return False
+        return all(
+            now - max(f.verified_at, self._confirmed) <= self.max_staleness
+            for f, _, _ in self._plan
+        )
+
+    # ------------------------------------------------------------------ life cycle
+
+    def flush_usage(self) -> None:
+        """Write the pending load counts now (they are written in the background anyway)."""
+        self._usage.flush()
+
+    def close(self) -> None:
+        """Release this worker's scopes from the followers and write its pending counts."""
+        with self._lock:
+            if self._tracking:
+                for follower, scopes, _ in self._plan:
+                    for scope in scopes:
+                        follower.untrack(scope)
+                self._tracking = False
+        self._usage.flush()
+
+    def __enter__(self) -> Skills:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

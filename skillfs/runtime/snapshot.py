@@ -1,0 +1,368 @@
+"""A snapshot: the skills one worker sees for one reasoning step, and the tools over them.
+
+A snapshot never changes (C4): it holds manifests, and files are read by their SHA-256, so
+whatever lands in the store while the step runs, every read answers as of the snapshot. The
+merged view behind it is shared by all snapshots with the same token (a digest of which
+skill, from which layer, at which version), so `prompt()` and `tools()` are computed once per
+token: byte-identical across steps, which keeps model providers' prompt caches warm.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from skillfs.errors import InvalidPath, NotFound, SkillfsError
+from skillfs.model import FileEntry, Revision
+from skillfs.names import normalize_path
+from skillfs.runtime.layers import Problem, SkillInfo
+from skillfs.runtime.materialize import materialize
+from skillfs.runtime.usage import UsageRecorder
+from skillfs.skill import SKILL_MD, parse_skill_md
+
+ToolStyle = Literal["openai", "anthropic"]
+TOOL_NAMES = ("load_skill_through_path", "read_skill", "search_skills")
+
+# XML 1.0 forbids these characters even escaped; a description holding one would break the block.
+_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def xml_escape(text: str) -> str:
+    """Text for an XML element: &, <, >, quotes escaped; characters XML forbids dropped."""
+    text = _XML_INVALID.sub("", text)
+    return (
+        text.replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace('"', "&quot;")
+        .replace("'", "&apos;")
+    )
+
+
+def view_token(skills: Sequence[SkillInfo]) -> str:
+    """What the worker sees, as a digest: skill, layer and version (commit id or content)."""
+    h = hashlib.sha256()
+    for s in skills:
+        h.update(f"{s.id}\0{s.source}\0{s.digest}\0{s.version}\n".encode())
+    return h.hexdigest()[:32]
+
+
+class View:
+    """The merged skills of one token, with everything derived from them cached."""
+
+    def __init__(self, skills: Sequence[SkillInfo]) -> None:
+        self.skills = tuple(skills)
+        self.token = view_token(self.skills)
+        self.by_id = {s.id: s for s in self.skills}
+        self._prompts: dict[Path | None, str] = {}
+        self._tools: dict[tuple[bool, ToolStyle], list[dict[str, Any]]] = {}
+
+    def prompt(self, files_root: Path | None) -> str:
+        text = self._prompts.get(files_root)
+        if text is None:
+            lines = ["<available_skills>"]
+            for s in self.skills:
+                lines += [
+                    "  <skill>",
+                    f"    <name>{xml_escape(s.name)}</name>",
+                    f"    <description>{xml_escape(s.description)}</description>",
+                    f"    <skill-id>{xml_escape(s.id)}</skill-id>",
+                ]
+                if files_root is not None:
+                    root = files_root / s.source_dir / s.id
+                    lines.append(f"    <files-root>{xml_escape(str(root))}</files-root>")
+                lines.append("  </skill>")
+            lines.append("</available_skills>")
+            text = self._prompts[files_root] = "\n".join(lines)
+        return text
+
+    def tools(self, enum: bool, style: ToolStyle) -> list[dict[str, Any]]:
+        key = (enum, style)
+        defs = self._tools.get(key)
+        if defs is None:
+            defs = self._tools[key] = [_shape(t, style) for t in self._tool_specs(enum)]
+        return copy.deepcopy(defs)
+
+    def _tool_specs(self, enum: bool) -> list[tuple[str, str, dict[str, Any]]]:
+        skill_id: dict[str, Any] = {
+            "type": "string",
+            "description": "The <skill-id> of a skill listed in <available_skills>.",
+        }
+        if enum and self.skills:
+            skill_id["enum"] = [s.id for s in self.skills]
+
+        def params(**props: dict[str, Any]) -> dict[str, Any]:
+            return {
+                "type": "object",
+                "properties": props,
+                "required": list(props),
+                "additionalProperties": False,
+            }
+
+        return [
+            (
+                "load_skill_through_path",
+                "Load a skill's instructions or one of its files. Call it with path "
+                "'SKILL.md' before using a skill from <available_skills>, then load the "
+                "files its instructions mention by their path relative to the skill.",
+                params(
+                    skill_id=skill_id,
+                    path={
+                        "type": "string",
+                        "description": "A path inside the skill, e.g. 'SKILL.md' or "
+                        "'references/guide.md'.",
+                    },
+                ),
+            ),
+            (
+                "read_skill",
+                "Read a skill's instructions: its SKILL.md without the YAML frontmatter.",
+                params(skill_id=skill_id),
+            ),
+            (
+                "search_skills",
+                "Find available skills whose name, description or file paths contain every "
+                "word of the query.",
+                params(query={"type": "string", "description": "Words to look for."}),
+            ),
+        ]
+
+
+def _shape(spec: tuple[str, str, dict[str, Any]], style: ToolStyle) -> dict[str, Any]:
+    """OpenAI Chat Completions' function tool, or Anthropic Messages' tool."""
+    name, description, schema = spec
+    if style == "anthropic":
+        return {"name": name, "description": description, "input_schema": schema}
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": schema},
+    }
+
+
+class Snapshot:
+    """The skills of one (agent, user) for one reasoning step; immutable (C4)."""
+
+    __slots__ = (
+        "_usage",
+        "_view",
+        "agent_id",
+        "files_root",
+        "problems",
+        "revisions",
+        "stale",
+        "user_id",
+    )
+
+    def __init__(
+        self,
+        view: View,
+        *,
+        agent_id: str,
+        user_id: str,
+        revisions: Mapping[str, Revision | None],
+        problems: Sequence[Problem],
+        usage: UsageRecorder,
+        files_root: Path | None = None,
+        stale: bool = False,
+    ) -> None:
+        self._view = view
+        self._usage = usage
+        self.agent_id = agent_id
+        self.user_id = user_id
+        #: The revision of each store domain (agent, markets) this snapshot is as of.
+        self.revisions: Mapping[str, Revision | None] = dict(revisions)
+        #: Skills left out of the view (no usable SKILL.md), with why, for operators.
+        self.problems: tuple[Problem, ...] = tuple(problems)
+        #: Where `materialize` wrote the files; None when not materialized.
+        self.files_root = files_root
+        #: True when served from the last snapshot because the store was unavailable.
+        self.stale = stale
+
+    def _replace(self, **changes: Any) -> Snapshot:
+        fields: dict[str, Any] = {
+            "agent_id": self.agent_id,
+            "user_id": self.user_id,
+            "revisions": self.revisions,
+            "problems": self.problems,
+            "usage": self._usage,
+            "files_root": self.files_root,
+            "stale": self.stale,
+        }
+        fields.update(changes)
+        view = fields.pop("view", self._view)
+        return Snapshot(view, **fields)
+
+    @property
+    def token(self) -> str:
+        """Equal tokens mean equal views: same skills, same layers, same versions."""
+        return self._view.token
+
+    @property
+    def view(self) -> View:
+        return self._view
+
+    @property
+    def skills(self) -> tuple[SkillInfo, ...]:
+        """The skills in the view, sorted by id."""
+        return self._view.skills
+
+    def __repr__(self) -> str:
+        return (
+            f"Snapshot({self.agent_id}/{self.user_id}, {len(self.skills)} skills, "
+            f"token {self.token[:12]})"
+        )
+
+    # ------------------------------------------------------------------ skills and files
+
+    def skill(self, skill_id: str) -> SkillInfo:
+        """A skill of the view; NotFound lists every available id."""
+        s = self._view.by_id.get(skill_id) if isinstance(skill_id, str) else None
+        if s is None:
+            ids = [x.id for x in self.skills]
+            near = difflib.get_close_matches(str(skill_id), ids, n=1)
+            hint = f" Did you mean {near[0]!r}?" if near else ""
+            listing = ", ".join(ids) if ids else "(none)"
+            raise NotFound(f"unknown skill id {skill_id!r}.{hint} Available skill ids: {listing}")
+        return s
+
+    def _entry(self, skill_id: str, path: str) -> tuple[SkillInfo, str, FileEntry]:
+        s = self.skill(skill_id)
+        try:
+            norm = normalize_path(path)
+        except InvalidPath as exc:
+            raise NotFound(f"{exc}. Files of skill {skill_id!r}: {', '.join(s.files)}") from exc
+        entry = s.files.get(norm)
+        if entry is None:
+            paths = sorted(s.files)
+            near = difflib.get_close_matches(norm, paths, n=1)
+            hint = f" Did you mean {near[0]!r}?" if near else ""
+            raise NotFound(
+                f"skill {skill_id!r} has no file {path!r}.{hint} "
+                f"Files of skill {skill_id!r}: {', '.join(paths)}"
+            )
+        return s, norm, entry
+
+    def read_bytes(self, skill_id: str, path: str) -> bytes:
+        """A file's bytes as of this snapshot; NotFound lists the skill's files."""
+        s, _, entry = self._entry(skill_id, path)
+        return s.reader.read(entry)
+
+    def load(self, skill_id: str, path: str = SKILL_MD) -> str:
+        """load_skill_through_path: SKILL.md with a header saying which skill, from which
+        layer, and where its files are; any other path returns that file's text."""
+        s, norm, entry = self._entry(skill_id, path)
+        text = _text(norm, s.reader.read(entry))
+        self._usage.add(self.user_id, s.id)
+        if norm != SKILL_MD:
+            return text
+        version = f", version {s.version}" if s.version is not None else ""
+        others = [p for p in sorted(s.files) if p != SKILL_MD]
+        header = [f"Skill: {s.id} (source: {s.source}{version})"]
+        if self.files_root is not None:
+            header.append(f"Files root: {self.files_root / s.source_dir / s.id}")
+        header.append(
+            f"Files (load with load_skill_through_path, skill_id={s.id!r}): "
+            + (", ".join(others) if others else "none besides SKILL.md")
+        )
+        return "\n".join([*header, "", text])
+
+    def read_skill(self, skill_id: str) -> str:
+        """The skill's instructions: SKILL.md without its frontmatter."""
+        data = self.read_bytes(skill_id, SKILL_MD)
+        self._usage.add(self.user_id, skill_id)
+        return parse_skill_md(data).body.strip("\n") + "\n"
+
+    def search_skills(self, query: str) -> list[SkillInfo]:
+        """Skills whose id, name, description or a file path contains every word of `query`,
+        best first (name hits before description hits before path hits)."""
+        words = query.lower().split()
+        scored: list[tuple[int, str, SkillInfo]] = []
+        for s in self.skills:
+            name, desc = f"{s.id} {s.name}".lower(), s.description.lower()
+            paths = " ".join(s.files).lower()
+            score = 0
+            for w in words:
+                hit = 3 if w in name else 2 if w in desc else 1 if w in paths else 0
+                if not hit:
+                    break
+                score += hit
+            else:
+                scored.append((-score, s.id, s))
+        return [s for _, _, s in sorted(scored, key=lambda t: (t[0], t[1]))]
+
+    # ------------------------------------------------------------------ prompt and tools
+
+    def prompt(self) -> str:
+        """The `<available_skills>` block for the system prompt; cached per token."""
+        return self._view.prompt(self.files_root)
+
+    def tools(self, *, enum: bool = False, style: ToolStyle = "openai") -> list[dict[str, Any]]:
+        """Tool definitions (JSON schema) for `load_skill_through_path`, `read_skill` and
+        `search_skills`, in OpenAI's function-tool shape or Anthropic's (`style`). The skill
+        id is a plain string unless `enum`: an enum changes the tools whenever a skill is
+        added, which invalidates the provider's prompt cache."""
+        return self._view.tools(enum, style)
+
+    def call_tool(self, name: str, arguments: Mapping[str, Any] | str) -> str:
+        """Run one of `tools()` and return its text result, or the error as text, so a model
+        that got an id or path wrong reads the listing and corrects itself."""
+        try:
+            args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
+            if not isinstance(args, dict):
+                raise ValueError("arguments must be a JSON object")
+        except ValueError as exc:
+            return f"Error: invalid arguments for {name}: {exc}"
+        try:
+            if name == "load_skill_through_path":
+                return self.load(_arg(args, "skill_id"), _arg(args, "path"))
+            if name == "read_skill":
+                return self.read_skill(_arg(args, "skill_id"))
+            if name == "search_skills":
+                return self._search_text(_arg(args, "query"))
+        except SkillfsError as exc:
+            return f"Error: {exc}"
+        return f"Error: unknown tool {name!r}; tools: {', '.join(TOOL_NAMES)}"
+
+    def _search_text(self, query: str) -> str:
+        hits = self.search_skills(query)
+        if not hits:
+            return f"No skill matches {query!r}. Available skill ids: " + ", ".join(
+                s.id for s in self.skills
+            )
+        return "\n".join(f"{s.id}: {s.description}" for s in hits)
+
+    # ------------------------------------------------------------------ materializing
+
+    def materialize(self, directory: str | Path = ".skills-cache") -> Snapshot:
+        """Write this snapshot's skills under `directory/<source>/<skill>/` and return the
+        snapshot with `files_root` set, whose prompt and SKILL.md headers then name the
+        directories. Incremental: only files whose hash changed are rewritten."""
+        root = Path(directory).expanduser().resolve()
+        materialize(self.skills, root, self.token)
+        return self._replace(files_root=root)
+
+
+def _arg(args: Mapping[str, Any], key: str) -> str:
+    value = args.get(key)
+    if not isinstance(value, str):
+        raise InvalidPath(f"argument {key!r} must be a string, got {value!r}")
+    return value
+
+
+def _text(path: str, data: bytes) -> str:
+    """A file as tool-result text; a binary file is described instead of dumped."""
+    if b"\0" not in data:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return (
+        f"[{path} is a binary file of {len(data)} bytes; materialize the skills "
+        "to use it from a shell]"
+    )

@@ -1,0 +1,105 @@
+"""Usage counts per (user, skill), kept in memory and written to the store in batches.
+
+Counting a load must not cost the reasoning step a round trip, so `add` only bumps a counter;
+a background thread writes the batch every `interval` seconds (sooner once `max_pending` loads
+are waiting) and at interpreter exit. A batch the store refused is kept for the next try.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import weakref
+from collections import Counter
+
+from skillfs.errors import StoreUnavailable
+from skillfs.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class UsageRecorder:
+    """The batched load counter of one agent in one process."""
+
+    def __init__(
+        self, store: Store, agent: str, interval: float = 5.0, max_pending: int = 1000
+    ) -> None:
+        self.store = store
+        self.agent = agent
+        self.interval = interval
+        self.max_pending = max_pending
+        self._counts: Counter[tuple[str, str]] = Counter()
+        self._pending = 0
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add(self, user: str, skill: str) -> None:
+        """Count one load; never touches the store."""
+        with self._lock:
+            self._counts[(user, skill)] += 1
+            self._pending += 1
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name=f"skillfs-usage {self.agent}", daemon=True
+                )
+                self._thread.start()
+            if self._pending >= self.max_pending:
+                self._wake.set()
+
+    def flush(self) -> None:
+        """Write the counts gathered so far (one store call); keep them if the store is down."""
+        with self._flush_lock:
+            with self._lock:
+                counts, self._counts, self._pending = self._counts, Counter(), 0
+            if not counts:
+                return
+            try:
+                self.store.record_usage(self.agent, dict(counts))
+            except StoreUnavailable as exc:
+                log.warning("usage of %s not recorded yet: %s", self.agent, exc)
+                with self._lock:
+                    self._counts.update(counts)
+                    self._pending += counts.total()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            self.flush()
+
+
+_recorders: weakref.WeakKeyDictionary[Store, dict[str, UsageRecorder]] = weakref.WeakKeyDictionary()
+_recorders_lock = threading.Lock()
+
+
+def recorder_for(store: Store, agent: str) -> UsageRecorder:
+    """The one recorder of `agent` for this store object in this process."""
+    with _recorders_lock:
+        per_store = _recorders.setdefault(store, {})
+        r = per_store.get(agent)
+        if r is None:
+            r = per_store[agent] = UsageRecorder(store, agent)
+        return r
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    with _recorders_lock:
+        recorders = [r for per_store in _recorders.values() for r in per_store.values()]
+    for r in recorders:
+        try:
+            r.flush()
+        except Exception as exc:  # the store may be closed already: report, do not mask exit
+            log.warning("usage of %s lost at exit: %s", r.agent, exc)
+
+
+def _forget_after_fork() -> None:
+    """A forked child starts with no counts and no flush thread of its own."""
+    _recorders.clear()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
