@@ -18,6 +18,7 @@ from skillfs.model import (
     Revision,
     Scope,
 )
+from skillfs.runtime import GitRepo, LocalDir, Market, Skills, Snapshot
 from skillfs.store import GcReport, HistoryPolicy, Limits, Store
 
 __all__ = [
@@ -27,13 +28,18 @@ __all__ = [
     "FileEntry",
     "Finding",
     "GcReport",
+    "GitRepo",
     "HistoryPolicy",
     "Limits",
+    "LocalDir",
     "Manifest",
+    "Market",
     "Put",
     "Remove",
     "Revision",
     "Scope",
+    "Skills",
+    "Snapshot",
     "Store",
     "default_url",
     "errors",
