@@ -7,25 +7,20 @@ tests that need it (ServerError with the server's log tail); nothing is skipped.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-# `pytest` (unlike `python -m pytest`) does not put the repository root on sys.path, and
-# tests/servers.py is imported as `tests.servers` everywhere (tests, bench/, checkers).
-_ROOT = str(Path(__file__).resolve().parent.parent)
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
-
-from tests.servers import (  # noqa: E402
+from tests.servers import (
     EtcdCluster,
     EtcdServer,
     RedisCluster,
     RedisSentinel,
     RedisServer,
 )
+
+# `store_url` / `store`: a fresh namespace on every engine and topology.
+pytest_plugins = ["tests.stores"]
 
 # ============================================================================ store servers
 # Session-scoped: one of each per run, started lazily. Start-up times are listed at the end
