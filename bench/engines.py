@@ -48,6 +48,8 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 BEGIN = "<!-- bench/engines.py: begin (generated; edit the script, not this section) -->"
 END = "<!-- bench/engines.py: end -->"
 TARGET_RATIO = 1.3
+#: A "hot" skill is timed from this version on (past HistoryPolicy.keep_versions = 50).
+HOT_FROM = 300
 #: Engine methods counted as round trips.
 ENGINE_CALLS = (
     "touch_blobs",
@@ -268,6 +270,7 @@ class Result:
     scope_calls: float
     publish: Timing
     publish_calls: float
+    publish_hot: Timing
     read_4k: Timing
     read_1m: Timing
     manifest_bytes: float  # per 10,000 manifests
@@ -313,19 +316,11 @@ def _bench(store: skillfs.Store, counter: CallCounter, target: Target, n: int) -
     scope_load = timed(lambda: store.manifests(scope), max(20, n // 50), warmup=3)
 
     log("publish")
-    version = store.manifest(SHARED, "probe").version
-    seq = iter(range(10**9))
-
-    def publish() -> None:
-        nonlocal version
-        k = next(seq)
-        files = _skill_files("probe", k)
-        version = store.publish(SHARED, "probe", files, expected_version=version).version
-
-    with counter.counting() as calls:
-        publish()
-    publish_calls = calls.total()
-    pub = timed(publish, max(50, n // 10), warmup=5)
+    pub, publish_calls = _publishes(store, counter, Scope.shared("pub"), skills=10, versions=40)
+    log(f"publish, a skill past version {HOT_FROM}")
+    hot, _ = _publishes(
+        store, counter, Scope.shared("hot"), skills=1, versions=HOT_FROM + 100, skip=HOT_FROM
+    )
 
     log("file reads, cold cache")
     rng = random.Random(7)
@@ -359,10 +354,39 @@ def _bench(store: skillfs.Store, counter: CallCounter, target: Target, n: int) -
         scope_calls=scope_calls,
         publish=pub,
         publish_calls=publish_calls,
+        publish_hot=hot,
         read_4k=read_4k,
         read_1m=read_1m,
         manifest_bytes=after - before,
     )
+
+
+def _publishes(
+    store: skillfs.Store,
+    counter: CallCounter,
+    scope: Scope,
+    *,
+    skills: int,
+    versions: int,
+    skip: int = 1,
+) -> tuple[Timing, float]:
+    """Publish `skills` skills round-robin up to `versions` each, every write expecting the
+    version before it; time those past version `skip`. Returns timings and engine calls per
+    timed publish."""
+    current = dict.fromkeys((f"pub-{i}" for i in range(skills)), 0)
+    t = Timing()
+    calls: Counter[str] = Counter()
+    for k in range(versions):
+        for name, v in current.items():
+            files = _skill_files(name, k)
+            with counter.counting() as c:
+                t0 = time.perf_counter_ns()
+                current[name] = store.publish(scope, name, files, expected_version=v).version
+                elapsed = time.perf_counter_ns() - t0
+            if k >= skip:
+                t.samples.append(elapsed)
+                calls.update(c)
+    return t, calls.total() / len(t.samples)
 
 
 # --------------------------------------------------------------------------- report
@@ -388,8 +412,12 @@ def table(results: Sequence[Result]) -> str:
         _row("engine calls per freshness check", [f"{r.fresh_calls:.0f}" for r in results]),
         _row("load a scope of 200 skills", [r.scope_load.fmt() for r in results]),
         _row("engine calls per scope load", [f"{r.scope_calls:.0f}" for r in results]),
-        _row("publish (3 files, 1 changed)", [r.publish.fmt() for r in results]),
-        _row("engine calls per publish", [f"{r.publish_calls:.0f}" for r in results]),
+        _row("publish (3 files, 1 changed; versions 2-40)", [r.publish.fmt() for r in results]),
+        _row("engine calls per publish", [f"{r.publish_calls:.1f}" for r in results]),
+        _row(
+            f"publish, skill at versions {HOT_FROM}-{HOT_FROM + 100}",
+            [r.publish_hot.fmt() for r in results],
+        ),
         _row("read a 4 KiB file, cold cache", [r.read_4k.fmt() for r in results]),
         _row("read a 1 MiB file, cold cache", [r.read_1m.fmt() for r in results]),
         _row(

@@ -612,7 +612,7 @@ def _check_c3(
             )
     snap_rev = {(op.proc, op.snap): op for op in revs}
     for m in mreads:
-        rv = snap_rev.get((m.proc, m.snap))
+        snap = snap_rev.get((m.proc, m.snap))
         for skill in m.wanted:
             got = m.skills.get(skill, (0, ""))[0]
             need = by_time[(m.scope, skill)].before(m.invoke)
@@ -622,14 +622,14 @@ def _check_c3(
                     "C3",
                     f"{m.proc} read {m.scope}/{skill} v{got} after v{need} was acknowledged",
                 )
-            if rv is None or rv.counter is None or rv.epoch not in epochs:
+            if snap is None or snap.counter is None or snap.epoch not in epochs:
                 continue
-            covered = by_rev[(rv.epoch, m.scope, skill)].at_most(rv.counter)
+            covered = by_rev[(snap.epoch, m.scope, skill)].at_most(snap.counter)
             r.counts["C3 snapshot coverage checks"] += 1
             if got < covered:
                 r.fail(
                     "C3",
-                    f"{m.proc} snapshot {m.snap} at revision {rv.counter} read "
+                    f"{m.proc} snapshot {m.snap} at revision {snap.counter} read "
                     f"{m.scope}/{skill} v{got}, but v{covered} was committed at or "
                     "before that revision",
                 )
@@ -701,10 +701,11 @@ def _check_c6(
                 r.fail("C6", f"{where}: commit {tag} is in history {n} times")
         at: dict[int, str] = dict(chain)
         for version, tag in chain:
-            w = by_tag.get(tag)
-            if w is None or (w.scope, w.skill) != (t.scope, t.skill):
+            made = by_tag.get(tag)
+            if made is None or (made.scope, made.skill) != (t.scope, t.skill):
                 r.fail("C6", f"{where} v{version}: commit {tag} is no recorded write of it")
                 continue
+            w = made
             if w.outcome == "conflict":
                 r.fail("C6", f"{where} v{version}: {tag} was told Conflict but is in history")
             elif w.outcome == "ok" and w.version != version:
