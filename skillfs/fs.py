@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import stat
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -406,7 +407,7 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
             "sha256": sha,
             "version": sk.version,
             "mtime": item.mtime,
-            "mode": item.mode,
+            "mode": stat.S_IFREG | (item.mode or 0),  # st_mode, as LocalFileSystem reports it
             "scope": str(sk.scope or self.scope),
         }
 
