@@ -216,6 +216,11 @@ class EtcdEngine(Engine):
             raise InvalidPath(f"give both cert= and key= (a client certificate) in {self.url!r}")
         return grpc.ssl_channel_credentials(read("cacert"), key, cert)
 
+    @property
+    def endpoint(self) -> str:
+        """The endpoint calls go to now (they move to the next one when it fails)."""
+        return self._endpoints[self._current].target
+
     # ------------------------------------------------------------------ calls
 
     def _metadata(self, ep: _Endpoint, timeout: float) -> Metadata:
@@ -240,10 +245,11 @@ class EtcdEngine(Engine):
         attempt = 0
         while attempt < 2 * n:
             remaining = end - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 and attempt > 0:
                 break
             index = self._current
             ep = self._endpoints[index]
+            remaining = max(remaining, 0.01)  # the first attempt always runs
             call_timeout = remaining if deadline is not None else min(self.timeout, remaining)
             try:
                 return fn(ep, call_timeout, self._metadata(ep, call_timeout))
@@ -261,14 +267,14 @@ class EtcdEngine(Engine):
             attempt += 1
             if attempt % n == 0:
                 time.sleep(max(0.0, min(0.2, end - time.monotonic())))
-        tried = "; ".join(f"{t} {e}" for t, e in failures.items()) or "no time left to try"
+        tried = "; ".join(f"{t} {e}" for t, e in failures.items())
         with self.unavailable(EndpointsDown):
             raise EndpointsDown(f"no etcd endpoint answered: {tried}")
 
     def _error(self, code: grpc.StatusCode, details: str) -> Exception:
         """An error that rotating endpoints would not cure."""
         where = f"etcd store {self.url}"
-        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and details.startswith("Received message"):
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "Received message larger" in details:
             return _ResponseTooLarge(
                 f"a response from {where} is over the receive limit of "
                 f"{self.max_response_bytes} bytes ({details}); raise max_response_bytes"
@@ -277,6 +283,10 @@ class EtcdEngine(Engine):
             return _RequestTooLarge(f"{where} refused a request as too large ({details})")
         if code == grpc.StatusCode.OUT_OF_RANGE and "compacted" in details:
             return _Compacted(details)
+        if "user name is empty" in details:
+            return PermissionDenied(
+                f"{where} requires a user: give etcd://USER:PASSWORD@host:port (URL-encoded)"
+            )
         if code == grpc.StatusCode.PERMISSION_DENIED or "authentication" in details:
             return PermissionDenied(
                 f"{where} refused the credentials or the operation ({code.name}: {details}); "
@@ -537,10 +547,17 @@ class EtcdEngine(Engine):
             try:
                 response = self._txn(request)
             except _RequestTooLarge as exc:
+                one = ops[0].manifest
+                fix = (
+                    "commit fewer skills at once"
+                    if len(ops) > 1
+                    else f"{one.skill} lists {len(one.files)} files; an update carries the old "
+                    "and the new file table, so keep a skill under about 5,000 files"
+                )
                 raise TooLarge(
                     f"a commit of {len(ops)} skill(s) is one etcd transaction of "
-                    f"{request.ByteSize()} bytes, over the server's limit (--max-request-bytes, "
-                    f"1.5 MiB by default): commit fewer or smaller skills at once ({exc})"
+                    f"{request.ByteSize()} bytes (new manifests and history copies), over the "
+                    f"server's --max-request-bytes (1.5 MiB by default): {fix} ({exc})"
                 ) from exc
             if response.succeeded:
                 rev_put = response.responses[-1].response_put
@@ -696,7 +713,8 @@ class EtcdEngine(Engine):
                         return response.header.cluster_id, list(response.events)
                 return 0, []
             except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                # the wait is over; etcd may report its side of the deadline as UNKNOWN
+                if "deadline exceeded" in (exc.details() or "").lower():
                     return 0, []
                 if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
                     return None

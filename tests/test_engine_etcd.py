@@ -1,0 +1,709 @@
+"""The etcd engine against real etcd: physical layout, the commit transaction, paging,
+compaction, endpoint rotation, faults (C7), auth and TLS. The Store-level contract is in
+test_conformance.py."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import etcd3
+import pytest
+
+import skillfs
+from skillfs.engines.base import CommitOp, VersionMismatch
+from skillfs.engines.etcd import EtcdEngine
+from skillfs.errors import InvalidPath, PermissionDenied, StoreUnavailable, TooLarge
+from skillfs.model import FileEntry, Manifest, Revision, Scope
+from tests.servers import HOST, EtcdCluster, EtcdServer, free_port
+
+ALICE = Scope.user("support-bot", "alice")
+SHARED = Scope.shared("support-bot")
+MARKET = Scope.market("team")
+MiB = 1024 * 1024
+
+
+def skill_md(name: str, body: str = "") -> bytes:
+    return f"---\nname: {name}\ndescription: Does things. Use when testing.\n---\n{body}\n".encode()
+
+
+def manifest(skill: str, version: int, files: int = 1, commit_id: str = "c") -> Manifest:
+    """A manifest with `files` entries (about 110 bytes of JSON each); no blobs behind it."""
+    entries = {
+        f"references/file-{i:05d}.md": FileEntry(
+            sha256=hashlib.sha256(f"{skill}{i}".encode()).hexdigest(),
+            size=i,
+            mode=0o644,
+            mtime=1.0,
+        )
+        for i in range(files)
+    }
+    return Manifest(skill=skill, version=version, commit_id=commit_id, committed_at=time.time(),
+                    files=entries)  # fmt: skip
+
+
+def raw_keys(client: etcd3.Etcd3Client, prefix: str = "") -> dict[str, bytes]:
+    found = client.get_prefix(prefix) if prefix else client.get_all()
+    return {m.key.decode(): v for v, m in found}
+
+
+@pytest.fixture
+def server_client(etcd_server: EtcdServer, etcd_url: str) -> Iterator[etcd3.Etcd3Client]:
+    c = etcd_server.client()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def engine(etcd_url: str) -> Iterator[EtcdEngine]:
+    e = EtcdEngine(etcd_url)
+    yield e
+    e.close()
+
+
+def ns_url(url: str) -> str:
+    return f"{url}?prefix=t{uuid.uuid4().hex[:10]}/"
+
+
+# ----------------------------------------------------------------- URL and layout
+
+
+def test_url_options(etcd_server: EtcdServer) -> None:
+    e = EtcdEngine(f"etcd://u:secret@{etcd_server.endpoint},localhost?prefix=a/&timeout=2")
+    assert e.url == f"etcd://u:***@{etcd_server.endpoint},localhost?prefix=a/&timeout=2"
+    assert [ep.target for ep in e._endpoints] == [etcd_server.endpoint, "localhost:2379"]
+    assert e.timeout == 2.0 and e.max_ops == 63 and e.chunk_size == MiB
+    e.close()
+    with pytest.raises(InvalidPath, match="unknown option"):
+        EtcdEngine(f"etcd://{etcd_server.endpoint}?prefx=a/")
+    with pytest.raises(InvalidPath, match="need TLS"):
+        EtcdEngine(f"etcd://{etcd_server.endpoint}?cert=/x")
+    assert isinstance(skillfs.open_store(etcd_server.url).engine, EtcdEngine)
+
+
+def test_physical_layout(etcd_url: str, server_client: etcd3.Etcd3Client) -> None:
+    store = skillfs.open_store(etcd_url)
+    c1 = store.publish(ALICE, "code-reviewer", {"SKILL.md": skill_md("code-reviewer", "one")})
+    c2 = store.publish(ALICE, "code-reviewer", {"SKILL.md": skill_md("code-reviewer", "two")})
+    c3 = store.publish(SHARED, "s", {"SKILL.md": skill_md("s")})
+    cm = store.publish(MARKET, "m", {"SKILL.md": skill_md("m")})
+    store.record_usage("support-bot", {("alice", "code-reviewer"): 2, ("", "s"): 1})
+    keys = raw_keys(server_client)
+    sha = store.manifest(ALICE, "code-reviewer").files["SKILL.md"].sha256
+    live = "agents/support-bot/users/alice/skills/code-reviewer"
+    assert Manifest.model_validate_json(keys[live]).version == 2
+    assert (
+        Manifest.model_validate_json(keys[f"history/{live}/0000000001"]).commit_id == c1.commit_id
+    )
+    assert "agents/support-bot/shared/skills/s" in keys and "markets/team/skills/m" in keys
+    assert c2.revision < c3.revision
+    assert keys["agents/support-bot/rev"] == c3.commit_id.encode()  # the latest commit's id
+    assert keys["markets/team/rev"] == cm.commit_id.encode()
+    assert keys[f"blobs/{sha}/0"] == skill_md("code-reviewer", "two")
+    assert float(keys[f"blobs/{sha}"]) > 0
+    assert keys["usage/agents/support-bot/alice/code-reviewer"] == b"2"
+    assert keys["usage/agents/support-bot//s"] == b"1"
+    assert store.usage("support-bot") == {("alice", "code-reviewer"): 2, ("", "s"): 1}
+    tops = {k.split("/", 1)[0] for k in keys}
+    assert tops == {"agents", "markets", "history", "blobs", "usage"}
+    # the revision is the store's own mod_revision of the rev key; the epoch names the cluster
+    _, meta = server_client.get("agents/support-bot/rev")
+    rev = store.revision("support-bot")
+    assert rev is not None and rev.counter == meta.mod_revision
+    assert rev.epoch == f"{meta.response_header.cluster_id:016x}-{meta.create_revision}"
+    store.close()
+
+
+def test_prefix_keeps_every_key_inside(etcd_url: str, server_client: etcd3.Etcd3Client) -> None:
+    store = skillfs.open_store(f"{etcd_url}?prefix=tenant1/")
+    store.publish(ALICE, "a", {"SKILL.md": skill_md("a")})
+    store.publish(ALICE, "a", {"SKILL.md": skill_md("a", "2")})
+    store.record_usage("support-bot", {("alice", "a"): 1})
+    keys = raw_keys(server_client)
+    assert keys and all(k.startswith("tenant1/") for k in keys)
+    other = skillfs.open_store(f"{etcd_url}?prefix=tenant2/")
+    assert other.agents() == [] and store.agents() == ["support-bot"]
+    assert list(other.engine.blob_shas()) == [] and len(list(store.engine.blob_shas())) == 2
+    store.close()
+    other.close()
+
+
+# ----------------------------------------------------------------- the commit transaction
+
+
+def test_commit_is_one_transaction(engine: EtcdEngine, server_client: etcd3.Etcd3Client) -> None:
+    ops = [CommitOp(scope=ALICE, manifest=manifest(f"s{i}", 1), expect=0) for i in range(3)]
+    rev = engine.commit("agents/support-bot", ops)
+    for i in range(3):
+        _, meta = server_client.get(f"agents/support-bot/users/alice/skills/s{i}")
+        assert meta.mod_revision == rev.counter  # all written at the commit's one revision
+    _, meta = server_client.get("agents/support-bot/rev")
+    assert meta.mod_revision == rev.counter
+
+
+def test_version_mismatch_writes_nothing(
+    engine: EtcdEngine, server_client: etcd3.Etcd3Client
+) -> None:
+    engine.commit(
+        "agents/support-bot", [CommitOp(scope=ALICE, manifest=manifest("b", 1), expect=0)]
+    )
+    engine.commit(
+        "agents/support-bot", [CommitOp(scope=ALICE, manifest=manifest("b", 2), expect=1)]
+    )
+    before = raw_keys(server_client)
+    rev = engine.revisions(["agents/support-bot"])["agents/support-bot"]
+    ops = [
+        CommitOp(scope=ALICE, manifest=manifest("a", 1), expect=0),
+        CommitOp(scope=ALICE, manifest=manifest("b", 2), expect=1),  # b is at 2
+    ]
+    with pytest.raises(VersionMismatch) as err:
+        engine.commit("agents/support-bot", ops)
+    assert (err.value.skill, err.value.current) == ("b", 2)
+    assert raw_keys(server_client) == before
+    assert engine.revisions(["agents/support-bot"])["agents/support-bot"] == rev
+
+
+def test_racing_commits_one_wins(etcd_url: str) -> None:
+    """Ten engines commit version 2 of one skill at once: exactly one succeeds."""
+    engines = [EtcdEngine(etcd_url) for _ in range(10)]
+    engines[0].commit("agents/a", [CommitOp(scope=Scope.shared("a"), manifest=manifest("x", 1),
+                                            expect=0)])  # fmt: skip
+    barrier = threading.Barrier(len(engines))
+    results: list[object] = []
+
+    def go(e: EtcdEngine, i: int) -> None:
+        barrier.wait()
+        op = CommitOp(
+            scope=Scope.shared("a"), manifest=manifest("x", 2, commit_id=str(i)), expect=1
+        )
+        try:
+            results.append(e.commit("agents/a", [op]))
+        except VersionMismatch as exc:
+            results.append(exc.current)
+
+    threads = [threading.Thread(target=go, args=(e, i)) for i, e in enumerate(engines)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(isinstance(r, Revision) for r in results) == 1
+    assert sorted(r for r in results if isinstance(r, int)) == [2] * 9
+    assert [m.version for m in engines[0].history(Scope.shared("a"), "x")] == [1]
+    for e in engines:
+        e.close()
+
+
+def test_max_ops_fits_one_transaction(engine: EtcdEngine) -> None:
+    n = engine.max_ops
+    assert n is not None
+    first = [CommitOp(scope=ALICE, manifest=manifest(f"s{i}", 1), expect=0) for i in range(n)]
+    engine.commit("agents/support-bot", first)
+    # the worst case: every op also copies its old manifest to history
+    second = [CommitOp(scope=ALICE, manifest=manifest(f"s{i}", 2), expect=1) for i in range(n)]
+    engine.commit("agents/support-bot", second)
+    assert len(engine.load_scope(ALICE)) == n
+    assert all(len(engine.history(ALICE, f"s{i}")) == 1 for i in range(0, n, 10))
+
+
+def test_commit_over_the_request_limit_is_too_large(engine: EtcdEngine) -> None:
+    big = [CommitOp(scope=ALICE, manifest=manifest(f"s{i}", 1, files=3000), expect=0)
+           for i in range(6)]  # fmt: skip
+    with pytest.raises(TooLarge, match="--max-request-bytes"):
+        engine.commit("agents/support-bot", big)
+    assert engine.load_scope(ALICE) == {}
+
+
+# ----------------------------------------------------------------- paging
+
+
+def fill_scope(engine: EtcdEngine, skills: int, files: int) -> int:
+    """Commit `skills` manifests of `files` entries each; returns their total JSON size."""
+    total = 0
+    for i in range(0, skills, 4):
+        ops = [CommitOp(scope=SHARED, manifest=manifest(f"s{j:03d}", 1, files=files), expect=0)
+               for j in range(i, min(skills, i + 4))]  # fmt: skip
+        total += sum(len(op.manifest.model_dump_json()) for op in ops)
+        engine.commit("agents/support-bot", ops)
+    return total
+
+
+def test_scope_over_the_default_4_mib_response_cap(etcd_url: str) -> None:
+    writer = EtcdEngine(etcd_url)
+    total = fill_scope(writer, 40, 1200)  # 40 manifests of about 140 KiB
+    assert total > 5 * MiB
+    default = EtcdEngine(etcd_url)
+    loaded = default.load_scope(SHARED)
+    assert len(loaded) == 40 and all(len(m.files) == 1200 for m in loaded.values())
+    # a receive limit of 4 MiB (etcd3's default) still works: pages shrink until they fit
+    capped = EtcdEngine(etcd_url, max_response_bytes=4 * MiB)
+    assert capped.load_scope(SHARED) == loaded
+    tiny_pages = EtcdEngine(etcd_url, page_size=3)
+    assert tiny_pages.load_scope(SHARED) == loaded
+    for e in (writer, default, capped, tiny_pages):
+        e.close()
+
+
+def test_pages_are_one_snapshot(etcd_url: str) -> None:
+    """Writes landing between pages are not mixed in: pages read at the first page's revision."""
+    writer = EtcdEngine(etcd_url)
+    fill_scope(writer, 12, 1)
+    reader = EtcdEngine(etcd_url, page_size=2)
+    real_range = reader._range
+    calls = 0
+
+    def range_and_write(request: object) -> object:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # between the first and the second page
+            op = CommitOp(scope=SHARED, manifest=manifest("s011", 2), expect=1)
+            writer.commit("agents/support-bot", [op])
+        return real_range(request)
+
+    reader._range = range_and_write  # type: ignore[method-assign]
+    loaded = reader.load_scope(SHARED)
+    assert calls == 6 and len(loaded) == 12 and loaded["s011"].version == 1
+    assert writer.load_scope(SHARED)["s011"].version == 2
+    writer.close()
+    reader.close()
+
+
+def test_listings_skip_large_subtrees(engine: EtcdEngine) -> None:
+    small = EtcdEngine(engine.url, page_size=2)
+    for u in ["a", "a.b", "a+", "b", "zz"]:
+        scope = Scope.user("bot", u)
+        ops = [CommitOp(scope=scope, manifest=manifest(f"s{i}", 1), expect=0) for i in range(5)]
+        engine.commit("agents/bot", ops)
+    engine.commit("agents/bot.x", [CommitOp(scope=Scope.shared("bot.x"), manifest=manifest("s", 1),
+                                            expect=0)])  # fmt: skip
+    engine.commit("markets/m", [CommitOp(scope=Scope.market("m"), manifest=manifest("s", 1),
+                                         expect=0)])  # fmt: skip
+    for e in (engine, small):
+        assert e.domains() == ["agents/bot", "agents/bot.x", "markets/m"]
+        assert [str(s) for s in e.scopes("agents/bot")] == [
+            "user:bot/a", "user:bot/a+", "user:bot/a.b", "user:bot/b", "user:bot/zz"
+        ]  # fmt: skip
+        assert e.scopes("agents/bot.x") == [Scope.shared("bot.x")]
+        assert e.scopes("markets/m") == [Scope.market("m")]
+    small.close()
+
+
+# ----------------------------------------------------------------- blobs
+
+
+@pytest.mark.slow
+def test_64_mib_blob_round_trip(engine: EtcdEngine, server_client: etcd3.Etcd3Client) -> None:
+    data = os.urandom(64 * MiB)
+    sha = hashlib.sha256(data).hexdigest()
+    chunks = [data[i : i + MiB] for i in range(0, len(data), MiB)]
+    t0 = time.monotonic()
+    engine.put_blob(sha, chunks, now=100.0)
+    put_s = time.monotonic() - t0
+    assert engine.touch_blobs([sha, "0" * 64], now=200.0) == {sha}
+    t0 = time.monotonic()
+    got = engine.get_chunks([(sha, i) for i in range(64)])
+    get_s = time.monotonic() - t0
+    assert b"".join(c or b"" for c in got) == data
+    assert engine.get_chunks([(sha, 64)]) == [None]
+    keys = [m.key.decode() for _, m in server_client.get_prefix(f"blobs/{sha}", keys_only=True)]
+    assert len(keys) == 65  # 64 chunks and the last-use key
+    assert list(engine.blob_shas()) == [sha]
+    assert not engine.delete_blob_if_idle(sha, cutoff=150.0)  # touched at 200
+    assert engine.delete_blob_if_idle(sha, cutoff=250.0)
+    assert raw_keys(server_client, "blobs/") == {}
+    print(f"64 MiB blob: put {put_s:.2f}s, get {get_s:.2f}s")
+
+
+def test_partial_upload_is_not_present_and_gc_collects_it(
+    engine: EtcdEngine, server_client: etcd3.Etcd3Client
+) -> None:
+    sha = "ab" * 32
+    server_client.put(f"blobs/{sha}", b"partial 100.0")  # an upload that crashed after chunk 0
+    server_client.put(f"blobs/{sha}/0", b"x")
+    orphan = "cd" * 32
+    server_client.put(f"blobs/{orphan}/0", b"y")  # chunks whose marker GC already removed
+    assert engine.touch_blobs([sha, orphan], now=200.0) == set()
+    assert sorted(engine.blob_shas()) == sorted([sha, orphan])
+    assert not engine.delete_blob_if_idle(sha, cutoff=50.0)
+    assert engine.delete_blob_if_idle(sha, cutoff=150.0)
+    assert engine.delete_blob_if_idle(orphan, cutoff=0.0)
+    assert raw_keys(server_client, "blobs/") == {}
+    # an upload resuming over a stale marker completes it
+    server_client.put(f"blobs/{sha}", b"partial 100.0")
+    engine.put_blob(sha, [b"x", b"y"], now=300.0)
+    assert raw_keys(server_client, "blobs/") == {
+        f"blobs/{sha}": b"300.0", f"blobs/{sha}/0": b"x", f"blobs/{sha}/1": b"y"
+    }  # fmt: skip
+    assert engine.touch_blobs([sha], now=400.0) == {sha}
+
+
+def test_gc_racing_a_touch_keeps_the_blob(engine: EtcdEngine) -> None:
+    sha = "ef" * 32
+    engine.put_blob(sha, [b"z"], now=100.0)
+    real_txn = engine._txn
+    calls = 0
+
+    def touch_between(request: object) -> object:  # GC read the last-use key, then a publisher
+        nonlocal calls  # touches the blob before GC's conditional delete
+        calls += 1
+        if calls == 2:
+            engine.touch_blobs([sha], now=300.0)
+        return real_txn(request)
+
+    engine._txn = touch_between  # type: ignore[method-assign]
+    assert not engine.delete_blob_if_idle(sha, cutoff=200.0)
+    assert engine.get_chunks([(sha, 0)]) == [b"z"]
+
+
+def test_usage_counters_under_contention(etcd_url: str) -> None:
+    engines = [EtcdEngine(etcd_url) for _ in range(6)]
+
+    def bump(e: EtcdEngine) -> None:
+        for _ in range(20):
+            e.add_usage("bot", {("u1", "s"): 1, ("u/2", "s k"): 2})
+
+    threads = [threading.Thread(target=bump, args=(e,)) for e in engines]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert engines[0].usage("bot") == {("u1", "s"): 120, ("u/2", "s k"): 240}
+    for e in engines:
+        e.close()
+
+
+# ----------------------------------------------------------------- revisions and the log
+
+
+def test_changes_waits_then_times_out(engine: EtcdEngine) -> None:
+    rev = engine.commit("agents/a", [CommitOp(scope=Scope.shared("a"), manifest=manifest("x", 1),
+                                              expect=0)])  # fmt: skip
+    t0 = time.monotonic()
+    assert engine.changes("agents/a", rev, timeout=0.3) == []
+    assert 0.25 < time.monotonic() - t0 < 2.0
+    assert engine.changes("agents/a", rev, timeout=0) == []
+    later: list[Revision] = []
+
+    def commit_soon() -> None:
+        time.sleep(0.2)
+        ops = [CommitOp(scope=Scope.shared("a"), manifest=manifest(n, v), expect=v - 1)
+               for n, v in (("x", 2), ("y", 1))]  # fmt: skip
+        later.append(engine.commit("agents/a", ops))
+
+    t = threading.Thread(target=commit_soon)
+    t.start()
+    got = engine.changes("agents/a", rev, timeout=5)
+    t.join()
+    assert [(c.op, c.skill, c.version, c.revision) for c in got] == [
+        ("put", "x", 2, later[0]), ("put", "y", 1, later[0])
+    ]  # fmt: skip
+    # a domain that does not exist yet: nothing, then a reset once it is created
+    assert engine.changes("agents/b", Revision(epoch="", counter=0), timeout=0.1) == []
+
+
+def test_compaction_means_reset(
+    etcd_server: EtcdServer, engine: EtcdEngine, server_client: etcd3.Etcd3Client
+) -> None:
+    scope = Scope.shared("a")
+    r1 = engine.commit("agents/a", [CommitOp(scope=scope, manifest=manifest("x", 1), expect=0)])
+    r2 = engine.commit("agents/a", [CommitOp(scope=scope, manifest=manifest("x", 2), expect=1)])
+    engine.commit("agents/b", [CommitOp(scope=Scope.shared("b"), manifest=manifest("y", 1),
+                                        expect=0)])  # fmt: skip
+    assert [c.version for c in engine.changes("agents/a", r1, timeout=1)] == [2]
+    _, meta = server_client.get("agents/b/rev")
+    server_client.compact(meta.mod_revision, physical=True)
+    # the log no longer reaches back to r1: reload
+    assert engine.changes("agents/a", r1, timeout=1) == [reset(r2)]
+    # r2 is current: the compaction of older revisions is no reason to reset
+    assert engine.changes("agents/a", r2, timeout=0.2) == []
+    r3 = engine.commit("agents/a", [CommitOp(scope=scope, manifest=manifest("x", 3), expect=2)])
+    assert [(c.version, c.revision) for c in engine.changes("agents/a", r2, timeout=1)] == [(3, r3)]
+
+
+def reset(rev: Revision) -> skillfs.Change:
+    return skillfs.Change(revision=rev, op="reset")
+
+
+def test_data_replaced_means_new_epoch(etcd_server: EtcdServer, engine: EtcdEngine) -> None:
+    scope = Scope.shared("a")
+    r1 = engine.commit("agents/a", [CommitOp(scope=scope, manifest=manifest("x", 1), expect=0)])
+    etcd_server.flush()  # the data is gone (a wipe, a restore of another history)
+    r2 = engine.commit("agents/a", [CommitOp(scope=scope, manifest=manifest("x", 1), expect=0)])
+    assert r2.epoch != r1.epoch and r2.counter > r1.counter
+    assert engine.changes("agents/a", r1, timeout=1) == [reset(r2)]
+    assert engine.changes("agents/a", Revision(epoch=r2.epoch, counter=r2.counter + 5), 1) == [
+        reset(r2)
+    ]  # the counter went back
+
+
+# ----------------------------------------------------------------- connections and faults
+
+
+def test_unreachable_store_names_its_endpoints_fast() -> None:
+    ports = [free_port(), free_port()]
+    url = f"etcd://u:pw@{HOST}:{ports[0]},{HOST}:{ports[1]}"
+    e = EtcdEngine(url, timeout=1.0, retry_for=3.0)
+    t0 = time.monotonic()
+    with pytest.raises(StoreUnavailable) as err:
+        e.ping()
+    assert time.monotonic() - t0 < 3.5
+    msg = str(err.value)
+    assert f"{HOST}:{ports[0]}" in msg and f"{HOST}:{ports[1]}" in msg and "pw" not in msg
+    e.close()
+
+
+@pytest.mark.slow
+def test_recovers_when_the_server_comes_back(etcd_server: EtcdServer, etcd_url: str) -> None:
+    store = skillfs.Store(EtcdEngine(etcd_url, timeout=1.0, retry_for=1.0), retry_for=0.5)
+    store.publish(ALICE, "a", {"SKILL.md": skill_md("a")})
+    etcd_server.kill()
+    try:
+        with pytest.raises(StoreUnavailable, match=etcd_server.endpoint):
+            store.manifest(ALICE, "a")
+    finally:
+        etcd_server.start()
+    deadline = time.monotonic() + 5
+    while True:  # the same engine: its channel reconnects within about a second
+        try:
+            assert store.manifest(ALICE, "a").version == 1
+            break
+        except StoreUnavailable:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    store.close()
+
+
+def _cluster_store(cluster: EtcdCluster, first: int = 0, **kw: Any) -> skillfs.Store:
+    """A store over every member, `first` listed first (the member calls go to)."""
+    order = [first] + [i for i in range(cluster.size) if i != first]
+    url = "etcd://" + ",".join(cluster.endpoints[i] for i in order)
+    return skillfs.Store(EtcdEngine(ns_url(url), **kw))
+
+
+def only(cluster: EtcdCluster, i: int, store: skillfs.Store) -> str:
+    """The URL of `store` (its prefix) on member `i` alone."""
+    return f"etcd://{cluster.endpoints[i]}?{store.url.split('?', 1)[1]}"
+
+
+def _restore(cluster: EtcdCluster) -> None:
+    cluster.start()
+    cluster.leader_index()
+
+
+@pytest.mark.slow
+def test_rotation_when_the_member_in_use_is_killed(etcd_cluster: EtcdCluster) -> None:
+    store = _cluster_store(etcd_cluster, first=1, timeout=2.0)
+    engine = store.engine
+    assert isinstance(engine, EtcdEngine)
+    store.publish(ALICE, "a", {"SKILL.md": skill_md("a", "0")})
+    assert engine.endpoint == etcd_cluster.endpoints[1]
+    etcd_cluster.kill(1)
+    try:
+        t0 = time.monotonic()
+        c = store.publish(ALICE, "a", {"SKILL.md": skill_md("a", "1")})
+        first_write = time.monotonic() - t0
+        for n in range(2, 20):
+            c = store.publish(ALICE, "a", {"SKILL.md": skill_md("a", str(n))})
+        assert c.version == 20 and engine.endpoint != etcd_cluster.endpoints[1]
+        assert store.read(ALICE, "a", "SKILL.md") == skill_md("a", "19")
+        assert first_write < 5.0
+    finally:
+        _restore(etcd_cluster)
+    store.close()
+
+
+@pytest.mark.slow
+def test_writes_continue_with_one_member_down(etcd_cluster: EtcdCluster) -> None:
+    etcd_cluster.stop(0)
+    try:
+        store = _cluster_store(etcd_cluster, first=0, timeout=2.0)  # the dead member first
+        for n in range(10):
+            store.publish(SHARED, f"s{n}", {"SKILL.md": skill_md(f"s{n}")})
+        assert len(store.skills(SHARED)) == 10
+        assert store.revision("support-bot") is not None
+    finally:
+        _restore(etcd_cluster)
+    # the member that was down catches up; a store on it alone sees every write
+    alone = skillfs.Store(EtcdEngine(only(etcd_cluster, 0, store)))
+    assert len(alone.skills(SHARED)) == 10
+    alone.close()
+    store.close()
+
+
+@pytest.mark.slow
+def test_a_hung_member_times_out_and_rotates(etcd_cluster: EtcdCluster) -> None:
+    """SIGSTOP: the member accepts connections but never answers. Nothing may hang."""
+    store = _cluster_store(etcd_cluster, first=2, timeout=1.0)
+    store.publish(ALICE, "a", {"SKILL.md": skill_md("a")})
+    pid = etcd_cluster.pid(2)
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        assert store.publish(ALICE, "a", {"SKILL.md": skill_md("a", "2")}).version == 2
+        assert store.manifest(ALICE, "a").version == 2
+        assert time.monotonic() - t0 < 8.0
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        _restore(etcd_cluster)
+    store.close()
+
+
+@pytest.mark.slow
+def test_c7_leader_kill_loses_no_acknowledged_write(etcd_cluster: EtcdCluster) -> None:
+    leader = etcd_cluster.leader_index()
+    store = _cluster_store(etcd_cluster, first=leader, timeout=2.0)
+    store.retry_for = 20.0
+    acked: list[tuple[int, str, int]] = []  # (version, commit id, payload) of acknowledged writes
+    killed_at: list[int] = []
+    errors: list[Exception] = []
+    stop = threading.Event()
+
+    def writer() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            files = {"SKILL.md": skill_md("s", str(n)), "n": str(n).encode()}
+            try:
+                c = store.publish(SHARED, "s", files)
+            except Exception as exc:
+                errors.append(exc)
+                return
+            acked.append((c.version, c.commit_id, n))
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        time.sleep(1.0)
+        killed_at.append(len(acked))
+        etcd_cluster.kill(leader)
+        time.sleep(3.0)
+        stop.set()
+        t.join(30)
+        assert not t.is_alive()
+    finally:
+        stop.set()
+        _restore(etcd_cluster)
+    assert not errors
+    assert killed_at[0] > 5 and len(acked) > killed_at[0] + 5, (killed_at, len(acked))
+    # every acknowledged write is there, read through the member that was killed
+    reader = skillfs.Store(EtcdEngine(only(etcd_cluster, leader, store)))
+    kept = {m.version: m for m in reader.history(SHARED, "s")}
+    for version, commit_id, n in acked:
+        assert kept[version].commit_id == commit_id
+        entry = kept[version].files["n"]
+        assert reader.read_entry(entry) == str(n).encode()
+    print(f"C7: {len(acked)} writes acknowledged, {len(acked) - killed_at[0]} after the kill")
+    reader.close()
+    store.close()
+
+
+# ----------------------------------------------------------------- auth and TLS
+
+
+@pytest.fixture
+def auth_server(tmp_path: Path) -> Iterator[EtcdServer]:
+    """A private server with auth enabled and one user, root:rootpw."""
+    with EtcdServer(tmp_path / "etcd-auth") as server:
+        c = server.client()
+        c.authstub.UserAdd(etcd3.etcdrpc.AuthUserAddRequest(name="root", password="rootpw"), 5)
+        c.authstub.UserGrantRole(
+            etcd3.etcdrpc.AuthUserGrantRoleRequest(user="root", role="root"), 5
+        )
+        c.authstub.AuthEnable(etcd3.etcdrpc.AuthEnableRequest(), 5)
+        c.close()
+        yield server
+
+
+@pytest.mark.slow
+def test_user_and_password(auth_server: EtcdServer) -> None:
+    url = f"etcd://root:rootpw@{auth_server.endpoint}?prefix=p/"
+    store = skillfs.open_store(url)
+    store.publish(ALICE, "a", {"SKILL.md": skill_md("a")})
+    assert store.read(ALICE, "a", "SKILL.md") == skill_md("a")
+    engine = store.engine
+    assert isinstance(engine, EtcdEngine)
+    engine._endpoints[0].token = "expired.token"  # the server forgot it (TTL): log in again
+    assert store.manifest(ALICE, "a").version == 1
+    rev = store.revision("support-bot")
+    assert rev is not None
+    store.publish(ALICE, "a", {"SKILL.md": skill_md("a", "2")})
+    assert [c.version for c in engine.changes("agents/support-bot", rev, 1)] == [2]  # watch too
+    store.close()
+    with pytest.raises(PermissionDenied, match="credentials"):
+        EtcdEngine(f"etcd://root:wrong@{auth_server.endpoint}").ping()
+    with pytest.raises(PermissionDenied, match="user"):
+        EtcdEngine(f"etcd://{auth_server.endpoint}").ping()
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """etcd serving TLS with client-certificate auth; yields (endpoint, cert dir)."""
+    d = tmp_path / "pki"
+    d.mkdir()
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
+             "ca.pem", "-days", "1", "-subj", "/CN=skillfs-test-ca", cwd=d)  # fmt: skip
+    for name, ext in (("server", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth"),
+                      ("client", "extendedKeyUsage=clientAuth")):  # fmt: skip
+        (d / f"{name}.ext").write_text(ext + "\n")
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
+                 f"{name}.csr", "-subj", f"/CN={name}", cwd=d)  # fmt: skip
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                 "-CAcreateserial", "-out", f"{name}.pem", "-days", "1", "-extfile",
+                 f"{name}.ext", cwd=d)  # fmt: skip
+    client, peer = free_port(), free_port()
+    argv = [
+        "etcd", "--name", "tls", "--data-dir", str(tmp_path / "data"),
+        "--listen-client-urls", f"https://{HOST}:{client}",
+        "--advertise-client-urls", f"https://{HOST}:{client}",
+        "--listen-peer-urls", f"http://{HOST}:{peer}",
+        "--initial-advertise-peer-urls", f"http://{HOST}:{peer}",
+        "--initial-cluster", f"tls=http://{HOST}:{peer}",
+        "--cert-file", str(d / "server.pem"), "--key-file", str(d / "server.key"),
+        "--client-cert-auth", "--trusted-ca-file", str(d / "ca.pem"),
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD")}
+    with open(tmp_path / "etcd.log", "wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)  # fmt: skip
+    try:
+        yield f"{HOST}:{client}", d
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+@pytest.mark.slow
+def test_tls_with_client_certificate(tls_server: tuple[str, Path]) -> None:
+    endpoint, d = tls_server
+    url = (f"etcd://{endpoint}?cacert={d / 'ca.pem'}&cert={d / 'client.pem'}"
+           f"&key={d / 'client.key'}")  # fmt: skip
+    engine = EtcdEngine(url, timeout=2.0)
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            engine.ping()
+            break
+        except StoreUnavailable:
+            assert time.monotonic() < deadline, "TLS etcd did not come up"
+            time.sleep(0.2)
+    store = skillfs.Store(engine)
+    store.publish(ALICE, "a", {"SKILL.md": skill_md("a")})
+    assert store.read(ALICE, "a", "SKILL.md") == skill_md("a")
+    store.close()
+    no_client_cert = EtcdEngine(f"etcd://{endpoint}?cacert={d / 'ca.pem'}", timeout=1.0,
+                                retry_for=1.0)  # fmt: skip
+    with pytest.raises(StoreUnavailable):
+        no_client_cert.ping()
+    no_client_cert.close()
