@@ -8,11 +8,13 @@ durability settings and the limits are in docs/engine-redis.md.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 from urllib.parse import SplitResult, parse_qsl, unquote, urlencode, urlsplit
 
 import redis
@@ -35,10 +37,18 @@ WAIT_TIMEOUT_MS = 1000
 #: Commits a `changes()` call returns at most; the caller asks again from the last one.
 CHANGES_BATCH = 100
 _MAX_SEQ = 18446744073709551615  # the largest sequence part of a stream entry ID
-_OUR_QUERY = ("prefix", "wait", "wait_timeout")
-#: Error replies that mean "not now" rather than "wrong": the server is busy, lacks replicas,
-#: or lost its primary. Anything else a ResponseError says is a bug and is raised as is.
-_TRANSIENT_REPLIES = ("NOREPLICAS", "BUSY", "MASTERDOWN", "TRYAGAIN", "LOADING", "CLUSTERDOWN")
+#: Query options redis-py takes from the URL (passed on to it), besides our own.
+_CLIENT_QUERY = (
+    "socket_timeout", "socket_connect_timeout", "socket_keepalive", "health_check_interval",
+    "max_connections", "client_name",
+)  # fmt: skip
+_TLS_QUERY = (
+    "ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_password",
+    "ssl_check_hostname",
+)  # fmt: skip
+#: Error replies redis-py has no class for that mean "not now" rather than "wrong": too few
+#: replicas (min-replicas-to-write), a long script running. Other ResponseErrors are raised as is.
+_TRANSIENT_REPLIES = ("NOREPLICAS ", "BUSY ")
 
 # KEYS: rev, log, scopes[, domains], then per op: scope hash, history hash.
 # ARGV: fresh epoch, log limit, number of fixed keys, domain, then per op:
@@ -122,6 +132,13 @@ class ReplicationTimeout(SkillfsError):
     the primary fails before a replica copies it."""
 
 
+class _Connected(NamedTuple):
+    client: redis.Redis | RedisCluster
+    commit: Script
+    changes: Script
+    delete_blob: Script
+
+
 class _Transient(rx.RedisError):
     """An error reply that means the server cannot serve now (see `_TRANSIENT_REPLIES`)."""
 
@@ -134,7 +151,6 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     rx.TryAgainError,
     rx.OutOfMemoryError,
     rx.SlotNotCoveredError,
-    rx.RedisClusterException,
     _Transient,
 )
 
@@ -172,11 +188,23 @@ class RedisEngine(Engine):
         try:
             self.wait = int(query.pop("wait", "0"))
             self.wait_timeout = int(query.pop("wait_timeout", str(WAIT_TIMEOUT_MS)))
+            self.log_limit = int(query.pop("log_limit", str(log_limit)))
         except ValueError as exc:
-            raise InvalidPath(f"invalid wait or wait_timeout in {self.url}: give integers") from exc
-        if self.wait < 0 or self.wait_timeout <= 0:
-            raise InvalidPath(f"need wait >= 0 and wait_timeout > 0 (milliseconds) in {self.url}")
-        self.log_limit = log_limit
+            raise InvalidPath(
+                f"invalid wait, wait_timeout or log_limit in {self.url}: give integers"
+            ) from exc
+        if self.wait < 0 or self.wait_timeout <= 0 or self.log_limit <= 0:
+            raise InvalidPath(
+                f"need wait >= 0, wait_timeout > 0 (milliseconds), log_limit > 0 in {self.url}"
+            )
+        known: tuple[str, ...] = ("prefix", "wait", "wait_timeout", "log_limit", *_CLIENT_QUERY)
+        known += _TLS_QUERY if parts.scheme.startswith("rediss") else ()
+        known += ("sentinel_password",) if parts.scheme.endswith("+sentinel") else ()
+        unknown = sorted(set(query) - set(known))
+        if unknown:
+            raise InvalidPath(
+                f"unknown option {', '.join(unknown)} in {self.url}; known: {', '.join(known)}"
+            )
         kwargs: dict[str, Any] = {
             "socket_timeout": SOCKET_TIMEOUT,
             "socket_connect_timeout": SOCKET_TIMEOUT,
@@ -186,14 +214,36 @@ class RedisEngine(Engine):
         } | options
         kwargs["decode_responses"] = False
         self.cluster = parts.scheme in ("redis+cluster", "rediss+cluster")
-        self._client: redis.Redis | RedisCluster = self._connect(parts, query, kwargs)
+        self._open = functools.partial(self._connect, parts, query, kwargs)
+        self._lock = threading.Lock()
+        self._conn: _Connected | None = None
         # XREAD BLOCK must return before the socket times out.
         self.socket_timeout = float(
             query.get("socket_timeout") or kwargs.get("socket_timeout") or SOCKET_TIMEOUT
         )
-        self._commit_script: Script = self._client.register_script(_COMMIT_LUA)
-        self._changes_script: Script = self._client.register_script(_CHANGES_LUA)
-        self._delete_blob_script: Script = self._client.register_script(_DELETE_BLOB_LUA)
+
+    @property
+    def _c(self) -> _Connected:
+        """The client, made on first use: a Cluster client needs a reachable node to exist, and
+        an engine opened while its store is down must start working once the store is up."""
+        conn = self._conn
+        if conn is None:
+            with self._lock:
+                if self._conn is None:
+                    with self.unavailable(rx.RedisClusterException, *_UNAVAILABLE):
+                        client = self._open()
+                    self._conn = _Connected(
+                        client,
+                        client.register_script(_COMMIT_LUA),
+                        client.register_script(_CHANGES_LUA),
+                        client.register_script(_DELETE_BLOB_LUA),
+                    )
+                conn = self._conn
+        return conn
+
+    @property
+    def _client(self) -> redis.Redis | RedisCluster:
+        return self._c.client
 
     @staticmethod
     def _connect(
@@ -225,7 +275,9 @@ class RedisEngine(Engine):
                 raise InvalidPath(
                     "a Sentinel URL is redis+sentinel://[:password@]host:port[,host:port...]/service[/db]"
                 )
-            sentinel_kwargs = {k: v for k, v in kwargs.items() if k.startswith("socket_")}
+            sentinel_kwargs = {
+                k: v for k, v in kwargs.items() if k.startswith("socket_") or k == "retry"
+            }
             if sentinel_password:
                 sentinel_kwargs["password"] = sentinel_password
             sentinel = Sentinel(  # type: ignore[no-untyped-call]
@@ -322,7 +374,7 @@ class RedisEngine(Engine):
 
     def delete_blob_if_idle(self, sha: str, cutoff: float) -> bool:
         with self._guard():
-            done = self._delete_blob_script(
+            done = self._c.delete_blob(
                 keys=[self._blob_key(sha, "meta")], args=[repr(cutoff), self._blob_key(sha, "")]
             )
         return bool(done)
@@ -367,7 +419,7 @@ class RedisEngine(Engine):
     def _run_commit(self, keys: list[str], args: list[str | int]) -> list[Any]:
         """The commit script; with `?wait=N`, followed by WAIT on the same connection."""
         if not self.wait:
-            return cast(list[Any], self._commit_script(keys=keys, args=args))
+            return cast(list[Any], self._c.commit(keys=keys, args=args))
         node: redis.Redis
         if isinstance(self._client, RedisCluster):
             slot_node = self._client.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
@@ -376,7 +428,7 @@ class RedisEngine(Engine):
             node = self._client
         for _ in range(2):
             pipe = node.pipeline(transaction=False)
-            pipe.evalsha(self._commit_script.sha, len(keys), *keys, *args)
+            pipe.evalsha(self._c.commit.sha, len(keys), *keys, *args)
             pipe.execute_command("WAIT", self.wait, self.wait_timeout)  # type: ignore[no-untyped-call]
             result, acked = pipe.execute(raise_on_error=False)
             if isinstance(result, rx.NoScriptError):
@@ -431,7 +483,7 @@ class RedisEngine(Engine):
         deadline = time.monotonic() + timeout
         while True:
             with self._guard():
-                result = self._changes_script(
+                result = self._c.changes(
                     keys=keys, args=[since.epoch, since.counter, CHANGES_BATCH]
                 )
             found = self._parse_changes(cast(list[Any], result))
@@ -505,4 +557,5 @@ class RedisEngine(Engine):
             self._client.ping()
 
     def close(self) -> None:
-        self._client.close()
+        if self._conn is not None:
+            self._conn.client.close()

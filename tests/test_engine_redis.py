@@ -1,0 +1,540 @@
+"""The Redis engine on real servers: physical layout and slots, atomic commits, the stream change
+log (waiting, trimming, resets), WAIT, error mapping, recovery after kill -9 of an AOF server,
+and Sentinel failovers, including one to a replica that missed writes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import cast
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+import skillfs
+from skillfs.engines.base import CommitOp, VersionMismatch
+from skillfs.engines.redis import LOG_LIMIT, RedisEngine, ReplicationTimeout
+from skillfs.errors import InvalidPath, NotFound, PermissionDenied, StoreUnavailable
+from skillfs.model import Manifest, Revision, Scope
+from tests.servers import RedisCluster, RedisSentinel, RedisServer, free_port
+
+ALICE = Scope.user("support-bot", "alice")
+SHARED = Scope.shared("support-bot")
+MARKET = Scope.market("team")
+DOMAIN = "agents/support-bot"
+
+
+def skill_md(name: str, body: str = "") -> bytes:
+    return f"---\nname: {name}\ndescription: Does {name}. Use in tests.\n---\n{body}\n".encode()
+
+
+def manifest(skill: str, version: int) -> Manifest:
+    return Manifest(
+        skill=skill, version=version, commit_id=uuid.uuid4().hex, committed_at=time.time(),
+        files={},
+    )  # fmt: skip
+
+
+def put(scope: Scope, skill: str, version: int, expect: int | None = None) -> CommitOp:
+    """The op writing `version` of a skill, expecting the one before (or `expect`)."""
+    expect = version - 1 if expect is None else expect
+    return CommitOp(scope=scope, manifest=manifest(skill, version), expect=expect)
+
+
+def ns() -> str:
+    return f"t{uuid.uuid4().hex[:10]}/"
+
+
+@pytest.fixture
+def engine(redis_url: str) -> Iterator[RedisEngine]:
+    e = RedisEngine(redis_url)
+    yield e
+    e.close()
+
+
+@pytest.fixture
+def raw(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    with redis_server.client() as r:
+        yield r
+
+
+# ----------------------------------------------------------------- physical layout
+
+
+def test_physical_layout_matches_the_doc(redis_url: str, raw: redis.Redis) -> None:
+    store = skillfs.open_store(redis_url + "?prefix=t1/")
+    store.publish(ALICE, "code-reviewer", {"SKILL.md": skill_md("code-reviewer")})
+    store.publish(ALICE, "code-reviewer", {"SKILL.md": skill_md("code-reviewer", "v2")})
+    store.publish(SHARED, "greeter", {"SKILL.md": skill_md("greeter")})
+    store.publish(MARKET, "lint", {"SKILL.md": skill_md("lint")})
+    store.record_usage("support-bot", {("alice", "code-reviewer"): 2})
+    shas = {
+        e.sha256
+        for scope, skill in ((ALICE, "code-reviewer"), (SHARED, "greeter"), (MARKET, "lint"))
+        for m in store.history(scope, skill)
+        for e in m.files.values()
+    }
+    keys = {k.decode(): cast(bytes, raw.type(k)).decode() for k in cast(list[bytes], raw.keys("*"))}
+    expected = {
+        "t1/domains": "set",
+        "t1/agents/{support-bot}/rev": "hash",
+        "t1/agents/{support-bot}/log": "stream",
+        "t1/agents/{support-bot}/scopes": "set",
+        "t1/agents/{support-bot}/usage": "hash",
+        "t1/agents/{support-bot}/users/alice/skills": "hash",
+        "t1/agents/{support-bot}/users/alice/history/code-reviewer": "hash",
+        "t1/agents/{support-bot}/shared/skills": "hash",
+        "t1/markets/{team}/rev": "hash",
+        "t1/markets/{team}/log": "stream",
+        "t1/markets/{team}/scopes": "set",
+        "t1/markets/{team}/skills": "hash",
+    }
+    for sha in shas:
+        expected |= {f"t1/blobs/{{{sha}}}/meta": "string", f"t1/blobs/{{{sha}}}/0": "string"}
+    assert keys == expected
+    # One hash field per skill holding the manifest JSON; history fields are versions.
+    live = raw.hgetall("t1/agents/{support-bot}/users/alice/skills")
+    assert list(live) == [b"code-reviewer"]
+    assert Manifest.model_validate_json(live[b"code-reviewer"]).version == 2
+    hist = raw.hgetall("t1/agents/{support-bot}/users/alice/history/code-reviewer")
+    assert list(hist) == [b"1"] and Manifest.model_validate_json(hist[b"1"]).version == 1
+    rev = raw.hgetall("t1/agents/{support-bot}/rev")
+    assert set(rev) == {b"epoch", b"counter", b"replid"} and rev[b"counter"] == b"3"
+    log = raw.xrange("t1/agents/{support-bot}/log") or []
+    assert [i for i, _ in log] == [b"1-0", b"2-0", b"3-0"]
+    assert log[0][1] == {b"scope": b"user:support-bot/alice", b"skill": b"code-reviewer",
+                         b"op": b"put", b"version": b"1"}  # fmt: skip
+    assert raw.smembers("t1/agents/{support-bot}/scopes") == {
+        b"user:support-bot/alice",
+        b"shared:support-bot",
+    }
+    assert raw.smembers("t1/domains") == {b"agents/support-bot", b"markets/team"}
+    # Every key of the agent hashes to the slot of its id; every blob's keys to the blob's.
+    agent_keys = [k for k in keys if k.startswith("t1/agents/")]
+    assert {key_slot(k.encode()) for k in agent_keys} == {key_slot(b"support-bot")}
+    for sha in shas:
+        assert key_slot(f"t1/blobs/{{{sha}}}/meta".encode()) == key_slot(sha.encode())
+
+
+def test_cluster_keeps_an_agent_in_one_slot_and_commits_across_its_scopes(
+    redis_cluster: RedisCluster,
+) -> None:
+    prefix = ns()
+    store = skillfs.open_store(f"{redis_cluster.url}?prefix={prefix}")
+    c = store.commit([
+        skillfs.Put(ALICE, "a", {"SKILL.md": skill_md("a")}),
+        skillfs.Put(SHARED, "b", {"SKILL.md": skill_md("b")}),
+    ])  # fmt: skip
+    assert c.versions == {"a": 1, "b": 1}
+    store.publish(ALICE, "a", {"SKILL.md": skill_md("a", "v2")})
+    with redis_cluster.client() as rc:
+        keys = [k.decode() for k in rc.scan_iter(match=f"{prefix}agents/*")]
+        per_node = {
+            n.port: len(list(n.client().scan_iter(match=f"{prefix}agents/*")))
+            for n in redis_cluster.nodes
+        }
+    assert len(keys) == 6  # rev, log, scopes, two skills hashes, one history
+    assert {rc.keyslot(k) for k in keys} == {key_slot(b"support-bot")}
+    assert sorted(per_node.values()) == [0, 0, 6]
+    assert store.agents() == ["support-bot"] and store.users("support-bot") == ["alice"]
+
+
+def test_prefix_with_a_hash_tag_is_refused() -> None:
+    with pytest.raises(InvalidPath, match="hash tags"):
+        RedisEngine("redis://127.0.0.1:1/0?prefix=a{b}/")
+
+
+# ----------------------------------------------------------------- atomic commit
+
+
+def test_version_mismatch_names_the_skill_and_writes_nothing(
+    engine: RedisEngine, raw: redis.Redis
+) -> None:
+    first = engine.commit(DOMAIN, [put(ALICE, "a", 1)])
+    before = {k: raw.dump(k) for k in raw.keys("*")}
+    with pytest.raises(VersionMismatch) as err:
+        engine.commit(DOMAIN, [put(SHARED, "new", 1), put(ALICE, "a", 2, expect=5)])
+    assert (err.value.scope, err.value.skill, err.value.current) == (ALICE, "a", 1)
+    with pytest.raises(VersionMismatch) as err:
+        engine.commit(DOMAIN, [put(ALICE, "a", 1, expect=0)])
+    assert err.value.current == 1
+    assert {k: raw.dump(k) for k in raw.keys("*")} == before
+    second = engine.commit(DOMAIN, [put(SHARED, "new", 1), put(ALICE, "a", 2)])
+    assert second == Revision(epoch=first.epoch, counter=first.counter + 1)
+    assert [m.version for m in engine.history(ALICE, "a")] == [1]
+    assert engine.revisions([DOMAIN, "agents/nobody", "markets/team"]) == {
+        DOMAIN: second,
+        "agents/nobody": None,
+        "markets/team": None,
+    }
+
+
+def test_racing_commits_in_one_slot_serialize(engine: RedisEngine, redis_url: str) -> None:
+    """Eight clients bump one skill 25 times each: no version is written twice or lost."""
+    won: list[int] = []
+    lock = threading.Lock()
+
+    def bump() -> None:
+        e = RedisEngine(redis_url)
+        for _ in range(25):
+            while True:
+                cur = e.load_skills(ALICE, ["a"]).get("a")
+                v = cur.version if cur else 0
+                try:
+                    e.commit(DOMAIN, [put(ALICE, "a", v + 1)])
+                except VersionMismatch:
+                    continue
+                with lock:
+                    won.append(v + 1)
+                break
+        e.close()
+
+    threads = [threading.Thread(target=bump) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(won) == list(range(1, 201))
+    assert engine.load_skills(ALICE, ["a"])["a"].version == 200
+    assert [m.version for m in engine.history(ALICE, "a")] == list(range(199, 0, -1))
+    rev = engine.revisions([DOMAIN])[DOMAIN]
+    assert rev is not None and rev.counter == 200
+
+
+# ----------------------------------------------------------------- change log
+
+
+def test_changes_wait_for_a_commit_and_time_out(redis_url: str) -> None:
+    engine = RedisEngine(redis_url, socket_timeout=1.0)
+    rev = engine.commit(DOMAIN, [put(ALICE, "a", 1)])
+    timer = threading.Timer(0.3, lambda: engine.commit(DOMAIN, [put(SHARED, "b", 1)]))
+    t0 = time.monotonic()
+    timer.start()
+    got = engine.changes(DOMAIN, rev, timeout=5)
+    assert 0.25 < time.monotonic() - t0 < 2
+    assert [(c.op, c.scope, c.skill, c.version, c.revision.counter) for c in got] == [
+        ("put", SHARED, "b", 1, rev.counter + 1)
+    ]
+    # Waiting longer than the socket timeout (1 s) must not raise a TimeoutError.
+    t0 = time.monotonic()
+    assert engine.changes(DOMAIN, got[-1].revision, timeout=2.5) == []
+    assert 2.4 < time.monotonic() - t0 < 4
+    assert engine.changes("agents/nobody", Revision(epoch="", counter=0), timeout=0.1) == []
+    engine.close()
+
+
+def test_changes_are_whole_commits_in_order(engine: RedisEngine) -> None:
+    start = engine.commit(DOMAIN, [put(ALICE, "x", 1)])
+    for i in range(150):
+        engine.commit(DOMAIN, [put(ALICE, f"s{i}", 1), put(SHARED, f"s{i}", 1)])
+    seen: list[tuple[int, str]] = []
+    since = start
+    while batch := engine.changes(DOMAIN, since, timeout=0):
+        assert len(batch) % 2 == 0  # a batch never splits a commit
+        seen += [(c.revision.counter, str(c.scope)) for c in batch]
+        since = batch[-1].revision
+    scopes = [str(ALICE), str(SHARED)]  # in a commit, in the order of its ops
+    assert seen == [(counter, s) for counter in range(2, 152) for s in scopes]
+    assert since == engine.revisions([DOMAIN])[DOMAIN]
+
+
+def test_changes_reset_on_trimmed_log_other_epoch_or_counter_back(
+    redis_url: str, raw: redis.Redis
+) -> None:
+    engine = RedisEngine(redis_url, log_limit=10)
+    first = engine.commit(DOMAIN, [put(ALICE, "x", 1)])
+    for round_ in range(3):
+        engine.commit(DOMAIN, [put(ALICE, f"r{round_}-{i}", 1) for i in range(150)])
+    before_last = engine.revisions([DOMAIN])[DOMAIN]
+    assert before_last is not None
+    last = engine.commit(DOMAIN, [put(ALICE, "y", 1), put(ALICE, "z", 1)])
+    assert raw.xlen("agents/{support-bot}/log") < 300  # MAXLEN ~ trimmed whole stream nodes
+    assert engine.changes(DOMAIN, first, 0) == [skillfs.Change(revision=last, op="reset")]
+    assert [c.skill for c in engine.changes(DOMAIN, before_last, 0)] == ["y", "z"]
+    reset = [skillfs.Change(revision=last, op="reset")]
+    assert engine.changes(DOMAIN, Revision(epoch="other", counter=1), 0) == reset
+    assert engine.changes(DOMAIN, Revision(epoch=last.epoch, counter=last.counter + 5), 0) == reset
+    # A commit whose first entries were trimmed is a reset too, not a partial commit.
+    raw.xtrim("agents/{support-bot}/log", minid=f"{last.counter}-1", approximate=False)
+    assert engine.changes(DOMAIN, before_last, 0) == reset
+    assert LOG_LIMIT == 10_000 and RedisEngine(redis_url).log_limit == LOG_LIMIT
+
+
+def test_follow_through_the_store(redis_url: str) -> None:
+    store = skillfs.open_store(redis_url)
+    rev = store.publish(ALICE, "a", {"SKILL.md": skill_md("a")}).revision
+    threading.Timer(0.2, lambda: store.delete(ALICE, "a")).start()
+    got = list(store.follow("support-bot", since=rev, timeout=1.5))
+    assert [(c.op, c.skill, c.version) for c in got] == [("remove", "a", 2)]
+
+
+# ----------------------------------------------------------------- blobs and usage
+
+
+@pytest.mark.parametrize("topology", ["standalone", "cluster"])
+def test_blob_primitives(request: pytest.FixtureRequest, topology: str) -> None:
+    server = request.getfixturevalue(f"redis_{'server' if topology == 'standalone' else topology}")
+    engine = RedisEngine(f"{server.url}?prefix={ns()}")
+    sha, other = "a" * 64, "b" * 64
+    engine.put_blob(sha, [b"x" * 10, b"y" * 10, b"z"], now=100.0)
+    engine.put_blob(other, [b"o"], now=100.0)
+    assert engine.get_chunks([(sha, 2), (other, 0), (sha, 0), (sha, 3), ("c" * 64, 0)]) == [
+        b"z", b"o", b"x" * 10, None, None,
+    ]  # fmt: skip
+    assert engine.touch_blobs([sha, "c" * 64], now=200.0) == {sha}
+    assert sorted(engine.blob_shas()) == [sha, other]
+    assert not engine.delete_blob_if_idle(sha, cutoff=150.0)  # touched at 200
+    assert engine.delete_blob_if_idle(sha, cutoff=250.0)
+    assert not engine.delete_blob_if_idle(sha, cutoff=250.0)
+    assert engine.get_chunks([(sha, 0), (sha, 1), (sha, 2), (other, 0)]) == [None, None, None, b"o"]
+    assert list(engine.blob_shas()) == [other]
+    engine.add_usage("support-bot", {("alice", "a"): 2, ("", "market:team/x"): 1})
+    engine.add_usage("support-bot", {("alice", "a"): 3})
+    assert engine.usage("support-bot") == {("alice", "a"): 5, ("", "market:team/x"): 1}
+    engine.close()
+
+
+def test_revisions_of_many_domains_across_cluster_slots(redis_cluster: RedisCluster) -> None:
+    engine = RedisEngine(f"{redis_cluster.url}?prefix={ns()}")
+    want: dict[str, Revision | None] = {}
+    for i in range(40):
+        scope = Scope.shared(f"agent-{i}") if i % 2 else Scope.market(f"market-{i}")
+        want[scope.domain] = engine.commit(scope.domain, [put(scope, "s", 1)])
+    want["agents/never-written"] = None
+    with redis_cluster.client() as rc:
+        nodes = {rc.get_node_from_key(f"x/{{{d.split('/')[1]}}}").port for d in want}
+    assert len(nodes) == 3  # the domains really are spread over every node
+    assert engine.revisions(list(want)) == want
+    engine.close()
+
+
+# ----------------------------------------------------------------- WAIT and error mapping
+
+
+def test_wait_for_replicas(redis_sentinel: RedisSentinel, redis_server: RedisServer) -> None:
+    prefix = ns()
+    store = skillfs.open_store(f"{redis_sentinel.url}?prefix={prefix}&wait=1")
+    assert store.publish(ALICE, "a", {"SKILL.md": skill_md("a")}).version == 1
+    # Two replicas never confirm: the error says so, and the commit stays (WAIT is no rollback).
+    strict = skillfs.open_store(f"{redis_sentinel.url}?prefix={prefix}&wait=2&wait_timeout=100")
+    with pytest.raises(ReplicationTimeout, match="1 of 2 replicas"):
+        strict.publish(ALICE, "a", {"SKILL.md": skill_md("a", "v2")})
+    assert store.manifest(ALICE, "a").version == 2
+    alone = skillfs.open_store(f"{redis_server.url}?prefix={prefix}&wait=1&wait_timeout=50")
+    with pytest.raises(ReplicationTimeout, match="0 of 1"):
+        alone.publish(ALICE, "a", {"SKILL.md": skill_md("a")})
+    assert alone.manifest(ALICE, "a").version == 1
+
+
+def test_wait_in_cluster_goes_to_the_slots_node(redis_cluster: RedisCluster) -> None:
+    url = f"{redis_cluster.url}?prefix={ns()}&wait=1&wait_timeout=50"
+    store = skillfs.open_store(url)
+    for agent in ("a1", "b2", "c3", "d4"):  # spread over nodes: no MOVED, only missing replicas
+        with pytest.raises(ReplicationTimeout, match="0 of 1"):
+            store.publish(Scope.shared(agent), "s", {"SKILL.md": skill_md("s")})
+        assert store.manifest(Scope.shared(agent), "s").version == 1
+    with pytest.raises(InvalidPath, match="wait"):
+        RedisEngine(f"{redis_cluster.url}?wait=x")
+
+
+def test_no_replicas_to_write_is_unavailable_and_writes_nothing(tmp_path: Path) -> None:
+    with RedisServer(tmp_path / "r", extra_args=["--min-replicas-to-write", "1"]) as server:
+        engine = RedisEngine(server.url)
+        with pytest.raises(StoreUnavailable, match="NOREPLICAS"):
+            engine.commit(DOMAIN, [put(ALICE, "a", 1)])
+        with server.client() as r:
+            assert r.keys("*") == []
+        assert engine.load_scope(ALICE) == {}  # reads still work
+        engine.close()
+
+
+def test_writing_to_a_replica_is_unavailable(redis_sentinel: RedisSentinel) -> None:
+    engine = RedisEngine(f"{redis_sentinel.replica.url}?prefix={ns()}")
+    with pytest.raises(StoreUnavailable, match="ReadOnlyError"):
+        engine.commit(DOMAIN, [put(ALICE, "a", 1)])
+    engine.close()
+
+
+def test_unreachable_stores_are_unavailable_without_the_password() -> None:
+    port = free_port()
+    urls = [
+        f"redis://bob:s3cret@127.0.0.1:{port}/0",
+        f"rediss://127.0.0.1:{port}/0",
+        f"redis+cluster://:s3cret@127.0.0.1:{port},127.0.0.1:{free_port()}",
+        f"redis+sentinel://:s3cret@127.0.0.1:{port}/m/0",
+    ]
+    for url in urls:
+        engine = RedisEngine(url, socket_timeout=1.0)  # opening never needs the server
+        with pytest.raises(StoreUnavailable) as err:
+            engine.ping()
+        assert "s3cret" not in str(err.value) and f"127.0.0.1:{port}" in str(err.value)
+        with pytest.raises(StoreUnavailable):
+            engine.revisions([DOMAIN])
+        engine.close()
+
+
+def test_tls_against_a_plain_server_is_unavailable(redis_server: RedisServer) -> None:
+    engine = RedisEngine(f"rediss://127.0.0.1:{redis_server.port}/0", socket_timeout=1.0)
+    with pytest.raises(StoreUnavailable):
+        engine.ping()
+
+
+def test_wrong_password_is_permission_denied(tmp_path: Path) -> None:
+    with RedisServer(tmp_path / "r") as server:
+        with server.client() as r:
+            r.config_set("requirepass", "s3cret")
+        with pytest.raises(PermissionDenied, match="credentials") as err:
+            RedisEngine(f"redis://:wrong@127.0.0.1:{server.port}/0").ping()
+        assert "wrong" not in str(err.value)
+        good = RedisEngine(f"redis://:s3cret@127.0.0.1:{server.port}/0")
+        good.commit(DOMAIN, [put(ALICE, "a", 1)])
+        assert list(good.load_scope(ALICE)) == ["a"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis+sentinel://127.0.0.1:26379",
+        "redis+sentinel://127.0.0.1:26379/m/zero",
+        "redis+cluster:///",
+        "redis://127.0.0.1/0?wait=-1",
+        "redis://127.0.0.1/0?wait_timeout=0",
+        "redis://127.0.0.1/0?wiat=1",
+        "redis://127.0.0.1/0?ssl_ca_certs=/ca.pem",  # TLS options only with rediss://
+        "redis+cluster://127.0.0.1:1?log_limit=many",
+    ],
+)
+def test_bad_urls_are_refused(url: str) -> None:
+    with pytest.raises(InvalidPath):
+        RedisEngine(url)._client  # noqa: B018 - the client is made on first use
+
+
+def test_url_options_reach_the_client(
+    redis_server: RedisServer, redis_sentinel: RedisSentinel
+) -> None:
+    for url in (
+        f"{redis_server.url}?client_name=skillfs-a&socket_timeout=2&log_limit=50",
+        f"{redis_sentinel.url}?client_name=skillfs-a&sentinel_password=&max_connections=8",
+    ):
+        engine = RedisEngine(url)
+        engine.commit(DOMAIN, [put(SHARED, "a", 1)])
+        names = [c["name"] for c in engine._client.client_list()]
+        assert "skillfs-a" in names
+        engine.close()
+    assert RedisEngine(f"{redis_server.url}?log_limit=50").log_limit == 50
+
+
+# ----------------------------------------------------------------- restarts and failovers
+
+
+@pytest.mark.slow
+def test_kill9_of_an_aof_server_keeps_acknowledged_writes_and_the_client_recovers(
+    tmp_path: Path,
+) -> None:
+    with RedisServer(tmp_path / "aof", appendonly=True) as server:
+        store = skillfs.open_store(server.url)
+        acked: list[tuple[str, int]] = []
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def writer() -> None:
+            i = 0
+            while not stop.is_set():
+                try:
+                    c = store.publish(SHARED, f"s{i % 40}", {"SKILL.md": skill_md(f"s{i}")})
+                except StoreUnavailable as exc:  # only if the outage outlasts retry_for
+                    errors.append(exc)
+                    continue
+                acked.append((f"s{i % 40}", c.version))
+                i += 1
+
+        t = threading.Thread(target=writer)
+        t.start()
+        time.sleep(0.5)
+        n_before = len(acked)
+        server.kill()
+        with pytest.raises(StoreUnavailable, match="unavailable"):
+            store.engine.ping()
+        time.sleep(0.5)
+        server.start()
+        time.sleep(0.5)
+        stop.set()
+        t.join(timeout=30)
+        assert n_before > 10 and len(acked) > n_before and not errors
+        latest: dict[str, int] = {}
+        for skill, version in acked:
+            latest[skill] = max(latest.get(skill, 0), version)
+        fresh = skillfs.open_store(server.url)
+        live = fresh.manifests(SHARED)
+        for skill, version in latest.items():
+            assert live[skill].version >= version
+        assert live == store.manifests(SHARED)  # the old client works without being recreated
+
+
+@pytest.mark.slow
+def test_sentinel_failover_client_recovers_and_replicated_writes_survive(tmp_path: Path) -> None:
+    with RedisSentinel(tmp_path / "s") as sentinel:
+        plain = skillfs.open_store(sentinel.url)
+        waiting = skillfs.open_store(f"{sentinel.url}?wait=1")
+        revs = [waiting.publish(ALICE, f"s{i}", {"SKILL.md": skill_md(f"s{i}")}).revision
+                for i in range(10)]  # fmt: skip
+        assert plain.revision("support-bot") == revs[-1]
+        sentinel.primary.kill()
+        sentinel.wait_failover()
+        # The same clients, not recreated: every WAITed write is on the promoted replica.
+        assert plain.skills(ALICE) == [f"s{i}" for i in range(10)]
+        assert plain.revision("support-bot") == revs[-1]
+        after = plain.publish(ALICE, "s0", {"SKILL.md": skill_md("s0", "v2")}).revision
+        # The promoted server has a new replication ID: the epoch changes, followers reload.
+        assert after.epoch != revs[-1].epoch
+        assert plain.engine.changes(DOMAIN, revs[-1], 0) == [
+            skillfs.Change(revision=after, op="reset")
+        ]
+        # No replica is left to confirm a WAIT: the write is reported, and not rolled back.
+        with pytest.raises(ReplicationTimeout):
+            waiting.publish(ALICE, "late", {"SKILL.md": skill_md("late")})
+        assert plain.manifest(ALICE, "late").version == 1
+
+
+@pytest.mark.slow
+def test_failover_to_a_replica_that_missed_writes_makes_followers_reload(tmp_path: Path) -> None:
+    """How the lost write is made: the replica is stopped (SIGSTOP), the primary drops the
+    replication link (CLIENT KILL TYPE replica), a commit lands on the primary only, the primary
+    is killed (kill -9), the replica resumes (SIGCONT) and Sentinel promotes it."""
+    with RedisSentinel(tmp_path / "s") as sentinel:
+        store = skillfs.open_store(f"{sentinel.url}?wait=1")
+        a = store.publish(ALICE, "a", {"SKILL.md": skill_md("a")}).revision  # on both
+        follower = RedisEngine(sentinel.url)
+        assert follower.revisions([DOMAIN])[DOMAIN] == a
+        replica_pid = sentinel.replica.pid
+        assert replica_pid is not None
+        os.kill(replica_pid, signal.SIGSTOP)
+        try:
+            with sentinel.primary.client() as p:
+                assert p.client_kill_filter(_type="replica") == 1
+            lost = RedisEngine(sentinel.url).commit(DOMAIN, [put(ALICE, "b", 1)])  # no WAIT
+            assert follower.revisions([DOMAIN])[DOMAIN] == lost
+            sentinel.primary.kill()
+        finally:
+            os.kill(replica_pid, signal.SIGCONT)
+        sentinel.wait_failover()
+        # The follower's next check sees the counter go back in the same epoch: reload.
+        now = follower.revisions([DOMAIN])[DOMAIN]
+        assert now == a and now.counter < lost.counter and not now.same_line(lost)
+        assert store.skills(ALICE) == ["a"]
+        with pytest.raises(NotFound):
+            store.manifest(ALICE, "b")
+        # The next commits overtake the lost counter under a new epoch, never as the same
+        # revisions with different contents.
+        plain = RedisEngine(sentinel.url)
+        again = plain.commit(DOMAIN, [put(ALICE, "c", 1)])
+        assert again.counter == lost.counter and again.epoch != lost.epoch
+        reset = [skillfs.Change(revision=again, op="reset")]
+        assert follower.changes(DOMAIN, lost, 0) == reset
+        assert follower.changes(DOMAIN, a, 0) == reset
