@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from skillfs.errors import StoreUnavailable
+from skillfs.errors import SkillfsError, StoreUnavailable
 from skillfs.model import Change, FileEntry, Manifest, Revision, Scope
 from skillfs.runtime.layers import LayerSkills
 from skillfs.store import Store
@@ -200,35 +200,56 @@ class Follower:
     # ------------------------------------------------------------------ the background watch
 
     def _watch(self, stop: threading.Event) -> None:
+        """Follow the change log until stopped. Errors are logged and retried, never fatal:
+        a dead watch would leave every step to catch up by itself."""
         delay = 0.05
         while not stop.is_set():
-            cache = self._cache
-            started = time.monotonic()
             try:
-                changes = self.store.engine.changes(
-                    self.domain, cache.revision or _NO_REVISION, self.watch_timeout
-                )
-            except StoreUnavailable as exc:
+                self._follow_once()
+                delay = 0.05
+            except Exception as exc:
                 log.warning("follow %s: %s; retrying in %.2fs", self.domain, exc, delay)
                 stop.wait(delay)
                 delay = min(delay * 2, 2.0)
-                continue
-            delay = 0.05
-            done = time.monotonic()
+
+    def _follow_once(self) -> None:
+        cache = self._cache
+        started = time.monotonic()
+        changes = self.store.engine.changes(
+            self.domain, cache.revision or _NO_REVISION, self.watch_timeout
+        )
+        done = time.monotonic()
+        with self._lock:
+            if self._cache is not cache:
+                return  # a snapshot moved the cache meanwhile: ask again from there
+            self._cache = self._apply(cache, changes, done)
+            self.verified_at = max(self.verified_at, started)
+        if changes and changes[-1].op == "reset":
+            self._refill()
+        with self._lock:
+            prefetch, self._prefetch = self._prefetch, []
+        self._warm(prefetch)
+        if changes:
             with self._lock:
-                if self._cache is not cache:
-                    continue  # a snapshot moved the cache meanwhile: ask again from there
-                try:
-                    self._cache = self._apply(cache, changes, done)
-                except StoreUnavailable as exc:
-                    log.warning("follow %s: %s; retrying", self.domain, exc)
-                    continue
-                self.verified_at = max(self.verified_at, started)
-                prefetch, self._prefetch = self._prefetch, []
-            self._warm(prefetch)
-            if changes:
-                with self._lock:
-                    self._changed.notify_all()
+                self._changed.notify_all()
+
+    def _refill(self) -> None:
+        """After a reset, load the tracked scopes again so the next step finds them warm."""
+        with self._lock:
+            cache = self._cache
+            missing = [s for s in self._refs if s not in cache.scopes]
+        if not missing or cache.revision is None:
+            return
+        try:
+            loaded = {s: self._load(s) for s in missing}
+        except StoreUnavailable as exc:
+            log.warning("reload of %s after a reset: %s; the next step will load", self.domain, exc)
+            return
+        with self._lock:
+            if self._cache is cache:  # else a snapshot moved on: it loads what it needs
+                self._cache = _Cache(cache.revision, {**cache.scopes, **loaded}, cache.observed_at)
+                for state in loaded.values():
+                    self._prefetch.extend(state.manifests.values())
 
     def _warm(self, manifests: Sequence[Manifest]) -> None:
         """Read the changed skills' small files into the store's blob LRU, off the hot path."""
@@ -242,7 +263,7 @@ class Follower:
         if entries:
             try:
                 self.store.read_entries(entries)
-            except StoreUnavailable as exc:
+            except SkillfsError as exc:  # a load will read (or report) it when asked
                 log.warning("prefetch for %s: %s", self.domain, exc)
 
     def wait_for(self, revision: Revision, timeout: float) -> bool:

@@ -348,7 +348,7 @@ class GitRepo(Layer):
     def _file_lock(self) -> Iterator[None]:
         """Processes sharing the cache directory clone and fetch one at a time."""
         self.repo_dir.parent.mkdir(parents=True, exist_ok=True)
-        with open(f"{self.repo_dir}.lock", "w") as fh:
+        with open(f"{self.repo_dir}.lock", "a") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             yield
 

@@ -31,7 +31,7 @@ _Written = dict[str, tuple[str, int]]  # relative path -> (sha256, mode)
 
 @contextlib.contextmanager
 def _locked(root: Path) -> Iterator[None]:
-    with open(root / LOCK_FILE, "w") as fh:
+    with open(root / LOCK_FILE, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         yield
 
