@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from skillfs.commands import register
 from skillfs.skill import ValidationReport, find_skill_dirs, validate_dir
 
 app = typer.Typer(
@@ -23,6 +24,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+register(app)  # the store commands, in skillfs/commands/
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 

@@ -1,0 +1,17 @@
+"""The store commands of `skillfs` (DESIGN §6b), one module per group.
+
+`skillfs.cli` owns the app; `register` adds these commands to it, grouped in the help by panel.
+"""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add every store command to `app`."""
+    from skillfs.commands import browse, edit, ops, transfer  # noqa: F401  (they register)
+    from skillfs.commands.common import COMMANDS
+
+    for name, panel, function in COMMANDS:
+        app.command(name, rich_help_panel=panel)(function)

@@ -1,0 +1,404 @@
+"""Read-only commands: ls, cat, history, diff, usage."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.text import Text
+
+from skillfs.commands.common import (
+    BROWSE,
+    AgentOption,
+    FileArgument,
+    JsonOption,
+    ScopeOption,
+    SkillArgument,
+    StoreOption,
+    Target,
+    TokenOption,
+    command,
+    emit_json,
+    iso,
+    manifest_row,
+    mode,
+    opened,
+    out,
+    parse_agent,
+    parse_scope,
+    parse_target,
+    size,
+    skill_only,
+    status,
+    table,
+    when,
+)
+from skillfs.errors import NotFound
+from skillfs.model import FileEntry, Manifest, Scope
+from skillfs.store import Store
+
+VersionOption = Annotated[
+    int | None,
+    typer.Option(
+        "--version", "-v", min=1, show_default=False, help="A kept version (default: latest)."
+    ),
+]
+
+
+@command("ls", BROWSE)
+def ls(
+    target: Annotated[
+        Target | None,
+        typer.Argument(parser=parse_target, metavar="[SKILL[/PATH]]", show_default=False),
+    ] = None,
+    scope: Annotated[
+        Scope | None,
+        typer.Option(
+            "--scope",
+            "-s",
+            parser=parse_scope,
+            metavar="SCOPE",
+            show_default=False,
+            help="shared:AGENT, user:AGENT/USER or market:NAME: list its skills.",
+        ),
+    ] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            "--agent", "-a", parser=parse_agent, show_default=False, help="List its scopes."
+        ),
+    ] = None,
+    version: VersionOption = None,
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List agents and markets, an agent's scopes, a scope's skills, or a skill's files.
+
+    No option: agents and markets. --agent A: its scopes. --scope S: its skills with version,
+    files, size and validity. --scope S SKILL (or SKILL/DIR, SKILL/FILE): files with size,
+    mode and SHA-256."""
+    if target is not None and scope is None:
+        raise typer.BadParameter("listing a skill needs --scope", param_hint="SKILL")
+    with opened(store_url, token) as store:
+        if scope is not None and target is not None:
+            _ls_files(store, scope, target, version, as_json)
+        elif scope is not None:
+            _ls_skills(store, scope, as_json)
+        elif agent is not None:
+            _ls_scopes(store, agent, as_json)
+        else:
+            _ls_domains(store, as_json)
+
+
+def _ls_domains(store: Store, as_json: bool) -> None:
+    domains = [("agent", a) for a in store.agents()] + [("market", m) for m in store.markets()]
+    revisions = store.revisions([f"{kind}s/{name}" for kind, name in domains])
+    rows = [
+        {"kind": kind, "id": name, "revision": str(revisions[f"{kind}s/{name}"])}
+        for kind, name in domains
+    ]
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        out.print(f"store {escape(store.url)} holds no skills yet: try `skillfs import DIR`")
+        return
+    cells = [[row["kind"], escape(row["id"]), row["revision"]] for row in rows]
+    out.print(table(["kind", "id", "revision"], cells))
+
+
+def _ls_scopes(store: Store, agent: str, as_json: bool) -> None:
+    scopes = store.scopes(agent)
+    if not scopes:
+        raise NotFound(
+            f"agent {agent!r} has no skills in {store.url}; agents: "
+            + (", ".join(store.agents()) or "none")
+        )
+    if as_json:
+        emit_json([{"scope": str(s), "kind": s.kind, "user": s.user_id} for s in scopes])
+        return
+    out.print(f"agent {escape(agent)} at revision {store.revision(agent)}")
+    cells = [[escape(str(s)), s.kind, escape(s.user_id or "")] for s in scopes]
+    out.print(table(["scope", "kind", "user"], cells))
+
+
+def _ls_skills(store: Store, scope: Scope, as_json: bool) -> None:
+    manifests = store.manifests(scope)
+    rows = [manifest_row(manifests[name]) for name in sorted(manifests)]
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        out.print(f"{scope} holds no skills")
+        return
+    cells = [
+        [
+            escape(row["skill"]),
+            str(row["version"]),
+            str(row["files"]),
+            size(row["size"]),
+            status(manifests[row["skill"]]),
+            escape(row["description"] or ""),
+        ]
+        for row in rows
+    ]
+    columns = ["skill", "version", "files", "size", "status", "description"]
+    out.print(table(columns, cells, right={"version", "files", "size"}, flexible="description"))
+
+
+def _ls_files(
+    store: Store, scope: Scope, target: Target, version: int | None, as_json: bool
+) -> None:
+    m = store.manifest(scope, target.skill, version)
+    entries = _select(m, scope, target.path)
+    rows = [
+        {"path": p, "size": e.size, "mode": mode(e), "sha256": e.sha256, "mtime": iso(e.mtime)}
+        for p, e in entries.items()
+    ]
+    if as_json:
+        emit_json(rows)
+        return
+    out.print(f"{scope}/{escape(m.skill)} version {m.version}  {status(m)}")
+    cells = [[escape(p), size(e.size), mode(e), e.sha256[:12]] for p, e in entries.items()]
+    out.print(table(["path", "size", "mode", "sha256"], cells, right={"size"}))
+
+
+def _select(m: Manifest, scope: Scope, path: str | None) -> dict[str, FileEntry]:
+    """The file `path`, or the files below the directory `path`, or all files."""
+    if path is None:
+        return dict(sorted(m.files.items()))
+    if path in m.files:
+        return {path: m.files[path]}
+    below = {p: e for p, e in sorted(m.files.items()) if p.startswith(path + "/")}
+    if not below:
+        Store.entry(m, scope, path)  # raises NotFound listing the files there are
+    return below
+
+
+@command("cat", BROWSE)
+def cat(
+    target: FileArgument,
+    scope: ScopeOption,
+    version: VersionOption = None,
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Write a file's bytes to stdout, untouched."""
+    if target.path is None:
+        raise typer.BadParameter("name a file: SKILL/PATH, e.g. my-skill/SKILL.md")
+    with opened(store_url, token) as store:
+        data = store.read(scope, target.skill, target.path, version)
+    typer.echo(data, nl=False)
+
+
+@command("history", BROWSE)
+def history(
+    target: SkillArgument,
+    scope: ScopeOption,
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Every kept version of a skill, newest first (a deletion is a version too)."""
+    skill = skill_only(target)
+    with opened(store_url, token) as store:
+        versions = store.history(scope, skill)
+    if as_json:
+        emit_json([manifest_row(m) for m in versions])
+        return
+    cells = [
+        [
+            str(m.version),
+            when(m.committed_at),
+            m.commit_id[:12],
+            str(len(m.files)),
+            size(m.size),
+            "[dim]deleted[/dim]" if m.deleted else status(m),
+        ]
+        for m in versions
+    ]
+    columns = ["version", "when", "commit", "files", "size", "status"]
+    out.print(table(columns, cells, right={"version", "files", "size"}))
+
+
+@command("diff", BROWSE)
+def diff(
+    target: Annotated[
+        Target, typer.Argument(parser=parse_target, metavar="SKILL[/PATH]", show_default=False)
+    ],
+    scope: ScopeOption,
+    old: Annotated[
+        int | None,
+        typer.Argument(metavar="[V1]", show_default=False, help="Default: the version before V2."),
+    ] = None,
+    new: Annotated[
+        int | None, typer.Argument(metavar="[V2]", show_default=False, help="Default: the latest.")
+    ] = None,
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """What changed between two versions of a skill (default: the latest and the one before).
+
+    A unified diff of every changed text file; binary files by hash; mode changes. Version 0
+    is the empty skill, so `diff SKILL 0` shows all of it."""
+    with opened(store_url, token) as store:
+        kept = {m.version: m for m in store.history(scope, target.skill)}
+        new_m = _version(kept, new if new is not None else max(kept), scope, target.skill)
+        if old is None:
+            older = [v for v in kept if v < (new_m.version if new_m else 0)]
+            old = max(older, default=0)
+        old_m = _version(kept, old, scope, target.skill)
+        old_files = _under(old_m, target.path)
+        new_files = _under(new_m, target.path)
+        changed = sorted(
+            p
+            for p in old_files.keys() | new_files.keys()
+            if (a := old_files.get(p)) is None
+            or (b := new_files.get(p)) is None
+            or (a.sha256, a.mode) != (b.sha256, b.mode)
+        )
+        data = store.read_entries(
+            e for p in changed for e in (old_files.get(p), new_files.get(p)) if e is not None
+        )
+    entries = [
+        _file_diff(p, old, new_m.version if new_m else 0, old_files.get(p), new_files.get(p), data)
+        for p in changed
+    ]
+    if as_json:
+        emit_json(entries)
+        return
+    if not entries:
+        out.print(
+            f"no differences between version {old} and version {new_m.version if new_m else 0}"
+        )
+    for entry in entries:
+        _print_file_diff(entry)
+
+
+def _version(kept: dict[int, Manifest], version: int, scope: Scope, skill: str) -> Manifest | None:
+    """The kept manifest of `version` (None for version 0, the empty skill)."""
+    if version == 0:
+        return None
+    if version not in kept:
+        raise NotFound(
+            f"version {version} of {scope}/{skill} is not kept; kept versions: "
+            + ", ".join(map(str, sorted(kept, reverse=True)))
+        )
+    return kept[version]
+
+
+def _under(m: Manifest | None, path: str | None) -> dict[str, FileEntry]:
+    if m is None:
+        return {}
+    if path is None:
+        return dict(m.files)
+    return {p: e for p, e in m.files.items() if p == path or p.startswith(path + "/")}
+
+
+def _text(data: bytes) -> str | None:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _file_diff(
+    path: str,
+    v1: int,
+    v2: int,
+    a: FileEntry | None,
+    b: FileEntry | None,
+    data: dict[str, bytes],
+) -> dict[str, Any]:
+    """One changed file as `diff --json` prints it; `diff` is None for binary files."""
+    before = _text(data[a.sha256]) if a else ""
+    after = _text(data[b.sha256]) if b else ""
+    patch = None
+    if (
+        before is not None
+        and after is not None
+        and (a is None or b is None or a.sha256 != b.sha256)
+    ):
+        lines = difflib.unified_diff(
+            before.splitlines(keepends=True),
+            after.splitlines(keepends=True),
+            fromfile=f"a/{path}" if a else "/dev/null",
+            tofile=f"b/{path}" if b else "/dev/null",
+        )
+        patch = "".join(
+            line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+            for line in lines
+        )
+    return {
+        "path": path,
+        "status": "added" if a is None else "removed" if b is None else "modified",
+        "from_version": v1,
+        "to_version": v2,
+        "old": _entry_json(a),
+        "new": _entry_json(b),
+        "binary": before is None or after is None,
+        "diff": patch,
+    }
+
+
+def _entry_json(e: FileEntry | None) -> dict[str, Any] | None:
+    return None if e is None else {"sha256": e.sha256, "size": e.size, "mode": mode(e)}
+
+
+def _print_file_diff(entry: dict[str, Any]) -> None:
+    a, b = entry["old"], entry["new"]
+    out.print(
+        Text(
+            f"{entry['status']} {entry['path']} (version {entry['from_version']} → "
+            f"{entry['to_version']})",
+            style="bold",
+        )
+    )
+    if a and b and a["mode"] != b["mode"]:
+        out.print(f"mode {a['mode']} → {b['mode']}")
+    if entry["binary"]:
+        old = f"{a['sha256'][:12]} ({a['size']} bytes)" if a else "nothing"
+        new = f"{b['sha256'][:12]} ({b['size']} bytes)" if b else "nothing"
+        out.print(f"binary file: {old} → {new}")
+        return
+    for line in (entry["diff"] or "").splitlines():
+        style = (
+            "bold"
+            if line.startswith(("---", "+++"))
+            else "green"
+            if line.startswith("+")
+            else "red"
+            if line.startswith("-")
+            else "cyan"
+            if line.startswith("@@")
+            else ""
+        )
+        out.print(Text(line, style=style))
+
+
+@command("usage", BROWSE)
+def usage(
+    agent: AgentOption,
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """How often workers loaded each skill, per user, most used first."""
+    with opened(store_url, token) as store:
+        counts = store.usage(agent)
+    rows = [
+        {"user": user, "skill": skill, "count": n}
+        for (user, skill), n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    ]
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        out.print(f"no usage recorded for agent {escape(agent)} yet")
+        return
+    cells = [[escape(str(r["user"])), escape(str(r["skill"])), str(r["count"])] for r in rows]
+    out.print(table(["user", "skill", "loads"], cells, right={"loads"}))

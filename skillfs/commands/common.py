@@ -1,0 +1,285 @@
+"""What every store command shares: options, opening the store, errors as one red line, output.
+
+Commands register here with `@command(name, panel)`; `skillfs.commands.register` adds them to
+the `skillfs` app. Usage errors (bad option values) exit 2 through click; a `SkillfsError` or a
+local file error exits 1 with one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Annotated, Any, NamedTuple, ParamSpec, TypeVar
+from urllib.parse import urlsplit
+
+import typer
+from rich.console import Console, JustifyMethod
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from skillfs import open_store
+from skillfs.engines import default_url
+from skillfs.errors import InvalidPath, SkillfsError
+from skillfs.model import FileEntry, Finding, Manifest, Revision, Scope
+from skillfs.names import check_id, check_skill_name, normalize_path
+from skillfs.store import Store
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+#: How long a command waits for a store that does not answer before saying so: an operator at
+#: a terminal wants the outage reported quickly, not after the library's 10 s default.
+RETRY_FOR = 3.0
+
+BROWSE, EDIT, TRANSFER, OPERATE = "Browse", "Edit", "Import and export", "Operate"
+
+
+class Registered(NamedTuple):
+    name: str
+    panel: str
+    function: Callable[..., Any]
+
+
+COMMANDS: list[Registered] = []
+
+
+def command(name: str, panel: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Register a store command, turning the errors an operator can act on into one red line."""
+
+    def decorate(function: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(function)
+        def run(*args: P.args, **kwargs: P.kwargs) -> R:
+            try:
+                return function(*args, **kwargs)
+            except SkillfsError as exc:
+                raise fail(str(exc)) from None
+            except OSError as exc:  # local files: import/export directories, the editor
+                where = f": {exc.filename}" if exc.filename else ""
+                raise fail(f"{exc.strerror or exc}{where}") from None
+
+        COMMANDS.append(Registered(name, panel, run))
+        return run
+
+    return decorate
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print `message` as one red line on stderr; raise the returned Exit."""
+    err.print(f"[red]error:[/red] {escape(message)}")
+    return typer.Exit(code=code)
+
+
+def interactive() -> bool:
+    """Whether a person can answer questions (tests patch this to drive the prompts)."""
+    return sys.stdin.isatty()
+
+
+def emit_json(data: Any) -> None:
+    """JSON on stdout, untouched by rich (no wrapping, no colour), for scripts."""
+    typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+# ------------------------------------------------------------------------- argument types
+
+
+class Target(NamedTuple):
+    """`SKILL` or `SKILL/PATH` as the commands take them."""
+
+    skill: str
+    path: str | None
+
+    def __str__(self) -> str:
+        return self.skill if self.path is None else f"{self.skill}/{self.path}"
+
+
+def parse_target(text: str) -> Target:
+    skill, _, path = text.partition("/")
+    try:
+        return Target(check_skill_name(skill), normalize_path(path) if path else None)
+    except InvalidPath as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def parse_scope(text: str) -> Scope:
+    try:
+        return Scope.parse(text)
+    except InvalidPath as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def parse_agent(text: str) -> str:
+    try:
+        return check_id("agent", text)
+    except InvalidPath as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def parse_revision(text: str) -> Revision:
+    try:
+        return Revision.parse(text)
+    except ValueError:
+        raise typer.BadParameter(
+            f"invalid revision {text!r}: give one as skillfs printed it (EPOCH:COUNTER)"
+        ) from None
+
+
+StoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        envvar="SKILLFS_STORE",
+        metavar="URL",
+        show_default=False,
+        help="Store URL (sqlite:///…, redis://…, etcd://…, grpc://…); "
+        "default $SKILLFS_STORE, else the embedded SQLite file.",
+    ),
+]
+TokenOption = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="SKILLFS_TOKEN",
+        show_default=False,
+        help="Bearer token for a grpc:// store.",
+    ),
+]
+ScopeOption = Annotated[
+    Scope,
+    typer.Option(
+        "--scope",
+        "-s",
+        parser=parse_scope,
+        metavar="SCOPE",
+        show_default=False,
+        help="shared:AGENT, user:AGENT/USER or market:NAME.",
+    ),
+]
+AgentOption = Annotated[
+    str, typer.Option("--agent", "-a", parser=parse_agent, show_default=False, help="Agent id.")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+SkillArgument = Annotated[
+    Target, typer.Argument(parser=parse_target, metavar="SKILL", show_default=False)
+]
+FileArgument = Annotated[
+    Target, typer.Argument(parser=parse_target, metavar="SKILL/PATH", show_default=False)
+]
+
+
+@contextmanager
+def opened(url: str | None, token: str | None) -> Iterator[Store]:
+    """The store the options name; the token goes only to engines that take one (grpc)."""
+    options: dict[str, Any] = {"retry_for": RETRY_FOR}
+    if token and urlsplit(url or default_url()).scheme in ("grpc", "grpcs"):
+        options["token"] = token
+    store = open_store(url, **options)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def skill_only(target: Target) -> str:
+    """The skill of a target that must not name a file."""
+    if target.path is not None:
+        raise typer.BadParameter(f"give a skill, not a file: {target.skill}")
+    return target.skill
+
+
+# ------------------------------------------------------------------------- formatting
+
+
+def when(timestamp: float) -> str:
+    """Local time to the second, for people."""
+    return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def iso(timestamp: float) -> str:
+    """UTC ISO 8601, for scripts."""
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds")
+
+
+def size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB"):
+        if value < 1024 or unit == "MiB":
+            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def mode(entry: FileEntry) -> str:
+    return f"{entry.mode:04o}"
+
+
+def status(m: Manifest) -> str:
+    """Validity at a glance: usable or not, and how many findings."""
+    errors = len(m.errors)
+    warnings = len(m.findings) - errors
+    if not m.usable:
+        return f"[red]✗ unusable ({errors} error{'s' * (errors != 1)})[/red]"
+    if errors:
+        return f"[red]✗ {errors} error{'s' * (errors != 1)}[/red]"
+    if warnings:
+        return f"[yellow]! {warnings} warning{'s' * (warnings != 1)}[/yellow]"
+    return "[green]✓[/green]"
+
+
+def manifest_row(m: Manifest) -> dict[str, Any]:
+    """One skill as `ls --json` and `history --json` print it."""
+    fm = m.frontmatter or {}
+    description = fm.get("description")
+    return {
+        "skill": m.skill,
+        "version": m.version,
+        "commit_id": m.commit_id,
+        "committed_at": iso(m.committed_at),
+        "deleted": m.deleted,
+        "files": len(m.files),
+        "size": m.size,
+        "usable": m.usable,
+        "valid": not m.errors,
+        "description": description if isinstance(description, str) else None,
+        "errors": [f.message for f in m.errors],
+        "warnings": [f.message for f in m.findings if f.severity == "warning"],
+    }
+
+
+def print_findings(findings: Sequence[Finding], console: Console = out) -> None:
+    """One line each, errors first."""
+    for f in sorted(findings, key=lambda f: f.severity != "error"):
+        colour = "red" if f.severity == "error" else "yellow"
+        console.print(f"    [{colour}]{f.severity:<8}[/{colour}] {escape(f.message)}")
+
+
+def table(
+    columns: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    right: Collection[str] = (),
+    flexible: str | None = None,
+) -> Table:
+    """A borderless table of rich-markup cells. Every column keeps its full width except
+    `flexible`, which is cut with … to fit the terminal (rich would shrink them all)."""
+    widths = [
+        max([len(name), *(Text.from_markup(row[i]).cell_len for row in rows)])
+        for i, name in enumerate(columns)
+    ]
+    t = Table(box=None)
+    for name, width in zip(columns, widths, strict=True):
+        if name == flexible:  # the room the others leave; each column is padded by 1 both sides
+            room = out.width - (sum(widths) - width) - 2 * len(columns)
+            width = min(width, max(room, 10))
+        justify: JustifyMethod = "right" if name in right else "left"
+        t.add_column(name, no_wrap=True, overflow="ellipsis", width=width, justify=justify)
+    for row in rows:
+        t.add_row(*row)
+    return t

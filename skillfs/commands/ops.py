@@ -1,0 +1,208 @@
+"""Commands for running a deployment: prompt, watch, gc."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.progress import Progress, SpinnerColumn, TextColumn
+
+from skillfs.commands.common import (
+    OPERATE,
+    AgentOption,
+    JsonOption,
+    StoreOption,
+    TokenOption,
+    command,
+    emit_json,
+    err,
+    opened,
+    out,
+    parse_revision,
+    print_findings,
+    table,
+)
+from skillfs.model import Change, Revision, Scope
+from skillfs.names import check_id
+from skillfs.runtime import LocalDir, Market, Skills
+
+
+def _ids(kind: str, values: list[str] | None) -> list[str]:
+    try:
+        return [check_id(kind, v) for v in values or []]
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=f"--{kind}") from None
+
+
+@command("prompt", OPERATE)
+def prompt(
+    agent: AgentOption,
+    user: Annotated[str, typer.Option("--user", "-u", show_default=False, help="User id.")],
+    markets: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--market", show_default=False, help="A market layer, lowest first (repeatable)."
+        ),
+    ] = None,
+    local: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--local",
+            file_okay=False,
+            show_default=False,
+            help="A local skills directory layer, below the markets (repeatable).",
+        ),
+    ] = None,
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The <available_skills> block a worker for (agent, user) would put in its prompt now.
+
+    Skills left out of the view (no usable SKILL.md) are listed on stderr."""
+    user = _ids("user", [user])[0]
+    layers: list[LocalDir | Market] = [
+        *(LocalDir(p) for p in local or []),
+        *(Market(m) for m in _ids("market", markets)),
+    ]
+    with opened(store_url, token) as store, Skills(store, agent, user, layers) as skills:
+        snap = skills.snapshot()
+    if as_json:
+        emit_json(
+            {
+                "prompt": snap.prompt(),
+                "revisions": {d: str(r) if r else None for d, r in snap.revisions.items()},
+                "skills": [
+                    {
+                        "id": s.id,
+                        "name": s.name,
+                        "description": s.description,
+                        "source": s.source,
+                        "version": s.version,
+                        "shadows": list(s.shadows),
+                    }
+                    for s in snap.skills
+                ],
+                "left_out": [
+                    {
+                        "skill": p.skill,
+                        "source": p.source,
+                        "errors": [f.message for f in p.findings if f.severity == "error"],
+                    }
+                    for p in snap.problems
+                ],
+            }
+        )
+        return
+    typer.echo(snap.prompt())
+    for p in snap.problems:
+        err.print(f"[yellow]left out[/yellow] {escape(p.skill)} ({escape(p.source)}):")
+        print_findings([f for f in p.findings if f.severity == "error"], console=err)
+
+
+def _change_json(c: Change) -> dict[str, Any]:
+    return {
+        "revision": str(c.revision),
+        "op": c.op,
+        "scope": str(c.scope) if c.scope else None,
+        "skill": c.skill,
+        "version": c.version,
+    }
+
+
+@command("watch", OPERATE)
+def watch(
+    agent: Annotated[
+        str | None,
+        typer.Option("--agent", "-a", show_default=False, help="Follow this agent's scopes."),
+    ] = None,
+    market: Annotated[
+        str | None, typer.Option(show_default=False, help="Follow this market instead.")
+    ] = None,
+    since: Annotated[
+        Revision | None,
+        typer.Option(
+            parser=parse_revision,
+            metavar="REV",
+            show_default=False,
+            help="Start after this revision (default: now).",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(min=0, show_default=False, help="Stop after this many seconds."),
+    ] = None,
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Print changes as they commit, one line each (JSON lines with --json), until Ctrl-C."""
+    if (agent is None) == (market is None):
+        raise typer.BadParameter("give --agent A or --market M", param_hint="--agent")
+    target: str | Scope = (
+        _ids("agent", [agent])[0] if agent else Scope.market(_ids("market", [market or ""])[0])
+    )
+    with opened(store_url, token) as store:
+        start = since or store.revision(target)
+        err.print(
+            f"watching {'agent ' + agent if agent else 'market ' + str(market)} from revision "
+            f"{start or 'none (nothing written yet)'}; Ctrl-C to stop"
+        )
+        try:
+            for change in store.follow(target, start, timeout=timeout):
+                if as_json:
+                    typer.echo(json.dumps(_change_json(change)))
+                elif change.op == "reset":
+                    out.print(
+                        f"{change.revision}  [yellow]reset[/yellow]  the change log no longer "
+                        "reaches back: reload"
+                    )
+                else:
+                    colour = "green" if change.op == "put" else "red"
+                    out.print(
+                        f"{change.revision}  [{colour}]{change.op:<6}[/{colour}] "
+                        f"{change.scope}/{escape(change.skill or '')}  version {change.version}"
+                    )
+        except KeyboardInterrupt:
+            err.print("stopped")
+
+
+@command("gc", OPERATE)
+def gc(
+    grace: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            show_default=False,
+            help="Keep unreferenced blobs used within this many seconds (default: the store's, "
+            "1 hour); longer than any reasoning step.",
+        ),
+    ] = None,
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete blobs no live or kept version references, and history past its retention."""
+    with (
+        opened(store_url, token) as store,
+        Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}: {task.completed}"),
+            console=err,
+            transient=True,
+        ) as progress,
+    ):
+        tasks = {
+            "mark": progress.add_task("marking (skills)", total=None),
+            "sweep": progress.add_task("sweeping (blobs)", total=None),
+        }
+        report = store.gc(grace, progress=lambda phase, n: progress.advance(tasks[phase], n))
+    data = report.model_dump()
+    if as_json:
+        emit_json(data)
+        return
+    cells = [[key.replace("_", " "), str(value)] for key, value in data.items()]
+    out.print(table(["", "count"], cells, right={"count"}))

@@ -1,0 +1,318 @@
+"""Whole skill directories in and out of a scope: import and export.
+
+Import is a bulk surface (DESIGN §7): skills that break the spec are stored with their findings
+recorded, and the summary lists them. Bytes, modes and modification times survive the round
+trip both ways.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeRemainingColumn,
+)
+
+from skillfs.commands.common import (
+    TRANSFER,
+    JsonOption,
+    ScopeOption,
+    StoreOption,
+    TokenOption,
+    command,
+    emit_json,
+    err,
+    fail,
+    opened,
+    out,
+    print_findings,
+)
+from skillfs.errors import InvalidPath, NotFound, TooLarge
+from skillfs.model import File, Finding, Manifest, Put, Scope
+from skillfs.names import check_skill_name, normalize_path
+from skillfs.skill import SKILL_MD, find_skill_dirs, inspect_skill
+from skillfs.store import Limits
+
+#: Directories inside a skill that are not part of it (byte-code of a script that was run).
+SKIPPED_DIRS = ("__pycache__",)
+#: Skills per commit when the store sets no limit of its own: small enough that the progress
+#: bar moves, big enough that an import is few commits.
+DEFAULT_BATCH = 64
+
+
+@dataclass(frozen=True)
+class _Source:
+    """A skill directory on disk and its files (relative POSIX path -> absolute path)."""
+
+    name: str
+    root: Path
+    files: dict[str, Path]
+    size: int
+
+
+def _sources(directory: Path, limits: Limits) -> list[_Source]:
+    """Every skill DIRECTORY holds (itself when it is one), checked against the path rules and
+    the store's size limits before anything is written."""
+    found = [d for d in find_skill_dirs(directory) if (d / SKILL_MD).is_file()]
+    if not found:
+        raise NotFound(f"no skill in {directory}: no SKILL.md in it or in any directory below")
+    by_name: dict[str, Path] = {}
+    sources = []
+    for root in found:
+        name = check_skill_name(Path(os.path.abspath(root)).name)
+        if name in by_name:
+            raise InvalidPath(
+                f"two skills are named {name!r}: {by_name[name]} and {root}; "
+                "import them into different scopes"
+            )
+        by_name[name] = root
+        files: dict[str, Path] = {}
+        total = 0
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS)
+            for filename in sorted(filenames):
+                path = Path(dirpath) / filename
+                rel = normalize_path(path.relative_to(root).as_posix())
+                n = path.stat().st_size
+                if n > limits.max_file_size:
+                    raise TooLarge(
+                        f"{path} is {n} bytes, over the store's limit of "
+                        f"{limits.max_file_size} bytes per file; nothing was imported"
+                    )
+                files[rel] = path
+                total += n
+        if len(files) > limits.max_files or total > limits.max_skill_size:
+            raise TooLarge(
+                f"{root} holds {len(files)} files, {total} bytes: over the store's limit of "
+                f"{limits.max_files} files, {limits.max_skill_size} bytes per skill; "
+                "nothing was imported"
+            )
+        sources.append(_Source(name, root, files, total))
+    return sources
+
+
+def _read(source: _Source) -> dict[str, File]:
+    files = {}
+    for rel, path in source.files.items():
+        st = path.stat()
+        files[rel] = File(path.read_bytes(), mode=st.st_mode & 0o777, mtime=st.st_mtime)
+    return files
+
+
+def _same(files: dict[str, File], m: Manifest | None) -> bool:
+    """Whether the store already holds exactly these bytes and modes (mtimes aside)."""
+    if m is None or m.files.keys() != files.keys():
+        return False
+    return all(
+        m.files[p].sha256 == hashlib.sha256(f.data).hexdigest() and m.files[p].mode == f.mode
+        for p, f in files.items()
+    )
+
+
+@contextmanager
+def _progress(unit: str) -> Iterator[Progress]:
+    """A progress bar on stderr, so stdout stays clean for --json."""
+    columns = [
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        DownloadColumn(binary_units=True) if unit == "bytes" else MofNCompleteColumn(),
+        TaskProgressColumn(),
+        TimeRemainingColumn(),
+    ]
+    with Progress(*columns, console=err, transient=True) as progress:
+        yield progress
+
+
+@command("import", TRANSFER)
+def import_(
+    directory: Annotated[
+        Path,
+        typer.Argument(
+            exists=True,
+            file_okay=False,
+            show_default=False,
+            help="A skill directory, or a directory holding skills (searched recursively).",
+        ),
+    ],
+    scope: ScopeOption,
+    batch: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            show_default=False,
+            help=f"Skills per commit (default: the store's limit, else {DEFAULT_BATCH}).",
+        ),
+    ] = None,
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Store every skill below DIRECTORY in a scope, bytes and modes kept.
+
+    Skills that break the spec are stored anyway, their findings recorded and listed below;
+    skills whose files are unchanged are not written again."""
+    with opened(store_url, token) as store:
+        sources = _sources(directory, store.limits)
+        limit = store.engine.max_ops
+        size = min(batch or limit or DEFAULT_BATCH, limit or batch or DEFAULT_BATCH)
+        current = store.manifests(scope, [s.name for s in sources])
+        rows: dict[str, dict[str, Any]] = {}
+        commits: list[dict[str, Any]] = []
+        findings: dict[str, list[Finding]] = {}
+        with _progress("bytes") as progress:
+            task = progress.add_task("importing", total=sum(s.size for s in sources))
+            for i in range(0, len(sources), size):
+                chunk = sources[i : i + size]
+                puts = []
+                for source in chunk:
+                    progress.update(task, description=f"reading {source.name}")
+                    files = _read(source)
+                    unchanged = _same(files, current.get(source.name))
+                    _, findings[source.name] = inspect_skill(
+                        source.name, {p: f.data for p, f in files.items()}
+                    )
+                    rows[source.name] = _row(source, current.get(source.name), unchanged, findings)
+                    if not unchanged:
+                        puts.append(Put(scope, source.name, dict(files)))
+                if puts:
+                    progress.update(task, description=f"committing {len(puts)} skill(s)")
+                    result = store.commit(puts)
+                    commits.append(
+                        {
+                            "revision": str(result.revision),
+                            "commit_id": result.commit_id,
+                            "skills": sorted(result.versions),
+                        }
+                    )
+                    for name, version in result.versions.items():
+                        rows[name]["version"] = version
+                progress.advance(task, sum(s.size for s in chunk))
+    if as_json:
+        emit_json({"scope": str(scope), "commits": commits, "skills": list(rows.values())})
+    else:
+        _summary(scope, list(rows.values()), commits, findings)
+
+
+def _row(
+    source: _Source, current: Manifest | None, unchanged: bool, findings: dict[str, list[Finding]]
+) -> dict[str, Any]:
+    errors = [f.message for f in findings[source.name] if f.severity == "error"]
+    return {
+        "skill": source.name,
+        "source": str(source.root),
+        "status": "unchanged" if unchanged else "updated" if current else "created",
+        "version": current.version if current else None,
+        "files": len(source.files),
+        "size": source.size,
+        "valid": not errors,
+        "errors": errors,
+        "warnings": [f.message for f in findings[source.name] if f.severity == "warning"],
+    }
+
+
+def _summary(
+    scope: Scope,
+    rows: list[dict[str, Any]],
+    commits: list[dict[str, Any]],
+    findings: dict[str, list[Finding]],
+) -> None:
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("created", "updated", "unchanged")}
+    where = f"in {len(commits)} commit{'s' * (len(commits) != 1)}"
+    if commits:
+        where += f", now at revision {commits[-1]['revision']}"
+    out.print(
+        f"imported {len(rows)} skill{'s' * (len(rows) != 1)} into {scope} {where}: "
+        f"{counts['created']} created, {counts['updated']} updated, "
+        f"{counts['unchanged']} unchanged"
+    )
+    flagged = [r for r in rows if r["errors"] or r["warnings"]]
+    for r in flagged:
+        mark = "[red]✗[/red]" if r["errors"] else "[yellow]![/yellow]"
+        out.print(f"{mark} [bold]{escape(r['skill'])}[/bold]  [dim]{escape(r['source'])}[/dim]")
+        print_findings(findings[r["skill"]])
+    invalid = sum(bool(r["errors"]) for r in rows)
+    if flagged:
+        out.print(
+            f"{invalid} with errors (stored; a worker shows a skill only if its SKILL.md has a "
+            f"name and description), {len(flagged) - invalid} with warnings only"
+        )
+
+
+@command("export", TRANSFER)
+def export(
+    directory: Annotated[
+        Path, typer.Argument(file_okay=False, show_default=False, help="Where to write.")
+    ],
+    scope: ScopeOption,
+    skills: Annotated[
+        list[str] | None,
+        typer.Option("--skill", show_default=False, help="Only this skill (repeatable)."),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", "-f", help="Write into a non-empty DIRECTORY, replacing the skills' dirs."
+        ),
+    ] = False,
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Write a scope's skills to DIRECTORY, one sub-directory each, bytes and modes kept."""
+    if directory.exists() and any(directory.iterdir()) and not force:
+        raise fail(
+            f"{directory} is not empty: pick an empty directory, or pass --force to replace "
+            "the exported skills' directories in it"
+        )
+    with opened(store_url, token) as store:
+        manifests = store.manifests(scope, skills)
+        if skills:
+            missing = sorted(set(skills) - manifests.keys())
+            if missing:
+                raise NotFound(
+                    f"no skill {', '.join(map(repr, missing))} in {scope}; skills there: "
+                    + (", ".join(store.skills(scope)) or "none")
+                )
+        rows = []
+        with _progress("bytes") as progress:
+            task = progress.add_task("exporting", total=sum(m.size for m in manifests.values()))
+            for name in sorted(manifests):
+                m = manifests[name]
+                progress.update(task, description=f"writing {name}")
+                _write_skill(directory / name, m, store.read_entries(m.files.values()))
+                progress.advance(task, m.size)
+                rows.append(
+                    {"skill": name, "version": m.version, "files": len(m.files), "size": m.size}
+                )
+    if as_json:
+        emit_json({"scope": str(scope), "directory": str(directory), "skills": rows})
+    else:
+        out.print(f"exported {len(rows)} skill{'s' * (len(rows) != 1)} of {scope} to {directory}")
+
+
+def _write_skill(root: Path, m: Manifest, data: dict[str, bytes]) -> None:
+    if root.is_symlink() or root.is_file():
+        root.unlink()
+    elif root.exists():
+        shutil.rmtree(root)
+    for path, entry in sorted(m.files.items()):
+        target = root / normalize_path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data[entry.sha256])
+        os.chmod(target, entry.mode)
+        os.utime(target, (entry.mtime, entry.mtime))
