@@ -15,6 +15,7 @@ from typing import cast
 
 import pytest
 import redis
+from redis.connection import AbstractConnection
 from redis.crc import key_slot
 
 import skillfs
@@ -538,3 +539,34 @@ def test_failover_to_a_replica_that_missed_writes_makes_followers_reload(tmp_pat
         reset = [skillfs.Change(revision=again, op="reset")]
         assert follower.changes(DOMAIN, lost, 0) == reset
         assert follower.changes(DOMAIN, a, 0) == reset
+
+
+@pytest.mark.parametrize("topology", ["standalone", "cluster"])
+def test_batched_reads_are_one_round_trip_per_node(
+    request: pytest.FixtureRequest, topology: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """revisions() and get_chunks() send one batch per server node, however many keys."""
+    server = request.getfixturevalue(f"redis_{'server' if topology == 'standalone' else topology}")
+    engine = RedisEngine(f"{server.url}?prefix={ns()}")
+    domains = [f"agents/agent-{i}" for i in range(30)]
+    for d in domains:
+        engine.commit(d, [put(Scope.shared(d.split("/")[1]), "s", 1)])
+    shas = [f"{i:064x}" for i in range(30)]
+    for sha in shas:
+        engine.put_blob(sha, [b"a", b"b"], now=1.0)
+    engine.revisions(domains)  # warm up: connections to every node exist
+    sends: list[object] = []
+    original = AbstractConnection.send_packed_command
+
+    def counting(self: AbstractConnection, command: object, check_health: bool = True) -> None:
+        sends.append(command)
+        original(self, command, check_health)  # type: ignore[no-untyped-call]
+
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", counting)
+    nodes = 1 if topology == "standalone" else 3
+    revs = engine.revisions(domains)
+    assert len(sends) == nodes and all(r is not None for r in revs.values())
+    sends.clear()
+    chunks = engine.get_chunks([(sha, i) for sha in shas for i in (0, 1)])
+    assert len(sends) == nodes and chunks == [b"a", b"b"] * 30
+    engine.close()
