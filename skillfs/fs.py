@@ -118,8 +118,12 @@ class _Transaction(Transaction):  # type: ignore[misc]
     fs: SkillFileSystem | None
 
     def start(self) -> None:
-        super().start()
         assert self.fs is not None
+        if self.fs._batch_now is not None:
+            raise RuntimeError(
+                "a skillfs transaction is open in this thread already: they do not nest"
+            )
+        super().start()
         self.fs._local.batch = _Batch(together=True)
 
     def complete(self, commit: bool = True) -> None:
@@ -171,6 +175,12 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         self.scope = Scope.user(agent_id, user_id) if user_id else self.shared
         self.base = _base_fs(os.getcwd() if base is None else base)
         self._local = threading.local()  # the batch in progress, per thread
+
+    def start_transaction(self) -> _Transaction:
+        """fsspec's non-context form; `end_transaction()` commits."""
+        transaction: _Transaction = super().start_transaction()
+        transaction.start()
+        return transaction
 
     # ------------------------------------------------------------------ paths
 
@@ -264,7 +274,7 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         """A file's bytes or the range [start, end) (negative counts from the end), reading
         only the chunks the range covers."""
         size = item.size if isinstance(item, FileEntry) else len(item.data)
-        lo = 0 if start is None else max(0, size + start) if start < 0 else start
+        lo = 0 if start is None else max(0, size + start) if start < 0 else min(start, size)
         hi = size if end is None else max(0, size + end) if end < 0 else min(end, size)
         if isinstance(item, File):
             return item.data[lo:hi]
@@ -272,7 +282,7 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         cached = batch.blobs.get(item.sha256) if batch else None
         if cached is not None:
             return cached[lo:hi]
-        return self.store.read_entry(item, lo, max(lo, hi))
+        return self.store.read_entry(item, lo, hi) if lo < hi else b""
 
     def _prefetch(self, paths: Any, recursive: bool, maxdepth: int | None) -> None:
         """Fetch the stored files a bulk read will want in one batched round trip."""
@@ -287,7 +297,10 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         for name in names:
             if self._split(name) is None:
                 continue
-            _, item = self._resolve(name)
+            try:
+                _, item = self._resolve(name)
+            except FileNotFoundError:
+                continue  # the bulk call reports it as its on_error says
             if isinstance(item, FileEntry) and item.size <= budget:
                 wanted.append(item)
                 budget -= item.size
@@ -446,7 +459,7 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         elif self._split(path) is None:
             out = [_from_base(i) for i in self.base.ls(path, detail=True, **kwargs)]
         else:
-            cached = None if kwargs.get("refresh") else self._ls_from_cache(path)
+            cached = None if kwargs.get("refresh") else self.dircache.get(path)
             out = cached if cached is not None else self._store_ls(path)
         out = sorted(out, key=lambda i: str(i["name"]))
         return out if detail else [i["name"] for i in out]

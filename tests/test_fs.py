@@ -187,6 +187,7 @@ def test_ranges_read_only_the_chunks_asked(url: str, tmp_path: Path) -> None:
     assert [i for _, i in asked] == [0, 6, 7]
     asked.clear()
     assert fs.cat_file("skills/d/f", -4) == data[-4:] and [i for _, i in asked] == [12]
+    assert fs.cat_file("skills/d/f", 200) == b"" and fs.cat_file("skills/d/f", 96, 200) == data[96:]
     with fs.open("skills/d/f", "rb", block_size=16, cache_type="none") as f:
         f.seek(90)
         assert f.read(3) == data[90:93]
@@ -566,6 +567,18 @@ def test_transaction_failing_at_commit_commits_nothing(make: MakeFs) -> None:
         other.pipe("skills/b/SKILL.md", b"first")  # wins the exclusive create
     assert fs.store.skills(SHARED) == ["b"] and fs.cat("skills/b/SKILL.md") == b"first"
     assert fs.store.revision(AGENT) != before
+
+
+def test_transaction_without_context_manager_and_no_nesting(make: MakeFs) -> None:
+    fs = make()
+    fs.start_transaction()
+    fs.pipe({"skills/a/SKILL.md": SKILL_MD, "skills/b/SKILL.md": SKILL_MD})
+    with pytest.raises(RuntimeError, match="do not nest"):
+        fs.transaction.start()
+    assert not fs.store.skills(SHARED)
+    fs.end_transaction()
+    a, b = (fs.store.manifest(SHARED, s) for s in "ab")
+    assert a.commit_id == b.commit_id
 
 
 # ----------------------------------------------------------------- universal-pathlib
