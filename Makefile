@@ -26,6 +26,10 @@ servers:
 run: $(STAMP)
 	$(BIN)/skillfs run
 
+# Regenerate skillfs/proto/ from protos/skillfs/v1/ (tests/test_grpc_proto.py checks it is current).
+proto: $(STAMP)
+	$(BIN)/python protos/generate.py
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy skillfs
