@@ -37,8 +37,12 @@ def open_engine(url: str | None = None, **options: Any) -> Engine:
         from skillfs.engines.etcd import EtcdEngine
 
         return EtcdEngine(url, **options)
+    if scheme in ("grpc", "grpcs"):
+        from skillfs.engines.grpc import GrpcEngine
+
+        return GrpcEngine(url, **options)
     raise InvalidPath(
         f"unknown store URL {url!r}: use memory://, sqlite:///path, redis://host:port/db, "
         "rediss://, redis+cluster://h:p,h:p, redis+sentinel://h:p/service/db "
-        "or etcd://host:port[,host:port]"
+        "etcd://host:port[,host:port] or grpc://host:port[,host:port] (grpcs:// for TLS)"
     )
