@@ -1,0 +1,356 @@
+"""`grpc://host:port[,host:port…]` and `grpcs://…`: the engine primitives over one or more
+skillfs servers, for workers that must not hold store credentials (DESIGN §2, §6).
+
+Calls go round-robin over the servers named; a server that cannot be reached is skipped for a
+second and the call goes to the next one, so a dead server costs one failed connect, not an
+error. `Store` runs on this side as on any engine (hashing, validation, versions, retries);
+the server checks the result again and the token's grants.
+
+Blobs need proofs (docs/server.md): the engine remembers, for each hash, the manifest it was
+last seen in (sent along with reads and touches) and the receipt the server gave for an upload
+or touch (sent along with commits). Both are small, bounded LRUs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+from urllib.parse import parse_qs, urlsplit
+
+import grpc
+
+from skillfs.engines.base import CommitOp, Engine
+from skillfs.errors import InvalidPath, StoreUnavailable
+from skillfs.model import Change, Manifest, Revision, Scope
+from skillfs.proto import skillfs_pb2 as pb
+from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.server import wire
+
+ENV_TOKEN = "SKILLFS_TOKEN"
+K = TypeVar("K")
+V = TypeVar("V")
+R = TypeVar("R")
+
+#: A server that failed to answer is tried last for this long (seconds).
+DOWN_FOR = 1.0
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.max_send_message_length", 16 * 1024 * 1024),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+]
+
+
+class _Lru(Generic[K, V]):
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._items: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: K, value: V) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+
+class _Server:
+    def __init__(self, target: str, credentials: grpc.ChannelCredentials | None) -> None:
+        self.target = target
+        if credentials is None:
+            self.channel = grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        else:
+            self.channel = grpc.secure_channel(target, credentials, options=_CHANNEL_OPTIONS)
+        self.reader = pb_grpc.SkillReaderStub(self.channel)
+        self.admin = pb_grpc.SkillAdminStub(self.channel)
+        self.down_until = 0.0
+
+
+class GrpcEngine(Engine):
+    """One or more skillfs servers, balanced and failed over by this client."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        tls_ca: str | Path | None = None,
+        timeout: float = 60.0,
+    ) -> None:
+        super().__init__(url)
+        parts = urlsplit(url)
+        query = parse_qs(parts.query)
+        unknown = set(query) - {"ca", "timeout"}
+        if unknown or parts.scheme not in ("grpc", "grpcs") or not parts.netloc:
+            raise InvalidPath(
+                f"invalid server URL {url!r}: use grpc://host:port[,host:port...] or grpcs://... "
+                "(query options: ca=PATH for grpcs, timeout=SECONDS)"
+            )
+        targets = [t.strip() for t in parts.netloc.split(",") if t.strip()]
+        credentials = None
+        if parts.scheme == "grpcs":
+            ca_path = tls_ca or next(iter(query.get("ca", [])), None)
+            roots = Path(ca_path).read_bytes() if ca_path else None
+            credentials = grpc.ssl_channel_credentials(root_certificates=roots)
+        self.timeout = float(query["timeout"][0]) if "timeout" in query else timeout
+        self._servers = [_Server(t, credentials) for t in targets]
+        self._turn = itertools.count(int.from_bytes(os.urandom(2), "big"))
+        token = token or os.environ.get(ENV_TOKEN)
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        #: sha256 -> (scope, skill, version, size): a readable manifest holding the blob.
+        self._seen: _Lru[str, tuple[Scope, str, int, int]] = _Lru(200_000)
+        #: sha256 -> (size, receipt) from the server's answers to uploads and touches.
+        self._receipts: _Lru[str, tuple[int, bytes]] = _Lru(200_000)
+
+    # ------------------------------------------------------------------ calls
+
+    def _order(self) -> list[_Server]:
+        """Round-robin from the next server; servers that just failed go last."""
+        n = len(self._servers)
+        start = next(self._turn) % n
+        ring = [self._servers[(start + i) % n] for i in range(n)]
+        now = time.monotonic()
+        return sorted(ring, key=lambda s: s.down_until > now)
+
+    def _run(self, attempt: Callable[[_Server], R]) -> R:
+        """Run `attempt` on one server after another until one answers."""
+        failures = []
+        for server in self._order():
+            try:
+                return attempt(server)
+            except grpc.RpcError as exc:
+                if not wire.is_transport_failure(exc):
+                    raise wire.error_from(exc, server.target) from None
+                server.down_until = time.monotonic() + DOWN_FOR
+                failures.append(f"{server.target}: {exc.details()}")
+        raise StoreUnavailable(
+            f"no skillfs server answered ({'; '.join(failures)}); "
+            "check that the servers are running and reachable, then retry"
+        )
+
+    def _read(self, method: str, request: Any, timeout: float | None = None) -> Any:
+        return self._run(
+            lambda s: getattr(s.reader, method)(
+                request, metadata=self._metadata, timeout=timeout or self.timeout
+            )
+        )
+
+    def _admin(self, method: str, request: Any, timeout: float | None = None) -> Any:
+        return self._run(
+            lambda s: getattr(s.admin, method)(
+                request, metadata=self._metadata, timeout=timeout or self.timeout
+            )
+        )
+
+    # ------------------------------------------------------------------ what the engine saw
+
+    def _saw(self, scope: Scope, manifests: Sequence[Manifest]) -> None:
+        for m in manifests:
+            for e in m.files.values():
+                self._seen.put(e.sha256, (scope, m.skill, m.version, e.size))
+
+    def _source(self, sha: str) -> pb.Source | None:
+        seen = self._seen.get(sha)
+        if seen is None:
+            return None
+        return pb.Source(scope=str(seen[0]), skill=seen[1], version=seen[2])
+
+    def _proof(self, sha: str) -> pb.BlobProof:
+        receipt = self._receipts.get(sha)
+        if receipt is not None:
+            return pb.BlobProof(sha256=sha, size=receipt[0], receipt=receipt[1])
+        return pb.BlobProof(sha256=sha, source=self._source(sha))
+
+    def _manifests(self, scope: Scope, blobs: Sequence[bytes]) -> list[Manifest]:
+        found = [wire.manifest_from(b) for b in blobs]
+        self._saw(scope, found)
+        return found
+
+    # ------------------------------------------------------------------ blobs
+
+    def touch_blobs(self, shas: Sequence[str], now: float) -> set[str]:
+        if not shas:
+            return set()
+        reply = self._admin(
+            "TouchBlobs", pb.TouchBlobsRequest(blobs=[self._proof(s) for s in shas], now=now)
+        )
+        for p in reply.present:
+            if p.receipt:
+                self._receipts.put(p.sha256, (p.size, p.receipt))
+        return {p.sha256 for p in reply.present}
+
+    def put_blob(self, sha: str, chunks: Sequence[bytes], now: float) -> None:
+        size = sum(len(c) for c in chunks)
+
+        def messages() -> Iterator[pb.UploadBlobRequest]:
+            yield pb.UploadBlobRequest(header=pb.UploadBlobHeader(sha256=sha, size=size, now=now))
+            for chunk in chunks:
+                for off in range(0, len(chunk), wire.PIECE):
+                    yield pb.UploadBlobRequest(data=chunk[off : off + wire.PIECE])
+
+        reply = self._run(
+            lambda s: s.admin.UploadBlob(messages(), metadata=self._metadata, timeout=self.timeout)
+        )
+        self._receipts.put(sha, (size, reply.receipt))
+
+    def get_chunks(self, keys: Sequence[tuple[str, int]]) -> list[bytes | None]:
+        """Each blob's consecutive chunks are one range of one ReadFile call for all."""
+        runs: list[tuple[str, int, int]] = []  # (sha, first, last)
+        for sha, i in keys:
+            if runs and runs[-1][0] == sha and runs[-1][2] + 1 == i:
+                runs[-1] = (sha, runs[-1][1], i)
+            else:
+                runs.append((sha, i, i))
+        size = self.chunk_size
+        request = pb.ReadFileRequest(
+            ranges=[
+                pb.BlobRange(
+                    sha256=sha,
+                    offset=first * size,
+                    length=(last - first + 1) * size,
+                    source=self._source(sha),
+                )
+                for sha, first, last in runs
+            ]
+        )
+
+        def read(server: _Server) -> list[bytearray]:
+            got = [bytearray() for _ in runs]
+            stream = server.reader.ReadFile(request, metadata=self._metadata, timeout=self.timeout)
+            for piece in stream:
+                got[piece.range] += piece.data
+            return got
+
+        out: list[bytes | None] = []
+        for (_, first, last), data in zip(runs, self._run(read), strict=True):
+            for k in range(last - first + 1):
+                chunk = bytes(data[k * size : (k + 1) * size])
+                out.append(chunk if chunk or k == 0 else None)
+        return out
+
+    def blob_shas(self) -> Iterator[str]:
+        def listing(server: _Server) -> list[str]:
+            stream = server.admin.ListBlobs(pb.Empty(), metadata=self._metadata, timeout=None)
+            return [sha for batch in stream for sha in batch.sha256]
+
+        return iter(self._run(listing))
+
+    def delete_blob_if_idle(self, sha: str, cutoff: float) -> bool:
+        reply = self._admin("DeleteBlobIfIdle", pb.DeleteBlobRequest(sha256=sha, cutoff=cutoff))
+        return bool(reply.deleted)
+
+    # ------------------------------------------------------------------ manifests and history
+
+    def load_scope(self, scope: Scope) -> dict[str, Manifest]:
+        reply = self._read(
+            "GetManifests", pb.GetManifestsRequest(scope=str(scope), whole_scope=True)
+        )
+        return {m.skill: m for m in self._manifests(scope, reply.manifests_json)}
+
+    def load_skills(self, scope: Scope, skills: Sequence[str]) -> dict[str, Manifest]:
+        if not skills:
+            return {}
+        reply = self._read(
+            "GetManifests", pb.GetManifestsRequest(scope=str(scope), skills=list(skills))
+        )
+        return {m.skill: m for m in self._manifests(scope, reply.manifests_json)}
+
+    def commit(self, domain: str, ops: Sequence[CommitOp]) -> Revision:
+        shas = {e.sha256 for op in ops for e in op.manifest.files.values()}
+        request = pb.CommitRequest(
+            domain=domain,
+            ops=[
+                pb.CommitOp(
+                    scope=str(op.scope),
+                    manifest_json=wire.manifest_bytes(op.manifest),
+                    expect=op.expect,
+                )
+                for op in ops
+            ],
+            proofs=[self._proof(s) for s in sorted(shas)],
+        )
+        reply = self._admin("Commit", request)
+        for op in ops:
+            self._saw(op.scope, [op.manifest])
+        return wire.rev_from_pb(reply.revision)
+
+    def history(self, scope: Scope, skill: str) -> list[Manifest]:
+        reply = self._read("History", pb.HistoryRequest(scope=str(scope), skill=skill))
+        return self._manifests(scope, reply.history_json)
+
+    def drop_history(self, scope: Scope, skill: str, versions: Sequence[int]) -> None:
+        self._admin(
+            "DropHistory",
+            pb.DropHistoryRequest(scope=str(scope), skill=skill, versions=list(versions)),
+        )
+
+    # ------------------------------------------------------------------ revisions and changes
+
+    def revisions(self, domains: Sequence[str]) -> dict[str, Revision | None]:
+        if not domains:
+            return {}
+        reply = self._read("Revisions", pb.RevisionsRequest(domains=list(domains)))
+        return wire.revs_from_pb(domains, reply.revisions)
+
+    def changes(self, domain: str, since: Revision, timeout: float) -> list[Change]:
+        """The first batch of a Watch stream that ends after `timeout` quiet seconds."""
+        wait = max(timeout, 0.001)
+        request = pb.WatchRequest(domain=domain, since=wire.rev_to_pb(since), max_wait_seconds=wait)
+
+        def first(server: _Server) -> list[Change]:
+            stream = server.reader.Watch(request, metadata=self._metadata, timeout=wait + 30)
+            try:
+                for event in stream:
+                    return [wire.change_from_pb(c) for c in event.changes]
+                return []
+            finally:
+                stream.cancel()
+
+        return self._run(first)
+
+    # ------------------------------------------------------------------ listings and usage
+
+    def domains(self) -> list[str]:
+        return list(self._admin("ListDomains", pb.Empty()).domains)
+
+    def scopes(self, domain: str) -> list[Scope]:
+        reply = self._admin("ListScopes", pb.ListScopesRequest(domain=domain))
+        return [Scope.parse(s) for s in reply.scopes]
+
+    def add_usage(self, agent: str, counts: Mapping[tuple[str, str], int]) -> None:
+        self._read(
+            "RecordUsage",
+            pb.RecordUsageRequest(
+                agent_id=agent,
+                counts=[pb.UsageCount(user_id=u, skill=s, count=n) for (u, s), n in counts.items()],
+            ),
+        )
+
+    def usage(self, agent: str) -> dict[tuple[str, str], int]:
+        reply = self._admin("Usage", pb.UsageRequest(agent_id=agent))
+        return {(c.user_id, c.skill): c.count for c in reply.counts}
+
+    # ------------------------------------------------------------------ life cycle
+
+    def ping(self) -> None:
+        self._read("Ping", pb.PingRequest(), timeout=5.0)
+
+    def close(self) -> None:
+        for server in self._servers:
+            server.channel.close()

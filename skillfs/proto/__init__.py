@@ -1,0 +1,1 @@
+"""Generated gRPC modules of protos/skillfs/v1 (`make proto`)."""

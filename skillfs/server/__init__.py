@@ -1,0 +1,2 @@
+"""The skillfs server (DESIGN §6): `skillfs serve`. Start one with
+`SkillfsServer(ServerConfig(store=URL, ...)).start()` from `skillfs.server.app`."""

@@ -1,0 +1,307 @@
+"""The server process: gRPC (reads, admin, health, reflection), the HTTP port (status page,
+/metrics, /healthz, /readyz, and the mount point of the admin console), TLS, JSON logs and
+graceful shutdown (DESIGN §6).
+
+The server holds no state of its own beyond caches of immutable things, so any number of
+them can run over one store; readiness follows the store (health SERVING only while it
+answers), liveness only the process.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import signal
+import ssl
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from pydantic import BaseModel, ConfigDict
+
+from skillfs.engines import open_engine
+from skillfs.errors import SkillfsError
+from skillfs.proto import skillfs_pb2 as pb
+from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.server.auth import Tokens
+from skillfs.server.metrics import Metrics
+from skillfs.server.service import Admin, Backend, Reader
+from skillfs.store import Store
+
+log = logging.getLogger("skillfs.server")
+
+SERVICES = tuple(pb.DESCRIPTOR.services_by_name[n].full_name for n in ("SkillReader", "SkillAdmin"))
+MiB = 1024 * 1024
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class ServerConfig(BaseModel):
+    """What `skillfs serve` takes; ports may be 0 (any free port, see `SkillfsServer.grpc_port`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    store: str
+    grpc: str = "127.0.0.1:7070"
+    http: str | None = "127.0.0.1:7080"
+    tokens: Path | None = None  # else $SKILLFS_TOKENS
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    #: Seconds between store checks of the health service.
+    health_interval: float = 1.0
+    #: Seconds in-flight calls get to finish on shutdown.
+    grace: float = 10.0
+    max_workers: int = 128
+    max_message_mib: int = 16
+
+
+class SkillfsServer:
+    """One server: `start()`, then `stop()` (or `serve()` to block until SIGTERM/SIGINT)."""
+
+    def __init__(self, config: ServerConfig, store: Store | None = None) -> None:
+        self.config = config
+        self.tokens = Tokens(config.tokens)
+        self.store = store or Store(open_engine(config.store))
+        self.metrics = Metrics()
+        self.backend = Backend(self.store, self.tokens, self.metrics)
+        self.health = health.HealthServicer(experimental_non_blocking=True)
+        self.started = time.time()
+        self.serving = False
+        self._mounts: dict[str, WsgiApp] = {}
+        self._stop = threading.Event()
+        self._stopped = threading.Event()
+        limit = config.max_message_mib * MiB
+        self.grpc = grpc.server(
+            ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="skillfs-rpc"),
+            options=[
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", limit),
+                ("grpc.so_reuseport", 0),
+            ],
+            maximum_concurrent_rpcs=config.max_workers * 4,
+        )
+        pb_grpc.add_SkillReaderServicer_to_server(Reader(self.backend), self.grpc)
+        pb_grpc.add_SkillAdminServicer_to_server(Admin(self.backend), self.grpc)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
+        reflection.enable_server_reflection(
+            (
+                *SERVICES,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
+            self.grpc,
+        )
+        self.grpc_port = self._bind_grpc(config)
+        self._http: WSGIServer | None = None
+        self.http_port: int | None = None
+        if config.http:
+            self._http = self._make_http(config)
+            self.http_port = self._http.server_port
+        self._set_health(False)
+
+    # ------------------------------------------------------------------ binding
+
+    def _tls(self) -> tuple[bytes, bytes] | None:
+        c = self.config
+        if (c.tls_cert is None) != (c.tls_key is None):
+            raise SkillfsError("TLS needs both --tls-cert and --tls-key")
+        if c.tls_cert is None or c.tls_key is None:
+            return None
+        return c.tls_key.read_bytes(), c.tls_cert.read_bytes()
+
+    def _bind_grpc(self, config: ServerConfig) -> int:
+        pair = self._tls()
+        port: int
+        if pair is None:
+            port = self.grpc.add_insecure_port(config.grpc)
+        else:
+            port = self.grpc.add_secure_port(config.grpc, grpc.ssl_server_credentials([pair]))
+        if port == 0:
+            raise SkillfsError(f"cannot listen on {config.grpc} for gRPC: is the port taken?")
+        return port
+
+    def _make_http(self, config: ServerConfig) -> WSGIServer:
+        host, _, port = (config.http or "").rpartition(":")
+        try:
+            httpd = make_server(
+                host or "127.0.0.1", int(port), self._wsgi, _ThreadingWSGIServer, _QuietHandler
+            )
+        except OSError as exc:
+            raise SkillfsError(f"cannot listen on {config.http} for HTTP: {exc}") from exc
+        if config.tls_cert and config.tls_key:
+            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ctx.load_cert_chain(config.tls_cert, config.tls_key)
+            httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+        return httpd
+
+    # ------------------------------------------------------------------ life cycle
+
+    def start(self) -> SkillfsServer:
+        self.grpc.start()
+        threading.Thread(target=self._health_loop, name="skillfs-health", daemon=True).start()
+        if self._http is not None:
+            threading.Thread(
+                target=self._http.serve_forever, name="skillfs-http", daemon=True
+            ).start()
+        log.info(
+            "serving",
+            extra={
+                "grpc_port": self.grpc_port,
+                "http_port": self.http_port,
+                "store": self.store.url,
+            },
+        )
+        return self
+
+    def stop(self, grace: float | None = None) -> None:
+        """Graceful: report NOT_SERVING (load balancers stop sending), end watches, let calls
+        in flight finish for up to `grace` seconds, then close the store."""
+        if self._stop.is_set():
+            self._stopped.wait()
+            return
+        self._stop.set()
+        self.health.enter_graceful_shutdown()
+        self.backend.close()
+        self.grpc.stop(self.config.grace if grace is None else grace).wait()
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+        self.store.close()
+        log.info("stopped", extra={"grpc_port": self.grpc_port})
+        self._stopped.set()
+
+    def serve(self) -> None:
+        """Run until SIGTERM or SIGINT, then stop gracefully."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: threading.Thread(target=self.stop).start())
+        self.start()
+        self._stopped.wait()
+
+    def _set_health(self, up: bool) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if up
+            else (health_pb2.HealthCheckResponse.NOT_SERVING)
+        )
+        for name in ("", *SERVICES):
+            self.health.set(name, status)
+        self.metrics.store_up.set(1 if up else 0)
+        if up != self.serving:
+            log.info("store %s", "up" if up else "down", extra={"store": self.store.url})
+        self.serving = up
+
+    def _health_loop(self) -> None:
+        """SERVING while the store answers a ping; a check every `health_interval` seconds."""
+        while True:
+            try:
+                self.store.engine.ping()
+                up = True
+            except SkillfsError:
+                up = False
+            except Exception:
+                log.exception("health check failed")
+                up = False
+            if self._stop.is_set():
+                return
+            self._set_health(up)
+            if self._stop.wait(self.config.health_interval):
+                return
+
+    # ------------------------------------------------------------------ HTTP
+
+    def mount(self, prefix: str, app: WsgiApp) -> None:
+        """Serve a WSGI app (the admin console) under `prefix` on the HTTP port."""
+        self._mounts[prefix.rstrip("/") + "/"] = app
+
+    def _wsgi(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO") or "/"
+        for prefix, app in self._mounts.items():
+            if path.startswith(prefix) or path == prefix.rstrip("/"):
+                return app(environ, start_response)
+        if path == "/metrics":
+            return _reply(
+                start_response, "200 OK", "text/plain; version=0.0.4", self.metrics.exposition()
+            )
+        if path == "/healthz":
+            return _reply(start_response, "200 OK", "text/plain", b"ok\n")
+        if path == "/readyz":
+            if self.serving:
+                return _reply(start_response, "200 OK", "text/plain", b"ready\n")
+            return _reply(
+                start_response, "503 Service Unavailable", "text/plain", b"store unavailable\n"
+            )
+        if path == "/":
+            return _reply(start_response, "200 OK", "text/html; charset=utf-8", self._status_page())
+        return _reply(start_response, "404 Not Found", "text/plain", b"not found\n")
+
+    def _status_page(self) -> bytes:
+        rows = {
+            "store": self.store.url,
+            "store status": "answering" if self.serving else "NOT answering",
+            "gRPC": f"port {self.grpc_port} ({'TLS' if self.config.tls_cert else 'plaintext'})",
+            "uptime": f"{time.time() - self.started:.0f} s",
+            "services": ", ".join(SERVICES),
+            "console": "not installed in this build: this page is a status page",
+        }
+        body = "".join(
+            f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows.items()
+        )
+        return (
+            "<!doctype html><html><head><meta charset='utf-8'><title>skillfs server</title>"
+            "</head><body><h1>skillfs server</h1>"
+            f"<table>{body}</table>"
+            "<p><a href='/metrics'>/metrics</a> · <a href='/readyz'>/readyz</a> · "
+            "<a href='/healthz'>/healthz</a></p></body></html>"
+        ).encode()
+
+
+def _reply(start_response: Callable[..., Any], status: str, ctype: str, body: bytes) -> list[bytes]:
+    start_response(status, [("Content-Type", ctype), ("Content-Length", str(len(body)))])
+    return [body]
+
+
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """wsgiref logs every request to stderr in its own format; ours are JSON at debug level."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug(format % args, extra={"peer": self.client_address[0]})
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message and any `extra` fields."""
+
+    _PLAIN = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        out.update({k: v for k, v in vars(record).items() if k not in self._PLAIN})
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def setup_logging(level: str = "info") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())

@@ -1,0 +1,315 @@
+"""Bearer tokens, their grants, and blob receipts (docs/server.md, "Tokens and grants").
+
+A token is looked up by its SHA-256, so the config may hold hashes instead of secrets and a
+lookup never compares secrets byte by byte. A grant is `RESOURCE:LEVEL`:
+
+    RESOURCE := "*" | "agent:" ID ["/shared" | "/user:" ID] | "market:" ID      ID := id | "*"
+    LEVEL    := "read" | "write" | "admin"        (each includes the ones before it)
+
+Receipts are HMACs over (token, blob, size) under a key every server of one deployment shares
+(from the tokens config): a server that sees one knows that this token uploaded those bytes
+or was shown the blob in a manifest it may read, whichever server it talked to then.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from enum import IntEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from skillfs.errors import InvalidPath, PermissionDenied
+from skillfs.model import Scope
+from skillfs.names import check_id
+
+ENV_TOKENS = "SKILLFS_TOKENS"
+
+
+class Level(IntEnum):
+    read = 1
+    write = 2
+    admin = 3
+
+
+class Grant(BaseModel):
+    """One parsed grant; `None` ids and `user` mean "any"."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    kind: str  # "all", "agent", "market"
+    ident: str | None = None  # agent or market id; None: any
+    part: str | None = None  # for agents: None (every scope), "shared" or "user"
+    user: str | None = None  # for part "user": the user id; None: any
+    level: Level
+
+    @classmethod
+    def parse(cls, text: str) -> Grant:
+        resource, sep, level_name = text.strip().rpartition(":")
+        if not sep or level_name not in Level.__members__:
+            raise InvalidPath(
+                f"grant {text!r} has no level: end it with ':read', ':write' or ':admin'"
+            )
+        level = Level[level_name]
+        if resource == "*":
+            return cls(text=text, kind="all", level=level)
+        kind, sep, rest = resource.partition(":")
+        if kind == "market" and sep and "/" not in rest:
+            return cls(text=text, kind="market", ident=_id_or_any("market", rest), level=level)
+        if kind == "agent" and sep:
+            agent, slash, sub = rest.partition("/")
+            ident = _id_or_any("agent", agent)
+            if not slash:
+                return cls(text=text, kind="agent", ident=ident, level=level)
+            if sub == "shared":
+                return cls(text=text, kind="agent", ident=ident, part="shared", level=level)
+            if sub.startswith("user:"):
+                user = _id_or_any("user", sub[len("user:") :])
+                return cls(
+                    text=text, kind="agent", ident=ident, part="user", user=user, level=level
+                )
+        raise InvalidPath(
+            f"invalid grant {text!r}: use '*', 'agent:A', 'agent:A/shared', 'agent:A/user:U' or "
+            "'market:M' (any id may be '*'), then ':read', ':write' or ':admin'"
+        )
+
+    def covers(self, scope: Scope) -> bool:
+        """Whether this grant's resource includes the scope."""
+        if self.kind == "all":
+            return True
+        if self.kind == "market":
+            return scope.kind == "market" and self.ident in (None, scope.market_id)
+        if scope.kind == "market" or self.ident not in (None, scope.agent_id):
+            return False
+        if self.part is None:
+            return True
+        if self.part == "shared":
+            return scope.kind == "shared"
+        return scope.kind == "user" and self.user in (None, scope.user_id)
+
+    def touches(self, domain: str) -> bool:
+        """Whether this grant covers some scope of the domain (`agents/A`, `markets/M`)."""
+        kind, _, ident = domain.partition("/")
+        if self.kind == "all":
+            return True
+        want = "agent" if kind == "agents" else "market"
+        return self.kind == want and self.ident in (None, ident)
+
+    def covers_agent(self, agent: str) -> bool:
+        """Whether this grant covers every scope of the agent."""
+        return self.kind == "all" or (
+            self.kind == "agent" and self.ident in (None, agent) and self.part is None
+        )
+
+
+class Unauthenticated(PermissionDenied):
+    """No token, a malformed one, or one the config does not hold."""
+
+
+def _id_or_any(kind: str, value: str) -> str | None:
+    return None if value == "*" else check_id(kind, value)
+
+
+class Principal(BaseModel):
+    """Who is calling: the token's name, its grants, and the token's hash (for receipts)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    token_sha256: str
+    grants: tuple[Grant, ...]
+
+    def level_for(self, scope: Scope) -> Level | None:
+        levels = [g.level for g in self.grants if g.covers(scope)]
+        return max(levels) if levels else None
+
+    def may(self, level: Level, scope: Scope) -> bool:
+        have = self.level_for(scope)
+        return have is not None and have >= level
+
+    def require(self, level: Level, scope: Scope) -> None:
+        if not self.may(level, scope):
+            raise PermissionDenied(
+                f"token {self.name!r} may not {level.name} {scope}: ask an operator for a grant "
+                f"such as '{_example_resource(scope)}:{level.name}'"
+            )
+
+    def may_see_domain(self, domain: str) -> bool:
+        return any(g.touches(domain) for g in self.grants)
+
+    def require_domain(self, domain: str) -> None:
+        if not self.may_see_domain(domain):
+            raise PermissionDenied(
+                f"token {self.name!r} may read nothing in {domain}: ask an operator for a grant"
+            )
+
+    def require_agent_admin(self, agent: str) -> None:
+        if not any(g.level >= Level.admin and g.covers_agent(agent) for g in self.grants):
+            raise PermissionDenied(
+                f"token {self.name!r} is not an admin of agent {agent!r}: this needs a grant "
+                f"'agent:{agent}:admin' or '*:admin'"
+            )
+
+    @property
+    def global_level(self) -> Level | None:
+        levels = [g.level for g in self.grants if g.kind == "all"]
+        return max(levels) if levels else None
+
+    @property
+    def is_global_admin(self) -> bool:
+        return self.global_level == Level.admin
+
+    def require_global_admin(self, what: str) -> None:
+        if not self.is_global_admin:
+            raise PermissionDenied(
+                f"{what} needs a '*:admin' grant; token {self.name!r} does not have one"
+            )
+
+
+def _example_resource(scope: Scope) -> str:
+    if scope.kind == "market":
+        return f"market:{scope.market_id}"
+    if scope.kind == "shared":
+        return f"agent:{scope.agent_id}/shared"
+    return f"agent:{scope.agent_id}/user:{scope.user_id}"
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class TokenConfig(BaseModel):
+    """A parsed tokens document (YAML or JSON; docs/server.md)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    receipt_key: bytes
+    principals: dict[str, Principal]  # by token hash
+
+    @classmethod
+    def parse(cls, text: str) -> TokenConfig:
+        try:
+            doc: Any = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise InvalidPath(f"the tokens config is not YAML or JSON: {exc}") from exc
+        if not isinstance(doc, Mapping) or not isinstance(doc.get("tokens"), list):
+            raise InvalidPath("the tokens config must be a mapping with a 'tokens' list")
+        principals: dict[str, Principal] = {}
+        for i, entry in enumerate(doc["tokens"]):
+            principal = _principal(i, entry)
+            if principal.token_sha256 in principals:
+                raise InvalidPath(f"tokens config: token {principal.name!r} is listed twice")
+            principals[principal.token_sha256] = principal
+        key = doc.get("receipt_key")
+        # Without an explicit key, the whole document is the secret: every server reading the
+        # same config derives the same key, and one token's holder cannot.
+        material = str(key).encode() if key else text.encode()
+        return cls(
+            receipt_key=hmac.new(b"skillfs receipts v1", material, hashlib.sha256).digest(),
+            principals=principals,
+        )
+
+
+def _principal(i: int, entry: object) -> Principal:
+    if not isinstance(entry, Mapping):
+        raise InvalidPath(f"tokens config: entry {i} must be a mapping with name, token, grants")
+    name = str(entry.get("name") or f"token-{i}")
+    secret, digest = entry.get("token"), entry.get("sha256")
+    if bool(secret) == bool(digest):
+        raise InvalidPath(f"tokens config: {name!r} needs exactly one of 'token' or 'sha256'")
+    if secret and len(str(secret)) < 16:
+        raise InvalidPath(f"tokens config: the token of {name!r} is shorter than 16 characters")
+    grants = entry.get("grants")
+    if not isinstance(grants, list) or not grants:
+        raise InvalidPath(f"tokens config: {name!r} needs a non-empty 'grants' list")
+    token_sha = hash_token(str(secret)) if secret else str(digest).lower()
+    if len(token_sha) != 64 or any(c not in "0123456789abcdef" for c in token_sha):
+        raise InvalidPath(f"tokens config: the sha256 of {name!r} is not 64 hex digits")
+    return Principal(
+        name=name, token_sha256=token_sha, grants=tuple(Grant.parse(str(g)) for g in grants)
+    )
+
+
+class Tokens:
+    """The current tokens config, from a file (re-read when it changes, so a revoked token
+    stops working without a restart) or from `$SKILLFS_TOKENS`."""
+
+    RECHECK_SECONDS = 2.0
+
+    def __init__(self, path: Path | None = None, text: str | None = None) -> None:
+        if path is None and text is None:
+            text = os.environ.get(ENV_TOKENS)
+        if path is None and not text:
+            raise InvalidPath(
+                f"no tokens: pass --tokens FILE or set ${ENV_TOKENS} (see docs/server.md)"
+            )
+        self.path = path
+        self._lock = threading.Lock()
+        self._stamp: tuple[float, int] | None = None
+        self._checked = 0.0
+        self._config = TokenConfig.parse(text) if text else self._load()
+
+    def _load(self) -> TokenConfig:
+        assert self.path is not None
+        st = self.path.stat()
+        config = TokenConfig.parse(self.path.read_text())
+        self._stamp = (st.st_mtime, st.st_size)
+        return config
+
+    @property
+    def config(self) -> TokenConfig:
+        if self.path is None:
+            return self._config
+        with self._lock:
+            now = time.monotonic()
+            if now - self._checked >= self.RECHECK_SECONDS:
+                self._checked = now
+                try:
+                    st = self.path.stat()
+                    if (st.st_mtime, st.st_size) != self._stamp:
+                        self._config = self._load()
+                except (OSError, InvalidPath):
+                    pass  # keep serving the last good config; the log says why at start-up
+            return self._config
+
+    def authenticate(self, header: str | None) -> Principal:
+        """The principal of an `authorization: Bearer TOKEN` value, else Unauthenticated."""
+        if not header:
+            raise Unauthenticated(
+                "no token: send the metadata 'authorization: Bearer TOKEN' "
+                "(skillfs.open_store(..., token=...) or $SKILLFS_TOKEN)"
+            )
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthenticated("the authorization metadata must be 'Bearer TOKEN'")
+        principal = self.config.principals.get(hash_token(token.strip()))
+        if principal is None:
+            raise Unauthenticated("unknown or revoked token: ask an operator for a valid one")
+        return principal
+
+    def receipt(self, principal: Principal, sha: str, size: int) -> bytes:
+        msg = f"{principal.token_sha256}\0{sha}\0{size}".encode()
+        return hmac.new(self.config.receipt_key, msg, hashlib.sha256).digest()
+
+    def check_receipt(self, principal: Principal, sha: str, size: int, receipt: bytes) -> bool:
+        return bool(receipt) and hmac.compare_digest(self.receipt(principal, sha, size), receipt)
+
+
+def tokens_document(entries: Iterable[tuple[str, str, list[str]]], receipt_key: str) -> str:
+    """A tokens config (JSON, which is YAML too) holding hashes only, for `make run` and tests."""
+    return json.dumps(
+        {
+            "receipt_key": receipt_key,
+            "tokens": [{"name": n, "sha256": hash_token(t), "grants": g} for n, t, g in entries],
+        },
+        indent=2,
+    )

@@ -1,0 +1,184 @@
+"""What the server and the `grpc://` engine share: conversions between the pydantic models and
+the proto messages, and the mapping of skillfs errors to gRPC status codes and back.
+
+An error crosses the wire as a status code with the error's message, plus trailing metadata
+naming its class (and, for a conflict, the current version), so the client raises the same
+`skillfs.errors` class the server caught.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import grpc
+
+from skillfs.engines.base import VersionMismatch
+from skillfs.errors import (
+    Conflict,
+    HistoryGone,
+    InvalidPath,
+    InvalidSkill,
+    NotFound,
+    PermissionDenied,
+    SkillfsError,
+    StoreUnavailable,
+    TooLarge,
+)
+from skillfs.model import Change, Manifest, Revision, Scope
+from skillfs.proto import skillfs_pb2 as pb
+
+#: What a watch starts from when its domain has no revision yet: any real one differs.
+NO_REVISION = Revision(epoch="", counter=0)
+#: Messages carrying file data are split at this size (gRPC's default limit is 4 MiB).
+PIECE = 1024 * 1024
+
+ERROR_KEY = "skillfs-error"
+VERSION_KEY = "skillfs-current-version"
+SCOPE_KEY = "skillfs-scope"
+SKILL_KEY = "skillfs-skill"
+
+_CODES: dict[str, grpc.StatusCode] = {
+    "InvalidSkill": grpc.StatusCode.INVALID_ARGUMENT,
+    "InvalidPath": grpc.StatusCode.INVALID_ARGUMENT,
+    "NotFound": grpc.StatusCode.NOT_FOUND,
+    "Conflict": grpc.StatusCode.ABORTED,
+    "VersionMismatch": grpc.StatusCode.ABORTED,
+    "TooLarge": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "StoreUnavailable": grpc.StatusCode.UNAVAILABLE,
+    "Unauthenticated": grpc.StatusCode.UNAUTHENTICATED,
+    "PermissionDenied": grpc.StatusCode.PERMISSION_DENIED,
+    "HistoryGone": grpc.StatusCode.OUT_OF_RANGE,
+}
+_CLASSES: dict[str, type[SkillfsError]] = {
+    "InvalidSkill": InvalidSkill,
+    "InvalidPath": InvalidPath,
+    "NotFound": NotFound,
+    "TooLarge": TooLarge,
+    "StoreUnavailable": StoreUnavailable,
+    "Unauthenticated": PermissionDenied,
+    "PermissionDenied": PermissionDenied,
+    "HistoryGone": HistoryGone,
+}
+#: Status codes gRPC itself raises (no skillfs metadata), as the error a caller expects.
+_BY_CODE: dict[grpc.StatusCode, type[SkillfsError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidPath,
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: TooLarge,
+    grpc.StatusCode.UNAUTHENTICATED: PermissionDenied,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
+    grpc.StatusCode.UNAVAILABLE: StoreUnavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: StoreUnavailable,
+}
+
+
+def status_of(exc: SkillfsError | VersionMismatch) -> tuple[grpc.StatusCode, list[tuple[str, str]]]:
+    """The status code and trailing metadata for an error raised while serving."""
+    name = type(exc).__name__
+    if name not in _CODES:  # a subclass: report its nearest known base
+        name = next(c.__name__ for c in type(exc).__mro__ if c.__name__ in _CODES)
+    meta = [(ERROR_KEY, name)]
+    if isinstance(exc, Conflict):
+        meta += [(SKILL_KEY, exc.skill), (VERSION_KEY, str(exc.current_version or 0))]
+    if isinstance(exc, VersionMismatch):
+        meta += [(SCOPE_KEY, str(exc.scope)), (SKILL_KEY, exc.skill)]
+        meta += [(VERSION_KEY, str(exc.current))]
+    return _CODES[name], meta
+
+
+def error_from(exc: grpc.RpcError, where: str) -> SkillfsError | VersionMismatch:
+    """The skillfs error a failed call stands for; `where` names the server for messages."""
+    code: grpc.StatusCode = exc.code()
+    details: str = exc.details() or code.name
+    meta = dict(_metadata(exc))
+    name = meta.get(ERROR_KEY)
+    current = int(meta.get(VERSION_KEY, "0") or 0)
+    if name == "Conflict":
+        return Conflict(details, skill=meta.get(SKILL_KEY, ""), current_version=current)
+    if name == "VersionMismatch":
+        return VersionMismatch(Scope.parse(meta[SCOPE_KEY]), meta[SKILL_KEY], current)
+    if name in _CLASSES:
+        return _CLASSES[name](details)
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return StoreUnavailable(
+            f"skillfs server {where} is unavailable ({code.name}: {details}); "
+            "check that it is running and reachable, then retry"
+        )
+    return _BY_CODE.get(code, SkillfsError)(f"{where}: {code.name}: {details}")
+
+
+def _metadata(exc: grpc.RpcError) -> Iterable[tuple[str, str]]:
+    trailing = getattr(exc, "trailing_metadata", None)
+    items = trailing() if callable(trailing) else None
+    return [(k, v if isinstance(v, str) else v.decode()) for k, v in items or ()]
+
+
+def is_transport_failure(exc: grpc.RpcError) -> bool:
+    """True when the server was not reached (or went away), as opposed to a server's answer:
+    the call may be retried on another server."""
+    code = exc.code()
+    named = any(k == ERROR_KEY for k, _ in _metadata(exc))
+    return code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED) and not named
+
+
+# ------------------------------------------------------------------ models <-> messages
+
+
+def rev_to_pb(rev: Revision) -> pb.Revision:
+    return pb.Revision(epoch=rev.epoch, counter=rev.counter)
+
+
+def rev_from_pb(msg: pb.Revision) -> Revision:
+    return Revision(epoch=msg.epoch, counter=msg.counter)
+
+
+def revs_to_pb(revs: Mapping[str, Revision | None]) -> dict[str, pb.Revision]:
+    return {d: rev_to_pb(r) for d, r in revs.items() if r is not None}
+
+
+def revs_from_pb(
+    domains: Sequence[str], revs: Mapping[str, pb.Revision]
+) -> dict[str, Revision | None]:
+    return {d: rev_from_pb(revs[d]) if d in revs else None for d in domains}
+
+
+def change_to_pb(change: Change) -> pb.Change:
+    return pb.Change(
+        revision=rev_to_pb(change.revision),
+        op=change.op,
+        scope=str(change.scope) if change.scope else "",
+        skill=change.skill or "",
+        version=change.version or 0,
+    )
+
+
+def change_from_pb(msg: pb.Change) -> Change:
+    return Change(
+        revision=rev_from_pb(msg.revision),
+        op=msg.op,  # pydantic checks the literal
+        scope=Scope.parse(msg.scope) if msg.scope else None,
+        skill=msg.skill or None,
+        version=msg.version or None,
+    )
+
+
+def manifest_bytes(m: Manifest) -> bytes:
+    return m.model_dump_json().encode()
+
+
+def manifest_from(data: bytes) -> Manifest:
+    return Manifest.model_validate_json(data)
+
+
+def scope_from(text: str) -> Scope:
+    """A scope string from a request; a bad one is INVALID_ARGUMENT."""
+    return Scope.parse(text)
+
+
+def check_domain(domain: str) -> str:
+    """`agents/<id>` or `markets/<id>`, validated like a scope's ids."""
+    kind, _, ident = domain.partition("/")
+    if kind == "agents":
+        return Scope.shared(ident).domain
+    if kind == "markets":
+        return Scope.market(ident).domain
+    raise InvalidPath(f"invalid domain {domain!r}: use 'agents/AGENT' or 'markets/NAME'")
