@@ -191,6 +191,8 @@ class _Job:
     duration: float
     seed: int
     max_ops: int | None = None
+    min_acked: int = 0
+    max_duration: float = 0.0
 
 
 def _now() -> int:
@@ -205,9 +207,9 @@ def _save(path: str, ops: Iterable[Op], crash: str | None = None) -> None:
             f.write(json.dumps({"type": "crash", "traceback": crash}) + "\n")
 
 
-def _worker(
-    role: Literal["w", "r"], index: int, job: _Job, barrier: Any
-) -> None:  # Any: a multiprocessing Barrier proxy
+def _worker(role: Literal["w", "r"], index: int, job: _Job, barrier: Any, acked: Any) -> None:
+    """One process's loop; `barrier` and `acked` (a shared count of acknowledged writes) are
+    multiprocessing objects."""
     proc = f"{role}{index}"
     ops: list[Op] = []
     crash = None
@@ -215,13 +217,25 @@ def _worker(
         store = skillfs.open_store(job.url, history_policy=KEEP_ALL, blob_cache_bytes=0)
         store.revision(job.agent)  # connect before the start line
         barrier.wait()
-        deadline = time.monotonic() + job.duration
-        loop = _write_once if role == "w" else _snapshot
+        started = time.monotonic()
         rng = random.Random(job.seed)
         n = 0
-        while time.monotonic() < deadline and (job.max_ops is None or len(ops) < job.max_ops):
+
+        def more() -> bool:
+            if job.max_ops is not None and len(ops) >= job.max_ops:
+                return False
+            elapsed = time.monotonic() - started
+            if elapsed < job.duration:
+                return True
+            return elapsed < job.max_duration and acked.value < job.min_acked
+
+        while more():
             n += 1
-            loop(store, job, proc, n, rng, ops)
+            if role == "r":
+                _snapshot(store, job, proc, n, rng, ops)
+            elif _write_once(store, job, proc, n, rng, ops):
+                with acked.get_lock():
+                    acked.value += 1
         store.close()
     except BaseException:
         crash = traceback.format_exc()
@@ -232,8 +246,9 @@ def _worker(
 
 def _write_once(
     store: skillfs.Store, job: _Job, proc: str, n: int, rng: random.Random, ops: list[Op]
-) -> None:
-    """Read a skill's manifest, then publish a new file set expecting that version."""
+) -> bool:
+    """Read a skill's manifest, then publish a new file set expecting that version; True
+    when the write was acknowledged."""
     t = rng.choice(job.targets)
     scope = Scope.parse(t.scope)
     t0 = _now()
@@ -274,6 +289,7 @@ def _write_once(
         op.epoch, op.counter = res.revision.epoch, res.revision.counter
     op.complete = _now()
     ops.append(op)
+    return op.outcome == "ok"
 
 
 def _snapshot(
@@ -363,22 +379,29 @@ def record(
     writers: int = 8,
     readers: int = 4,
     duration: float = 4.0,
+    min_acked: int = 0,
+    max_duration: float | None = None,
     max_ops: int | None = None,
     during: Callable[[], None] | None = None,
     start_timeout: float = 120.0,
 ) -> History:
-    """Run writer and reader processes (spawned) against `url` for `duration` seconds and
-    return their recorded history. `during` runs in this process while they work (a fault
-    scenario kills a server there). Raises RuntimeError if a worker crashed."""
+    """Run writer and reader processes (spawned) against `url` and return their recorded
+    history. They run for `duration` seconds, then on until `min_acked` writes were
+    acknowledged or `max_duration` seconds passed (a slow machine still gets a meaningful
+    run); each stops after `max_ops` operations if given. `during` runs in this process
+    while they work (a fault scenario kills a server there). Raises RuntimeError if a
+    worker crashed."""
+    max_duration = max(duration, max_duration or duration)
     targets = list(targets or default_targets(agent))
     out_dir.mkdir(parents=True, exist_ok=True)
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(writers + readers + 1, timeout=start_timeout)
-    job = _Job(url, agent, targets, str(out_dir), duration, 0, max_ops)
+    acked = ctx.Value("q", 0)
+    job = _Job(url, agent, targets, str(out_dir), duration, 0, max_ops, min_acked, max_duration)
     procs = [
         ctx.Process(
             target=_worker,
-            args=(role, i, dataclasses.replace(job, seed=2 * i + (role == "r")), barrier),
+            args=(role, i, dataclasses.replace(job, seed=2 * i + (role == "r")), barrier, acked),
             name=f"checker-{role}{i}",
         )
         for role, count in (("w", writers), ("r", readers))
@@ -392,7 +415,7 @@ def record(
         if during is not None:
             during()
         for p in procs:
-            p.join(timeout=max(1.0, started + duration + 60 - time.monotonic()))
+            p.join(timeout=max(1.0, started + max_duration + 60 - time.monotonic()))
     finally:
         for p in procs:
             if p.is_alive():

@@ -1,9 +1,9 @@
 """The concurrency checker (tests/checker.py) against every engine class, with real servers.
 
 8 writer processes do read-modify-write with `expected_version` on 4 shared skills while 4
-reader processes take snapshots and read every file of every skill, for a few seconds; the
-recorded history is then checked for C1, C2, C3, C5 and C6 (see tests/checker.py). Each run
-prints the number of operations it checked.
+reader processes take snapshots and read every file of every skill, for 5 seconds (longer,
+up to 20, until 300 writes were acknowledged); the recorded history is then checked for C1,
+C2, C3, C5 and C6 (see tests/checker.py). Each run prints the number of operations it checked.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ from tests.stores import url_for
 WRITERS = 8
 READERS = 4
 SECONDS = 5.0
+#: On a slow or busy machine a run goes on (up to MAX_SECONDS) until this many writes landed.
+MIN_ACKED = 300
+MAX_SECONDS = 20.0
 #: A run must check at least this many store calls to count as a test.
 MIN_OPERATIONS = 1000
 
@@ -42,12 +45,20 @@ def test_concurrent_writers_and_readers_keep_the_contract(
     request: pytest.FixtureRequest, engine: str, tmp_path: Path
 ) -> None:
     url = url_for(request, engine, tmp_path)
-    history = record(url, tmp_path / "ops", writers=WRITERS, readers=READERS, duration=SECONDS)
+    history = record(
+        url,
+        tmp_path / "ops",
+        writers=WRITERS,
+        readers=READERS,
+        duration=SECONDS,
+        min_acked=MIN_ACKED,
+        max_duration=MAX_SECONDS,
+    )
     report = check(history)
     print(f"\n{engine}: {report.summary()} in {history.wall_seconds:.1f}s")
     assert report.ok, "\n".join(report.violations[:30])
     assert report.operations >= MIN_OPERATIONS, report.summary()
-    assert report.counts["writes acknowledged"] >= 100, report.summary()
+    assert report.counts["writes acknowledged"] >= MIN_ACKED // 3, report.summary()
     assert report.counts["writes conflicted"] > 0, "no write raced another: nothing was tested"
 
 
