@@ -72,6 +72,7 @@ class Follower:
         self._cache = _Cache(None, {}, -float("inf"))
         self._refs: Counter[Scope] = Counter()
         self._prefetch: list[Manifest] = []
+        self._ready: Revision | None = None  # the revision whose changed files are warm
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         #: `time.monotonic()` as of which the cache was known current (for max_staleness).
@@ -135,7 +136,6 @@ class Follower:
                 cache = _Cache(cache.revision, loaded, cache.observed_at)
             self._cache = cache
             self.verified_at = max(self.verified_at, read_started)
-            self._changed.notify_all()
             return cache.revision, tuple(cache.scopes[s] for s in scopes)
 
     def _advance(self, revision: Revision | None, read_started: float) -> _Cache:
@@ -220,17 +220,18 @@ class Follower:
         )
         done = time.monotonic()
         with self._lock:
-            if self._cache is not cache:
-                return  # a snapshot moved the cache meanwhile: ask again from there
-            self._cache = self._apply(cache, changes, done)
-            self.verified_at = max(self.verified_at, started)
+            if self._cache is cache:  # else a snapshot moved it meanwhile: ask from there
+                self._cache = self._apply(cache, changes, done)
+                self.verified_at = max(self.verified_at, started)
         if changes and changes[-1].op == "reset":
             self._refill()
         with self._lock:
             prefetch, self._prefetch = self._prefetch, []
+            ready = self._cache.revision
         self._warm(prefetch)
-        if changes:
+        if ready != self._ready:
             with self._lock:
+                self._ready = ready
                 self._changed.notify_all()
 
     def _refill(self) -> None:
@@ -271,7 +272,7 @@ class Follower:
         changed files are warm; False on timeout. For tests, benchmarks and readiness probes."""
 
         def there() -> bool:
-            r = self._cache.revision
+            r = self._ready
             return r is not None and r.epoch == revision.epoch and r.counter >= revision.counter
 
         with self._changed:
