@@ -353,7 +353,7 @@ def rm(
                     "pass --force to remove it anyway"
                 )
             result = store.publish(scope, target.skill, files, expected_version=base.version)
-    _report("removed", scope, target, result, as_json)
+    _report(f"removed {scope}/{escape(str(target))}", scope, target, result, as_json)
 
 
 @command("rollback", EDIT)
@@ -371,10 +371,14 @@ def rollback(
         result = store.rollback(
             scope, target.skill, to, expected_version=current.version if current else 0
         )
-    _report(f"rolled back to version {to}:", scope, target, result, as_json)
+    message = f"rolled {scope}/{escape(target.skill)} back to version {to}"
+    _report(message, scope, target, result, as_json)
 
 
-def _report(what: str, scope: Scope, target: Target, result: CommitResult, as_json: bool) -> None:
+def _report(
+    message: str, scope: Scope, target: Target, result: CommitResult, as_json: bool
+) -> None:
+    """What a write did: `message` with the new version and revision, or JSON for scripts."""
     if as_json:
         emit_json(
             {
@@ -387,7 +391,4 @@ def _report(what: str, scope: Scope, target: Target, result: CommitResult, as_js
             }
         )
     else:
-        out.print(
-            f"{what} {scope}/{escape(str(target))}: now version {result.version} "
-            f"(revision {result.revision})"
-        )
+        out.print(f"{message}: now version {result.version} (revision {result.revision})")

@@ -1,0 +1,70 @@
+"""Helpers for the CLI tests: run `skillfs` in-process (typer's CliRunner) or as a real process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner, Result
+
+import skillfs
+from skillfs.cli import app
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+
+runner = CliRunner()
+
+
+def skill_md(name: str, body: str = "# Steps\n\n1. one\n") -> bytes:
+    return (
+        f"---\nname: {name}\ndescription: Does {name} things. Use when testing.\n---\n\n{body}"
+    ).encode()
+
+
+def run(url: str, *args: str, input: str | None = None, **env: str) -> Result:
+    """`skillfs ARGS --store URL` in-process; stdout and stderr apart."""
+    return runner.invoke(app, [*args, "--store", url], input=input, env=env or None)
+
+
+def ok(url: str, *args: str, **env: str) -> Result:
+    result = run(url, *args, **env)
+    assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
+    return result
+
+
+def as_json(url: str, *args: str) -> Any:
+    return json.loads(ok(url, *args, "--json").stdout)
+
+
+def error_line(result: Result, code: int = 1) -> str:
+    """The one red line a failed command prints; asserts the exit code and no traceback."""
+    assert result.exit_code == code, (result.stdout, result.stderr, result.exception)
+    assert "Traceback" not in result.stderr
+    if code == 1:
+        lines = result.stderr.strip().splitlines()
+        assert lines[-1].startswith("error: "), result.stderr
+        return lines[-1]
+    return result.stderr
+
+
+def process(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """The real `skillfs` entry point in a child process."""
+    return subprocess.run(
+        [sys.executable, "-c", "from skillfs.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"},
+        timeout=120,
+        **kwargs,
+    )
+
+
+def publish(url: str, scope: str, skill: str, files: dict[str, bytes | skillfs.File]) -> int:
+    with skillfs.open_store(url) as store:
+        return store.publish(skillfs.Scope.parse(scope), skill, files).version
