@@ -1,0 +1,144 @@
+"""skillfs servers for tests: in this process (fast, for the conformance suite) or as
+`skillfs serve` processes (for horizontal scale, kills and SIGTERM).
+
+Every server trusts the tokens below; `ADMIN` may do anything, the others are scoped the
+way a worker's token would be.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Self
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from skillfs.server.app import ServerConfig, SkillfsServer
+from skillfs.server.auth import tokens_document
+from tests.servers import free_port
+
+ADMIN = "test-admin-token-0123456789abcdef"
+ALICE = "test-alice-token-0123456789abcdef"
+BOB = "test-bob-token-0123456789abcdef"
+READER = "test-reader-token-0123456789abcdef"
+TOKENS = [
+    ("admin", ADMIN, ["*:admin"]),
+    ("alice", ALICE, ["agent:support-bot/user:alice:write", "agent:support-bot/shared:read"]),
+    ("bob", BOB, ["agent:support-bot/user:bob:write", "agent:support-bot/shared:read"]),
+    ("reader", READER, ["*:read"]),
+]
+REPO = Path(__file__).resolve().parent.parent
+
+
+def write_tokens(directory: Path) -> Path:
+    path = directory / "tokens.json"
+    path.write_text(tokens_document(TOKENS, receipt_key="test-receipt-key"))
+    return path
+
+
+def in_process(store_url: str, directory: Path, **config: object) -> SkillfsServer:
+    """A started server over `store_url` on free ports; stop it with `.stop(0)`."""
+    cfg = ServerConfig(
+        store=store_url,
+        grpc="127.0.0.1:0",
+        http="127.0.0.1:0",
+        tokens=write_tokens(directory),
+        **config,  # type: ignore[arg-type]
+    )
+    return SkillfsServer(cfg).start()
+
+
+def health(address: str, timeout: float = 2.0) -> str:
+    """The health status name of a server ('SERVING', 'NOT_SERVING', or 'DOWN')."""
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        try:
+            reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)
+        except grpc.RpcError:
+            return "DOWN"
+        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+
+
+def wait_health(address: str, want: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    status = "?"
+    while time.monotonic() < deadline:
+        status = health(address, timeout=1.0)
+        if status == want:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{address} health is {status}, not {want} after {timeout}s")
+
+
+class ServerProcess:
+    """`python -m skillfs.cli serve` over a store, as a deployment runs it."""
+
+    def __init__(self, store_url: str, directory: Path, tokens: Path | None = None) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        self.store_url = store_url
+        self.tokens = tokens or write_tokens(directory)
+        self.port = free_port()
+        self.http_port = free_port()
+        self.log = directory / "server.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, wait: bool = True) -> Self:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable, "-m", "skillfs.cli", "serve",
+                    "--store", self.store_url,
+                    "--grpc", self.address,
+                    "--http", f"127.0.0.1:{self.http_port}",
+                    "--tokens", str(self.tokens),
+                    "--grace", "2",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.directory,
+            )  # fmt: skip
+        if wait:
+            try:
+                wait_health(self.address, "SERVING")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\n{self.log_tail()}") from None
+        return self
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log_tail(self, lines: int = 30) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
