@@ -14,7 +14,16 @@ import pytest
 
 import skillfs
 
-ENGINES = ["memory", "sqlite", "redis", "redis-cluster", "redis-sentinel", "etcd", "etcd-cluster"]
+ENGINES = [
+    "memory",
+    "sqlite",
+    "redis",
+    "redis-cluster",
+    "redis-sentinel",
+    "etcd",
+    "etcd-cluster",
+    "grpc",
+]
 SERVER_FIXTURE = {
     "redis": "redis_server",
     "redis-cluster": "redis_cluster",
@@ -31,6 +40,13 @@ def url_for(request: pytest.FixtureRequest, engine: str, tmp_path: Path) -> str:
         return f"memory://{ns}"
     if engine == "sqlite":
         return f"sqlite:///{tmp_path / 'skills.db'}"
+    if engine == "grpc":  # a skillfs server over a fresh memory store, an admin token
+        from tests.grpc_servers import ADMIN, in_process
+
+        server = in_process(f"memory://{ns}", tmp_path)
+        request.addfinalizer(lambda: server.stop(0))
+        request.getfixturevalue("monkeypatch").setenv("SKILLFS_TOKEN", ADMIN)
+        return f"grpc://127.0.0.1:{server.grpc_port}"
     server = request.getfixturevalue(SERVER_FIXTURE[engine])
     sep = "&" if "?" in server.url else "?"
     return f"{server.url}{sep}prefix=t{ns}/"
