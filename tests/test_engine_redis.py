@@ -413,7 +413,7 @@ def test_wrong_password_is_permission_denied(tmp_path: Path) -> None:
 )
 def test_bad_urls_are_refused(url: str) -> None:
     with pytest.raises(InvalidPath):
-        RedisEngine(url)._client  # noqa: B018 - the client is made on first use
+        RedisEngine(url)
 
 
 def test_url_options_reach_the_client(
@@ -570,3 +570,44 @@ def test_batched_reads_are_one_round_trip_per_node(
     chunks = engine.get_chunks([(sha, i) for sha in shas for i in (0, 1)])
     assert len(sends) == nodes and chunks == [b"a", b"b"] * 30
     engine.close()
+
+
+def test_wait_in_cluster_follows_a_moved_slot(redis_cluster: RedisCluster) -> None:
+    """A commit with WAIT runs on the node the client's slot map names: after the agent's slot
+    moved, that node answers MOVED, the engine learns the new map, and a retry lands right."""
+    agent = f"moved-{uuid.uuid4().hex[:8]}"
+    slot = key_slot(agent.encode())
+    prefix = ns()
+    engine = RedisEngine(f"{redis_cluster.url}?prefix={prefix}&wait=1&wait_timeout=50")
+    engine.ping()  # the client now holds the slot map
+    clients = [n.client() for n in redis_cluster.nodes]
+    ids = [cast(bytes, c.cluster("MYID")).decode() for c in clients]
+    owner = next(i for i, c in enumerate(clients) if slot in _slots_of(c, ids[i]))
+    target = (owner + 1) % len(clients)
+    try:
+        for c in clients:
+            c.cluster("SETSLOT", slot, "NODE", ids[target])
+        scope = Scope.shared(agent)
+        with pytest.raises(StoreUnavailable, match="MovedError"):
+            engine.commit(scope.domain, [put(scope, "s", 1)])
+        with pytest.raises(ReplicationTimeout, match="0 of 1"):
+            engine.commit(scope.domain, [put(scope, "s", 1)])
+        assert engine.load_skills(scope, ["s"])["s"].version == 1
+        assert clients[target].cluster("COUNTKEYSINSLOT", slot) > 0
+    finally:
+        for key in clients[target].scan_iter(match=f"{prefix}*"):
+            clients[target].delete(key)
+        for c in clients:
+            c.cluster("SETSLOT", slot, "NODE", ids[owner])
+            c.close()
+        engine.close()
+    redis_cluster.wait_ok()
+
+
+def _slots_of(client: redis.Redis, node_id: str) -> set[int]:
+    """The slots a node owns, from CLUSTER SLOTS."""
+    owned: set[int] = set()
+    for start, end, primary, *_ in client.cluster("SLOTS"):
+        if primary[2].decode() == node_id:
+            owned.update(range(start, end + 1))
+    return owned

@@ -8,12 +8,11 @@ durability settings and the limits are in docs/engine-redis.md.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, cast
 from urllib.parse import SplitResult, parse_qsl, unquote, urlencode, urlsplit
 
@@ -32,6 +31,14 @@ from skillfs.model import Change, Manifest, Revision, Scope
 from skillfs.names import check_id
 
 LOG_LIMIT = 10_000
+_SCHEMES = (
+    "redis",
+    "rediss",
+    "redis+cluster",
+    "rediss+cluster",
+    "redis+sentinel",
+    "rediss+sentinel",
+)
 SOCKET_TIMEOUT = 5.0
 WAIT_TIMEOUT_MS = 1000
 #: Commits a `changes()` call returns at most; the caller asks again from the last one.
@@ -214,7 +221,11 @@ class RedisEngine(Engine):
         } | options
         kwargs["decode_responses"] = False
         self.cluster = parts.scheme in ("redis+cluster", "rediss+cluster")
-        self._open = functools.partial(self._connect, parts, query, kwargs)
+        if parts.scheme not in _SCHEMES:
+            raise InvalidPath(
+                f"unknown Redis URL scheme {parts.scheme!r}: use one of {', '.join(_SCHEMES)}"
+            )
+        self._open = self._client_factory(parts, query, kwargs)
         self._lock = threading.Lock()
         self._conn: _Connected | None = None
         # XREAD BLOCK must return before the socket times out.
@@ -246,47 +257,46 @@ class RedisEngine(Engine):
         return self._c.client
 
     @staticmethod
-    def _connect(
+    def _client_factory(
         parts: SplitResult, query: dict[str, str], kwargs: dict[str, Any]
-    ) -> redis.Redis | RedisCluster:
+    ) -> Callable[[], redis.Redis | RedisCluster]:
+        """Check the URL now; return what makes the client later."""
         scheme = parts.scheme
-        tls = scheme.startswith("rediss")
-        auth, _, hosts = parts.netloc.rpartition("@")
-        rest = urlencode(query)
         if scheme in ("redis", "rediss"):
-            plain = parts._replace(query=rest).geturl()
-            return redis.Redis.from_url(plain, **kwargs)
-        # Let redis-py parse the credentials and any client options from the query string.
-        opts: dict[str, Any] = parse_url(  # type: ignore[no-untyped-call]
-            f"redis://{auth + '@' if auth else ''}x?{rest}"
-        )
-        opts.pop("host", None)
-        sentinel_password = opts.pop("sentinel_password", None)
-        opts = opts | kwargs | ({"ssl": True} if tls else {})
+            plain = parts._replace(query=urlencode(query)).geturl()
+            return lambda: redis.Redis.from_url(plain, **kwargs)
+        auth, _, hosts = parts.netloc.rpartition("@")
         nodes = [h for h in hosts.split(",") if h]
         if not nodes:
             raise InvalidPath(f"no host in the {scheme} URL: give host:port[,host:port...]")
+        # redis-py parses the credentials and the client options of the query string.
+        opts: dict[str, Any] = parse_url(  # type: ignore[no-untyped-call]
+            f"redis://{auth + '@' if auth else ''}x?{urlencode(query)}"
+        )
+        opts.pop("host", None)
+        sentinel_password = opts.pop("sentinel_password", None)
+        opts = opts | kwargs | ({"ssl": True} if scheme.startswith("rediss") else {})
         if scheme in ("redis+cluster", "rediss+cluster"):
             startup = [ClusterNode(*_host_port(n, 6379)) for n in nodes]  # type: ignore[no-untyped-call]
-            return RedisCluster(startup_nodes=startup, **opts)
-        if scheme in ("redis+sentinel", "rediss+sentinel"):
-            path = [unquote(p) for p in parts.path.split("/") if p]
-            if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
-                raise InvalidPath(
-                    "a Sentinel URL is redis+sentinel://[:password@]host:port[,host:port...]/service[/db]"
-                )
-            sentinel_kwargs = {
-                k: v for k, v in kwargs.items() if k.startswith("socket_") or k == "retry"
-            }
-            if sentinel_password:
-                sentinel_kwargs["password"] = sentinel_password
-            sentinel = Sentinel(  # type: ignore[no-untyped-call]
-                [_host_port(n, 26379) for n in nodes], sentinel_kwargs=sentinel_kwargs
+            return lambda: RedisCluster(startup_nodes=startup, **opts)
+        path = [unquote(p) for p in parts.path.split("/") if p]
+        if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
+            raise InvalidPath(
+                "a Sentinel URL is redis+sentinel://[:password@]host:port[,host:port...]/service[/db]"
             )
-            db = int(path[1]) if len(path) == 2 else 0
-            master = sentinel.master_for(path[0], db=db, **opts)  # type: ignore[no-untyped-call]
-            return cast(redis.Redis, master)
-        raise InvalidPath(f"unknown Redis URL scheme {scheme!r}")
+        sentinels = [_host_port(n, 26379) for n in nodes]
+        sentinel_kwargs = {
+            k: v for k, v in kwargs.items() if k.startswith("socket_") or k == "retry"
+        }
+        if sentinel_password:
+            sentinel_kwargs["password"] = sentinel_password
+        db = int(path[1]) if len(path) == 2 else 0
+
+        def master() -> redis.Redis:
+            sentinel = Sentinel(sentinels, sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
+            return cast(redis.Redis, sentinel.master_for(path[0], db=db, **opts))  # type: ignore[no-untyped-call]
+
+        return master
 
     # ------------------------------------------------------------------ keys
 
@@ -434,6 +444,11 @@ class RedisEngine(Engine):
             if isinstance(result, rx.NoScriptError):
                 node.script_load(_COMMIT_LUA)
                 continue
+            if isinstance(result, rx.AskError) and isinstance(self._client, RedisCluster):
+                # The slot moved (resharding, failover): nothing ran. Learn the new slot map
+                # and let the store retry on the right node.
+                self._client.nodes_manager.initialize()
+                raise _Transient(f"{type(result).__name__}: {result}")
             if isinstance(result, BaseException):
                 raise result
             if result[0] == 1 and int(acked) < self.wait:
