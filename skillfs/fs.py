@@ -13,6 +13,7 @@ commits every store change made inside it with one `store.commit`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import random
@@ -195,15 +196,7 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
 
     def _split(self, path: str) -> tuple[str, str] | None:
         """(skill, path inside it) for a store path, ("", "") for skills/ itself; None for base."""
-        path = self._strip_protocol(path)
-        if path != SKILLS and not path.startswith(SKILLS + "/"):
-            return None
-        parts = path.split("/", 2)
-        try:
-            skill = check_skill_name(parts[1]) if len(parts) > 1 else ""
-            return skill, normalize_path(parts[2]) if len(parts) > 2 else ""
-        except InvalidPath as exc:
-            raise InvalidPath(f"invalid path {path!r}: {exc}") from None
+        return _parse(self._strip_protocol(path))
 
     def _file(self, path: str) -> tuple[str, str]:
         """The (skill, path) a store write goes to; InvalidPath when that is not a skill's file."""
@@ -228,7 +221,7 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         out = {
             n: _Skill(n, self.scope, m.version, m.version, dict(m.files)) for n, m in own.items()
         }
-        if self.scope != self.shared:
+        if self.scope.kind == "user":
             rest = None if names is None else [n for n in names if n not in own]
             if rest is None or rest:
                 for n, m in self.store.manifests(self.shared, rest).items():
@@ -820,6 +813,19 @@ class _StoreFile(AbstractBufferedFile):  # type: ignore[misc]
         if exc_type is not None and self.writable():
             self.discard()
         self.close()
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(path: str) -> tuple[str, str] | None:
+    """SkillFileSystem._split of a stripped path, checked once per distinct path."""
+    if path != SKILLS and not path.startswith(SKILLS + "/"):
+        return None
+    parts = path.split("/", 2)
+    try:
+        skill = check_skill_name(parts[1]) if len(parts) > 1 else ""
+        return skill, normalize_path(parts[2]) if len(parts) > 2 else ""
+    except InvalidPath as exc:
+        raise InvalidPath(f"invalid path {path!r}: {exc}") from None
 
 
 def _check_write(sk: _Skill, rel: str, exclusive: bool) -> None:
