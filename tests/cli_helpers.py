@@ -52,16 +52,24 @@ def error_line(result: Result, code: int = 1) -> str:
     return result.stderr
 
 
-def process(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    """The real `skillfs` entry point in a child process."""
+def command_line(*args: str) -> list[str]:
+    """The real `skillfs` entry point as a child process runs it."""
+    return [sys.executable, "-c", "from skillfs.cli import main; main()", *args]
+
+
+def environment(**env: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", **env}
+
+
+def process(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`skillfs ARGS` in a child process, with `env` added to the environment."""
     return subprocess.run(
-        [sys.executable, "-c", "from skillfs.cli import main; main()", *args],
+        command_line(*args),
         capture_output=True,
         text=True,
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"},
+        env=environment(**env),
         timeout=120,
-        **kwargs,
     )
 
 

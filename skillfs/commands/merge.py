@@ -1,7 +1,7 @@
 """A line-based three-way merge, for `skillfs edit` when someone else saved the same file.
 
-Both sides' changes against the common base are applied; where they touch the same or
-adjacent base lines and differ, the result holds git-style conflict markers.
+Both sides' changes against the common base are applied; where they change the same base
+lines (or insert at the same place) differently, the result holds git-style conflict markers.
 """
 
 from __future__ import annotations
@@ -46,6 +46,15 @@ def _terminated(lines: list[str]) -> list[str]:
     return lines
 
 
+def _touches(hunk: _Hunk, group: list[_Hunk], end: int) -> bool:
+    """Whether `hunk` overlaps the group's base lines, or inserts where the group ends (or the
+    group inserts where `hunk` starts): then the order of the two changes is ambiguous."""
+    if hunk.start < end:
+        return True
+    insert = hunk.start == hunk.end
+    return hunk.start == end and (insert or any(g.start == g.end == end for g in group))
+
+
 def merge3(base: str, ours: str, theirs: str, theirs_label: str) -> tuple[str, bool]:
     """The merged text, and whether it merged without conflicts."""
     b, o, t = (s.splitlines(keepends=True) for s in (base, ours, theirs))
@@ -57,7 +66,7 @@ def merge3(base: str, ours: str, theirs: str, theirs_label: str) -> tuple[str, b
         start, end = hunks[i].start, hunks[i].end
         group = [hunks[i]]
         i += 1
-        while i < len(hunks) and hunks[i].start <= end:
+        while i < len(hunks) and _touches(hunks[i], group, end):
             end = max(end, hunks[i].end)
             group.append(hunks[i])
             i += 1

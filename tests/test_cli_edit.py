@@ -1,0 +1,464 @@
+"""`skillfs edit`, `rm`, `rollback`: scripted editors, spec checks, conflicts, resolutions."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import Result
+
+import skillfs
+from skillfs.commands import common
+from skillfs.commands.merge import has_markers, merge3
+from tests.cli_helpers import REPO, as_json, error_line, ok, process, publish, run, skill_md
+from tests.stores import url_for
+
+SCOPE = skillfs.Scope.shared("bot")
+
+# A scripted $EDITOR: each run takes the next step of the JSON plan in $EDIT_PLAN, records the
+# text it was shown, rewrites the file, and may make a concurrent change through the store API
+# (another operator saving while this one edits).
+EDITOR = r"""
+import json, os, sys
+from pathlib import Path
+import skillfs
+
+plan = Path(os.environ["EDIT_PLAN"])
+steps = json.loads(plan.read_text())
+step = steps.pop(0)
+plan.write_text(json.dumps(steps))
+path = Path(sys.argv[1])
+text = path.read_text()
+with open(str(plan) + ".seen", "a") as seen:
+    seen.write(json.dumps(text) + "\n")
+for old, new in step.get("replace", []):
+    assert old in text, (old, text)
+    text = text.replace(old, new)
+if "write" in step:
+    text = step["write"]
+path.write_text(text)
+change = step.get("concurrent")
+if change:
+    with skillfs.open_store(change["url"]) as store:
+        scope = skillfs.Scope.parse(change["scope"])
+        if change.get("delete"):
+            store.delete(scope, change["skill"])
+        else:
+            m = store.manifest(scope, change["skill"])
+            files = {p: skillfs.File(store.read_entry(e), mode=e.mode) for p, e in m.files.items()}
+            for p, new in change["files"].items():
+                files[p] = new.encode()
+            store.publish(scope, change["skill"], files, expected_version=m.version)
+sys.exit(step.get("exit", 0))
+"""
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'skills.db'}"
+    publish(url, "shared:bot", "reviewer", _files())
+    return url
+
+
+def _files(body: str = "# Steps\n\n1. one\n2. two\n3. three\n") -> dict[str, bytes | skillfs.File]:
+    return {
+        "SKILL.md": skill_md("reviewer", body),
+        "references/style.md": b"# Style\n",
+        "scripts/run.sh": skillfs.File(b"#!/bin/sh\necho hi\n", mode=0o750),
+    }
+
+
+class ScriptedEditor:
+    """`skillfs edit` with $EDITOR running the steps given, one per time the editor opens."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.script = tmp_path / "editor.py"
+        self.script.write_text(EDITOR)
+        self.plan = tmp_path / "plan.json"
+
+    def __call__(self, url: str, target: str, *args: str, steps: list[Any], **kw: Any) -> Result:
+        self.plan.write_text(json.dumps(steps))
+        env = {
+            "EDITOR": f"{sys.executable} {self.script}",
+            "EDIT_PLAN": str(self.plan),
+            "PYTHONPATH": str(REPO),
+        }
+        result = run(url, "edit", target, "-s", "shared:bot", *args, **kw, **env)
+        assert json.loads(self.plan.read_text()) == [], "the editor ran fewer times than planned"
+        return result
+
+    def seen(self) -> list[str]:
+        """The text the editor was shown, each time it opened."""
+        lines = Path(f"{self.plan}.seen").read_text().splitlines()
+        return [json.loads(line) for line in lines]
+
+
+@pytest.fixture
+def editor(tmp_path: Path) -> ScriptedEditor:
+    return ScriptedEditor(tmp_path)
+
+
+def _read(url: str, path: str = "SKILL.md", skill: str = "reviewer") -> str:
+    with skillfs.open_store(url) as store:
+        return store.read(SCOPE, skill, path).decode()
+
+
+def _version(url: str, skill: str = "reviewer") -> int:
+    with skillfs.open_store(url) as store:
+        return store.manifest(SCOPE, skill).version
+
+
+def _kept_copy(result: Result) -> Path:
+    """The path of the operator's edited copy named in the error line."""
+    line = error_line(result)
+    return Path(line.rsplit("your edit is kept in ", 1)[1])
+
+
+# ---------------------------------------------------------------------------------- edit
+
+
+def test_edit_with_a_shell_script(url: str, tmp_path: Path) -> None:
+    script = tmp_path / "ed.sh"
+    script.write_text("#!/bin/sh\nsed -i 's/^2. two$/2. TWO/' \"$1\"\n")
+    script.chmod(0o755)
+    result = ok(url, "edit", "reviewer/SKILL.md", "-s", "shared:bot", EDITOR=str(script))
+    assert "saved shared:bot/reviewer/SKILL.md: version 2" in result.stdout
+    assert "2. TWO\n" in _read(url)
+    with skillfs.open_store(url) as store:
+        m = store.manifest(SCOPE, "reviewer")
+        assert m.files["scripts/run.sh"].mode == 0o750  # the other files are kept as they were
+        assert store.read(SCOPE, "reviewer", "references/style.md") == b"# Style\n"
+
+
+def test_edit_without_changes_saves_nothing(url: str, editor: ScriptedEditor) -> None:
+    result = editor(url, "reviewer/SKILL.md", steps=[{}])
+    assert result.exit_code == 0 and "no changes: nothing saved" in result.stdout
+    assert _version(url) == 1
+
+
+def test_edit_a_script_keeps_its_mode(url: str, editor: ScriptedEditor) -> None:
+    result = editor(url, "reviewer/scripts/run.sh", steps=[{"replace": [["hi", "hello"]]}])
+    assert result.exit_code == 0, result.output
+    with skillfs.open_store(url) as store:
+        assert store.manifest(SCOPE, "reviewer").files["scripts/run.sh"].mode == 0o750
+    assert _read(url, "scripts/run.sh") == "#!/bin/sh\necho hello\n"
+
+
+def test_edit_creates_a_file_and_a_skill(url: str, editor: ScriptedEditor) -> None:
+    result = editor(url, "reviewer/references/new.md", steps=[{"write": "new\n"}])
+    assert result.exit_code == 0, result.output
+    assert _read(url, "references/new.md") == "new\n"
+    result = editor(
+        url, "fresh/SKILL.md", steps=[{"replace": [["What this skill does", "Makes things"]]}]
+    )
+    assert result.exit_code == 0, result.output
+    assert editor.seen()[-1].startswith("---\nname: fresh\ndescription: What this skill does")
+    assert _version(url, "fresh") == 1
+    assert "Makes things, and when" in _read(url, skill="fresh")
+
+
+def test_spec_violation_rejected_then_forced(url: str, editor: ScriptedEditor) -> None:
+    bad = [{"replace": [["name: reviewer", "name: Reviewer_2"]]}]
+    result = editor(url, "reviewer/SKILL.md", steps=bad)
+    line = error_line(result)
+    assert "not saved: reviewer would break the Agent Skills spec (2 error(s))" in line
+    assert "pass --force" in line
+    assert "name 'Reviewer_2' must use only lowercase" in result.stdout  # the findings shown
+    assert _version(url) == 1
+    kept = _kept_copy(result)
+    assert "name: Reviewer_2" in kept.read_text()
+    result = editor(url, "reviewer/SKILL.md", "--force", steps=bad)
+    assert result.exit_code == 0, result.output
+    assert "saved" in result.stdout and _version(url) == 2
+    row = as_json(url, "ls", "-s", "shared:bot")[0]
+    assert row["valid"] is False and row["usable"] is True  # stored with its findings
+
+
+def test_spec_violation_interactive_fix(
+    url: str, editor: ScriptedEditor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(common, "interactive", lambda: True)
+    steps = [
+        {"replace": [["description: Does", "description:"], ["---\n\n#", "bad: 1\n---\n\n#"]]},
+        {"replace": [["description:", "description: Fixed"], ["bad: 1\n", ""]]},
+    ]
+    result = editor(url, "reviewer/SKILL.md", steps=steps, input="x\ne\n")
+    assert result.exit_code == 0, result.output
+    assert "[e]dit again, [s]ave anyway, [a]bort" in result.stdout
+    assert "field 'bad' is not an Agent Skills field" in result.stdout
+    assert "description: Fixed reviewer things" in _read(url)
+    seen = editor.seen()
+    assert "bad: 1" in seen[1]  # the second run showed the operator's own edit
+
+
+def test_spec_violation_interactive_save_anyway(
+    url: str, editor: ScriptedEditor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(common, "interactive", lambda: True)
+    steps = [{"replace": [["name: reviewer", "name: other"]]}]
+    result = editor(url, "reviewer/SKILL.md", steps=steps, input="s\n")
+    assert result.exit_code == 0, result.output
+    assert "name: other" in _read(url)
+
+
+def test_binary_file_is_refused(url: str, editor: ScriptedEditor) -> None:
+    publish(url, "shared:bot", "reviewer", {**_files(), "logo.png": b"\x89PNG\xff\x00"})
+    result = run(url, "edit", "reviewer/logo.png", "-s", "shared:bot", EDITOR="true")
+    assert "is binary, not UTF-8 text" in error_line(result)
+
+
+def test_editor_failures(url: str, tmp_path: Path) -> None:
+    missing = run(url, "edit", "reviewer/SKILL.md", "-s", "shared:bot", EDITOR="no-such-editor")
+    assert "editor 'no-such-editor' not found: set $EDITOR" in error_line(missing)
+    failed = run(url, "edit", "reviewer/SKILL.md", "-s", "shared:bot", EDITOR="false")
+    assert "editor 'false' exited with status 1: nothing saved" in error_line(failed)
+    assert _version(url) == 1
+
+
+def test_edit_needs_a_file(url: str) -> None:
+    assert "name a file" in error_line(run(url, "edit", "reviewer", "-s", "shared:bot"), 2)
+
+
+# ------------------------------------------------------------------------------- conflicts
+
+
+def _concurrent(url: str, **files: str) -> dict[str, Any]:
+    return {"url": url, "scope": "shared:bot", "skill": "reviewer", "files": files}
+
+
+def test_conflict_on_another_file_retries_by_itself(url: str, editor: ScriptedEditor) -> None:
+    steps = [
+        {
+            "replace": [["2. two", "2. TWO"]],
+            "concurrent": _concurrent(url, **{"references/style.md": "# Their style\n"}),
+        }
+    ]
+    result = editor(url, "reviewer/SKILL.md", steps=steps)
+    assert result.exit_code == 0, result.output
+    assert "changed since you read version 1: now version 2" in result.stdout
+    assert "modified  references/style.md" in result.stdout
+    assert "SKILL.md itself is unchanged there: saving your edit on version 2" in result.stdout
+    assert _version(url) == 3
+    assert "2. TWO" in _read(url) and _read(url, "references/style.md") == "# Their style\n"
+
+
+def _theirs(url: str, old: str, new: str) -> dict[str, Any]:
+    text = skill_md("reviewer", "# Steps\n\n1. one\n2. two\n3. three\n").decode()
+    return _concurrent(url, **{"SKILL.md": text.replace(old, new)})
+
+
+def test_conflict_reopen_merges_both_edits(url: str, editor: ScriptedEditor) -> None:
+    steps = [
+        {"replace": [["1. one", "1. ONE"]], "concurrent": _theirs(url, "3. three", "3. THREE")},
+        {"replace": [["2. two", "2. two (checked)"]]},
+    ]
+    result = editor(url, "reviewer/SKILL.md", "--on-conflict", "reopen", steps=steps)
+    assert result.exit_code == 0, result.output
+    assert "merged their change with yours" in result.stdout
+    seen = editor.seen()
+    assert "1. ONE" in seen[1] and "3. THREE" in seen[1]  # reopened: both edits, no markers
+    assert _read(url).endswith("1. ONE\n2. two (checked)\n3. THREE\n")
+    assert _version(url) == 3
+
+
+def test_conflict_reopen_with_markers(url: str, editor: ScriptedEditor) -> None:
+    resolved = skill_md("reviewer", "# Steps\n\n1. one\n2. both\n3. three\n").decode()
+    steps = [
+        {"replace": [["2. two", "2. mine"]], "concurrent": _theirs(url, "2. two", "2. theirs")},
+        {"write": resolved},
+    ]
+    result = editor(url, "reviewer/SKILL.md", "--on-conflict", "reopen", steps=steps)
+    assert result.exit_code == 0, result.output
+    assert "both changed the same lines" in result.stdout
+    assert (
+        "<<<<<<< your edit\n2. mine\n=======\n2. theirs\n>>>>>>> version 2\n" in (editor.seen()[1])
+    )
+    assert _read(url) == resolved
+
+
+def test_conflict_markers_left_in_are_not_saved(url: str, editor: ScriptedEditor) -> None:
+    steps = [
+        {"replace": [["2. two", "2. mine"]], "concurrent": _theirs(url, "2. two", "2. theirs")},
+        {},  # the operator closes the editor with the markers still there
+    ]
+    result = editor(url, "reviewer/SKILL.md", "--on-conflict", "reopen", steps=steps)
+    assert "resolve the conflict markers" in error_line(result)
+    assert has_markers(_kept_copy(result).read_text())
+    assert "2. theirs" in _read(url) and _version(url) == 2
+
+
+def test_conflict_overwrite(url: str, editor: ScriptedEditor) -> None:
+    steps = [{"replace": [["2. two", "2. mine"]], "concurrent": _theirs(url, "1. one", "1. x")}]
+    result = editor(url, "reviewer/SKILL.md", "--on-conflict", "overwrite", steps=steps)
+    assert result.exit_code == 0, result.output
+    assert "1. one\n2. mine\n" in _read(url) and _version(url) == 3
+
+
+def test_conflict_without_a_person_aborts_keeping_the_edit(
+    url: str, editor: ScriptedEditor
+) -> None:
+    steps = [{"replace": [["2. two", "2. mine"]], "concurrent": _theirs(url, "2. two", "2. x")}]
+    result = editor(url, "reviewer/SKILL.md", steps=steps)
+    line = error_line(result)
+    assert "not saved: reviewer changed since you read it" in line
+    assert "--on-conflict reopen or overwrite" in line
+    assert "2. mine" in _kept_copy(result).read_text()
+    assert "+2. x" in result.stdout or "modified  SKILL.md" in result.stdout
+    assert "2. x" in _read(url) and _version(url) == 2
+
+
+def test_conflict_interactive_reopen(
+    url: str, editor: ScriptedEditor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(common, "interactive", lambda: True)
+    steps = [
+        {"replace": [["1. one", "1. ONE"]], "concurrent": _theirs(url, "3. three", "3. THREE")},
+        {},
+    ]
+    result = editor(url, "reviewer/SKILL.md", steps=steps, input="r\n")
+    assert result.exit_code == 0, result.output
+    assert "SKILL.md changed there too. [r]eopen with your edit" in result.stdout
+    assert _read(url).endswith("1. ONE\n2. two\n3. THREE\n")
+
+
+def test_conflict_with_a_delete(url: str, editor: ScriptedEditor) -> None:
+    steps = [
+        {
+            "replace": [["2. two", "2. mine"]],
+            "concurrent": {"url": url, "scope": "shared:bot", "skill": "reviewer", "delete": True},
+        }
+    ]
+    result = editor(url, "reviewer/SKILL.md", "--on-conflict", "overwrite", steps=steps)
+    assert result.exit_code == 0, result.output
+    assert "was deleted since you read version 1" in result.stdout
+    assert "2. mine" in _read(url) and _version(url) == 3  # re-created after the tombstone
+    assert _read(url, "references/style.md") == "# Style\n"
+
+
+def test_conflict_on_redis(
+    request: pytest.FixtureRequest, tmp_path: Path, editor: ScriptedEditor
+) -> None:
+    url = url_for(request, "redis", tmp_path)
+    publish(url, "shared:bot", "reviewer", _files())
+    steps = [
+        {"replace": [["1. one", "1. ONE"]], "concurrent": _theirs(url, "3. three", "3. THREE")},
+        {},
+    ]
+    result = editor(url, "reviewer/SKILL.md", "--on-conflict", "reopen", steps=steps)
+    assert result.exit_code == 0, result.output
+    assert _read(url).endswith("1. ONE\n2. two\n3. THREE\n")
+    assert [r["version"] for r in as_json(url, "history", "reviewer", "-s", "shared:bot")] == [
+        3,
+        2,
+        1,
+    ]
+
+
+def test_edit_through_the_real_entry_point(url: str, tmp_path: Path) -> None:
+    script = tmp_path / "ed.sh"
+    script.write_text("#!/bin/sh\nprintf '4. four\\n' >> \"$1\"\n")
+    script.chmod(0o755)
+    proc = process(
+        "edit", "reviewer/SKILL.md", "-s", "shared:bot", "--store", url, EDITOR=str(script)
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert _read(url).endswith("3. three\n4. four\n")
+
+
+# ---------------------------------------------------------------------------------- merge3
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "merged", "clean"),
+    [
+        ("a\nB\nc\n", "a\nb\nC\n", "a\nB\nC\n", True),  # adjacent lines
+        (
+            "a\nB\nc\n",
+            "a\nx\nb\nc\n",
+            "a\n<<<<<<< your edit\nB\n=======\nx\nb\n>>>>>>> v2\nc\n",
+            False,
+        ),
+        ("A\nb\nc\n", "A\nb\nc\n", "A\nb\nc\n", True),  # the same change on both sides
+        ("a\nb\nc\nd\n", "z\na\nb\nc\n", "z\na\nb\nc\nd\n", True),  # appends on both ends
+        ("a\nX\nc\n", "a\nY\nc\n", "a\n<<<<<<< your edit\nX\n=======\nY\n>>>>>>> v2\nc\n", False),
+        (
+            "a\nb\nc",
+            "a\nb\nc\nd\n",
+            "a\nb\n<<<<<<< your edit\nc\n=======\nc\nd\n>>>>>>> v2\n",
+            False,
+        ),
+    ],
+)
+def test_merge3(ours: str, theirs: str, merged: str, clean: bool) -> None:
+    assert merge3("a\nb\nc\n", ours, theirs, "v2") == (merged, clean)
+    assert has_markers(merged) is not clean
+
+
+# -------------------------------------------------------------------------------- rm
+
+
+def test_rm_skill(url: str) -> None:
+    result = ok(url, "rm", "reviewer", "-s", "shared:bot")
+    assert "removed shared:bot/reviewer: now version 2" in result.stdout
+    assert as_json(url, "ls", "-s", "shared:bot") == []
+    assert "does not exist" in error_line(run(url, "rm", "reviewer", "-s", "shared:bot"))
+
+
+def test_rm_names_the_version_it_removes(url: str) -> None:
+    publish(url, "shared:bot", "reviewer", _files("v2\n"))
+    line = error_line(run(url, "rm", "reviewer", "-s", "shared:bot", "--version", "1"))
+    assert "is at version 2, not 1" in line
+    data = as_json(url, "rm", "reviewer", "-s", "shared:bot", "--version", "2")
+    assert data["version"] == 3 and data["skill"] == "reviewer" and data["path"] is None
+    assert data["revision"].count(":") == 1 and len(data["commit_id"]) == 32
+
+
+def test_rm_asks_a_person(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(common, "interactive", lambda: True)
+    assert "not deleted" in error_line(run(url, "rm", "reviewer", "-s", "shared:bot", input="n\n"))
+    assert _version(url) == 1
+    ok(url, "rm", "reviewer", "-s", "shared:bot", "--force")
+    assert as_json(url, "ls", "-s", "shared:bot") == []
+
+
+def test_rm_a_file_or_directory(url: str) -> None:
+    ok(url, "rm", "reviewer/scripts", "-s", "shared:bot")
+    ok(url, "rm", "reviewer/references/style.md", "-s", "shared:bot")
+    assert [r["path"] for r in as_json(url, "ls", "-s", "shared:bot", "reviewer")] == ["SKILL.md"]
+    assert "has no file 'nope'" in error_line(run(url, "rm", "reviewer/nope", "-s", "shared:bot"))
+    line = error_line(run(url, "rm", "reviewer/SKILL.md", "-s", "shared:bot"))
+    assert "without files: use `skillfs rm reviewer`" in line
+
+
+def test_rm_skill_md_needs_force(url: str) -> None:
+    line = error_line(run(url, "rm", "reviewer/SKILL.md", "-s", "shared:bot"))
+    assert "not removed: reviewer would break the Agent Skills spec" in line
+    ok(url, "rm", "reviewer/SKILL.md", "-s", "shared:bot", "--force")
+    assert as_json(url, "ls", "-s", "shared:bot")[0]["usable"] is False
+
+
+# --------------------------------------------------------------------------- rollback
+
+
+def test_rollback(url: str) -> None:
+    publish(url, "shared:bot", "reviewer", _files("v2\n"))
+    result = ok(url, "rollback", "reviewer", "-s", "shared:bot", "--to", "1")
+    assert "rolled shared:bot/reviewer back to version 1: now version 3" in result.stdout
+    assert _read(url).endswith("3. three\n")
+    ok(url, "rm", "reviewer", "-s", "shared:bot")
+    data = as_json(url, "rollback", "reviewer", "-s", "shared:bot", "--to", "2")
+    assert data["version"] == 5 and _read(url).endswith("v2\n")
+    with skillfs.open_store(url) as store:
+        assert store.manifest(SCOPE, "reviewer").files["scripts/run.sh"].mode == 0o750
+
+
+def test_rollback_errors(url: str) -> None:
+    line = error_line(run(url, "rollback", "reviewer", "-s", "shared:bot", "--to", "9"))
+    assert "version 9 of shared:bot/reviewer is not kept" in line
+    assert "does not exist" in error_line(
+        run(url, "rollback", "x", "-s", "shared:bot", "--to", "1")
+    )
+    assert "Missing option '--to'" in error_line(run(url, "rollback", "x", "-s", "shared:bot"), 2)
