@@ -20,11 +20,11 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import fsspec
 import redis as redis_py
@@ -92,7 +92,7 @@ def run(n: int, tmp: Path) -> list[str]:
         data = os.urandom(4096)
         raw.set("bench:raw4k", data)
 
-        def fs(**options: object) -> SkillFileSystem:
+        def fs(**options: Any) -> SkillFileSystem:
             return SkillFileSystem(
                 store=options.pop("store", server.url),
                 agent_id=options.pop("agent_id", AGENT),
@@ -207,4 +207,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

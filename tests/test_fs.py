@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,13 +72,10 @@ def make_any(any_url: str, tmp_path: Path) -> MakeFs:
     return _maker(any_url, tmp_path)
 
 
-def seed(fs: SkillFileSystem, skill: str = "demo", **extra: bytes) -> None:
-    fs.pipe(
-        {
-            f"skills/{skill}/SKILL.md": SKILL_MD,
-            **{f"skills/{skill}/{k}": v for k, v in extra.items()},
-        }
-    )
+def seed(fs: SkillFileSystem, skill: str = "demo", files: dict[str, bytes] | None = None) -> None:
+    """Publish a skill, its SKILL.md and `files`, in one publish."""
+    extra = {f"skills/{skill}/{k}": v for k, v in (files or {}).items()}
+    fs.pipe({f"skills/{skill}/SKILL.md": SKILL_MD, **extra})
 
 
 # ----------------------------------------------------------------- routing and construction
@@ -87,7 +84,7 @@ def seed(fs: SkillFileSystem, skill: str = "demo", **extra: bytes) -> None:
 def test_one_filesystem_is_the_workspace(make: MakeFs, tmp_path: Path) -> None:
     fs = make()
     (tmp_path / "ws" / "skills").mkdir(parents=True)  # shadowed by the store's skills/
-    seed(fs, ref=b"r")
+    seed(fs, files={"ref": b"r"})
     fs.pipe("notes/todo.md", b"todo")
     assert (tmp_path / "ws" / "notes" / "todo.md").read_bytes() == b"todo"
     assert not (tmp_path / "ws" / "skills" / "demo").exists()
@@ -148,7 +145,7 @@ def test_pickled_filesystem_reopens_the_store(tmp_path: Path) -> None:
 
 def test_info_checksum_and_ukey_come_from_the_content(make: MakeFs) -> None:
     fs = make()
-    seed(fs, a=b"same", b=b"same")
+    seed(fs, files={"a": b"same", "b": b"same"})
     info = fs.info("skills/demo/a")
     assert info["type"] == "file" and info["size"] == 4
     assert info["sha256"] == hashlib.sha256(b"same").hexdigest()
@@ -179,7 +176,12 @@ def test_ranges_read_only_the_chunks_asked(url: str, tmp_path: Path) -> None:
     fs = SkillFileSystem(store=reader, agent_id=AGENT, base=str(tmp_path))
     asked: list[tuple[str, int]] = []
     real = writer.engine.get_chunks
-    writer.engine.get_chunks = lambda keys: asked.extend(keys) or real(keys)  # type: ignore[method-assign]
+
+    def spy(keys: Sequence[tuple[str, int]]) -> list[bytes | None]:
+        asked.extend(keys)
+        return real(keys)
+
+    writer.engine.get_chunks = spy  # type: ignore[method-assign]
     assert fs.cat_file("skills/d/f", 20, 30) == data[20:30]
     assert [i for _, i in asked] == [2, 3]
     asked.clear()
@@ -246,7 +248,7 @@ def test_bad_paths_are_clear_errors(
     make: MakeFs, path: str, error: type[Exception], message: str
 ) -> None:
     fs = make()
-    seed(fs, **{"refs/a.md": b"a"})
+    seed(fs, files={"refs/a.md": b"a"})
     with pytest.raises(error, match=re.escape(message)):
         fs.pipe(path, b"x")
     with pytest.raises(error, match=re.escape(message)):
@@ -256,7 +258,7 @@ def test_bad_paths_are_clear_errors(
 
 def test_reading_errors(make: MakeFs) -> None:
     fs = make()
-    seed(fs, **{"refs/a.md": b"a"})
+    seed(fs, files={"refs/a.md": b"a"})
     with pytest.raises(FileNotFoundError):
         fs.cat("skills/demo/nope")
     with pytest.raises(FileNotFoundError):
@@ -334,7 +336,7 @@ def test_modes(make: MakeFs, tmp_path: Path) -> None:
 
 def test_mv_inside_a_skill_is_one_publish(make_any: MakeFs) -> None:
     fs = make_any()
-    seed(fs, **{"refs/a.md": b"a", "refs/b.md": b"b"})
+    seed(fs, files={"refs/a.md": b"a", "refs/b.md": b"b"})
     fs.mv("skills/demo/refs/a.md", "skills/demo/docs/a.md")
     fs.mv("skills/demo/refs", "skills/demo/more", recursive=True)
     m = fs.store.manifest(SHARED, "demo")
@@ -344,7 +346,7 @@ def test_mv_inside_a_skill_is_one_publish(make_any: MakeFs) -> None:
 
 def test_renaming_a_skill_is_one_commit(make_any: MakeFs) -> None:
     fs = make_any()
-    seed(fs, "old", **{"refs/a.md": b"a"})
+    seed(fs, "old", files={"refs/a.md": b"a"})
     fs.mv("skills/old", "skills/new", recursive=True)
     new = fs.store.manifest(SHARED, "new")
     tombstone = fs.store.history(SHARED, "old")[0]
@@ -372,7 +374,12 @@ def test_bulk_calls_publish_each_skill_once_and_read_in_batches(
     reader = make(store=skillfs.Store(skillfs.open_store(url).engine))  # an empty blob cache
     calls: list[int] = []
     real = reader.store.engine.get_chunks
-    reader.store.engine.get_chunks = lambda keys: calls.append(len(keys)) or real(keys)  # type: ignore[method-assign]
+
+    def spy(keys: Sequence[tuple[str, int]]) -> list[bytes | None]:
+        calls.append(len(keys))
+        return real(keys)
+
+    reader.store.engine.get_chunks = spy  # type: ignore[method-assign]
     reader.get("skills/", str(tmp_path / "back") + "/", recursive=True)
     assert len(calls) == 1  # every blob in one batched round trip
     for skill in "bc":
@@ -474,7 +481,7 @@ def test_a_conflict_that_never_ends_is_reported(make: MakeFs) -> None:
 
 def test_copy_on_write_override_and_its_removal(make: MakeFs) -> None:
     shared, alice, bob = make(), make("alice"), make("bob")
-    seed(shared, ref=b"shared ref")
+    seed(shared, files={"ref": b"shared ref"})
     assert alice.info("skills/demo/ref")["scope"] == "shared:bot"
     alice.pipe("skills/demo/mine.md", b"alice's")  # copy-on-write: one commit, whole skill
     own = alice.store.manifest(ALICE, "demo")
@@ -493,14 +500,15 @@ def test_copy_on_write_override_and_its_removal(make: MakeFs) -> None:
 
 def test_shared_only_paths_cannot_be_removed_by_a_user(make: MakeFs) -> None:
     shared, alice = make(), make("alice")
-    seed(shared, ref=b"r")
+    seed(shared, files={"ref": b"r"})
     seed(shared, "other")
-    for attempt in (
+    attempts: list[Callable[[], None]] = [
         lambda: alice.rm("skills/demo/ref"),
         lambda: alice.rm("skills/demo", recursive=True),
         lambda: alice.rm_file("skills/other/SKILL.md"),
         lambda: alice.mv("skills/other", "skills/renamed", recursive=True),
-    ):
+    ]
+    for attempt in attempts:
         with pytest.raises(PermissionError, match="shared:bot"):
             attempt()
     assert isinstance(PermissionDenied("x"), PermissionError)
@@ -517,7 +525,7 @@ def test_shared_only_paths_cannot_be_removed_by_a_user(make: MakeFs) -> None:
 
 def test_transaction_commits_everything_at_once(make_any: MakeFs, tmp_path: Path) -> None:
     fs, observer = make_any(), make_any()
-    seed(fs, "a", ref=b"r")
+    seed(fs, "a", files={"ref": b"r"})
     seed(fs, "gone")
     before = fs.store.revision(AGENT)
     with fs.transaction:
