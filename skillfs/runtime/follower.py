@@ -35,6 +35,13 @@ PREFETCH_BATCH_BYTES = 8 * 1024 * 1024
 _NO_REVISION = Revision(epoch="", counter=0)
 
 
+def _same(a: Revision | None, b: Revision | None) -> bool:
+    """Revision equality without pydantic's generic `__eq__` (on every step's hot path)."""
+    if a is None or b is None:
+        return a is b
+    return a.counter == b.counter and a.epoch == b.epoch
+
+
 class StoreReader:
     """Reads a store scope's files through the store's blob LRU."""
 
@@ -80,7 +87,13 @@ class Follower:
 
     @property
     def revision(self) -> Revision | None:
+        """The revision the cached scopes are current as of."""
         return self._cache.revision
+
+    @property
+    def ready(self) -> Revision | None:
+        """The revision up to which the watch also warmed the changed files."""
+        return self._ready
 
     # ------------------------------------------------------------------ tracking
 
@@ -121,10 +134,11 @@ class Follower:
         """The scopes as of at least `revision`, which a read begun at `read_started`
         (`time.monotonic()`) returned. Free when the cache is already there."""
         cache = self._cache
-        if cache.revision == revision:
+        if _same(cache.revision, revision):
             found = tuple(cache.scopes.get(s) for s in scopes)
             if None not in found:
-                return revision, found  # type: ignore[return-value]  # no None left
+                # the cached object, so that callers comparing snapshots hit identity
+                return cache.revision, found  # type: ignore[return-value]  # no None left
         with self._lock:
             cache = self._advance(revision, read_started)
             missing = [s for s in scopes if s not in cache.scopes]
@@ -141,7 +155,7 @@ class Follower:
     def _advance(self, revision: Revision | None, read_started: float) -> _Cache:
         cache = self._cache
         current = cache.revision
-        if revision == current:
+        if _same(revision, current):
             return cache
         if (
             revision is not None
