@@ -27,8 +27,9 @@ def skill_md(name: str, body: str = "# Steps\n\n1. one\n") -> bytes:
 
 
 def run(url: str, *args: str, input: str | None = None, **env: str) -> Result:
-    """`skillfs ARGS --store URL` in-process; stdout and stderr apart."""
-    return runner.invoke(app, [*args, "--store", url], input=input, env=env or None)
+    """`skillfs ARGS --store URL` in-process; stdout and stderr apart. Wide lines by default,
+    so messages in rich's usage-error box are not wrapped."""
+    return runner.invoke(app, [*args, "--store", url], input=input, env={"COLUMNS": "200", **env})
 
 
 def ok(url: str, *args: str, **env: str) -> Result:

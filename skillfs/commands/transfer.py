@@ -145,6 +145,7 @@ def import_(
         typer.Argument(
             exists=True,
             file_okay=False,
+            metavar="DIRECTORY",
             show_default=False,
             help="A skill directory, or a directory holding skills (searched recursively).",
         ),
@@ -256,7 +257,10 @@ def _summary(
 @command("export", TRANSFER)
 def export(
     directory: Annotated[
-        Path, typer.Argument(file_okay=False, show_default=False, help="Where to write.")
+        Path,
+        typer.Argument(
+            file_okay=False, metavar="DIRECTORY", show_default=False, help="Where to write."
+        ),
     ],
     scope: ScopeOption,
     skills: Annotated[

@@ -1,0 +1,236 @@
+"""`skillfs import` and `skillfs export`: the shared corpus round-trips byte for byte with modes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import skillfs
+from skillfs.engines.memory import MemoryEngine
+from tests.cli_helpers import CORPUS, as_json, error_line, ok, process, run, skill_md
+from tests.stores import url_for
+
+
+@pytest.fixture(scope="module")
+def collections() -> list[Path]:
+    assert CORPUS.is_dir(), (
+        f"the shared skill corpus is missing: expected {CORPUS} (shared/ beside the repository)"
+    )
+    found = sorted(d for d in CORPUS.iterdir() if d.is_dir())
+    assert len(found) >= 2, f"expected the skill collections under {CORPUS}, found {found}"
+    return found
+
+
+def _tree(root: Path) -> dict[str, tuple[bytes, int, float]]:
+    """Every file below root: bytes, permission bits, modification time."""
+    tree = {}
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            path = Path(dirpath) / name
+            st = path.stat()
+            tree[path.relative_to(root).as_posix()] = (
+                path.read_bytes(),
+                st.st_mode & 0o7777,
+                round(st.st_mtime, 3),
+            )
+    return tree
+
+
+def _skill(root: Path, name: str, *, content: bytes | None = None) -> Path:
+    path = root / name
+    path.mkdir(parents=True)
+    (path / "SKILL.md").write_bytes(skill_md(name) if content is None else content)
+    return path
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'skills.db'}"
+
+
+# ----------------------------------------------------------------------- the corpus
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "redis"])
+def test_corpus_round_trip(
+    engine: str, collections: list[Path], request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    url = url_for(request, engine, tmp_path)
+    total = 0
+    for collection in collections:
+        scope = f"market:{collection.name}"
+        skills = sorted(p.parent for p in collection.rglob("SKILL.md"))
+        assert skills, f"no skills in {collection}"
+        report = as_json(url, "import", str(collection), "--scope", scope)
+        assert [r["source"] for r in report["skills"]] == [str(s) for s in skills]
+        assert {r["status"] for r in report["skills"]} == {"created"}
+        assert len(report["commits"]) >= 1
+        target = tmp_path / "export" / collection.name
+        exported = as_json(url, "export", str(target), "--scope", scope)
+        assert [r["skill"] for r in exported["skills"]] == sorted(s.name for s in skills)
+        assert sorted(os.listdir(target)) == sorted(s.name for s in skills)
+        for source in skills:
+            assert _tree(target / source.name) == _tree(source), source
+        total += len(skills)
+        again = as_json(url, "import", str(collection), "--scope", scope)
+        assert {r["status"] for r in again["skills"]} == {"unchanged"} and again["commits"] == []
+    assert total == len(list(CORPUS.rglob("SKILL.md")))
+
+
+def test_corpus_import_summary(collections: list[Path], url: str) -> None:
+    result = ok(url, "import", str(collections[0]), "-s", "shared:bot", COLUMNS="200")
+    n = len(list(collections[0].rglob("SKILL.md")))
+    assert f"imported {n} skills into shared:bot in 1 commit" in result.stdout
+    assert f"{n} created, 0 updated, 0 unchanged" in result.stdout
+    rows = as_json(url, "ls", "-s", "shared:bot")
+    flagged = [r for r in rows if r["errors"] or r["warnings"]]
+    for r in flagged:
+        assert r["skill"] in result.stdout
+        for message in r["errors"] + r["warnings"]:
+            assert message in result.stdout
+
+
+# --------------------------------------------------------------------------------- import
+
+
+def test_import_keeps_bytes_modes_and_findings(url: str, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    good = _skill(src, "good")
+    (good / "scripts").mkdir()
+    (good / "scripts" / "run.sh").write_bytes(b"#!/bin/sh\n")
+    (good / "scripts" / "run.sh").chmod(0o750)
+    (good / "secret.txt").write_bytes(b"\x00\xff")
+    (good / "secret.txt").chmod(0o600)
+    (good / "__pycache__").mkdir()
+    (good / "__pycache__" / "x.pyc").write_bytes(b"junk")
+    _skill(src / "group", "bad", content=skill_md("Bad_Name"))
+    _skill(src / "_drafts", "draft")
+    (src / "notes").mkdir()
+    (src / "notes" / "README").write_text("not a skill")
+    result = ok(url, "import", str(src), "-s", "user:bot/alice")
+    assert "2 skills into user:bot/alice in 1 commit" in result.stdout
+    assert "✗ bad" in result.stdout and "name 'Bad_Name' must use only lowercase" in result.stdout
+    assert "1 with errors (stored;" in result.stdout
+    files = as_json(url, "ls", "-s", "user:bot/alice", "good")
+    assert {f["path"]: f["mode"] for f in files} == {
+        "SKILL.md": "0644",
+        "scripts/run.sh": "0750",
+        "secret.txt": "0600",
+    }
+    assert ok(url, "cat", "good/secret.txt", "-s", "user:bot/alice").stdout_bytes == b"\x00\xff"
+    assert [r["skill"] for r in as_json(url, "ls", "-s", "user:bot/alice")] == ["bad", "good"]
+
+
+def test_import_a_single_skill_and_updates(url: str, tmp_path: Path) -> None:
+    one = _skill(tmp_path, "one")
+    report = as_json(url, "import", str(one), "-s", "shared:bot")
+    assert [(r["skill"], r["status"], r["version"]) for r in report["skills"]] == [
+        ("one", "created", 1)
+    ]
+    (one / "extra.md").write_text("more\n")
+    report = as_json(url, "import", str(one), "-s", "shared:bot")
+    assert [(r["status"], r["version"]) for r in report["skills"]] == [("updated", 2)]
+    (one / "extra.md").chmod(0o755)  # a mode change alone is a change
+    assert as_json(url, "import", str(one), "-s", "shared:bot")["skills"][0]["version"] == 3
+    row = report["skills"][0]
+    assert set(row) == {
+        "skill",
+        "source",
+        "status",
+        "version",
+        "files",
+        "size",
+        "valid",
+        "errors",
+        "warnings",
+    }
+    commit = report["commits"][0]
+    assert set(commit) == {"revision", "commit_id", "skills"} and commit["skills"] == ["one"]
+
+
+def test_import_in_batches(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for i in range(5):
+        _skill(tmp_path / "src", f"s{i}")
+    report = as_json(url, "import", str(tmp_path / "src"), "-s", "shared:bot", "--batch", "2")
+    assert [c["skills"] for c in report["commits"]] == [["s0", "s1"], ["s2", "s3"], ["s4"]]
+    # A store's own limit per atomic commit caps the batches (etcd: 128 operations).
+    monkeypatch.setattr(MemoryEngine, "max_ops", 3)
+    memory = "memory://cli-batches"
+    report = as_json(memory, "import", str(tmp_path / "src"), "-s", "shared:bot", "--batch", "50")
+    assert [len(c["skills"]) for c in report["commits"]] == [3, 2]
+    with skillfs.open_store(memory) as store:
+        assert store.skills(skillfs.Scope.shared("bot")) == [f"s{i}" for i in range(5)]
+
+
+def test_import_bad_input_writes_nothing(url: str, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    assert "no skill in" in error_line(
+        run(url, "import", str(tmp_path / "empty"), "-s", "shared:b")
+    )
+    missing = run(url, "import", str(tmp_path / "nope"), "-s", "shared:b")
+    assert "does not exist" in error_line(missing, code=2)
+    _skill(tmp_path / "dup" / "a", "same")
+    _skill(tmp_path / "dup" / "b", "same")
+    line = error_line(run(url, "import", str(tmp_path / "dup"), "-s", "shared:b"))
+    assert "two skills are named 'same'" in line
+    bad = _skill(tmp_path / "badpath", "ok")
+    _skill(tmp_path / "badpath", "worse")
+    (tmp_path / "badpath" / "worse" / "a\\b").write_text("backslash")
+    line = error_line(run(url, "import", str(tmp_path / "badpath"), "-s", "shared:b"))
+    assert "contains a backslash" in line
+    assert bad.is_dir() and as_json(url, "ls") == []
+
+
+# --------------------------------------------------------------------------------- export
+
+
+def test_export_refuses_a_non_empty_directory(url: str, tmp_path: Path) -> None:
+    ok(url, "import", str(_skill(tmp_path / "src", "one")), "-s", "shared:bot")
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "keep.txt").write_text("mine")
+    (target / "one").mkdir()
+    (target / "one" / "stale.md").write_text("old")
+    line = error_line(run(url, "export", str(target), "-s", "shared:bot"))
+    assert "is not empty" in line and "--force" in line
+    result = ok(url, "export", str(target), "-s", "shared:bot", "--force")
+    assert "exported 1 skill of shared:bot" in result.stdout
+    assert sorted(os.listdir(target / "one")) == ["SKILL.md"]  # the skill's dir is replaced
+    assert (target / "keep.txt").read_text() == "mine"  # the rest is left alone
+
+
+def test_export_some_skills(url: str, tmp_path: Path) -> None:
+    for name in ("a", "b", "c"):
+        _skill(tmp_path / "src", name)
+    ok(url, "import", str(tmp_path / "src"), "-s", "shared:bot")
+    data = as_json(
+        url, "export", str(tmp_path / "out"), "-s", "shared:bot", "--skill", "a", "--skill", "c"
+    )
+    assert data == {
+        "scope": "shared:bot",
+        "directory": str(tmp_path / "out"),
+        "skills": [
+            {"skill": "a", "version": 1, "files": 1, "size": len(skill_md("a"))},
+            {"skill": "c", "version": 1, "files": 1, "size": len(skill_md("c"))},
+        ],
+    }
+    line = error_line(run(url, "export", str(tmp_path / "o2"), "-s", "shared:bot", "--skill", "x"))
+    assert "no skill 'x' in shared:bot; skills there: a, b, c" in line
+    assert as_json(url, "export", str(tmp_path / "o3"), "-s", "shared:none")["skills"] == []
+
+
+def test_import_and_ls_through_the_real_entry_point(url: str, tmp_path: Path) -> None:
+    _skill(tmp_path / "src", "one")
+    proc = process("import", str(tmp_path / "src"), "-s", "shared:bot", "--store", url)
+    assert proc.returncode == 0, proc.stderr
+    assert "imported 1 skill into shared:bot" in proc.stdout
+    proc = process("ls", "-s", "shared:bot", "--json", "--store", url)
+    assert [r["skill"] for r in json.loads(proc.stdout)] == ["one"]
+    proc = process("ls", "-s", "shared:bot", "--store", "redis://127.0.0.1:1/0")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: store redis://127.0.0.1:1/0 is unavailable")
+    proc = process("ls", "-s", "nope", "--store", url)
+    assert proc.returncode == 2 and "invalid scope 'nope'" in proc.stderr
