@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from skillfs.commands import register
+from skillfs.server.commands import GrpcOption, HttpOption, StoreOption, run_examples, serve
 from skillfs.skill import ValidationReport, find_skill_dirs, validate_dir
 
 app = typer.Typer(
@@ -25,6 +26,7 @@ app = typer.Typer(
     add_completion=False,
 )
 register(app)  # the store commands, in skillfs/commands/
+app.command(rich_help_panel="Serve")(serve)
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -100,13 +102,17 @@ def _examples_dir() -> Path:
     raise _fail_usage("examples/skills not found: run this from the skillfs source tree")
 
 
-@app.command()
-def run() -> None:
-    """What `make run` starts: for now, validate the bundled example skills."""
+@app.command(rich_help_panel="Serve")
+def run(
+    store: StoreOption = None,
+    grpc: GrpcOption = "127.0.0.1:7070",
+    http: HttpOption = "127.0.0.1:7080",
+) -> None:
+    """What `make run` starts: the server on the local store, with the example skills."""
     examples = _examples_dir()
     console.print(f"Example skills in {escape(str(examples))}:")
     reports = _validate_paths([examples])
     _print_reports(reports)
-    console.print("The server (skillfs serve) and the store commands come with the next issues.")
     if any(not r.valid for r in reports):
         raise typer.Exit(code=1)
+    run_examples(examples, store, grpc, http)

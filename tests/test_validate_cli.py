@@ -221,15 +221,3 @@ def test_lint_sql_example_script_works(tmp_path: Path) -> None:
         text=True,
     )
     assert (fine.returncode, fine.stdout) == (0, "")
-
-
-# ------------------------------------------------------------------------------------------ run
-
-
-def test_run_validates_the_examples() -> None:
-    result = runner.invoke(app, ["run"])
-    assert result.exit_code == 0, result.output
-    for name in EXAMPLE_NAMES:
-        assert f"✓ {name}" in result.stdout
-    assert "5 skill directories: 5 valid" in result.stdout
-    assert "server" in result.stdout
