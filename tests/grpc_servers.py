@@ -76,7 +76,7 @@ def wait_health(address: str, want: str, timeout: float = 20.0) -> None:
 
 
 class ServerProcess:
-    """`python -m skillfs.cli serve` over a store, as a deployment runs it."""
+    """`skillfs serve` over a store in its own process, as a deployment runs it."""
 
     def __init__(self, store_url: str, directory: Path, tokens: Path | None = None) -> None:
         directory.mkdir(parents=True, exist_ok=True)
@@ -97,7 +97,7 @@ class ServerProcess:
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
                 [
-                    sys.executable, "-m", "skillfs.cli", "serve",
+                    sys.executable, "-c", "from skillfs.cli import main; main()", "serve",
                     "--store", self.store_url,
                     "--grpc", self.address,
                     "--http", f"127.0.0.1:{self.http_port}",

@@ -32,10 +32,9 @@ from pydantic import BaseModel, ConfigDict
 from skillfs.engines import open_engine
 from skillfs.errors import SkillfsError
 from skillfs.proto import skillfs_pb2 as pb
-from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.auth import Tokens
 from skillfs.server.metrics import Metrics
-from skillfs.server.service import Admin, Backend, Reader
+from skillfs.server.service import Backend, add_servicers
 from skillfs.store import Store
 
 log = logging.getLogger("skillfs.server")
@@ -90,8 +89,7 @@ class SkillfsServer:
             ],
             maximum_concurrent_rpcs=config.max_workers * 4,
         )
-        pb_grpc.add_SkillReaderServicer_to_server(Reader(self.backend), self.grpc)
-        pb_grpc.add_SkillAdminServicer_to_server(Admin(self.backend), self.grpc)
+        add_servicers(self.grpc, self.backend)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
         reflection.enable_server_reflection(
             (
@@ -151,7 +149,7 @@ class SkillfsServer:
         threading.Thread(target=self._health_loop, name="skillfs-health", daemon=True).start()
         if self._http is not None:
             threading.Thread(
-                target=self._http.serve_forever, name="skillfs-http", daemon=True
+                target=self._http.serve_forever, args=(0.05,), name="skillfs-http", daemon=True
             ).start()
         log.info(
             "serving",
@@ -180,11 +178,13 @@ class SkillfsServer:
         log.info("stopped", extra={"grpc_port": self.grpc_port})
         self._stopped.set()
 
-    def serve(self) -> None:
-        """Run until SIGTERM or SIGINT, then stop gracefully."""
+    def serve(self, ready: Callable[[], None] | None = None) -> None:
+        """Run until SIGTERM or SIGINT, then stop gracefully; `ready` runs once serving."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: threading.Thread(target=self.stop).start())
         self.start()
+        if ready is not None:
+            ready()
         self._stopped.wait()
 
     def _set_health(self, up: bool) -> None:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import grpc
+from pydantic import ValidationError
 
 from skillfs.engines.base import CommitOp, VersionMismatch
 from skillfs.errors import (
@@ -163,6 +164,9 @@ class Backend:
         except (SkillfsError, VersionMismatch) as exc:
             status, meta = wire.status_of(exc)
             failure = (status, meta, str(exc))
+        except ValidationError as exc:  # a field that breaks the models' rules
+            status, meta = wire.status_of(InvalidPath(""))
+            failure = (status, meta, f"malformed request: {_first_error(exc)}")
         except Exception:
             if not context.is_active():  # the client went away mid-stream
                 status = grpc.StatusCode.CANCELLED
@@ -208,6 +212,63 @@ class Backend:
         self.views.close()
 
 
+def _first_error(exc: ValidationError) -> str:
+    e = exc.errors()[0]
+    return f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
+
+
+class Malformed:
+    """What a request that is not the method's protobuf message decodes to, so the handler
+    answers INVALID_ARGUMENT (gRPC itself would answer INTERNAL)."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+def lenient(decode: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def decoder(data: bytes) -> Any:
+        try:
+            return decode(data)
+        except Exception as exc:  # google.protobuf.message.DecodeError, untyped here
+            return Malformed(exc)
+
+    return decoder
+
+
+def add_servicers(server: grpc.Server, backend: Backend) -> None:
+    """Register both servicers with lenient request decoders (see `Malformed`)."""
+    captured: list[tuple[str, dict[str, grpc.RpcMethodHandler]]] = []
+
+    class Capture:
+        def add_generic_rpc_handlers(self, handlers: object) -> None:
+            pass
+
+        def add_registered_method_handlers(
+            self, service: str, handlers: dict[str, grpc.RpcMethodHandler]
+        ) -> None:
+            captured.append((service, handlers))
+
+    pb_grpc.add_SkillReaderServicer_to_server(Reader(backend), Capture())
+    pb_grpc.add_SkillAdminServicer_to_server(Admin(backend), Capture())
+    for service, handlers in captured:
+        fixed = {
+            name: h._replace(request_deserializer=lenient(h.request_deserializer))
+            for name, h in handlers.items()
+        }
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, fixed),))
+        server.add_registered_method_handlers(service, fixed)
+
+
+def _well_formed(request: Any) -> Any:
+    """The request, or for a client stream an iterator over its messages; INVALID_ARGUMENT
+    for a message that did not decode."""
+    if isinstance(request, Malformed):
+        raise InvalidPath(f"malformed request: not the method's message ({request.error})")
+    if isinstance(request, Iterator):
+        return (_well_formed(m) for m in request)
+    return request
+
+
 def _bearer(context: grpc.ServicerContext) -> str | None:
     for key, value in context.invocation_metadata():
         if key == "authorization":
@@ -224,7 +285,7 @@ def unary(fn: Method[T]) -> Callable[[Any, Any, grpc.ServicerContext], T]:
     @functools.wraps(fn)
     def handler(self: Any, request: Any, context: grpc.ServicerContext) -> T:
         with self.backend.call(fn.__name__, context) as principal:
-            return fn(self, request, context, principal)
+            return fn(self, _well_formed(request), context, principal)
         raise AssertionError("unreachable: call() returns or aborts")
 
     return handler
@@ -236,7 +297,7 @@ def streaming(fn: Method[Iterable[T]]) -> Callable[[Any, Any, grpc.ServicerConte
     @functools.wraps(fn)
     def handler(self: Any, request: Any, context: grpc.ServicerContext) -> Iterator[T]:
         with self.backend.call(fn.__name__, context) as principal:
-            yield from fn(self, request, context, principal)
+            yield from fn(self, _well_formed(request), context, principal)
 
     return handler
 

@@ -1,0 +1,435 @@
+"""Tokens, grants and blob proofs: what a token may see and do through the server, and that
+every refused request gets the right status and writes nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+import skillfs
+from skillfs.errors import InvalidPath, PermissionDenied
+from skillfs.model import Manifest, Scope
+from skillfs.proto import skillfs_pb2 as pb
+from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.server.app import SkillfsServer
+from skillfs.server.auth import Grant, Level, TokenConfig, Tokens
+from tests.grpc_servers import ADMIN, ALICE, READER, in_process
+
+AGENT = "support-bot"
+A = Scope.user(AGENT, "alice")
+B = Scope.user(AGENT, "bob")
+SHARED = Scope.shared(AGENT)
+SECRET = b"bob's secret notes: the launch code is 0000\n"
+
+
+def md(name: str) -> bytes:
+    return f"---\nname: {name}\ndescription: Does {name}. Use when testing.\n---\n".encode()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[SkillfsServer]:
+    srv = in_process(f"memory://{uuid.uuid4().hex}", tmp_path)
+    yield srv
+    srv.stop(0)
+
+
+@pytest.fixture
+def url(server: SkillfsServer) -> str:
+    return f"grpc://127.0.0.1:{server.grpc_port}"
+
+
+@pytest.fixture
+def seeded(url: str) -> skillfs.Store:
+    admin = skillfs.open_store(url, token=ADMIN)
+    admin.publish(B, "notes", {"SKILL.md": md("notes"), "secret.md": SECRET})
+    admin.publish(A, "mine", {"SKILL.md": md("mine"), "a.md": b"alice's file\n"})
+    admin.publish(SHARED, "common", {"SKILL.md": md("common")})
+    return admin
+
+
+@pytest.fixture
+def stubs(
+    server: SkillfsServer,
+) -> Iterator[tuple[pb_grpc.SkillReaderStub, pb_grpc.SkillAdminStub]]:
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as ch:
+        yield pb_grpc.SkillReaderStub(ch), pb_grpc.SkillAdminStub(ch)
+
+
+def auth(token: str) -> list[tuple[str, str]]:
+    return [("authorization", f"Bearer {token}")]
+
+
+def code_of(call: object) -> grpc.StatusCode:
+    with pytest.raises(grpc.RpcError) as err:
+        if callable(call):
+            result = call()
+            if isinstance(result, Iterator):
+                list(result)
+    return err.value.code()  # type: ignore[no-any-return, attr-defined]
+
+
+def blobs(server: SkillfsServer) -> set[str]:
+    return set(server.store.engine.blob_shas())
+
+
+# ------------------------------------------------------------------ grants
+
+
+def test_grant_grammar() -> None:
+    g = Grant.parse("agent:support-bot/user:*:read")
+    assert g.covers(A) and g.covers(B) and not g.covers(SHARED)
+    assert not g.covers(Scope.user("other", "alice")) and g.level == Level.read
+    assert Grant.parse("agent:support-bot/shared:write").covers(SHARED)
+    assert Grant.parse("agent:*:admin").covers(Scope.user("x", "y"))
+    assert not Grant.parse("agent:*:admin").covers(Scope.market("m"))
+    assert Grant.parse("market:team:read").covers(Scope.market("team"))
+    assert Grant.parse("*:admin").covers(Scope.market("team"))
+    for bad in ["*", "agent:a", "agent:a:owner", "agent:a/users:b:read", "agent:../x:read",
+                "market:a/b:read", "user:alice:read", "agent:a/user::read"]:  # fmt: skip
+        with pytest.raises(InvalidPath):
+            Grant.parse(bad)
+
+
+def test_tokens_config_rules(tmp_path: Path) -> None:
+    with pytest.raises(InvalidPath, match="exactly one"):
+        TokenConfig.parse('{"tokens": [{"name": "x", "grants": ["*:read"]}]}')
+    with pytest.raises(InvalidPath, match="shorter"):
+        TokenConfig.parse('{"tokens": [{"name": "x", "token": "short", "grants": ["*:read"]}]}')
+    with pytest.raises(InvalidPath, match="grants"):
+        TokenConfig.parse('{"tokens": [{"name": "x", "token": "0123456789abcdefg"}]}')
+    with pytest.raises(InvalidPath, match="no tokens"):
+        Tokens(None, "")
+
+
+def test_revoked_token_stops_working_without_restart(url: str, server: SkillfsServer) -> None:
+    alice = skillfs.open_store(url, token=ALICE)
+    assert alice.skills(A) == []
+    path = server.tokens.path
+    assert path is not None
+    doc = json.loads(path.read_text())
+    doc["tokens"] = [t for t in doc["tokens"] if t["name"] != "alice"]
+    path.write_text(json.dumps(doc))
+    server.tokens._checked = 0.0  # skip the 2 s re-check interval
+    with pytest.raises(PermissionDenied, match="unknown or revoked token"):
+        alice.skills(A)
+
+
+# ------------------------------------------------------------------ one user cannot see another's
+
+
+def test_alice_cannot_read_bobs_scope(url: str, seeded: skillfs.Store) -> None:
+    alice = skillfs.open_store(url, token=ALICE)
+    assert alice.skills(A) == ["mine"] and alice.skills(SHARED) == ["common"]
+    for attempt in (
+        lambda: alice.skills(B),
+        lambda: alice.manifest(B, "notes"),
+        lambda: alice.history(B, "notes"),
+        lambda: alice.read(B, "notes", "secret.md"),
+    ):
+        with pytest.raises(PermissionDenied, match="may not read user:support-bot/bob"):
+            attempt()
+    # listings show only what the token may read
+    assert alice.agents() == [AGENT]
+    assert {str(s) for s in alice.scopes(AGENT)} == {str(A), str(SHARED)}
+    # and alice may not write the shared scope she reads
+    with pytest.raises(PermissionDenied, match="may not write shared:support-bot"):
+        alice.publish(SHARED, "mine", {"SKILL.md": md("mine")})
+
+
+def test_blobs_by_hash_reveal_nothing(
+    url: str, seeded: skillfs.Store, stubs: tuple[pb_grpc.SkillReaderStub, pb_grpc.SkillAdminStub]
+) -> None:
+    reader, admin = stubs
+    secret = hashlib.sha256(SECRET).hexdigest()
+    absent = hashlib.sha256(b"nobody stored this").hexdigest()
+    mine = seeded.manifest(A, "mine")
+    meta = auth(ALICE)
+
+    def read(sha: str, source: pb.Source | None) -> grpc.RpcError:
+        req = pb.ReadFileRequest(ranges=[pb.BlobRange(sha256=sha, source=source)])
+        with pytest.raises(grpc.RpcError) as err:
+            list(reader.ReadFile(req, metadata=meta))
+        return err.value
+
+    # naming bob's manifest: refused outright
+    bobs = pb.Source(scope=str(B), skill="notes", version=1)
+    assert read(secret, bobs).code() == grpc.StatusCode.PERMISSION_DENIED  # type: ignore[attr-defined]
+    # naming her own manifest: the same NOT_FOUND for bob's blob as for one that does not exist
+    own = pb.Source(scope=str(A), skill="mine", version=mine.version)
+    e1, e2 = read(secret, own), read(absent, own)
+    assert e1.code() == e2.code() == grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]
+    assert e1.details().replace(secret, "X") == e2.details().replace(absent, "X")  # type: ignore[attr-defined]
+    # naming no manifest: only '*:read' tokens may
+    assert read(secret, None).code() == grpc.StatusCode.PERMISSION_DENIED  # type: ignore[attr-defined]
+    got = list(
+        reader.ReadFile(
+            pb.ReadFileRequest(ranges=[pb.BlobRange(sha256=secret)]), metadata=auth(READER)
+        )
+    )
+    assert b"".join(c.data for c in got) == SECRET
+    # touching: never reported present without a proof, forged receipts included
+    for proof in (
+        pb.BlobProof(sha256=secret),
+        pb.BlobProof(sha256=secret, size=len(SECRET), receipt=b"x" * 32),
+        pb.BlobProof(sha256=secret, source=own),
+        pb.BlobProof(sha256=secret, source=bobs),
+    ):
+        reply = admin.TouchBlobs(pb.TouchBlobsRequest(blobs=[proof]), metadata=meta)
+        assert list(reply.present) == []
+    # while her own blob, proven by her manifest, is present and gets a receipt
+    a_sha = mine.files["a.md"].sha256
+    reply = admin.TouchBlobs(
+        pb.TouchBlobsRequest(blobs=[pb.BlobProof(sha256=a_sha, source=own)]), metadata=meta
+    )
+    assert [p.sha256 for p in reply.present] == [a_sha] and reply.present[0].receipt
+
+
+def test_commit_cannot_reference_a_blob_it_neither_uploaded_nor_may_read(
+    url: str, seeded: skillfs.Store, server: SkillfsServer
+) -> None:
+    secret = hashlib.sha256(SECRET).hexdigest()
+    stolen = Manifest.model_validate(
+        {
+            "skill": "stolen",
+            "version": 1,
+            "commit_id": "c1",
+            "committed_at": 0.0,
+            "files": {
+                "SKILL.md": seeded.manifest(A, "mine").files["SKILL.md"].model_dump(),
+                "loot.md": {"sha256": secret, "size": len(SECRET), "mode": 0o644, "mtime": 0.0},
+            },
+        }
+    )
+    before = seeded.revision(AGENT)
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as ch:
+        admin = pb_grpc.SkillAdminStub(ch)
+        own = pb.Source(scope=str(A), skill="mine", version=1)
+        req = pb.CommitRequest(
+            domain=f"agents/{AGENT}",
+            ops=[pb.CommitOp(scope=str(A), manifest_json=stolen.model_dump_json().encode())],
+            proofs=[
+                pb.BlobProof(sha256=stolen.files["SKILL.md"].sha256, source=own),
+                pb.BlobProof(sha256=secret, size=len(SECRET), receipt=b"forged" * 6),
+            ],
+        )
+        with pytest.raises(grpc.RpcError) as err:
+            admin.Commit(req, metadata=auth(ALICE))
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED  # type: ignore[attr-defined]
+        assert "neither uploaded nor read" in err.value.details()  # type: ignore[attr-defined]
+    assert seeded.revision(AGENT) == before
+    # holding the bytes is proof enough: uploading them earns the receipt (nothing leaks)
+    alice = skillfs.open_store(url, token=ALICE)
+    alice.publish(A, "copied", {"SKILL.md": md("copied"), "loot.md": SECRET})
+    assert alice.read(A, "copied", "loot.md") == SECRET
+
+
+# ------------------------------------------------------------------ admin API
+
+
+def test_user_token_cannot_use_the_admin_api(url: str, seeded: skillfs.Store) -> None:
+    alice = skillfs.open_store(url, token=ALICE)
+    with pytest.raises(PermissionDenied, match="not an admin of agent"):
+        alice.usage(AGENT)
+    with pytest.raises(PermissionDenied, match=r"\*:admin"):
+        alice.gc()
+    with pytest.raises(PermissionDenied, match=r"\*:admin"):
+        alice.engine.delete_blob_if_idle("0" * 64, 1e12)
+    reader = skillfs.open_store(url, token=READER)  # reads everything, writes nothing
+    with pytest.raises(PermissionDenied, match="may write nowhere"):
+        reader.publish(A, "x", {"SKILL.md": md("x")})
+    with pytest.raises(PermissionDenied):
+        reader.gc()
+
+
+def test_watch_shows_only_readable_scopes(url: str, seeded: skillfs.Store) -> None:
+    alice = skillfs.open_store(url, token=ALICE)
+    since = alice.revision(AGENT)
+    seeded.publish(B, "notes", {"SKILL.md": md("notes"), "secret.md": b"v2"})
+    seeded.publish(A, "mine", {"SKILL.md": md("mine")})
+    changes = next(iter(alice.follow(AGENT, since=since, timeout=5)))
+    assert (changes.scope, changes.skill, changes.version) == (A, "mine", 2)
+
+
+# ------------------------------------------------------------------ bad requests write nothing
+
+
+def test_no_token_or_a_wrong_one(
+    url: str, server: SkillfsServer, stubs: tuple[pb_grpc.SkillReaderStub, pb_grpc.SkillAdminStub]
+) -> None:
+    reader, admin = stubs
+    req = pb.GetManifestsRequest(scope=str(A), whole_scope=True)
+    for meta in ([], auth("not-a-token-0123456789"), [("authorization", f"Basic {ADMIN}")]):
+        with pytest.raises(grpc.RpcError) as err:
+            reader.GetManifests(req, metadata=meta)
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+    with pytest.raises(grpc.RpcError) as err:
+        admin.UploadBlob(iter([pb.UploadBlobRequest(data=b"x")]), metadata=[])
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+    nobody = skillfs.open_store(url, token="")
+    with pytest.raises(PermissionDenied, match="no token"):
+        nobody.publish(A, "x", {"SKILL.md": md("x")})
+    wrong = skillfs.open_store(url, token="wrong-token-0123456789")
+    with pytest.raises(PermissionDenied, match="unknown or revoked"):
+        wrong.publish(A, "x", {"SKILL.md": md("x")})
+    assert blobs(server) == set() and server.store.revision(AGENT) is None
+
+
+@pytest.mark.parametrize(
+    "scope, skill",
+    [("user:support-bot/../bob", "x"), ("user:support-bot/alice", "../bob"),
+     ("shared:..", "x"), ("user:support-bot/alice", "a/b"), ("nonsense", "x")],
+)  # fmt: skip
+def test_path_traversal_in_names(
+    scope: str,
+    skill: str,
+    server: SkillfsServer,
+    stubs: tuple[pb_grpc.SkillReaderStub, pb_grpc.SkillAdminStub],
+) -> None:
+    reader, admin = stubs
+    meta = auth(ADMIN)
+    calls = [
+        lambda: reader.GetManifests(
+            pb.GetManifestsRequest(scope=scope, skills=[skill]), metadata=meta),
+        lambda: reader.History(pb.HistoryRequest(scope=scope, skill=skill), metadata=meta),
+        lambda: admin.Delete(pb.DeleteRequest(scope=scope, skill=skill), metadata=meta),
+        lambda: admin.Publish(
+            iter([pb.PublishRequest(header=pb.PublishHeader(scope=scope, skill=skill, force=True)),
+                  pb.PublishRequest(file=pb.PublishFile(path="SKILL.md", data=md("x")))]),
+            metadata=meta,
+        ),
+    ]  # fmt: skip
+    for call in calls:
+        assert code_of(call) == grpc.StatusCode.INVALID_ARGUMENT
+    assert server.store.agents() == [] and blobs(server) == set()
+
+
+@pytest.mark.parametrize(
+    "path", ["../../etc/passwd", "/etc/passwd", "a/../../b", "a\\..\\b", "a//b"]
+)
+def test_path_traversal_in_files(
+    path: str, server: SkillfsServer, stubs: tuple[pb_grpc.SkillReaderStub, pb_grpc.SkillAdminStub]
+) -> None:
+    _, admin = stubs
+    publish = [
+        pb.PublishRequest(header=pb.PublishHeader(scope=str(A), skill="x", force=True)),
+        pb.PublishRequest(file=pb.PublishFile(path="SKILL.md", data=md("x"))),
+        pb.PublishRequest(file=pb.PublishFile(path=path, data=b"pwned")),
+    ]
+    assert code_of(lambda: admin.Publish(iter(publish), metadata=auth(ADMIN))) == (
+        grpc.StatusCode.INVALID_ARGUMENT
+    )
+    sha = hashlib.sha256(b"").hexdigest()
+    m = {"skill": "x", "version": 1, "commit_id": "c", "committed_at": 0.0,
+         "files": {path: {"sha256": sha, "size": 0, "mode": 420, "mtime": 0.0}}}  # fmt: skip
+    commit = pb.CommitRequest(
+        domain=f"agents/{AGENT}",
+        ops=[pb.CommitOp(scope=str(A), manifest_json=json.dumps(m).encode())],
+    )
+    assert code_of(lambda: admin.Commit(commit, metadata=auth(ADMIN))) == (
+        grpc.StatusCode.INVALID_ARGUMENT
+    )
+    assert server.store.revision(AGENT) is None and blobs(server) == set()
+
+
+def test_oversize_messages_and_files(
+    server: SkillfsServer, stubs: tuple[pb_grpc.SkillReaderStub, pb_grpc.SkillAdminStub]
+) -> None:
+    _, admin = stubs
+    meta = auth(ADMIN)
+    big = b"x" * (17 * 1024 * 1024)  # over the server's 16 MiB message limit
+    sha = hashlib.sha256(big).hexdigest()
+    messages = [
+        pb.UploadBlobRequest(header=pb.UploadBlobHeader(sha256=sha, size=len(big))),
+        pb.UploadBlobRequest(data=big),
+    ]
+    assert code_of(lambda: admin.UploadBlob(iter(messages), metadata=meta)) == (
+        grpc.StatusCode.RESOURCE_EXHAUSTED
+    )
+    limit = server.store.limits.max_file_size
+    header = pb.UploadBlobHeader(sha256=sha, size=limit + 1)
+    assert (
+        code_of(
+            lambda: admin.UploadBlob(iter([pb.UploadBlobRequest(header=header)]), metadata=meta)
+        )
+        == grpc.StatusCode.RESOURCE_EXHAUSTED
+    )
+    entry = {"sha256": sha, "size": limit + 1, "mode": 420, "mtime": 0.0}
+    m = {"skill": "x", "version": 1, "commit_id": "c", "committed_at": 0.0, "files": {"b": entry}}
+    commit = pb.CommitRequest(
+        domain=f"agents/{AGENT}",
+        ops=[pb.CommitOp(scope=str(A), manifest_json=json.dumps(m).encode())],
+    )
+    assert (
+        code_of(lambda: admin.Commit(commit, metadata=meta)) == grpc.StatusCode.RESOURCE_EXHAUSTED
+    )
+    assert server.store.revision(AGENT) is None and blobs(server) == set()
+
+
+def test_malformed_requests(
+    server: SkillfsServer, stubs: tuple[pb_grpc.SkillReaderStub, pb_grpc.SkillAdminStub]
+) -> None:
+    reader, admin = stubs
+    meta = auth(ADMIN)
+    data = b"some bytes"
+    sha = hashlib.sha256(data).hexdigest()
+    cases = {
+        "bytes that are not a protobuf message": lambda: server_raw(server, b"\xff\xff\xff"),
+        "a manifest that is not JSON": lambda: admin.Commit(
+            pb.CommitRequest(domain=f"agents/{AGENT}",
+                             ops=[pb.CommitOp(scope=str(A), manifest_json=b"{nope")]),
+            metadata=meta),
+        "a version that is not expect + 1": lambda: admin.Commit(
+            pb.CommitRequest(domain=f"agents/{AGENT}", ops=[pb.CommitOp(
+                scope=str(A), expect=3, manifest_json=json.dumps(
+                    {"skill": "x", "version": 9, "commit_id": "c", "committed_at": 0,
+                     "files": {}}).encode())]),
+            metadata=meta),
+        "a scope outside the commit's domain": lambda: admin.Commit(
+            pb.CommitRequest(domain="agents/other", ops=[pb.CommitOp(
+                scope=str(A), manifest_json=json.dumps(
+                    {"skill": "x", "version": 1, "commit_id": "c", "committed_at": 0,
+                     "files": {}}).encode())]),
+            metadata=meta),
+        "an empty commit": lambda: admin.Commit(pb.CommitRequest(domain=f"agents/{AGENT}"),
+                                                metadata=meta),
+        "a bad domain": lambda: reader.Revisions(pb.RevisionsRequest(domains=["agents"]),
+                                                 metadata=meta),
+        "a bad hash": lambda: reader.ReadFile(
+            pb.ReadFileRequest(ranges=[pb.BlobRange(sha256="../../etc/passwd")]), metadata=meta),
+        "a negative range": lambda: reader.ReadFile(
+            pb.ReadFileRequest(ranges=[pb.BlobRange(sha256=sha, offset=-1)]), metadata=meta),
+        "an upload without header": lambda: admin.UploadBlob(
+            iter([pb.UploadBlobRequest(data=data)]), metadata=meta),
+        "an upload whose bytes do not hash": lambda: admin.UploadBlob(
+            iter([pb.UploadBlobRequest(header=pb.UploadBlobHeader(sha256=sha, size=len(data))),
+                  pb.UploadBlobRequest(data=b"other bytes")]), metadata=meta),
+        "a publish without header": lambda: admin.Publish(
+            iter([pb.PublishRequest(file=pb.PublishFile(path="SKILL.md", data=data))]),
+            metadata=meta),
+        "a view without user": lambda: reader.Snapshot(
+            pb.SnapshotRequest(view=pb.View(agent_id=AGENT)), metadata=meta),
+    }  # fmt: skip
+    for what, call in cases.items():
+        assert code_of(call) == grpc.StatusCode.INVALID_ARGUMENT, what
+    # a skill that breaks the spec is refused by Publish unless forced (DESIGN §7)
+    bad = [
+        pb.PublishRequest(header=pb.PublishHeader(scope=str(A), skill="x")),
+        pb.PublishRequest(file=pb.PublishFile(path="SKILL.md", data=b"no frontmatter")),
+    ]
+    with pytest.raises(grpc.RpcError) as err:
+        admin.Publish(iter(bad), metadata=meta)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+    assert "force" in err.value.details()  # type: ignore[attr-defined]
+    assert server.store.revision(AGENT) is None and blobs(server) == set()
+
+
+def server_raw(server: SkillfsServer, payload: bytes) -> object:
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as ch:
+        call = ch.unary_unary("/skillfs.v1.SkillAdmin/Commit")
+        return call(payload, metadata=auth(ADMIN))
