@@ -12,12 +12,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# Debian's servers for the real-store tests; installed only when missing.
+# Debian's servers for the real-store tests and chromium for the console's browser tests;
+# installed only when missing.
 servers:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v redis-sentinel >/dev/null || missing="$$missing redis-sentinel"; \
 	command -v etcd >/dev/null || missing="$$missing etcd-server etcd-client"; \
+	test -x /usr/bin/chromium || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing$$missing from Debian"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
