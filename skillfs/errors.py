@@ -49,5 +49,13 @@ class PermissionDenied(SkillfsError, PermissionError):
     """The caller may not do this (a token's grants, or a shared-only path from a user scope)."""
 
 
+class ReplicationTimeout(SkillfsError):
+    """A commit reached fewer replicas than asked (Redis `?wait=N`) in time.
+
+    Not a StoreUnavailable: retrying would find the commit live on the primary and report
+    success although no replica confirmed it. The commit is not rolled back (Redis cannot);
+    it may be lost if the primary fails before a replica copies it."""
+
+
 class HistoryGone(SkillfsError):
     """The change log no longer reaches back to the asked revision: reload instead."""

@@ -18,7 +18,7 @@ from typing import ParamSpec, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from skillfs.engines.base import CommitOp, Engine, VersionMismatch
+from skillfs.engines.base import EMPTY, CommitOp, Engine, VersionMismatch
 from skillfs.errors import Conflict, InvalidPath, NotFound, StoreUnavailable, TooLarge
 from skillfs.model import (
     Change,
@@ -567,7 +567,7 @@ class Store:
         domain = self._domain(target)
         end = None if timeout is None else time.monotonic() + timeout
         if since is None:
-            since = self.engine.revisions([domain])[domain] or Revision(epoch="", counter=0)
+            since = self.engine.revisions([domain])[domain] or EMPTY
         while not (stop and stop.is_set()):
             wait = poll if end is None else min(poll, end - time.monotonic())
             if wait <= 0:

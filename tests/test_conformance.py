@@ -473,3 +473,12 @@ def test_gc_racing_publishes_never_loses_a_blob(store_url: str) -> None:
     store.publish(ALICE, "r", payload)
     assert other.read(ALICE, "r", "data.md") == payload["data.md"]
     assert not failures and sweeps > 1
+
+
+def test_c8_wiped_domain_is_a_reset(store: skillfs.Store) -> None:
+    """A follower whose revision names an epoch the store no longer has (wiped, restored,
+    failed over to an empty replica) is told to reload, not left waiting."""
+    gone = skillfs.Revision(epoch="an-epoch-this-store-never-had", counter=9)
+    first = next(iter(store.follow("never-written", since=gone, timeout=5)))
+    assert first.op == "reset"
+    assert next(iter(store.follow("never-written", timeout=0.2)), None) is None

@@ -29,7 +29,7 @@ def open_engine(url: str | None = None, **options: Any) -> Engine:
         from skillfs.engines.sqlite import SqliteEngine
 
         return SqliteEngine(url, **options)
-    if scheme in ("redis", "rediss", "redis+cluster", "redis+sentinel", "rediss+cluster"):
+    if scheme.partition("+")[0] in ("redis", "rediss"):
         from skillfs.engines.redis import RedisEngine
 
         return RedisEngine(url, **options)

@@ -20,6 +20,10 @@ from skillfs.model import Change, Manifest, Revision, Scope
 MiB = 1024 * 1024
 
 
+#: The revision of a domain never written (or wiped): `follow` starts from it.
+EMPTY = Revision(epoch="", counter=0)
+
+
 class CommitOp(BaseModel):
     """Replace the live manifest of one skill, now at version `expect` (0: none yet)."""
 
@@ -130,7 +134,9 @@ class Engine(ABC):
     def changes(self, domain: str, since: Revision, timeout: float) -> list[Change]:
         """Changes after `since`, in order, waiting up to `timeout` seconds for the first
         one. `[Change(op="reset", revision=current)]` when the log no longer reaches back
-        to `since` or the epoch differs."""
+        to `since`, the epoch differs or the counter went back — also when the domain is
+        gone (wiped, restored, failed over to an empty replica) while `since` is not EMPTY:
+        then the reset carries EMPTY."""
 
     # --- listings
 

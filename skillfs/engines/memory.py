@@ -7,7 +7,7 @@ import uuid
 from collections import defaultdict, deque
 from collections.abc import Iterator, Mapping, Sequence
 
-from skillfs.engines.base import CommitOp, Engine, VersionMismatch
+from skillfs.engines.base import EMPTY, CommitOp, Engine, VersionMismatch
 from skillfs.model import Change, Manifest, Revision, Scope
 
 LOG_LIMIT = 10_000
@@ -116,7 +116,9 @@ class MemoryEngine(Engine):
 
     def _after(self, domain: str, since: Revision) -> list[Change]:
         rev = self._revs.get(domain)
-        if rev is None or (rev.counter == since.counter and rev.epoch == since.epoch):
+        if rev is None:
+            return [] if since.epoch == "" else [Change(revision=EMPTY, op="reset")]
+        if rev.counter == since.counter and rev.epoch == since.epoch:
             return []
         log = self._log[domain]
         trimmed = len(log) == log.maxlen and log[0].revision.counter > since.counter

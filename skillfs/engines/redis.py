@@ -26,7 +26,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from skillfs.engines.base import CommitOp, Engine, VersionMismatch
-from skillfs.errors import InvalidPath, PermissionDenied, SkillfsError
+from skillfs.errors import InvalidPath, PermissionDenied, ReplicationTimeout
 from skillfs.model import Change, Manifest, Revision, Scope
 from skillfs.names import check_id
 
@@ -101,11 +101,15 @@ return {1, counter, epoch}
 """
 
 # KEYS: rev, log. ARGV: since epoch, since counter, most commits to return.
-# Returns {0} (domain never written), {1, epoch, counter, entries} or {2, epoch, counter} (reset).
+# Returns {0} (domain never written, `since` empty), {1, epoch, counter, entries}
+# or {2, epoch, counter} (reset).
 # Entries are whole commits: a follower moves `since` to a commit's revision after reading it.
 _CHANGES_LUA = """#!lua flags=no-writes
 local rev = redis.call('HMGET', KEYS[1], 'epoch', 'counter')
-if not rev[1] then return {0} end
+if not rev[1] then
+  if ARGV[1] ~= '' then return {2, '', 0} end
+  return {0}
+end
 local counter = tonumber(rev[2])
 local since = tonumber(ARGV[2])
 if rev[1] ~= ARGV[1] or counter < since then return {2, rev[1], counter} end
@@ -130,13 +134,6 @@ local i = 0
 while redis.call('UNLINK', ARGV[2] .. i) == 1 do i = i + 1 end
 return 1
 """
-
-
-class ReplicationTimeout(SkillfsError):
-    """A commit applied on the primary reached fewer replicas than `?wait=N` asked for in time.
-
-    The commit is not rolled back (Redis cannot): it is live on the primary and may be lost if
-    the primary fails before a replica copies it."""
 
 
 class _Connected(NamedTuple):

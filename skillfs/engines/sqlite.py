@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from skillfs.engines.base import CommitOp, Engine, VersionMismatch
+from skillfs.engines.base import EMPTY, CommitOp, Engine, VersionMismatch
 from skillfs.errors import InvalidPath, StoreUnavailable
 from skillfs.model import Change, Manifest, Revision, Scope
 
@@ -501,7 +501,7 @@ class SqliteEngine(Engine):
                 "SELECT epoch, counter, trimmed FROM revisions WHERE domain = ?", (dkey,)
             ).fetchone()
             if row is None:
-                return []
+                return [] if since.epoch == "" else [Change(revision=EMPTY, op="reset")]
             epoch, counter, trimmed = row
             rev = Revision(epoch=epoch, counter=counter)
             if epoch == since.epoch and counter == since.counter:
