@@ -1,0 +1,167 @@
+"""The server's life cycle: health follows the store, SIGTERM drains, the HTTP port serves
+metrics and status, TLS, reflection, and the committed generated code is current."""
+
+from __future__ import annotations
+
+import filecmp
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+import skillfs
+from skillfs.errors import StoreUnavailable
+from skillfs.model import Scope
+from skillfs.proto import skillfs_pb2 as pb
+from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.server.app import SkillfsServer
+from tests.grpc_servers import ADMIN, ALICE, ServerProcess, health, in_process, wait_health
+from tests.servers import RedisServer
+
+REPO = Path(__file__).resolve().parents[1]
+A = Scope.user("support-bot", "alice")
+MD = b"---\nname: s\ndescription: Does s. Use when testing.\n---\n"
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[SkillfsServer]:
+    srv = in_process(f"memory://{uuid.uuid4().hex}", tmp_path, health_interval=0.1)
+    yield srv
+    srv.stop(0)
+
+
+def test_generated_code_is_current(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, str(REPO / "protos" / "generate.py"), str(tmp_path)],
+        check=True,
+        capture_output=True,
+    )
+    names = sorted(p.name for p in (REPO / "skillfs" / "proto").glob("*.py"))
+    assert names == sorted(p.name for p in tmp_path.glob("*.py"))
+    _, mismatch, errors = filecmp.cmpfiles(REPO / "skillfs" / "proto", tmp_path, names, False)
+    assert not mismatch and not errors, f"run `make proto`: {mismatch or errors} differ"
+
+
+def test_reflection_lists_the_services(server: SkillfsServer) -> None:
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as ch:
+        stub = reflection_pb2_grpc.ServerReflectionStub(ch)
+        request = reflection_pb2.ServerReflectionRequest(list_services="")
+        reply = next(iter(stub.ServerReflectionInfo(iter([request]))))
+    names = {s.name for s in reply.list_services_response.service}
+    assert {"skillfs.v1.SkillReader", "skillfs.v1.SkillAdmin", "grpc.health.v1.Health"} <= names
+
+
+def test_http_port_status_metrics_and_probes(server: SkillfsServer) -> None:
+    base = f"http://127.0.0.1:{server.http_port}"
+    store = skillfs.open_store(f"grpc://127.0.0.1:{server.grpc_port}", token=ADMIN)
+    store.publish(A, "s", {"SKILL.md": MD})
+    wait_health(f"127.0.0.1:{server.grpc_port}", "SERVING")
+    metrics = urllib.request.urlopen(f"{base}/metrics", timeout=5).read().decode()
+    assert 'skillfs_grpc_requests_total{code="OK",method="Commit"} 1.0' in metrics
+    assert "skillfs_grpc_request_seconds_bucket" in metrics and "skillfs_store_up 1.0" in metrics
+    assert "process_cpu_seconds_total" in metrics
+    page = urllib.request.urlopen(f"{base}/", timeout=5).read().decode()
+    assert "skillfs server" in page and server.store.url in page
+    assert urllib.request.urlopen(f"{base}/healthz", timeout=5).status == 200
+    assert urllib.request.urlopen(f"{base}/readyz", timeout=5).status == 200
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(f"{base}/nope", timeout=5)
+    assert err.value.code == 404
+
+    # the admin console mounts here later; a mounted app gets its prefix
+    def console(environ: dict[str, object], start: Callable[..., object]) -> list[bytes]:
+        start("200 OK", [("Content-Type", "text/plain")])
+        return [b"console " + str(environ["PATH_INFO"]).encode()]
+
+    server.mount("/console", console)
+    assert urllib.request.urlopen(f"{base}/console/x", timeout=5).read() == b"console /console/x"
+
+
+@pytest.mark.slow
+def test_health_follows_the_store(tmp_path: Path) -> None:
+    """NOT_SERVING while Redis is down (readiness), the process stays up (liveness), and
+    SERVING again once Redis is back; clients get UNAVAILABLE meanwhile, not a hang."""
+    redis_server = RedisServer(tmp_path / "redis", appendonly=True).start()
+    try:
+        with ServerProcess(redis_server.url, tmp_path / "srv") as srv:
+            client = skillfs.open_store(f"grpc://{srv.address}", token=ADMIN, retry_for=0)
+            client.publish(A, "s", {"SKILL.md": MD})
+            redis_server.kill()
+            wait_health(srv.address, "NOT_SERVING")
+            live = urllib.request.urlopen(f"http://127.0.0.1:{srv.http_port}/healthz", timeout=5)
+            assert live.status == 200
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(f"http://127.0.0.1:{srv.http_port}/readyz", timeout=5)
+            assert err.value.code == 503
+            with pytest.raises(StoreUnavailable, match="unavailable"):
+                client.manifest(A, "s")
+            redis_server.start()
+            wait_health(srv.address, "SERVING")
+            assert client.manifest(A, "s").version == 1  # AOF kept it
+            assert client.publish(A, "s", {"SKILL.md": MD}).version == 2
+    finally:
+        redis_server.stop()
+
+
+@pytest.mark.slow
+def test_sigterm_drains_and_ends_watches(tmp_path: Path) -> None:
+    with ServerProcess(f"sqlite:///{tmp_path / 's.db'}", tmp_path / "srv") as srv:
+        client = skillfs.open_store(f"grpc://{srv.address}", token=ALICE)
+        client.publish(A, "s", {"SKILL.md": MD})
+        stub_done = threading.Event()
+        codes: list[grpc.StatusCode] = []
+
+        def watch() -> None:
+            with grpc.insecure_channel(srv.address) as ch:
+                stream = pb_grpc.SkillReaderStub(ch).Watch(
+                    pb.WatchRequest(domain="agents/support-bot"),
+                    metadata=[("authorization", f"Bearer {ALICE}")],
+                )
+                try:
+                    for _ in stream:
+                        pass
+                    codes.append(grpc.StatusCode.OK)
+                except grpc.RpcError as exc:
+                    codes.append(exc.code())
+            stub_done.set()
+
+        t = threading.Thread(target=watch)
+        t.start()
+        time.sleep(0.5)
+        started = time.monotonic()
+        srv.signal(15)
+        assert srv.proc is not None and srv.proc.wait(15) == 0
+        assert time.monotonic() - started < 5
+        assert stub_done.wait(5) and codes == [grpc.StatusCode.OK]  # ended, not broken
+        assert health(srv.address) == "DOWN"
+        t.join()
+
+
+def test_tls(tmp_path: Path) -> None:
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    srv = in_process(f"memory://{uuid.uuid4().hex}", tmp_path, tls_cert=cert, tls_key=key)
+    try:
+        url = f"grpcs://localhost:{srv.grpc_port}?ca={cert}"
+        store = skillfs.open_store(url, token=ADMIN)
+        assert store.publish(A, "s", {"SKILL.md": MD}).version == 1
+        plain = skillfs.open_store(f"grpc://127.0.0.1:{srv.grpc_port}", token=ADMIN, retry_for=0)
+        with pytest.raises(StoreUnavailable):
+            plain.skills(A)
+    finally:
+        srv.stop(0)
