@@ -8,7 +8,8 @@ directory by default). Directories in the store are implied by files, as on obje
 A store write publishes its whole skill, built on the version read and rebuilt on `Conflict`,
 so concurrent writers of different files of one skill all keep theirs. A bulk call (put, get,
 cp, mv, rm, pipe, cat) reads one snapshot and publishes each skill once; `fs.transaction`
-commits every store change made inside it with one `store.commit`.
+commits every store change made inside it with one `store.commit` (skillfs.fs_transaction).
+User documentation: docs/fsspec.md.
 """
 
 from __future__ import annotations
@@ -16,13 +17,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import random
 import stat
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from glob import has_magic
 from typing import Any
@@ -33,67 +32,19 @@ from fsspec.core import url_to_fs
 from fsspec.implementations.dirfs import DirFileSystem
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import AbstractBufferedFile, _Cached
-from fsspec.transaction import Transaction
 from fsspec.utils import isfilelike, stringify_path
 
 from skillfs import open_store
 from skillfs.engines import default_url
-from skillfs.errors import Conflict, InvalidPath, PermissionDenied
-from skillfs.model import File, FileEntry, Put, Remove, Scope
+from skillfs.errors import InvalidPath, PermissionDenied
+from skillfs.fs_transaction import Batch, Delete, Item, SkillTransaction, SkillView, Write, publish
+from skillfs.model import File, FileEntry, Scope
 from skillfs.names import check_skill_name, normalize_path
 from skillfs.store import Store, default_mode
 
-Item = FileEntry | File  # a stored file (by hash) or content staged in this process
 Info = dict[str, Any]
 SKILLS = "skills"
 PREFETCH_BYTES = 64 * 1024 * 1024  # the most a bulk read holds in memory at once
-
-
-@dataclass(frozen=True)
-class _Write:
-    path: str
-    item: Item
-    exclusive: bool = False
-
-
-@dataclass(frozen=True)
-class _Delete:
-    path: str
-
-
-Edit = _Write | _Delete
-
-
-@dataclass
-class _Skill:
-    """A skill as this filesystem sees it: the files read, with the staged edits applied."""
-
-    name: str
-    scope: Scope | None  # the scope its files come from; None: no scope has it
-    version: int  # the version read (0: none)
-    expected: int  # its version in the write scope (0: absent): what the publish replaces
-    files: dict[str, Item]
-    edits: list[Edit] = field(default_factory=list)
-
-    def apply(self, edit: Edit) -> None:
-        """Apply and record an edit; on Conflict the edits are applied again to a newer read."""
-        if isinstance(edit, _Delete):
-            self.files.pop(edit.path, None)
-        elif edit.exclusive and edit.path in self.files:
-            raise FileExistsError(f"skills/{self.name}/{edit.path} exists (exclusive create)")
-        else:
-            self.files[edit.path] = edit.item
-        self.edits.append(edit)
-
-
-@dataclass
-class _Batch:
-    """The store changes of a transaction or of one bulk call, and the snapshot they read."""
-
-    together: bool  # commit every touched skill with one store.commit
-    skills: dict[str, _Skill] = field(default_factory=dict)
-    complete: bool = False  # `skills` holds every skill in view
-    blobs: dict[str, bytes] = field(default_factory=dict)  # prefetched contents by sha256
 
 
 class _WithDefaults(_Cached):  # type: ignore[misc]
@@ -112,39 +63,6 @@ class _WithDefaults(_Cached):  # type: ignore[misc]
         return super().__call__(*args, **kwargs)
 
 
-class _Transaction(Transaction):  # type: ignore[misc]
-    """Stages every store change and commits them with one store.commit on a clean exit, or
-    drops them all on an exception. Changes to `base` happen at once, outside it."""
-
-    fs: SkillFileSystem | None
-
-    def start(self) -> None:
-        assert self.fs is not None
-        if self.fs._batch_now is not None:
-            raise RuntimeError(
-                "a skillfs transaction is open in this thread already: they do not nest"
-            )
-        super().start()
-        self.fs._local.batch = _Batch(together=True)
-
-    def complete(self, commit: bool = True) -> None:
-        fs = self.fs
-        assert fs is not None
-        try:
-            for f in self.files:
-                if isinstance(f, _StoreFile):
-                    f.commit() if commit else f.discard()
-        finally:
-            batch: _Batch = fs._local.batch
-            fs._local.batch = None
-            self.files.clear()
-            fs._intrans = False
-            fs._transaction = None
-            self.fs = None
-        if commit:
-            fs._commit(batch)
-
-
 class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ignore[misc]
     """fsspec filesystem over a skillfs store (`skills/`) and a base filesystem (the rest).
 
@@ -156,7 +74,7 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
 
     protocol = "skillfs"
     root_marker = ""
-    transaction_type = _Transaction
+    transaction_type = SkillTransaction
 
     def __init__(
         self,
@@ -177,9 +95,9 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         self.base = _base_fs(os.getcwd() if base is None else base)
         self._local = threading.local()  # the batch in progress, per thread
 
-    def start_transaction(self) -> _Transaction:
+    def start_transaction(self) -> SkillTransaction:
         """fsspec's non-context form; `end_transaction()` commits."""
-        transaction: _Transaction = super().start_transaction()
+        transaction: SkillTransaction = super().start_transaction()
         transaction.start()
         return transaction
 
@@ -211,26 +129,26 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
     # ------------------------------------------------------------------ reading the store
 
     @property
-    def _batch_now(self) -> _Batch | None:
-        batch: _Batch | None = getattr(self._local, "batch", None)
+    def _batch_now(self) -> Batch | None:
+        batch: Batch | None = getattr(self._local, "batch", None)
         return batch
 
-    def _read(self, names: Sequence[str] | None) -> dict[str, _Skill]:
+    def _read(self, names: Sequence[str] | None) -> dict[str, SkillView]:
         """Every named skill (None: every existing one), the user's over the shared ones."""
         own = self.store.manifests(self.scope, names)
         out = {
-            n: _Skill(n, self.scope, m.version, m.version, dict(m.files)) for n, m in own.items()
+            n: SkillView(n, self.scope, m.version, m.version, dict(m.files)) for n, m in own.items()
         }
         if self.scope.kind == "user":
             rest = None if names is None else [n for n in names if n not in own]
             if rest is None or rest:
                 for n, m in self.store.manifests(self.shared, rest).items():
-                    out.setdefault(n, _Skill(n, self.shared, m.version, 0, dict(m.files)))
+                    out.setdefault(n, SkillView(n, self.shared, m.version, 0, dict(m.files)))
         for n in names or ():
-            out.setdefault(n, _Skill(n, None, 0, 0, {}))
+            out.setdefault(n, SkillView(n, None, 0, 0, {}))
         return out
 
-    def _skills(self, names: Sequence[str] | None = None) -> dict[str, _Skill]:
+    def _skills(self, names: Sequence[str] | None = None) -> dict[str, SkillView]:
         """Like _read, but inside a batch from (and into) its snapshot."""
         batch = self._batch_now
         if batch is None:
@@ -244,15 +162,15 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
             return batch.skills
         missing = [n for n in names if n not in batch.skills]
         if missing and batch.complete:
-            batch.skills.update({n: _Skill(n, None, 0, 0, {}) for n in missing})
+            batch.skills.update({n: SkillView(n, None, 0, 0, {}) for n in missing})
         elif missing:
             batch.skills.update(self._read(missing))
         return {n: batch.skills[n] for n in names}
 
-    def _skill(self, name: str) -> _Skill:
+    def _skill(self, name: str) -> SkillView:
         return self._skills([name])[name]
 
-    def _resolve(self, path: str) -> tuple[_Skill | None, Item | None]:
+    def _resolve(self, path: str) -> tuple[SkillView | None, Item | None]:
         """(skill, file) at a store path, file None for a directory, skill None for skills/."""
         skill, rel = self._split(path) or ("", "")
         if not skill:
@@ -302,14 +220,14 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
     # ------------------------------------------------------------------ writing the store
 
     @contextmanager
-    def _batch(self, together: bool = False) -> Iterator[_Batch]:
+    def _batch(self, together: bool = False) -> Iterator[Batch]:
         """Stage store changes until the outermost batch ends, then commit them (each skill
         once; all in one commit when `together`). Nothing is written if it raises."""
         outer = self._batch_now
         if outer is not None:
             yield outer
             return
-        batch = _Batch(together)
+        batch = Batch(together)
         self._local.batch = batch
         try:
             yield batch
@@ -317,54 +235,12 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
             self._local.batch = None
         self._commit(batch)
 
-    def _commit(self, batch: _Batch) -> None:
+    def _commit(self, batch: Batch) -> None:
         touched = [sk for sk in batch.skills.values() if sk.edits]
         for group in [touched] if batch.together else [[sk] for sk in touched]:
-            self._publish(group, batch.blobs)
+            publish(self.store, self.scope, group, batch.blobs, self._read)
         if touched:
             self.invalidate_cache()
-
-    def _publish(self, group: list[_Skill], blobs: dict[str, bytes]) -> None:
-        """Commit the group's skills; on Conflict read them again, redo the edits, retry."""
-        deadline = time.monotonic() + self.store.retry_for
-        attempt = 0
-        while changes := self._changes(group, blobs):
-            try:
-                self.store.commit(changes)
-                return
-            except Conflict:
-                if time.monotonic() > deadline:
-                    raise
-            time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
-            attempt += 1
-            fresh = self._read([sk.name for sk in group])
-            for sk in group:
-                for edit in sk.edits:
-                    fresh[sk.name].apply(edit)
-            group = [fresh[sk.name] for sk in group]
-
-    def _changes(self, group: list[_Skill], blobs: dict[str, bytes]) -> list[Put | Remove]:
-        """The Put or Remove of each skill; store.publish takes bytes, so unchanged stored
-        files are read back (one batched round trip, mostly from the blob cache)."""
-        entries = [
-            it
-            for sk in group
-            for it in sk.files.values()
-            if isinstance(it, FileEntry) and it.sha256 not in blobs
-        ]
-        if entries:
-            blobs.update(self.store.read_entries(entries))
-        out: list[Put | Remove] = []
-        for sk in group:
-            if sk.files:
-                files: dict[str, File | bytes] = {
-                    p: it if isinstance(it, File) else File(blobs[it.sha256], it.mode, it.mtime)
-                    for p, it in sk.files.items()
-                }
-                out.append(Put(self.scope, sk.name, files, sk.expected))
-            elif sk.expected:
-                out.append(Remove(self.scope, sk.name, sk.expected))
-        return out
 
     def _write(
         self, path: str, content: bytes | Item, *, exclusive: bool = False, perm: int | None = None
@@ -384,24 +260,24 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
                 )
             else:
                 item = content.model_copy(update={"mtime": now})
-            sk.apply(_Write(rel, item, exclusive))
+            sk.apply(Write(rel, item, exclusive))
 
     def _remove(self, path: str) -> None:
         """Stage the removal of a store file (inside a batch)."""
         sk, item = self._resolve(path)
         if sk is None or item is None:
             raise IsADirectoryError(self._strip_protocol(path))
-        if sk.scope != self.scope and not any(isinstance(e, _Write) for e in sk.edits):
+        if sk.scope != self.scope and not sk.written:
             raise PermissionDenied(
                 f"{self._strip_protocol(path)} is in {self.shared}, which this filesystem for "
                 f"{self.scope} can read but not change: remove it with a filesystem without "
                 "user_id, or write to the skill first to make the user's own copy"
             )
-        sk.apply(_Delete(self._file(path)[1]))
+        sk.apply(Delete(self._file(path)[1]))
 
     # ------------------------------------------------------------------ listing
 
-    def _file_info(self, name: str, sk: _Skill, item: Item) -> Info:
+    def _file_info(self, name: str, sk: SkillView, item: Item) -> Info:
         if isinstance(item, FileEntry):
             sha, size = item.sha256, item.size
         else:
@@ -432,13 +308,10 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
                 parts = name[len(path) + 1 :].split("/")
                 if maxdepth is None or len(parts) <= maxdepth:
                     out[name] = self._file_info(name, sk, item)
-                if withdirs:
-                    for i in range(
-                        1, len(parts) if maxdepth is None else min(len(parts), maxdepth + 1)
-                    ):
-                        out.setdefault(
-                            f"{path}/{'/'.join(parts[:i])}", _dir(f"{path}/{'/'.join(parts[:i])}")
-                        )
+                depth = len(parts) if maxdepth is None else min(len(parts), maxdepth + 1)
+                for i in range(1, depth if withdirs else 1):
+                    parent = f"{path}/{'/'.join(parts[:i])}"
+                    out.setdefault(parent, _dir(parent))
         return out
 
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Info] | list[str]:
@@ -828,7 +701,7 @@ def _parse(path: str) -> tuple[str, str] | None:
         raise InvalidPath(f"invalid path {path!r}: {exc}") from None
 
 
-def _check_write(sk: _Skill, rel: str, exclusive: bool) -> None:
+def _check_write(sk: SkillView, rel: str, exclusive: bool) -> None:
     """The errors a local filesystem would give, before anything is staged."""
     where = f"skills/{sk.name}/{rel}"
     parts = rel.split("/")
@@ -843,7 +716,7 @@ def _check_write(sk: _Skill, rel: str, exclusive: bool) -> None:
         raise FileExistsError(f"{where} exists (exclusive create)")
 
 
-def _dir(name: str, sk: _Skill | None = None) -> Info:
+def _dir(name: str, sk: SkillView | None = None) -> Info:
     info: Info = {"name": name, "size": 0, "type": "directory"}
     if sk is not None:
         info.update(version=sk.version, scope=str(sk.scope))
