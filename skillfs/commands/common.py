@@ -174,13 +174,18 @@ FileArgument = Annotated[
 ]
 
 
-@contextmanager
-def opened(url: str | None, token: str | None) -> Iterator[Store]:
+def connect(url: str | None, token: str | None) -> Store:
     """The store the options name; the token goes only to engines that take one (grpc)."""
     options: dict[str, Any] = {"retry_for": RETRY_FOR}
     if token and urlsplit(url or default_url()).scheme in ("grpc", "grpcs"):
         options["token"] = token
-    store = open_store(url, **options)
+    return open_store(url, **options)
+
+
+@contextmanager
+def opened(url: str | None, token: str | None) -> Iterator[Store]:
+    """`connect`, closed at the end."""
+    store = connect(url, token)
     try:
         yield store
     finally:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,6 +19,7 @@ from skillfs.commands.common import (
     StoreOption,
     TokenOption,
     command,
+    connect,
     emit_json,
     err,
     opened,
@@ -28,6 +31,7 @@ from skillfs.commands.common import (
 from skillfs.model import Change, Revision, Scope
 from skillfs.names import check_id
 from skillfs.runtime import LocalDir, Market, Skills
+from skillfs.store import Store
 
 
 def _ids(kind: str, values: list[str] | None) -> list[str]:
@@ -68,7 +72,9 @@ def prompt(
         *(LocalDir(p) for p in local or []),
         *(Market(m) for m in _ids("market", markets)),
     ]
-    with opened(store_url, token) as store, Skills(store, agent, user, layers) as skills:
+    # The store is left open: the runtime's watch threads may still be inside a store call
+    # when Skills closes, and closing a SQLite store under them crashes the process.
+    with Skills(connect(store_url, token), agent, user, layers) as skills:
         snap = skills.snapshot()
     if as_json:
         emit_json(
@@ -113,6 +119,23 @@ def _change_json(c: Change) -> dict[str, Any]:
     }
 
 
+def _follow(
+    store: Store, target: str | Scope, since: Revision | None, timeout: float | None
+) -> Iterator[Change]:
+    """`store.follow`, except that an agent or market first written after the watch began is
+    followed from its first change, not announced as a reset."""
+    end = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = None if end is None else max(0.0, end - time.monotonic())
+        for change in store.follow(target, since, timeout=left):
+            if change.op == "reset" and since is None:
+                since = Revision(epoch=change.revision.epoch, counter=0)
+                break
+            yield change
+        else:
+            return
+
+
 @command("watch", OPERATE)
 def watch(
     agent: Annotated[
@@ -152,7 +175,7 @@ def watch(
             f"{start or 'none (nothing written yet)'}; Ctrl-C to stop"
         )
         try:
-            for change in store.follow(target, start, timeout=timeout):
+            for change in _follow(store, target, start, timeout):
                 if as_json:
                     typer.echo(json.dumps(_change_json(change)))
                 elif change.op == "reset":

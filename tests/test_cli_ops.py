@@ -1,0 +1,190 @@
+"""`skillfs prompt`, `watch` and `gc`."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import skillfs
+from skillfs.runtime import Skills
+from tests.cli_helpers import (
+    REPO,
+    as_json,
+    command_line,
+    environment,
+    error_line,
+    ok,
+    publish,
+    run,
+    skill_md,
+)
+from tests.stores import url_for
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'skills.db'}"
+
+
+# -------------------------------------------------------------------------------- prompt
+
+
+def test_prompt_is_what_a_worker_sees(url: str) -> None:
+    publish(url, "market:team", "lint", {"SKILL.md": skill_md("lint")})
+    publish(url, "shared:bot", "reviewer", {"SKILL.md": skill_md("reviewer")})
+    publish(url, "shared:bot", "broken", {"SKILL.md": b"no frontmatter"})
+    publish(url, "user:bot/alice", "reviewer", {"SKILL.md": skill_md("reviewer", "mine\n")})
+    result = ok(url, "prompt", "--agent", "bot", "--user", "alice", "--market", "team")
+    with Skills(url, "bot", "alice", [skillfs.Market("team")]) as skills:
+        expected = skills.snapshot().prompt()
+    assert result.stdout == expected + "\n"
+    assert "<name>lint</name>" in expected and "<name>reviewer</name>" in expected
+    assert "left out broken (shared:bot)" in result.stderr
+    assert "SKILL.md must start with a '---' line" in result.stderr
+
+    data = as_json(url, "prompt", "-a", "bot", "-u", "alice", "--market", "team")
+    assert data["prompt"] == expected
+    assert [(s["id"], s["source"], s["version"]) for s in data["skills"]] == [
+        ("lint", "market:team", 1),
+        ("reviewer", "user:bot/alice", 1),
+    ]
+    assert data["skills"][1]["shadows"] == ["shared:bot"]
+    assert data["left_out"][0]["skill"] == "broken" and data["left_out"][0]["errors"]
+    assert set(data["revisions"]) == {"agents/bot", "markets/team"}
+
+    bob = as_json(url, "prompt", "-a", "bot", "-u", "bob")
+    assert [(s["id"], s["source"]) for s in bob["skills"]] == [("reviewer", "shared:bot")]
+
+
+def test_prompt_with_a_local_layer(url: str, tmp_path: Path) -> None:
+    local = tmp_path / "local" / "helper"
+    local.mkdir(parents=True)
+    (local / "SKILL.md").write_bytes(skill_md("helper"))
+    data = as_json(url, "prompt", "-a", "bot", "-u", "alice", "--local", str(tmp_path / "local"))
+    assert [s["id"] for s in data["skills"]] == ["helper"]
+    assert data["skills"][0]["source"].startswith("local:")
+
+
+def test_prompt_bad_input(url: str) -> None:
+    assert "invalid user id" in error_line(run(url, "prompt", "-a", "bot", "-u", "a/b"), code=2)
+    text = error_line(run(url, "prompt", "-a", "bot", "-u", "x", "--market", "_no"), code=2)
+    assert "invalid market id" in text
+    assert "Missing option '--user'" in error_line(run(url, "prompt", "-a", "bot"), code=2)
+    line = error_line(run("redis://127.0.0.1:1/0", "prompt", "-a", "bot", "-u", "x"))
+    assert "is unavailable" in line
+
+
+# --------------------------------------------------------------------------------- watch
+
+
+def _publish_later(url: str, delay: float, *skills: str) -> threading.Thread:
+    def write() -> None:
+        time.sleep(delay)
+        for skill in skills:
+            publish(url, "shared:bot", skill, {"SKILL.md": skill_md(skill)})
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "redis"])
+def test_watch_prints_changes_as_they_commit(
+    engine: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    url = url_for(request, engine, tmp_path)
+    publish(url, "shared:bot", "before", {"SKILL.md": skill_md("before")})
+    writer = _publish_later(url, 0.5, "one", "two")
+    result = ok(url, "watch", "--agent", "bot", "--timeout", "3", "--json")
+    writer.join()
+    changes = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(c["op"], c["scope"], c["skill"], c["version"]) for c in changes] == [
+        ("put", "shared:bot", "one", 1),
+        ("put", "shared:bot", "two", 1),
+    ]
+    assert "watching agent bot from revision" in result.stderr
+
+
+def test_watch_since_and_human_lines(url: str) -> None:
+    publish(url, "shared:bot", "a", {"SKILL.md": skill_md("a")})
+    with skillfs.open_store(url) as store:
+        start = store.revision("bot")
+        publish(url, "shared:bot", "b", {"SKILL.md": skill_md("b")})
+        store.delete(skillfs.Scope.shared("bot"), "a")
+    result = ok(url, "watch", "-a", "bot", "--since", str(start), "--timeout", "1")
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2
+    assert lines[0].split()[1:] == ["put", "shared:bot/b", "version", "1"]
+    assert lines[1].split()[1:] == ["remove", "shared:bot/a", "version", "2"]
+
+
+def test_watch_a_market(url: str) -> None:
+    def write() -> None:
+        time.sleep(0.5)
+        publish(url, "market:team", "lint", {"SKILL.md": skill_md("lint")})
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    result = ok(url, "watch", "--market", "team", "--timeout", "2.5", "--json")
+    thread.join()
+    assert [json.loads(x)["scope"] for x in result.stdout.splitlines()] == ["market:team"]
+
+
+def test_watch_bad_input(url: str) -> None:
+    assert "give --agent A or --market M" in error_line(run(url, "watch", "--timeout", "0"), 2)
+    both = run(url, "watch", "-a", "x", "--market", "y", "--timeout", "0")
+    assert "give --agent A or --market M" in error_line(both, 2)
+    since = run(url, "watch", "-a", "bot", "--since", "yesterday", "--timeout", "0")
+    assert "invalid revision 'yesterday'" in error_line(since, 2)
+
+
+def test_watch_stops_on_ctrl_c(url: str) -> None:
+    """The real entry point: runs until SIGINT, then exits 0 without a traceback."""
+    publish(url, "shared:bot", "a", {"SKILL.md": skill_md("a")})
+    proc = subprocess.Popen(
+        command_line("watch", "-a", "bot", "--json", "--store", url),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=environment(),
+    )
+    try:
+        assert proc.stderr is not None and proc.stdout is not None
+        assert "watching agent bot" in proc.stderr.readline()
+        publish(url, "shared:bot", "b", {"SKILL.md": skill_md("b")})
+        change = json.loads(proc.stdout.readline())
+        assert (change["skill"], change["op"]) == ("b", "put")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# ------------------------------------------------------------------------------------ gc
+
+
+def test_gc(url: str) -> None:
+    publish(url, "shared:bot", "a", {"SKILL.md": skill_md("a")})
+    with skillfs.open_store(url) as store:  # a blob an interrupted publish left behind
+        store.engine.put_blob("0" * 64, [b"orphan"], time.time() - 10)
+    assert as_json(url, "gc") == {
+        "blobs_seen": 2,
+        "blobs_referenced": 1,
+        "blobs_deleted": 0,  # within the default grace of an hour
+        "history_dropped": 0,
+    }
+    report = as_json(url, "gc", "--grace", "0")
+    assert (report["blobs_seen"], report["blobs_deleted"]) == (2, 1)
+    human = ok(url, "gc", "--grace", "0").stdout
+    assert "blobs seen" in human and "blobs deleted" in human
+    assert ok(url, "cat", "a/SKILL.md", "-s", "shared:bot").stdout_bytes == skill_md("a")
+    assert "Invalid value for '--grace'" in error_line(run(url, "gc", "--grace", "-1"), 2)
