@@ -1,0 +1,385 @@
+"""The console's WSGI application: sign-in, CSRF, dispatch, rendering and error pages.
+
+The pages themselves live in `skillfs.console.views`; this module owns what every request
+goes through, so no page can forget the session check, the CSRF check or escaping.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import mimetypes
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any
+from urllib.parse import quote, unquote, urlsplit
+
+import jinja2
+
+from skillfs.console import urls, views
+from skillfs.console.archive import ZipLimits
+from skillfs.console.session import COOKIE, LOGIN_COOKIE, SESSION_SECONDS, Session, Sessions
+from skillfs.console.web import HTTPError, Request, Response, WSGIEnviron, redirect
+from skillfs.errors import (
+    Conflict,
+    InvalidPath,
+    InvalidSkill,
+    NotFound,
+    PermissionDenied,
+    SkillfsError,
+    StoreUnavailable,
+    TooLarge,
+)
+from skillfs.model import Revision, Scope
+from skillfs.server.auth import Level, Tokens, tokens_document
+from skillfs.store import Store
+
+log = logging.getLogger(__name__)
+
+FLASH_COOKIE = "skillfs_flash"
+StartResponse = Callable[..., Any]
+
+SECURITY_HEADERS = [
+    (
+        "Content-Security-Policy",
+        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+        "connect-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    ),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "same-origin"),
+    ("X-Frame-Options", "DENY"),
+]
+
+
+class Call:
+    """One signed-in request: what every page handler gets."""
+
+    def __init__(self, console: Console, req: Request, session: Session) -> None:
+        self.console = console
+        self.req = req
+        self.session = session
+        self.store = console.store
+        self.flash: str | None = None
+
+    @property
+    def principal_name(self) -> str:
+        return self.session.principal.name
+
+    def may(self, level: Level, scope: Scope) -> bool:
+        return self.session.principal.may(level, scope)
+
+    def require(self, level: Level, scope: Scope) -> None:
+        self.session.principal.require(level, scope)
+
+    def may_see(self, domain: str) -> bool:
+        return self.session.principal.may_see_domain(domain)
+
+    def require_domain(self, domain: str) -> None:
+        self.session.principal.require_domain(domain)
+
+    def render(self, template: str, status: int = 200, **context: Any) -> Response:
+        if "nav" not in context:
+            try:
+                context["nav"] = self.nav()
+            except SkillfsError:  # an error page for a store that is down still renders
+                context["nav"] = {"agents": [], "markets": []}
+        return self.console.render(template, status, call=self, **context)
+
+    def done(self, location: str, message: str) -> Response:
+        """Redirect after a successful POST, with a message for the next page."""
+        resp = redirect(location)
+        resp.set_cookie(FLASH_COOKIE, quote(message), secure=self.req.secure, max_age=60)
+        return resp
+
+    def form_int(self, name: str, default: int | None = None) -> int:
+        value = self.req.form.get(name, "")
+        if value == "" and default is not None:
+            return default
+        try:
+            return int(value)
+        except ValueError:
+            raise HTTPError(
+                400, "Bad request", f"the form field {name!r} must be a number"
+            ) from None
+
+    def nav(self) -> dict[str, list[str]]:
+        """The sidebar: the agents and markets this token may see."""
+        return {
+            "agents": [a for a in self.store.agents() if self.may_see(f"agents/{a}")],
+            "markets": [m for m in self.store.markets() if self.may_see(f"markets/{m}")],
+        }
+
+
+Handler = Callable[[Call], Response]
+
+
+class Console:
+    """The admin console as a WSGI application (mount it at `/` of an HTTP server)."""
+
+    def __init__(
+        self,
+        store: Store,
+        tokens: Tokens,
+        *,
+        secret: bytes | None = None,
+        max_upload: int = 64 * 1024 * 1024,
+        zip_limits: ZipLimits | None = None,
+        title: str = "skillfs",
+    ) -> None:
+        self.store = store
+        self.tokens = tokens
+        self.sessions = Sessions(tokens, secret)
+        self.max_upload = max_upload
+        self.zip_limits = zip_limits or ZipLimits(max_total_bytes=store.limits.max_skill_size)
+        self.title = title
+        #: Set by `close()`: live-update streams end so a server can shut down.
+        self.stopping = threading.Event()
+        self.env = jinja2.Environment(
+            loader=jinja2.PackageLoader("skillfs.console", "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.env.globals.update(
+            urls=urls,
+            title=title,
+            store_url=store.url,
+            Level=Level,
+        )
+        self.env.filters.update(size=human_size, when=when, ago=ago, mode=file_mode, rev=rev_text)
+
+    def close(self) -> None:
+        self.stopping.set()
+
+    # ------------------------------------------------------------------ WSGI
+
+    def __call__(self, environ: WSGIEnviron, start_response: StartResponse) -> Iterable[bytes]:
+        started = time.monotonic()
+        try:
+            req = Request(environ, self.max_upload)
+            resp = self._dispatch(req)
+        except HTTPError as exc:
+            resp = self.error_page(exc.status, exc.title, exc.message, exc.hint)
+        status = resp.status_line()
+        headers = list(resp.headers)
+        if not any(k == "Cache-Control" for k, _ in headers):
+            headers.append(("Cache-Control", "no-store"))
+        start_response(status, headers + SECURITY_HEADERS)
+        log.debug(
+            "%s %s -> %s in %.1f ms",
+            environ.get("REQUEST_METHOD"),
+            environ.get("PATH_INFO"),
+            status,
+            (time.monotonic() - started) * 1000,
+        )
+        return resp.iterable()
+
+    def _dispatch(self, req: Request) -> Response:
+        if req.path == "/favicon.ico":
+            return self._static("favicon.svg")
+        if req.path.startswith("/static/"):
+            return self._static(req.path.removeprefix("/static/"))
+        if req.path == "/login":
+            return self._login(req)
+        session = self.sessions.check(req.cookies.get(COOKIE))
+        if session is None:
+            if req.method == "GET" and not req.path.startswith(("/api/", "/events")):
+                return redirect("/login?next=" + quote(req.path))
+            raise HTTPError(401, "Signed out", "your session ended: sign in again")
+        if req.method == "POST":
+            sent = req.form.get("csrf") or req.header("X-CSRF-Token") or ""
+            if not hmac.compare_digest(sent, session.csrf):
+                raise HTTPError(
+                    403,
+                    "Form expired",
+                    "this form was not issued by your current session (CSRF check failed)",
+                    "Go back, reload the page and submit again.",
+                )
+        call = Call(self, req, session)
+        flash = req.cookies.get(FLASH_COOKIE)
+        page = req.method == "GET" and not req.path.startswith(("/api/", "/events"))
+        if flash and page:
+            call.flash = unquote(flash)[:500]
+        try:
+            resp = self._route(call)
+        except HTTPError as exc:
+            resp = self.error_page(exc.status, exc.title, exc.message, exc.hint, call)
+        except SkillfsError as exc:
+            resp = self.store_error(exc, call)
+        except Exception:
+            log.exception("console: %s %s failed", req.method, req.path)
+            resp = self.error_page(
+                500,
+                "Something broke",
+                "the console hit an unexpected error; it is logged",
+                "",
+                call=call,
+            )
+        if call.flash is not None and not any(
+            k == "Set-Cookie" and v.startswith(FLASH_COOKIE + "=") for k, v in resp.headers
+        ):
+            resp.set_cookie(FLASH_COOKIE, "", secure=req.secure, max_age=0)
+        return resp
+
+    def _route(self, call: Call) -> Response:
+        req = call.req
+        if req.path == "/logout":
+            if req.method != "POST":
+                raise HTTPError(405, "Method not allowed", "sign out with the button")
+            resp = redirect("/login")
+            resp.set_cookie(COOKIE, "", secure=req.secure, max_age=0)
+            return resp
+        return views.route(call)
+
+    # ------------------------------------------------------------------ sign-in
+
+    def _login(self, req: Request) -> Response:
+        target = _safe_next(req.query.get("next") or req.form.get("next") or "/")
+        if req.method == "POST":
+            if not self.sessions.login_nonce_ok(
+                req.cookies.get(LOGIN_COOKIE), req.form.get("nonce")
+            ):
+                return self._login_form(req, target, "The sign-in form expired: try again.", 403)
+            cookie = self.sessions.sign_in(req.form.get("token", ""))
+            if cookie is None:
+                return self._login_form(
+                    req,
+                    target,
+                    "Unknown or revoked token. Ask an operator for an admin token.",
+                    401,
+                )
+            resp = redirect(target)
+            resp.set_cookie(COOKIE, cookie, secure=req.secure, max_age=SESSION_SECONDS)
+            resp.set_cookie(LOGIN_COOKIE, "", secure=req.secure, max_age=0)
+            return resp
+        if self.sessions.check(req.cookies.get(COOKIE)) is not None:
+            return redirect(target)
+        return self._login_form(req, target, None, 200)
+
+    def _login_form(self, req: Request, target: str, error: str | None, status: int) -> Response:
+        # Reuse the pending nonce: a second tab (or the favicon request) must not void this form.
+        nonce = req.cookies.get(LOGIN_COOKIE) or secrets.token_urlsafe(16)
+        resp = self.render("login.html", status, call=None, nonce=nonce, next=target, error=error)
+        resp.set_cookie(LOGIN_COOKIE, nonce, secure=req.secure, max_age=3600)
+        return resp
+
+    # ------------------------------------------------------------------ rendering
+
+    def render(self, template: str, status: int = 200, **context: Any) -> Response:
+        context.setdefault("domain", None)
+        context.setdefault("revision", None)
+        return Response(self.env.get_template(template).render(**context), status=status)
+
+    def error_page(
+        self, status: int, title: str, message: str, hint: str = "", call: Call | None = None
+    ) -> Response:
+        context = {"code": status, "heading": title, "message": message, "hint": hint}
+        if call is not None:
+            return call.render("error.html", status, **context)
+        return self.render("error.html", status, call=None, **context)
+
+    def store_error(self, exc: SkillfsError, call: Call) -> Response:
+        """A store error as the page an operator can act on."""
+        if isinstance(exc, StoreUnavailable):
+            return self.error_page(
+                503,
+                "The store is not answering",
+                str(exc),
+                f"Nothing was written. The console keeps using {self.store.url}; "
+                "reload this page when the store is back.",
+                call,
+            )
+        status, title = 500, "Store error"
+        if isinstance(exc, NotFound):
+            status, title = 404, "Not found"
+        elif isinstance(exc, PermissionDenied):
+            status, title = 403, "Not allowed"
+        elif isinstance(exc, Conflict):
+            status, title = 409, "Changed by someone else"
+        elif isinstance(exc, TooLarge):
+            status, title = 413, "Too large"
+        elif isinstance(exc, InvalidPath | InvalidSkill):
+            status, title = 400, "Not accepted"
+        hint = "Nothing was written." if status in (400, 409, 413) else ""
+        return self.error_page(status, title, str(exc), hint, call)
+
+    def _static(self, name: str) -> Response:
+        if "/" in name or name.startswith("."):
+            raise HTTPError(404, "Not found", f"no static file {name!r}")
+        resource = resources.files("skillfs.console").joinpath("static", name)
+        if not resource.is_file():
+            raise HTTPError(404, "Not found", f"no static file {name!r}")
+        ctype = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        if ctype.startswith("text/") or ctype == "application/javascript":
+            ctype += "; charset=utf-8"
+        return Response(
+            resource.read_bytes(),
+            content_type=ctype,
+            headers=[("Cache-Control", "public, max-age=300")],
+        )
+
+
+def make_app(
+    store: Store,
+    tokens: Tokens | None = None,
+    *,
+    admin_token: str | None = None,
+    secret: bytes | None = None,
+    max_upload: int = 64 * 1024 * 1024,
+    title: str = "skillfs",
+) -> Console:
+    """The console over `store`, signing in with the server's tokens (their grants decide what
+    each operator may read and write); or, without a tokens config, one `admin_token` that may
+    do everything (for `make run` and tests)."""
+    if tokens is None:
+        if not admin_token:
+            raise InvalidPath("the console needs the server's tokens or an admin_token")
+        tokens = Tokens(
+            text=tokens_document([("admin", admin_token, ["*:admin"])], secrets.token_hex(16))
+        )
+    return Console(store, tokens, secret=secret, max_upload=max_upload, title=title)
+
+
+def _safe_next(target: str) -> str:
+    """Only local paths: a sign-in link must not send the operator to another site."""
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc or not target.startswith("/") or target.startswith("//"):
+        return "/"
+    return target
+
+
+# ---------------------------------------------------------------------- template filters
+
+
+def human_size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def when(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def ago(ts: float) -> str:
+    seconds = max(0, int(time.time() - ts))
+    for span, unit in ((86400, "d"), (3600, "h"), (60, "min")):
+        if seconds >= span:
+            return f"{seconds // span} {unit} ago"
+    return "just now" if seconds < 10 else f"{seconds} s ago"
+
+
+def file_mode(mode: int) -> str:
+    return f"{mode & 0o777:o}"
+
+
+def rev_text(rev: Revision | None) -> str:
+    return "—" if rev is None else str(rev.counter)

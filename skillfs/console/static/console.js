@@ -1,0 +1,212 @@
+// skillfs console: progressive enhancement only. Every action also works as a plain form post.
+"use strict";
+
+(function () {
+  const body = document.body;
+  const csrf = body.dataset.csrf || "";
+
+  // ------------------------------------------------------------ small helpers
+  function el(tag, cls, text) {
+    const node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function toast(parts) {
+    const box = document.getElementById("toasts");
+    if (!box) return;
+    const t = el("div", "toast");
+    parts.forEach(function (p) { t.appendChild(typeof p === "string" ? document.createTextNode(p) : p); });
+    box.appendChild(t);
+    setTimeout(function () { t.remove(); }, 6000);
+  }
+
+  // ------------------------------------------------------------ toggles, confirms, back, copy
+  document.querySelectorAll("[data-toggle]").forEach(function (btn) {
+    btn.addEventListener("click", function () {
+      const target = document.getElementById(btn.dataset.toggle);
+      if (!target) return;
+      target.hidden = !target.hidden;
+      const first = target.querySelector("input:not([type=hidden]), textarea");
+      if (!target.hidden && first) first.focus();
+    });
+  });
+  document.addEventListener("submit", function (ev) {
+    const form = ev.target;
+    const asker = (ev.submitter && ev.submitter.dataset.confirm) ? ev.submitter : form;
+    if (asker.dataset && asker.dataset.confirm && !window.confirm(asker.dataset.confirm)) ev.preventDefault();
+  });
+  document.querySelectorAll("[data-back]").forEach(function (a) {
+    a.addEventListener("click", function (ev) {
+      if (window.history.length > 1) { ev.preventDefault(); window.history.back(); }
+    });
+  });
+  document.querySelectorAll("[data-copy]").forEach(function (btn) {
+    btn.addEventListener("click", function () {
+      const src = document.getElementById(btn.dataset.copy);
+      if (!src || !navigator.clipboard) return;
+      navigator.clipboard.writeText(src.textContent).then(function () {
+        btn.textContent = "Copied";
+        setTimeout(function () { btn.textContent = "Copy"; }, 1500);
+      });
+    });
+  });
+
+  // ------------------------------------------------------------ live revision (Server-Sent Events)
+  const live = document.getElementById("live");
+  if (live && window.EventSource) {
+    const revEl = document.getElementById("live-rev");
+    const source = new EventSource("/events?domain=" + encodeURIComponent(live.dataset.domain));
+    const setRev = function (rev) { revEl.textContent = rev ? String(rev.counter) : "—"; };
+    source.addEventListener("open", function () { live.classList.add("connected"); });
+    source.addEventListener("error", function () { live.classList.remove("connected"); });
+    source.addEventListener("revision", function (ev) {
+      live.classList.add("connected");
+      setRev(JSON.parse(ev.data).revision);
+    });
+    source.addEventListener("change", function (ev) {
+      const c = JSON.parse(ev.data);
+      setRev(c.revision);
+      live.classList.remove("bump"); void live.offsetWidth; live.classList.add("bump");
+      const what = c.op === "remove" ? "deleted" : "committed v" + c.version;
+      toast([el("b", "", c.skill), " " + what + " in " + c.scope + " · revision " + c.revision.counter]);
+      if (body.dataset.skill && c.skill === body.dataset.skill && c.scope === body.dataset.scope &&
+          String(c.version) !== body.dataset.version) {
+        const banner = document.getElementById("stale-banner");
+        if (banner) {
+          banner.textContent = c.op === "remove"
+            ? "This skill was just deleted by someone else. Saving will ask what to do."
+            : "Someone just committed version " + c.version + " of this skill. If you save, you will see what changed before anything is overwritten.";
+          banner.hidden = false;
+        }
+      }
+    });
+    window.addEventListener("beforeunload", function () { source.close(); });
+  }
+
+  // ------------------------------------------------------------ the editor
+  const area = document.getElementById("content");
+  const gutter = document.getElementById("gutter");
+  const form = document.getElementById("editor-form");
+  if (!area || !gutter || !form) return;
+
+  const statusEl = document.getElementById("check-status");
+  const dirtyEl = document.getElementById("dirty");
+  const original = area.value;
+  let marks = {};
+  let shownLines = -1;
+  let submitting = false;
+
+  function readMarks() {
+    marks = {};
+    document.querySelectorAll("#findings .finding[data-line]").forEach(function (li) {
+      const line = li.dataset.line;
+      if (marks[line] !== "bad") marks[line] = li.classList.contains("error") ? "bad" : "meh";
+    });
+  }
+
+  function renderGutter(force) {
+    const lines = area.value.split("\n").length;
+    if (lines === shownLines && !force) return;
+    shownLines = lines;
+    const frag = document.createDocumentFragment();
+    for (let i = 1; i <= lines; i++) {
+      const line = el("div", marks[i] || "", String(i));
+      if (marks[i]) line.title = "see the validation findings";
+      frag.appendChild(line);
+    }
+    gutter.replaceChildren(frag);
+    gutter.scrollTop = area.scrollTop;
+  }
+
+  function goToLine(n) {
+    const lines = area.value.split("\n");
+    let pos = 0;
+    for (let i = 0; i < n - 1 && i < lines.length; i++) pos += lines[i].length + 1;
+    area.focus();
+    area.setSelectionRange(pos, pos + (lines[n - 1] || "").length);
+    area.scrollTop = Math.max(0, (n - 5) * 20);
+  }
+
+  function bindFindingClicks() {
+    document.querySelectorAll("#findings .finding[data-line]").forEach(function (li) {
+      li.addEventListener("click", function () { goToLine(Number(li.dataset.line)); });
+    });
+  }
+
+  function showFindings(result) {
+    const list = document.getElementById("findings");
+    const none = document.getElementById("no-findings");
+    list.replaceChildren();
+    result.findings.forEach(function (f) {
+      const li = el("li", "finding " + f.severity);
+      if (f.line) li.dataset.line = f.line;
+      li.appendChild(el("span", "sev", f.severity));
+      if (f.line) li.appendChild(el("span", "where", "line " + f.line));
+      li.appendChild(el("span", "msg", f.message));
+      list.appendChild(li);
+    });
+    if (none) none.hidden = result.findings.length > 0;
+    const e = result.errors, w = result.warnings;
+    statusEl.className = "check-status " + (e ? "bad" : w ? "meh" : "good");
+    statusEl.textContent = e ? e + " error" + (e > 1 ? "s" : "") + (w ? ", " + w + " warning" + (w > 1 ? "s" : "") : "")
+      : w ? w + " warning" + (w > 1 ? "s" : "") : "valid";
+    readMarks();
+    bindFindingClicks();
+    renderGutter(true);
+  }
+
+  let timer = null;
+  let seq = 0;
+  function validate() {
+    const mine = ++seq;
+    statusEl.className = "check-status busy";
+    statusEl.textContent = "checking…";
+    fetch(form.dataset.validate, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf },
+      body: JSON.stringify({
+        scope: body.dataset.scope, skill: body.dataset.skill,
+        path: form.elements.path.value, base: Number(form.elements.base.value), content: area.value,
+      }),
+    }).then(function (r) { return r.ok ? r.json() : Promise.reject(r.status); })
+      .then(function (result) { if (mine === seq) showFindings(result); })
+      .catch(function () {
+        if (mine !== seq) return;
+        statusEl.className = "check-status meh";
+        statusEl.textContent = "could not check (the store may be down)";
+      });
+  }
+
+  area.addEventListener("input", function () {
+    renderGutter(false);
+    dirtyEl.hidden = area.value === original;
+    clearTimeout(timer);
+    timer = setTimeout(validate, 450);
+  });
+  area.addEventListener("scroll", function () { gutter.scrollTop = area.scrollTop; });
+  area.addEventListener("keydown", function (ev) {
+    if (ev.key === "Tab" && !ev.shiftKey && !area.readOnly) {
+      ev.preventDefault();
+      area.setRangeText("  ", area.selectionStart, area.selectionEnd, "end");
+      area.dispatchEvent(new Event("input"));
+    } else if ((ev.ctrlKey || ev.metaKey) && ev.key === "s") {
+      ev.preventDefault();
+      const save = document.getElementById("save");
+      if (save) form.requestSubmit(save);
+    }
+  });
+  const checkBtn = document.getElementById("check");
+  if (checkBtn) checkBtn.addEventListener("click", validate);
+  form.addEventListener("submit", function () { submitting = true; });
+  window.addEventListener("beforeunload", function (ev) {
+    if (!submitting && area.value !== original && !area.readOnly) { ev.preventDefault(); ev.returnValue = ""; }
+  });
+
+  readMarks();
+  bindFindingClicks();
+  renderGutter(true);
+  if (document.getElementById("rejected") || document.getElementById("conflict")) dirtyEl.hidden = false;
+})();

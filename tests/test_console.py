@@ -1,0 +1,750 @@
+"""The admin console through WSGI calls: sign-in, CSRF, escaping, strictness, conflicts, zips,
+renames, overrides, rollback, the user view, live updates and error pages.
+
+The browser flows are in test_console_browser.py; these run in milliseconds and pin down what
+the server side promises whatever the page's JavaScript does.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import threading
+import uuid
+import zipfile
+from collections.abc import Iterator
+from html import unescape
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+from wsgiref.util import setup_testing_defaults
+
+import pytest
+
+import skillfs
+from skillfs.console import make_app
+from skillfs.console.app import Console
+from skillfs.console.archive import ZipLimits, read_zip
+from skillfs.errors import InvalidPath, TooLarge
+from skillfs.model import File, Scope
+from skillfs.server.auth import Tokens, tokens_document
+
+ADMIN = "admin-token-0123456789"
+READER = "reader-token-0123456789"
+AGENT = "support-bot"
+SHARED = Scope.shared(AGENT)
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "skills"
+
+GOOD_MD = b"---\nname: greeter\ndescription: Greets people politely.\n---\n\n# Greeter\n\nSay hi.\n"
+
+
+class Reply:
+    def __init__(self, status: str, headers: list[tuple[str, str]], body: bytes) -> None:
+        self.status = int(status.split()[0])
+        self.headers = headers
+        self.body = body
+
+    @property
+    def text(self) -> str:
+        return self.body.decode()
+
+    def header(self, name: str) -> str | None:
+        return next((v for k, v in self.headers if k.lower() == name.lower()), None)
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class Client:
+    """Drives a WSGI app like a browser: cookies kept, redirects followed on request."""
+
+    def __init__(self, app: Console) -> None:
+        self.app = app
+        self.cookies: dict[str, str] = {}
+        self.csrf = ""
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        body: bytes = b"",
+        content_type: str = "",
+        headers: dict[str, str] | None = None,
+        follow: bool = True,
+    ) -> Reply:
+        parts = urlsplit(url)
+        environ: dict[str, Any] = {
+            "REQUEST_METHOD": method,
+            "PATH_INFO": parts.path.encode().decode("latin-1"),
+            "QUERY_STRING": parts.query,
+            "CONTENT_LENGTH": str(len(body)),
+            "CONTENT_TYPE": content_type,
+            "wsgi.input": io.BytesIO(body),
+            "HTTP_COOKIE": "; ".join(f"{k}={v}" for k, v in self.cookies.items()),
+        }
+        for k, v in (headers or {}).items():
+            environ["HTTP_" + k.upper().replace("-", "_")] = v
+        setup_testing_defaults(environ)
+        got: dict[str, Any] = {}
+
+        def start_response(status: str, hdrs: list[tuple[str, str]]) -> None:
+            got["status"], got["headers"] = status, hdrs
+
+        chunks = self.app(environ, start_response)
+        reply = Reply(got["status"], got["headers"], b"".join(chunks))
+        for k, v in reply.headers:
+            if k == "Set-Cookie":
+                name, _, rest = v.partition("=")
+                value = rest.split(";", 1)[0]
+                if "Max-Age=0" in v:
+                    self.cookies.pop(name, None)
+                else:
+                    self.cookies[name] = value
+        html = (reply.header("Content-Type") or "").startswith("text/html")
+        found = re.search(r'data-csrf="([^"]+)"', reply.text) if html else None
+        if found:
+            self.csrf = found.group(1)
+        if follow and reply.status in (302, 303):
+            return self.get(reply.header("Location") or "/")
+        return reply
+
+    def get(self, url: str, **kw: Any) -> Reply:
+        return self.request("GET", url, **kw)
+
+    def post(self, url: str, form: dict[str, str], *, csrf: bool = True, **kw: Any) -> Reply:
+        data = {"csrf": self.csrf, **form} if csrf else form
+        return self.request(
+            "POST",
+            url,
+            body=urlencode(data).encode(),
+            content_type="application/x-www-form-urlencoded",
+            **kw,
+        )
+
+    def upload(self, url: str, form: dict[str, str], files: dict[str, tuple[str, bytes]]) -> Reply:
+        boundary = uuid.uuid4().hex
+        out = io.BytesIO()
+        for k, v in {"csrf": self.csrf, **form}.items():
+            out.write(
+                f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n'.encode()
+            )
+            out.write(v.encode() + b"\r\n")
+        for k, (name, data) in files.items():
+            out.write(
+                f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"; '
+                f'filename="{name}"\r\nContent-Type: application/octet-stream\r\n\r\n'.encode()
+            )
+            out.write(data + b"\r\n")
+        out.write(f"--{boundary}--\r\n".encode())
+        return self.request(
+            "POST",
+            url,
+            body=out.getvalue(),
+            content_type=f"multipart/form-data; boundary={boundary}",
+        )
+
+    def sign_in(self, token: str = ADMIN) -> Reply:
+        page = self.get("/login")
+        nonce = re.search(r'name="nonce" value="([^"]+)"', page.text)
+        assert nonce
+        return self.post("/login", {"nonce": nonce.group(1), "token": token}, csrf=False)
+
+
+def example_files(name: str) -> dict[str, File]:
+    root = EXAMPLES / name
+    return {
+        p.relative_to(root).as_posix(): File(p.read_bytes(), mode=p.stat().st_mode & 0o777)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture
+def store() -> Iterator[skillfs.Store]:
+    s = skillfs.open_store(f"memory://{uuid.uuid4().hex[:10]}")
+    s.publish(SHARED, "code-reviewer", example_files("code-reviewer"))
+    s.publish(SHARED, "release-notes", example_files("release-notes"))
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def tokens() -> Tokens:
+    return Tokens(
+        text=tokens_document(
+            [("ops", ADMIN, ["*:admin"]), ("auditor", READER, [f"agent:{AGENT}:read"])],
+            "receipts",
+        )
+    )
+
+
+@pytest.fixture
+def app(store: skillfs.Store, tokens: Tokens) -> Iterator[Console]:
+    console = make_app(store, tokens)
+    yield console
+    console.close()
+
+
+@pytest.fixture
+def client(app: Console) -> Client:
+    c = Client(app)
+    c.sign_in()
+    return c
+
+
+def skill_url(skill: str, action: str = "", scope: Scope = SHARED) -> str:
+    return "/" + scope.prefix + skill + "/" + action
+
+
+def md_text(store: skillfs.Store, skill: str, scope: Scope = SHARED) -> str:
+    return store.read(scope, skill, "SKILL.md").decode()
+
+
+# ---------------------------------------------------------------------- sign-in and CSRF
+
+
+def test_pages_need_a_session(app: Console) -> None:
+    c = Client(app)
+    r = c.get("/agents/support-bot/", follow=False)
+    assert r.status == 303 and r.header("Location") == "/login?next=/agents/support-bot/"
+    assert c.request("POST", "/api/validate", follow=False).status == 401
+
+
+def test_sign_in_with_a_token_and_out_again(app: Console) -> None:
+    c = Client(app)
+    assert "Unknown or revoked token" in c.sign_in("not-a-token-at-all").text
+    home = c.sign_in()
+    assert home.status == 200 and "support-bot" in home.text and "ops" in home.text
+    assert "skillfs_session" in c.cookies
+    out = c.post("/logout", {})
+    assert "Sign in" in out.text and "skillfs_session" not in c.cookies
+    assert c.get("/", follow=False).status == 303
+
+
+def test_sign_in_form_needs_its_nonce(app: Console) -> None:
+    c = Client(app)
+    c.get("/login")
+    r = c.post("/login", {"nonce": "forged", "token": ADMIN}, csrf=False)
+    assert r.status == 403 and "skillfs_session" not in c.cookies
+
+
+def test_sign_in_never_redirects_off_site(app: Console) -> None:
+    c = Client(app)
+    page = c.get("/login?next=//evil.example/x")
+    nonce = re.search(r'name="nonce" value="([^"]+)"', page.text)
+    assert nonce
+    r = c.post(
+        "/login",
+        {"nonce": nonce.group(1), "token": ADMIN, "next": "https://evil.example/"},
+        csrf=False,
+        follow=False,
+    )
+    assert r.header("Location") == "/"
+    session = next(v for k, v in r.headers if k == "Set-Cookie" and "skillfs_session=" in v)
+    assert "HttpOnly" in session and "SameSite=Lax" in session
+
+
+def test_every_post_needs_the_csrf_token(client: Client, store: skillfs.Store) -> None:
+    before = store.manifest(SHARED, "code-reviewer").version
+    r = client.post(skill_url("code-reviewer", "delete"), {"expected": str(before), "csrf": "x"})
+    assert r.status == 403 and "CSRF" in r.text
+    r = client.post(skill_url("code-reviewer", "delete"), {"expected": str(before)}, csrf=False)
+    assert r.status == 403
+    assert store.manifest(SHARED, "code-reviewer").version == before
+
+
+def test_revoked_token_ends_the_session(app: Console, tokens: Tokens, store: skillfs.Store) -> None:
+    c = Client(app)
+    c.sign_in()
+    assert c.get("/").status == 200
+    tokens._config = tokens.config.model_copy(update={"principals": {}})
+    assert c.get("/", follow=False).status == 303
+
+
+def test_grants_decide_what_a_token_may_do(app: Console, store: skillfs.Store) -> None:
+    c = Client(app)
+    c.sign_in(READER)
+    page = c.get(skill_url("code-reviewer", "files/SKILL.md"))
+    assert page.status == 200 and "readonly" in page.text and 'id="save"' not in page.text
+    version = store.manifest(SHARED, "code-reviewer").version
+    r = c.post(
+        skill_url("code-reviewer", "save"),
+        {"path": "SKILL.md", "content": "x", "base": str(version), "expected": str(version)},
+    )
+    assert r.status == 403 and "may not write" in r.text
+    assert store.manifest(SHARED, "code-reviewer").version == version
+    assert c.get("/markets/team/skills/").status == 403
+
+
+def test_pages_send_security_headers(client: Client) -> None:
+    r = client.get("/")
+    csp = r.header("Content-Security-Policy") or ""
+    assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+    assert r.header("X-Content-Type-Options") == "nosniff"
+    assert "no-store" in (r.header("Cache-Control") or "")
+
+
+# ---------------------------------------------------------------------- browsing and escaping
+
+
+def test_browse_agents_scopes_skills_files(client: Client) -> None:
+    assert "code-reviewer" in client.get("/agents/support-bot/").text
+    scope = client.get("/agents/support-bot/shared/skills/")
+    assert "release-notes" in scope.text and "valid" in scope.text
+    skill = client.get(skill_url("code-reviewer"))
+    assert "checklist.md" in skill.text and "diff-stats.sh" in skill.text and "755" in skill.text
+    editor = client.get(skill_url("code-reviewer", "files/references/checklist.md"))
+    assert editor.status == 200 and 'id="content"' in editor.text
+
+
+def test_skill_content_is_escaped_everywhere(client: Client, store: skillfs.Store) -> None:
+    evil = "<script>alert(1)</script>"
+    md = f"---\nname: evil\ndescription: '{evil}'\n---\n\n</textarea>{evil}\n".encode()
+    store.publish(SHARED, "evil", {"SKILL.md": md, "references/<img src=x>.md": evil.encode()})
+    for url in [
+        "/agents/support-bot/",
+        "/agents/support-bot/shared/skills/",
+        skill_url("evil"),
+        skill_url("evil", "files/SKILL.md"),
+        skill_url("evil", "history"),
+        "/agents/support-bot/users/alice/",
+    ]:
+        page = client.get(url).text
+        assert "<script>alert" not in page, url
+        assert "<img src=x>" not in page, url
+    editor = client.get(skill_url("evil", "files/SKILL.md")).text
+    assert editor.count("</textarea>") == 1  # the content's own one is escaped
+    assert "&lt;/textarea&gt;&lt;script&gt;" in editor
+
+
+def test_downloads_are_attachments(client: Client, store: skillfs.Store) -> None:
+    store.publish(SHARED, "web", {"SKILL.md": GOOD_MD, "assets/page.html": b"<script>1</script>"})
+    r = client.get(skill_url("web", "raw/assets/page.html"))
+    assert r.body == b"<script>1</script>"
+    assert r.header("Content-Type") == "application/octet-stream"
+    assert (r.header("Content-Disposition") or "").startswith("attachment;")
+
+
+def test_binary_files_upload_and_download(client: Client, store: skillfs.Store) -> None:
+    version = store.manifest(SHARED, "code-reviewer").version
+    blob = bytes(range(256)) * 40
+    r = client.upload(
+        skill_url("code-reviewer", "upload"),
+        {"expected": str(version), "dir": "assets"},
+        {"file": ("logo.png", blob)},
+    )
+    assert r.status == 200 and "Uploaded assets/logo.png" in r.text
+    assert store.read(SHARED, "code-reviewer", "assets/logo.png") == blob
+    page = client.get(skill_url("code-reviewer", "files/assets/logo.png"))
+    assert "Binary or large file" in page.text
+    assert client.get(skill_url("code-reviewer", "raw/assets/logo.png")).body == blob
+
+
+def test_unknown_skill_and_bad_paths_get_clear_pages(client: Client) -> None:
+    r = client.get(skill_url("no-such-skill"))
+    assert r.status == 404 and "does not exist" in r.text and "code-reviewer" in r.text
+    r = client.get("/agents/_reserved/")
+    assert r.status == 400 and "reserved" in r.text
+    assert client.get("/nowhere/at/all").status == 404
+    assert client.get(skill_url("code-reviewer", "files/nope.md")).status == 200  # a new file
+
+
+def test_store_down_is_reported_as_such(tokens: Tokens) -> None:
+    store = skillfs.open_store("redis://127.0.0.1:1/0", retry_for=0.2)
+    app = make_app(store, tokens)
+    c = Client(app)
+    c.sign_in()
+    r = c.get("/agents/support-bot/shared/skills/")
+    assert r.status == 503 and "The store is not answering" in r.text
+    assert "127.0.0.1:1" in r.text
+    app.close()
+
+
+# ---------------------------------------------------------------------- editing
+
+
+def _save(client: Client, skill: str, content: str, version: int, **extra: str) -> Reply:
+    form = {"path": "SKILL.md", "content": content, "base": str(version), "expected": str(version)}
+    return client.post(skill_url(skill, "save"), {**form, **extra})
+
+
+def test_save_sends_the_loaded_version(client: Client, store: skillfs.Store) -> None:
+    m = store.manifest(SHARED, "code-reviewer")
+    text = md_text(store, "code-reviewer").replace("# Code reviewer", "# Code reviewer (v2)")
+    r = _save(client, "code-reviewer", text.replace("\n", "\r\n"), m.version)
+    assert r.status == 200 and f"is now version {m.version + 1}" in r.text
+    assert md_text(store, "code-reviewer") == text  # browsers' CRLF back to the file's LF
+    after = store.manifest(SHARED, "code-reviewer")
+    assert after.files["scripts/diff-stats.sh"].mode == 0o755  # other files untouched
+
+
+def test_off_spec_save_needs_save_anyway(client: Client, store: skillfs.Store) -> None:
+    m = store.manifest(SHARED, "code-reviewer")
+    bad = md_text(store, "code-reviewer").replace("name: code-reviewer", "name: Code_Reviewer")
+    r = _save(client, "code-reviewer", bad, m.version)
+    assert r.status == 422 and "Save anyway" in r.text and "Not saved" in r.text
+    assert "Code_Reviewer" in unescape(r.text)  # the operator's text is kept
+    assert store.manifest(SHARED, "code-reviewer").version == m.version
+    r = _save(client, "code-reviewer", bad, m.version, force="1")
+    assert r.status == 200
+    stored = store.manifest(SHARED, "code-reviewer")
+    assert stored.version == m.version + 1 and stored.errors
+
+
+def test_validate_api_finds_errors_with_lines(client: Client, store: skillfs.Store) -> None:
+    m = store.manifest(SHARED, "code-reviewer")
+    body = {
+        "scope": str(SHARED),
+        "skill": "code-reviewer",
+        "path": "SKILL.md",
+        "base": m.version,
+        "content": "---\nname: code-reviewer\ndescription: ok\nfoo: 1\n---\nbody\n",
+    }
+    r = client.request(
+        "POST",
+        "/api/validate",
+        body=json.dumps(body).encode(),
+        content_type="application/json",
+        headers={"X-CSRF-Token": client.csrf},
+    )
+    result = r.json()
+    assert result["errors"] == 1
+    assert result["findings"][0]["line"] == 4 and "foo" in result["findings"][0]["message"]
+    body["content"] = "---\nname: code-reviewer\ndescription: ok\n---\nbody\n"
+    r = client.request(
+        "POST",
+        "/api/validate",
+        body=json.dumps(body).encode(),
+        content_type="application/json",
+        headers={"X-CSRF-Token": client.csrf},
+    )
+    assert r.json()["errors"] == 0
+    no_csrf = client.request(
+        "POST", "/api/validate", body=json.dumps(body).encode(), content_type="application/json"
+    )
+    assert no_csrf.status == 403
+
+
+def test_conflict_shows_what_changed_and_overwrite_is_explicit(
+    client: Client, store: skillfs.Store
+) -> None:
+    loaded = store.manifest(SHARED, "code-reviewer")
+    original = md_text(store, "code-reviewer")
+    theirs = original.replace("## Steps", "## Steps (theirs)")
+    store.publish(
+        SHARED,
+        "code-reviewer",
+        {**example_files("code-reviewer"), "SKILL.md": theirs.encode()},
+        expected_version=loaded.version,
+    )
+    mine = original.replace("# Code reviewer", "# Code reviewer (mine)")
+    r = _save(client, "code-reviewer", mine, loaded.version)
+    assert r.status == 409
+    assert "changed while you were editing" in r.text and "Nothing was saved" in r.text
+    assert "## Steps (theirs)" in unescape(r.text)  # the diff of what they changed
+    assert "Overwrite with my text" in r.text
+    assert md_text(store, "code-reviewer") == theirs
+    current = loaded.version + 1
+    assert f'name="expected" value="{current}"' in r.text
+    r = _save(client, "code-reviewer", mine, current)
+    assert r.status == 200 and md_text(store, "code-reviewer") == mine
+    assert store.manifest(SHARED, "code-reviewer").version == current + 1
+
+
+def test_conflict_on_another_file_keeps_their_change(client: Client, store: skillfs.Store) -> None:
+    loaded = store.manifest(SHARED, "code-reviewer")
+    files = example_files("code-reviewer")
+    files["references/checklist.md"] = File(b"their checklist\n")
+    store.publish(SHARED, "code-reviewer", files, expected_version=loaded.version)
+    mine = md_text(store, "code-reviewer") + "\nmore\n"
+    r = _save(client, "code-reviewer", mine, loaded.version)
+    assert r.status == 409 and "did not change" in r.text and "Save on top of version" in r.text
+    r = _save(client, "code-reviewer", mine, loaded.version + 1)
+    assert r.status == 200
+    assert store.read(SHARED, "code-reviewer", "references/checklist.md") == b"their checklist\n"
+    assert md_text(store, "code-reviewer") == mine
+
+
+def test_new_file_and_remove_file(client: Client, store: skillfs.Store) -> None:
+    m = store.manifest(SHARED, "release-notes")
+    page = client.get(skill_url("release-notes", "files?path=references/extra.md"))
+    assert "new file" in page.text
+    r = client.post(
+        skill_url("release-notes", "save"),
+        {
+            "path": "references/extra.md",
+            "content": "extra\n",
+            "base": str(m.version),
+            "expected": str(m.version),
+        },
+    )
+    assert r.status == 200
+    assert store.read(SHARED, "release-notes", "references/extra.md") == b"extra\n"
+    r = client.post(
+        skill_url("release-notes", "rmfile"),
+        {"path": "references/extra.md", "expected": str(m.version + 1)},
+    )
+    assert (
+        r.status == 200
+        and "references/extra.md" not in store.manifest(SHARED, "release-notes").files
+    )
+    r = client.post(
+        skill_url("release-notes", "rmfile"), {"path": "SKILL.md", "expected": str(m.version + 2)}
+    )
+    assert r.status == 422 and "Do it anyway" in r.text  # no SKILL.md breaks the spec
+
+
+# ---------------------------------------------------------------------- skills
+
+
+def test_create_from_template(client: Client, store: skillfs.Store) -> None:
+    r = client.post(
+        "/agents/support-bot/shared/skills/",
+        {"op": "new", "name": "refund-policy", "description": "Explains refunds: when, how much."},
+    )
+    assert r.status == 200 and "Created refund-policy" in r.text
+    m = store.manifest(SHARED, "refund-policy")
+    assert m.version == 1 and not m.findings
+    assert m.frontmatter and m.frontmatter["description"] == "Explains refunds: when, how much."
+    again = client.post(
+        "/agents/support-bot/shared/skills/",
+        {"op": "new", "name": "refund-policy", "description": "x"},
+    )
+    assert again.status == 409
+    bad = client.post(
+        "/agents/support-bot/shared/skills/", {"op": "new", "name": "Bad_Name", "description": "x"}
+    )
+    assert bad.status == 422 and "Do it anyway" in bad.text
+    assert "Bad_Name" not in store.skills(SHARED)
+    forced = client.post(
+        "/agents/support-bot/shared/skills/",
+        {"op": "new", "name": "Bad_Name", "description": "x", "force": "1"},
+    )
+    assert forced.status == 200 and "Bad_Name" in store.skills(SHARED)
+
+
+def _zip(entries: dict[str, bytes], modes: dict[str, int] | None = None) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data in entries.items():
+            info = zipfile.ZipInfo(name)
+            if modes and name in modes:
+                info.external_attr = modes[name] << 16
+            z.writestr(info, data)
+    return buf.getvalue()
+
+
+def test_upload_zip_of_a_skill_directory(client: Client, store: skillfs.Store) -> None:
+    data = _zip(
+        {
+            "greeter/SKILL.md": GOOD_MD,
+            "greeter/scripts/run.sh": b"#!/bin/sh\necho hi\n",
+            "__MACOSX/greeter/._SKILL.md": b"junk",
+        },
+        {"greeter/scripts/run.sh": 0o100755},
+    )
+    r = client.upload(
+        "/agents/support-bot/shared/skills/", {"op": "import"}, {"archive": ("g.zip", data)}
+    )
+    assert r.status == 200 and "Imported greeter" in r.text
+    m = store.manifest(SHARED, "greeter")
+    assert sorted(m.files) == ["SKILL.md", "scripts/run.sh"]
+    assert m.files["scripts/run.sh"].mode == 0o755
+    again = client.upload(
+        "/agents/support-bot/shared/skills/", {"op": "import"}, {"archive": ("g.zip", data)}
+    )
+    assert again.status == 409 and "replace" in again.text
+    replaced = client.upload(
+        "/agents/support-bot/shared/skills/",
+        {"op": "import", "replace": "1"},
+        {"archive": ("g.zip", data)},
+    )
+    assert replaced.status == 200 and store.manifest(SHARED, "greeter").version == 2
+
+
+def test_zip_download_round_trips(client: Client, store: skillfs.Store) -> None:
+    r = client.get(skill_url("code-reviewer", "zip"))
+    skills = read_zip(r.body, ZipLimits())
+    original = example_files("code-reviewer")
+    assert {p: (f.data, f.mode) for p, f in skills["code-reviewer"].items()} == {
+        p: (f.data, f.mode) for p, f in original.items()
+    }
+
+
+def test_zip_slip_and_symlinks_are_refused(client: Client, store: skillfs.Store) -> None:
+    for name in ["../evil/SKILL.md", "/etc/SKILL.md", "a\\..\\SKILL.md", "x/../../SKILL.md"]:
+        with pytest.raises(InvalidPath):
+            read_zip(_zip({name: GOOD_MD, "SKILL.md": GOOD_MD}), ZipLimits(), "x")
+    link = _zip({"greeter/SKILL.md": GOOD_MD, "greeter/l": b"/etc/passwd"}, {"greeter/l": 0o120777})
+    with pytest.raises(InvalidPath, match="symbolic link"):
+        read_zip(link, ZipLimits())
+    r = client.upload(
+        "/agents/support-bot/shared/skills/",
+        {"op": "import"},
+        {"archive": ("evil.zip", _zip({"../../x/SKILL.md": GOOD_MD}))},
+    )
+    assert r.status == 400 and ".." in r.text
+    assert store.skills(SHARED) == ["code-reviewer", "release-notes"]
+
+
+def test_zip_bombs_stop_at_the_limit() -> None:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("SKILL.md", GOOD_MD)
+        z.writestr("big.bin", b"\0" * 5_000_000)
+    assert len(buf.getvalue()) < 50_000
+    with pytest.raises(TooLarge):
+        read_zip(buf.getvalue(), ZipLimits(max_total_bytes=1_000_000), "greeter")
+
+
+def test_upload_over_the_request_limit_is_refused(store: skillfs.Store, tokens: Tokens) -> None:
+    app = make_app(store, tokens, max_upload=10_000)
+    c = Client(app)
+    c.sign_in()
+    r = c.upload(
+        "/agents/support-bot/shared/skills/",
+        {"op": "import"},
+        {"archive": ("z.zip", b"0" * 20_000)},
+    )
+    assert r.status == 413 and "at most 10000 bytes" in r.text
+
+
+def test_off_spec_zip_needs_import_anyway(client: Client, store: skillfs.Store) -> None:
+    data = _zip({"SKILL.md": b"---\nname: other\ndescription: x\n---\n"})
+    r = client.upload(
+        "/agents/support-bot/shared/skills/",
+        {"op": "import", "name": "greeter"},
+        {"archive": ("g.zip", data)},
+    )
+    assert r.status == 422 and "Nothing was imported" in r.text
+    assert "greeter" not in store.skills(SHARED)
+    r = client.upload(
+        "/agents/support-bot/shared/skills/",
+        {"op": "import", "name": "greeter", "force": "1"},
+        {"archive": ("g.zip", data)},
+    )
+    assert r.status == 200 and "greeter" in store.skills(SHARED)
+
+
+def test_rename_is_one_commit_and_follows_the_name(client: Client, store: skillfs.Store) -> None:
+    m = store.manifest(SHARED, "release-notes")
+    rev = store.revision(AGENT)
+    assert rev is not None
+    r = client.post(
+        skill_url("release-notes", "rename"), {"new_name": "changelog", "expected": str(m.version)}
+    )
+    assert r.status == 200 and "Renamed release-notes to changelog" in r.text
+    assert "release-notes" not in store.skills(SHARED)
+    new = store.manifest(SHARED, "changelog")
+    assert new.frontmatter and new.frontmatter["name"] == "changelog" and not new.errors
+    changes = list(store.follow(AGENT, rev, timeout=0.5))
+    assert len({c.revision for c in changes}) == 1  # both halves in one revision
+    taken = client.post(
+        skill_url("changelog", "rename"),
+        {"new_name": "code-reviewer", "expected": str(new.version)},
+    )
+    assert taken.status == 409 and "taken" in taken.text
+
+
+def test_delete_and_restore(client: Client, store: skillfs.Store) -> None:
+    m = store.manifest(SHARED, "release-notes")
+    stale = client.post(skill_url("release-notes", "delete"), {"expected": str(m.version - 1)})
+    assert stale.status == 409 and "release-notes" in store.skills(SHARED)
+    r = client.post(skill_url("release-notes", "delete"), {"expected": str(m.version)})
+    assert r.status == 200 and "Deleted release-notes" in r.text
+    page = client.get(skill_url("release-notes"))
+    assert "deleted" in page.text and f"Restore version {m.version}" in page.text
+    r = client.post(
+        skill_url("release-notes", "rollback"), {"version": str(m.version), "expected": "0"}
+    )
+    assert r.status == 200 and "release-notes" in store.skills(SHARED)
+
+
+def test_per_user_override(client: Client, store: skillfs.Store) -> None:
+    m = store.manifest(SHARED, "code-reviewer")
+    r = client.post(
+        skill_url("code-reviewer", "override"), {"user": "alice", "expected": str(m.version)}
+    )
+    assert r.status == 200 and "Created alice" in r.text
+    alice = Scope.user(AGENT, "alice")
+    assert store.read(alice, "code-reviewer", "SKILL.md") == store.read(
+        SHARED, "code-reviewer", "SKILL.md"
+    )
+    shared_page = client.get(skill_url("code-reviewer"))
+    assert "/agents/support-bot/users/alice/skills/code-reviewer/" in shared_page.text
+    user_page = client.get(skill_url("code-reviewer", scope=alice))
+    assert "Overrides the shared" in user_page.text and "Compare with shared" in user_page.text
+    again = client.post(
+        skill_url("code-reviewer", "override"), {"user": "alice", "expected": str(m.version)}
+    )
+    assert again.status == 409
+    diff = client.get(skill_url("code-reviewer", "diff?base=shared", scope=alice))
+    assert diff.status == 200 and "The two versions hold the same files" in diff.text
+
+
+def test_history_diff_and_rollback(client: Client, store: skillfs.Store) -> None:
+    v1 = store.manifest(SHARED, "code-reviewer").version
+    text = md_text(store, "code-reviewer")
+    _save(client, "code-reviewer", text.replace("## Steps", "## Steps to follow"), v1)
+    history = client.get(skill_url("code-reviewer", "history"))
+    assert f"v{v1 + 1}" in history.text and "Roll back to v1" in history.text
+    diff = client.get(skill_url("code-reviewer", f"diff?a={v1}&b={v1 + 1}"))
+    assert "−## Steps" in unescape(diff.text) and "+## Steps to follow" in unescape(diff.text)
+    r = client.post(
+        skill_url("code-reviewer", "rollback"), {"version": str(v1), "expected": str(v1 + 1)}
+    )
+    assert r.status == 200 and f"now version {v1 + 2}" in r.text
+    assert md_text(store, "code-reviewer") == text
+
+
+def test_user_view_shows_the_runtime_prompt(client: Client, store: skillfs.Store) -> None:
+    alice = Scope.user(AGENT, "alice")
+    store.publish(alice, "greeter", {"SKILL.md": GOOD_MD})
+    store.publish(
+        alice,
+        "code-reviewer",
+        {"SKILL.md": b"---\nname: code-reviewer\ndescription: Alice's <own>.\n---\n"},
+    )
+    page = client.get("/agents/support-bot/users/alice/")
+    with skillfs.Skills(store, AGENT, "alice") as skills:
+        prompt = skills.snapshot().prompt()
+    block = re.search(r'<pre class="prompt" id="prompt-block">(.*?)</pre>', page.text, re.S)
+    assert block and unescape(block.group(1)) == prompt
+    assert "Alice&amp;apos;s &amp;lt;own&amp;gt;." in page.text  # XML-escaped, then HTML-escaped
+    assert "shadows shared:support-bot" in page.text
+    redirect = client.get("/agents/support-bot/users/?user=alice", follow=False)
+    assert redirect.header("Location") == "/agents/support-bot/users/alice/"
+
+
+# ---------------------------------------------------------------------- live updates
+
+
+def test_events_stream_revisions_as_they_commit(
+    client: Client, app: Console, store: skillfs.Store
+) -> None:
+    environ: dict[str, Any] = {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": "/events",
+        "QUERY_STRING": "domain=agents/support-bot",
+        "HTTP_COOKIE": "; ".join(f"{k}={v}" for k, v in client.cookies.items()),
+    }
+    setup_testing_defaults(environ)
+    stream = iter(app(environ, lambda status, headers: None))
+    assert next(stream) == b"retry: 3000\n\n"
+    first = next(stream).decode()
+    assert first.startswith("event: revision")
+
+    def write_soon() -> None:
+        store.publish(SHARED, "greeter", {"SKILL.md": GOOD_MD})
+
+    threading.Timer(0.2, write_soon).start()
+    change = next(stream).decode()
+    assert change.startswith("event: change")
+    data = json.loads(change.split("data: ", 1)[1])
+    assert data["skill"] == "greeter" and data["op"] == "put" and data["scope"] == str(SHARED)
+    revision = store.revision(AGENT)
+    assert revision is not None and data["revision"]["counter"] == revision.counter
+    app.close()
+    assert b"".join(stream) in (b"", b": keep-alive\n\n")  # ends once the console closes
