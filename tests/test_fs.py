@@ -271,7 +271,7 @@ def test_reading_errors(make: MakeFs) -> None:
         fs.open("skills/demo/SKILL.md", "ab")
 
 
-def test_exclusive_create_is_checked_at_commit(make: MakeFs) -> None:
+def test_exclusive_create_is_checked_at_commit(make: MakeFs, tmp_path: Path) -> None:
     fs, other = make(), make()
     seed(fs)
     with pytest.raises(FileExistsError):
@@ -286,6 +286,12 @@ def test_exclusive_create_is_checked_at_commit(make: MakeFs) -> None:
     assert fs.cat("skills/demo/new.md") == b"theirs"
     fs.pipe_file("skills/demo/other.md", b"o", mode="create")
     assert fs.cat("skills/demo/other.md") == b"o"
+    local = tmp_path / "local.md"
+    local.write_bytes(b"l")
+    with pytest.raises(FileExistsError):
+        fs.put_file(str(local), "skills/demo/other.md", mode="create")
+    fs.put_file(str(local), "skills/demo/fresh.md", mode="create")
+    assert fs.cat("skills/demo/fresh.md") == b"l" and fs.cat("skills/demo/other.md") == b"o"
 
 
 def test_failed_with_block_writes_nothing(make: MakeFs) -> None:
