@@ -51,7 +51,7 @@ VersionOption = Annotated[
 def ls(
     target: Annotated[
         Target | None,
-        typer.Argument(parser=parse_target, metavar="[SKILL[/PATH]]", show_default=False),
+        typer.Argument(parser=parse_target, metavar="SKILL[/PATH]", show_default=False),
     ] = None,
     scope: Annotated[
         Scope | None,
@@ -232,10 +232,10 @@ def diff(
     scope: ScopeOption,
     old: Annotated[
         int | None,
-        typer.Argument(metavar="[V1]", show_default=False, help="Default: the version before V2."),
+        typer.Argument(metavar="V1", show_default=False, help="Default: the version before V2."),
     ] = None,
     new: Annotated[
-        int | None, typer.Argument(metavar="[V2]", show_default=False, help="Default: the latest.")
+        int | None, typer.Argument(metavar="V2", show_default=False, help="Default: the latest.")
     ] = None,
     store_url: StoreOption = None,
     token: TokenOption = None,
