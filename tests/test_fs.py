@@ -25,6 +25,7 @@ import skillfs
 from skillfs import Scope
 from skillfs.errors import Conflict, InvalidPath, PermissionDenied
 from skillfs.fs import SkillFileSystem
+from tests import grpc_servers
 from tests.stores import url_for
 
 AGENT = "bot"
@@ -593,6 +594,33 @@ def test_transaction_without_context_manager_and_no_nesting(make: MakeFs) -> Non
     fs.end_transaction()
     a, b = (fs.store.manifest(SHARED, s) for s in "ab")
     assert a.commit_id == b.commit_id
+
+
+def test_grpc_store_url_works_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = grpc_servers.in_process(f"memory://{uuid.uuid4().hex}", tmp_path)
+    try:
+        url = f"grpc://127.0.0.1:{server.grpc_port}"
+        admin = skillfs.open_store(url, token=grpc_servers.ADMIN)
+        shared = SkillFileSystem(store=admin, agent_id="support-bot", base=str(tmp_path))
+        seed(shared, files={"ref": b"r"})
+        monkeypatch.setenv("SKILLFS_TOKEN", grpc_servers.ALICE)  # a worker's token, scoped to alice
+        alice = fsspec.filesystem(
+            "skillfs", store=url, agent_id="support-bot", user_id="alice", base=str(tmp_path)
+        )
+        assert alice.cat("skills/demo/ref") == b"r"
+        with pytest.raises(PermissionError):
+            alice.rm("skills/demo/ref")
+        with alice.transaction:
+            alice.pipe("skills/demo/mine.md", b"m")
+            alice.pipe("skills/own/SKILL.md", SKILL_MD)
+        demo, own = (admin.manifest(Scope.user("support-bot", "alice"), s) for s in ("demo", "own"))
+        assert demo.commit_id == own.commit_id and sorted(demo.files) == [
+            "SKILL.md",
+            "mine.md",
+            "ref",
+        ]
+    finally:
+        server.stop(0)
 
 
 # ----------------------------------------------------------------- universal-pathlib
