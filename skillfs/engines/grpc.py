@@ -40,6 +40,8 @@ R = TypeVar("R")
 #: A server that failed to answer is tried last for this long (seconds).
 DOWN_FOR = 1.0
 _CHANNEL_OPTIONS = [
+    # A name that resolves to several servers (a headless Kubernetes Service) is balanced too.
+    ("grpc.lb_policy_name", "round_robin"),
     ("grpc.max_receive_message_length", -1),
     ("grpc.max_send_message_length", 16 * 1024 * 1024),
     ("grpc.initial_reconnect_backoff_ms", 100),
