@@ -222,6 +222,8 @@ class Follower:
                 self._follow_once()
                 delay = 0.05
             except Exception as exc:
+                if stop.is_set():
+                    return  # closed while waiting: the store may be closed under it
                 log.warning("follow %s: %s; retrying in %.2fs", self.domain, exc, delay)
                 stop.wait(delay)
                 delay = min(delay * 2, 2.0)
