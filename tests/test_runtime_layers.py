@@ -231,3 +231,18 @@ def test_store_layers_follow_edits_in_every_scope() -> None:
     for scope, n in [(TEAM, "m"), (SHARED, "s"), (ALICE, "u")]:
         store.publish(scope, n, {"SKILL.md": md(n)})
         assert n in described(skills.snapshot())
+
+
+def test_git_layer_follows_a_named_branch(tmp_path: Path) -> None:
+    remote = GitRemote(tmp_path)
+    write_skill(remote.work, "s", {"SKILL.md": md("s", "on main")})
+    remote.commit("main")
+    remote.git("push", "-q", "origin", "HEAD:release")
+    git = GitRepo(str(remote.bare), ref="release", cache_dir=tmp_path / "c", check_interval=0)
+    assert git.state().manifests["s"].frontmatter == {"name": "s", "description": "on main"}
+    (remote.work / "s" / "SKILL.md").write_bytes(md("s", "on main, later"))
+    remote.commit("main moves, release does not")
+    assert git.state().manifests["s"].frontmatter == {"name": "s", "description": "on main"}
+    remote.git("push", "-q", "origin", "HEAD:release")
+    described = git.state().manifests["s"].frontmatter
+    assert described == {"name": "s", "description": "on main, later"}
