@@ -1,0 +1,360 @@
+"""The admin console in a real browser: Debian's headless chromium driven by Playwright.
+
+One browser and one console (over an SQLite store other processes open too) per module. The
+story an operator lives through: sign in, edit a skill, see a validation error as they type,
+fix it, save; watch a separate worker process pick the edit up at its next snapshot; hit a
+conflict made by a concurrent `skillfs edit` in another process and resolve it; roll back;
+give one user an override and see what that user now sees.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+import skillfs
+from skillfs.console import ConsoleServer, make_app, serve
+from skillfs.model import File, Scope
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+TOKEN = "browser-admin-token-0123456789"
+AGENT = "support-bot"
+SHARED = Scope.shared(AGENT)
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "skills"
+
+pytestmark = pytest.mark.skipif(
+    not os.access(CHROMIUM, os.X_OK), reason="needs Debian's chromium: `make servers`"
+)
+
+
+def example_files(name: str) -> dict[str, File]:
+    root = EXAMPLES / name
+    return {
+        p.relative_to(root).as_posix(): File(p.read_bytes(), mode=p.stat().st_mode & 0o777)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return f"sqlite:///{tmp_path_factory.mktemp('console') / 'skills.db'}"
+
+
+@pytest.fixture(scope="module")
+def store(store_url: str) -> Iterator[skillfs.Store]:
+    s = skillfs.open_store(store_url)
+    for name in ("code-reviewer", "release-notes", "sql-query-helper"):
+        s.publish(SHARED, name, example_files(name))
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def console(store: skillfs.Store) -> Iterator[ConsoleServer]:
+    server = serve(make_app(store, admin_token=TOKEN))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Browser, console: ConsoleServer) -> Iterator[Page]:
+    context = browser.new_context(base_url=console.url, viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(10_000)
+    pg = context.new_page()
+    pg.on("dialog", lambda dialog: dialog.accept())  # confirm() and leave-page prompts
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    pg.on(
+        "console",
+        lambda msg: errors.append(msg.text) if "Content Security Policy" in msg.text else None,
+    )
+    sign_in(pg)
+    yield pg
+    context.close()
+    assert not errors, errors  # no script errors, nothing blocked by the CSP
+
+
+def sign_in(page: Page) -> None:
+    page.goto("/")
+    expect(page).to_have_url("/login?next=/")
+    page.fill("#token", TOKEN)
+    page.click("button[type=submit]")
+    expect(page.locator("h1")).to_have_text("Agents")
+
+
+def editor_text(page: Page) -> str:
+    value: str = page.input_value("#content")
+    return value
+
+
+def set_editor(page: Page, text: str) -> None:
+    """Replace the editor's text as typing would (the page validates on `input` events)."""
+    page.fill("#content", text)
+
+
+class Worker:
+    """A separate agent-worker process: each `step()` takes a snapshot, like a reasoning step."""
+
+    SCRIPT = textwrap.dedent(
+        """
+        import json, sys
+        import skillfs
+        skills = skillfs.Skills(sys.argv[1], sys.argv[2], sys.argv[3])
+        for line in sys.stdin:
+            snap = skills.snapshot()
+            rev = snap.revisions[f"agents/{sys.argv[2]}"]
+            print(json.dumps({"revision": rev.counter if rev else None,
+                              "prompt": snap.prompt(),
+                              "skill_md": snap.load(line.strip())}), flush=True)
+        """
+    )
+
+    def __init__(self, store_url: str, agent: str, user: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", self.SCRIPT, store_url, agent, user],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+
+    def step(self, skill: str) -> dict[str, Any]:
+        assert self.proc.stdin and self.proc.stdout
+        self.proc.stdin.write(skill + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, "the worker process died"
+        result: dict[str, Any] = json.loads(line)
+        return result
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def worker(store_url: str, store: skillfs.Store) -> Iterator[Worker]:
+    w = Worker(store_url, AGENT, "alice")
+    yield w
+    w.close()
+
+
+def cli_edit(store_url: str, tmp_path: Path, skill: str, old: str, new: str) -> None:
+    """`skillfs edit` in its own process, with an $EDITOR that replaces `old` by `new`."""
+    editor = tmp_path / "editor.py"
+    editor.write_text(
+        "import sys, pathlib\n"
+        "p = pathlib.Path(sys.argv[1])\n"
+        f"p.write_text(p.read_text().replace({old!r}, {new!r}))\n"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from skillfs.cli import main; main()",
+            "edit",
+            f"{skill}/SKILL.md",
+            "--scope",
+            str(SHARED),
+            "--store",
+            store_url,
+        ],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "EDITOR": f"{sys.executable} {editor}"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_edit_validate_save_conflict_rollback_override(
+    page: Page, store: skillfs.Store, store_url: str, worker: Worker, tmp_path: Path
+) -> None:
+    skill = "code-reviewer"
+    before = worker.step(skill)
+    assert "## Steps\n" in before["skill_md"]
+
+    # Browse like a person: agent -> shared skills -> skill -> editor.
+    page.click("nav.sidebar >> text=support-bot")
+    page.click(f"a.skill-link >> text={skill}")
+    expect(page.locator("h1")).to_contain_text(skill)
+    page.click("text=Edit SKILL.md")
+    expect(page.locator("#check-status")).to_have_text("valid")
+    expect(page.locator("#gutter > div")).to_have_count(editor_text(page).count("\n") + 1)
+    v1 = store.manifest(SHARED, skill).version
+    original = editor_text(page)
+
+    # A spec violation shows up as you type, with its line marked in the gutter.
+    broken = original.replace(f"name: {skill}", "name: Code_Reviewer")
+    set_editor(page, broken)
+    expect(page.locator("#check-status")).to_contain_text("error")
+    expect(page.locator("#findings .finding.error").first).to_contain_text("name")
+    expect(page.locator("#gutter > div").nth(1)).to_have_class("bad")
+
+    # Saving it anyway needs the explicit second button; a plain save stores nothing.
+    page.click("#save")
+    expect(page.locator("#rejected")).to_be_visible()
+    expect(page.locator("#save-anyway")).to_be_visible()
+    assert editor_text(page) == broken
+    assert store.manifest(SHARED, skill).version == v1
+
+    # Fix it and save: the store has the edit, and the worker's next step sees it.
+    fixed = original.replace("## Steps\n", "## Steps (edited in the console)\n")
+    set_editor(page, fixed)
+    expect(page.locator("#check-status")).to_have_text("valid")
+    page.click("#save")
+    expect(page.locator(".flash.ok")).to_contain_text(f"is now version {v1 + 1}")
+    assert store.read(SHARED, skill, "SKILL.md").decode() == fixed
+    after = worker.step(skill)
+    assert "## Steps (edited in the console)" in after["skill_md"]
+    assert after["revision"] > before["revision"]
+
+    # Someone edits the same file with the CLI while the editor is open: the live revision
+    # moves, a banner warns, and saving shows what they changed instead of overwriting it.
+    expect(page.locator("#live.connected")).to_be_visible()
+    shown_revision = int(page.inner_text("#live-rev"))
+    cli_edit(store_url, tmp_path, skill, "Understand the intent", "Understand the goal")
+    expect(page.locator("#stale-banner")).to_be_visible()
+    expect(page.locator("#live-rev")).not_to_have_text(str(shown_revision))
+    mine = fixed.replace("# Code reviewer", "# Code reviewer, careful edition")
+    set_editor(page, mine)
+    page.click("#save")
+    conflict = page.locator("#conflict")
+    expect(conflict).to_contain_text("changed while you were editing")
+    expect(conflict).to_contain_text("Understand the goal")  # their change, in the diff
+    assert editor_text(page) == mine  # nothing the operator typed is lost
+    assert "Understand the goal" in store.read(SHARED, skill, "SKILL.md").decode()
+
+    # Resolve knowingly: overwrite with my text on top of their version.
+    page.click("#overwrite")
+    expect(page.locator(".flash.ok")).to_contain_text(f"is now version {v1 + 3}")
+    assert store.read(SHARED, skill, "SKILL.md").decode() == mine
+
+    # Roll back to the first version from the history page.
+    page.click("a.btn >> text=History")
+    expect(page.locator("table.history tbody tr")).to_have_count(4)
+    page.click(f"text=Roll back to v{v1}")
+    expect(page.locator(".flash.ok")).to_contain_text(f"back to the files of version {v1}")
+    assert store.read(SHARED, skill, "SKILL.md").decode() == original
+    page.check(f"input[name=a][value='{v1 + 1}']")
+    page.check(f"input[name=b][value='{v1 + 3}']")
+    page.click("text=Compare A → B")
+    expect(page.locator("table.diff").first).to_contain_text("careful edition")
+
+    # A per-user override: alice gets her own copy, edits it, and only she sees the edit.
+    page.goto(f"/{SHARED.prefix}{skill}/")
+    page.fill("#ov-user", "alice")
+    page.click("text=Create override")
+    expect(page.locator(".flash.ok")).to_contain_text("Created alice")
+    alice_md = editor_text(page).replace("description: Reviews", "description: For Alice, reviews")
+    set_editor(page, alice_md)
+    page.click("#save")
+    expect(page.locator(".flash.ok")).to_contain_text("Saved SKILL.md")
+    assert worker.step(skill)["prompt"].count("For Alice, reviews") == 1
+    page.goto(f"/agents/{AGENT}/users/alice/")
+    expect(page.locator("#prompt-block")).to_contain_text("For Alice, reviews")
+    expect(page.locator("text=shadows shared:support-bot")).to_be_visible()
+    page.goto(f"/{SHARED.prefix}{skill}/")
+    expect(page.locator("aside")).to_contain_text("alice")
+    with skillfs.Skills(store, AGENT, "bob") as bob:
+        assert "For Alice" not in bob.snapshot().prompt()
+
+
+def test_create_upload_rename_delete(page: Page, store: skillfs.Store, tmp_path: Path) -> None:
+    page.goto(f"/{SHARED.prefix}")
+    page.click("text=New skill")
+    page.fill("#new-name", "refund-policy")
+    page.fill("#new-description", "Explains refunds: when they apply and how much.")
+    page.click("text=Create skill")
+    expect(page.locator(".flash.ok")).to_contain_text("Created refund-policy")
+    expect(page.locator("#check-status")).to_have_text("valid")
+    assert store.manifest(SHARED, "refund-policy").version == 1
+
+    # A binary asset, uploaded and downloaded back byte for byte.
+    logo = tmp_path / "logo.png"
+    logo.write_bytes(bytes(range(256)) * 8)
+    page.goto(f"/{SHARED.prefix}refund-policy/")
+    page.set_input_files("#up-file", str(logo))
+    page.fill("input[name=dir]", "assets")
+    page.click("form[enctype] button:text-is('Upload')")
+    expect(page.locator(".flash.ok")).to_contain_text("Uploaded assets/logo.png")
+    with page.expect_download() as got:
+        page.click("tr:has-text('logo.png') >> text=Download")
+    saved = tmp_path / "back.png"
+    got.value.save_as(saved)
+    assert saved.read_bytes() == logo.read_bytes()
+
+    # Rename in one commit; the frontmatter name follows.
+    page.fill("#rename-to", "refunds")
+    page.click("button:text-is('Rename')")
+    expect(page.locator(".flash.ok")).to_contain_text("Renamed refund-policy to refunds")
+    assert "refund-policy" not in store.skills(SHARED)
+    fm = store.manifest(SHARED, "refunds").frontmatter
+    assert fm is not None and fm["name"] == "refunds"
+
+    # Delete (after the confirm dialog), then restore from the deleted skill's page.
+    page.click("text=Delete skill")
+    expect(page.locator(".flash.ok")).to_contain_text("Deleted refunds")
+    assert "refunds" not in store.skills(SHARED)
+    page.goto(f"/{SHARED.prefix}refunds/")
+    page.click("text=Restore version")
+    expect(page.locator(".flash.ok")).to_contain_text("Rolled refunds back")
+    assert "refunds" in store.skills(SHARED)
+
+
+def test_zip_upload_from_the_browser(page: Page, store: skillfs.Store, tmp_path: Path) -> None:
+    import zipfile
+
+    archive = tmp_path / "skills.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for name in ("incident-postmortem", "api-docs-writer"):
+            for path, f in example_files(name).items():
+                z.writestr(f"{name}/{path}", f.data)
+    page.goto(f"/{SHARED.prefix}")
+    page.click("text=Upload zip")
+    page.set_input_files("#zip-file", str(archive))
+    page.click("#import-zip button:text-is('Upload')")
+    expect(page.locator(".flash.ok")).to_contain_text(
+        "Imported api-docs-writer, incident-postmortem"
+    )
+    assert {"api-docs-writer", "incident-postmortem"} <= set(store.skills(SHARED))
+
+
+def test_sign_out_and_bad_token(page: Page) -> None:
+    page.click("text=Sign out")
+    expect(page.locator("h1")).to_have_text("Sign in")
+    page.fill("#token", "wrong-token-wrong-token")
+    page.click("button[type=submit]")
+    expect(page.locator(".flash.error")).to_contain_text("Unknown or revoked token")
+    page.goto("/agents/support-bot/")
+    expect(page).to_have_url("/login?next=/agents/support-bot/")
+    sign_in(page)
