@@ -48,7 +48,7 @@ def in_process(store_url: str, directory: Path, **config: object) -> SkillfsServ
         grpc="127.0.0.1:0",
         http="127.0.0.1:0",
         tokens=write_tokens(directory),
-        **config,  # type: ignore[arg-type]
+        **config,
     )
     return SkillfsServer(cfg).start()
 

@@ -71,7 +71,7 @@ def code_of(call: object) -> grpc.StatusCode:
             result = call()
             if isinstance(result, Iterator):
                 list(result)
-    return err.value.code()  # type: ignore[no-any-return, attr-defined]
+    return err.value.code()
 
 
 def blobs(server: SkillfsServer) -> set[str]:
@@ -159,14 +159,14 @@ def test_blobs_by_hash_reveal_nothing(
 
     # naming bob's manifest: refused outright
     bobs = pb.Source(scope=str(B), skill="notes", version=1)
-    assert read(secret, bobs).code() == grpc.StatusCode.PERMISSION_DENIED  # type: ignore[attr-defined]
+    assert read(secret, bobs).code() == grpc.StatusCode.PERMISSION_DENIED
     # naming her own manifest: the same NOT_FOUND for bob's blob as for one that does not exist
     own = pb.Source(scope=str(A), skill="mine", version=mine.version)
     e1, e2 = read(secret, own), read(absent, own)
-    assert e1.code() == e2.code() == grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]
-    assert e1.details().replace(secret, "X") == e2.details().replace(absent, "X")  # type: ignore[attr-defined]
+    assert e1.code() == e2.code() == grpc.StatusCode.NOT_FOUND
+    assert e1.details().replace(secret, "X") == e2.details().replace(absent, "X")
     # naming no manifest: only '*:read' tokens may
-    assert read(secret, None).code() == grpc.StatusCode.PERMISSION_DENIED  # type: ignore[attr-defined]
+    assert read(secret, None).code() == grpc.StatusCode.PERMISSION_DENIED
     got = list(
         reader.ReadFile(
             pb.ReadFileRequest(ranges=[pb.BlobRange(sha256=secret)]), metadata=auth(READER)
@@ -220,8 +220,8 @@ def test_commit_cannot_reference_a_blob_it_neither_uploaded_nor_may_read(
         )
         with pytest.raises(grpc.RpcError) as err:
             admin.Commit(req, metadata=auth(ALICE))
-        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED  # type: ignore[attr-defined]
-        assert "neither uploaded nor read" in err.value.details()  # type: ignore[attr-defined]
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "neither uploaded nor read" in err.value.details()
     assert seeded.revision(AGENT) == before
     # holding the bytes is proof enough: uploading them earns the receipt (nothing leaks)
     alice = skillfs.open_store(url, token=ALICE)
@@ -267,10 +267,10 @@ def test_no_token_or_a_wrong_one(
     for meta in ([], auth("not-a-token-0123456789"), [("authorization", f"Basic {ADMIN}")]):
         with pytest.raises(grpc.RpcError) as err:
             reader.GetManifests(req, metadata=meta)
-        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
     with pytest.raises(grpc.RpcError) as err:
         admin.UploadBlob(iter([pb.UploadBlobRequest(data=b"x")]), metadata=[])
-    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
     nobody = skillfs.open_store(url, token="")
     with pytest.raises(PermissionDenied, match="no token"):
         nobody.publish(A, "x", {"SKILL.md": md("x")})
@@ -424,8 +424,8 @@ def test_malformed_requests(
     ]
     with pytest.raises(grpc.RpcError) as err:
         admin.Publish(iter(bad), metadata=meta)
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
-    assert "force" in err.value.details()  # type: ignore[attr-defined]
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "force" in err.value.details()
     assert server.store.revision(AGENT) is None and blobs(server) == set()
 
 
