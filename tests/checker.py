@@ -13,6 +13,8 @@ Linux host) and writes its record to a JSON-lines file. `check` then reads the w
       per skill, with versions;
 - C3  a read that started after a write was acknowledged sees that write or a newer one
       (manifests and revisions), and a snapshot whose revision covers a write sees it;
+- C4  (for `Skills.snapshot()` readers only) a snapshot holds whole commits, also those
+      spanning two scopes, and nothing committed after the snapshot's revision;
 - C5  per process, revisions and each skill's versions never go back;
 - C6  every acknowledged write is in the skill's history exactly once, at the version it was
       told; versions form a gap-free chain in which each write was based on the version just
@@ -53,7 +55,7 @@ from typing import Any, Literal
 
 import skillfs
 from skillfs.errors import Conflict, NotFound
-from skillfs.model import Manifest, Scope
+from skillfs.model import Manifest, Put, Scope
 
 #: Paths every write puts; a manifest with a different file set is a partial publish.
 PATHS = ("SKILL.md", "references/notes.md", "scripts/run.sh", "assets/data.txt")
@@ -93,9 +95,13 @@ class WriteOp(Op):
 
 @dataclass(kw_only=True)
 class RevisionRead(Op):
+    """The revision a snapshot is as of; `isolated` when the snapshot promises C4 (a
+    worker's `Skills.snapshot()`), not for the store-level reader's separate reads."""
+
     snap: int
     epoch: str | None
     counter: int | None
+    isolated: bool = False
 
 
 @dataclass(kw_only=True)
@@ -193,6 +199,13 @@ class _Job:
     max_ops: int | None = None
     min_acked: int = 0
     max_duration: float = 0.0
+    pair_ratio: float = 0.0
+    user: str = "alice"
+
+
+def hash_seed(role: str, index: int) -> int:
+    """A fixed seed per process (str hashes differ between processes)."""
+    return index * 3 + "wrs".index(role)
 
 
 def _now() -> int:
@@ -207,7 +220,7 @@ def _save(path: str, ops: Iterable[Op], crash: str | None = None) -> None:
             f.write(json.dumps({"type": "crash", "traceback": crash}) + "\n")
 
 
-def _worker(role: Literal["w", "r"], index: int, job: _Job, barrier: Any, acked: Any) -> None:
+def _worker(role: Literal["w", "r", "s"], index: int, job: _Job, barrier: Any, acked: Any) -> None:
     """One process's loop; `barrier` and `acked` (a shared count of acknowledged writes) are
     multiprocessing objects."""
     proc = f"{role}{index}"
@@ -216,6 +229,10 @@ def _worker(role: Literal["w", "r"], index: int, job: _Job, barrier: Any, acked:
     try:
         store = skillfs.open_store(job.url, history_policy=KEEP_ALL, blob_cache_bytes=0)
         store.revision(job.agent)  # connect before the start line
+        runtime = None
+        if role == "s":
+            runtime = skillfs.Skills(store, job.agent, job.user)
+            runtime.snapshot()  # start its follower before the start line
         barrier.wait()
         started = time.monotonic()
         rng = random.Random(job.seed)
@@ -231,11 +248,15 @@ def _worker(role: Literal["w", "r"], index: int, job: _Job, barrier: Any, acked:
 
         while more():
             n += 1
-            if role == "r":
+            if runtime is not None:
+                _runtime_snapshot(runtime, job, proc, n, rng, ops)
+            elif role == "r":
                 _snapshot(store, job, proc, n, rng, ops)
             elif _write_once(store, job, proc, n, rng, ops):
                 with acked.get_lock():
                     acked.value += 1
+        if runtime is not None:
+            runtime.close()
         store.close()
     except BaseException:
         crash = traceback.format_exc()
@@ -247,49 +268,72 @@ def _worker(role: Literal["w", "r"], index: int, job: _Job, barrier: Any, acked:
 def _write_once(
     store: skillfs.Store, job: _Job, proc: str, n: int, rng: random.Random, ops: list[Op]
 ) -> bool:
-    """Read a skill's manifest, then publish a new file set expecting that version; True
-    when the write was acknowledged."""
-    t = rng.choice(job.targets)
-    scope = Scope.parse(t.scope)
+    """Read the manifests of one skill (or, `pair_ratio` of the time, of two skills in two
+    scopes), then commit a new file set for each, expecting the versions read; True when
+    the commit was acknowledged."""
+    chosen = [rng.choice(job.targets)]
+    if rng.random() < job.pair_ratio:
+        others = [t for t in job.targets if t.scope != chosen[0].scope]
+        if others:
+            chosen.append(rng.choice(others))
+    tag = f"{proc}-{n}"
+    current: list[Manifest | None] = []
+    for t in chosen:
+        t0 = _now()
+        try:
+            m: Manifest | None = store.manifest(Scope.parse(t.scope), t.skill)
+        except NotFound:
+            m = None
+        seen = {t.skill: (m.version, m.commit_id)} if m else {}
+        ops.append(
+            ManifestsRead(
+                proc=proc,
+                invoke=t0,
+                complete=_now(),
+                snap=-1,
+                scope=t.scope,
+                skills=seen,
+                wanted=[t.skill],
+            )
+        )
+        current.append(m)
+    records = [
+        WriteOp(
+            proc=proc,
+            invoke=0,
+            complete=0,
+            scope=t.scope,
+            skill=t.skill,
+            tag=tag,
+            parent=m.commit_id if m else None,
+            expected=m.version if m else 0,
+            outcome="error",
+        )
+        for t, m in zip(chosen, current, strict=True)
+    ]
+    puts = [
+        Put(Scope.parse(w.scope), w.skill, dict(files_for(w.skill, tag)), w.expected)
+        for w in records
+    ]
     t0 = _now()
     try:
-        m: Manifest | None = store.manifest(scope, t.skill)
-    except NotFound:
-        m = None
-    t1 = _now()
-    seen = {t.skill: (m.version, m.commit_id)} if m else {}
-    ops.append(
-        ManifestsRead(
-            proc=proc, invoke=t0, complete=t1, snap=-1, scope=t.scope, skills=seen, wanted=[t.skill]
-        )
-    )
-    tag = f"{proc}-{n}"
-    expected = m.version if m else 0
-    op = WriteOp(
-        proc=proc,
-        invoke=_now(),
-        complete=0,
-        scope=t.scope,
-        skill=t.skill,
-        tag=tag,
-        parent=m.commit_id if m else None,
-        expected=expected,
-        outcome="error",
-    )
-    try:
-        res = store.publish(
-            scope, t.skill, files_for(t.skill, tag), expected_version=expected, commit_id=tag
-        )
+        res = store.commit(puts, commit_id=tag)
     except Conflict as exc:
-        op.outcome, op.current = "conflict", exc.current_version
+        for w in records:
+            w.outcome = "conflict"
+            w.current = exc.current_version if exc.skill == w.skill else None
     except Exception as exc:  # recorded: an unknown outcome, a violation unless allowed
-        op.error = f"{type(exc).__name__}: {exc}"
+        for w in records:
+            w.error = f"{type(exc).__name__}: {exc}"
     else:
-        op.outcome, op.version = "ok", res.version
-        op.epoch, op.counter = res.revision.epoch, res.revision.counter
-    op.complete = _now()
-    ops.append(op)
-    return op.outcome == "ok"
+        for w in records:
+            w.outcome, w.version = "ok", res.versions[w.skill]
+            w.epoch, w.counter = res.revision.epoch, res.revision.counter
+    t1 = _now()
+    for w in records:
+        w.invoke, w.complete = t0, t1
+    ops.extend(records)
+    return records[0].outcome == "ok"
 
 
 def _snapshot(
@@ -356,16 +400,85 @@ def _snapshot(
         )
 
 
+def _runtime_snapshot(
+    skills: skillfs.Skills, job: _Job, proc: str, n: int, rng: random.Random, ops: list[Op]
+) -> None:
+    """A worker's step: `Skills.snapshot()`, then every file of every checked skill through
+    the snapshot. Recorded like `_snapshot`, with the snapshot call's times for the revision
+    and manifests it holds, and marked `isolated` (it promises C4)."""
+    t0 = _now()
+    snap = skills.snapshot()
+    t1 = _now()
+    rev = snap.revisions.get(f"agents/{job.agent}")
+    ops.append(
+        RevisionRead(
+            proc=proc,
+            invoke=t0,
+            complete=t1,
+            snap=n,
+            epoch=rev.epoch if rev else None,
+            counter=rev.counter if rev else None,
+            isolated=True,
+        )
+    )
+    view = {(str(i.scope), i.id): i for i in snap.skills if i.scope is not None}
+    by_scope: dict[str, list[str]] = defaultdict(list)
+    for t in job.targets:
+        by_scope[t.scope].append(t.skill)
+    for scope_text, names in by_scope.items():
+        seen = {k: (i.version or 0, i.digest) for k in names if (i := view.get((scope_text, k)))}
+        ops.append(
+            ManifestsRead(
+                proc=proc,
+                invoke=t0,
+                complete=t1,
+                snap=n,
+                scope=scope_text,
+                skills=seen,
+                wanted=names,
+            )
+        )
+    for t in job.targets:
+        info = view.get((t.scope, t.skill))
+        if info is None:
+            continue
+        paths = sorted(info.files)
+        t2 = _now()
+        data = [snap.read_bytes(info.id, p) for p in paths]
+        ops.append(
+            FilesRead(
+                proc=proc,
+                invoke=t2,
+                complete=_now(),
+                snap=n,
+                scope=t.scope,
+                skill=t.skill,
+                version=info.version or 0,
+                commit_id=info.digest,
+                paths=paths,
+                tags=[tag_of(d) for d in data],
+                bad_sha=[
+                    p
+                    for p, d in zip(paths, data, strict=True)
+                    if hashlib.sha256(d).hexdigest() != info.files[p].sha256
+                ],
+            )
+        )
+
+
 # --------------------------------------------------------------------------- recording
 
 
-def default_targets(agent: str, skills: int = 4, run: str | None = None) -> list[Target]:
+def default_targets(
+    agent: str, skills: int = 4, run: str | None = None, user: str = "alice"
+) -> list[Target]:
     """`skills` fresh skills: all but the last in the agent-shared scope, the last in a
-    per-user scope of the same agent (so one revision covers two scopes)."""
+    per-user scope of the same agent (so one revision covers two scopes). Skill names are
+    distinct across scopes (a commit's result and a Conflict name skills without scope)."""
     run = run or uuid.uuid4().hex[:6]
     out = []
     for i in range(skills):
-        scope = f"user:{agent}/alice" if i == skills - 1 and skills > 1 else f"shared:{agent}"
+        scope = f"user:{agent}/{user}" if i == skills - 1 and skills > 1 else f"shared:{agent}"
         out.append(Target(scope, f"chk-{run}-{i}"))
     return out
 
@@ -378,6 +491,9 @@ def record(
     targets: Sequence[Target] | None = None,
     writers: int = 8,
     readers: int = 4,
+    runtime_readers: int = 0,
+    pair_ratio: float = 0.0,
+    user: str = "alice",
     duration: float = 4.0,
     min_acked: int = 0,
     max_duration: float | None = None,
@@ -385,43 +501,60 @@ def record(
     during: Callable[[], None] | None = None,
     start_timeout: float = 120.0,
 ) -> History:
-    """Run writer and reader processes (spawned) against `url` and return their recorded
-    history. They run for `duration` seconds, then on until `min_acked` writes were
-    acknowledged or `max_duration` seconds passed (a slow machine still gets a meaningful
-    run); each stops after `max_ops` operations if given. `during` runs in this process
-    while they work (a fault scenario kills a server there). Raises RuntimeError if a
-    worker crashed."""
+    """Run writer and reader processes (spawned) against `url`; return their history.
+
+    `readers` read through the store (revision, manifests, files: separate calls);
+    `runtime_readers` take `Skills(store, agent, user).snapshot()`s as a worker does. A
+    `pair_ratio` share of the writes commits two skills of two scopes at once. All run for
+    `duration` seconds, then on until `min_acked` writes were acknowledged or `max_duration`
+    seconds passed (a slow machine still gets a meaningful run); each stops after `max_ops`
+    operations if given. `during` runs in this process while they work (a fault scenario
+    kills a server there). Raises RuntimeError if a worker crashed."""
     max_duration = max(duration, max_duration or duration)
-    targets = list(targets or default_targets(agent))
+    targets = list(targets or default_targets(agent, user=user))
     out_dir.mkdir(parents=True, exist_ok=True)
     ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(writers + readers + 1, timeout=start_timeout)
+    barrier = ctx.Barrier(writers + readers + runtime_readers + 1, timeout=start_timeout)
     acked = ctx.Value("q", 0)
-    job = _Job(url, agent, targets, str(out_dir), duration, 0, max_ops, min_acked, max_duration)
+    job = _Job(
+        url=url,
+        agent=agent,
+        targets=targets,
+        out=str(out_dir),
+        duration=duration,
+        seed=0,
+        max_ops=max_ops,
+        min_acked=min_acked,
+        max_duration=max_duration,
+        pair_ratio=pair_ratio,
+        user=user,
+    )
     procs = [
         ctx.Process(
             target=_worker,
-            args=(role, i, dataclasses.replace(job, seed=2 * i + (role == "r")), barrier, acked),
+            args=(role, i, dataclasses.replace(job, seed=hash_seed(role, i)), barrier, acked),
             name=f"checker-{role}{i}",
         )
-        for role, count in (("w", writers), ("r", readers))
+        for role, count in (("w", writers), ("r", readers), ("s", runtime_readers))
         for i in range(count)
     ]
     for p in procs:
         p.start()
+    started = wall = 0.0
     try:
-        barrier.wait()
-        started = time.monotonic()
-        if during is not None:
-            during()
-        for p in procs:
-            p.join(timeout=max(1.0, started + max_duration + 60 - time.monotonic()))
+        if _all_ready(procs, barrier, start_timeout):
+            barrier.wait()
+            started = time.monotonic()
+            if during is not None:
+                during()
+            for p in procs:
+                p.join(timeout=max(1.0, started + max_duration + 60 - time.monotonic()))
+            wall = time.monotonic() - started
     finally:
         for p in procs:
             if p.is_alive():
                 p.kill()
                 p.join()
-    wall = time.monotonic() - started
     ops: list[Op] = []
     crashes: list[str] = []
     for path in sorted(out_dir.glob("*.jsonl")):
@@ -430,6 +563,7 @@ def record(
                 crashes.append(f"{path.stem}: {json.loads(line)['traceback']}")
             else:
                 ops.append(_load(line))
+    crashes.sort(key=lambda c: "BrokenBarrierError" in c)  # the cause first, then the others
     failed = [p.name for p in procs if p.exitcode != 0]
     if crashes or failed:
         raise RuntimeError(f"checker workers failed: {failed}\n" + "\n".join(crashes[:3]))
@@ -442,6 +576,20 @@ def record(
             for t in targets
         }
     return History(agent=agent, targets=targets, ops=ops, versions=versions, wall_seconds=wall)
+
+
+def _all_ready(procs: list[Any], barrier: Any, timeout: float) -> bool:
+    """Wait until every worker waits at the start line; False (barrier aborted) as soon as
+    one of them died on the way, so its crash report is read instead of waiting it out."""
+    deadline = time.monotonic() + timeout
+    while barrier.n_waiting < len(procs):
+        if any(p.exitcode is not None for p in procs) or time.monotonic() > deadline:
+            barrier.abort()
+            for p in procs:
+                p.join(timeout=10)
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def _history_or_empty(store: skillfs.Store, scope: Scope, skill: str) -> list[Manifest]:
@@ -508,11 +656,12 @@ def check(history: History, *, allow_errors: bool = False) -> Report:
     revs = [op for op in history.ops if isinstance(op, RevisionRead)]
     mreads = [op for op in history.ops if isinstance(op, ManifestsRead)]
     freads = [op for op in history.ops if isinstance(op, FilesRead)]
-    by_tag = {w.tag: w for w in writes}
+    by_key = {(w.tag, w.scope, w.skill): w for w in writes}
     acked = [w for w in writes if w.outcome == "ok"]
     r.counts.update(
         {
             "writes": len(writes),
+            "multi-scope commits": sum(n > 1 for n in Counter(w.tag for w in writes).values()),
             "writes acknowledged": len(acked),
             "writes conflicted": sum(w.outcome == "conflict" for w in writes),
             "revision reads": len(revs),
@@ -526,17 +675,17 @@ def check(history: History, *, allow_errors: bool = False) -> Report:
         r.fail("setup", "no write was acknowledged: nothing was tested")
     if not freads:
         r.fail("setup", "no reader read a file: nothing was tested")
-    _check_c1(history, by_tag, freads, mreads, r)
+    _check_c1(by_key, freads, mreads, r)
     _check_c2(acked, r)
     _check_c3(history, acked, revs, mreads, r)
+    _check_c4(history, writes, revs, mreads, r)
     _check_c5(revs, mreads, r, allow_errors)
-    _check_c6(history, writes, by_tag, r, allow_errors)
+    _check_c6(history, writes, by_key, r, allow_errors)
     return r
 
 
 def _check_c1(
-    history: History,
-    by_tag: dict[str, WriteOp],
+    by_key: dict[tuple[str, str, str], WriteOp],
     freads: list[FilesRead],
     mreads: list[ManifestsRead],
     r: Report,
@@ -554,9 +703,9 @@ def _check_c1(
     for m in mreads:
         for skill, (version, commit_id) in m.skills.items():
             r.counts["manifests checked"] += 1
-            w = by_tag.get(commit_id)
+            w = by_key.get((commit_id, m.scope, skill))
             where = f"{m.proc} read {m.scope}/{skill} v{version} (commit {commit_id})"
-            if w is None or w.skill != skill or w.scope != m.scope:
+            if w is None:
                 r.fail("C1", f"{where}: no write of this skill made it")
             elif w.outcome == "conflict":
                 r.fail("C6", f"{where}: made by a write that was told Conflict")
@@ -565,31 +714,31 @@ def _check_c1(
 
 
 def _check_c2(acked: list[WriteOp], r: Report) -> None:
-    """Distinct revisions, ordered as real time and (per skill) as versions."""
+    """Distinct revisions per commit, ordered as real time and (per skill) as versions."""
     by_epoch: dict[str | None, list[WriteOp]] = defaultdict(list)
     for w in acked:
         by_epoch[w.epoch].append(w)
     for ws in by_epoch.values():
-        counters = Counter(w.counter for w in ws)
+        commits = list({w.tag: w for w in ws}.values())  # a commit's skills share a revision
+        counters = Counter(w.counter for w in commits)
         for c, n in counters.items():
             if n > 1:
-                r.fail("C2", f"{n} acknowledged writes returned the same revision counter {c}")
-        ordered = sorted(ws, key=lambda w: w.counter or 0)
-        # A write that completed before another started must have the lower revision.
-        min_complete_after = None
-        for w in reversed(ordered):
+                r.fail("C2", f"{n} acknowledged commits returned the same revision counter {c}")
+        # A commit acknowledged before another started must have the lower revision.
+        first_done: tuple[int, WriteOp] | None = None  # among the higher revisions
+        for w in sorted(commits, key=lambda w: w.counter or 0, reverse=True):
             r.counts["revision order checks"] += 1
-            if min_complete_after is not None and min_complete_after[0] < w.invoke:
-                other = min_complete_after[1]
+            if first_done is not None and first_done[0] < w.invoke:
+                other = first_done[1]
                 r.fail(
                     "C2",
                     f"{other.tag} (revision {other.counter}) was acknowledged before {w.tag} "
                     f"started, yet {w.tag} got the lower revision {w.counter}",
                 )
-            if min_complete_after is None or w.complete < min_complete_after[0]:
-                min_complete_after = (w.complete, w)
+            if first_done is None or w.complete < first_done[0]:
+                first_done = (w.complete, w)
         last: dict[tuple[str, str], WriteOp] = {}
-        for w in ordered:
+        for w in sorted(ws, key=lambda w: w.counter or 0):
             prev = last.get((w.scope, w.skill))
             if prev is not None and (prev.version or 0) >= (w.version or 0):
                 r.fail(
@@ -694,23 +843,26 @@ def _check_c5(
 def _check_c6(
     history: History,
     writes: list[WriteOp],
-    by_tag: dict[str, WriteOp],
+    by_key: dict[tuple[str, str, str], WriteOp],
     r: Report,
     allow_errors: bool,
 ) -> None:
     """Acknowledged writes in history exactly once, a gap-free chain without lost updates,
-    failures are justified Conflicts."""
+    failures are justified Conflicts (for a multi-scope commit: by one of its skills)."""
+    at = {t: dict(history.versions[t]) for t in history.targets}  # version -> commit id
+    conflicts: dict[str, list[WriteOp]] = defaultdict(list)
     for w in writes:
         if w.outcome == "error" and not allow_errors:
             r.fail("C6", f"{w.tag} on {w.scope}/{w.skill} failed without Conflict: {w.error}")
         if w.outcome == "conflict":
-            r.counts["C6 conflict checks"] += 1
-            if w.current is None or w.current <= w.expected:
-                r.fail(
-                    "C6",
-                    f"{w.tag} on {w.scope}/{w.skill} expected v{w.expected} and got Conflict "
-                    f"with current version {w.current}: not newer",
-                )
+            conflicts[w.tag].append(w)
+    for tag, ws in conflicts.items():
+        r.counts["C6 conflict checks"] += 1
+        what = ", ".join(f"{w.scope}/{w.skill} at v{w.expected}" for w in ws)
+        if not any(w.current is not None and w.current > w.expected for w in ws):
+            r.fail("C6", f"{tag} expected {what} and got Conflict without a newer current version")
+        if not any(at[Target(w.scope, w.skill)].get(w.expected + 1) not in (None, tag) for w in ws):
+            r.fail("C6", f"{tag} got Conflict expecting {what}, yet no other write moved them")
     for t in history.targets:
         chain = history.versions[t]
         r.counts["history entries"] += len(chain)
@@ -722,10 +874,10 @@ def _check_c6(
         for tag, n in tags.items():
             if n > 1:
                 r.fail("C6", f"{where}: commit {tag} is in history {n} times")
-        at: dict[int, str] = dict(chain)
         for version, tag in chain:
-            made = by_tag.get(tag)
-            if made is None or (made.scope, made.skill) != (t.scope, t.skill):
+            r.counts["C6 chain checks"] += 1
+            made = by_key.get((tag, t.scope, t.skill))
+            if made is None:
                 r.fail("C6", f"{where} v{version}: commit {tag} is no recorded write of it")
                 continue
             w = made
@@ -735,21 +887,57 @@ def _check_c6(
                 r.fail(
                     "C6", f"{where}: {tag} was acknowledged as v{w.version}, history has v{version}"
                 )
-            if w.expected != version - 1 or w.parent != at.get(version - 1):
+            if w.expected != version - 1 or w.parent != at[t].get(version - 1):
                 r.fail(
                     "C6",
                     f"{where} v{version}: lost update: {tag} edited v{w.expected} "
-                    f"(commit {w.parent}) but v{version - 1} is {at.get(version - 1)}",
+                    f"(commit {w.parent}) but v{version - 1} is {at[t].get(version - 1)}",
                 )
-            r.counts["C6 chain checks"] += 1
         for w in writes:
-            if (w.scope, w.skill) != (t.scope, t.skill):
-                continue
-            if w.outcome == "ok" and tags.get(w.tag, 0) != 1:
+            mine = (w.scope, w.skill) == (t.scope, t.skill)
+            if mine and w.outcome == "ok" and tags.get(w.tag, 0) != 1:
                 r.fail("C6", f"{where}: acknowledged {w.tag} (v{w.version}) is not in history")
-            if w.outcome == "conflict" and at.get(w.expected + 1) in (None, w.tag):
+
+
+def _check_c4(
+    history: History,
+    writes: list[WriteOp],
+    revs: list[RevisionRead],
+    mreads: list[ManifestsRead],
+    r: Report,
+) -> None:
+    """Snapshots that promise isolation (a worker's `Skills.snapshot()`) hold whole commits
+    and nothing committed after their revision."""
+    landed: dict[str, dict[tuple[str, str], int]] = defaultdict(dict)  # tag -> skill -> version
+    for t in history.targets:
+        for version, tag in history.versions[t]:
+            landed[tag][(t.scope, t.skill)] = version
+    counter_of = {w.tag: w.counter for w in writes if w.outcome == "ok"}
+    isolated = {(rv.proc, rv.snap): rv for rv in revs if rv.isolated}
+    seen: dict[tuple[str, int], dict[tuple[str, str], tuple[int, str]]] = defaultdict(dict)
+    for m in mreads:
+        if (m.proc, m.snap) in isolated:
+            for skill in m.wanted:
+                seen[(m.proc, m.snap)][(m.scope, skill)] = m.skills.get(skill, (0, ""))
+    for key, skills in seen.items():
+        rv = isolated[key]
+        where = f"{key[0]} snapshot {key[1]} at revision {rv.counter}"
+        for (scope, skill), (version, tag) in skills.items():
+            if not version:
+                continue
+            r.counts["C4 snapshot checks"] += 1
+            made_at = counter_of.get(tag)
+            if made_at is not None and (rv.counter is None or made_at > rv.counter):
                 r.fail(
-                    "C6",
-                    f"{where}: {w.tag} got Conflict expecting v{w.expected}, yet no other "
-                    f"write made v{w.expected + 1}",
+                    "C4",
+                    f"{where} holds {scope}/{skill} v{version}, committed later at revision "
+                    f"{made_at} (by {tag})",
                 )
+            for other, need in landed.get(tag, {}).items():
+                got = skills.get(other, (0, ""))[0]
+                if other != (scope, skill) and other in skills and got < need:
+                    r.fail(
+                        "C4",
+                        f"{where} holds half of commit {tag}: {scope}/{skill} v{version} but "
+                        f"{other[0]}/{other[1]} v{got}, not its v{need}",
+                    )

@@ -34,6 +34,8 @@ SECONDS = 5.0
 #: On a slow or busy machine a run goes on (up to MAX_SECONDS) until this many writes landed.
 MIN_ACKED = 300
 MAX_SECONDS = 20.0
+#: The share of commits that write two skills in two scopes (shared and per-user) at once.
+PAIR_RATIO = 0.25
 #: A run must check at least this many store calls to count as a test.
 MIN_OPERATIONS = 1000
 
@@ -50,6 +52,7 @@ def test_concurrent_writers_and_readers_keep_the_contract(
         tmp_path / "ops",
         writers=WRITERS,
         readers=READERS,
+        pair_ratio=PAIR_RATIO,
         duration=SECONDS,
         min_acked=MIN_ACKED,
         max_duration=MAX_SECONDS,
@@ -60,6 +63,43 @@ def test_concurrent_writers_and_readers_keep_the_contract(
     assert report.operations >= MIN_OPERATIONS, report.summary()
     assert report.counts["writes acknowledged"] >= MIN_ACKED // 3, report.summary()
     assert report.counts["writes conflicted"] > 0, "no write raced another: nothing was tested"
+    assert report.counts["multi-scope commits"] > 0, report.summary()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("engine", ["sqlite", "redis", "etcd"])
+def test_worker_snapshots_are_isolated(
+    request: pytest.FixtureRequest, engine: str, tmp_path: Path
+) -> None:
+    """The same writers (half of their commits span the shared and the per-user scope)
+    against 4 worker processes taking `Skills.snapshot()`s and reading every file through
+    them: C1, C3, C5 and C6 as above, plus C4 — a snapshot holds whole commits and nothing
+    committed after its revision."""
+    url = url_for(request, engine, tmp_path)
+    history = record(
+        url,
+        tmp_path / "ops",
+        writers=WRITERS,
+        readers=0,
+        runtime_readers=READERS,
+        pair_ratio=0.5,
+        duration=4.0,
+        min_acked=MIN_ACKED // 2,
+        max_duration=MAX_SECONDS / 2,
+    )
+    report = check(history)
+    print(f"\n{engine}: {report.summary()} in {history.wall_seconds:.1f}s")
+    others = [v for v in report.violations if not v.startswith("C4")]
+    assert not others, "\n".join(others[:30])
+    assert report.operations >= MIN_OPERATIONS, report.summary()
+    assert report.counts["C4 snapshot checks"] > 0, report.summary()
+    isolation = [v for v in report.violations if v.startswith("C4")]
+    if isolation:
+        # Known bug, reported to the runtime's owner: the follower labels manifests it loads
+        # after reading the revision with that (older) revision, and loads two scopes with
+        # two reads, so a step can see a commit that landed in between, or half of it.
+        pytest.xfail(f"{len(isolation)} C4 violations, e.g.\n" + "\n".join(isolation[:5]))
 
 
 # --------------------------------------------------------------------------- the checker itself
@@ -70,6 +110,7 @@ E = "epoch"
 
 
 def _write(tag: str, parent: str | None, expected: int, t0: int, t1: int, **kw: Any) -> WriteOp:
+    target = kw.pop("target", T)
     outcome = kw.pop("outcome", "ok")
     if outcome == "ok":
         kw.setdefault("version", expected + 1)
@@ -78,8 +119,8 @@ def _write(tag: str, parent: str | None, expected: int, t0: int, t1: int, **kw: 
         proc=tag.split("-")[0],
         invoke=t0,
         complete=t1,
-        scope=T.scope,
-        skill=T.skill,
+        scope=target.scope,
+        skill=target.skill,
         tag=tag,
         parent=parent,
         expected=expected,
@@ -88,15 +129,17 @@ def _write(tag: str, parent: str | None, expected: int, t0: int, t1: int, **kw: 
     )
 
 
-def _read(proc: str, t0: int, version: int, tag: str, snap: int = 1) -> ManifestsRead:
+def _read(
+    proc: str, t0: int, version: int, tag: str, snap: int = 1, target: Target = T
+) -> ManifestsRead:
     return ManifestsRead(
         proc=proc,
         invoke=t0,
         complete=t0 + 1,
         snap=snap,
-        scope=T.scope,
-        skills={T.skill: (version, tag)} if version else {},
-        wanted=[T.skill],
+        scope=target.scope,
+        skills={target.skill: (version, tag)} if version else {},
+        wanted=[target.skill],
     )
 
 
@@ -116,8 +159,16 @@ def _files(proc: str, t0: int, version: int, tag: str, tags: list[str] | None = 
     )
 
 
-def _rev(proc: str, t0: int, counter: int, snap: int = 1) -> RevisionRead:
-    return RevisionRead(proc=proc, invoke=t0, complete=t0 + 1, snap=snap, epoch=E, counter=counter)
+def _rev(proc: str, t0: int, counter: int, snap: int = 1, isolated: bool = False) -> RevisionRead:
+    return RevisionRead(
+        proc=proc,
+        invoke=t0,
+        complete=t0 + 1,
+        snap=snap,
+        epoch=E,
+        counter=counter,
+        isolated=isolated,
+    )
 
 
 def _good() -> tuple[list[Op], list[tuple[int, str]]]:
@@ -187,3 +238,71 @@ def test_checker_allows_unknown_outcomes_in_fault_runs() -> None:
     chain.append((3, "w2-1"))
     assert _violations(ops, chain, allow_errors=True) == []
     assert _violations(ops, chain)
+
+
+# Commits spanning two scopes, and isolated (worker) snapshots.
+U = Target("user:a/u", "p")
+
+
+def _pair(
+    tag: str, parents: tuple[str | None, str | None], v: int, t0: int, t1: int, **kw: Any
+) -> list[WriteOp]:
+    return [
+        _write(tag, parents[0], v, t0, t1, target=T, **kw),
+        _write(tag, parents[1], v, t0, t1, target=U, **kw),
+    ]
+
+
+def _pair_history() -> tuple[list[Op], dict[Target, list[tuple[int, str]]]]:
+    ops: list[Op] = [
+        *_pair("w0-1", (None, None), 0, 0, 10, counter=1),
+        *_pair("w1-1", ("w0-1", "w0-1"), 1, 20, 30, counter=2),
+        _rev("s0", 31, 2, isolated=True),
+        _read("s0", 31, 2, "w1-1", target=T),
+        _read("s0", 31, 2, "w1-1", target=U),
+        _files("s0", 32, 2, "w1-1"),
+    ]
+    return ops, {T: [(1, "w0-1"), (2, "w1-1")], U: [(1, "w0-1"), (2, "w1-1")]}
+
+
+def _pair_violations(ops: list[Op], chains: dict[Target, list[tuple[int, str]]]) -> list[str]:
+    return check(History(agent="a", targets=[T, U], ops=ops, versions=chains)).violations
+
+
+def test_checker_passes_multi_scope_commits() -> None:
+    assert _pair_violations(*_pair_history()) == []
+
+
+def test_checker_catches_a_snapshot_holding_half_a_commit() -> None:
+    ops, chains = _pair_history()
+    # Taken while w1-1 commits: labelled revision 1, yet it holds w1-1's T and w0-1's U.
+    ops += [
+        _rev("s1", 25, 1, isolated=True),
+        _read("s1", 25, 2, "w1-1", target=T),
+        _read("s1", 25, 1, "w0-1", target=U),
+    ]
+    found = _pair_violations(ops, chains)
+    assert any("half of commit w1-1" in v for v in found), found
+    assert any("committed later at revision 2" in v for v in found), found
+    assert all(v.startswith("C4") for v in found), found
+
+
+def test_checker_ignores_isolation_of_store_level_reads() -> None:
+    ops, chains = _pair_history()
+    ops += [
+        _rev("r1", 25, 1),
+        _read("r1", 25, 2, "w1-1", target=T),
+        _read("r1", 25, 1, "w0-1", target=U),
+    ]
+    assert _pair_violations(ops, chains) == []
+
+
+def test_checker_multi_scope_conflicts() -> None:
+    ops, chains = _pair_history()
+    justified = _pair("w2-1", ("w0-1", "w1-1"), 1, 40, 41, outcome="conflict")
+    justified[0].current = 2  # T moved on; U did not: one moved skill justifies it
+    assert _pair_violations([*ops, *justified], chains) == []
+    unjustified = _pair("w3-1", ("w1-1", "w1-1"), 2, 40, 41, outcome="conflict")
+    found = _pair_violations([*ops, *unjustified], chains)
+    assert any("without a newer current version" in v for v in found), found
+    assert any("yet no other write moved them" in v for v in found), found
