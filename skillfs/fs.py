@@ -238,7 +238,7 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
     def _commit(self, batch: Batch) -> None:
         touched = [sk for sk in batch.skills.values() if sk.edits]
         for group in [touched] if batch.together else [[sk] for sk in touched]:
-            publish(self.store, self.scope, group, batch.blobs, self._read)
+            publish(self.store, self.scope, group, self._read)
         if touched:
             self.invalidate_cache()
 

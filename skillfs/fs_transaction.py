@@ -83,13 +83,12 @@ def publish(
     store: Store,
     scope: Scope,
     group: list[SkillView],
-    blobs: dict[str, bytes],
     reread: Callable[[Sequence[str]], dict[str, SkillView]],
 ) -> None:
     """Commit the group's skills at once; on Conflict reread them and redo the edits."""
     deadline = time.monotonic() + store.retry_for
     attempt = 0
-    while changes := _changes(store, scope, group, blobs):
+    while changes := _changes(scope, group):
         try:
             store.commit(changes)
             return
@@ -105,27 +104,12 @@ def publish(
         group = [fresh[sk.name] for sk in group]
 
 
-def _changes(
-    store: Store, scope: Scope, group: list[SkillView], blobs: dict[str, bytes]
-) -> list[Put | Remove]:
-    """The Put or Remove of each skill. A Put carries bytes, so the unchanged stored files
-    are read back (one batched round trip, mostly answered by the blob cache)."""
-    entries = [
-        it
-        for sk in group
-        for it in sk.files.values()
-        if isinstance(it, FileEntry) and it.sha256 not in blobs
-    ]
-    if entries:
-        blobs.update(store.read_entries(entries))
+def _changes(scope: Scope, group: list[SkillView]) -> list[Put | Remove]:
+    """The Put or Remove of each skill; unchanged stored files go by reference."""
     out: list[Put | Remove] = []
     for sk in group:
         if sk.files:
-            files: dict[str, File | bytes] = {
-                p: it if isinstance(it, File) else File(blobs[it.sha256], it.mode, it.mtime)
-                for p, it in sk.files.items()
-            }
-            out.append(Put(scope, sk.name, files, sk.expected))
+            out.append(Put(scope, sk.name, dict(sk.files), sk.expected))
         elif sk.expected:
             out.append(Remove(scope, sk.name, sk.expected))
     return out

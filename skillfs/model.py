@@ -206,20 +206,22 @@ class CommitResult(BaseModel):
 
 
 class Put(BaseModel):
-    """Replace a skill's whole file set; `expected_version` 0 means 'must not exist yet'."""
+    """Replace a skill's whole file set; `expected_version` 0 means 'must not exist yet'.
+
+    A file may be a `FileEntry` of a stored file, kept by reference without re-sending it."""
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     scope: Scope
     skill: str
-    files: dict[str, File | bytes]
+    files: dict[str, File | bytes | FileEntry]
     expected_version: int | None = None
 
     def __init__(
         self,
         scope: Scope,
         skill: str,
-        files: dict[str, File | bytes],
+        files: dict[str, File | bytes | FileEntry],
         expected_version: int | None = None,
     ) -> None:
         super().__init__(scope=scope, skill=skill, files=files, expected_version=expected_version)

@@ -162,7 +162,7 @@ class Store:
         self,
         scope: Scope,
         skill: str,
-        files: Mapping[str, File | bytes],
+        files: Mapping[str, File | bytes | FileEntry],
         expected_version: int | None = None,
         *,
         commit_id: str | None = None,
@@ -189,10 +189,7 @@ class Store:
             raise NotFound(
                 f"version {version} of {scope}/{skill} is a deletion: pick another version"
             )
-        files = {
-            p: File(self.read_entry(e), mode=e.mode, mtime=e.mtime) for p, e in old.files.items()
-        }
-        return self.publish(scope, skill, files, expected_version)
+        return self.publish(scope, skill, dict(old.files), expected_version)
 
     def commit(
         self, changes: Sequence[Put | Remove], *, commit_id: str | None = None
@@ -231,65 +228,92 @@ class Store:
                 expected_version=change.expected_version,
                 files=None,
             )
-        files: dict[str, tuple[bytes, int | None, float | None]] = {}
+        entries: dict[str, FileEntry] = {}
+        blobs: dict[str, bytes] = {}
         for raw_path, value in change.files.items():
             path = normalize_path(raw_path)
-            if path in files:
+            if path in entries:
                 raise InvalidPath(
                     f"{change.skill}: {raw_path!r} names the same file as another path"
                 )
-            f = value if isinstance(value, File) else File(bytes(value))
-            if len(f.data) > self.limits.max_file_size:
-                raise TooLarge(
-                    f"{change.skill}/{path} is {len(f.data)} bytes, over the limit of "
-                    f"{self.limits.max_file_size} bytes per file (Limits.max_file_size)"
-                )
-            files[path] = (f.data, f.mode, f.mtime)
-        if len(files) > self.limits.max_files:
+            entries[path] = self._entry(change.skill, path, value, blobs, now)
+        if len(entries) > self.limits.max_files:
             raise TooLarge(
-                f"{change.skill} has {len(files)} files, over the limit of {self.limits.max_files}"
+                f"{change.skill} has {len(entries)} files, "
+                f"over the limit of {self.limits.max_files} (Limits.max_files)"
             )
-        total = sum(len(d) for d, _, _ in files.values())
+        total = sum(e.size for e in entries.values())
         if total > self.limits.max_skill_size:
             raise TooLarge(
                 f"{change.skill} holds {total} bytes, over the limit of "
                 f"{self.limits.max_skill_size} bytes per skill (Limits.max_skill_size)"
             )
-        for path in files:
+        for path in entries:
             parent = path
             while "/" in parent:
                 parent = parent.rsplit("/", 1)[0]
-                if parent in files:
+                if parent in entries:
                     raise InvalidPath(
                         f"{change.skill}: {parent!r} is a file, so {path!r} cannot be inside it"
                     )
+        refs = {e.sha256 for e in entries.values() if e.sha256 not in blobs}
+        self._upload(blobs, refs, now)
+        skill_md = entries.get("SKILL.md")
         frontmatter, findings = inspect_skill(
-            change.skill, {p: d for p, (d, _, _) in files.items()}
+            change.skill,
+            {}
+            if skill_md is None
+            else {"SKILL.md": blobs.get(skill_md.sha256) or self.read_entry(skill_md)},
         )
-        entries: dict[str, FileEntry] = {}
-        blobs: dict[str, bytes] = {}
-        for path, (data, mode, mtime) in sorted(files.items()):
-            digest = sha256(data)
-            blobs[digest] = data
-            entries[path] = FileEntry(
-                sha256=digest,
-                size=len(data),
-                mode=mode if mode is not None else default_mode(path, data),
-                mtime=mtime if mtime is not None else now,
-            )
-        self._upload(blobs, now)
         return _Prepared(
             scope=change.scope,
             skill=change.skill,
             expected_version=change.expected_version,
-            files=entries,
+            files=dict(sorted(entries.items())),
             frontmatter=frontmatter,
             findings=list(findings),
         )
 
-    def _upload(self, blobs: Mapping[str, bytes], now: float) -> None:
-        """Write the blobs the store lacks; refresh last-use of the ones it has (GC grace)."""
-        present = self._retrying(self.engine.touch_blobs, list(blobs), now)
+    def _entry(
+        self,
+        skill: str,
+        path: str,
+        value: File | bytes | FileEntry,
+        blobs: dict[str, bytes],
+        now: float,
+    ) -> FileEntry:
+        """A file table row: a stored file is kept by reference, new bytes are hashed."""
+        if isinstance(value, FileEntry):
+            size = value.size
+        else:
+            f = value if isinstance(value, File) else File(bytes(value))
+            size = len(f.data)
+        if size > self.limits.max_file_size:
+            raise TooLarge(
+                f"{skill}/{path} is {size} bytes, over the limit of "
+                f"{self.limits.max_file_size} bytes per file (Limits.max_file_size)"
+            )
+        if isinstance(value, FileEntry):
+            return value
+        digest = sha256(f.data)
+        blobs[digest] = f.data
+        return FileEntry(
+            sha256=digest,
+            size=size,
+            mode=f.mode if f.mode is not None else default_mode(path, f.data),
+            mtime=f.mtime if f.mtime is not None else now,
+        )
+
+    def _upload(self, blobs: Mapping[str, bytes], refs: set[str], now: float) -> None:
+        """Write the blobs the store lacks and refresh the last-use time of the ones it has
+        and of the stored files kept by reference (that is GC's grace)."""
+        present = self._retrying(self.engine.touch_blobs, [*blobs, *refs], now)
+        lost = refs - present
+        if lost:
+            raise NotFound(
+                f"the store no longer has blob {min(lost)}: a file kept by reference must "
+                "still be stored; send its bytes instead"
+            )
         size = self.engine.chunk_size
         for digest, data in blobs.items():
             if digest not in present:

@@ -420,7 +420,7 @@ def test_gc_keeps_referenced_and_recently_touched_blobs(store_url: str) -> None:
     now[0] = 5000.0
     # a publisher reuses the unreferenced blob: it touches it before its commit lands
     reused = b"gone soon"
-    s._upload({hashlib.sha256(reused).hexdigest(): reused}, now[0])
+    s._upload({hashlib.sha256(reused).hexdigest(): reused}, set(), now[0])
     report = s.gc(grace=100)
     assert report.blobs_deleted >= 1
     s.publish(ALICE, "a2", {"SKILL.md": skill_md("a2"), "x.md": reused})
