@@ -482,3 +482,18 @@ def test_c8_wiped_domain_is_a_reset(store: skillfs.Store) -> None:
     first = next(iter(store.follow("never-written", since=gone, timeout=5)))
     assert first.op == "reset"
     assert next(iter(store.follow("never-written", timeout=0.2)), None) is None
+
+
+def test_put_keeps_stored_files_by_reference(store: skillfs.Store) -> None:
+    store.publish(ALICE, "a", files_v("a", 1))
+    old = store.manifest(ALICE, "a")
+    files: dict[str, File | bytes | skillfs.FileEntry] = dict(old.files)
+    files["references/new.md"] = b"added\n"
+    assert store.publish(ALICE, "a", files, expected_version=1).version == 2
+    assert store.read(ALICE, "a", "references/r1.md") == b"v1 ref 1\n"
+    assert store.manifest(ALICE, "a").files["references/r1.md"] == old.files["references/r1.md"]
+    ghost = skillfs.FileEntry(sha256="0" * 64, size=3, mode=0o644, mtime=0.0)
+    rev = store.revision(ALICE)
+    with pytest.raises(NotFound, match="no longer has blob"):
+        store.publish(ALICE, "a", {"SKILL.md": skill_md("a"), "x": ghost})
+    assert store.revision(ALICE) == rev
