@@ -617,7 +617,11 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
                 f"UploadBlob: the {len(data)} bytes sent do not hash to {sha} of {size} bytes; "
                 "nothing was stored"
             )
-        self.store._upload({sha: data}, self.backend.now(principal, header.header.now))
+        now = self.backend.now(principal, header.header.now)
+        if sha not in self.engine.touch_blobs([sha], now):
+            step = self.engine.chunk_size
+            chunks = [data[i : i + step] for i in range(0, len(data), step)] or [b""]
+            self.engine.put_blob(sha, chunks, now)
         return pb.UploadBlobResponse(receipt=self.backend.tokens.receipt(principal, sha, size))
 
     @unary
