@@ -141,6 +141,7 @@ def run(seconds: float, n: int) -> str:
             )
             meta = [("authorization", f"Bearer {ALICE}")]
             results: dict[str, tuple[float, float]] = {}
+            one_call: dict[str, float] = {}
             for name, address in (("echo", f"127.0.0.1:{echo_port}"), ("skillfs", server.address)):
                 with grpc.insecure_channel(address) as ch:
                     stub = pb_grpc.SkillReaderStub(ch)
@@ -150,6 +151,7 @@ def run(seconds: float, n: int) -> str:
 
                     assert read() == FILE
                     results[name] = throughput(read, seconds)
+                    one_call[name] = p50(read, n)
             ratio = results["skillfs"][0] / results["echo"][0]
 
             direct = Skills(skillfs.open_store(redis_server.url), AGENT, USER)
@@ -197,6 +199,9 @@ def run(seconds: float, n: int) -> str:
             "",
             "| path | p50 |",
             "|---|---:|",
+            f"| one bare grpcio call, one thread (the floor of any call) | "
+            f"{one_call['echo']:,.0f} µs |",
+            f"| one skillfs ReadFile, one thread | {one_call['skillfs']:,.0f} µs |",
             f"| `Skills.snapshot()` directly on Redis | {snap_direct:,.0f} µs |",
             f"| `Skills.snapshot()` through the server (grpc://) | {snap_remote:,.0f} µs |",
             f"| the server's Snapshot RPC, caller's revisions given | {snap_rpc:,.0f} µs |",
