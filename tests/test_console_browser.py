@@ -40,10 +40,6 @@ SHARED = Scope.shared(AGENT)
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "skills"
 
-pytestmark = pytest.mark.skipif(
-    not os.access(CHROMIUM, os.X_OK), reason="needs Debian's chromium: `make servers`"
-)
-
 
 def example_files(name: str) -> dict[str, File]:
     root = EXAMPLES / name
@@ -77,6 +73,7 @@ def console(store: skillfs.Store) -> Iterator[ConsoleServer]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    assert os.access(CHROMIUM, os.X_OK), "needs Debian's chromium: `make servers` installs it"
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield b

@@ -1,0 +1,165 @@
+"""Take the console screenshots in this directory: `python docs/screenshots/take.py`.
+
+Seeds a throw-away SQLite store with the example skills, a few edits, per-user overrides and a
+market, serves the console, and photographs its main pages in Debian's headless chromium.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from playwright.sync_api import Page, sync_playwright
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import skillfs  # noqa: E402
+from skillfs.console import make_app, serve  # noqa: E402
+from skillfs.model import File, Scope  # noqa: E402
+
+OUT = Path(__file__).resolve().parent
+TOKEN = "screenshot-admin-token-0123"
+AGENT = "support-bot"
+SHARED = Scope.shared(AGENT)
+
+
+def files_of(directory: Path) -> dict[str, File]:
+    return {
+        p.relative_to(directory).as_posix(): File(p.read_bytes(), mode=p.stat().st_mode & 0o777)
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+def seed(store: skillfs.Store) -> None:
+    for directory in sorted((ROOT / "examples" / "skills").iterdir()):
+        store.publish(SHARED, directory.name, files_of(directory))
+    reviewer = files_of(ROOT / "examples" / "skills" / "code-reviewer")
+    md = reviewer["SKILL.md"].data.decode()
+    for old, new in [
+        ("## Steps", "## Steps to follow"),
+        ("Do not stop at the first finding.", "Do not stop at the first finding; list them all."),
+    ]:
+        md = md.replace(old, new)
+        reviewer["SKILL.md"] = File(md.encode())
+        store.publish(SHARED, "code-reviewer", reviewer)
+    for user in ("alice", "bob"):
+        scope = Scope.user(AGENT, user)
+        store.publish(
+            scope,
+            "code-reviewer",
+            {
+                **reviewer,
+                "SKILL.md": File(
+                    md.replace(
+                        "description: Reviews", f"description: For {user.title()}'s team, reviews"
+                    ).encode()
+                ),
+            },
+        )
+    store.publish(
+        Scope.user(AGENT, "alice"),
+        "tone-of-voice",
+        {
+            "SKILL.md": b"---\nname: tone-of-voice\ndescription: Writes replies in Alice's "
+            b"customer-friendly tone.\n---\n\n# Tone of voice\n\nShort sentences. No jargon.\n"
+        },
+    )
+    store.publish(
+        Scope.market("team"),
+        "sql-query-helper",
+        files_of(ROOT / "examples" / "skills" / "sql-query-helper"),
+    )
+
+
+def shoot(page: Page, name: str, full: bool = False) -> None:
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(OUT / f"{name}.png"), full_page=full)
+    print("wrote", OUT / f"{name}.png")
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
+        store = skillfs.open_store(f"sqlite:///{tmp}/skills.db")
+        seed(store)
+        server = serve(make_app(store, admin_token=TOKEN))
+        try:
+            with sync_playwright() as p:
+                browser = p.chromium.launch(
+                    executable_path="/usr/bin/chromium",
+                    args=[
+                        "--no-sandbox",
+                        "--disable-gpu",
+                        "--disable-background-networking",
+                        "--disable-component-update",
+                        "--disable-sync",
+                        "--no-first-run",
+                    ],
+                )
+                page = browser.new_page(
+                    base_url=server.url, viewport={"width": 1360, "height": 820}
+                )
+                page.on("dialog", lambda d: d.accept())
+                page.goto("/")
+                shoot(page, "login")
+                page.fill("#token", TOKEN)
+                page.click("button[type=submit]")
+                page.goto(f"/agents/{AGENT}/")
+                shoot(page, "agent")
+                skill = f"/{SHARED.prefix}code-reviewer/"
+                page.goto(skill)
+                shoot(page, "skill")
+                page.goto(skill + "files/SKILL.md")
+                text = page.input_value("#content")
+                page.fill(
+                    "#content",
+                    text.replace("name: code-reviewer", "name: Code Reviewer").replace(
+                        "license: Apache-2.0", "license: Apache-2.0\nowner: platform"
+                    ),
+                )
+                page.wait_for_selector("#check-status.bad")
+                page.click("#save")
+                page.wait_for_selector("#rejected")
+                shoot(page, "editor-validation", full=True)
+                page.goto(skill + "files/SKILL.md")
+                reviewer = store.manifest(SHARED, "code-reviewer")
+                current = store.read(SHARED, "code-reviewer", "SKILL.md").decode()
+                store.publish(
+                    SHARED,
+                    "code-reviewer",
+                    {
+                        **{
+                            p: File(store.read_entry(e), mode=e.mode)
+                            for p, e in reviewer.files.items()
+                        },
+                        "SKILL.md": File(
+                            current.replace("Understand the intent", "Understand the goal").encode()
+                        ),
+                    },
+                    expected_version=reviewer.version,
+                )
+                page.fill(
+                    "#content",
+                    page.input_value("#content").replace(
+                        "Understand the intent", "Understand the purpose"
+                    ),
+                )
+                page.click("#save")
+                page.wait_for_selector("#conflict")
+                shoot(page, "conflict")
+                page.goto(skill + "history")
+                shoot(page, "history")
+                page.goto(skill + "diff?a=1&b=3")
+                shoot(page, "diff")
+                page.goto(f"/agents/{AGENT}/users/alice/?market=team")
+                shoot(page, "user-view")
+                browser.close()
+        finally:
+            server.stop()
+            store.close()
+
+
+if __name__ == "__main__":
+    main()
