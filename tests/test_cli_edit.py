@@ -12,7 +12,7 @@ from typer.testing import Result
 
 import skillfs
 from skillfs.commands import common
-from skillfs.commands.merge import has_markers, merge3
+from skillfs.commands.text import has_markers, merge3
 from tests.cli_helpers import REPO, as_json, error_line, ok, process, publish, run, skill_md
 from tests.stores import url_for
 
@@ -306,7 +306,9 @@ def test_conflict_without_a_person_aborts_keeping_the_edit(
     assert "not saved: reviewer changed since you read it" in line
     assert "--on-conflict reopen or overwrite" in line
     assert "2. mine" in _kept_copy(result).read_text()
-    assert "+2. x" in result.stdout or "modified  SKILL.md" in result.stdout
+    assert "modified  SKILL.md" in result.stdout
+    assert "their change to SKILL.md:\n--- version 1\n+++ version 2\n" in result.stdout
+    assert "-2. two\n+2. x\n" in result.stdout
     assert "2. x" in _read(url) and _version(url) == 2
 
 

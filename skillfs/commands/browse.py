@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import Annotated, Any
 
 import typer
@@ -29,12 +28,14 @@ from skillfs.commands.common import (
     parse_agent,
     parse_scope,
     parse_target,
+    print_patch,
     size,
     skill_only,
     status,
     table,
     when,
 )
+from skillfs.commands.text import unified
 from skillfs.errors import NotFound
 from skillfs.model import FileEntry, Manifest, Scope
 from skillfs.store import Store
@@ -323,15 +324,8 @@ def _file_diff(
         and after is not None
         and (a is None or b is None or a.sha256 != b.sha256)
     ):
-        lines = difflib.unified_diff(
-            before.splitlines(keepends=True),
-            after.splitlines(keepends=True),
-            fromfile=f"a/{path}" if a else "/dev/null",
-            tofile=f"b/{path}" if b else "/dev/null",
-        )
-        patch = "".join(
-            line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
-            for line in lines
+        patch = unified(
+            before, after, f"a/{path}" if a else "/dev/null", f"b/{path}" if b else "/dev/null"
         )
     return {
         "path": path,
@@ -365,19 +359,7 @@ def _print_file_diff(entry: dict[str, Any]) -> None:
         new = f"{b['sha256'][:12]} ({b['size']} bytes)" if b else "nothing"
         out.print(f"binary file: {old} → {new}")
         return
-    for line in (entry["diff"] or "").splitlines():
-        style = (
-            "bold"
-            if line.startswith(("---", "+++"))
-            else "green"
-            if line.startswith("+")
-            else "red"
-            if line.startswith("-")
-            else "cyan"
-            if line.startswith("@@")
-            else ""
-        )
-        out.print(Text(line, style=style))
+    print_patch(entry["diff"] or "")
 
 
 @command("usage", BROWSE)

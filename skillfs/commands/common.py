@@ -288,3 +288,15 @@ def table(
     for row in rows:
         t.add_row(*row)
     return t
+
+
+def print_patch(patch: str) -> None:
+    """A unified diff in colour for people (added green, removed red, hunk headers cyan)."""
+    for line in patch.splitlines():
+        if line.startswith(("---", "+++")):
+            style = "bold"
+        elif line.startswith(("+", "-", "@@")):
+            style = {"+": "green", "-": "red", "@": "cyan"}[line[0]]
+        else:
+            style = ""
+        out.print(Text(line, style=style))

@@ -36,9 +36,10 @@ from skillfs.commands.common import (
     out,
     parse_target,
     print_findings,
+    print_patch,
     when,
 )
-from skillfs.commands.merge import has_markers, merge3
+from skillfs.commands.text import has_markers, merge3, unified
 from skillfs.errors import Conflict, NotFound
 from skillfs.model import CommitResult, File, Finding, Manifest, Scope
 from skillfs.skill import inspect_skill
@@ -85,9 +86,10 @@ class _Base:
         files = {p: File(data[e.sha256], mode=e.mode, mtime=e.mtime) for p, e in m.files.items()}
         return cls(m.version, m, files)
 
-    def text(self, path: str) -> str | None:
+    def text(self, path: str) -> str:
+        """A file as text ("" when absent); undecodable bytes survive a round trip."""
         f = self.files.get(path)
-        return None if f is None else f.data.decode("utf-8", errors="replace")
+        return "" if f is None else f.data.decode("utf-8", errors="surrogateescape")
 
 
 def _ask(question: str, choices: dict[str, str]) -> str:
@@ -119,7 +121,7 @@ def _check(skill: str, files: dict[str, File]) -> list[Finding]:
     return findings
 
 
-def _describe(scope: Scope, skill: str, base: _Base, latest: _Base) -> None:
+def _describe(scope: Scope, skill: str, path: str, base: _Base, latest: _Base) -> None:
     """Tell the operator what the concurrent change was."""
     if latest.manifest is None:
         out.print(
@@ -138,6 +140,11 @@ def _describe(scope: Scope, skill: str, base: _Base, latest: _Base) -> None:
         what = "added" if a is None else "removed" if b is None else "modified"
         if a is None or b is None or (a.data, a.mode) != (b.data, b.mode):
             out.print(f"    {what:<9} {escape(p)}")
+    if path in base.files and path in latest.files:
+        before, after = base.text(path), latest.text(path)
+        if before != after:
+            out.print(f"their change to {escape(path)}:")
+            print_patch(unified(before, after, f"version {base.version}", f"version {m.version}"))
 
 
 @command("edit", EDIT)
@@ -242,7 +249,7 @@ def _save_loop(
             return store.publish(scope, skill, files, expected_version=base.version)
         except Conflict:
             latest = _Base.load(store, scope, skill)
-        _describe(scope, skill, base, latest)
+        _describe(scope, skill, path, base, latest)
         theirs = latest.files.get(path)
         if (old.data if old else None) == (theirs.data if theirs else None) and latest.manifest:
             out.print(
@@ -267,9 +274,9 @@ def _save_loop(
             )
         if action is OnConflict.reopen:
             merged, clean = merge3(
-                base.text(path) or "",
-                mine.decode("utf-8"),
-                latest.text(path) or "",
+                base.text(path),
+                mine.decode("utf-8", errors="surrogateescape"),
+                latest.text(path),
                 f"version {latest.version}" if latest.manifest else "deleted",
             )
             out.print(
@@ -277,7 +284,7 @@ def _save_loop(
                 if clean
                 else "both changed the same lines: resolve the conflict markers"
             )
-            copy.write_text(merged, encoding="utf-8")
+            copy.write_bytes(merged.encode("utf-8", errors="surrogateescape"))
             mine = _run_editor(copy)
         base = latest if latest.manifest else _Base(0, None, base.files)
 

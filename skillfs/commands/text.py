@@ -1,4 +1,5 @@
-"""A line-based three-way merge, for `skillfs edit` when someone else saved the same file.
+"""Text diffs (`skillfs diff`, conflicts in `edit`) and a line-based three-way merge, for
+`skillfs edit` when someone else saved the same file.
 
 Both sides' changes against the common base are applied; where they change the same base
 lines (or insert at the same place) differently, the result holds git-style conflict markers.
@@ -11,6 +12,19 @@ from typing import NamedTuple
 
 OURS_MARKER = "<<<<<<< your edit\n"
 SEPARATOR = "=======\n"
+
+
+def unified(before: str, after: str, old_name: str, new_name: str) -> str:
+    """A unified diff, marking a last line without a newline the way `diff -u` does."""
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True),
+        after.splitlines(keepends=True),
+        fromfile=old_name,
+        tofile=new_name,
+    )
+    return "".join(
+        line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
+    )
 
 
 class _Hunk(NamedTuple):
