@@ -21,7 +21,6 @@ from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
-    MofNCompleteColumn,
     Progress,
     TaskProgressColumn,
     TextColumn,
@@ -125,12 +124,12 @@ def _same(files: dict[str, File], m: Manifest | None) -> bool:
 
 
 @contextmanager
-def _progress(unit: str) -> Iterator[Progress]:
-    """A progress bar on stderr, so stdout stays clean for --json."""
+def _progress() -> Iterator[Progress]:
+    """A progress bar in bytes on stderr, so stdout stays clean for --json."""
     columns = [
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
-        DownloadColumn(binary_units=True) if unit == "bytes" else MofNCompleteColumn(),
+        DownloadColumn(binary_units=True),
         TaskProgressColumn(),
         TimeRemainingColumn(),
     ]
@@ -170,12 +169,14 @@ def import_(
     with opened(store_url, token) as store:
         sources = _sources(directory, store.limits)
         limit = store.engine.max_ops
-        size = min(batch or limit or DEFAULT_BATCH, limit or batch or DEFAULT_BATCH)
+        size = batch or limit or DEFAULT_BATCH
+        if limit is not None:  # the store's limit per atomic commit caps any batch
+            size = min(size, limit)
         current = store.manifests(scope, [s.name for s in sources])
         rows: dict[str, dict[str, Any]] = {}
         commits: list[dict[str, Any]] = []
         findings: dict[str, list[Finding]] = {}
-        with _progress("bytes") as progress:
+        with _progress() as progress:
             task = progress.add_task("importing", total=sum(s.size for s in sources))
             for i in range(0, len(sources), size):
                 chunk = sources[i : i + size]
@@ -187,7 +188,8 @@ def import_(
                     _, findings[source.name] = inspect_skill(
                         source.name, {p: f.data for p, f in files.items()}
                     )
-                    rows[source.name] = _row(source, current.get(source.name), unchanged, findings)
+                    row = _row(source, current.get(source.name), unchanged, findings[source.name])
+                    rows[source.name] = row
                     if not unchanged:
                         puts.append(Put(scope, source.name, dict(files)))
                 if puts:
@@ -210,9 +212,10 @@ def import_(
 
 
 def _row(
-    source: _Source, current: Manifest | None, unchanged: bool, findings: dict[str, list[Finding]]
+    source: _Source, current: Manifest | None, unchanged: bool, findings: list[Finding]
 ) -> dict[str, Any]:
-    errors = [f.message for f in findings[source.name] if f.severity == "error"]
+    """One skill of the import report."""
+    errors = [f.message for f in findings if f.severity == "error"]
     return {
         "skill": source.name,
         "source": str(source.root),
@@ -222,7 +225,7 @@ def _row(
         "size": source.size,
         "valid": not errors,
         "errors": errors,
-        "warnings": [f.message for f in findings[source.name] if f.severity == "warning"],
+        "warnings": [f.message for f in findings if f.severity == "warning"],
     }
 
 
@@ -293,7 +296,7 @@ def export(
                     + (", ".join(store.skills(scope)) or "none")
                 )
         rows = []
-        with _progress("bytes") as progress:
+        with _progress() as progress:
             task = progress.add_task("exporting", total=sum(m.size for m in manifests.values()))
             for name in sorted(manifests):
                 m = manifests[name]
