@@ -35,6 +35,7 @@ from skillfs.store import Store
 
 
 def _ids(kind: str, values: list[str] | None) -> list[str]:
+    """User and market ids checked before anything is opened: a bad one is a usage error."""
     try:
         return [check_id(kind, v) for v in values or []]
     except ValueError as exc:
