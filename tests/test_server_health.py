@@ -69,15 +69,17 @@ def test_http_port_status_metrics_and_probes(server: SkillfsServer) -> None:
     assert 'skillfs_grpc_requests_total{code="OK",method="Commit"} 1.0' in metrics
     assert "skillfs_grpc_request_seconds_bucket" in metrics and "skillfs_store_up 1.0" in metrics
     assert "process_cpu_seconds_total" in metrics
-    page = urllib.request.urlopen(f"{base}/", timeout=5).read().decode()
+    page = urllib.request.urlopen(f"{base}/status", timeout=5).read().decode()
     assert "skillfs server" in page and server.store.url in page
+    console = urllib.request.urlopen(f"{base}/", timeout=5)  # the admin console, signed out
+    assert console.url.endswith("/login?next=/") and "Sign in" in console.read().decode()
     assert urllib.request.urlopen(f"{base}/healthz", timeout=5).status == 200
     assert urllib.request.urlopen(f"{base}/readyz", timeout=5).status == 200
     with pytest.raises(urllib.error.HTTPError) as err:
-        urllib.request.urlopen(f"{base}/nope", timeout=5)
+        urllib.request.urlopen(f"{base}/static/nope.css", timeout=5)
     assert err.value.code == 404
 
-    # the admin console mounts here later; a mounted app gets its prefix
+    # another app mounted under a prefix takes precedence over the console at /
     def console(environ: dict[str, object], start: Callable[..., object]) -> list[bytes]:
         start("200 OK", [("Content-Type", "text/plain")])
         return [b"console " + str(environ["PATH_INFO"]).encode()]

@@ -29,6 +29,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from pydantic import BaseModel, ConfigDict
 
+from skillfs.console import make_app
 from skillfs.engines import open_engine
 from skillfs.errors import SkillfsError
 from skillfs.proto import skillfs_pb2 as pb
@@ -105,6 +106,8 @@ class SkillfsServer:
         if config.http:
             self._http = self._make_http(config)
             self.http_port = self._http.server_port
+            self.console = make_app(self.store, self.tokens)
+            self.mount("/", self.console)
         self._set_health(False)
 
     # ------------------------------------------------------------------ binding
@@ -172,6 +175,7 @@ class SkillfsServer:
         self.backend.close()
         self.grpc.stop(self.config.grace if grace is None else grace).wait()
         if self._http is not None:
+            self.console.close()  # ends the console's live-update streams
             self._http.shutdown()
             self._http.server_close()
         self.store.close()
@@ -225,9 +229,6 @@ class SkillfsServer:
 
     def _wsgi(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO") or "/"
-        for prefix, app in self._mounts.items():
-            if path.startswith(prefix) or path == prefix.rstrip("/"):
-                return app(environ, start_response)
         if path == "/metrics":
             return _reply(
                 start_response, "200 OK", "text/plain; version=0.0.4", self.metrics.exposition()
@@ -240,8 +241,11 @@ class SkillfsServer:
             return _reply(
                 start_response, "503 Service Unavailable", "text/plain", b"store unavailable\n"
             )
-        if path == "/":
+        if path == "/status":
             return _reply(start_response, "200 OK", "text/html; charset=utf-8", self._status_page())
+        for prefix, app in sorted(self._mounts.items(), key=lambda m: -len(m[0])):
+            if path.startswith(prefix) or path == prefix.rstrip("/"):
+                return app(environ, start_response)
         return _reply(start_response, "404 Not Found", "text/plain", b"not found\n")
 
     def _status_page(self) -> bytes:
@@ -251,7 +255,7 @@ class SkillfsServer:
             "gRPC": f"port {self.grpc_port} ({'TLS' if self.config.tls_cert else 'plaintext'})",
             "uptime": f"{time.time() - self.started:.0f} s",
             "services": ", ".join(SERVICES),
-            "console": "not installed in this build: this page is a status page",
+            "console": "at / (sign in with an admin token)",
         }
         body = "".join(
             f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows.items()
