@@ -257,6 +257,9 @@ class Tokens:
         self._stamp: tuple[float, int] | None = None
         self._checked = 0.0
         self._config = TokenConfig.parse(text) if text else self._load()
+        #: Principals by authorization header, for the config they were looked up in.
+        self._cached: dict[str, Principal] = {}
+        self._cached_for: TokenConfig | None = None
 
     def _load(self) -> TokenConfig:
         assert self.path is not None
@@ -288,12 +291,21 @@ class Tokens:
                 "no token: send the metadata 'authorization: Bearer TOKEN' "
                 "(skillfs.open_store(..., token=...) or $SKILLFS_TOKEN)"
             )
+        config = self.config
+        if config is not self._cached_for:  # a new config: forget who was who
+            self._cached = {}
+            self._cached_for = config
+        principal = self._cached.get(header)
+        if principal is not None:
+            return principal
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthenticated("the authorization metadata must be 'Bearer TOKEN'")
-        principal = self.config.principals.get(hash_token(token.strip()))
+        principal = config.principals.get(hash_token(token.strip()))
         if principal is None:
             raise Unauthenticated("unknown or revoked token: ask an operator for a valid one")
+        if len(self._cached) < 10_000:
+            self._cached[header] = principal
         return principal
 
     def receipt(self, principal: Principal, sha: str, size: int) -> bytes:

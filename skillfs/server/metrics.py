@@ -50,10 +50,18 @@ class Metrics:
             registry=self.registry,
         )
         ProcessCollector(registry=self.registry)
+        self._counters: dict[tuple[str, str], Counter] = {}
+        self._histograms: dict[str, Histogram] = {}
 
     def observe(self, method: str, code: str, seconds: float) -> None:
-        self._requests.labels(method, code).inc()
-        self._seconds.labels(method).observe(seconds)
+        counter = self._counters.get((method, code))
+        if counter is None:  # labels() costs a lock and a lookup: bind each pair once
+            counter = self._counters[(method, code)] = self._requests.labels(method, code)
+        histogram = self._histograms.get(method)
+        if histogram is None:
+            histogram = self._histograms[method] = self._seconds.labels(method)
+        counter.inc()
+        histogram.observe(seconds)
 
     def exposition(self) -> bytes:
         """The text exposition format Prometheus scrapes."""

@@ -425,7 +425,7 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
             size = files.get(sha)
             if size is None:
                 raise NotFound(f"{src} has no file with SHA-256 {sha}")
-            entry = FileEntry(sha256=sha, size=size, mode=0, mtime=0.0)
+            entry = FileEntry.model_construct(sha256=sha, size=size, mode=0, mtime=0.0)
             return self.store.read_entry(entry, r.offset, end)
         gl = principal.global_level
         if gl is None or gl < Level.read:

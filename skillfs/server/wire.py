@@ -8,6 +8,7 @@ naming its class (and, for a conflict, the current version), so the client raise
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 
 import grpc
@@ -169,8 +170,10 @@ def manifest_from(data: bytes) -> Manifest:
     return Manifest.model_validate_json(data)
 
 
+@functools.lru_cache(maxsize=4096)
 def scope_from(text: str) -> Scope:
-    """A scope string from a request; a bad one is INVALID_ARGUMENT."""
+    """A scope string from a request; a bad one is INVALID_ARGUMENT. Cached: scopes are few
+    and immutable, and parsing one is a visible part of a cached read."""
     return Scope.parse(text)
 
 
