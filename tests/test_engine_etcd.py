@@ -19,7 +19,7 @@ import etcd3
 import pytest
 
 import skillfs
-from skillfs.engines.base import CommitOp, VersionMismatch
+from skillfs.engines.base import EMPTY, CommitOp, VersionMismatch
 from skillfs.engines.etcd import EtcdEngine
 from skillfs.errors import InvalidPath, PermissionDenied, StoreUnavailable, TooLarge
 from skillfs.model import FileEntry, Manifest, Revision, Scope
@@ -435,6 +435,7 @@ def test_data_replaced_means_new_epoch(etcd_server: EtcdServer, engine: EtcdEngi
     scope = Scope.shared("a")
     r1 = engine.commit("agents/a", [CommitOp(scope=scope, manifest=manifest("x", 1), expect=0)])
     etcd_server.flush()  # the data is gone (a wipe, a restore of another history)
+    assert engine.changes("agents/a", r1, timeout=1) == [reset(EMPTY)]
     r2 = engine.commit("agents/a", [CommitOp(scope=scope, manifest=manifest("x", 1), expect=0)])
     assert r2.epoch != r1.epoch and r2.counter > r1.counter
     assert engine.changes("agents/a", r1, timeout=1) == [reset(r2)]

@@ -20,7 +20,7 @@ import grpc
 from etcd3 import etcdrpc
 from etcd3.etcdrpc import kv_pb2
 
-from skillfs.engines.base import CommitOp, Engine, MiB, VersionMismatch
+from skillfs.engines.base import EMPTY, CommitOp, Engine, MiB, VersionMismatch
 from skillfs.errors import InvalidPath, PermissionDenied, StoreUnavailable, TooLarge
 from skillfs.model import Change, Manifest, Revision, Scope
 
@@ -623,10 +623,8 @@ class EtcdEngine(Engine):
         prefix = self._key(f"{domain}/")
         while True:
             current, store_revision = self._read_rev(domain)
-            if current is not None and (
-                current.epoch != since.epoch or current.counter < since.counter
-            ):
-                return [Change(revision=current, op="reset")]
+            if self._must_reset(current, since):
+                return [Change(revision=current or EMPTY, op="reset")]
             behind = current is not None and current.counter > since.counter
             if behind:  # the log holds what we need now: read it even when timeout is 0
                 start, wait_until = (
@@ -641,21 +639,31 @@ class EtcdEngine(Engine):
                 return []
             watched = self._watch(prefix, start, wait_until)
             if watched is None:
-                return self._reset(domain)
+                return self._reset(domain, since)
             cluster, events = watched
             out: list[Change] = []
             for event in events:
                 change = self._change(domain, prefix, cluster, since, event)
                 if change == "reset":
-                    return self._reset(domain)
+                    return self._reset(domain, since)
                 if change is not None:
                     out.append(change)
             if out or not events or time.monotonic() >= deadline:
                 return out
 
-    def _reset(self, domain: str) -> list[Change]:
+    @staticmethod
+    def _must_reset(current: Revision | None, since: Revision) -> bool:
+        """Another history than `since`'s: another epoch, the counter went back, or the
+        domain is gone while `since` is not EMPTY."""
+        if current is None:
+            return since.epoch != ""
+        return current.epoch != since.epoch or current.counter < since.counter
+
+    def _reset(self, domain: str, since: Revision) -> list[Change]:
         current, _ = self._read_rev(domain)
-        return [] if current is None else [Change(revision=current, op="reset")]
+        if current is None and since.epoch == "":
+            return []
+        return [Change(revision=current or EMPTY, op="reset")]
 
     def _change(
         self, domain: str, prefix: bytes, cluster: int, since: Revision, event: Any
