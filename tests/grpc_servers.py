@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def write_tokens(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
     path = directory / "tokens.json"
     path.write_text(tokens_document(TOKENS, receipt_key="test-receipt-key"))
     return path

@@ -1,0 +1,171 @@
+"""The fsspec filesystem, the runtime and the CLI through a skillfs server with a worker's
+token, unchanged; and the server's own view RPCs (Snapshot, Prompt, LoadSkillThroughPath,
+Watch with manifests) answering as the runtime does."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import fsspec
+import grpc
+import pytest
+from typer.testing import CliRunner
+
+import skillfs
+from skillfs.cli import app
+from skillfs.model import Scope
+from skillfs.proto import skillfs_pb2 as pb
+from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.runtime import Skills
+from skillfs.server.app import SkillfsServer
+from skillfs.server.wire import manifest_from
+from tests.grpc_servers import ADMIN, ALICE, in_process
+
+AGENT = "support-bot"
+A = Scope.user(AGENT, "alice")
+SHARED = Scope.shared(AGENT)
+
+
+def md(name: str, body: str = "") -> bytes:
+    return f"---\nname: {name}\ndescription: Does {name}. Use when testing.\n---\n{body}\n".encode()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[SkillfsServer]:
+    srv = in_process(f"sqlite:///{tmp_path / 'skills.db'}", tmp_path)
+    yield srv
+    srv.stop(0)
+
+
+@pytest.fixture
+def url(server: SkillfsServer) -> str:
+    admin = skillfs.open_store(f"grpc://127.0.0.1:{server.grpc_port}", token=ADMIN)
+    admin.publish(SHARED, "reviewer", {"SKILL.md": md("reviewer"), "style.md": b"be kind\n"})
+    return f"grpc://127.0.0.1:{server.grpc_port}"
+
+
+def test_fsspec_through_the_server(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SKILLFS_TOKEN", ALICE)
+    fs = fsspec.filesystem(
+        "skillfs", store=url, agent_id=AGENT, user_id="alice", base=str(tmp_path / "ws"),
+        skip_instance_cache=True,
+    )  # fmt: skip
+    assert fs.cat("skills/reviewer/style.md") == b"be kind\n"  # the shared skill, read through
+    fs.pipe("skills/reviewer/style.md", b"be brief\n")  # copy-on-write into alice's scope
+    fs.pipe("skills/mine/SKILL.md", md("mine"))
+    assert sorted(fs.ls("skills", detail=False)) == ["skills/mine", "skills/reviewer"]
+    admin = skillfs.open_store(url, token=ADMIN)
+    assert admin.read(A, "reviewer", "style.md") == b"be brief\n"
+    assert admin.read(A, "reviewer", "SKILL.md") == md("reviewer")  # copied by reference
+    assert admin.read(SHARED, "reviewer", "style.md") == b"be kind\n"
+    with fs.transaction:
+        fs.pipe("skills/mine/a.md", b"a")
+        fs.rm("skills/mine/SKILL.md")
+    assert sorted(admin.manifest(A, "mine").files) == ["a.md"]
+
+
+def test_cli_through_the_server(url: str) -> None:
+    runner = CliRunner()
+    scope = ["--store", url, "--token", ALICE, "--scope", str(A)]
+    result = runner.invoke(app, ["ls", "--scope", str(SHARED), "--store", url, "--token", ALICE,
+                                 "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert [s["skill"] for s in json.loads(result.stdout)] == ["reviewer"]
+    denied = runner.invoke(app, ["ls", "--scope", f"user:{AGENT}/bob", "--store", url,
+                                 "--token", ALICE])  # fmt: skip
+    assert denied.exit_code == 1 and "may not read" in denied.output
+    prompt = runner.invoke(app, ["prompt", "--agent", AGENT, "--user", "alice", "--store", url,
+                                 "--token", ALICE])  # fmt: skip
+    assert prompt.exit_code == 0, prompt.output
+    assert "<name>reviewer</name>" in prompt.stdout
+    assert runner.invoke(app, ["ls", *scope]).exit_code == 0
+
+
+def test_view_rpcs_answer_as_the_runtime_does(url: str, server: SkillfsServer) -> None:
+    alice = skillfs.open_store(url, token=ALICE)
+    alice.publish(A, "reviewer", {"SKILL.md": md("reviewer", "alice's own"), "x.md": b"x"})
+    alice.publish(A, "mine", {"SKILL.md": md("mine")})
+    worker = Skills(alice, AGENT, "alice")
+    local = worker.snapshot()  # the runtime, through the grpc engine
+    meta = [("authorization", f"Bearer {ALICE}")]
+    view = pb.View(agent_id=AGENT, user_id="alice")
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as ch:
+        stub = pb_grpc.SkillReaderStub(ch)
+        snap = stub.Snapshot(pb.SnapshotRequest(view=view), metadata=meta)
+        assert snap.token == local.token
+        assert [(s.id, s.scope, s.version) for s in snap.skills] == [
+            (s.id, str(s.scope), s.version) for s in local.skills
+        ]
+        assert list(snap.skills[1].shadows) == [str(SHARED)]
+        same = stub.Snapshot(pb.SnapshotRequest(view=view, known=snap.revisions), metadata=meta)
+        assert same.unchanged and not same.skills
+        prompt = stub.Prompt(pb.PromptRequest(view=view), metadata=meta).prompt
+        assert prompt == local.prompt()
+        load = stub.LoadSkillThroughPath(
+            pb.LoadRequest(view=view, skill_id="reviewer"), metadata=meta
+        )
+        assert load.text == local.load("reviewer") and "alice's own" in load.text
+        with pytest.raises(grpc.RpcError) as err:
+            stub.LoadSkillThroughPath(pb.LoadRequest(view=view, skill_id="nope"), metadata=meta)
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        assert "mine, reviewer" in err.value.details()  # the model can correct itself
+        # the files of a view skill are read by naming it as their source
+        x = next(f for f in snap.skills[1].files if f.path == "x.md")
+        src = pb.Source(
+            scope=snap.skills[1].scope, skill="reviewer", version=snap.skills[1].version
+        )
+        chunks = stub.ReadFile(
+            pb.ReadFileRequest(ranges=[pb.BlobRange(sha256=x.sha256, source=src)]), metadata=meta
+        )
+        assert b"".join(c.data for c in chunks) == b"x"
+        # a watch with manifests carries the new manifest of each change
+        since = snap.revisions[f"agents/{AGENT}"]
+        c = alice.publish(A, "mine", {"SKILL.md": md("mine", "v2")})
+        watch = stub.Watch(
+            pb.WatchRequest(domain=f"agents/{AGENT}", since=since, max_wait_seconds=5,
+                            with_manifests=True),
+            metadata=meta,
+        )  # fmt: skip
+        event = next(iter(watch))
+        watch.cancel()
+        assert [(ch.skill, ch.version) for ch in event.changes] == [("mine", c.version)]
+        assert manifest_from(event.manifests[0].manifest_json).version == c.version
+    worker.close()  # writes the worker's load counts through RecordUsage
+    counts = skillfs.open_store(url, token=ADMIN).usage(AGENT)
+    assert counts[("alice", "reviewer")] >= 1  # the server batches its own loads
+
+
+def test_conflict_carries_the_current_version(url: str) -> None:
+    alice = skillfs.open_store(url, token=ALICE)
+    alice.publish(A, "s", {"SKILL.md": md("s")})
+    alice.publish(A, "s", {"SKILL.md": md("s", "2")})
+    with pytest.raises(skillfs.errors.Conflict) as err:
+        alice.publish(A, "s", {"SKILL.md": md("s", "3")}, expected_version=1)
+    assert err.value.current_version == 2 and "version 2" in str(err.value)
+
+
+def test_failover_to_the_next_server(tmp_path: Path) -> None:
+    store_url = f"memory://{uuid.uuid4().hex}"
+    one = in_process(store_url, tmp_path / "1")
+    two = in_process(store_url, tmp_path / "2")
+    client = skillfs.open_store(
+        f"grpc://127.0.0.1:{one.grpc_port},127.0.0.1:{two.grpc_port}", token=ADMIN
+    )
+    try:
+        for n in range(6):
+            client.publish(A, "s", {"SKILL.md": md("s", str(n))})
+        one.stop(0)
+        for n in range(6, 12):  # same engine object: the dead server is skipped
+            assert client.publish(A, "s", {"SKILL.md": md("s", str(n))}).version == n + 1
+            assert client.manifest(A, "s").version == n + 1
+        two.stop(0)
+        with pytest.raises(skillfs.errors.StoreUnavailable, match="no skillfs server answered"):
+            skillfs.open_store(client.url, token=ADMIN, retry_for=0).skills(A)
+    finally:
+        one.stop(0)
+        two.stop(0)
