@@ -355,3 +355,37 @@ def test_sign_out_and_bad_token(page: Page) -> None:
     page.goto("/agents/support-bot/")
     expect(page).to_have_url("/login?next=/agents/support-bot/")
     sign_in(page)
+
+
+def test_served_by_skillfs_serve(browser: Browser, tmp_path: Path) -> None:
+    """The console on the HTTP port of a real server: its tokens file decides who signs in and
+    what they may do, and an edit made in the page reaches a `grpc://` client of the server."""
+    from tests.grpc_servers import ALICE, in_process
+
+    server = in_process(f"sqlite:///{tmp_path / 'served.db'}", tmp_path)
+    try:
+        server.store.publish(SHARED, "code-reviewer", example_files("code-reviewer"))
+        context = browser.new_context(base_url=f"http://127.0.0.1:{server.http_port}")
+        page = context.new_page()
+        page.on("dialog", lambda dialog: dialog.accept())
+        page.goto("/")
+        page.fill("#token", ALICE)  # may write alice's scope, only read the shared one
+        page.click("button[type=submit]")
+        page.goto(f"/{SHARED.prefix}code-reviewer/files/SKILL.md")
+        expect(page.locator("#content")).to_have_attribute("readonly", "")
+        page.goto(f"/{SHARED.prefix}code-reviewer/")
+        page.fill("#ov-user", "alice")
+        page.click("text=Create override")
+        expect(page.locator(".flash.ok")).to_contain_text("Created alice")
+        set_editor(page, editor_text(page).replace("## Steps", "## Alice's steps"))
+        page.click("#save")
+        expect(page.locator(".flash.ok")).to_contain_text("is now version 2")
+        context.close()
+        client = skillfs.open_store(f"grpc://127.0.0.1:{server.grpc_port}", token=ALICE)
+        try:
+            with skillfs.Skills(client, AGENT, "alice") as skills:
+                assert "## Alice's steps" in skills.snapshot().load("code-reviewer")
+        finally:
+            client.close()
+    finally:
+        server.stop(0)
