@@ -331,6 +331,7 @@ class Result:
     target: Target
     raw: Timing
     step: Timing
+    revisions_ratio: float  # the store round trip alone / the raw read, p50
     load: Timing
     load_md: Timing
     peer: Timing
@@ -362,6 +363,8 @@ def bench_engine(target: Target, n: int, followers: int, rounds: int) -> Result:
         skills.snapshot().prompt()
 
     step_t, raw_t = interleaved(step, target.raw_read, n)
+    domains = [f.domain for f in skills.followers]
+    rev_t, rev_raw_t = interleaved(lambda: store.revisions(domains), target.raw_read, n)
     assert peer_prompt_equal(target.peer_step(), snap.prompt())
     cached = skills.snapshot()
     load_t = timed(lambda: cached.load("skill-07", "references/guide.md"), n * 5)
@@ -370,7 +373,7 @@ def bench_engine(target: Target, n: int, followers: int, rounds: int) -> Result:
     prop = propagation(store, target.url, followers, rounds)
     skills.close()
     store.close()
-    return Result(target, raw_t, step_t, load_t, load_md_t, peer_t, prop)
+    return Result(target, raw_t, step_t, rev_t.p50 / rev_raw_t.p50, load_t, load_md_t, peer_t, prop)
 
 
 def peer_prompt_equal(peer: str, ours: str) -> bool:
@@ -404,6 +407,10 @@ def table(results: Sequence[Result], followers: int) -> str:
                 f"**{r.ratio:.2f}x** {ok(r.ratio <= STEP_TARGET)} ; {r.ratio_p99:.2f}x"
                 for r in results
             ),
+        ),
+        row(
+            "of which the store round trip: `store.revisions` alone / raw, p50",
+            (f"{r.revisions_ratio:.2f}x" for r in results),
         ),
         row(
             f"`load()` of a cached 2.9 KiB file (target p50 <= {LOAD_TARGET_US:.0f} µs)",
