@@ -44,7 +44,6 @@ class Request:
         raw_path: str = environ.get("PATH_INFO", "") or "/"
         # WSGI hands the path over as latin-1 decoded bytes; URLs carry UTF-8.
         self.path = raw_path.encode("latin-1").decode("utf-8", "replace")
-        self.script_name: str = environ.get("SCRIPT_NAME", "").rstrip("/")
         self.query_lists = parse_qs(environ.get("QUERY_STRING", ""))
         self.query = {k: v[-1] for k, v in self.query_lists.items()}
         self.secure = environ.get("wsgi.url_scheme") == "https"

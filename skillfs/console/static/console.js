@@ -61,6 +61,10 @@
     const setRev = function (rev) { revEl.textContent = rev ? String(rev.counter) : "—"; };
     source.addEventListener("open", function () { live.classList.add("connected"); });
     source.addEventListener("error", function () { live.classList.remove("connected"); });
+    source.addEventListener("trouble", function (ev) {
+      live.classList.remove("connected");
+      live.title = "Live updates paused: " + JSON.parse(ev.data).message;
+    });
     source.addEventListener("revision", function (ev) {
       live.classList.add("connected");
       setRev(JSON.parse(ev.data).revision);
