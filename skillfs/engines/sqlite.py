@@ -174,18 +174,23 @@ class SqliteEngine(Engine):
     def _conn(self) -> sqlite3.Connection:
         """This thread's connection, opened on first use, after `close` and after fork().
 
-        Opening one closes those of threads that ended, so a thread per request does not
-        pile up file handles."""
+        Opening one closes those of threads that ended, and this thread's own connection of
+        before a `close`, so a thread per request does not pile up file handles."""
         local = self._local
         pid = os.getpid()
         if getattr(local, "key", None) != (pid, self._generation):
             conn = self._connect()
+            me = threading.current_thread()
+            stale = getattr(local, "conn", None) if getattr(local, "key", (0,))[0] == pid else None
             with self._conns_lock:
                 ended = [c for p, t, c in self._conns if p == pid and not t.is_alive()]
-                self._conns = [e for e in self._conns if e[0] != pid or e[1].is_alive()]
-                self._conns.append((pid, threading.current_thread(), conn))
+                self._conns = [
+                    e for e in self._conns
+                    if e[0] != pid or (e[1].is_alive() and e[2] is not stale)
+                ]  # fmt: skip
+                self._conns.append((pid, me, conn))
                 local.conn, local.key = conn, (pid, self._generation)
-            for old in ended:
+            for old in [*ended, *([stale] if stale is not None else [])]:
                 old.close()
         current: sqlite3.Connection = local.conn
         return current
@@ -582,16 +587,21 @@ class SqliteEngine(Engine):
             self._conn().execute("SELECT count(*) FROM revisions").fetchone()
 
     def close(self) -> None:
-        """Close every thread's connection; a later call opens a fresh one.
+        """Close this thread's connection and those of ended threads; a later call opens a
+        fresh one.
 
-        Connections inherited through fork() stay open and referenced, never closed in the
-        child: SQLite forbids using a connection across fork(), and closing is a use."""
+        A connection of another live thread may be inside a call right now (a follower's
+        wait): closing it under that thread crashes the process, so that thread closes it
+        itself at its next call. Connections inherited through fork() stay open and
+        referenced, never closed in the child: SQLite forbids using a connection across
+        fork(), and closing is a use."""
         pid = os.getpid()
+        me = threading.current_thread()
         with self._conns_lock:
             self._generation += 1
-            mine = [c for p, _, c in self._conns if p == pid]
-            self._conns = [e for e in self._conns if e[0] != pid]
-        for conn in mine:
+            closing = [c for p, t, c in self._conns if p == pid and (t is me or not t.is_alive())]
+            self._conns = [e for e in self._conns if e[2] not in closing]
+        for conn in closing:
             conn.close()
 
 
