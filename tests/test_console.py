@@ -748,3 +748,27 @@ def test_events_stream_revisions_as_they_commit(
     assert revision is not None and data["revision"]["counter"] == revision.counter
     app.close()
     assert b"".join(stream) in (b"", b": keep-alive\n\n")  # ends once the console closes
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "redis", "etcd"])
+def test_save_and_conflict_on_real_engines(
+    engine: str, request: pytest.FixtureRequest, tmp_path: Path, tokens: Tokens
+) -> None:
+    """The console only uses the Store API, so one round of save and conflict per engine."""
+    from tests.stores import url_for
+
+    real = skillfs.open_store(url_for(request, engine, tmp_path))
+    app = make_app(real, tokens)
+    try:
+        real.publish(SHARED, "code-reviewer", example_files("code-reviewer"))
+        c = Client(app)
+        c.sign_in()
+        text = md_text(real, "code-reviewer")
+        assert _save(c, "code-reviewer", text + "\nv2\n", 1).status == 200
+        assert _save(c, "code-reviewer", text + "\nstale\n", 1).status == 409
+        assert md_text(real, "code-reviewer") == text + "\nv2\n"
+        page = c.get("/agents/support-bot/users/alice/").text
+        assert "<skill-id>code-reviewer</skill-id>" in unescape(page)
+    finally:
+        app.close()
+        real.close()
