@@ -82,10 +82,10 @@ def test_http_port_status_metrics_and_probes(server: SkillfsServer) -> None:
     # another app mounted under a prefix takes precedence over the console at /
     def console(environ: dict[str, object], start: Callable[..., object]) -> list[bytes]:
         start("200 OK", [("Content-Type", "text/plain")])
-        return [b"console " + str(environ["PATH_INFO"]).encode()]
+        return [f"{environ['SCRIPT_NAME']} {environ['PATH_INFO']}".encode()]
 
     server.mount("/console", console)
-    assert urllib.request.urlopen(f"{base}/console/x", timeout=5).read() == b"console /console/x"
+    assert urllib.request.urlopen(f"{base}/console/x", timeout=5).read() == b"/console /x"
 
 
 @pytest.mark.slow

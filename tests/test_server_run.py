@@ -64,8 +64,10 @@ def test_run_serves_the_examples_with_an_admin_token(tmp_path: Path) -> None:
         token = printed["admin token"].split()[0]
         store = skillfs.open_store(printed["gRPC"], token=token)
         assert store.skills(Scope.shared("example-agent")) == EXAMPLES
-        page = urllib.request.urlopen(printed["console"], timeout=5).read().decode()
-        assert "skillfs server" in page and "answering" in page
+        console = urllib.request.urlopen(printed["console"], timeout=5).read().decode()
+        assert "Sign in" in console  # the admin console, signed out
+        status = urllib.request.urlopen(printed["console"] + "status", timeout=5).read().decode()
+        assert "skillfs server" in status and "answering" in status
     finally:
         assert stop(proc) == 0
     tokens = tmp_path / ".local" / "share" / "skillfs" / "tokens.json"

@@ -224,8 +224,9 @@ class SkillfsServer:
     # ------------------------------------------------------------------ HTTP
 
     def mount(self, prefix: str, app: WsgiApp) -> None:
-        """Serve a WSGI app (the admin console) under `prefix` on the HTTP port."""
-        self._mounts[prefix.rstrip("/") + "/"] = app
+        """Serve a WSGI app under `prefix` on the HTTP port (the prefix moves to SCRIPT_NAME);
+        `/metrics`, `/healthz`, `/readyz` and `/status` answer before any mounted app."""
+        self._mounts[prefix.rstrip("/")] = app
 
     def _wsgi(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO") or "/"
@@ -243,9 +244,11 @@ class SkillfsServer:
             )
         if path == "/status":
             return _reply(start_response, "200 OK", "text/html; charset=utf-8", self._status_page())
-        for prefix, app in sorted(self._mounts.items(), key=lambda m: -len(m[0])):
-            if path.startswith(prefix) or path == prefix.rstrip("/"):
-                return app(environ, start_response)
+        for prefix in sorted(self._mounts, key=len, reverse=True):
+            if path == prefix or path.startswith(prefix + "/"):
+                environ["SCRIPT_NAME"] = environ.get("SCRIPT_NAME", "") + prefix
+                environ["PATH_INFO"] = path[len(prefix) :]
+                return self._mounts[prefix](environ, start_response)
         return _reply(start_response, "404 Not Found", "text/plain", b"not found\n")
 
     def _status_page(self) -> bytes:
@@ -264,7 +267,8 @@ class SkillfsServer:
             "<!doctype html><html><head><meta charset='utf-8'><title>skillfs server</title>"
             "</head><body><h1>skillfs server</h1>"
             f"<table>{body}</table>"
-            "<p><a href='/metrics'>/metrics</a> · <a href='/readyz'>/readyz</a> · "
+            "<p><a href='/'>console</a> · <a href='/metrics'>/metrics</a> · "
+            "<a href='/readyz'>/readyz</a> · "
             "<a href='/healthz'>/healthz</a></p></body></html>"
         ).encode()
 
