@@ -308,7 +308,7 @@ def _bench(store: skillfs.Store, counter: CallCounter, target: Target, n: int) -
     scope = Scope.user(AGENT, "scope200")
     names = [f"skill-{i:03d}" for i in range(200)]
     for i in range(0, len(names), 50):
-        store.commit([Put(scope, k, _skill_files(k, 0)) for k in names[i : i + 50]])
+        store.commit([Put(scope, k, dict(_skill_files(k, 0))) for k in names[i : i + 50]])
     with counter.counting() as calls:
         loaded = store.manifests(scope)
     assert len(loaded) == 200, len(loaded)
