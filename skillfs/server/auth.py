@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import os
 import threading
 import time
@@ -32,6 +33,7 @@ from skillfs.model import Scope
 from skillfs.names import check_id
 
 ENV_TOKENS = "SKILLFS_TOKENS"
+log = logging.getLogger("skillfs.server")
 
 
 class Level(IntEnum):
@@ -280,8 +282,8 @@ class Tokens:
                     st = self.path.stat()
                     if (st.st_mtime, st.st_size) != self._stamp:
                         self._config = self._load()
-                except (OSError, InvalidPath):
-                    pass  # keep serving the last good config; the log says why at start-up
+                except (OSError, InvalidPath) as exc:  # keep serving the last good config
+                    log.warning("tokens config %s not reloaded: %s", self.path, exc)
             return self._config
 
     def authenticate(self, header: str | None) -> Principal:
