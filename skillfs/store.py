@@ -421,9 +421,13 @@ class Store:
     # ------------------------------------------------------------------ history retention
 
     def _prune_after_commit(self, ops: Sequence[CommitOp]) -> None:
-        """History length is at most version - 1, so only long-lived skills pay a read here."""
+        """Amortized: a skill's history grows by one per version, so reading it once every
+        `keep_versions` versions keeps it within twice the policy at 1/keep_versions of a
+        read per publish (gc() applies the policy to every skill)."""
+        keep = max(self.history_policy.keep_versions, 1)
         for op in ops:
-            if op.manifest.version - 1 > self.history_policy.keep_versions:
+            older = op.manifest.version - 1
+            if older > self.history_policy.keep_versions and older % keep == 0:
                 try:
                     self._prune(op.scope, op.manifest.skill)
                 except StoreUnavailable as exc:

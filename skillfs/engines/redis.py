@@ -476,10 +476,13 @@ class RedisEngine(Engine):
             return {}
         keys = [f"{self._domain_key(d)}/rev" for d in domains]
         with self._guard():
-            pipe = self._client.pipeline(transaction=False)
-            for key in keys:
-                pipe.hmget(key, "epoch", "counter")
-            rows = cast(list[list[bytes | None]], pipe.execute())
+            if len(keys) == 1:  # the common per-step check: skip the pipeline's overhead
+                rows = [cast(list[bytes | None], self._client.hmget(keys[0], "epoch", "counter"))]
+            else:
+                pipe = self._client.pipeline(transaction=False)
+                for key in keys:
+                    pipe.hmget(key, "epoch", "counter")
+                rows = cast(list[list[bytes | None]], pipe.execute())
         out: dict[str, Revision | None] = {}
         for d, (epoch, counter) in zip(domains, rows, strict=True):
             if epoch is None or counter is None:

@@ -468,12 +468,19 @@ class SqliteEngine(Engine):
     def revisions(self, domains: Sequence[str]) -> dict[str, Revision | None]:
         out: dict[str, Revision | None] = dict.fromkeys(domains)
         keys = {self._domain(d): d for d in domains}
-        with self._read() as conn:
-            for batch in _batches(list(keys)):
-                marks = _marks(batch)
-                sql = f"SELECT domain, epoch, counter FROM revisions WHERE domain IN ({marks})"
-                for key, epoch, counter in conn.execute(sql, batch):
-                    out[keys[key]] = Revision(epoch=epoch, counter=counter)
+
+        def select(conn: sqlite3.Connection, batch: Sequence[str | int]) -> None:
+            sql = f"SELECT domain, epoch, counter FROM revisions WHERE domain IN ({_marks(batch)})"
+            for key, epoch, counter in conn.execute(sql, batch):
+                out[keys[key]] = Revision(epoch=epoch, counter=counter)
+
+        if len(keys) <= BATCH:  # one statement reads one snapshot: no transaction needed
+            with self._guard():
+                select(self._conn(), list(keys))
+        else:
+            with self._read() as conn:
+                for batch in _batches(list(keys)):
+                    select(conn, batch)
         return out
 
     def changes(self, domain: str, since: Revision, timeout: float) -> list[Change]:
