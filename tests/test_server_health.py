@@ -24,6 +24,7 @@ from skillfs.model import Scope
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.app import SkillfsServer
+from skillfs.server.wire import rev_to_pb
 from tests.grpc_servers import ADMIN, ALICE, ServerProcess, health, in_process, wait_health
 from tests.servers import RedisServer
 
@@ -118,19 +119,20 @@ def test_health_follows_the_store(tmp_path: Path) -> None:
 def test_sigterm_drains_and_ends_watches(tmp_path: Path) -> None:
     with ServerProcess(f"sqlite:///{tmp_path / 's.db'}", tmp_path / "srv") as srv:
         client = skillfs.open_store(f"grpc://{srv.address}", token=ALICE)
+        since = client.publish(A, "s", {"SKILL.md": MD}).revision
         client.publish(A, "s", {"SKILL.md": MD})
-        stub_done = threading.Event()
+        streaming, stub_done = threading.Event(), threading.Event()
         codes: list[grpc.StatusCode] = []
 
         def watch() -> None:
             with grpc.insecure_channel(srv.address) as ch:
                 stream = pb_grpc.SkillReaderStub(ch).Watch(
-                    pb.WatchRequest(domain="agents/support-bot"),
+                    pb.WatchRequest(domain="agents/support-bot", since=rev_to_pb(since)),
                     metadata=[("authorization", f"Bearer {ALICE}")],
                 )
                 try:
                     for _ in stream:
-                        pass
+                        streaming.set()  # the stream is open on the server
                     codes.append(grpc.StatusCode.OK)
                 except grpc.RpcError as exc:
                     codes.append(exc.code())
@@ -138,11 +140,11 @@ def test_sigterm_drains_and_ends_watches(tmp_path: Path) -> None:
 
         t = threading.Thread(target=watch)
         t.start()
-        time.sleep(0.5)
+        assert streaming.wait(10)
         started = time.monotonic()
         srv.signal(15)
         assert srv.proc is not None and srv.proc.wait(15) == 0
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 8  # watches end within a poll, not a timeout
         assert stub_done.wait(5) and codes == [grpc.StatusCode.OK]  # ended, not broken
         assert health(srv.address) == "DOWN"
         t.join()
