@@ -140,13 +140,34 @@ def test_view_rpcs_answer_as_the_runtime_does(url: str, server: SkillfsServer) -
     assert counts[("alice", "reviewer")] >= 1  # the server batches its own loads
 
 
-def test_conflict_carries_the_current_version(url: str) -> None:
+def test_conflict_carries_the_current_version(url: str, server: SkillfsServer) -> None:
     alice = skillfs.open_store(url, token=ALICE)
     alice.publish(A, "s", {"SKILL.md": md("s")})
     alice.publish(A, "s", {"SKILL.md": md("s", "2")})
     with pytest.raises(skillfs.errors.Conflict) as err:
         alice.publish(A, "s", {"SKILL.md": md("s", "3")}, expected_version=1)
     assert err.value.current_version == 2 and "version 2" in str(err.value)
+    # the server's own writes answer ABORTED, the current version in message and metadata
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as ch:
+        admin = pb_grpc.SkillAdminStub(ch)
+        meta = [("authorization", f"Bearer {ALICE}")]
+        for call in (
+            lambda: admin.Delete(
+                pb.DeleteRequest(scope=str(A), skill="s", expected_version=1), metadata=meta
+            ),
+            lambda: admin.Rollback(
+                pb.RollbackRequest(scope=str(A), skill="s", version=1, expected_version=1),
+                metadata=meta,
+            ),
+        ):
+            with pytest.raises(grpc.RpcError) as rpc_err:
+                call()
+            assert rpc_err.value.code() == grpc.StatusCode.ABORTED
+            assert "now at version 2" in rpc_err.value.details()
+            trailing = dict(rpc_err.value.trailing_metadata())
+            assert trailing["skillfs-error"] == "Conflict"
+            assert trailing["skillfs-current-version"] == "2"
+    assert alice.manifest(A, "s").version == 2
 
 
 def test_failover_to_the_next_server(tmp_path: Path) -> None:
