@@ -240,6 +240,13 @@ def test_user_token_cannot_use_the_admin_api(url: str, seeded: skillfs.Store) ->
         alice.gc()
     with pytest.raises(PermissionDenied, match=r"\*:admin"):
         alice.engine.delete_blob_if_idle("0" * 64, 1e12)
+    with grpc.insecure_channel(url.removeprefix("grpc://")) as ch:
+        admin_rpc = pb_grpc.SkillAdminStub(ch)
+        with pytest.raises(grpc.RpcError) as err:
+            admin_rpc.Gc(pb.GcRequest(), metadata=auth(ALICE))
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        report = admin_rpc.Gc(pb.GcRequest(grace=3600), metadata=auth(ADMIN))
+        assert report.blobs_seen >= 5 and report.blobs_deleted == 0  # all referenced, or young
     reader = skillfs.open_store(url, token=READER)  # reads everything, writes nothing
     with pytest.raises(PermissionDenied, match="may write nowhere"):
         reader.publish(A, "x", {"SKILL.md": md("x")})
