@@ -575,14 +575,17 @@ def test_batched_reads_are_one_round_trip_per_node(
 def test_wait_in_cluster_follows_a_moved_slot(redis_cluster: RedisCluster) -> None:
     """A commit with WAIT runs on the node the client's slot map names: after the agent's slot
     moved, that node answers MOVED, the engine learns the new map, and a retry lands right."""
-    agent = f"moved-{uuid.uuid4().hex[:8]}"
-    slot = key_slot(agent.encode())
     prefix = ns()
     engine = RedisEngine(f"{redis_cluster.url}?prefix={prefix}&wait=1&wait_timeout=50")
     engine.ping()  # the client now holds the slot map
     clients = [n.client() for n in redis_cluster.nodes]
     ids = [cast(bytes, c.cluster("MYID")).decode() for c in clients]
-    owner = next(i for i, c in enumerate(clients) if slot in _slots_of(c, ids[i]))
+    while True:  # a slot no other test's keys live in: a slot holding keys cannot be moved
+        agent = f"moved-{uuid.uuid4().hex[:8]}"
+        slot = key_slot(agent.encode())
+        owner = next(i for i, c in enumerate(clients) if slot in _slots_of(c, ids[i]))
+        if clients[owner].cluster("COUNTKEYSINSLOT", slot) == 0:
+            break
     target = (owner + 1) % len(clients)
     try:
         for c in clients:
