@@ -84,6 +84,8 @@ def test_url_options(etcd_server: EtcdServer) -> None:
     e.close()
     with pytest.raises(InvalidPath, match="unknown option"):
         EtcdEngine(f"etcd://{etcd_server.endpoint}?prefx=a/")
+    with pytest.raises(InvalidPath, match="timeout"):
+        EtcdEngine(f"etcd://{etcd_server.endpoint}?timeout=soon")
     with pytest.raises(InvalidPath, match="need TLS"):
         EtcdEngine(f"etcd://{etcd_server.endpoint}?cert=/x")
     assert isinstance(skillfs.open_store(etcd_server.url).engine, EtcdEngine)

@@ -165,7 +165,10 @@ class EtcdEngine(Engine):
         self._user = unquote(user) or None
         self._password = unquote(password)
         self._prefix = query.get("prefix", "").encode()
-        self.timeout = float(query.get("timeout", timeout))
+        try:
+            self.timeout = float(query.get("timeout", timeout))
+        except ValueError as exc:
+            raise InvalidPath(f"timeout in {self.url!r} is not a number of seconds") from exc
         self.retry_for = retry_for
         self.page_size = page_size
         self.max_response_bytes = max_response_bytes
