@@ -20,6 +20,7 @@ servers:
 	command -v redis-sentinel >/dev/null || missing="$$missing redis-sentinel"; \
 	command -v etcd >/dev/null || missing="$$missing etcd-server etcd-client"; \
 	test -x /usr/bin/chromium || missing="$$missing chromium"; \
+	command -v openssl >/dev/null || missing="$$missing openssl"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing$$missing from Debian"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
