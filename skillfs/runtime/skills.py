@@ -10,10 +10,11 @@ when their content changes, so "did anything change" is a handful of `is` compar
 from __future__ import annotations
 
 import asyncio
+import operator
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from skillfs.engines import open_engine
 from skillfs.errors import InvalidPath, StoreUnavailable
@@ -24,6 +25,11 @@ from skillfs.runtime.layers import GitRepo, Layer, LayerSkills, LocalDir, Market
 from skillfs.runtime.snapshot import Snapshot, View
 from skillfs.runtime.usage import UsageRecorder, recorder_for
 from skillfs.store import Store
+
+
+def _identical(a: tuple[LayerSkills, ...], b: tuple[LayerSkills, ...]) -> bool:
+    """Did no layer change? Layer states are immutable, so identity says it."""
+    return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
 class Skills:
@@ -78,6 +84,9 @@ class Skills:
             for follower, _, _ in self._plan:
                 follower.watch_timeout = min(follower.watch_timeout, max(max_staleness / 2, 0.01))
         self._usage: UsageRecorder = recorder_for(self.store, agent_id)
+        self._disk = [
+            (i, x) for i, x in enumerate(self.layers) if isinstance(x, LocalDir | GitRepo)
+        ]
         self._lock = threading.Lock()
         self._confirmed = -float("inf")  # when the last store round trip started
         self._tracking = False
@@ -137,14 +146,13 @@ class Skills:
             seen[follower.domain] = rev
             for i, state in zip(idx, got, strict=True):
                 states[i] = state
-        for i, layer in enumerate(self.layers):
-            if isinstance(layer, LocalDir | GitRepo):
-                states[i] = layer.state()
-        now = tuple(s for s in states if s is not None)
+        for i, layer in self._disk:
+            states[i] = layer.state()
+        now = cast(tuple[LayerSkills, ...], tuple(states))  # every slot is filled above
         last = self._last
-        if last is not None and all(a is b for a, b in zip(now, self._states, strict=True)):
+        if last is not None and _identical(now, self._states):
             if last.revisions == seen and not last.stale:
-                return last
+                return last  # nothing moved: the same object, prompt and tools included
             snap = last._replace(revisions=seen, stale=False)
         else:
             skills, problems = merge(list(zip(self.layers, now, strict=True)))
