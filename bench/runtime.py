@@ -198,7 +198,7 @@ def _redis(tmp: Path, stack: ExitStack) -> Target:
         skill_mds = {
             k.decode()[len(prefix) :].split("/", 1)[0]: v
             for k, v in zip(keys, values, strict=True)
-            if k.endswith(b"/SKILL.md")
+            if k.endswith(b"/SKILL.md") and isinstance(v, bytes)
         }
         return peer_prompt(skill_mds)
 

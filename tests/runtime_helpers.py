@@ -6,7 +6,7 @@ import os
 import subprocess
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -57,7 +57,7 @@ class CountingEngine:
                 self.calls.append(Call(threading.get_ident(), name, args))
             return attr(*args, **kwargs)
 
-        return cast(Callable[..., Any], counted)
+        return counted
 
     def names(self, thread: int | None = None) -> list[str]:
         with self._lock:
