@@ -329,7 +329,7 @@ class Store:
                 skills = [p.skill for p in prepared if p.scope == scope]
                 loaded = self._retrying(self.engine.load_skills, scope, skills)
                 current.update({(scope, k): m for k, m in loaded.items()})
-            if prepared and all(
+            if any(
                 (c := current.get((p.scope, p.skill))) is not None and c.commit_id == commit_id
                 for p in prepared
             ):
@@ -396,14 +396,20 @@ class Store:
     ) -> CommitResult:
         """A retried commit whose first attempt landed: report it, do not write it twice.
 
-        The revision is the domain's current one, which contains the commit."""
-        rev = self.engine.revisions([domain])[domain]
+        Commits are atomic, so one skill carrying the commit id proves all of them landed;
+        a skill another writer changed since has our version in its history. The revision
+        is the domain's current one, which contains the commit."""
+        rev = self._retrying(self.engine.revisions, [domain])[domain]
         assert rev is not None
-        return CommitResult(
-            revision=rev,
-            commit_id=commit_id,
-            versions={p.skill: current[(p.scope, p.skill)].version for p in prepared},
-        )
+        versions: dict[str, int] = {}
+        for p in prepared:
+            live = current.get((p.scope, p.skill))
+            if live is not None and live.commit_id == commit_id:
+                versions[p.skill] = live.version
+            else:
+                older = self._retrying(self.engine.history, p.scope, p.skill)
+                versions[p.skill] = next(m.version for m in older if m.commit_id == commit_id)
+        return CommitResult(revision=rev, commit_id=commit_id, versions=versions)
 
     def _retrying(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Retry an idempotent engine call while the store is unavailable, up to `retry_for`."""
@@ -507,11 +513,11 @@ class Store:
     def read_entry(self, entry: FileEntry, start: int = 0, end: int | None = None) -> bytes:
         """A file's bytes (or the range [start, end)), reading only the chunks it covers."""
         end = entry.size if end is None else max(start, min(end, entry.size))
+        if start >= end:
+            return b""
         cached = self._blobs.get(entry.sha256)
         if cached is not None:
             return cached[start:end]
-        if entry.size == 0:
-            return b""
         whole = start == 0 and end == entry.size
         size = self.engine.chunk_size
         first, last = (

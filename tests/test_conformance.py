@@ -499,3 +499,32 @@ def test_put_keeps_stored_files_by_reference(store: skillfs.Store) -> None:
     with pytest.raises(NotFound, match="no longer has blob"):
         store.publish(ALICE, "a", {"SKILL.md": skill_md("a"), "x": ghost})
     assert store.revision(ALICE) == rev
+
+
+def test_retried_commit_after_another_writer_is_still_ours(store: skillfs.Store) -> None:
+    """The reply of a two-skill commit is lost, then someone edits one of its skills: the
+    retry must report the commit as landed, not Conflict and not a second write."""
+    store.commit(
+        [Put(ALICE, "a", files_v("a", 1)), Put(ALICE, "b", files_v("b", 1))], commit_id="lost-reply"
+    )
+    store.publish(ALICE, "b", files_v("b", 2))
+    again = store.commit(
+        [
+            Put(ALICE, "a", files_v("a", 1), expected_version=0),
+            Put(ALICE, "b", files_v("b", 1), expected_version=0),
+        ],
+        commit_id="lost-reply",
+    )
+    assert again.versions == {"a": 1, "b": 1}
+    assert store.manifest(ALICE, "b").version == 2
+    assert len(store.history(ALICE, "a")) == 1 and len(store.history(ALICE, "b")) == 2
+
+
+def test_range_reads_at_and_past_the_end(store: skillfs.Store, store_url: str) -> None:
+    data = os.urandom(2 * 1024 * 1024)  # a whole number of etcd's 1 MiB chunks
+    store.publish(ALICE, "big", {"SKILL.md": skill_md("big"), "d.bin": data})
+    e = store.manifest(ALICE, "big").files["d.bin"]
+    reader = skillfs.open_store(store_url, blob_cache_bytes=0)  # read the store, not a cache
+    assert reader.read_entry(e, len(data)) == b""
+    assert reader.read_entry(e, len(data) + 10, len(data) + 20) == b""
+    assert reader.read_entry(e, len(data) - 1) == data[-1:]
