@@ -185,7 +185,9 @@ def test_password_is_not_printed() -> None:
 
 
 def test_unknown_store_url() -> None:
-    assert "unknown store URL 'ftp://x'" in error_line(run("ftp://x", "ls"))
+    line = error_line(run("ftp://x", "ls"))
+    assert "unknown store URL 'ftp://x'" in line
+    assert "redis+sentinel://h:p/service/db, etcd://host:port" in line
 
 
 def test_store_from_environment(filled: str) -> None:

@@ -43,6 +43,6 @@ def open_engine(url: str | None = None, **options: Any) -> Engine:
         return GrpcEngine(url, **options)
     raise InvalidPath(
         f"unknown store URL {url!r}: use memory://, sqlite:///path, redis://host:port/db, "
-        "rediss://, redis+cluster://h:p,h:p, redis+sentinel://h:p/service/db "
+        "rediss://, redis+cluster://h:p,h:p, redis+sentinel://h:p/service/db, "
         "etcd://host:port[,host:port] or grpc://host:port[,host:port] (grpcs:// for TLS)"
     )
