@@ -419,9 +419,10 @@ class Store:
             try:
                 return fn(*args, **kwargs)
             except StoreUnavailable:
-                if time.monotonic() > deadline:
+                left = deadline - time.monotonic()
+                if left <= 0:
                     raise
-                time.sleep(delay)
+                time.sleep(min(delay, left))  # the last try starts when the budget ends
                 delay = min(delay * 2, 1.0)
 
     # ------------------------------------------------------------------ history retention
@@ -489,8 +490,8 @@ class Store:
 
     def history(self, scope: Scope, skill: str) -> list[Manifest]:
         """Every kept version of a skill, newest first, the live one (or its tombstone) first."""
-        live = self.engine.load_skills(scope, [skill]).get(skill)
-        older = self.engine.history(scope, skill)
+        live = self._retrying(self.engine.load_skills, scope, [skill]).get(skill)
+        older = self._retrying(self.engine.history, scope, skill)
         if live is None and not older:
             raise NotFound(self._no_skill(scope, skill))
         return ([live] if live else []) + older
@@ -619,13 +620,15 @@ class Store:
     # ------------------------------------------------------------------ listings
 
     def agents(self) -> list[str]:
-        return [d.split("/", 1)[1] for d in self.engine.domains() if d.startswith("agents/")]
+        domains = self._retrying(self.engine.domains)
+        return [d.split("/", 1)[1] for d in domains if d.startswith("agents/")]
 
     def markets(self) -> list[str]:
-        return [d.split("/", 1)[1] for d in self.engine.domains() if d.startswith("markets/")]
+        domains = self._retrying(self.engine.domains)
+        return [d.split("/", 1)[1] for d in domains if d.startswith("markets/")]
 
     def scopes(self, target: str | Scope) -> list[Scope]:
-        return self.engine.scopes(self._domain(target))
+        return self._retrying(self.engine.scopes, self._domain(target))
 
     def users(self, agent: str) -> list[str]:
         return sorted(s.user_id for s in self.scopes(agent) if s.user_id is not None)
@@ -641,7 +644,7 @@ class Store:
 
     def usage(self, agent: str) -> dict[tuple[str, str], int]:
         """Load counts keyed by (user, skill id)."""
-        return self.engine.usage(check_id("agent", agent))
+        return self._retrying(self.engine.usage, check_id("agent", agent))
 
     # ------------------------------------------------------------------ garbage collection
 
@@ -654,7 +657,7 @@ class Store:
         started = self.clock()
         referenced: set[str] = set()
         dropped = 0
-        for domain in self.engine.domains():
+        for domain in self._retrying(self.engine.domains):
             for scope in self.engine.scopes(domain):
                 for skill, live in self.engine.load_scope(scope).items():
                     dropped += self._prune(scope, skill)

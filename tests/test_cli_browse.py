@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +178,25 @@ def test_store_down(tmp_path: Path) -> None:
         line = error_line(run(down, *args))
         assert line.startswith("error: store redis://127.0.0.1:1/0 is unavailable"), line
         assert "check that it is running" in line
+
+
+def test_store_down_is_retried_for_the_same_budget_by_every_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(common, "RETRY_FOR", 1.0)
+    down = "redis://127.0.0.1:1/0"
+    for args in (
+        ["ls"],
+        ["ls", "--agent", "bot"],
+        ["history", "a", "-s", "shared:bot"],
+        ["cat", "a/SKILL.md", "-s", "shared:bot"],
+        ["usage", "--agent", "bot"],
+    ):
+        started = time.monotonic()
+        line = error_line(run(down, *args))
+        took = time.monotonic() - started
+        assert "is unavailable" in line, (args, line)
+        assert 1.0 <= took < 1.8, (args, took)  # the budget, not a first failure nor a backoff
 
 
 def test_password_is_not_printed() -> None:
