@@ -18,7 +18,10 @@ BINARY = b"\x00\x01\r\n\xff binary \x00"
 
 @pytest.fixture
 def url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'skills.db'}"
+    """An empty store (the file exists: reading commands refuse one that does not)."""
+    url = f"sqlite:///{tmp_path / 'skills.db'}"
+    skillfs.open_store(url).close()
+    return url
 
 
 @pytest.fixture
@@ -55,6 +58,42 @@ def test_ls_agents_and_markets(filled: str) -> None:
 def test_ls_empty_store(url: str) -> None:
     assert as_json(url, "ls") == []
     assert "holds no skills yet" in ok(url, "ls").stdout
+
+
+READING = [
+    ["ls"],
+    ["cat", "a/SKILL.md", "-s", "shared:bot"],
+    ["history", "a", "-s", "shared:bot"],
+    ["diff", "a", "-s", "shared:bot"],
+    ["prompt", "--agent", "bot", "--user", "u"],
+    ["watch", "--agent", "bot", "--timeout", "0"],
+    ["export", "out", "-s", "shared:bot"],
+    ["usage", "--agent", "bot"],
+]
+
+
+@pytest.mark.parametrize("args", READING, ids=lambda a: a[0])
+def test_reading_commands_refuse_a_sqlite_file_that_does_not_exist(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    missing = tmp_path / "nowhere" / "skills.db"
+    line = error_line(run(f"sqlite:///{missing}", *args))
+    assert line == (
+        f"error: no store at {missing}: check the URL (sqlite:///relative, "
+        "sqlite:////absolute) or import skills first"
+    )
+    assert not (tmp_path / "nowhere").exists()  # nothing created, not even the directory
+    relative = error_line(run("sqlite:///skills.db", *args))  # three slashes: relative
+    assert f"no store at {tmp_path / 'skills.db'}" in relative
+    assert not (tmp_path / "skills.db").exists()
+
+
+def test_writing_commands_create_the_sqlite_file(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'new' / 'skills.db'}"
+    ok(url, "gc")
+    assert (tmp_path / "new" / "skills.db").exists()
+    ok(url, "ls")
 
 
 def test_ls_agent_scopes(filled: str) -> None:

@@ -29,7 +29,10 @@ from tests.stores import url_for
 
 @pytest.fixture
 def url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'skills.db'}"
+    """An empty store (the file exists: reading commands refuse one that does not)."""
+    url = f"sqlite:///{tmp_path / 'skills.db'}"
+    skillfs.open_store(url).close()
+    return url
 
 
 # -------------------------------------------------------------------------------- prompt

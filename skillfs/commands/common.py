@@ -24,6 +24,7 @@ from rich.text import Text
 
 from skillfs import open_store
 from skillfs.engines import default_url
+from skillfs.engines.sqlite import parse_path
 from skillfs.errors import InvalidPath, SkillfsError
 from skillfs.model import FileEntry, Finding, Manifest, Revision, Scope
 from skillfs.names import check_id, check_skill_name, normalize_path
@@ -174,18 +175,31 @@ FileArgument = Annotated[
 ]
 
 
-def connect(url: str | None, token: str | None) -> Store:
-    """The store the options name; the token goes only to engines that take one (grpc)."""
+def connect(url: str | None, token: str | None, *, create: bool = False) -> Store:
+    """The store the options name; the token goes only to engines that take one (grpc).
+
+    A SQLite file that does not exist is created only when `create` (the commands that write);
+    a command that only reads refuses it, since a mistyped path (`sqlite:///tmp/x.db` is
+    relative to the working directory) would otherwise show an empty new store."""
+    url = url or default_url()
+    scheme = urlsplit(url).scheme
+    if scheme == "sqlite" and not create:
+        path = parse_path(url)
+        if not path.exists():
+            raise fail(
+                f"no store at {path}: check the URL (sqlite:///relative, sqlite:////absolute) "
+                "or import skills first"
+            )
     options: dict[str, Any] = {"retry_for": RETRY_FOR}
-    if token and urlsplit(url or default_url()).scheme in ("grpc", "grpcs"):
+    if token and scheme in ("grpc", "grpcs"):
         options["token"] = token
     return open_store(url, **options)
 
 
 @contextmanager
-def opened(url: str | None, token: str | None) -> Iterator[Store]:
+def opened(url: str | None, token: str | None, *, create: bool = False) -> Iterator[Store]:
     """`connect`, closed at the end."""
-    store = connect(url, token)
+    store = connect(url, token, create=create)
     try:
         yield store
     finally:

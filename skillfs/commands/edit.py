@@ -170,7 +170,7 @@ def edit(
     if path is None:
         raise typer.BadParameter("name a file: SKILL/PATH, e.g. my-skill/SKILL.md")
     skill = target.skill
-    with opened(store_url, token) as store:
+    with opened(store_url, token, create=True) as store:
         base = _Base.load(store, scope, skill)
         if path in base.files:
             try:
@@ -323,7 +323,7 @@ def rm(
 ) -> None:
     """Delete a skill (history keeps it: `rollback` brings it back), or one file or directory
     of a skill."""
-    with opened(store_url, token) as store:
+    with opened(store_url, token, create=True) as store:
         m = store.manifest(scope, target.skill)
         if version is not None and version != m.version:
             raise Conflict(
@@ -373,7 +373,7 @@ def rollback(
     as_json: JsonOption = False,
 ) -> None:
     """Publish a new version whose files equal those of an older one (works after `rm` too)."""
-    with opened(store_url, token) as store:
+    with opened(store_url, token, create=True) as store:
         current = store.manifests(scope, [target.skill]).get(target.skill)
         result = store.rollback(
             scope, target.skill, to, expected_version=current.version if current else 0

@@ -211,7 +211,7 @@ def gc(
 ) -> None:
     """Delete blobs no live or kept version references, and history past its retention."""
     with (
-        opened(store_url, token) as store,
+        opened(store_url, token, create=True) as store,
         Progress(
             SpinnerColumn(),
             TextColumn("{task.description}: {task.completed}"),

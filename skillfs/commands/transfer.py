@@ -166,7 +166,7 @@ def import_(
 
     Skills that break the spec are stored anyway, their findings recorded and listed below;
     skills whose files are unchanged are not written again."""
-    with opened(store_url, token) as store:
+    with opened(store_url, token, create=True) as store:
         sources = _sources(directory, store.limits)
         limit = store.engine.max_ops
         size = batch or limit or DEFAULT_BATCH
