@@ -1,21 +1,21 @@
 """The `skillfs` command (DESIGN §6b): one typer app, one function per subcommand.
 
-Add a command with `@app.command()`; print listings through `_emit_json` when `--json` is given,
-otherwise with rich on `console`. Exit 1 means "ran, and found problems"; exit 2 means bad usage.
+Add a command with `@app.command()`; print listings through `emit_json` when `--json` is given,
+otherwise with rich on `out` (both from `skillfs.commands.common`, which every command shares).
+Exit 1 means "ran, and found problems"; exit 2 means bad usage.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from skillfs.commands import register
+from skillfs.commands.common import JsonOption, emit_json, fail, out
 from skillfs.server.commands import GrpcOption, HttpOption, StoreOption, run_examples, serve
 from skillfs.skill import ValidationReport, find_skill_dirs, validate_dir
 
@@ -27,10 +27,6 @@ app = typer.Typer(
 )
 register(app)  # the store commands, in skillfs/commands/
 app.command(rich_help_panel="Serve")(serve)
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
-
-JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
 
 def main() -> None:
@@ -38,20 +34,10 @@ def main() -> None:
     app()
 
 
-def _emit_json(data: Any) -> None:
-    """JSON on stdout, untouched by rich (no wrapping, no colour), for scripts and tests."""
-    typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
-
-
-def _fail_usage(message: str) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {escape(message)}")
-    return typer.Exit(code=2)
-
-
 def _validate_paths(paths: Sequence[Path]) -> list[ValidationReport]:
     missing = [p for p in paths if not p.exists()]
     if missing:
-        raise _fail_usage(", ".join(f"path '{p}' does not exist" for p in missing))
+        raise fail(", ".join(f"path '{p}' does not exist" for p in missing), code=2)
     return [validate_dir(d) for p in paths for d in find_skill_dirs(p)]
 
 
@@ -60,14 +46,14 @@ def _print_reports(reports: Sequence[ValidationReport]) -> None:
         mark = "[green]✓[/green]" if r.valid else "[red]✗[/red]"
         if r.valid and r.warnings:
             mark = "[yellow]![/yellow]"
-        console.print(f"{mark} [bold]{escape(r.name or '?')}[/bold]  [dim]{escape(r.path)}[/dim]")
+        out.print(f"{mark} [bold]{escape(r.name or '?')}[/bold]  [dim]{escape(r.path)}[/dim]")
         for message in r.errors:
-            console.print(f"    [red]error[/red]    {escape(message)}")
+            out.print(f"    [red]error[/red]    {escape(message)}")
         for message in r.warnings:
-            console.print(f"    [yellow]warning[/yellow]  {escape(message)}")
+            out.print(f"    [yellow]warning[/yellow]  {escape(message)}")
     invalid = sum(not r.valid for r in reports)
     warned = sum(bool(r.warnings) for r in reports)
-    console.print(
+    out.print(
         f"{len(reports)} skill director{'y' if len(reports) == 1 else 'ies'}:"
         f" {len(reports) - invalid} valid, {invalid} with errors, {warned} with warnings"
     )
@@ -87,7 +73,7 @@ def validate(
     """Check skill directories against the Agent Skills spec; exit 1 when any has errors."""
     reports = _validate_paths(paths)
     if as_json:
-        _emit_json([r.model_dump() for r in reports])
+        emit_json([r.model_dump() for r in reports])
     else:
         _print_reports(reports)
     if any(not r.valid for r in reports):
@@ -99,7 +85,7 @@ def _examples_dir() -> Path:
     for root in (Path(__file__).resolve().parents[1], Path.cwd()):
         if (root / "examples" / "skills").is_dir():
             return root / "examples" / "skills"
-    raise _fail_usage("examples/skills not found: run this from the skillfs source tree")
+    raise fail("examples/skills not found: run this from the skillfs source tree", code=2)
 
 
 @app.command(rich_help_panel="Serve")
@@ -110,7 +96,7 @@ def run(
 ) -> None:
     """What `make run` starts: the server on the local store, with the example skills."""
     examples = _examples_dir()
-    console.print(f"Example skills in {escape(str(examples))}:")
+    out.print(f"Example skills in {escape(str(examples))}:")
     reports = _validate_paths([examples])
     _print_reports(reports)
     if any(not r.valid for r in reports):

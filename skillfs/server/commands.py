@@ -13,17 +13,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
+from skillfs.commands.common import fail, out
 from skillfs.engines import DEFAULT_PATH, default_url
 from skillfs.errors import SkillfsError
 from skillfs.model import File, Scope
 from skillfs.skill import find_skill_dirs
 from skillfs.store import Store
-
-console = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 #: The agent whose shared scope `skillfs run` fills with the example skills.
 EXAMPLE_AGENT = "example-agent"
@@ -34,11 +31,6 @@ StoreOption = Annotated[
 ]
 GrpcOption = Annotated[str, typer.Option("--grpc", help="HOST:PORT for gRPC.")]
 HttpOption = Annotated[str, typer.Option("--http", help="HOST:PORT for the status page.")]
-
-
-def _fail(message: str) -> typer.Exit:
-    err.print(f"[red]error:[/red] {escape(message)}")
-    return typer.Exit(code=1)
 
 
 def serve(
@@ -76,7 +68,7 @@ def serve(
     try:
         server = SkillfsServer(config)
     except SkillfsError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     server.serve()
 
 
@@ -136,24 +128,24 @@ def run_examples(
         server = SkillfsServer(config)
         added = _import_examples(server.store, examples)
     except SkillfsError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
 
     def announce() -> None:
         host = grpc.rpartition(":")[0]
         grpc_url = f"grpc://{host}:{server.grpc_port}"
         console_url = f"http://{http.rpartition(':')[0]}:{server.http_port}/"
         scope = f"shared:{EXAMPLE_AGENT}"
-        console.print(f"store          {escape(server.store.url)}")
-        console.print(
+        out.print(f"store          {escape(server.store.url)}")
+        out.print(
             f"examples       {escape(scope)}: "
             + (f"imported {', '.join(added)}" if added else "already there")
         )
-        console.print(f"gRPC           {grpc_url}")
-        console.print(f"console        {console_url}")
-        console.print(f"admin token    {admin}    (from {escape(str(tokens))})")
-        console.print(
+        out.print(f"gRPC           {grpc_url}")
+        out.print(f"console        {console_url}")
+        out.print(f"admin token    {admin}    (from {escape(str(tokens))})")
+        out.print(
             f"try            SKILLFS_TOKEN={admin} skillfs ls --store {grpc_url} --scope {scope}"
         )
-        console.print("Ctrl-C stops the server.", style="dim")
+        out.print("Ctrl-C stops the server.", style="dim")
 
     server.serve(announce)
