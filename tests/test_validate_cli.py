@@ -115,6 +115,19 @@ def test_missing_path_is_a_usage_error(tmp_path: Path) -> None:
     assert "path '/no/such/dir' does not exist" in result.stderr
 
 
+def test_one_console_and_one_json_writer_for_every_command() -> None:
+    import skillfs.cli as cli
+    from skillfs.commands import common
+    from skillfs.server import commands as server_commands
+
+    for module in (cli, server_commands):
+        assert not {"console", "err_console", "_emit_json", "_fail", "_fail_usage"} & set(
+            vars(module)
+        ), module.__name__
+    assert cli.out is common.out and cli.emit_json is common.emit_json
+    assert server_commands.out is common.out
+
+
 def test_a_directory_without_skills_is_reported(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     code, [report] = validate_json(tmp_path / "empty")
