@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +19,16 @@ from skillfs.errors import InvalidPath, PermissionDenied
 from skillfs.model import Manifest, Scope
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.server import auth as auth_module
 from skillfs.server.app import SkillfsServer
-from skillfs.server.auth import Grant, Level, TokenConfig, Tokens
+from skillfs.server.auth import (
+    Grant,
+    Level,
+    TokenConfig,
+    Tokens,
+    Unauthenticated,
+    tokens_document,
+)
 from tests.grpc_servers import ADMIN, ALICE, READER, in_process
 
 AGENT = "support-bot"
@@ -118,6 +128,77 @@ def test_revoked_token_stops_working_without_restart(url: str, server: SkillfsSe
     server.tokens._checked = 0.0  # skip the 2 s re-check interval
     with pytest.raises(PermissionDenied, match="unknown or revoked token"):
         alice.skills(A)
+
+
+def _tokens_file(tmp_path: Path, names: list[str]) -> tuple[Path, dict[str, str]]:
+    secrets = {n: f"{n}-token-{'0123456789abcdef'}" for n in ("alice", "other")}
+    path = tmp_path / "tokens.json"
+    path.write_text(tokens_document([(n, secrets[n], ["*:read"]) for n in names], "k"))
+    return path, secrets
+
+
+def test_a_lookup_racing_a_reload_cannot_keep_a_revoked_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lookup that began under the old config and ends after another request loaded the new
+    one must not leave its answer behind for later requests."""
+    path, secret = _tokens_file(tmp_path, ["alice", "other"])
+    tokens = Tokens(path)
+    real_hash = auth_module.hash_token
+    between = threading.Event()
+    go_on = threading.Event()
+
+    def slow_hash(token: str) -> str:
+        if token == secret["alice"] and threading.current_thread().name == "slow":
+            between.set()
+            go_on.wait(10)
+        return real_hash(token)
+
+    monkeypatch.setattr(auth_module, "hash_token", slow_hash)
+    slow = threading.Thread(
+        target=lambda: tokens.authenticate(f"Bearer {secret['alice']}"), name="slow"
+    )
+    slow.start()
+    assert between.wait(10)
+    path.write_text(tokens_document([("other", secret["other"], ["*:read"])], "k") + "\n")
+    tokens._checked = 0.0
+    assert tokens.authenticate(f"Bearer {secret['other']}").name == "other"  # loads the new one
+    go_on.set()
+    slow.join(10)
+    tokens._checked = 0.0  # re-checked: unchanged
+    with pytest.raises(Unauthenticated, match="unknown or revoked"):
+        tokens.authenticate(f"Bearer {secret['alice']}")
+
+
+def test_tokens_file_changes_are_seen_even_with_the_same_size_and_mtime(tmp_path: Path) -> None:
+    path, secret = _tokens_file(tmp_path, ["alice", "other"])
+    tokens = Tokens(path)
+    assert tokens.authenticate(f"Bearer {secret['alice']}").name == "alice"
+    before = path.stat()
+    doc = json.loads(path.read_text())
+    doc["tokens"][0]["sha256"] = hashlib.sha256(b"someone else entirely!").hexdigest()
+    path.write_text(json.dumps(doc, indent=2))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # a copy that keeps mtimes
+    assert path.stat().st_size == before.st_size
+    tokens._checked = 0.0
+    with pytest.raises(Unauthenticated, match="unknown or revoked"):
+        tokens.authenticate(f"Bearer {secret['alice']}")
+
+
+def test_a_deleted_or_broken_tokens_file_fails_closed(tmp_path: Path) -> None:
+    path, secret = _tokens_file(tmp_path, ["alice"])
+    good = path.read_text()
+    tokens = Tokens(path)
+    assert tokens.authenticate(f"Bearer {secret['alice']}").name == "alice"
+    for breakage in (path.unlink, lambda: path.write_text("tokens: [unclosed")):
+        breakage()
+        tokens._checked = 0.0
+        with pytest.raises(Unauthenticated, match="cannot read its tokens config"):
+            tokens.authenticate(f"Bearer {secret['alice']}")
+        assert tokens.config.principals == {}  # the console refuses its sessions too
+        path.write_text(good)
+        tokens._checked = 0.0
+        assert tokens.authenticate(f"Bearer {secret['alice']}").name == "alice"
 
 
 # ------------------------------------------------------------------ one user cannot see another's

@@ -243,7 +243,13 @@ def _principal(i: int, entry: object) -> Principal:
 
 class Tokens:
     """The current tokens config, from a file (re-read when it changes, so a revoked token
-    stops working without a restart) or from `$SKILLFS_TOKENS`."""
+    stops working without a restart) or from `$SKILLFS_TOKENS`.
+
+    There is no cache of who is who: a lookup is one SHA-256 of the token (about a
+    microsecond) in the config current at that moment, so no answer can outlive the config
+    it came from. A file that is deleted or no longer parses fails closed: every token is
+    refused (and the failure logged) until the file is fixed, since keeping the last good
+    config would keep a token the operator meant to revoke."""
 
     RECHECK_SECONDS = 2.0
 
@@ -256,18 +262,26 @@ class Tokens:
             )
         self.path = path
         self._lock = threading.Lock()
-        self._stamp: tuple[float, int] | None = None
+        #: What identifies the file's content without reading it (see `_file_stamp`).
+        self._stamp: tuple[int, ...] | None = None
         self._checked = 0.0
+        #: Why the file is not in force (deleted, unparsable), while every token is refused.
+        self.failure: str | None = None
         self._config = TokenConfig.parse(text) if text else self._load()
-        #: Principals by authorization header, for the config they were looked up in.
-        self._cached: dict[str, Principal] = {}
-        self._cached_for: TokenConfig | None = None
+
+    @staticmethod
+    def _file_stamp(path: Path) -> tuple[int, ...]:
+        """Changes whenever the file does: an edit in place (mtime, ctime in nanoseconds,
+        size) or a new file renamed over it (inode, device), as editors and Kubernetes'
+        Secret volumes do."""
+        st = path.stat()
+        return (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_dev)
 
     def _load(self) -> TokenConfig:
         assert self.path is not None
-        st = self.path.stat()
+        stamp = self._file_stamp(self.path)
         config = TokenConfig.parse(self.path.read_text())
-        self._stamp = (st.st_mtime, st.st_size)
+        self._stamp = stamp
         return config
 
     @property
@@ -279,11 +293,21 @@ class Tokens:
             if now - self._checked >= self.RECHECK_SECONDS:
                 self._checked = now
                 try:
-                    st = self.path.stat()
-                    if (st.st_mtime, st.st_size) != self._stamp:
+                    if self.failure is not None or self._file_stamp(self.path) != self._stamp:
                         self._config = self._load()
-                except (OSError, InvalidPath) as exc:  # keep serving the last good config
-                    log.warning("tokens config %s not reloaded: %s", self.path, exc)
+                        if self.failure is not None:
+                            log.warning("tokens config %s is in force again", self.path)
+                        self.failure = None
+                except (OSError, InvalidPath) as exc:  # fail closed: refuse every token
+                    self._stamp = None  # read it again at the next check, changed or not
+                    self._config = TokenConfig(receipt_key=os.urandom(32), principals={})
+                    self.failure = f"{type(exc).__name__}: {exc}"
+                    log.error(
+                        "tokens config %s cannot be read (%s): refusing every token until it "
+                        "is fixed",
+                        self.path,
+                        self.failure,
+                    )
             return self._config
 
     def authenticate(self, header: str | None) -> Principal:
@@ -293,21 +317,18 @@ class Tokens:
                 "no token: send the metadata 'authorization: Bearer TOKEN' "
                 "(skillfs.open_store(..., token=...) or $SKILLFS_TOKEN)"
             )
-        config = self.config
-        if config is not self._cached_for:  # a new config: forget who was who
-            self._cached = {}
-            self._cached_for = config
-        principal = self._cached.get(header)
-        if principal is not None:
-            return principal
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthenticated("the authorization metadata must be 'Bearer TOKEN'")
+        config = self.config
         principal = config.principals.get(hash_token(token.strip()))
         if principal is None:
+            if self.failure is not None:
+                raise Unauthenticated(
+                    "the server cannot read its tokens config, so it accepts no token: "
+                    "ask an operator to fix it"
+                )
             raise Unauthenticated("unknown or revoked token: ask an operator for a valid one")
-        if len(self._cached) < 10_000:
-            self._cached[header] = principal
         return principal
 
     def receipt(self, principal: Principal, sha: str, size: int) -> bytes:
