@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import queue
 import threading
 import uuid
 from collections.abc import Iterator
@@ -342,6 +343,71 @@ def test_watch_shows_only_readable_scopes(url: str, seeded: skillfs.Store) -> No
     seeded.publish(A, "mine", {"SKILL.md": md("mine")})
     changes = next(iter(alice.follow(AGENT, since=since, timeout=5)))
     assert (changes.scope, changes.skill, changes.version) == (A, "mine", 2)
+
+
+def _set_grants(server: SkillfsServer, name: str, grants: list[str] | None) -> None:
+    """Give token `name` these grants in the server's tokens file (None: revoke it)."""
+    path = server.tokens.path
+    assert path is not None
+    doc = json.loads(path.read_text())
+    doc["tokens"] = [t for t in doc["tokens"] if t["name"] != name or grants is not None]
+    for t in doc["tokens"]:
+        if t["name"] == name:
+            t["grants"] = grants
+    path.write_text(json.dumps(doc))
+    server.tokens._checked = 0.0  # skip the 2 s re-check interval
+
+
+def test_an_open_watch_follows_narrowed_grants_and_ends_when_revoked(
+    server: SkillfsServer,
+    seeded: skillfs.Store,
+    stubs: tuple[pb_grpc.SkillReaderStub, pb_grpc.SkillAdminStub],
+) -> None:
+    reader, _ = stubs
+    since = seeded.revision(AGENT)
+    assert since is not None
+    request = pb.WatchRequest(
+        domain=f"agents/{AGENT}",
+        since=pb.Revision(epoch=since.epoch, counter=since.counter),
+        with_manifests=True,
+    )
+    stream = reader.Watch(request, metadata=auth(ALICE), timeout=30)
+    got: queue.Queue[pb.WatchEvent | grpc.RpcError] = queue.Queue()
+
+    def drain() -> None:
+        try:
+            for event in stream:
+                got.put(event)
+        except grpc.RpcError as exc:
+            got.put(exc)
+
+    threading.Thread(target=drain, daemon=True).start()
+
+    def next_shown() -> tuple[list[tuple[str, str, int]], list[str]] | grpc.RpcError:
+        """The next event with changes in it (skipping revision-only ones), or the error."""
+        while True:
+            item = got.get(timeout=15)
+            if isinstance(item, grpc.RpcError):
+                return item
+            if item.changes:
+                return [(c.scope, c.skill, c.version) for c in item.changes], [
+                    json.loads(m.manifest_json)["frontmatter"]["description"]
+                    for m in item.manifests
+                ]
+
+    seeded.publish(A, "mine", {"SKILL.md": md("mine")})
+    assert next_shown() == ([(str(A), "mine", 2)], ["Does mine. Use when testing."])
+    # alice may now read the shared scope only: her own scope's changes are not shown any more
+    _set_grants(server, "alice", ["agent:support-bot/shared:read"])
+    seeded.publish(A, "mine", {"SKILL.md": md("mine").replace(b"Does", b"SECRET")})
+    seeded.publish(SHARED, "common", {"SKILL.md": md("common")})
+    assert next_shown() == ([(str(SHARED), "common", 2)], ["Does common. Use when testing."])
+    # revoked: the stream ends, and the change after the revocation is never sent
+    _set_grants(server, "alice", None)
+    seeded.publish(SHARED, "common", {"SKILL.md": md("common").replace(b"Does", b"SECRET")})
+    end = next_shown()
+    assert isinstance(end, grpc.RpcError), end
+    assert end.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
 # ------------------------------------------------------------------ bad requests write nothing

@@ -489,6 +489,10 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
                 if timeout <= 0:
                     return
             batch = self.engine.changes(domain, since, timeout)
+            # The token again, at every poll: a revoked token ends the stream
+            # (UNAUTHENTICATED), narrowed grants apply to what is shown from now on.
+            principal = self.backend.tokens.authenticate(_bearer(context))
+            principal.require_domain(domain)
             if not batch:
                 continue
             since = batch[-1].revision
