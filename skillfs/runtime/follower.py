@@ -2,11 +2,14 @@
 process serves current, shared by every `Skills` of that agent (or market).
 
 A snapshot asks `at(revision)` with the revision it just read from the store. When the cache is
-at that revision the answer costs nothing (C3); when it is behind in the same epoch the change
-log says which scopes and skills moved, and only those tracked here are reloaded, so another
-user's edit never reloads this user's scope; a new epoch, or a revision that went back, drops
-everything and reloads (C5). Between snapshots a background thread follows the change log and
-applies the same updates, then warms the store's blob cache with the files that changed.
+at that revision the answer costs nothing (C3). When it is behind in the same epoch, the change
+log says which scopes and skills moved; only those tracked here are reloaded, so another user's
+edit never reloads this user's scope. A new epoch, or a revision that went back, drops
+everything and reloads (C5). Whatever was loaded, the cache is replaced only by manifests
+proven to be exactly the domain's state at the revision they are labelled with
+(`cut.find_cut`), so a step never holds half of a commit nor anything committed after its
+revision (C4). Between snapshots a background thread follows the change log and does the
+same, then warms the store's blob cache with the files that changed.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 
 from skillfs.errors import SkillfsError, StoreUnavailable
 from skillfs.model import Change, FileEntry, Manifest, Revision, Scope
+from skillfs.runtime.cut import Key, find_cut
 from skillfs.runtime.layers import LayerSkills
 from skillfs.store import Store
 
@@ -31,6 +35,9 @@ log = logging.getLogger(__name__)
 PREFETCH_FILE_BYTES = 256 * 1024
 #: At most this many bytes are prefetched after one batch of changes.
 PREFETCH_BATCH_BYTES = 8 * 1024 * 1024
+#: Reads a sync may take before giving up. Each round reloads only the skills that a commit
+#: landing between two reads left out of date, so only a write storm on them gets this far.
+MAX_ROUNDS = 32
 #: What `changes()` is asked from when the domain had no revision yet: any real one differs.
 _NO_REVISION = Revision(epoch="", counter=0)
 
@@ -57,8 +64,8 @@ class StoreReader:
 
 @dataclass(frozen=True, eq=False)
 class _Cache:
-    """The domain's revision, the loaded scopes as of it, and when that was observed
-    (`time.monotonic()` at the end of the store call that returned it)."""
+    """The loaded scopes, exactly as of the domain's `revision`, and when that was observed
+    (`time.monotonic()` at the end of the store call that established it)."""
 
     revision: Revision | None
     scopes: Mapping[Scope, LayerSkills]
@@ -87,7 +94,7 @@ class Follower:
 
     @property
     def revision(self) -> Revision | None:
-        """The revision the cached scopes are current as of."""
+        """The revision the cached scopes are exactly as of."""
         return self._cache.revision
 
     @property
@@ -131,8 +138,8 @@ class Follower:
     def at(
         self, revision: Revision | None, scopes: Sequence[Scope], read_started: float
     ) -> tuple[Revision | None, tuple[LayerSkills, ...]]:
-        """The scopes as of at least `revision`, which a read begun at `read_started`
-        (`time.monotonic()`) returned. Free when the cache is already there."""
+        """The scopes exactly as of one revision, no earlier than `revision`, which a read
+        begun at `read_started` (`time.monotonic()`) returned. Free when the cache is there."""
         cache = self._cache
         if _same(cache.revision, revision):
             found = tuple(cache.scopes.get(s) for s in scopes)
@@ -140,76 +147,144 @@ class Follower:
                 # the cached object, so that callers comparing snapshots hit identity
                 return cache.revision, found  # type: ignore[return-value]  # no None left
         with self._lock:
-            cache = self._advance(revision, read_started)
-            missing = [s for s in scopes if s not in cache.scopes]
-            if missing:
-                loaded = dict(cache.scopes)
-                for s in missing:
-                    loaded[s] = self._load(s) if cache.revision is not None else self._empty
-                    self._prefetch.extend(loaded[s].manifests.values())
-                cache = _Cache(cache.revision, loaded, cache.observed_at)
-            self._cache = cache
+            cache = self._cache = self._advance(revision, read_started, scopes)
             self.verified_at = max(self.verified_at, read_started)
             return cache.revision, tuple(cache.scopes[s] for s in scopes)
 
-    def _advance(self, revision: Revision | None, read_started: float) -> _Cache:
+    def _advance(
+        self, revision: Revision | None, read_started: float, scopes: Sequence[Scope]
+    ) -> _Cache:
         cache = self._cache
         current = cache.revision
+        missing = [s for s in scopes if s not in cache.scopes]
         if _same(revision, current):
-            return cache
+            return self._sync(cache, current, missing) if missing else cache
         if (
             revision is not None
             and current is not None
             and revision.epoch == current.epoch
             and revision.counter > current.counter
         ):
-            changes = self.store.engine.changes(self.domain, current, 0)
-            done = time.monotonic()
-            cache = self._apply(cache, changes, done)
-            now = cache.revision
-            if now is not None and now.epoch == revision.epoch and now.counter >= revision.counter:
-                return cache
-            log.warning("%s: change log did not reach %s; reloading", self.domain, revision)
-        elif current is not None and read_started <= cache.observed_at:
-            return cache  # that read may predate our newer observation: keep the newer one
-        elif current is not None:
+            return self._sync(cache, revision, scopes)
+        if current is not None and read_started <= cache.observed_at:
+            # that read may predate our newer observation: ours is at least as new
+            return self._sync(cache, current, missing) if missing else cache
+        if current is not None:
             log.warning(
                 "%s: revision %s after %s (new epoch or went back); reloading",
                 self.domain,
                 revision,
                 current,
             )
-        return _Cache(revision, {}, read_started)
+        return self._sync(_Cache(revision, {}, read_started), revision, scopes)
 
-    # ------------------------------------------------------------------ applying changes
+    # ------------------------------------------------------------------ consistent reloads
 
-    def _load(self, scope: Scope) -> LayerSkills:
-        return LayerSkills(self.store.manifests(scope), self._reader)
+    def _sync(
+        self,
+        cache: _Cache,
+        target: Revision | None,
+        want: Sequence[Scope],
+        first: Sequence[Change] | None = None,
+    ) -> _Cache:
+        """A cache exactly at one revision, no earlier than `target`, holding `want` too.
 
-    def _apply(self, cache: _Cache, changes: Sequence[Change], observed_at: float) -> _Cache:
-        """Reload the skills that changed in loaded scopes; ignore the others (other users)."""
-        if not changes:
-            return cache
-        last = changes[-1]
-        if last.op == "reset":
-            return _Cache(last.revision, {}, observed_at)
-        touched: dict[Scope, set[str]] = {}
-        for c in changes:
-            if c.scope is not None and c.scope in cache.scopes and c.skill is not None:
-                touched.setdefault(c.scope, set()).add(c.skill)
-        scopes = dict(cache.scopes)
-        for scope, skills in touched.items():
-            loaded = self.store.engine.load_skills(scope, sorted(skills))
-            manifests = dict(scopes[scope].manifests)
+        `cache` is exact at its revision; `first` is the log after it when already read.
+        Reloads only what changed in the scopes held (and the wanted ones missing), then
+        labels the result with `find_cut`, reading again what a concurrent commit left out
+        of date. Runs under the lock."""
+        since = cache.revision
+        if since is None:  # the domain was never written: every scope is empty
+            return _Cache(None, {**cache.scopes, **dict.fromkeys(want, self._empty)}, -1.0)
+        held: dict[Scope, LayerSkills] = dict(cache.scopes)
+        whole = [s for s in want if s not in held]
+        edited: dict[Scope, dict[str, Manifest]] = {}
+        loaded: dict[Key, int] = {}
+        need: dict[Scope, set[str]] = {}
+        changes: list[Change] = list(first or [])
+        upto = changes[-1].revision if changes else target
+        for _ in range(MAX_ROUNDS):
+            if whole or need:
+                self._load(whole, need, held, edited, loaded)
+                upto = self.store.engine.revisions([self.domain])[self.domain]
+            reset = self._read_log(since, upto, changes)
+            if reset is not None:  # a new epoch, the log trimmed, the domain wiped: again
+                log.warning("%s: reset to %s while reloading; reloading", self.domain, reset)
+                if reset.epoch == "":
+                    return _Cache(None, dict.fromkeys({*held, *want}, self._empty), -1.0)
+                since, whole, target = reset, [*{*held, *edited, *want}], reset
+                held, edited, loaded, need, changes = {}, {}, {}, {}, []
+                continue
+            assert upto is not None  # else _read_log reported a reset
+            observed = time.monotonic()
+            whole_scopes = [s for s in edited if s not in held]
+            cut = find_cut(
+                since, changes, held.keys() | edited.keys(), loaded, whole_scopes, target, upto
+            )
+            if isinstance(cut, Revision):
+                scopes = {s: held[s] for s in held if s not in edited}
+                scopes.update({s: LayerSkills(m, self._reader) for s, m in edited.items()})
+                return _Cache(cut, scopes, observed)
+            whole, need = [], {}
+            for scope, skill in cut:
+                need.setdefault(scope, set()).add(skill)
+        raise StoreUnavailable(
+            f"{self.domain}: no consistent view after {MAX_ROUNDS} reads, its skills change "
+            "faster than they can be read; retry"
+        )
+
+    def _load(
+        self,
+        whole: Sequence[Scope],
+        need: Mapping[Scope, set[str]],
+        held: Mapping[Scope, LayerSkills],
+        edited: dict[Scope, dict[str, Manifest]],
+        loaded: dict[Key, int],
+    ) -> None:
+        """Load whole scopes and some skills of others; tombstones count as versions."""
+        work: list[tuple[Scope, Iterable[str] | None]] = [(s, None) for s in whole]
+        work += [(s, sorted(skills)) for s, skills in need.items()]
+        for scope, skills in work:
+            if skills is None:
+                found = self.store.engine.load_scope(scope)
+                into = edited[scope] = {}
+                skills = found
+            else:
+                found = self.store.engine.load_skills(scope, list(skills))
+                if scope not in edited:
+                    edited[scope] = dict(held[scope].manifests)
+                into = edited[scope]
             for skill in skills:
-                m = loaded.get(skill)
+                m = found.get(skill)
+                loaded[(scope, skill)] = m.version if m is not None else 0
                 if m is None or m.deleted:
-                    manifests.pop(skill, None)
+                    into.pop(skill, None)
                 else:
-                    manifests[skill] = m
+                    into[skill] = m
                     self._prefetch.append(m)
-            scopes[scope] = LayerSkills(manifests, self._reader)
-        return _Cache(last.revision, scopes, observed_at)
+
+    def _read_log(
+        self, since: Revision, upto: Revision | None, into: list[Change]
+    ) -> Revision | None:
+        """Extend `into` (the log after `since`) until it reaches `upto`. Returns the revision
+        to start over from when that cannot be done: a reset, or `upto` in another line."""
+        if into and into[-1].op == "reset":
+            return into[-1].revision
+        if upto is None:
+            return _NO_REVISION
+        if upto.epoch != since.epoch or upto.counter < since.counter:
+            return upto
+        for _ in range(MAX_ROUNDS):
+            last = into[-1].revision if into else since
+            if last.counter >= upto.counter:
+                return None
+            page = self.store.engine.changes(self.domain, last, 0)
+            if page and page[-1].op == "reset":
+                return page[-1].revision
+            if not page:  # the log lags the revision read: ask again
+                time.sleep(0.001)
+            into.extend(page)
+        raise StoreUnavailable(f"{self.domain}: the change log did not reach {upto}; retry")
 
     # ------------------------------------------------------------------ the background watch
 
@@ -234,14 +309,14 @@ class Follower:
         changes = self.store.engine.changes(
             self.domain, cache.revision or _NO_REVISION, self.watch_timeout
         )
-        done = time.monotonic()
         with self._lock:
             if self._cache is cache:  # else a snapshot moved it meanwhile: ask from there
-                self._cache = self._apply(cache, changes, done)
+                if changes and cache.revision is not None:
+                    self._cache = self._sync(cache, changes[-1].revision, (), first=changes)
+                elif changes:  # the domain was created: load what is held, from its start
+                    reset = changes[-1].revision
+                    self._cache = self._sync(_Cache(reset, {}, -1.0), reset, [*cache.scopes])
                 self.verified_at = max(self.verified_at, started)
-        if changes and changes[-1].op == "reset":
-            self._refill()
-        with self._lock:
             prefetch, self._prefetch = self._prefetch, []
             ready = self._cache.revision
         self._warm(prefetch)
@@ -249,24 +324,6 @@ class Follower:
             with self._lock:
                 self._ready = ready
                 self._changed.notify_all()
-
-    def _refill(self) -> None:
-        """After a reset, load the tracked scopes again so the next step finds them warm."""
-        with self._lock:
-            cache = self._cache
-            missing = [s for s in self._refs if s not in cache.scopes]
-        if not missing or cache.revision is None:
-            return
-        try:
-            loaded = {s: self._load(s) for s in missing}
-        except StoreUnavailable as exc:
-            log.warning("reload of %s after a reset: %s; the next step will load", self.domain, exc)
-            return
-        with self._lock:
-            if self._cache is cache:  # else a snapshot moved on: it loads what it needs
-                self._cache = _Cache(cache.revision, {**cache.scopes, **loaded}, cache.observed_at)
-                for state in loaded.values():
-                    self._prefetch.extend(state.manifests.values())
 
     def _warm(self, manifests: Sequence[Manifest]) -> None:
         """Read the changed skills' small files into the store's blob LRU, off the hot path."""
