@@ -9,51 +9,116 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shlex
+import shutil
+import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
-from skillfs.commands.common import fail, out
+from skillfs.commands.common import err, fail, out
 from skillfs.engines import DEFAULT_PATH, default_url
 from skillfs.errors import SkillfsError
 from skillfs.model import File, Scope
+from skillfs.server.auth import ENV_TOKENS
 from skillfs.skill import find_skill_dirs
 from skillfs.store import Store
+
+if TYPE_CHECKING:
+    from skillfs.server.app import SkillfsServer
 
 #: The agent whose shared scope `skillfs run` fills with the example skills.
 EXAMPLE_AGENT = "example-agent"
 
 StoreOption = Annotated[
     str | None,
-    typer.Option("--store", help="Store URL (default: $SKILLFS_STORE, else the SQLite file)."),
+    typer.Option(
+        "--store",
+        metavar="URL",
+        show_default=False,
+        help="Store URL (default: $SKILLFS_STORE, else the SQLite file).",
+    ),
 ]
-GrpcOption = Annotated[str, typer.Option("--grpc", help="HOST:PORT for gRPC.")]
-HttpOption = Annotated[str, typer.Option("--http", help="HOST:PORT for the status page.")]
+GrpcOption = Annotated[str, typer.Option("--grpc", metavar="HOST:PORT", help="The gRPC port.")]
+HttpOption = Annotated[
+    str,
+    typer.Option(
+        "--http",
+        metavar="HOST:PORT",
+        help="The HTTP port: the admin console at /, and /status, /metrics, /healthz, /readyz.",
+    ),
+]
+
+NO_TOKENS = (
+    "no tokens: pass --tokens FILE or set $SKILLFS_TOKENS to the document. A tokens file is "
+    "YAML, e.g. `tokens: [{name: ops, token: <16+ random characters>, grants: ['*:admin']}]` "
+    '(docs/server.md, "Tokens and grants"); for a local dev server with an admin token made '
+    "for you, run `skillfs run` instead"
+)
+
+
+def _url(scheme: str, host_port: str, port: int | None) -> str:
+    """How a person reaches a listening address: a wildcard host becomes localhost."""
+    host = host_port.rpartition(":")[0]
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        host = "localhost"
+    return f"{scheme}://{host}:{port}"
+
+
+def ready_line(server: SkillfsServer) -> str:
+    """The one human line `skillfs serve` prints once it serves."""
+    tls = server.config.tls_cert is not None
+    line = (
+        f"skillfs serving {server.store.url}: gRPC at "
+        f"{_url('grpcs' if tls else 'grpc', server.config.grpc, server.grpc_port)}"
+    )
+    if server.config.http:
+        console = _url("https" if tls else "http", server.config.http, server.http_port)
+        line += f", admin console at {console}/"
+    return line + " (Ctrl-C stops it)"
 
 
 def serve(
     store: StoreOption = None,
     grpc: GrpcOption = "0.0.0.0:7070",
-    http: Annotated[
-        str, typer.Option("--http", help="HOST:PORT for status, /metrics and the console.")
-    ] = "0.0.0.0:7080",
+    http: HttpOption = "0.0.0.0:7080",
     tokens: Annotated[
         Path | None,
-        typer.Option("--tokens", help="Tokens config file (default: $SKILLFS_TOKENS)."),
+        typer.Option(
+            "--tokens",
+            metavar="FILE",
+            show_default=False,
+            help="Tokens and grants (default: the document in $SKILLFS_TOKENS).",
+        ),
     ] = None,
-    tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="PEM certificate.")] = None,
-    tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key.")] = None,
-    grace: Annotated[float, typer.Option(help="Seconds calls get to finish on SIGTERM.")] = 10.0,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option("--tls-cert", metavar="FILE", show_default=False, help="PEM certificate."),
+    ] = None,
+    tls_key: Annotated[
+        Path | None,
+        typer.Option("--tls-key", metavar="FILE", show_default=False, help="PEM private key."),
+    ] = None,
+    grace: Annotated[
+        float, typer.Option(metavar="SECONDS", help="How long calls get to finish on SIGTERM.")
+    ] = 10.0,
     max_workers: Annotated[
-        int, typer.Option(help="Threads for calls (each open Watch holds one).")
+        int, typer.Option(metavar="N", help="Threads for calls (each open Watch holds one).")
     ] = 128,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    log_level: Annotated[
+        str, typer.Option(metavar="LEVEL", help="debug, info, warning or error.")
+    ] = "info",
 ) -> None:
-    """Run the gRPC server over a store (stateless: run as many as you like over one store)."""
+    """Run the server over a store: gRPC, and the admin console on the HTTP port.
+
+    Stateless: run as many as you like over one store. Logs are JSON lines on stderr; one
+    plain line says where it listens once it serves."""
     from skillfs.server.app import ServerConfig, SkillfsServer, setup_logging
 
+    if tokens is None and not os.environ.get(ENV_TOKENS):
+        raise fail(NO_TOKENS)
     setup_logging(log_level)
     config = ServerConfig(
         store=store or default_url(),
@@ -69,7 +134,10 @@ def serve(
         server = SkillfsServer(config)
     except SkillfsError as exc:
         raise fail(str(exc)) from None
-    server.serve()
+    except OSError as exc:  # the tokens file or a TLS file cannot be read
+        where = f": {exc.filename}" if exc.filename else ""
+        raise fail(f"{exc.strerror or exc}{where}") from None
+    server.serve(lambda: err.print(escape(ready_line(server)), highlight=False))
 
 
 def _dev_tokens(path: Path) -> str:
@@ -110,6 +178,28 @@ def _import_examples(store: Store, examples: Path) -> list[str]:
     return added
 
 
+def _short(path: Path) -> str:
+    """A path as a person types it here: relative below the working directory, else absolute."""
+    full = os.path.abspath(path)
+    relative = os.path.relpath(full)
+    return shlex.quote(full if relative.startswith("..") else relative)
+
+
+def runnable() -> str:
+    """How to run this `skillfs` from the working directory: `skillfs` when that name on PATH
+    is this very program, else the path of the script running now (`.venv/bin/skillfs` when
+    `make run` starts it from a virtualenv that is not activated)."""
+    on_path = shutil.which("skillfs")
+    script = Path(sys.argv[0])
+    if script.name != "skillfs" or not script.is_file():  # python -c / -m: the venv's script
+        script = Path(sys.executable).parent / "skillfs"
+    if not script.is_file():
+        return "skillfs"
+    if on_path and os.path.samefile(on_path, script):
+        return "skillfs"
+    return _short(script)
+
+
 def run_examples(
     examples: Path,
     store: StoreOption = None,
@@ -144,7 +234,8 @@ def run_examples(
         out.print(f"console        {console_url}")
         out.print(f"admin token    {admin}    (from {escape(str(tokens))})")
         out.print(
-            f"try            SKILLFS_TOKEN={admin} skillfs ls --store {grpc_url} --scope {scope}"
+            f"try            SKILLFS_TOKEN={admin} {escape(runnable())} ls --store {grpc_url} "
+            f"--scope {scope}"
         )
         out.print("Ctrl-C stops the server.", style="dim")
 
