@@ -614,8 +614,9 @@ class Store:
                 time.sleep(min(wait, 0.5))
                 continue
             for change in batch:
-                yield change
                 since = change.revision
+                if change.scope is not None or change.op == "reset":
+                    yield change  # else changes the token may not see (grpc://): skip them
 
     # ------------------------------------------------------------------ listings
 

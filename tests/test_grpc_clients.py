@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import fsspec
@@ -138,6 +138,48 @@ def test_view_rpcs_answer_as_the_runtime_does(url: str, server: SkillfsServer) -
     worker.close()  # writes the worker's load counts through RecordUsage
     counts = skillfs.open_store(url, token=ADMIN).usage(AGENT)
     assert counts[("alice", "reviewer")] >= 1  # the server batches its own loads
+
+
+def test_other_users_changes_never_reload_a_user_scoped_worker(url: str) -> None:
+    """C3 through the server: a token that may not see bob's scope is still told the revision
+    moved past his changes, so alice's worker advances without loading anything."""
+    admin = skillfs.open_store(url, token=ADMIN)
+    admin.publish(A, "mine", {"SKILL.md": md("mine")})
+    alice = skillfs.open_store(url, token=ALICE)
+    worker = Skills(alice, AGENT, "alice")
+    first = worker.snapshot()
+    loads: list[str] = []
+    engine = alice.engine
+    real_scope, real_skills = engine.load_scope, engine.load_skills
+
+    def load_scope(scope: Scope) -> dict[str, skillfs.Manifest]:
+        loads.append(f"load_scope {scope}")
+        return real_scope(scope)
+
+    def load_skills(scope: Scope, skills: Sequence[str]) -> dict[str, skillfs.Manifest]:
+        loads.append(f"load_skills {scope} {list(skills)}")
+        return real_skills(scope, skills)
+
+    engine.load_scope = load_scope  # type: ignore[method-assign]
+    engine.load_skills = load_skills  # type: ignore[method-assign]
+    try:
+        for n in range(5):
+            c = admin.publish(Scope.user(AGENT, "bob"), "notes", {"SKILL.md": md("notes", str(n))})
+            snap = worker.snapshot()
+            assert snap.revisions[f"agents/{AGENT}"] == c.revision  # moved on (C3, C5)
+            assert snap.token == first.token  # the same view
+        assert loads == []
+        # alice's own change is still seen at the next step, loading only that skill
+        c = admin.publish(A, "mine", {"SKILL.md": md("mine", "v2")})
+        assert worker.snapshot().revisions[f"agents/{AGENT}"] == c.revision
+        assert worker.snapshot().load("mine").count("v2") == 1
+        assert not [x for x in loads if x.startswith("load_scope")]
+        # and store.follow() shows alice nothing of bob's
+        since = alice.revision(AGENT)
+        admin.publish(Scope.user(AGENT, "bob"), "notes", {"SKILL.md": md("notes", "x")})
+        assert list(alice.follow(AGENT, since=since, timeout=1.5)) == []
+    finally:
+        worker.close()
 
 
 def test_conflict_carries_the_current_version(url: str, server: SkillfsServer) -> None:

@@ -9,6 +9,9 @@ the server checks the result again and the token's grants.
 Blobs need proofs (docs/server.md): the engine remembers, for each hash, the manifest it was
 last seen in (sent along with reads and touches) and the receipt the server gave for an upload
 or touch (sent along with commits). Both are small, bounded LRUs.
+
+`changes()` may end with a change that names no scope or skill: it stands for changes in
+scopes the token may not read, and only moves the follower's revision (C3).
 """
 
 from __future__ import annotations
@@ -71,6 +74,18 @@ class _Lru(Generic[K, V]):
             self._items.move_to_end(key)
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
+
+
+def _with_through(changes: list[Change], through: Revision | None) -> list[Change]:
+    """A watch event's changes, ending with a change without scope or skill at `through` when
+    the server left out later changes the token may not read: following it moves the revision
+    and reloads nothing (C3)."""
+    if through is None or (changes and changes[-1].op == "reset"):
+        return changes
+    last = changes[-1].revision if changes else None
+    if last is None or (last.epoch == through.epoch and last.counter < through.counter):
+        changes.append(Change(revision=through, op="put"))
+    return changes
 
 
 class _Server:
@@ -319,7 +334,10 @@ class GrpcEngine(Engine):
             stream = server.reader.Watch(request, metadata=self._metadata, timeout=wait + 30)
             try:
                 for event in stream:
-                    return [wire.change_from_pb(c) for c in event.changes]
+                    return _with_through(
+                        [wire.change_from_pb(c) for c in event.changes],
+                        wire.rev_from_pb(event.through) if event.HasField("through") else None,
+                    )
                 return []
             finally:
                 stream.cancel()

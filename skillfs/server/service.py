@@ -501,9 +501,11 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
                 for c in batch
                 if c.op == "reset" or (c.scope is not None and principal.may(Level.read, c.scope))
             ]
-            if not shown:
-                continue
-            event = pb.WatchEvent(changes=[wire.change_to_pb(c) for c in shown])
+            # Sent even when nothing is shown: `through` lets the follower move on without
+            # reloading (C3), and reveals nothing `Revisions` would not.
+            event = pb.WatchEvent(
+                changes=[wire.change_to_pb(c) for c in shown], through=wire.rev_to_pb(since)
+            )
             if request.with_manifests:
                 event.manifests.extend(self._manifests_of(shown))
             yield event
