@@ -16,6 +16,7 @@ import grpc
 import pytest
 
 import skillfs
+from skillfs.engines.grpc import GrpcEngine
 from skillfs.errors import InvalidPath, PermissionDenied
 from skillfs.model import Manifest, Scope
 from skillfs.proto import skillfs_pb2 as pb
@@ -309,6 +310,43 @@ def test_commit_cannot_reference_a_blob_it_neither_uploaded_nor_may_read(
     alice = skillfs.open_store(url, token=ALICE)
     alice.publish(A, "copied", {"SKILL.md": md("copied"), "loot.md": SECRET})
     assert alice.read(A, "copied", "loot.md") == SECRET
+
+
+def test_a_new_receipt_key_does_not_break_edits_that_keep_files_by_reference(
+    url: str, server: SkillfsServer
+) -> None:
+    alice = skillfs.open_store(url, token=ALICE)
+    alice.publish(A, "s", {"SKILL.md": md("s"), "ref.md": b"reference\n"})
+    engine = alice.engine
+    assert isinstance(engine, GrpcEngine)
+    orphan = b"uploaded, never committed\n"
+    orphan_sha = hashlib.sha256(orphan).hexdigest()
+    engine.put_blob(orphan_sha, [orphan], 0.0)  # proven by its receipt alone
+    # the operator sets a new receipt key (without one, any edit of the tokens file does)
+    path = server.tokens.path
+    assert path is not None
+    doc = json.loads(path.read_text())
+    doc["receipt_key"] = "rotated"
+    path.write_text(json.dumps(doc))
+    server.tokens._checked = 0.0
+    m = alice.manifest(A, "s")
+    ref = m.files["ref.md"]
+    r = alice.publish(A, "s", {"SKILL.md": md("s") + b"v2\n", "ref.md": ref}, m.version)
+    assert r.version == 2 and alice.read(A, "s", "ref.md") == b"reference\n"
+    principal = server.tokens.authenticate(f"Bearer {ALICE}")
+    size, receipt = engine._receipts.get(ref.sha256) or (0, b"")
+    assert server.tokens.check_receipt(principal, ref.sha256, size, receipt)  # a fresh one
+    # a stale receipt that proves nothing is forgotten; the bytes are uploaded again
+    assert engine.touch_blobs([orphan_sha], 0.0) == set()
+    assert engine._receipts.get(orphan_sha) is None
+    alice.publish(A, "t", {"SKILL.md": md("t"), "o.md": orphan})
+    assert alice.read(A, "t", "o.md") == orphan
+    # either proof must hold by itself: a forged receipt next to an unreadable source is none
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as ch:
+        touch = pb_grpc.SkillAdminStub(ch).TouchBlobs
+        theirs = pb.Source(scope=str(B), skill="notes", version=1)
+        bad = pb.BlobProof(sha256=ref.sha256, size=ref.size, receipt=b"x" * 32, source=theirs)
+        assert not touch(pb.TouchBlobsRequest(blobs=[bad]), metadata=auth(ALICE)).present
 
 
 # ------------------------------------------------------------------ admin API

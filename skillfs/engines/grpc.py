@@ -75,6 +75,10 @@ class _Lru(Generic[K, V]):
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
 
+    def pop(self, key: K) -> None:
+        with self._lock:
+            self._items.pop(key, None)
+
 
 def _with_through(changes: list[Change], through: Revision | None) -> list[Change]:
     """A watch event's changes, ending with a change without scope or skill at `through` when
@@ -189,10 +193,13 @@ class GrpcEngine(Engine):
         return pb.Source(scope=str(seen[0]), skill=seen[1], version=seen[2])
 
     def _proof(self, sha: str) -> pb.BlobProof:
+        """Every proof known: the server takes either, so a receipt the server no longer
+        honours (its receipt key changed) does not hide a readable source."""
+        proof = pb.BlobProof(sha256=sha, source=self._source(sha))
         receipt = self._receipts.get(sha)
         if receipt is not None:
-            return pb.BlobProof(sha256=sha, size=receipt[0], receipt=receipt[1])
-        return pb.BlobProof(sha256=sha, source=self._source(sha))
+            proof.size, proof.receipt = receipt
+        return proof
 
     def _manifests(self, scope: Scope, blobs: Sequence[bytes]) -> list[Manifest]:
         found = [wire.manifest_from(b) for b in blobs]
@@ -210,7 +217,11 @@ class GrpcEngine(Engine):
         for p in reply.present:
             if p.receipt:
                 self._receipts.put(p.sha256, (p.size, p.receipt))
-        return {p.sha256 for p in reply.present}
+        present = {p.sha256 for p in reply.present}
+        for sha in shas:  # a receipt that proved nothing is stale: forget it
+            if sha not in present:
+                self._receipts.pop(sha)
+        return present
 
     def put_blob(self, sha: str, chunks: Sequence[bytes], now: float) -> None:
         size = sum(len(c) for c in chunks)

@@ -213,7 +213,9 @@ class TokenConfig(BaseModel):
             principals[principal.token_sha256] = principal
         key = doc.get("receipt_key")
         # Without an explicit key, the whole document is the secret: every server reading the
-        # same config derives the same key, and one token's holder cannot.
+        # same config derives the same key, and one token's holder cannot. So any edit (a
+        # revoked token) changes it: clients then fall back to Source proofs and uploads
+        # (docs/server.md, "When the receipt key changes"); an explicit key avoids that.
         material = str(key).encode() if key else text.encode()
         return cls(
             receipt_key=hmac.new(b"skillfs receipts v1", material, hashlib.sha256).digest(),

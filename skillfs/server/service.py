@@ -194,11 +194,12 @@ class Backend:
         return given if given and principal.is_global_admin else time.time()
 
     def proven_size(self, principal: Principal, proof: pb.BlobProof) -> int | None:
-        """The blob's size when the caller proved it may reference the blob, else None."""
+        """The blob's size when the caller proved it may reference the blob, else None.
+        Either proof will do: a receipt made under an older receipt key (the tokens config
+        changed) is no proof, but the source sent along with it may still be."""
         sha = check_sha(proof.sha256)
-        if proof.receipt:
-            ok = self.tokens.check_receipt(principal, sha, proof.size, proof.receipt)
-            return proof.size if ok else None
+        if proof.receipt and self.tokens.check_receipt(principal, sha, proof.size, proof.receipt):
+            return proof.size
         if proof.HasField("source") and proof.source.scope:
             scope = wire.scope_from(proof.source.scope)
             if not principal.may(Level.read, scope):
