@@ -199,7 +199,7 @@ class Backend:
         changed) is no proof, but the source sent along with it may still be."""
         sha = check_sha(proof.sha256)
         if proof.receipt and self.tokens.check_receipt(principal, sha, proof.size, proof.receipt):
-            return proof.size
+            return int(proof.size)
         if proof.HasField("source") and proof.source.scope:
             scope = wire.scope_from(proof.source.scope)
             if not principal.may(Level.read, scope):
