@@ -16,12 +16,14 @@ from typer.testing import CliRunner
 
 import skillfs
 from skillfs.cli import app
+from skillfs.engines.grpc import GrpcEngine
 from skillfs.model import Scope
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.runtime import Skills
 from skillfs.server.app import SkillfsServer
 from skillfs.server.wire import manifest_from
+from skillfs.store import HistoryPolicy, Store
 from tests.grpc_servers import ADMIN, ALICE, in_process
 
 AGENT = "support-bot"
@@ -180,6 +182,26 @@ def test_other_users_changes_never_reload_a_user_scoped_worker(url: str) -> None
         assert list(alice.follow(AGENT, since=since, timeout=1.5)) == []
     finally:
         worker.close()
+
+
+def test_blob_sources_stay_on_the_newest_manifest(url: str, server: SkillfsServer) -> None:
+    """A file unchanged across versions is read (and proven) through its newest manifest, not
+    through an old version that history retention is about to drop."""
+    alice = Store(
+        GrpcEngine(url, token=ALICE),
+        history_policy=HistoryPolicy(keep_versions=10, keep_days=0),
+    )
+    ref = b"unchanged reference\n"
+    for v in range(1, 6):
+        alice.publish(A, "s", {"SKILL.md": md("s", f"v{v}"), "references/ref.md": ref})
+    entry = alice.manifest(A, "s").files["references/ref.md"]
+    assert [m.version for m in alice.engine.history(A, "s")] == [4, 3, 2, 1]  # like `history`
+    # the old versions go (retention, or another server's GC); no cache remembers them
+    server.store.engine.drop_history(A, "s", [1, 2, 3, 4])
+    server.backend.index._items.clear()
+    alice._blobs = type(alice._blobs)(alice._blobs.max_bytes)
+    assert alice.read_entry(entry) == ref
+    assert alice.publish(A, "s", {"SKILL.md": md("s", "v9"), "references/ref.md": entry})
 
 
 def test_conflict_carries_the_current_version(url: str, server: SkillfsServer) -> None:

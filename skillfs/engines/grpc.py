@@ -134,8 +134,8 @@ class GrpcEngine(Engine):
         self._turn = itertools.count(int.from_bytes(os.urandom(2), "big"))
         token = token or os.environ.get(ENV_TOKEN)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        #: sha256 -> (scope, skill, version, size): a readable manifest holding the blob.
-        self._seen: _Lru[str, tuple[Scope, str, int, int]] = _Lru(200_000)
+        #: sha256 -> (scope, skill, version): a readable manifest holding the blob.
+        self._seen: _Lru[str, tuple[Scope, str, int]] = _Lru(200_000)
         #: sha256 -> (size, receipt) from the server's answers to uploads and touches.
         self._receipts: _Lru[str, tuple[int, bytes]] = _Lru(200_000)
 
@@ -181,10 +181,21 @@ class GrpcEngine(Engine):
 
     # ------------------------------------------------------------------ what the engine saw
 
-    def _saw(self, scope: Scope, manifests: Sequence[Manifest]) -> None:
+    def _saw(self, scope: Scope, manifests: Sequence[Manifest], live: bool = True) -> None:
+        """Remember where each hash can be proven from, preferring the source that will stay
+        longest: of one skill its highest version; of another skill, the latest live manifest
+        seen, never a history one (history is what retention drops first, and a version no
+        longer kept proves nothing)."""
         for m in manifests:
             for e in m.files.values():
-                self._seen.put(e.sha256, (scope, m.skill, m.version, e.size))
+                old = self._seen.get(e.sha256)
+                if old is not None:
+                    if old[0] == scope and old[1] == m.skill:
+                        if old[2] >= m.version:
+                            continue
+                    elif not live:
+                        continue
+                self._seen.put(e.sha256, (scope, m.skill, m.version))
 
     def _source(self, sha: str) -> pb.Source | None:
         seen = self._seen.get(sha)
@@ -201,9 +212,9 @@ class GrpcEngine(Engine):
             proof.size, proof.receipt = receipt
         return proof
 
-    def _manifests(self, scope: Scope, blobs: Sequence[bytes]) -> list[Manifest]:
+    def _manifests(self, scope: Scope, blobs: Sequence[bytes], live: bool = True) -> list[Manifest]:
         found = [wire.manifest_from(b) for b in blobs]
-        self._saw(scope, found)
+        self._saw(scope, found, live)
         return found
 
     # ------------------------------------------------------------------ blobs
@@ -320,7 +331,7 @@ class GrpcEngine(Engine):
 
     def history(self, scope: Scope, skill: str) -> list[Manifest]:
         reply = self._read("History", pb.HistoryRequest(scope=str(scope), skill=skill))
-        return self._manifests(scope, reply.history_json)
+        return self._manifests(scope, reply.history_json, live=False)
 
     def drop_history(self, scope: Scope, skill: str, versions: Sequence[int]) -> None:
         self._admin(
