@@ -8,6 +8,7 @@ Exit 1 means "ran, and found problems"; exit 2 means bad usage.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from importlib.metadata import version
 from pathlib import Path
 from typing import Annotated
 
@@ -16,6 +17,7 @@ from rich.markup import escape
 
 from skillfs.commands import register
 from skillfs.commands.common import JsonOption, emit_json, fail, out
+from skillfs.commands.helptext import Command, Group
 from skillfs.server.commands import GrpcOption, HttpOption, StoreOption, run_examples, serve
 from skillfs.skill import ValidationReport, find_skill_dirs, validate_dir
 
@@ -24,9 +26,31 @@ app = typer.Typer(
     help="Agent Skills in a key-value store, served fresh to every agent worker.",
     no_args_is_help=True,
     add_completion=False,
+    cls=Group,
 )
 register(app)  # the store commands, in skillfs/commands/
-app.command(rich_help_panel="Serve")(serve)
+app.command(rich_help_panel="Serve", cls=Command)(serve)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"skillfs {version('skillfs')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Agent Skills in a key-value store, served fresh to every agent worker."""
 
 
 def main() -> None:
@@ -59,11 +83,12 @@ def _print_reports(reports: Sequence[ValidationReport]) -> None:
     )
 
 
-@app.command()
+@app.command(cls=Command)
 def validate(
     paths: Annotated[
         list[Path],
         typer.Argument(
+            metavar="PATH",
             help="Skill directories, or directories holding skills (searched recursively).",
             show_default=False,
         ),
@@ -88,13 +113,14 @@ def _examples_dir() -> Path:
     raise fail("examples/skills not found: run this from the skillfs source tree", code=2)
 
 
-@app.command(rich_help_panel="Serve")
+@app.command(rich_help_panel="Serve", cls=Command)
 def run(
     store: StoreOption = None,
     grpc: GrpcOption = "127.0.0.1:7070",
     http: HttpOption = "127.0.0.1:7080",
 ) -> None:
-    """What `make run` starts: the server on the local store, with the example skills."""
+    """What `make run` starts: the server and its admin console on the local store, with the
+    example skills and an admin token."""
     examples = _examples_dir()
     out.print(f"Example skills in {escape(str(examples))}:")
     reports = _validate_paths([examples])

@@ -3,6 +3,7 @@ corpus gets the same valid/invalid verdict from us as from skills-ref."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -126,6 +127,42 @@ def test_one_console_and_one_json_writer_for_every_command() -> None:
         ), module.__name__
     assert cli.out is common.out and cli.emit_json is common.emit_json
     assert server_commands.out is common.out
+
+
+COMMANDS = [
+    "validate", "ls", "cat", "history", "diff", "usage", "edit", "rm", "rollback", "prompt",
+    "watch", "gc", "import", "export", "serve", "run",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["", *COMMANDS])
+def test_help_reads_cleanly_at_80_columns(command: str) -> None:
+    result = runner.invoke(app, [*command.split(), "--help"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert "Usage: skillfs" in text
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+    # metavars people type, not Python types, ranges or braces
+    assert not re.findall(r"<(?!available_skills>)[^<>\s]+>", text), text
+    assert "{" not in text and "[x>" not in text and "range]" not in text, text
+
+
+def test_help_metavars() -> None:
+    def usage(*args: str) -> str:
+        return runner.invoke(app, [*args, "--help"], env={"COLUMNS": "80"}).stdout
+
+    assert "Usage: skillfs edit [OPTIONS] SKILL/PATH" in usage("edit")
+    assert "Usage: skillfs rm [OPTIONS] SKILL[/PATH]" in usage("rm")
+    assert "Usage: skillfs validate [OPTIONS] PATH..." in usage("validate")
+    assert re.search(r"--version\s+-v\s+N\s", usage("ls"))
+    assert re.search(r"--json\s+Machine-readable", usage("ls"))  # a flag takes no value
+    assert "admin console" in usage("run") and "admin console" in usage("serve")
+
+
+def test_version() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.stdout == f"skillfs {importlib.metadata.version('skillfs')}\n"
 
 
 def test_a_directory_without_skills_is_reported(tmp_path: Path) -> None:

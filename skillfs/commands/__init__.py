@@ -12,6 +12,7 @@ def register(app: typer.Typer) -> None:
     """Add every store command to `app`."""
     from skillfs.commands import browse, edit, ops, transfer  # noqa: F401  (they register)
     from skillfs.commands.common import COMMANDS
+    from skillfs.commands.helptext import Command
 
     for name, panel, function in COMMANDS:
-        app.command(name, rich_help_panel=panel)(function)
+        app.command(name, rich_help_panel=panel, cls=Command)(function)

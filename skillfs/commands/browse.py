@@ -43,7 +43,12 @@ from skillfs.store import Store
 VersionOption = Annotated[
     int | None,
     typer.Option(
-        "--version", "-v", min=1, show_default=False, help="A kept version (default: latest)."
+        "--version",
+        "-v",
+        min=1,
+        metavar="N",
+        show_default=False,
+        help="A kept version (default: latest).",
     ),
 ]
 
@@ -52,7 +57,12 @@ VersionOption = Annotated[
 def ls(
     target: Annotated[
         Target | None,
-        typer.Argument(parser=parse_target, metavar="SKILL[/PATH]", show_default=False),
+        typer.Argument(
+            parser=parse_target,
+            metavar="SKILL[/PATH]",
+            show_default=False,
+            help="A skill of --scope, or a file or directory of it.",
+        ),
     ] = None,
     scope: Annotated[
         Scope | None,
@@ -68,7 +78,12 @@ def ls(
     agent: Annotated[
         str | None,
         typer.Option(
-            "--agent", "-a", parser=parse_agent, show_default=False, help="List its scopes."
+            "--agent",
+            "-a",
+            parser=parse_agent,
+            metavar="AGENT",
+            show_default=False,
+            help="List its scopes.",
         ),
     ] = None,
     version: VersionOption = None,
@@ -228,7 +243,13 @@ def history(
 @command("diff", BROWSE)
 def diff(
     target: Annotated[
-        Target, typer.Argument(parser=parse_target, metavar="SKILL[/PATH]", show_default=False)
+        Target,
+        typer.Argument(
+            parser=parse_target,
+            metavar="SKILL[/PATH]",
+            show_default=False,
+            help="A skill, or one file or directory of it.",
+        ),
     ],
     scope: ScopeOption,
     old: Annotated[

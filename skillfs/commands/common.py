@@ -148,6 +148,7 @@ TokenOption = Annotated[
     typer.Option(
         "--token",
         envvar="SKILLFS_TOKEN",
+        metavar="TOKEN",
         show_default=False,
         help="Bearer token for a grpc:// store.",
     ),
@@ -164,14 +165,24 @@ ScopeOption = Annotated[
     ),
 ]
 AgentOption = Annotated[
-    str, typer.Option("--agent", "-a", parser=parse_agent, show_default=False, help="Agent id.")
+    str,
+    typer.Option(
+        "--agent", "-a", parser=parse_agent, metavar="AGENT", show_default=False, help="Agent id."
+    ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 SkillArgument = Annotated[
-    Target, typer.Argument(parser=parse_target, metavar="SKILL", show_default=False)
+    Target,
+    typer.Argument(parser=parse_target, metavar="SKILL", show_default=False, help="A skill."),
 ]
 FileArgument = Annotated[
-    Target, typer.Argument(parser=parse_target, metavar="SKILL/PATH", show_default=False)
+    Target,
+    typer.Argument(
+        parser=parse_target,
+        metavar="SKILL/PATH",
+        show_default=False,
+        help="A file of a skill, e.g. my-skill/SKILL.md.",
+    ),
 ]
 
 

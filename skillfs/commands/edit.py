@@ -26,6 +26,7 @@ from skillfs.commands.common import (
     FileArgument,
     JsonOption,
     ScopeOption,
+    SkillArgument,
     StoreOption,
     Target,
     TokenOption,
@@ -155,6 +156,7 @@ def edit(
     on_conflict: Annotated[
         OnConflict,
         typer.Option(
+            metavar="ACTION",
             help="When someone saved the skill meanwhile: ask; reopen the editor on their "
             "version with your edit merged in; overwrite their version of this file with "
             "yours; or abort keeping your copy.",
@@ -296,7 +298,13 @@ def _removed(files: dict[str, File], path: str) -> dict[str, File]:
 @command("rm", EDIT)
 def rm(
     target: Annotated[
-        Target, typer.Argument(parser=parse_target, metavar="SKILL[/PATH]", show_default=False)
+        Target,
+        typer.Argument(
+            parser=parse_target,
+            metavar="SKILL[/PATH]",
+            show_default=False,
+            help="A skill (deleted whole), or one file or directory of it.",
+        ),
     ],
     scope: ScopeOption,
     version: Annotated[
@@ -305,6 +313,7 @@ def rm(
             "--version",
             "-v",
             min=1,
+            metavar="N",
             show_default=False,
             help="The version you mean to remove: a Conflict if the skill moved on since.",
         ),
@@ -365,9 +374,9 @@ def rm(
 
 @command("rollback", EDIT)
 def rollback(
-    target: Annotated[Target, typer.Argument(parser=parse_target, metavar="SKILL")],
+    target: SkillArgument,
     scope: ScopeOption,
-    to: Annotated[int, typer.Option("--to", min=1, help="The version to bring back.")],
+    to: Annotated[int, typer.Option("--to", min=1, metavar="N", help="The version to bring back.")],
     store_url: StoreOption = None,
     token: TokenOption = None,
     as_json: JsonOption = False,

@@ -45,11 +45,16 @@ def _ids(kind: str, values: list[str] | None) -> list[str]:
 @command("prompt", OPERATE)
 def prompt(
     agent: AgentOption,
-    user: Annotated[str, typer.Option("--user", "-u", show_default=False, help="User id.")],
+    user: Annotated[
+        str, typer.Option("--user", "-u", metavar="USER", show_default=False, help="User id.")
+    ],
     markets: Annotated[
         list[str] | None,
         typer.Option(
-            "--market", show_default=False, help="A market layer, lowest first (repeatable)."
+            "--market",
+            metavar="NAME",
+            show_default=False,
+            help="A market layer, lowest first (repeatable).",
         ),
     ] = None,
     local: Annotated[
@@ -57,6 +62,7 @@ def prompt(
         typer.Option(
             "--local",
             file_okay=False,
+            metavar="DIR",
             show_default=False,
             help="A local skills directory layer, below the markets (repeatable).",
         ),
@@ -141,10 +147,13 @@ def _follow(
 def watch(
     agent: Annotated[
         str | None,
-        typer.Option("--agent", "-a", show_default=False, help="Follow this agent's scopes."),
+        typer.Option(
+            "--agent", "-a", metavar="AGENT", show_default=False, help="Follow this agent's scopes."
+        ),
     ] = None,
     market: Annotated[
-        str | None, typer.Option(show_default=False, help="Follow this market instead.")
+        str | None,
+        typer.Option(metavar="NAME", show_default=False, help="Follow this market instead."),
     ] = None,
     since: Annotated[
         Revision | None,
@@ -157,7 +166,9 @@ def watch(
     ] = None,
     timeout: Annotated[
         float | None,
-        typer.Option(min=0, show_default=False, help="Stop after this many seconds."),
+        typer.Option(
+            min=0, metavar="SECONDS", show_default=False, help="Stop after this many seconds."
+        ),
     ] = None,
     store_url: StoreOption = None,
     token: TokenOption = None,
@@ -200,6 +211,7 @@ def gc(
         float | None,
         typer.Option(
             min=0,
+            metavar="SECONDS",
             show_default=False,
             help="Keep unreferenced blobs used within this many seconds (default: the store's, "
             "1 hour); longer than any reasoning step.",

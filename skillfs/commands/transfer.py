@@ -154,6 +154,7 @@ def import_(
         int | None,
         typer.Option(
             min=1,
+            metavar="N",
             show_default=False,
             help=f"Skills per commit (default: the store's limit, else {DEFAULT_BATCH}).",
         ),
@@ -268,7 +269,9 @@ def export(
     scope: ScopeOption,
     skills: Annotated[
         list[str] | None,
-        typer.Option("--skill", show_default=False, help="Only this skill (repeatable)."),
+        typer.Option(
+            "--skill", metavar="NAME", show_default=False, help="Only this skill (repeatable)."
+        ),
     ] = None,
     force: Annotated[
         bool,
