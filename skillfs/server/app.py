@@ -35,7 +35,7 @@ from skillfs.errors import SkillfsError
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.server.auth import Tokens
 from skillfs.server.metrics import Metrics
-from skillfs.server.service import Backend, add_servicers
+from skillfs.server.service import Backend, add_servicers, watch_limits
 from skillfs.store import Store
 
 log = logging.getLogger("skillfs.server")
@@ -62,6 +62,10 @@ class ServerConfig(BaseModel):
     #: Seconds in-flight calls get to finish on shutdown.
     grace: float = 10.0
     max_workers: int = 128
+    #: Open Watch streams allowed, in all and per token (default: max_workers/2 and /4;
+    #: beyond them a Watch is answered UNAVAILABLE, so unary calls always have threads).
+    max_watches: int | None = None
+    max_watches_per_token: int | None = None
     max_message_mib: int = 16
 
 
@@ -73,7 +77,8 @@ class SkillfsServer:
         self.tokens = Tokens(config.tokens)
         self.store = store or Store(open_engine(config.store))
         self.metrics = Metrics()
-        self.backend = Backend(self.store, self.tokens, self.metrics)
+        watches = watch_limits(config.max_workers, config.max_watches, config.max_watches_per_token)
+        self.backend = Backend(self.store, self.tokens, self.metrics, watches)
         self.health = health.HealthServicer(experimental_non_blocking=True)
         self.started = time.time()
         self.serving = False

@@ -18,7 +18,7 @@ import logging
 import re
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
@@ -34,7 +34,7 @@ from skillfs.errors import (
     SkillfsError,
     TooLarge,
 )
-from skillfs.model import File, FileEntry, Manifest, Scope
+from skillfs.model import File, FileEntry, Manifest, Revision, Scope
 from skillfs.names import check_id, check_skill_name, normalize_path
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
@@ -50,6 +50,9 @@ T = TypeVar("T")
 _SHA = re.compile(r"[0-9a-f]{64}")
 #: A Watch stream re-checks for cancellation and shutdown at least this often (seconds).
 WATCH_POLL = 1.0
+#: A Watch asking to wait at most this long is a catch-up read (the runtime's per-step
+#: `changes(..., 0)`), as short as any unary call: it does not count against the limits.
+SHORT_WATCH = 0.25
 
 
 def check_sha(sha: str) -> str:
@@ -137,16 +140,76 @@ class Views:
             skills.close()
 
 
+class Busy(Exception):
+    """This server sheds the call (UNAVAILABLE without skillfs metadata): the client takes it
+    as a transport failure and tries the next server, or retries later."""
+
+
+class WatchSlots:
+    """Open Watch streams, limited in all and per token. The server is a thread pool and each
+    open watch holds one of its threads, so without a limit watches could take every thread
+    and starve the unary calls (the per-step revision check) until they time out."""
+
+    def __init__(self, total: int, per_token: int) -> None:
+        self.total = max(1, total)
+        self.per_token = max(1, min(per_token, self.total))
+        self._open = 0
+        self._by_token: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def hold(self, principal: Principal) -> Iterator[None]:
+        key = principal.token_sha256
+        with self._lock:
+            if self._open >= self.total:
+                raise Busy(
+                    f"this server is at its limit of open watches ({self.total}): "
+                    "retry later or on another server"
+                )
+            if self._by_token[key] >= self.per_token:
+                raise Busy(
+                    f"token {principal.name!r} is at its limit of open watches on this server "
+                    f"({self.per_token}): retry later or on another server"
+                )
+            self._open += 1
+            self._by_token[key] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._open -= 1
+                self._by_token[key] -= 1
+                if not self._by_token[key]:
+                    del self._by_token[key]
+
+
+def watch_limits(
+    max_workers: int, total: int | None = None, per_token: int | None = None
+) -> tuple[int, int]:
+    """The Watch limits (all, per token) for a pool of `max_workers` threads: by default half
+    the threads for watches, a quarter for one token's, so unary calls always have threads."""
+    total = total if total is not None else max(1, max_workers // 2)
+    per_token = per_token if per_token is not None else max(1, max_workers // 4)
+    return total, per_token
+
+
 class Backend:
     """What both servicers share: the store, the tokens, the caches and the stop signal."""
 
-    def __init__(self, store: Store, tokens: Tokens, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        store: Store,
+        tokens: Tokens,
+        metrics: Metrics,
+        limits: tuple[int, int] = watch_limits(128),
+    ) -> None:
         self.store = store
         self.engine = store.engine
         self.tokens = tokens
         self.metrics = metrics
         self.index = ManifestIndex(store)
         self.views = Views(store)
+        self.watches = WatchSlots(*limits)
         self.stopping = threading.Event()
 
     @contextlib.contextmanager
@@ -164,6 +227,9 @@ class Backend:
         except (SkillfsError, VersionMismatch) as exc:
             status, meta = wire.status_of(exc)
             failure = (status, meta, str(exc))
+        except Busy as exc:  # no skillfs metadata: the client tries another server
+            status = grpc.StatusCode.UNAVAILABLE
+            failure = (status, [], str(exc))
         except ValidationError as exc:  # a field that breaks the models' rules
             status, meta = wire.status_of(InvalidPath(""))
             failure = (status, meta, f"malformed request: {_first_error(exc)}")
@@ -481,6 +547,19 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
             since = wire.rev_from_pb(request.since)
         else:
             since = self.engine.revisions([domain])[domain] or wire.NO_REVISION
+        wait = request.max_wait_seconds
+        short = 0 < wait <= SHORT_WATCH
+        with contextlib.nullcontext() if short else self.backend.watches.hold(principal):
+            yield from self._watch(request, context, principal, domain, since)
+
+    def _watch(
+        self,
+        request: pb.WatchRequest,
+        context: grpc.ServicerContext,
+        principal: Principal,
+        domain: str,
+        since: Revision,
+    ) -> Iterator[pb.WatchEvent]:
         wait = request.max_wait_seconds
         quiet_until = time.monotonic() + wait if wait > 0 else None
         while context.is_active() and not self.backend.stopping.is_set():

@@ -114,11 +114,18 @@ def _metadata(exc: grpc.RpcError) -> Iterable[tuple[str, str]]:
 
 
 def is_transport_failure(exc: grpc.RpcError) -> bool:
-    """True when the server was not reached (or went away), as opposed to a server's answer:
-    the call may be retried on another server."""
+    """True when the server was not reached (or went away, or shed the call), as opposed to
+    a server's answer: the call may be retried on another server.
+
+    RESOURCE_EXHAUSTED without skillfs metadata is gRPC's own "Concurrent RPC limit
+    exceeded" (the server is overloaded: try another), unless it is about a message over
+    the size limit, which another server would refuse too."""
     code = exc.code()
-    named = any(k == ERROR_KEY for k, _ in _metadata(exc))
-    return code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED) and not named
+    if any(k == ERROR_KEY for k, _ in _metadata(exc)):
+        return False
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return "larger than max" not in (exc.details() or "")
+    return code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
 
 
 # ------------------------------------------------------------------ models <-> messages
