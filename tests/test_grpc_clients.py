@@ -5,9 +5,12 @@ Watch with manifests) answering as the runtime does."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import fsspec
 import grpc
@@ -24,7 +27,7 @@ from skillfs.runtime import Skills
 from skillfs.server.app import SkillfsServer
 from skillfs.server.wire import manifest_from
 from skillfs.store import HistoryPolicy, Store
-from tests.grpc_servers import ADMIN, ALICE, in_process
+from tests.grpc_servers import ADMIN, ALICE, READER, in_process
 
 AGENT = "support-bot"
 A = Scope.user(AGENT, "alice")
@@ -202,6 +205,97 @@ def test_blob_sources_stay_on_the_newest_manifest(url: str, server: SkillfsServe
     alice._blobs = type(alice._blobs)(alice._blobs.max_bytes)
     assert alice.read_entry(entry) == ref
     assert alice.publish(A, "s", {"SKILL.md": md("s", "v9"), "references/ref.md": entry})
+
+
+def test_open_watches_leave_threads_for_the_per_step_check(tmp_path: Path) -> None:
+    """With 4 threads, watches get at most 2 (1 per token); beyond that a Watch is answered
+    UNAVAILABLE without skillfs metadata (try another server), and unary calls still answer."""
+    server = in_process(f"memory://{uuid.uuid4().hex}", tmp_path, max_workers=4)
+    address = f"127.0.0.1:{server.grpc_port}"
+    worker = skillfs.open_store(f"grpc://{address}?timeout=3", token=ALICE, retry_for=0)
+    c = skillfs.open_store(f"grpc://{address}", token=ADMIN).publish(A, "s", {"SKILL.md": md("s")})
+    domain = f"agents/{AGENT}"
+    streams: list[Any] = []
+    with grpc.insecure_channel(address) as ch:
+        stub = pb_grpc.SkillReaderStub(ch)
+
+        def watch(token: str) -> grpc.StatusCode | None:
+            """Open a long watch; None once it is open, else the status it ended with."""
+            before = server.backend.watches._open
+            stream = stub.Watch(
+                pb.WatchRequest(domain=domain), metadata=[("authorization", f"Bearer {token}")]
+            )
+            streams.append(stream)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                if stream.done():
+                    assert "skillfs-error" not in dict(stream.trailing_metadata() or ())
+                    code: grpc.StatusCode = stream.code()
+                    return code
+                if server.backend.watches._open > before:
+                    return None
+                time.sleep(0.01)
+            raise AssertionError("the watch neither opened nor ended")
+
+        try:
+            assert watch(ALICE) is None
+            for _ in range(8):
+                assert watch(ALICE) == grpc.StatusCode.UNAVAILABLE  # per token
+            assert watch(READER) is None
+            assert watch(ADMIN) == grpc.StatusCode.UNAVAILABLE  # in all
+            assert server.backend.watches._open == 2
+            started = time.monotonic()
+            for _ in range(20):  # the per-step check, and its catch-up read of the log
+                assert worker.revision(AGENT) == c.revision
+                assert worker.engine.changes(domain, c.revision, 0) == []
+            assert time.monotonic() - started < 5
+        finally:
+            for s in streams:
+                s.cancel()
+            server.stop(0)
+
+
+def test_a_server_over_its_concurrent_call_limit_is_failed_over(tmp_path: Path) -> None:
+    """gRPC's own RESOURCE_EXHAUSTED ("Concurrent RPC limit exceeded") means "this server is
+    busy", not "too large": the client tries the next server."""
+    store_url = f"memory://{uuid.uuid4().hex}"
+    busy = in_process(store_url, tmp_path / "busy", max_workers=1)  # 4 calls at most
+    idle = in_process(store_url, tmp_path / "idle")
+    release = threading.Event()
+    meta = [("authorization", f"Bearer {ADMIN}")]
+
+    def stalled() -> Iterator[pb.UploadBlobRequest]:
+        release.wait(30)
+        yield pb.UploadBlobRequest(header=pb.UploadBlobHeader(sha256="0" * 64, size=1))
+
+    with grpc.insecure_channel(f"127.0.0.1:{busy.grpc_port}") as ch:
+        admin = pb_grpc.SkillAdminStub(ch)
+        held = [admin.UploadBlob.future(stalled(), metadata=meta) for _ in range(4)]
+        reader = pb_grpc.SkillReaderStub(ch)
+        try:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:  # until all 4 arrived and hold the limit
+                try:
+                    reader.Ping(pb.PingRequest(), metadata=meta, timeout=0.5)
+                except grpc.RpcError as exc:
+                    if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                        break
+                time.sleep(0.02)
+            else:
+                raise AssertionError("the busy server never reached its call limit")
+            client = skillfs.open_store(
+                f"grpc://127.0.0.1:{busy.grpc_port},127.0.0.1:{idle.grpc_port}",
+                token=ADMIN,
+                retry_for=0,
+            )
+            for _ in range(6):  # round-robin: some calls go to the busy server first
+                assert client.revision(AGENT) is None
+        finally:
+            release.set()
+            for f in held:
+                f.cancel()
+            busy.stop(0)
+            idle.stop(0)
 
 
 def test_conflict_carries_the_current_version(url: str, server: SkillfsServer) -> None:
