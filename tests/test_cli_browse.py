@@ -302,7 +302,7 @@ def test_help_lists_every_command() -> None:
 
 def test_history_newest_first(filled: str) -> None:
     publish(filled, "shared:bot", "reviewer", {"SKILL.md": skill_md("reviewer", "v2\n")})
-    ok(filled, "rm", "reviewer", "-s", "shared:bot")
+    ok(filled, "rm", "reviewer", "-s", "shared:bot", "--yes")
     rows = as_json(filled, "history", "reviewer", "-s", "shared:bot")
     assert [(r["version"], r["deleted"], r["files"]) for r in rows] == [
         (3, True, 0),
@@ -378,7 +378,7 @@ def test_diff_versions_and_paths(filled: str) -> None:
 
 
 def test_diff_after_delete(filled: str) -> None:
-    ok(filled, "rm", "broken", "-s", "shared:bot")
+    ok(filled, "rm", "broken", "-s", "shared:bot", "--yes")
     entries = as_json(filled, "diff", "broken", "-s", "shared:bot")
     assert [(e["path"], e["status"]) for e in entries] == [("SKILL.md", "removed")]
 

@@ -403,26 +403,41 @@ def test_merge3(ours: str, theirs: str, merged: str, clean: bool) -> None:
 
 
 def test_rm_skill(url: str) -> None:
-    result = ok(url, "rm", "reviewer", "-s", "shared:bot")
+    result = ok(url, "rm", "reviewer", "-s", "shared:bot", "--yes")
     assert "removed shared:bot/reviewer: now version 2" in result.stdout
     assert as_json(url, "ls", "-s", "shared:bot") == []
-    assert "does not exist" in error_line(run(url, "rm", "reviewer", "-s", "shared:bot"))
+    assert "does not exist" in error_line(run(url, "rm", "reviewer", "-s", "shared:bot", "-y"))
+
+
+def test_rm_skill_without_a_terminal_needs_yes(url: str) -> None:
+    line = error_line(run(url, "rm", "reviewer", "-s", "shared:bot"))
+    assert line == (
+        "error: not deleted: shared:bot/reviewer: no terminal to ask; pass --yes to go ahead "
+        "without asking"
+    )
+    line = error_line(run(url, "rm", "reviewer", "-s", "shared:bot", "--force"))
+    assert "pass --yes" in line  # --force only allows an off-spec result; it does not answer
+    assert _version(url) == 1
 
 
 def test_rm_names_the_version_it_removes(url: str) -> None:
     publish(url, "shared:bot", "reviewer", _files("v2\n"))
     line = error_line(run(url, "rm", "reviewer", "-s", "shared:bot", "--version", "1"))
     assert "is at version 2, not 1" in line
-    data = as_json(url, "rm", "reviewer", "-s", "shared:bot", "--version", "2")
+    data = as_json(url, "rm", "reviewer", "-s", "shared:bot", "--version", "2", "--yes")
     assert data["version"] == 3 and data["skill"] == "reviewer" and data["path"] is None
     assert data["revision"].count(":") == 1 and len(data["commit_id"]) == 32
 
 
 def test_rm_asks_a_person(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(common, "interactive", lambda: True)
-    assert "not deleted" in error_line(run(url, "rm", "reviewer", "-s", "shared:bot", input="n\n"))
+    line = error_line(run(url, "rm", "reviewer", "-s", "shared:bot", input="n\n"))
+    assert line == "error: not deleted: shared:bot/reviewer"
     assert _version(url) == 1
-    ok(url, "rm", "reviewer", "-s", "shared:bot", "--force")
+    ok(url, "rm", "reviewer", "-s", "shared:bot", input="y\n")
+    assert as_json(url, "ls", "-s", "shared:bot") == []
+    ok(url, "rollback", "reviewer", "-s", "shared:bot", "--to", "1")
+    ok(url, "rm", "reviewer", "-s", "shared:bot", "--yes")  # asks nothing
     assert as_json(url, "ls", "-s", "shared:bot") == []
 
 
@@ -450,11 +465,21 @@ def test_rollback(url: str) -> None:
     result = ok(url, "rollback", "reviewer", "-s", "shared:bot", "--to", "1")
     assert "rolled shared:bot/reviewer back to version 1: now version 3" in result.stdout
     assert _read(url).endswith("3. three\n")
-    ok(url, "rm", "reviewer", "-s", "shared:bot")
+    ok(url, "rm", "reviewer", "-s", "shared:bot", "--yes")
     data = as_json(url, "rollback", "reviewer", "-s", "shared:bot", "--to", "2")
     assert data["version"] == 5 and _read(url).endswith("v2\n")
     with skillfs.open_store(url) as store:
         assert store.manifest(SCOPE, "reviewer").files["scripts/run.sh"].mode == 0o750
+
+
+def test_rollback_to_an_off_spec_version_needs_force(url: str) -> None:
+    publish(url, "shared:bot", "reviewer", {"SKILL.md": b"---\nname: Bad_Name\n---\nx\n"})
+    publish(url, "shared:bot", "reviewer", _files("v3\n"))
+    line = error_line(run(url, "rollback", "reviewer", "-s", "shared:bot", "--to", "2"))
+    assert "not rolled back: version 2 of reviewer breaks the Agent Skills spec" in line
+    assert "pass --force" in line and _version(url) == 3
+    ok(url, "rollback", "reviewer", "-s", "shared:bot", "--to", "2", "--force")
+    assert _version(url) == 4 and "Bad_Name" in _read(url)
 
 
 def test_rollback_errors(url: str) -> None:

@@ -53,7 +53,7 @@ def test_admin_round_trip(url: str, tmp_path: Path) -> None:
     )
     diff = as_json(url, "diff", "code-reviewer", "-s", "shared:support-bot", *admin)
     assert "+Checked over gRPC.\n" in diff[0]["diff"]
-    ok(url, "rm", "code-reviewer", "-s", "shared:support-bot", *admin)
+    ok(url, "rm", "code-reviewer", "-s", "shared:support-bot", "--yes", *admin)
     ok(url, "rollback", "code-reviewer", "-s", "shared:support-bot", "--to", "1", *admin)
     history = as_json(url, "history", "code-reviewer", "-s", "shared:support-bot", *admin)
     assert [(h["version"], h["deleted"]) for h in history] == [
@@ -78,7 +78,7 @@ def test_token_from_environment_and_grants(url: str) -> None:
     assert [r["skill"] for r in rows] == ["demo"]
     data = as_json_env(url, alice, "prompt", "-a", "support-bot", "-u", "alice")
     assert [s["id"] for s in data["skills"]] == ["demo"]
-    denied = error_line(run(url, "rm", "demo", "-s", "shared:support-bot", **alice))
+    denied = error_line(run(url, "rm", "demo", "-s", "shared:support-bot", "-y", **alice))
     assert "error: token 'alice' may not write shared:support-bot" in denied
     assert as_json(url, "ls", "-s", "shared:support-bot", "--token", grpc_servers.ADMIN)
     no_token = error_line(run(url, "ls", "-s", "shared:support-bot"))

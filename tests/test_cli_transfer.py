@@ -195,11 +195,32 @@ def test_export_refuses_a_non_empty_directory(url: str, tmp_path: Path) -> None:
     (target / "one").mkdir()
     (target / "one" / "stale.md").write_text("old")
     line = error_line(run(url, "export", str(target), "-s", "shared:bot"))
-    assert "is not empty" in line and "--force" in line
-    result = ok(url, "export", str(target), "-s", "shared:bot", "--force")
+    assert "is not empty" in line and "no terminal to ask; pass --yes" in line
+    assert (target / "one" / "stale.md").exists()
+    no = error_line(run(url, "export", str(target), "-s", "shared:bot", "--force"), code=2)
+    assert "No such option: --force" in no  # --force means only "allow off-spec"
+    result = ok(url, "export", str(target), "-s", "shared:bot", "--yes")
     assert "exported 1 skill of shared:bot" in result.stdout
     assert sorted(os.listdir(target / "one")) == ["SKILL.md"]  # the skill's dir is replaced
     assert (target / "keep.txt").read_text() == "mine"  # the rest is left alone
+
+
+def test_export_into_a_non_empty_directory_asks_a_person(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from skillfs.commands import common
+
+    monkeypatch.setattr(common, "interactive", lambda: True)
+    ok(url, "import", str(_skill(tmp_path / "src", "one")), "-s", "shared:bot")
+    target = tmp_path / "out"
+    (target / "one").mkdir(parents=True)
+    (target / "one" / "stale.md").write_text("old")
+    line = error_line(run(url, "export", str(target), "-s", "shared:bot", input="n\n"))
+    assert line.endswith("nothing exported: " + f"{target} is not empty; pick an empty directory")
+    assert (target / "one" / "stale.md").exists()
+    result = ok(url, "export", str(target), "-s", "shared:bot", input="y\n")
+    assert "replace the exported skills' directories in it?" in result.stdout
+    assert sorted(os.listdir(target / "one")) == ["SKILL.md"]
 
 
 def test_export_some_skills(url: str, tmp_path: Path) -> None:

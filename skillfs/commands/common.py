@@ -83,6 +83,17 @@ def interactive() -> bool:
     return sys.stdin.isatty()
 
 
+def confirmed(question: str, refused: str, yes: bool) -> None:
+    """Go on when `--yes` was given or a person answers yes; else fail with `refused`. Nobody
+    at a terminal is a no: a script must say --yes."""
+    if yes:
+        return
+    if not interactive():
+        raise fail(f"{refused}: no terminal to ask; pass --yes to go ahead without asking")
+    if not typer.confirm(question):
+        raise fail(refused)
+
+
 def emit_json(data: Any) -> None:
     """JSON on stdout, untouched by rich (no wrapping, no colour), for scripts."""
     typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
@@ -171,6 +182,14 @@ AgentOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+#: `--force` means one thing in every command: allow a result that breaks the Agent Skills spec.
+ForceOption = Annotated[
+    bool,
+    typer.Option("--force", "-f", help="Allow a result that breaks the Agent Skills spec."),
+]
+#: `--yes` means one thing in every command: do not ask, go ahead. Without it a command that
+#: would ask refuses when nobody is at a terminal to answer.
+YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask: go ahead.")]
 SkillArgument = Annotated[
     Target,
     typer.Argument(parser=parse_target, metavar="SKILL", show_default=False, help="A skill."),

@@ -24,13 +24,16 @@ from skillfs.commands import common
 from skillfs.commands.common import (
     EDIT,
     FileArgument,
+    ForceOption,
     JsonOption,
     ScopeOption,
     SkillArgument,
     StoreOption,
     Target,
     TokenOption,
+    YesOption,
     command,
+    confirmed,
     emit_json,
     fail,
     opened,
@@ -38,17 +41,14 @@ from skillfs.commands.common import (
     parse_target,
     print_findings,
     print_patch,
+    skill_only,
     when,
 )
 from skillfs.commands.text import has_markers, merge3, unified
 from skillfs.errors import Conflict, NotFound
 from skillfs.model import CommitResult, File, Finding, Manifest, Scope
-from skillfs.skill import inspect_skill
+from skillfs.skill import SKILL_MD, inspect_skill
 from skillfs.store import Store
-
-ForceOption = Annotated[
-    bool, typer.Option("--force", "-f", help="Save even if the skill breaks the Agent Skills spec.")
-]
 
 TEMPLATE = """---
 name: {name}
@@ -86,6 +86,15 @@ class _Base:
         data = store.read_entries(m.files.values())
         files = {p: File(data[e.sha256], mode=e.mode, mtime=e.mtime) for p, e in m.files.items()}
         return cls(m.version, m, files)
+
+    @staticmethod
+    def skill_md_only(store: Store, m: Manifest) -> dict[str, File]:
+        """A version's files for a spec check: SKILL.md's bytes, the other files empty (the
+        check looks only at SKILL.md and the paths)."""
+        files = {p: File(b"") for p in m.files}
+        if SKILL_MD in m.files:
+            files[SKILL_MD] = File(store.read_entry(m.files[SKILL_MD]))
+        return files
 
     def text(self, path: str) -> str:
         """A file as text ("" when absent); undecodable bytes survive a round trip."""
@@ -318,20 +327,17 @@ def rm(
             help="The version you mean to remove: a Conflict if the skill moved on since.",
         ),
     ] = None,
-    force: Annotated[
-        bool,
-        typer.Option(
-            "--force",
-            "-f",
-            help="Do not ask; remove a file even if that breaks the Agent Skills spec.",
-        ),
-    ] = False,
+    yes: YesOption = False,
+    force: ForceOption = False,
     store_url: StoreOption = None,
     token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Delete a skill (history keeps it: `rollback` brings it back), or one file or directory
-    of a skill."""
+    of a skill.
+
+    Deleting a skill asks first (--yes does not ask; without a terminal, --yes is needed).
+    Removing a file that leaves the skill off-spec needs --force."""
     with opened(store_url, token, create=True) as store:
         m = store.manifest(scope, target.skill)
         if version is not None and version != m.version:
@@ -342,14 +348,11 @@ def rm(
                 current_version=m.version,
             )
         if target.path is None:
-            if (
-                not force
-                and common.interactive()
-                and not typer.confirm(
-                    f"Delete {scope}/{target.skill} (version {m.version}, {len(m.files)} files)?"
-                )
-            ):
-                raise fail("not deleted")
+            confirmed(
+                f"Delete {scope}/{target.skill} (version {m.version}, {len(m.files)} files)?",
+                f"not deleted: {scope}/{target.skill}",
+                yes,
+            )
             result = store.delete(scope, target.skill, expected_version=m.version)
         else:
             base = _Base.load(store, scope, target.skill)
@@ -377,15 +380,29 @@ def rollback(
     target: SkillArgument,
     scope: ScopeOption,
     to: Annotated[int, typer.Option("--to", min=1, metavar="N", help="The version to bring back.")],
+    force: ForceOption = False,
     store_url: StoreOption = None,
     token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Publish a new version whose files equal those of an older one (works after `rm` too)."""
+    """Publish a new version whose files equal those of an older one (works after `rm` too).
+
+    A version that breaks the Agent Skills spec is brought back only with --force."""
+    skill = skill_only(target)
     with opened(store_url, token, create=True) as store:
-        current = store.manifests(scope, [target.skill]).get(target.skill)
+        current = store.manifests(scope, [skill]).get(skill)
+        old = store.manifest(scope, skill, version=to)
+        errors = [
+            f for f in _check(skill, _Base.skill_md_only(store, old)) if f.severity == "error"
+        ]
+        if errors and not force:
+            print_findings(errors)
+            raise fail(
+                f"not rolled back: version {to} of {skill} breaks the Agent Skills spec; "
+                "pass --force to bring it back anyway"
+            )
         result = store.rollback(
-            scope, target.skill, to, expected_version=current.version if current else 0
+            scope, skill, to, expected_version=current.version if current else 0
         )
     message = f"rolled {scope}/{escape(target.skill)} back to version {to}"
     _report(message, scope, target, result, as_json)

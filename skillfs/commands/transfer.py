@@ -33,10 +33,11 @@ from skillfs.commands.common import (
     ScopeOption,
     StoreOption,
     TokenOption,
+    YesOption,
     command,
+    confirmed,
     emit_json,
     err,
-    fail,
     opened,
     out,
     print_findings,
@@ -273,21 +274,20 @@ def export(
             "--skill", metavar="NAME", show_default=False, help="Only this skill (repeatable)."
         ),
     ] = None,
-    force: Annotated[
-        bool,
-        typer.Option(
-            "--force", "-f", help="Write into a non-empty DIRECTORY, replacing the skills' dirs."
-        ),
-    ] = False,
+    yes: YesOption = False,
     store_url: StoreOption = None,
     token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Write a scope's skills to DIRECTORY, one sub-directory each, bytes and modes kept."""
-    if directory.exists() and any(directory.iterdir()) and not force:
-        raise fail(
-            f"{directory} is not empty: pick an empty directory, or pass --force to replace "
-            "the exported skills' directories in it"
+    """Write a scope's skills to DIRECTORY, one sub-directory each, bytes and modes kept.
+
+    Into a DIRECTORY that is not empty it asks first (--yes does not ask): each exported
+    skill's directory is then replaced whole, everything else is left alone."""
+    if directory.exists() and any(directory.iterdir()):
+        confirmed(
+            f"{directory} is not empty: replace the exported skills' directories in it?",
+            f"nothing exported: {directory} is not empty; pick an empty directory",
+            yes,
         )
     with opened(store_url, token) as store:
         manifests = store.manifests(scope, skills)
