@@ -344,15 +344,55 @@ def test_wait_in_cluster_goes_to_the_slots_node(redis_cluster: RedisCluster) -> 
         RedisEngine(f"{redis_cluster.url}?wait=x")
 
 
+def _refused_writes_are_unavailable(server: RedisServer, reply: str) -> None:
+    """Every kind of write the engine sends — a plain pipeline (touch), a MULTI (blob upload),
+    the commit script — refused with `reply` is StoreUnavailable, however redis-py wraps it."""
+    engine = RedisEngine(server.url)
+    sha = "ab" * 32
+    for write in (
+        lambda: engine.touch_blobs([sha], 1.0),
+        lambda: engine.put_blob(sha, [b"x", b"y"], 1.0),
+        lambda: engine.commit(DOMAIN, [put(ALICE, "a", 1)]),
+        lambda: engine.add_usage("support-bot", {("alice", "a"): 1}),
+    ):
+        with pytest.raises(StoreUnavailable, match=reply):
+            write()
+    with server.client() as r:
+        assert r.keys("*") == []
+    assert engine.load_scope(ALICE) == {}  # reads still work
+    store = skillfs.Store(engine, retry_for=0.2)  # and the store reports it as an outage
+    with pytest.raises(StoreUnavailable, match=reply):
+        store.publish(ALICE, "a", {"SKILL.md": skill_md("a")})
+    engine.close()
+
+
 def test_no_replicas_to_write_is_unavailable_and_writes_nothing(tmp_path: Path) -> None:
     with RedisServer(tmp_path / "r", extra_args=["--min-replicas-to-write", "1"]) as server:
-        engine = RedisEngine(server.url)
-        with pytest.raises(StoreUnavailable, match="NOREPLICAS"):
-            engine.commit(DOMAIN, [put(ALICE, "a", 1)])
+        _refused_writes_are_unavailable(server, "NOREPLICAS")
+
+
+def test_writes_stopped_after_a_failed_save_are_unavailable(tmp_path: Path) -> None:
+    """MISCONF: Redis stops writes when its last RDB save failed (stop-writes-on-bgsave-error)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    with RedisServer(tmp_path / "r", extra_args=["--dir", str(data)]) as server:
         with server.client() as r:
-            assert r.keys("*") == []
-        assert engine.load_scope(ALICE) == {}  # reads still work
-        engine.close()
+            r.config_set("save", "3600 1")
+            data.rmdir()  # the next save cannot write its file
+            r.bgsave()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                info = r.info("persistence")
+                if not info["rdb_bgsave_in_progress"] and info["rdb_last_bgsave_status"] == "err":
+                    break
+                time.sleep(0.05)
+            else:
+                raise AssertionError(f"the save did not fail: {r.info('persistence')}")
+        try:
+            _refused_writes_are_unavailable(server, "MISCONF")
+        finally:
+            with server.client() as r:
+                r.config_set("save", "")  # else SIGTERM's own save fails and Redis stays up
 
 
 def test_writing_to_a_replica_is_unavailable(redis_sentinel: RedisSentinel) -> None:

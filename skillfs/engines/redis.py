@@ -54,8 +54,32 @@ _TLS_QUERY = (
     "ssl_check_hostname",
 )  # fmt: skip
 #: Error replies redis-py has no class for that mean "not now" rather than "wrong": too few
-#: replicas (min-replicas-to-write), a long script running. Other ResponseErrors are raised as is.
-_TRANSIENT_REPLIES = ("NOREPLICAS ", "BUSY ")
+#: replicas (min-replicas-to-write), a long script running, writes stopped because the last
+#: RDB save failed (stop-writes-on-bgsave-error). Other ResponseErrors are raised as is.
+_TRANSIENT_REPLIES = ("NOREPLICAS ", "BUSY ", "MISCONF ")
+#: What redis-py puts before the server's reply: in a pipeline, "Command # N (ARGS) of
+#: pipeline caused error: "; in a MULTI that Redis aborted, "Transaction discarded because
+#: of: " (EXECABORT's reason).
+_PIPELINE_ERROR = " of pipeline caused error: "
+_EXECABORT_REASON = "Transaction discarded because of: "
+
+
+def _is_transient(exc: rx.ResponseError) -> bool:
+    """Whether an error reply, however redis-py wrapped it, is one of `_TRANSIENT_REPLIES`."""
+    seen: set[int] = set()
+    error: BaseException | None = exc
+    while isinstance(error, rx.ResponseError) and id(error) not in seen:
+        seen.add(id(error))
+        text = str(error)
+        if text.startswith("Command # ") and _PIPELINE_ERROR in text:
+            text = text.rpartition(_PIPELINE_ERROR)[2]
+        text = text.removeprefix(_EXECABORT_REASON)
+        if text.startswith(_TRANSIENT_REPLIES):
+            return True
+        # an EXECABORT without its reason: the error of a queued command caused it
+        error = error.__cause__ or error.__context__
+    return False
+
 
 # KEYS: rev, log, scopes[, domains], then per op: scope hash, history hash.
 # ARGV: fresh epoch, log limit, number of fixed keys, domain, then per op:
@@ -338,7 +362,7 @@ class RedisEngine(Engine):
                     "check the user and password in the URL"
                 ) from exc
             except rx.ResponseError as exc:
-                if str(exc).startswith(_TRANSIENT_REPLIES):
+                if _is_transient(exc):
                     raise _Transient(str(exc)) from exc
                 raise
 
