@@ -283,11 +283,17 @@ class Store:
         now: float,
     ) -> FileEntry:
         """A file table row: a stored file is kept by reference, new bytes are hashed."""
+        mode: int | None
         if isinstance(value, FileEntry):
-            size = value.size
+            size, mode = value.size, value.mode
         else:
             f = value if isinstance(value, File) else File(bytes(value))
-            size = len(f.data)
+            size, mode = len(f.data), f.mode
+        if mode is not None and not 0 <= mode <= 0o777:
+            raise InvalidPath(
+                f"mode {oct(mode)} of {skill}/{path}: only permission bits 0o777 are stored "
+                "(no setuid, setgid or sticky bit, no file type)"
+            )
         if size > self.limits.max_file_size:
             raise TooLarge(
                 f"{skill}/{path} is {size} bytes, over the limit of "

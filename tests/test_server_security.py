@@ -529,6 +529,49 @@ def test_path_traversal_in_files(
     assert server.store.revision(AGENT) is None and blobs(server) == set()
 
 
+@pytest.mark.parametrize("mode", [0o4755, 0o2755, 0o1777, 0o100644, -1])
+def test_only_permission_bits_are_stored(
+    mode: int,
+    url: str,
+    server: SkillfsServer,
+    stubs: tuple[pb_grpc.SkillReaderStub, pb_grpc.SkillAdminStub],
+) -> None:
+    """No setuid, setgid, sticky bit or file type on any publish path: the shared Store (every
+    engine, fsspec, CLI, console), the grpc:// engine, and the server's Publish and Commit."""
+    files = {"SKILL.md": md("x"), "run.sh": skillfs.File(b"#!/bin/sh\n", mode=mode)}
+    why = f"mode {oct(mode)} of x/run.sh: only permission bits 0o777 are stored"
+    with pytest.raises(InvalidPath, match=why):
+        server.store.publish(A, "x", files)  # the server's own store (memory://)
+    with pytest.raises(InvalidPath, match=why):
+        skillfs.open_store(url, token=ALICE).publish(A, "x", files)
+    _, admin = stubs
+    if mode >= 0:  # a uint32 on the wire
+        publish = [
+            pb.PublishRequest(header=pb.PublishHeader(scope=str(A), skill="x", force=True)),
+            pb.PublishRequest(file=pb.PublishFile(path="SKILL.md", data=md("x"))),
+            pb.PublishRequest(file=pb.PublishFile(path="run.sh", data=b"#!/bin/sh\n", mode=mode)),
+        ]
+        with pytest.raises(grpc.RpcError) as err:
+            admin.Publish(iter(publish), metadata=auth(ADMIN))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "only permission bits 0o777" in (err.value.details() or "")
+    sha = hashlib.sha256(b"").hexdigest()
+    m = {"skill": "x", "version": 1, "commit_id": "c", "committed_at": 0.0,
+         "files": {"run.sh": {"sha256": sha, "size": 0, "mode": mode, "mtime": 0.0}}}  # fmt: skip
+    commit = pb.CommitRequest(
+        domain=f"agents/{AGENT}",
+        ops=[pb.CommitOp(scope=str(A), manifest_json=json.dumps(m).encode())],
+    )
+    with pytest.raises(grpc.RpcError) as err:
+        admin.Commit(commit, metadata=auth(ADMIN))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "only permission bits 0o777" in (err.value.details() or "")
+    assert server.store.revision(AGENT) is None and blobs(server) == set()
+    skillfs.open_store(url, token=ALICE).publish(
+        A, "x", {**files, "run.sh": skillfs.File(b"#!/bin/sh\n", mode=0o750)}
+    )
+
+
 def test_oversize_messages_and_files(
     server: SkillfsServer, stubs: tuple[pb_grpc.SkillReaderStub, pb_grpc.SkillAdminStub]
 ) -> None:

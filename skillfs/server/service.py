@@ -778,8 +778,11 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
                     f"{m.skill}/{path} is {e.size} bytes, over the limit of "
                     f"{limits.max_file_size} bytes per file (Limits.max_file_size)"
                 )
-            if not 0 <= e.mode <= 0o7777:
-                raise InvalidPath(f"{where}: mode {e.mode:o} of {path!r} is not a file mode")
+            if not 0 <= e.mode <= 0o777:
+                raise InvalidPath(
+                    f"{where}: mode {oct(e.mode)} of {path!r}: only permission bits 0o777 are "
+                    "stored (no setuid, setgid or sticky bit, no file type)"
+                )
             parent = path
             while "/" in parent:
                 parent = parent.rsplit("/", 1)[0]
