@@ -58,7 +58,7 @@ def _write_atomic(path: Path, data: bytes, mode: int, mtime: float) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-        os.chmod(tmp, mode)
+        os.chmod(tmp, mode & 0o777)  # permission bits only: never setuid, setgid, sticky
         os.utime(tmp, (mtime, mtime))
         os.replace(tmp, path)
     except BaseException:
