@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from skillfs import File, LocalDir, Scope, Skills
+from skillfs.engines.base import CommitOp
 from skillfs.errors import NotFound, SkillfsError
 from tests.runtime_helpers import counting_store, md, memory_store, write_skill
 
@@ -318,3 +319,20 @@ def test_materialize_ignores_state_entries_outside_its_root(skills: Skills, tmp_
     )
     skills.snapshot().materialize(root)
     assert victim.read_text() == "keep me"
+
+
+def test_materialize_writes_permission_bits_only(skills: Skills, tmp_path: Path) -> None:
+    """A manifest stored before modes were checked may carry setuid/setgid bits: the files on
+    disk get the permission bits only."""
+    store = skills.store
+    m = store.manifest(SHARED, "code-reviewer")
+    files = {
+        p: e.model_copy(update={"mode": 0o6755}) if p == "scripts/stats.sh" else e
+        for p, e in m.files.items()
+    }
+    legacy = m.model_copy(update={"version": m.version + 1, "commit_id": "legacy", "files": files})
+    store.engine.commit(SHARED.domain, [CommitOp(scope=SHARED, manifest=legacy, expect=m.version)])
+    root = tmp_path / "cache"
+    skills.snapshot().materialize(root)
+    stats_sh = root / "shared/code-reviewer/scripts/stats.sh"
+    assert stat.S_IMODE(stats_sh.stat().st_mode) == 0o755
