@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from typer.testing import Result
 import skillfs
 from skillfs.commands import common
 from skillfs.commands.text import has_markers, merge3
+from skillfs.errors import StoreUnavailable
 from tests.cli_helpers import REPO, as_json, error_line, ok, process, publish, run, skill_md
 from tests.stores import url_for
 
@@ -56,6 +58,19 @@ sys.exit(step.get("exit", 0))
 """
 
 
+@pytest.fixture(autouse=True)
+def edit_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`skillfs edit`'s temporary copies go below the test's own directory, never /tmp."""
+    where = tmp_path / "edit-tmp"
+    where.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(where))
+    return where
+
+
+def _copies(edit_tmp: Path) -> list[Path]:
+    return sorted(edit_tmp.glob("skillfs-edit-*"))
+
+
 @pytest.fixture
 def url(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path / 'skills.db'}"
@@ -79,14 +94,22 @@ class ScriptedEditor:
         self.script.write_text(EDITOR)
         self.plan = tmp_path / "plan.json"
 
-    def __call__(self, url: str, target: str, *args: str, steps: list[Any], **kw: Any) -> Result:
+    def __call__(
+        self,
+        url: str,
+        target: str,
+        *args: str,
+        steps: list[Any],
+        scope: str = "shared:bot",
+        **kw: Any,
+    ) -> Result:
         self.plan.write_text(json.dumps(steps))
         env = {
             "EDITOR": f"{sys.executable} {self.script}",
             "EDIT_PLAN": str(self.plan),
             "PYTHONPATH": str(REPO),
         }
-        result = run(url, "edit", target, "-s", "shared:bot", *args, **kw, **env)
+        result = run(url, "edit", target, "-s", scope, *args, **kw, **env)
         assert json.loads(self.plan.read_text()) == [], "the editor ran fewer times than planned"
         return result
 
@@ -118,6 +141,88 @@ def _kept_copy(result: Result) -> Path:
 
 
 # ---------------------------------------------------------------------------------- edit
+
+
+def test_edit_copies_a_shared_skill_into_the_user_scope(url: str, editor: ScriptedEditor) -> None:
+    alice = skillfs.Scope.user("bot", "alice")
+    result = editor(
+        url,
+        "reviewer/SKILL.md",
+        scope="user:bot/alice",
+        steps=[{"replace": [["2. two", "2. two, for alice"]]}],
+    )
+    assert result.exit_code == 0, result.output
+    assert editor.seen()[0] == _read(url)  # the editor opened on the shared text, no template
+    assert (
+        "creating alice's override of shared:bot/reviewer (shared version 1): saving copies "
+        "it into user:bot/alice with your edit" in result.stdout
+    )
+    assert "saved user:bot/alice/reviewer/SKILL.md: version 1" in result.stdout
+    assert "alice's override of shared version 1" in result.stdout
+    with skillfs.open_store(url) as store:
+        m = store.manifest(alice, "reviewer")
+        assert m.version == 1 and len(store.history(alice, "reviewer")) == 1  # one commit
+        assert sorted(m.files) == ["SKILL.md", "references/style.md", "scripts/run.sh"]
+        assert m.files["scripts/run.sh"].mode == 0o750
+        assert "2. two, for alice" in store.read(alice, "reviewer", "SKILL.md").decode()
+    assert "2. two, for alice" not in _read(url) and _version(url) == 1  # shared untouched
+    # the next edit is of alice's own override
+    again = editor(url, "reviewer/SKILL.md", scope="user:bot/alice", steps=[{"write": "x"}])
+    assert "creating alice's override" not in again.stdout
+
+
+def test_a_new_skill_needs_a_description_of_its_own(
+    url: str, editor: ScriptedEditor, edit_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = [{"replace": [["Step-by-step instructions for the agent.", "1. Do it."]]}]
+    result = editor(url, "fresh/SKILL.md", steps=body)
+    line = error_line(result)
+    assert "not saved: fresh still has the template's placeholder description" in line
+    assert "pass --force" in line
+    assert "description is still the template's placeholder" in result.stdout
+    assert "1. Do it." in _kept_copy(result).read_text()
+    with skillfs.open_store(url) as store:
+        assert store.manifests(SCOPE, ["fresh"]) == {}
+    monkeypatch.setattr(common, "interactive", lambda: True)
+    fixed = [*body, {"replace": [["What this skill does, and when", "Does fresh things, when"]]}]
+    result = editor(url, "fresh/SKILL.md", steps=fixed, input="e\n")
+    assert result.exit_code == 0, result.output
+    assert "still has the template's placeholder description. [e]dit again" in result.stdout
+    assert "description: Does fresh things, when the agent" in _read(url, skill="fresh")
+    forced = editor(url, "other/SKILL.md", "--force", steps=body)
+    assert forced.exit_code == 0, forced.output
+    assert _version(url, "other") == 1
+
+
+def test_temporary_copies_are_removed_unless_they_hold_unsaved_text(
+    url: str, editor: ScriptedEditor, edit_tmp: Path, tmp_path: Path
+) -> None:
+    editor(url, "reviewer/SKILL.md", steps=[{"replace": [["2. two", "2. TWO"]]}])
+    assert _copies(edit_tmp) == []  # saved
+    editor(url, "reviewer/SKILL.md", steps=[{}])
+    assert _copies(edit_tmp) == []  # nothing typed
+    line = error_line(editor(url, "reviewer/SKILL.md", steps=[{"exit": 1}]))
+    assert line.endswith("exited with status 1: nothing saved")  # nothing typed: no copy
+    missing = run(url, "edit", "reviewer/SKILL.md", "-s", "shared:bot", EDITOR="no-such-editor")
+    assert error_line(missing).endswith("not found: set $EDITOR; nothing saved")
+    assert _copies(edit_tmp) == []
+    typed = editor(url, "reviewer/SKILL.md", steps=[{"replace": [["1. one", "1. x"]], "exit": 1}])
+    assert "exited with status 1: nothing saved; your edit is kept in" in error_line(typed)
+    kept = _kept_copy(typed)
+    assert _copies(edit_tmp) == [kept.parent] and "1. x" in kept.read_text()
+
+
+def test_a_store_error_while_saving_names_the_kept_copy(
+    url: str, editor: ScriptedEditor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def down(*args: object, **kwargs: object) -> None:
+        raise StoreUnavailable("store sqlite:///x is unavailable (test)")
+
+    monkeypatch.setattr(skillfs.Store, "publish", down)
+    result = editor(url, "reviewer/SKILL.md", steps=[{"replace": [["2. two", "2. mine"]]}])
+    line = error_line(result)
+    assert line.startswith("error: store sqlite:///x is unavailable (test); nothing saved; ")
+    assert "2. mine" in _kept_copy(result).read_text()
 
 
 def test_edit_with_a_shell_script(url: str, tmp_path: Path) -> None:
@@ -364,7 +469,14 @@ def test_edit_through_the_real_entry_point(url: str, tmp_path: Path) -> None:
     script.write_text("#!/bin/sh\nprintf '4. four\\n' >> \"$1\"\n")
     script.chmod(0o755)
     proc = process(
-        "edit", "reviewer/SKILL.md", "-s", "shared:bot", "--store", url, EDITOR=str(script)
+        "edit",
+        "reviewer/SKILL.md",
+        "-s",
+        "shared:bot",
+        "--store",
+        url,
+        EDITOR=str(script),
+        TMPDIR=str(tmp_path / "edit-tmp"),
     )
     assert proc.returncode == 0, proc.stderr
     assert _read(url).endswith("3. three\n4. four\n")

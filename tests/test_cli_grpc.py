@@ -85,6 +85,47 @@ def test_token_from_environment_and_grants(url: str) -> None:
     assert "token" in no_token
 
 
+def test_edit_without_write_permission_is_refused_before_the_editor_opens(
+    url: str, tmp_path: Path
+) -> None:
+    publish_admin(url)
+    marker = tmp_path / "editor-ran"
+    script = tmp_path / "ed.sh"
+    script.write_text(f'#!/bin/sh\ntouch {marker}\necho edited >> "$1"\n')
+    script.chmod(0o755)
+    alice = {"SKILLFS_TOKEN": grpc_servers.ALICE, "EDITOR": str(script)}
+    line = error_line(run(url, "edit", "demo/SKILL.md", "-s", "shared:support-bot", **alice))
+    assert line == (
+        "error: token 'alice' may not write shared:support-bot: ask an operator for a grant "
+        "such as 'agent:support-bot/shared:write'"
+    )
+    reader = {"SKILLFS_TOKEN": grpc_servers.READER, "EDITOR": str(script)}
+    line = error_line(run(url, "edit", "demo/SKILL.md", "-s", "user:support-bot/bob", **reader))
+    assert (
+        "may not write user:support-bot/bob" in line
+        and "'agent:support-bot/user:bob:write'" in line
+    )
+    assert "upload" not in line
+    assert not marker.exists()  # nobody typed an edit that could not be saved
+    # alice may write her own scope: the check lets her through, and she gets her override
+    result = ok(url, "edit", "demo/SKILL.md", "-s", "user:support-bot/alice", **alice)
+    assert (
+        marker.exists() and "creating alice's override of shared:support-bot/demo" in result.stdout
+    )
+    with skillfs.open_store(url, token=grpc_servers.ADMIN) as store:
+        own = store.read(skillfs.Scope.user("support-bot", "alice"), "demo", "SKILL.md")
+        assert own.endswith(b"edited\n")
+
+
+def test_import_without_write_permission_names_the_grant(url: str, tmp_path: Path) -> None:
+    line = error_line(
+        run(
+            url, "import", str(EXAMPLES), "-s", "shared:support-bot", "--token", grpc_servers.READER
+        )
+    )
+    assert "may not write shared:support-bot" in line and "upload" not in line
+
+
 def test_watch_over_grpc(url: str) -> None:
     publish_admin(url)
 

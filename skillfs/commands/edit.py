@@ -32,6 +32,7 @@ from skillfs.commands.common import (
     Target,
     TokenOption,
     YesOption,
+    check_write,
     command,
     confirmed,
     emit_json,
@@ -45,17 +46,19 @@ from skillfs.commands.common import (
     when,
 )
 from skillfs.commands.text import has_markers, merge3, unified
-from skillfs.errors import Conflict, NotFound
+from skillfs.errors import Conflict, NotFound, SkillfsError
 from skillfs.model import CommitResult, File, Finding, Manifest, Scope
 from skillfs.skill import SKILL_MD, inspect_skill
 from skillfs.store import Store
 
-TEMPLATE = """---
-name: {name}
-description: What this skill does, and when the agent should use it.
+#: The description a new skill's SKILL.md starts with; saving it unchanged is refused.
+TEMPLATE_DESCRIPTION = "What this skill does, and when the agent should use it."
+TEMPLATE = f"""---
+name: {{name}}
+description: {TEMPLATE_DESCRIPTION}
 ---
 
-# {name}
+# {{name}}
 
 Step-by-step instructions for the agent.
 """
@@ -72,20 +75,32 @@ class OnConflict(StrEnum):
 
 @dataclass(frozen=True)
 class _Base:
-    """The skill as read: its version (0: absent) and its files."""
+    """The skill as read: its version in the edited scope (0: absent) and its files.
+
+    A user scope that does not have the skill but whose agent's shared scope does starts from
+    the shared skill's files (`shared` is that manifest): saving then creates the user's
+    override, copy on write, as the console and the fsspec filesystem do."""
 
     version: int
     manifest: Manifest | None
     files: dict[str, File]
+    shared: Manifest | None = None
 
     @classmethod
     def load(cls, store: Store, scope: Scope, skill: str) -> _Base:
         m = store.manifests(scope, [skill]).get(skill)
-        if m is None:
-            return cls(0, None, {})
+        if m is not None:
+            return cls(m.version, m, cls._files(store, m))
+        if scope.kind == "user" and scope.agent_id is not None:
+            shared = store.manifests(Scope.shared(scope.agent_id), [skill]).get(skill)
+            if shared is not None:
+                return cls(0, None, cls._files(store, shared), shared)
+        return cls(0, None, {})
+
+    @staticmethod
+    def _files(store: Store, m: Manifest) -> dict[str, File]:
         data = store.read_entries(m.files.values())
-        files = {p: File(data[e.sha256], mode=e.mode, mtime=e.mtime) for p, e in m.files.items()}
-        return cls(m.version, m, files)
+        return {p: File(data[e.sha256], mode=e.mode, mtime=e.mtime) for p, e in m.files.items()}
 
     @staticmethod
     def skill_md_only(store: Store, m: Manifest) -> dict[str, File]:
@@ -115,33 +130,78 @@ def _ask(question: str, choices: dict[str, str]) -> str:
             return answer
 
 
-def _run_editor(path: Path) -> bytes:
-    editor = os.environ.get("EDITOR") or "vi"
-    try:
-        code = subprocess.run([*shlex.split(editor), str(path)], check=False).returncode
-    except FileNotFoundError:
-        raise fail(f"editor {editor!r} not found: set $EDITOR (your copy is in {path})") from None
-    if code != 0:
-        raise fail(f"editor {editor!r} exited with status {code}: nothing saved (copy in {path})")
-    return path.read_bytes()
+class _Copy:
+    """The temporary copy of the file the editor works on, in its own `skillfs-edit-*`
+    directory. The directory is removed when the edit is saved or nothing was typed; it stays
+    only while it holds text that was not saved, and every message then names it."""
+
+    def __init__(self, path: str, original: bytes) -> None:
+        self.original = original
+        self.dir = Path(tempfile.mkdtemp(prefix="skillfs-edit-"))
+        self.path = self.dir / PurePosixPath(path).name
+        self.path.write_bytes(original)
+
+    def unsaved(self) -> bool:
+        """Whether the copy holds text that differs from what was read."""
+        try:
+            return self.path.read_bytes() != self.original
+        except OSError:
+            return False
+
+    @property
+    def kept(self) -> str:
+        return f"your edit is kept in {self.path}"
+
+    def not_saved(self) -> str:
+        """ "nothing saved", naming the copy when it holds unsaved text."""
+        return f"nothing saved; {self.kept}" if self.unsaved() else "nothing saved"
+
+    def edit(self) -> bytes:
+        editor = os.environ.get("EDITOR") or "vi"
+        try:
+            code = subprocess.run([*shlex.split(editor), str(self.path)], check=False).returncode
+        except FileNotFoundError:
+            raise fail(f"editor {editor!r} not found: set $EDITOR; {self.not_saved()}") from None
+        if code != 0:
+            raise fail(f"editor {editor!r} exited with status {code}: {self.not_saved()}")
+        return self.path.read_bytes()
+
+    def write(self, data: bytes) -> None:
+        self.path.write_bytes(data)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def _check(skill: str, files: dict[str, File]) -> list[Finding]:
-    _, findings = inspect_skill(skill, {p: f.data for p, f in files.items()})
+    """The spec findings, plus one the CLI adds: a SKILL.md whose description is still the
+    template's placeholder would go live with it, so it counts as an error (--force saves)."""
+    frontmatter, findings = inspect_skill(skill, {p: f.data for p, f in files.items()})
+    if (frontmatter or {}).get("description") == TEMPLATE_DESCRIPTION:
+        findings = [
+            Finding(
+                severity="error",
+                field="description",
+                rule="template-description",
+                message=f"description is still the template's placeholder "
+                f"({TEMPLATE_DESCRIPTION!r}): say what the skill does and when to use it",
+            ),
+            *findings,
+        ]
     return findings
 
 
 def _describe(scope: Scope, skill: str, path: str, base: _Base, latest: _Base) -> None:
     """Tell the operator what the concurrent change was."""
+    read = f"version {base.version}"
+    if base.shared is not None:
+        read = f"the shared version {base.shared.version} (no override yet)"
     if latest.manifest is None:
-        out.print(
-            f"[yellow]{scope}/{escape(skill)} was deleted since you read version "
-            f"{base.version}[/yellow]"
-        )
+        out.print(f"[yellow]{scope}/{escape(skill)} was deleted since you read {read}[/yellow]")
         return
     m = latest.manifest
     out.print(
-        f"[yellow]{scope}/{escape(skill)} changed since you read version {base.version}: now "
+        f"[yellow]{scope}/{escape(skill)} changed since you read {read}: now "
         f"version {m.version}, saved {when(m.committed_at)} (commit {m.commit_id[:12]})[/yellow]"
     )
     paths = sorted(base.files.keys() | latest.files.keys())
@@ -176,12 +236,15 @@ def edit(
 ) -> None:
     """Edit one file of a skill in $EDITOR and save it with the version you read.
 
-    A file or skill that does not exist yet is created (SKILL.md from a template)."""
+    A file or skill that does not exist yet is created (SKILL.md from a template). In a user's
+    scope, a skill only the agent's shared scope has is copied into the user's scope with your
+    edit, in one commit: the user's override."""
     path = target.path
     if path is None:
         raise typer.BadParameter("name a file: SKILL/PATH, e.g. my-skill/SKILL.md")
     skill = target.skill
     with opened(store_url, token, create=True) as store:
+        check_write(store, scope, skill)  # before anyone types: a server may refuse the save
         base = _Base.load(store, scope, skill)
         if path in base.files:
             try:
@@ -190,26 +253,44 @@ def edit(
                 raise fail(
                     f"{skill}/{path} is binary, not UTF-8 text: replace it with `skillfs import`"
                 ) from None
+        if base.shared is not None:
+            out.print(
+                f"creating {escape(scope.user_id or '')}'s override of "
+                f"{Scope.shared(scope.agent_id or '')}/{escape(skill)} (shared version "
+                f"{base.shared.version}): saving copies it into {scope} with your edit"
+            )
         original = (
             base.files[path].data
             if path in base.files
             else TEMPLATE.format(name=skill).encode()
-            if path == "SKILL.md" and base.version == 0
+            if path == SKILL_MD and not base.files
             else b""
         )
-        workdir = Path(tempfile.mkdtemp(prefix="skillfs-edit-"))
-        copy = workdir / PurePosixPath(path).name
-        copy.write_bytes(original)
-        mine = _run_editor(copy)
-        if mine == original:
-            out.print("no changes: nothing saved")
-            shutil.rmtree(workdir)
-            return
-        result = _save_loop(store, scope, skill, path, base, mine, copy, force, on_conflict)
-    shutil.rmtree(workdir)
+        copy = _Copy(path, original)
+        saved = False
+        try:
+            mine = copy.edit()
+            if mine == original:
+                out.print("no changes: nothing saved")
+                return
+            try:
+                result = _save_loop(store, scope, skill, path, base, mine, copy, force, on_conflict)
+            except SkillfsError as exc:  # the store refused: the text must not be lost
+                raise fail(f"{exc}; {copy.not_saved()}") from None
+            except KeyboardInterrupt:
+                raise fail(f"interrupted: {copy.not_saved()}", code=130) from None
+            saved = True
+        finally:
+            if saved or not copy.unsaved():
+                copy.remove()
+    override = (
+        f", {scope.user_id}'s override of shared version {base.shared.version}"
+        if base.shared is not None
+        else ""
+    )
     out.print(
         f"[green]saved[/green] {scope}/{escape(skill)}/{escape(path)}: version "
-        f"{result.version} (revision {result.revision})"
+        f"{result.version} (revision {result.revision}){escape(override)}"
     )
 
 
@@ -220,18 +301,18 @@ def _save_loop(
     path: str,
     base: _Base,
     mine: bytes,
-    copy: Path,
+    copy: _Copy,
     force: bool,
     on_conflict: OnConflict,
 ) -> CommitResult:
     """Validate and publish `mine` on `base` until it is saved or the operator gives up."""
-    kept = f"your edit is kept in {copy}"
+    kept = copy.kept
     while True:
         if has_markers(mine.decode("utf-8", errors="replace")):
             out.print("[red]the file still holds conflict markers (<<<<<<< … >>>>>>>)[/red]")
             if _ask("Resolve them?", {"e": "edit again", "a": "abort"}) == "a":
                 raise fail(f"not saved: resolve the conflict markers; {kept}")
-            mine = _run_editor(copy)
+            mine = copy.edit()
             continue
         old = base.files.get(path)
         files = dict(base.files)
@@ -243,17 +324,20 @@ def _save_loop(
             out.print(f"{escape(skill)}: {len(errors)} error(s), {warnings} warning(s)")
             print_findings(findings)
         if errors and not force:
+            spec = [f for f in errors if f.rule != "template-description"]
+            problems = [f"would break the Agent Skills spec ({len(spec)} error(s))"] if spec else []
+            if len(spec) < len(errors):
+                problems.append("still has the template's placeholder description")
             choice = _ask(
-                "The skill breaks the Agent Skills spec.",
+                f"{skill} {' and '.join(problems)}.",
                 {"e": "edit again", "s": "save anyway", "a": "abort"},
             )
             if choice == "a":
                 raise fail(
-                    f"not saved: {skill} would break the Agent Skills spec ({len(errors)} "
-                    f"error(s)); fix it or pass --force; {kept}"
+                    f"not saved: {skill} {' and '.join(problems)}; fix it or pass --force; {kept}"
                 )
             if choice == "e":
-                mine = _run_editor(copy)
+                mine = copy.edit()
                 continue
             force = True  # "save anyway" holds for the retries after a conflict too
         try:
@@ -295,8 +379,8 @@ def _save_loop(
                 if clean
                 else "both changed the same lines: resolve the conflict markers"
             )
-            copy.write_bytes(merged.encode("utf-8", errors="surrogateescape"))
-            mine = _run_editor(copy)
+            copy.write(merged.encode("utf-8", errors="surrogateescape"))
+            mine = copy.edit()
         base = latest if latest.manifest else _Base(0, None, base.files)
 
 
