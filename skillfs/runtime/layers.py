@@ -165,7 +165,33 @@ class _Blobs:
 _StatKey = tuple[int, int, int, int, int]
 
 
-class LocalDir(Layer):
+class _Checked(Layer):
+    """A disk or Git layer: its state is checked again at most every `check_interval` seconds,
+    by one thread at a time; between checks a snapshot gets the state it holds."""
+
+    def __init__(self, check_interval: float) -> None:
+        self.check_interval = check_interval
+        self._lock = threading.Lock()
+        self._checked = -float("inf")
+        self._state = LayerSkills({}, _Blobs({}))
+
+    def state(self) -> LayerSkills:
+        """The layer's skills as of the last check, checked again first when one is due."""
+        now = time.monotonic()
+        if now - self._checked < self.check_interval:
+            return self._state
+        with self._lock:
+            if now - self._checked >= self.check_interval:
+                self._refresh()
+                self._checked = now
+            return self._state
+
+    def _refresh(self) -> None:
+        """Check the source; replace `_state` when it changed."""
+        raise NotImplementedError
+
+
+class LocalDir(_Checked):
     """A local directory whose sub-directories are skills (`~/.agent/skills/<skill>/SKILL.md`).
 
     A snapshot checks it at most every `check_interval` seconds, with a stat walk (mtime,
@@ -179,29 +205,19 @@ class LocalDir(Layer):
         base = _safe_name(name or self.path.name)
         self.label = f"local:{base}"
         self.source_dir = f"local-{base}"
-        self.check_interval = check_interval
-        self._lock = threading.Lock()
-        self._checked = -float("inf")
+        super().__init__(check_interval)
         self._stats: dict[str, _StatKey] = {}
         self._files: dict[str, tuple[FileEntry, bytes]] = {}  # "skill/path" -> entry, bytes
-        self._state = LayerSkills({}, _Blobs({}))
 
     def __repr__(self) -> str:
         return f"LocalDir({str(self.path)!r})"
 
-    def state(self) -> LayerSkills:
-        """The directory's skills, re-read when due and something changed on disk."""
-        now = time.monotonic()
-        if now - self._checked < self.check_interval:
-            return self._state
-        with self._lock:
-            if now - self._checked >= self.check_interval:
-                stats = dict(self._walk())
-                if stats != self._stats:
-                    self._state = self._rebuild(stats)
-                    self._stats = stats
-                self._checked = now
-            return self._state
+    def _refresh(self) -> None:
+        """Re-read the directory when something changed on disk."""
+        stats = dict(self._walk())
+        if stats != self._stats:
+            self._state = self._rebuild(stats)
+            self._stats = stats
 
     def _walk(self) -> Iterator[tuple[str, _StatKey]]:
         try:
@@ -278,7 +294,7 @@ class LocalDir(Layer):
         return LayerSkills(manifests, blobs)
 
 
-class GitRepo(Layer):
+class GitRepo(_Checked):
     """A Git repository of skills, cloned once (bare, shallow) into a cache directory.
 
     A snapshot asks the remote for its HEAD (`git ls-remote`) at most every `check_interval`
@@ -309,26 +325,12 @@ class GitRepo(Layer):
             / "git"
         )
         self.repo_dir = root / f"{base}-{key}.git"
-        self.check_interval = check_interval
-        self._lock = threading.Lock()
-        self._checked = -float("inf")
+        super().__init__(check_interval)
         self.head: str | None = None  # the commit the current state was read from
         self._objects: dict[str, tuple[FileEntry, bytes]] = {}  # git blob id -> entry, bytes
-        self._state = LayerSkills({}, _Blobs({}))
 
     def __repr__(self) -> str:
         return f"GitRepo({self.url!r})"
-
-    def state(self) -> LayerSkills:
-        """The repository's skills at the remote's HEAD as of the last check."""
-        now = time.monotonic()
-        if now - self._checked < self.check_interval:
-            return self._state
-        with self._lock:
-            if now - self._checked >= self.check_interval:
-                self._refresh()
-                self._checked = now
-            return self._state
 
     def _git(self, *args: str, stdin: bytes | None = None, cwd: Path | None = None) -> bytes:
         proc = subprocess.run(
@@ -364,6 +366,7 @@ class GitRepo(Layer):
         raise StoreUnavailable(f"git repository {self.url} has no ref {self.ref!r}")
 
     def _refresh(self) -> None:
+        """Read the commit the remote's ref points at, fetching it first, when it moved."""
         try:
             remote = self._remote_head()
         except StoreUnavailable as exc:
