@@ -74,6 +74,23 @@ def test_prompt_with_a_local_layer(url: str, tmp_path: Path) -> None:
     assert data["skills"][0]["source"].startswith("local:")
 
 
+def test_prompt_warns_about_an_agent_or_market_with_nothing_in_the_store(url: str) -> None:
+    publish(url, "shared:bot", "reviewer", {"SKILL.md": skill_md("reviewer")})
+    publish(url, "market:team", "lint", {"SKILL.md": skill_md("lint")})
+    result = run(url, "prompt", "--agent", "nobody", "--user", "x", "--market", "nomarket")
+    assert result.exit_code == 0  # an empty view is legitimate
+    assert result.stdout == "<available_skills>\n</available_skills>\n"
+    assert f"warning: agent 'nobody' has nothing in {url}: check the id (agents there: bot)" in (
+        result.stderr
+    )
+    assert "warning: market 'nomarket' has nothing in" in result.stderr
+    assert "(markets there: team)" in result.stderr
+    data = as_json(url, "prompt", "-a", "nobody", "-u", "x")  # stdout stays clean JSON
+    assert data["skills"] == []
+    quiet = run(url, "prompt", "--agent", "bot", "--user", "x", "--market", "team")
+    assert quiet.exit_code == 0 and "warning" not in quiet.stderr
+
+
 def test_prompt_bad_input(url: str) -> None:
     assert "invalid user id" in error_line(run(url, "prompt", "-a", "bot", "-u", "a/b"), code=2)
     text = error_line(run(url, "prompt", "-a", "bot", "-u", "x", "--market", "_no"), code=2)
@@ -137,6 +154,12 @@ def test_watch_a_market(url: str) -> None:
     result = ok(url, "watch", "--market", "team", "--timeout", "2.5", "--json")
     thread.join()
     assert [json.loads(x)["scope"] for x in result.stdout.splitlines()] == ["market:team"]
+
+
+def test_watch_warns_about_a_market_with_nothing_in_the_store(url: str) -> None:
+    result = ok(url, "watch", "--market", "nomarket", "--timeout", "0")
+    assert "warning: market 'nomarket' has nothing in" in result.stderr
+    assert "watching market nomarket from revision none" in result.stderr
 
 
 def test_watch_bad_input(url: str) -> None:

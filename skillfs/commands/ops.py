@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -81,8 +81,10 @@ def prompt(
     ]
     # The store is left open: the runtime's watch threads may still be inside a store call
     # when Skills closes, and closing a SQLite store under them crashes the process.
-    with Skills(connect(store_url, token), agent, user, layers) as skills:
+    store = connect(store_url, token)
+    with Skills(store, agent, user, layers) as skills:
         snap = skills.snapshot()
+    _warn_unknown(store, snap.revisions)
     if as_json:
         emit_json(
             {
@@ -114,6 +116,25 @@ def prompt(
     for p in snap.problems:
         err.print(f"[yellow]left out[/yellow] {escape(p.skill)} ({escape(p.source)}):")
         print_findings([f for f in p.findings if f.severity == "error"], console=err)
+
+
+def _warn_unknown(store: Store, revisions: Mapping[str, Revision | None]) -> None:
+    """A warning on stderr for each agent or market of the view that was never written: most
+    likely a typo. An empty view is legitimate, so the exit code stays 0."""
+    for domain, revision in revisions.items():
+        if revision is not None:
+            continue
+        kind, _, ident = domain.partition("/")
+        if kind == "agents":
+            known = ", ".join(store.agents()) or "none"
+            what = f"agent {ident!r}"
+        else:
+            known = ", ".join(store.markets()) or "none"
+            what = f"market {ident!r}"
+        err.print(
+            f"[yellow]warning:[/yellow] {escape(what)} has nothing in {escape(store.url)}: "
+            f"check the id ({kind} there: {escape(known)})"
+        )
 
 
 def _change_json(c: Change) -> dict[str, Any]:
@@ -181,7 +202,11 @@ def watch(
         _ids("agent", [agent])[0] if agent else Scope.market(_ids("market", [market or ""])[0])
     )
     with opened(store_url, token) as store:
-        start = since or store.revision(target)
+        current = store.revision(target)
+        if current is None:
+            domain = target.domain if isinstance(target, Scope) else f"agents/{target}"
+            _warn_unknown(store, {domain: None})
+        start = since or current
         err.print(
             f"watching {'agent ' + agent if agent else 'market ' + str(market)} from revision "
             f"{start or 'none (nothing written yet)'}; Ctrl-C to stop"
