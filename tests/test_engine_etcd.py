@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import etcd3
+import grpc
 import pytest
 
 import skillfs
@@ -379,6 +380,72 @@ def test_usage_counters_under_contention(etcd_url: str) -> None:
     assert engines[0].usage("bot") == {("u1", "s"): 120, ("u/2", "s k"): 240}
     for e in engines:
         e.close()
+
+
+class _AnswerLost(grpc.RpcError):  # type: ignore[misc]  # grpc is untyped
+    """What a client sees when a request reached etcd but its answer did not come back."""
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return "connection reset after the request was sent"
+
+
+class _LoseAnswers:
+    """The KV stub of an endpoint, losing the answer of the first `n` transactions that
+    `matches` picks, after etcd applied them."""
+
+    def __init__(self, kv: Any, matches: Any, n: int = 1) -> None:
+        self._kv, self._matches, self.left = kv, matches, n
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._kv, name)
+
+    def Txn(self, request: Any, **kw: Any) -> Any:
+        response = self._kv.Txn(request, **kw)
+        if self.left and self._matches(request):
+            self.left -= 1
+            raise _AnswerLost()
+        return response
+
+
+def test_a_usage_batch_whose_answer_is_lost_counts_once(
+    engine: EtcdEngine, server_client: etcd3.Etcd3Client
+) -> None:
+    engine.add_usage("bot", {("u", "s"): 1})
+    ep = engine._endpoints[0]
+
+    def bumps_usage(request: Any) -> bool:
+        return any(op.request_put.key.startswith(b"usage/agents/") for op in request.success)
+
+    lossy = _LoseAnswers(ep.kv, bumps_usage)
+    ep.kv = lossy
+    engine.add_usage("bot", {("u", "s"): 2, ("u", "t"): 5})  # applied, answer lost, retried
+    assert lossy.left == 0
+    lossy.left = 1
+    engine.add_usage("bot", {("u", "s"): 10})
+    assert lossy.left == 0
+    assert engine.usage("bot") == {("u", "s"): 13, ("u", "t"): 5}
+    # the batches' markers are on a lease: they go by themselves
+    marks = list(server_client.get_prefix("usage/batches/"))
+    assert len(marks) == 3 and all(meta.lease_id for _, meta in marks)
+
+
+def test_put_blob_uploads_a_blob_gc_swept_after_it_was_seen(engine: EtcdEngine) -> None:
+    sha = "12" * 32
+    engine.put_blob(sha, [b"old"], now=100.0)
+    real_touch = engine.touch_blobs
+
+    def swept_first(shas: Any, now: float) -> set[str]:  # GC deletes it between the two steps
+        assert engine.delete_blob_if_idle(sha, cutoff=1e12)
+        return real_touch(shas, now)
+
+    engine.touch_blobs = swept_first  # type: ignore[method-assign]
+    engine.put_blob(sha, [b"old"], now=200.0)
+    engine.touch_blobs = real_touch  # type: ignore[method-assign]
+    assert engine.get_chunks([(sha, 0)]) == [b"old"]
+    assert engine.touch_blobs([sha], now=300.0) == {sha}
 
 
 # ----------------------------------------------------------------- revisions and the log

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qs, quote, unquote, urlsplit
@@ -28,6 +29,8 @@ T = TypeVar("T")
 Metadata = tuple[tuple[str, str], ...] | None
 
 MAX_TXN_OPS = 128  # etcd's default --max-txn-ops, per compare/success/failure list
+#: Seconds a usage batch's marker lives (see `add_usage`): far longer than its retries take.
+USAGE_MARK_TTL = 600
 CHUNKS_PER_READ = 32  # chunk reads per transaction: responses stay under 32 MiB
 DEFAULT_PORT = 2379
 PARTIAL = b"partial "  # last-use value of a blob still being uploaded
@@ -51,6 +54,10 @@ class _ResponseTooLarge(TooLarge):
 
 class _RequestTooLarge(TooLarge):
     """etcd refused a request over its --max-request-bytes."""
+
+
+class _LeaseGone(StoreUnavailable):
+    """A put named a lease etcd no longer has (expired early, or the data was restored)."""
 
 
 class _Compacted(Exception):
@@ -86,8 +93,8 @@ def _get(key: bytes) -> Any:
     return etcdrpc.RequestOp(request_range=etcdrpc.RangeRequest(key=key))
 
 
-def _put(key: bytes, value: bytes, prev_kv: bool = False) -> Any:
-    request = etcdrpc.PutRequest(key=key, value=bytes(value), prev_kv=prev_kv)
+def _put(key: bytes, value: bytes, prev_kv: bool = False, lease: int = 0) -> Any:
+    request = etcdrpc.PutRequest(key=key, value=bytes(value), prev_kv=prev_kv, lease=lease)
     return etcdrpc.RequestOp(request_put=request)
 
 
@@ -130,6 +137,7 @@ class _Endpoint:
         self.kv = etcdrpc.KVStub(self.channel)
         self.watch = etcdrpc.WatchStub(self.channel)
         self.auth = etcdrpc.AuthStub(self.channel)
+        self.lease = etcdrpc.LeaseStub(self.channel)
         self.token: str | None = None
 
 
@@ -187,6 +195,8 @@ class EtcdEngine(Engine):
         self._endpoints = [_Endpoint(t, credentials, options) for t in targets]
         self._current = 0
         self._lock = threading.Lock()
+        #: (lease id, time.monotonic() it expires) for usage-batch markers
+        self._usage_lease: tuple[int, float] | None = None
 
     def _target(self, host: str) -> str:
         host = host.strip()
@@ -286,6 +296,8 @@ class EtcdEngine(Engine):
             return _RequestTooLarge(f"{where} refused a request as too large ({details})")
         if code == grpc.StatusCode.OUT_OF_RANGE and "compacted" in details:
             return _Compacted(details)
+        if "requested lease not found" in details:
+            return _LeaseGone(f"{where}: {details}")
         if "user name is empty" in details:
             return PermissionDenied(
                 f"{where} requires a user: give etcd://USER:PASSWORD@host:port (URL-encoded)"
@@ -449,8 +461,9 @@ class EtcdEngine(Engine):
                 if kv is None:
                     continue
                 if not kv.value.startswith(PARTIAL):
-                    self.touch_blobs([sha], now)
-                    return
+                    if sha in self.touch_blobs([sha], now):
+                        return
+                    continue  # GC swept it between the read and the touch: upload it
                 marker = kv.mod_revision  # another upload of the same bytes: share its marker
             for i, chunk in enumerate(chunks):
                 self._txn(etcdrpc.TxnRequest(success=[_put(self._key(f"blobs/{sha}/{i}"), chunk)]))
@@ -757,38 +770,66 @@ class EtcdEngine(Engine):
 
     def add_usage(self, agent: str, counts: Mapping[tuple[str, str], int]) -> None:
         """One counter key per (user, skill), bumped by compare-and-swap on its mod_revision;
-        a batch is one transaction per 128 keys, retried while others bump the same keys."""
+        a batch is one transaction per 127 keys, retried while others bump the same keys.
+
+        Exactly once: the transaction also puts a marker key unique to the batch (on a lease,
+        so markers expire by themselves), and a failed compare reads it back. When a retry
+        finds its own marker, an earlier attempt landed and only its answer was lost."""
         prefix = self._usage_prefix(agent)
         items = [
             (prefix + f"{quote(user, safe='')}/{quote(skill, safe='')}".encode(), n)
             for (user, skill), n in counts.items()
             if n
         ]
-        for part in _batches(items, MAX_TXN_OPS):
-            keys = [k for k, _ in part]
-            current = self._get_many(keys)
-            end = time.monotonic() + self.retry_for
-            while True:
-                request = etcdrpc.TxnRequest(
-                    compare=[
-                        _mod_is(k, kv.mod_revision if kv is not None else 0)
-                        for k, kv in zip(keys, current, strict=True)
-                    ],
-                    success=[
+        for part in _batches(items, MAX_TXN_OPS - 1):  # the marker is one more op
+            try:
+                self._add_usage(agent, part, self._lease_for_marks())
+            except _LeaseGone:
+                self._usage_lease = None
+                self._add_usage(agent, part, self._lease_for_marks())
+
+    def _add_usage(self, agent: str, part: Sequence[tuple[bytes, int]], lease: int) -> None:
+        keys = [k for k, _ in part]
+        mark = self._key(f"usage/batches/{uuid.uuid4().hex}")
+        current = self._get_many(keys)
+        end = time.monotonic() + self.retry_for
+        while True:
+            request = etcdrpc.TxnRequest(
+                compare=[
+                    _mod_is(k, kv.mod_revision if kv is not None else 0)
+                    for k, kv in zip(keys, current, strict=True)
+                ],
+                success=[
+                    *(
                         _put(k, b"%d" % (n + (int(kv.value) if kv is not None else 0)))
                         for (k, n), kv in zip(part, current, strict=True)
-                    ],
-                    failure=[_get(k) for k in keys],
+                    ),
+                    _put(mark, b"", lease=lease),
+                ],
+                failure=[*(_get(k) for k in keys), _get(mark)],
+            )
+            response = self._txn(request)
+            if response.succeeded or _first_kv(response.responses[-1]) is not None:
+                return  # done now, or by an attempt whose answer was lost
+            if time.monotonic() > end:
+                raise StoreUnavailable(
+                    f"usage counters of agent {agent} on {self.url} stayed contended for "
+                    f"{self.retry_for:.0f}s; retry"
                 )
-                response = self._txn(request)
-                if response.succeeded:
-                    break
-                if time.monotonic() > end:
-                    raise StoreUnavailable(
-                        f"usage counters of agent {agent} on {self.url} stayed contended for "
-                        f"{self.retry_for:.0f}s; retry"
-                    )
-                current = [_first_kv(r) for r in response.responses]
+            current = [_first_kv(r) for r in response.responses[:-1]]
+
+    def _lease_for_marks(self) -> int:
+        """The lease of this engine's usage-batch markers: one grant serves many batches, and a
+        new one is granted when less than half of its time is left."""
+        ttl = max(USAGE_MARK_TTL, int(6 * self.retry_for))
+        held = self._usage_lease
+        if held is not None and held[1] - time.monotonic() > ttl / 2:
+            return held[0]
+        started = time.monotonic()
+        request = etcdrpc.LeaseGrantRequest(TTL=ttl)
+        response = self._rpc(lambda ep, t, md: ep.lease.LeaseGrant(request, timeout=t, metadata=md))
+        self._usage_lease = (int(response.ID), started + int(response.TTL))
+        return int(response.ID)
 
     def usage(self, agent: str) -> dict[tuple[str, str], int]:
         prefix = self._usage_prefix(agent)
