@@ -538,7 +538,10 @@ def test_only_permission_bits_are_stored(
 ) -> None:
     """No setuid, setgid, sticky bit or file type on any publish path: the shared Store (every
     engine, fsspec, CLI, console), the grpc:// engine, and the server's Publish and Commit."""
-    files = {"SKILL.md": md("x"), "run.sh": skillfs.File(b"#!/bin/sh\n", mode=mode)}
+    files: dict[str, bytes | skillfs.File] = {
+        "SKILL.md": md("x"),
+        "run.sh": skillfs.File(b"#!/bin/sh\n", mode=mode),
+    }
     why = f"mode {oct(mode)} of x/run.sh: only permission bits 0o777 are stored"
     with pytest.raises(InvalidPath, match=why):
         server.store.publish(A, "x", files)  # the server's own store (memory://)
