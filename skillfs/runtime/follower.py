@@ -15,10 +15,8 @@ same, then warms the store's blob cache with the files that changed.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-import weakref
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +25,7 @@ from skillfs.errors import SkillfsError, StoreUnavailable
 from skillfs.model import Change, FileEntry, Manifest, Revision, Scope
 from skillfs.runtime.cut import Key, find_cut
 from skillfs.runtime.layers import LayerSkills
+from skillfs.runtime.per_store import PerStore
 from skillfs.store import Store
 
 log = logging.getLogger(__name__)
@@ -352,23 +351,10 @@ class Follower:
             return self._changed.wait_for(there, timeout)
 
 
-_followers: weakref.WeakKeyDictionary[Store, dict[str, Follower]] = weakref.WeakKeyDictionary()
-_followers_lock = threading.Lock()
+_followers: PerStore[Follower] = PerStore(Follower)
 
 
 def follower_for(store: Store, domain: str) -> Follower:
-    """The one follower of `domain` for this store object in this process."""
-    with _followers_lock:
-        per_store = _followers.setdefault(store, {})
-        f = per_store.get(domain)
-        if f is None:
-            f = per_store[domain] = Follower(store, domain)
-        return f
-
-
-def _forget_after_fork() -> None:
-    """A forked child has none of its parent's threads: it starts its own followers."""
-    _followers.clear()
-
-
-os.register_at_fork(after_in_child=_forget_after_fork)
+    """The one follower of `domain` for this store object in this process (a forked child
+    starts its own)."""
+    return _followers.get(store, domain)

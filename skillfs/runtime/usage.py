@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
 import threading
-import weakref
 from collections import Counter
 
 from skillfs.errors import StoreUnavailable
+from skillfs.runtime.per_store import PerStore
 from skillfs.store import Store
 
 log = logging.getLogger(__name__)
@@ -72,34 +71,19 @@ class UsageRecorder:
             self.flush()
 
 
-_recorders: weakref.WeakKeyDictionary[Store, dict[str, UsageRecorder]] = weakref.WeakKeyDictionary()
-_recorders_lock = threading.Lock()
+_recorders: PerStore[UsageRecorder] = PerStore(UsageRecorder)
 
 
 def recorder_for(store: Store, agent: str) -> UsageRecorder:
-    """The one recorder of `agent` for this store object in this process."""
-    with _recorders_lock:
-        per_store = _recorders.setdefault(store, {})
-        r = per_store.get(agent)
-        if r is None:
-            r = per_store[agent] = UsageRecorder(store, agent)
-        return r
+    """The one recorder of `agent` for this store object in this process (a forked child
+    starts with no counts and no flush thread of its own)."""
+    return _recorders.get(store, agent)
 
 
 @atexit.register
 def _flush_at_exit() -> None:
-    with _recorders_lock:
-        recorders = [r for per_store in _recorders.values() for r in per_store.values()]
-    for r in recorders:
+    for r in _recorders.all():
         try:
             r.flush()
         except Exception as exc:  # the store may be closed already: report, do not mask exit
             log.warning("usage of %s lost at exit: %s", r.agent, exc)
-
-
-def _forget_after_fork() -> None:
-    """A forked child starts with no counts and no flush thread of its own."""
-    _recorders.clear()
-
-
-os.register_at_fork(after_in_child=_forget_after_fork)
