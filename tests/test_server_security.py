@@ -312,6 +312,43 @@ def test_commit_cannot_reference_a_blob_it_neither_uploaded_nor_may_read(
     assert alice.read(A, "copied", "loot.md") == SECRET
 
 
+def test_commit_refuses_blobs_the_store_no_longer_holds(
+    url: str, seeded: skillfs.Store, server: SkillfsServer
+) -> None:
+    """Commit touches every blob it names (GC's grace starts again) and refuses one that is
+    gone, even for a caller that proves it may reference it, or needs no proof."""
+    alice = skillfs.open_store(url, token=ALICE)
+    alice.publish(A, "s", {"SKILL.md": md("s"), "f.md": b"a file GC will sweep\n"})
+    v1 = alice.manifest(A, "s")
+    f = v1.files["f.md"]
+    assert server.store.engine.delete_blob_if_idle(f.sha256, cutoff=1e12)  # swept
+    ghost = hashlib.sha256(b"never uploaded").hexdigest()
+    before = seeded.revision(AGENT)
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as ch:
+        admin = pb_grpc.SkillAdminStub(ch)
+        for token, files in (
+            (ALICE, dict(v1.files)),  # proven by a readable source: v1 lists it
+            (ADMIN, {**v1.files, "f.md": f.model_copy(update={"sha256": ghost})}),  # no proof
+        ):
+            v2 = v1.model_copy(update={"version": 2, "commit_id": "c2", "files": files})
+            req = pb.CommitRequest(
+                domain=f"agents/{AGENT}",
+                ops=[pb.CommitOp(scope=str(A), manifest_json=v2.model_dump_json().encode(),
+                                 expect=1)],
+                proofs=[pb.BlobProof(sha256=e.sha256, source=pb.Source(
+                    scope=str(A), skill="s", version=1)) for e in v1.files.values()],
+            )  # fmt: skip
+            with pytest.raises(grpc.RpcError) as err:
+                admin.Commit(req, metadata=auth(token))
+            assert err.value.code() == grpc.StatusCode.NOT_FOUND, err.value.details()
+            assert "f.md names blob" in (err.value.details() or "")
+            assert "upload it again" in (err.value.details() or "")
+    assert seeded.revision(AGENT) == before
+    # the Store sends the bytes it has; the commit goes through
+    assert alice.publish(A, "s", {"SKILL.md": md("s"), "f.md": b"a file GC will sweep\n"})
+    assert alice.read(A, "s", "f.md") == b"a file GC will sweep\n"
+
+
 def test_a_new_receipt_key_does_not_break_edits_that_keep_files_by_reference(
     url: str, server: SkillfsServer
 ) -> None:

@@ -19,7 +19,7 @@ import re
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -725,7 +725,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             )
         proofs = {p.sha256: p for p in request.proofs}
         free = (principal.global_level or 0) >= Level.read
-        ops: list[CommitOp] = []
+        checked: list[tuple[Scope, Manifest, int]] = []
         seen: set[tuple[Scope, str]] = set()
         for op in request.ops:
             scope = wire.scope_from(op.scope)
@@ -747,12 +747,39 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
                         "uploaded nor read from a manifest it may read: upload the file's bytes "
                         "(UploadBlob) and commit with the receipt"
                     )
-            m = self._derived(m, principal)
-            ops.append(CommitOp(scope=scope, manifest=m, expect=op.expect))
+            checked.append((scope, m, op.expect))
+        self._touch(checked, principal)
+        ops = [
+            CommitOp(scope=scope, manifest=self._derived(m, principal), expect=expect)
+            for scope, m, expect in checked
+        ]
         revision = self.engine.commit(domain, ops)
         for op_ in ops:
             self.backend.index.remember(op_.scope, op_.manifest)
         return pb.CommitResponse(revision=wire.rev_to_pb(revision))
+
+    def _touch(self, checked: Sequence[tuple[Scope, Manifest, int]], principal: Principal) -> None:
+        """Refresh the last-use time of every blob the commit names and refuse the commit if
+        one is gone: a client may commit without touching first (or long after), and GC may
+        have swept a blob nothing referenced. Once touched, GC's sweep leaves it alone for its
+        grace period, longer than the commit takes (DESIGN §2)."""
+        shas = sorted({e.sha256 for _, m, _ in checked for e in m.files.values()})
+        if not shas:
+            return
+        given = max(m.committed_at for _, m, _ in checked)
+        missing = set(shas) - self.engine.touch_blobs(shas, self.backend.now(principal, given))
+        if missing:
+            sha = min(missing)
+            where = next(
+                f"{scope}/{m.skill}/{path}"
+                for scope, m, _ in checked
+                for path, e in m.files.items()
+                if e.sha256 == sha
+            )
+            raise NotFound(
+                f"{where} names blob {sha}, which the store does not hold (never uploaded, or "
+                "garbage-collected since): upload it again, then commit"
+            )
 
     def _checked(self, scope: Scope, m: Manifest, expect: int) -> Manifest:
         """A manifest a client built, held to the rules `Store` applies before a commit."""
