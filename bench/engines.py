@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
-import os
-import platform
 import random
 import shlex
 import sqlite3
@@ -33,20 +31,29 @@ import tracemalloc
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import skillfs
+from bench.common import (
+    DOCS,
+    Timing,
+    dist_version,
+    etcd_server,
+    interleaved,
+    machine,
+    redis_server,
+    row,
+    timed,
+    write_docs,
+)
 from skillfs import File, Put, Scope
 from skillfs.engines.base import Engine
 
 AGENT = "bench"
 SHARED = Scope.shared(AGENT)
 ENGINES = ("sqlite", "redis", "etcd")
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
-BEGIN = "<!-- bench/engines.py: begin (generated; edit the script, not this section) -->"
-END = "<!-- bench/engines.py: end -->"
 TARGET_RATIO = 1.3
 #: A "hot" skill is timed from this version on (past HistoryPolicy.keep_versions = 50).
 HOT_FROM = 300
@@ -69,27 +76,8 @@ ENGINE_CALLS = (
 # --------------------------------------------------------------------------- measuring
 
 
-def percentile(samples: Sequence[int], q: float) -> float:
-    """The q-quantile (0..1) of nanosecond samples, in microseconds."""
-    ordered = sorted(samples)
-    i = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[i] / 1000
-
-
-@dataclass
-class Timing:
-    samples: list[int] = field(default_factory=list)  # nanoseconds
-
-    @property
-    def p50(self) -> float:
-        return percentile(self.samples, 0.50)
-
-    @property
-    def p99(self) -> float:
-        return percentile(self.samples, 0.99)
-
-    def fmt(self) -> str:
-        return f"{_us(self.p50)} / {_us(self.p99)}"
+def _fmt(t: Timing) -> str:
+    return f"{_us(t.p50)} / {_us(t.p99)}"
 
 
 def _us(us: float) -> str:
@@ -98,38 +86,6 @@ def _us(us: float) -> str:
     if us >= 1000:
         return f"{us / 1000:.2f} ms"
     return f"{us:.0f} µs"
-
-
-def timed(fn: Callable[[], object], n: int, warmup: int = 20) -> Timing:
-    for _ in range(warmup):
-        fn()
-    t = Timing()
-    for _ in range(n):
-        t0 = time.perf_counter_ns()
-        fn()
-        t.samples.append(time.perf_counter_ns() - t0)
-    return t
-
-
-def interleaved(
-    a: Callable[[], object], b: Callable[[], object], n: int, warmup: int = 200
-) -> tuple[Timing, Timing]:
-    """Time `a` and `b` alternately, so drift and noise hit both alike."""
-    for _ in range(warmup):
-        a()
-        b()
-    ta, tb = Timing(), Timing()
-    clock = time.perf_counter_ns
-    for i in range(n):
-        first, second = (a, b) if i % 2 else (b, a)
-        t0 = clock()
-        first()
-        t1 = clock()
-        second()
-        t2 = clock()
-        (ta if first is a else tb).samples.append(t1 - t0)
-        (tb if first is a else ta).samples.append(t2 - t1)
-    return ta, tb
 
 
 class CallCounter:
@@ -193,11 +149,7 @@ def _sqlite(tmp: Path, stack: ExitStack) -> Target:
 
 
 def _redis(tmp: Path, stack: ExitStack) -> Target:
-    from tests.servers import RedisServer
-
-    server = stack.enter_context(RedisServer(tmp / "redis"))
-    client = server.client()
-    stack.callback(client.close)
+    server, client = redis_server(tmp / "redis", stack)
     client.set("bench:small", b"x" * 32)
     version = client.info("server")["redis_version"]
     return Target(
@@ -210,11 +162,7 @@ def _redis(tmp: Path, stack: ExitStack) -> Target:
 
 
 def _etcd(tmp: Path, stack: ExitStack) -> Target:
-    from tests.servers import EtcdServer
-
-    server = stack.enter_context(EtcdServer(tmp / "etcd"))
-    client = server.client()
-    stack.callback(client.close)
+    server, client = etcd_server(tmp / "etcd", stack)
     client.put("bench/small", b"x" * 32)
     version = client.status().version
     return Target(
@@ -329,7 +277,7 @@ def _bench(store: skillfs.Store, counter: CallCounter, target: Target, n: int) -
         SHARED, "files", {"SKILL.md": _skill_md("files", 0), "a.bin": small, "b.bin": big}
     )
     m = store.manifest(SHARED, "files")
-    read_4k = timed(lambda: store.read_entry(m.files["a.bin"]), max(50, n // 10))
+    read_4k = timed(lambda: store.read_entry(m.files["a.bin"]), max(50, n // 10), warmup=20)
     read_1m = timed(lambda: store.read_entry(m.files["b.bin"]), max(20, n // 100), warmup=3)
     assert store.read_entry(m.files["b.bin"]) == big
 
@@ -384,7 +332,7 @@ def _publishes(
                 current[name] = store.publish(scope, name, files, expected_version=v).version
                 elapsed = time.perf_counter_ns() - t0
             if k >= skip:
-                t.samples.append(elapsed)
+                t.samples.append(elapsed / 1000)
                 calls.update(c)
     return t, calls.total() / len(t.samples)
 
@@ -393,15 +341,14 @@ def _publishes(
 
 
 def table(results: Sequence[Result]) -> str:
-    head = "| measure (p50 / p99) | " + " | ".join(r.engine for r in results) + " |"
     rows = [
-        head,
+        row("measure (p50 / p99)", (r.engine for r in results)),
         "|---|" + "---|" * len(results),
-        _row("server", [r.version for r in results]),
-        _row("raw read: what", [r.raw_label for r in results]),
-        _row("raw read", [r.raw.fmt() for r in results]),
-        _row("freshness check `store.revisions([agent])`", [r.fresh.fmt() for r in results]),
-        _row(
+        row("server", [r.version for r in results]),
+        row("raw read: what", [r.raw_label for r in results]),
+        row("raw read", [_fmt(r.raw) for r in results]),
+        row("freshness check `store.revisions([agent])`", [_fmt(r.fresh) for r in results]),
+        row(
             f"**ratio** check / raw, p50 (target <= {TARGET_RATIO}) ; p99",
             [
                 f"**{r.ratio:.2f}x** {'ok' if r.ratio <= TARGET_RATIO else 'MISSED'} ; "
@@ -409,18 +356,18 @@ def table(results: Sequence[Result]) -> str:
                 for r in results
             ],
         ),
-        _row("engine calls per freshness check", [f"{r.fresh_calls:.0f}" for r in results]),
-        _row("load a scope of 200 skills", [r.scope_load.fmt() for r in results]),
-        _row("engine calls per scope load", [f"{r.scope_calls:.0f}" for r in results]),
-        _row("publish (3 files, 1 changed; versions 2-40)", [r.publish.fmt() for r in results]),
-        _row("engine calls per publish", [f"{r.publish_calls:.1f}" for r in results]),
-        _row(
+        row("engine calls per freshness check", [f"{r.fresh_calls:.0f}" for r in results]),
+        row("load a scope of 200 skills", [_fmt(r.scope_load) for r in results]),
+        row("engine calls per scope load", [f"{r.scope_calls:.0f}" for r in results]),
+        row("publish (3 files, 1 changed; versions 2-40)", [_fmt(r.publish) for r in results]),
+        row("engine calls per publish", [f"{r.publish_calls:.1f}" for r in results]),
+        row(
             f"publish, skill at versions {HOT_FROM}-{HOT_FROM + 100}",
-            [r.publish_hot.fmt() for r in results],
+            [_fmt(r.publish_hot) for r in results],
         ),
-        _row("read a 4 KiB file, cold cache", [r.read_4k.fmt() for r in results]),
-        _row("read a 1 MiB file, cold cache", [r.read_1m.fmt() for r in results]),
-        _row(
+        row("read a 4 KiB file, cold cache", [_fmt(r.read_4k) for r in results]),
+        row("read a 1 MiB file, cold cache", [_fmt(r.read_1m) for r in results]),
+        row(
             "memory per 10,000 manifests",
             [f"{r.manifest_bytes / 2**20:.1f} MiB" for r in results],
         ),
@@ -428,39 +375,11 @@ def table(results: Sequence[Result]) -> str:
     return "\n".join(rows)
 
 
-def _row(label: str, cells: Sequence[str]) -> str:
-    return f"| {label} | " + " | ".join(cells) + " |"
-
-
 def environment() -> str:
-    cpus = os.cpu_count()
     return (
-        f"{platform.system()} {platform.release()}, {cpus} CPUs, Python "
-        f"{platform.python_version()}, redis-py "
-        f"{_version('redis')}, python3-etcd3 {_version('python3-etcd3')}"
+        f"{machine()}, redis-py {dist_version('redis')}, "
+        f"python3-etcd3 {dist_version('python3-etcd3')}"
     )
-
-
-def _version(dist: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return "-"
-
-
-def write_docs(section: str, path: Path = DOCS) -> None:
-    """Replace (or append) this script's section of docs/benchmarks.md, leaving others'."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    block = f"{BEGIN}\n{section.rstrip()}\n{END}"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        text = head + block + tail
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    path.write_text(text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -483,7 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(out)
     if args.write_docs:
         command = "python -m bench.engines " + shlex.join(sys.argv[1:] if argv is None else argv)
-        write_docs(_section(out, command.strip(), results))
+        write_docs("bench/engines.py", _section(out, command.strip(), results))
         print(f"\nwrote {DOCS}", file=sys.stderr)
     return 0
 
