@@ -25,22 +25,31 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import os
-import platform
 import shlex
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
 
 import skillfs
+from bench.common import (
+    Timing,
+    dist_version,
+    etcd_server,
+    interleaved,
+    machine,
+    redis_server,
+    row,
+    timed,
+    write_docs,
+)
 from skillfs import File, Revision, Scope, Skills
 from skillfs.runtime.snapshot import xml_escape
 from skillfs.skill import parse_skill_md
@@ -49,9 +58,6 @@ AGENT = "bench-rt"
 SHARED = Scope.shared(AGENT)
 SKILLS = 50
 ENGINES = ("redis", "etcd")
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
-BEGIN = "<!-- bench/runtime.py: begin (generated; edit the script, not this section) -->"
-END = "<!-- bench/runtime.py: end -->"
 STEP_TARGET = 1.3
 LOAD_TARGET_US = 10.0
 PROPAGATION_TARGET_MS = 100.0
@@ -60,63 +66,10 @@ PROPAGATION_TARGET_MS = 100.0
 # --------------------------------------------------------------------------- measuring
 
 
-def percentile(samples: Sequence[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
-@dataclass
-class Timing:
-    """Samples in microseconds."""
-
-    samples: list[float] = field(default_factory=list)
-
-    @property
-    def p50(self) -> float:
-        return percentile(self.samples, 0.50)
-
-    @property
-    def p99(self) -> float:
-        return percentile(self.samples, 0.99)
-
-
 def fmt(us: float) -> str:
     if us >= 1000:
         return f"{us / 1000:.2f} ms"
     return f"{us:.1f} µs" if us < 100 else f"{us:.0f} µs"
-
-
-def timed(fn: Callable[[], object], n: int, warmup: int = 200) -> Timing:
-    for _ in range(warmup):
-        fn()
-    t = Timing()
-    clock = time.perf_counter_ns
-    for _ in range(n):
-        t0 = clock()
-        fn()
-        t.samples.append((clock() - t0) / 1000)
-    return t
-
-
-def interleaved(
-    a: Callable[[], object], b: Callable[[], object], n: int, warmup: int = 200
-) -> tuple[Timing, Timing]:
-    """Time `a` and `b` alternately (a b b a ...), so drift and noise hit both alike."""
-    for _ in range(warmup):
-        a()
-        b()
-    ta, tb = Timing(), Timing()
-    clock = time.perf_counter_ns
-    for i in range(n):
-        first, second = (a, b) if i % 2 else (b, a)
-        t0 = clock()
-        first()
-        t1 = clock()
-        second()
-        t2 = clock()
-        (ta if first is a else tb).samples.append((t1 - t0) / 1000)
-        (tb if first is a else ta).samples.append((t2 - t1) / 1000)
-    return ta, tb
 
 
 # --------------------------------------------------------------------------- content
@@ -181,11 +134,7 @@ class Target:
 
 
 def _redis(tmp: Path, stack: ExitStack) -> Target:
-    from tests.servers import RedisServer
-
-    server = stack.enter_context(RedisServer(tmp / "redis"))
-    client = server.client()
-    stack.callback(client.close)
+    server, client = redis_server(tmp / "redis", stack)
     client.set("bench:raw", b"x" * 2048)
     prefix = "peer/skills/"
 
@@ -215,11 +164,7 @@ def _redis(tmp: Path, stack: ExitStack) -> Target:
 
 
 def _etcd(tmp: Path, stack: ExitStack) -> Target:
-    from tests.servers import EtcdServer
-
-    server = stack.enter_context(EtcdServer(tmp / "etcd"))
-    client = server.client()
-    stack.callback(client.close)
+    server, client = etcd_server(tmp / "etcd", stack)
     client.put("bench/raw", b"x" * 2048)
     prefix = "peer/skills/"
 
@@ -367,8 +312,8 @@ def bench_engine(target: Target, n: int, followers: int, rounds: int) -> Result:
     rev_t, rev_raw_t = interleaved(lambda: store.revisions(domains), target.raw_read, n)
     assert peer_prompt_equal(target.peer_step(), snap.prompt())
     cached = skills.snapshot()
-    load_t = timed(lambda: cached.load("skill-07", "references/guide.md"), n * 5)
-    load_md_t = timed(lambda: cached.load("skill-07", "SKILL.md"), n * 5)
+    load_t = timed(lambda: cached.load("skill-07", "references/guide.md"), n * 5, warmup=200)
+    load_md_t = timed(lambda: cached.load("skill-07", "SKILL.md"), n * 5, warmup=200)
     peer_t = timed(target.peer_step, max(50, n // 20), warmup=5)
     prop = propagation(store, target.url, followers, rounds)
     skills.close()
@@ -385,9 +330,6 @@ def peer_prompt_equal(peer: str, ours: str) -> bool:
 
 
 def table(results: Sequence[Result], followers: int) -> str:
-    def row(label: str, cells: Iterator[str]) -> str:
-        return f"| {label} | " + " | ".join(cells) + " |"
-
     def ok(good: bool) -> str:
         return "ok" if good else "MISSED"
 
@@ -452,23 +394,16 @@ def environment() -> str:
 
     from skillfs.engines import etcd  # noqa: F401 - the etcd3 distribution is its dependency
 
-    try:
-        from importlib.metadata import version
-
-        etcd3_version = version("python3-etcd3")
-    except Exception:
-        etcd3_version = "?"
     return (
-        f"Machine: {platform.system()} {platform.release()}, {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}, redis-py {redis.__version__}, "
-        f"python3-etcd3 {etcd3_version}; run {time.strftime('%Y-%m-%d')}."
+        f"Machine: {machine()}, redis-py {redis.__version__}, "
+        f"python3-etcd3 {dist_version('python3-etcd3', missing='?')}; "
+        f"run {time.strftime('%Y-%m-%d')}."
     )
 
 
 def section(command: str, body: str, followers: int, rounds: int) -> str:
     return "\n".join(
         [
-            BEGIN,
             "## Agent runtime (`bench/runtime.py`)",
             "",
             f"Command: `{command}` (from the repository root; a server per engine is started "
@@ -481,19 +416,8 @@ def section(command: str, body: str, followers: int, rounds: int) -> str:
             f"{followers} worker processes (one user each).",
             "",
             body,
-            END,
         ]
     )
-
-
-def write_docs(text: str, path: Path = DOCS) -> None:
-    old = path.read_text() if path.exists() else "# Benchmarks\n"
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        new = head + text + rest.split(END, 1)[1]
-    else:
-        new = old.rstrip("\n") + "\n\n" + text + "\n"
-    path.write_text(new)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -515,7 +439,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(body)
     if args.write_docs:
         command = "python -m bench.runtime " + shlex.join(argv or sys.argv[1:])
-        write_docs(section(command.strip(), body, args.followers, args.rounds))
+        write_docs("bench/runtime.py", section(command.strip(), body, args.followers, args.rounds))
     return 0
 
 
