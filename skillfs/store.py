@@ -479,14 +479,16 @@ class Store:
             if live is None or live.deleted:
                 raise NotFound(self._no_skill(scope, skill))
             return live
-        for m in self.engine.history(scope, skill):
+        older = self._retrying(self.engine.history, scope, skill)
+        for m in older:
             if m.version == version:
                 return m
         if live is None:
             raise NotFound(self._no_skill(scope, skill))
+        kept = ", ".join(str(m.version) for m in [live, *older])
         raise NotFound(
             f"version {version} of {scope}/{skill} is not kept (current version {live.version}); "
-            "see `history` for the versions there are"
+            f"kept versions: {kept}"
         )
 
     def _no_skill(self, scope: Scope, skill: str) -> str:

@@ -278,6 +278,62 @@ def test_grants_decide_what_a_token_may_do(app: Console, store: skillfs.Store) -
     assert c.get("/markets/team/skills/").status == 403
 
 
+def _scoped_client(store: skillfs.Store, grants: list[str]) -> Client:
+    token = "scoped-token-0123456789"
+    tokens = Tokens(text=tokens_document([("scoped", token, grants)], "receipts"))
+    c = Client(make_app(store, tokens))
+    c.sign_in(token)
+    return c
+
+
+def test_pages_offer_only_what_the_token_may_do(store: skillfs.Store) -> None:
+    for user in ("alice", "bob"):
+        store.publish(Scope.user(AGENT, user), "greeter", {"SKILL.md": GOOD_MD})
+    store.publish(Scope.market("team"), "greeter", {"SKILL.md": GOOD_MD})
+    reader = _scoped_client(store, [f"agent:{AGENT}/shared:read", f"agent:{AGENT}/user:alice:read"])
+    home = reader.get("/").text
+    users = re.search(r"<b>([^<]*)</b><span>users with skills</span>", home)
+    assert users and users.group(1) == "1"  # alice; bob's scope is not the token's to count
+    assert "team" not in home and "None you can read." in home  # a market it may not read
+    assert "none you can read" in home  # the sidebar's markets
+    agent = reader.get(f"/agents/{AGENT}/").text
+    assert "Manage shared skills" not in agent and "bob" not in agent and "alice" in agent
+    skill = reader.get(skill_url("code-reviewer")).text
+    assert "Create override" not in skill and "Override for one user" not in skill
+    assert "bob" not in skill
+
+    # a token that may write alice's scope is offered the override, for alice only
+    writer = _scoped_client(
+        store, [f"agent:{AGENT}/shared:read", f"agent:{AGENT}/user:alice:write"]
+    )
+    skill = writer.get(skill_url("code-reviewer")).text
+    assert "Create override" in skill
+    assert '<option value="alice">' in skill and '<option value="bob">' not in skill
+    assert "Manage shared skills" not in writer.get(f"/agents/{AGENT}/").text
+
+    # an admin sees everything there is
+    admin = _scoped_client(store, ["*:admin"])
+    home = admin.get("/").text
+    users = re.search(r"<b>([^<]*)</b><span>users with skills</span>", home)
+    assert users and users.group(1) == "2" and "team" in home
+    assert "Manage shared skills" in admin.get(f"/agents/{AGENT}/").text
+    assert '<option value="bob">' in admin.get(skill_url("code-reviewer")).text
+
+
+def test_one_severity_and_counted_nouns_everywhere(client: Client, store: skillfs.Store) -> None:
+    md = b"---\nname: other\ndescription: Greets people.\n---\n\nSay hi.\n"
+    store.publish(SHARED, "greeter", {"SKILL.md": md})  # usable, with one error finding
+    skill = client.get(skill_url("greeter")).text
+    assert '<span class="badge error"' in skill and ">1 error</span>" in skill
+    assert "· 1 file ·" in skill and "1 files" not in skill
+    view = client.get(f"/agents/{AGENT}/users/alice/").text
+    badge = re.search(r'<span class="badge (\w+)"[^>]*>([^<]*)</span>', view)
+    assert badge and badge.groups() == ("error", "1 error")  # the same as on the skill page
+    assert "warning" not in view
+    history = client.get(skill_url("greeter", "history")).text
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", history)  # the zone is shown
+
+
 def test_pages_send_security_headers(client: Client) -> None:
     r = client.get("/")
     csp = r.header("Content-Security-Policy") or ""
@@ -359,7 +415,21 @@ def test_store_down_is_reported_as_such(tokens: Tokens) -> None:
     r = c.get("/agents/support-bot/shared/skills/")
     assert r.status == 503 and "The store is not answering" in r.text
     assert "127.0.0.1:1" in r.text
+    assert "Nothing was written" not in r.text and "reload this page" in r.text  # only a GET
+    r = c.post(skill_url("code-reviewer", "delete"), {"expected": "1"})
+    assert r.status == 503 and "Nothing was written." in r.text
     app.close()
+
+
+def test_a_version_not_kept_links_to_the_history_page(client: Client, store: skillfs.Store) -> None:
+    r = client.get(skill_url("code-reviewer", "zip?version=9"))
+    assert r.status == 404
+    assert "version 9 of shared:support-bot/code-reviewer is not kept" in r.text
+    assert "`history`" not in r.text and "Nothing was written" not in r.text  # not a CLI page
+    history = skill_url("code-reviewer", "history")
+    assert f'<a class="btn primary" href="{history}">History of code-reviewer</a>' in r.text
+    unknown = client.get(skill_url("no-such-skill", "zip?version=2"))
+    assert unknown.status == 404 and "History of" not in unknown.text
 
 
 # ---------------------------------------------------------------------- editing

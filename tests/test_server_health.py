@@ -72,6 +72,10 @@ def test_http_port_status_metrics_and_probes(server: SkillfsServer) -> None:
     assert "process_cpu_seconds_total" in metrics
     page = urllib.request.urlopen(f"{base}/status", timeout=5).read().decode()
     assert "skillfs server" in page and server.store.url in page
+    assert "<link rel='stylesheet' href='/static/console.css'>" in page  # the console's look
+    assert "class='table'" in page and "class='topbar'" in page
+    css = urllib.request.urlopen(f"{base}/static/console.css", timeout=5)
+    assert css.status == 200 and b".topbar" in css.read()
     console = urllib.request.urlopen(f"{base}/", timeout=5)  # the admin console, signed out
     assert console.url.endswith("/login?next=/") and "Sign in" in console.read().decode()
     assert urllib.request.urlopen(f"{base}/healthz", timeout=5).status == 200

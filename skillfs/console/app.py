@@ -21,6 +21,7 @@ from urllib.parse import quote, unquote, urlsplit
 import jinja2
 
 from skillfs.console import urls, views
+from skillfs.console.access import Access
 from skillfs.console.archive import ZipLimits
 from skillfs.console.session import COOKIE, LOGIN_COOKIE, SESSION_SECONDS, Session, Sessions
 from skillfs.console.web import HTTPError, Request, Response, WSGIEnviron, redirect
@@ -35,6 +36,7 @@ from skillfs.errors import (
     TooLarge,
 )
 from skillfs.model import Revision, Scope
+from skillfs.names import check_skill_name
 from skillfs.server.auth import Level, Tokens, tokens_document
 from skillfs.store import Store
 
@@ -64,6 +66,8 @@ class Call:
         self.session = session
         self.store = console.store
         self.flash: str | None = None
+        #: What this token may do: pages and templates ask it before offering an action.
+        self.can = Access(session.principal)
 
     @property
     def principal_name(self) -> str:
@@ -109,8 +113,8 @@ class Call:
     def nav(self) -> dict[str, list[str]]:
         """The sidebar: the agents and markets this token may see."""
         return {
-            "agents": [a for a in self.store.agents() if self.may_see(f"agents/{a}")],
-            "markets": [m for m in self.store.markets() if self.may_see(f"markets/{m}")],
+            "agents": [a for a in self.store.agents() if self.can.see(f"agents/{a}")],
+            "markets": [m for m in self.store.markets() if self.can.read(Scope.market(m))],
         }
 
 
@@ -151,7 +155,9 @@ class Console:
             store_url=store.url,
             Level=Level,
         )
-        self.env.filters.update(size=human_size, when=when, ago=ago, mode=file_mode, rev=rev_text)
+        self.env.filters.update(
+            size=human_size, when=when, ago=ago, mode=file_mode, rev=rev_text, plural=plural
+        )
 
     def close(self) -> None:
         self.stopping.set()
@@ -276,22 +282,38 @@ class Console:
         return Response(self.env.get_template(template).render(**context), status=status)
 
     def error_page(
-        self, status: int, title: str, message: str, hint: str = "", call: Call | None = None
+        self,
+        status: int,
+        title: str,
+        message: str,
+        hint: str = "",
+        call: Call | None = None,
+        links: list[tuple[str, str]] | None = None,
     ) -> Response:
-        context = {"code": status, "heading": title, "message": message, "hint": hint}
+        context = {
+            "code": status,
+            "heading": title,
+            "message": message,
+            "hint": hint,
+            "links": links or [],
+        }
         if call is not None:
             return call.render("error.html", status, **context)
         return self.render("error.html", status, call=None, **context)
 
     def store_error(self, exc: SkillfsError, call: Call) -> Response:
-        """A store error as the page an operator can act on."""
+        """A store error as the page an operator can act on. Only a refused form (a POST)
+        says that nothing was written: a page that was only read wrote nothing anyway."""
+        posted = call.req.method == "POST"
         if isinstance(exc, StoreUnavailable):
             return self.error_page(
                 503,
                 "The store is not answering",
                 str(exc),
-                f"Nothing was written. The console keeps using {self.store.url}; "
-                "reload this page when the store is back.",
+                ("Nothing was written. " if posted else "")
+                + f"The console keeps using {self.store.url}; "
+                + ("submit again" if posted else "reload this page")
+                + " when the store is back.",
                 call,
             )
         status, title = 500, "Store error"
@@ -305,8 +327,25 @@ class Console:
             status, title = 413, "Too large"
         elif isinstance(exc, InvalidPath | InvalidSkill):
             status, title = 400, "Not accepted"
-        hint = "Nothing was written." if status in (400, 409, 413) else ""
-        return self.error_page(status, title, str(exc), hint, call)
+        hint = "Nothing was written." if posted and status in (400, 409, 413) else ""
+        links = self._history_link(call) if isinstance(exc, NotFound) else []
+        return self.error_page(status, title, str(exc), hint, call, links)
+
+    def _history_link(self, call: Call) -> list[tuple[str, str]]:
+        """On a skill's page that found nothing (a version no longer kept, a file not in it):
+        a link to the skill's history page, which lists the versions there are."""
+        parsed = urls.parse_scope(call.req.path.strip("/").split("/"))
+        if parsed is None or not parsed[1] or not parsed[1][0]:
+            return []
+        scope, rest = parsed
+        if rest[1:2] == ["history"] or not call.can.read(scope):
+            return []
+        try:
+            skill = check_skill_name(rest[0])
+            call.store.history(scope, skill)
+        except SkillfsError:  # never existed: the message lists the skills there are
+            return []
+        return [(f"History of {skill}", urls.skill_url(scope, skill, "history"))]
 
     def _static(self, name: str) -> Response:
         if "/" in name or name.startswith("."):
@@ -375,6 +414,11 @@ def ago(ts: float) -> str:
         if seconds >= span:
             return f"{seconds // span} {unit} ago"
     return "just now" if seconds < 10 else f"{seconds} s ago"
+
+
+def plural(n: int, noun: str) -> str:
+    """The count and the noun: 1 file, 2 files, 0 files."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def file_mode(mode: int) -> str:

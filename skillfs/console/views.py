@@ -235,12 +235,18 @@ def home(call: Call) -> Response:
     agents = []
     for agent in nav["agents"]:
         shared = Scope.shared(agent)
-        count = len(call.store.manifests(shared)) if call.may(Level.read, shared) else None
+        count = len(call.store.manifests(shared)) if call.can.read(shared) else None
+        # only the users whose skills this token may read: a count of the others is a leak
+        users = (
+            len(call.can.readable_users(agent, call.store.users(agent)))
+            if call.can.read_a_user(agent)
+            else None
+        )
         agents.append(
             {
                 "id": agent,
                 "skills": count,
-                "users": len(call.store.users(agent)),
+                "users": users,
                 "revision": revisions.get(f"agents/{agent}"),
             }
         )
@@ -251,7 +257,7 @@ def home(call: Call) -> Response:
             "revision": revisions.get(f"markets/{market}"),
         }
         for market in nav["markets"]
-        if call.may(Level.read, Scope.market(market))
+        if call.can.read(Scope.market(market))
     ]
     return call.render("home.html", nav=nav, agents=agents, markets=markets)
 
@@ -260,26 +266,24 @@ def agent_page(call: Call, agent: str) -> Response:
     domain = f"agents/{agent}"
     call.require_domain(domain)
     shared = Scope.shared(agent)
-    skills = call.store.manifests(shared) if call.may(Level.read, shared) else None
-    if skills is None and not call.store.users(agent):
+    skills = call.store.manifests(shared) if call.can.read(shared) else None
+    readable = call.can.readable_users(agent, call.store.users(agent))
+    if skills is None and not readable:
         raise NotFound(f"agent {agent!r} has no skills you may see")
     users = []
-    all_users = call.store.users(agent)
-    for user in all_users[:MAX_USERS_LISTED]:
+    for user in readable[:MAX_USERS_LISTED]:
         scope = Scope.user(agent, user)
-        if call.may(Level.read, scope):
-            own = call.store.manifests(scope)
-            overrides = sorted(s for s in own if skills is not None and s in skills)
-            users.append({"id": user, "scope": scope, "skills": len(own), "overrides": overrides})
+        own = call.store.manifests(scope)
+        overrides = sorted(s for s in own if skills is not None and s in skills)
+        users.append({"id": user, "scope": scope, "skills": len(own), "overrides": overrides})
     return call.render(
         "agent.html",
         agent=agent,
         shared=shared,
         skills=sorted((skills or {}).values(), key=lambda m: m.skill),
         can_read_shared=skills is not None,
-        can_write=call.may(Level.write, shared),
         users=users,
-        more_users=max(0, len(all_users) - MAX_USERS_LISTED),
+        more_users=max(0, len(readable) - MAX_USERS_LISTED),
         domain=domain,
         revision=revision_of(call, domain),
     )
@@ -291,14 +295,13 @@ def scope_page(call: Call, scope: Scope) -> Response:
     shared: dict[str, Manifest] = {}
     if scope.kind == "user" and scope.agent_id is not None:
         base = Scope.shared(scope.agent_id)
-        if call.may(Level.read, base):
+        if call.can.read(base):
             shared = call.store.manifests(base, sorted(manifests))
     return call.render(
         "scope.html",
         scope=scope,
         skills=sorted(manifests.values(), key=lambda m: m.skill),
         shared=shared,
-        can_write=call.may(Level.write, scope),
         domain=scope.domain,
         revision=revision_of(call, scope.domain),
     )
@@ -318,7 +321,6 @@ def skill_page(call: Call, scope: Scope, skill: str) -> Response:
             skill=skill,
             tombstone=history[0],
             restore=next((h for h in history if not h.deleted), None),
-            can_write=call.may(Level.write, scope),
             domain=scope.domain,
             revision=revision_of(call, scope.domain),
         )
@@ -327,16 +329,17 @@ def skill_page(call: Call, scope: Scope, skill: str) -> Response:
     base: Manifest | None = None
     shared_scope = Scope.shared(scope.agent_id) if scope.agent_id else None
     if scope.kind == "shared" and scope.agent_id is not None:
-        users = call.store.users(scope.agent_id)
-        for user in users[:MAX_USERS_LISTED]:
+        known = call.store.users(scope.agent_id)
+        for user in call.can.readable_users(scope.agent_id, known)[:MAX_USERS_LISTED]:
             target = Scope.user(scope.agent_id, user)
-            if call.may(Level.read, target):
-                found = call.store.manifests(target, [skill]).get(skill)
-                if found is not None:
-                    overrides.append((user, target, found))
+            found = call.store.manifests(target, [skill]).get(skill)
+            if found is not None:
+                overrides.append((user, target, found))
+        # offered for the override form: only users this token may make one for
+        users = call.can.writable_users(scope.agent_id, known)[:MAX_USERS_LISTED]
     if scope.kind == "user" and scope.agent_id is not None:
         shared = Scope.shared(scope.agent_id)
-        if call.may(Level.read, shared):
+        if call.can.read(shared):
             base = call.store.manifests(shared, [skill]).get(skill)
     text = skill_md_text(call, m)
     return call.render(
@@ -349,7 +352,6 @@ def skill_page(call: Call, scope: Scope, skill: str) -> Response:
         users=users,
         base=base,
         shared_scope=shared_scope,
-        can_write=call.may(Level.write, scope),
         domain=scope.domain,
         revision=revision_of(call, scope.domain),
     )
@@ -365,7 +367,6 @@ def history_page(call: Call, scope: Scope, skill: str) -> Response:
         skill=skill,
         history=history,
         live=live,
-        can_write=call.may(Level.write, scope),
         domain=scope.domain,
         revision=revision_of(call, scope.domain),
     )
@@ -420,7 +421,7 @@ def user_view(call: Call, agent: str, user: str) -> Response:
     shared = Scope.shared(agent)
     call.require(Level.read, own)
     call.require(Level.read, shared)
-    all_markets = [m for m in call.store.markets() if call.may(Level.read, Scope.market(m))]
+    all_markets = [m for m in call.store.markets() if call.can.read(Scope.market(m))]
     chosen = [m for m in call.req.query_lists.get("market", []) if m in all_markets]
     with Skills(call.store, agent, user, layers=[Market(m) for m in chosen]) as skills:
         snap = skills.snapshot()
@@ -495,7 +496,6 @@ def render_editor(
         needs_force=needs_force,
         conflict=conflict,
         tree=file_tree(sorted(set(m.files) | {path})),
-        can_write=call.may(Level.write, scope),
         domain=scope.domain,
         revision=revision_of(call, scope.domain),
     )

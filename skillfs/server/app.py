@@ -268,13 +268,27 @@ class SkillfsServer:
         body = "".join(
             f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows.items()
         )
+        badge = "ok" if self.serving else "error"
+        # The console's stylesheet (the console is mounted at / of this port), so the page
+        # looks like the rest of what an operator sees here.
         return (
-            "<!doctype html><html><head><meta charset='utf-8'><title>skillfs server</title>"
-            "</head><body><h1>skillfs server</h1>"
-            f"<table>{body}</table>"
-            "<p><a href='/'>console</a> · <a href='/metrics'>/metrics</a> · "
-            "<a href='/readyz'>/readyz</a> · "
-            "<a href='/healthz'>/healthz</a></p></body></html>"
+            "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            "<title>Status · skillfs server</title>"
+            "<link rel='icon' href='/static/favicon.svg' type='image/svg+xml'>"
+            "<link rel='stylesheet' href='/static/console.css'></head><body>"
+            "<header class='topbar'><a class='brand' href='/'><span class='logo' "
+            "aria-hidden='true'></span>skillfs<span class='brand-sub'>server</span></a>"
+            f"<div class='store'>{html.escape(self.store.url)}</div></header>"
+            "<div class='login-wrap'><div class='card error-card'>"
+            f"<h1>skillfs server <span class='badge {badge}'>"
+            f"{'serving' if self.serving else 'store down'}</span></h1>"
+            f"<table class='table'>{body}</table>"
+            "<p><a class='btn primary' href='/'>Console</a> "
+            "<a class='btn ghost' href='/metrics'>/metrics</a> "
+            "<a class='btn ghost' href='/readyz'>/readyz</a> "
+            "<a class='btn ghost' href='/healthz'>/healthz</a></p>"
+            "</div></div></body></html>"
         ).encode()
 
 

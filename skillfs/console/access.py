@@ -1,0 +1,71 @@
+"""What the signed-in token may do, from its grants (`skillfs.server.auth`).
+
+The one place pages and templates ask (`call.can`), so a page never offers an action the token
+cannot take, nor counts or names things the token may not read: a count of users whose scopes
+a token cannot read tells it how many users there are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from skillfs.model import Scope
+from skillfs.server.auth import Grant, Level, Principal
+
+#: Stands for "some user" when asking whether a grant covers any user scope of an agent.
+_SOMEONE = "someone"
+
+
+class Access:
+    def __init__(self, principal: Principal) -> None:
+        self.principal = principal
+
+    def read(self, scope: Scope) -> bool:
+        return self.principal.may(Level.read, scope)
+
+    def write(self, scope: Scope) -> bool:
+        return self.principal.may(Level.write, scope)
+
+    def see(self, domain: str) -> bool:
+        """Whether the token may read anything in `agents/A` or `markets/M`."""
+        return self.principal.may_see_domain(domain)
+
+    @property
+    def reads_everything(self) -> bool:
+        """A `*:read` (or stronger) token: for it "none" means none at all."""
+        return (self.principal.global_level or 0) >= Level.read
+
+    def _user_grants(self, agent: str, level: Level) -> Iterable[Grant]:
+        """The grants of at least `level` that cover some user scope of the agent."""
+        return (
+            g
+            for g in self.principal.grants
+            if g.level >= level and g.covers(Scope.user(agent, g.user or _SOMEONE))
+        )
+
+    def read_a_user(self, agent: str) -> bool:
+        """Whether the token may read some user scope of the agent."""
+        return any(self._user_grants(agent, Level.read))
+
+    def read_every_user(self, agent: str) -> bool:
+        """Whether the token may read every user scope of the agent: for it "no user" means
+        no user at all."""
+        return any(
+            g.kind == "all"
+            or (
+                g.kind == "agent"
+                and g.ident in (None, agent)
+                and (g.part is None or (g.part == "user" and g.user is None))
+            )
+            for g in self.principal.grants
+        )
+
+    def write_a_user(self, agent: str) -> bool:
+        """Whether the token may write some user scope of the agent (make an override)."""
+        return any(self._user_grants(agent, Level.write))
+
+    def readable_users(self, agent: str, users: Iterable[str]) -> list[str]:
+        return [u for u in users if self.read(Scope.user(agent, u))]
+
+    def writable_users(self, agent: str, users: Iterable[str]) -> list[str]:
+        return [u for u in users if self.write(Scope.user(agent, u))]
