@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -315,6 +316,9 @@ def test_history_newest_first(filled: str) -> None:
     assert [line[0] for line in lines] == ["3", "2", "1"]
     assert "deleted" in lines[0]
     assert rows[0]["commit_id"][:12] in human
+    # the time says its zone: the operator's local one, named
+    committed = datetime.fromisoformat(rows[0]["committed_at"]).astimezone()
+    assert committed.strftime("%Y-%m-%d %H:%M:%S %Z") in human
 
 
 def test_history_errors(filled: str) -> None:

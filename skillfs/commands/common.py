@@ -260,8 +260,8 @@ def skill_only(target: Target) -> str:
 
 
 def when(timestamp: float) -> str:
-    """Local time to the second, for people."""
-    return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
+    """Local time to the second with its zone, for people (`2026-11-22 00:29:05 CET`)."""
+    return datetime.fromtimestamp(timestamp).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 def iso(timestamp: float) -> str:

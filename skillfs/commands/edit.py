@@ -153,7 +153,7 @@ class _Copy:
         return f"your edit is kept in {self.path}"
 
     def not_saved(self) -> str:
-        """ "nothing saved", naming the copy when it holds unsaved text."""
+        """The words "nothing saved", naming the copy when it holds unsaved text."""
         return f"nothing saved; {self.kept}" if self.unsaved() else "nothing saved"
 
     def edit(self) -> bytes:
