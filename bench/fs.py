@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -30,53 +29,36 @@ import fsspec
 import redis as redis_py
 
 import skillfs
+from bench.common import DOCS, ROOT, Timing, interleaved, machine, marked, write_docs
+from bench.common import row as table_row
 from skillfs.fs import SkillFileSystem
 from tests.servers import RedisServer
 
 AGENT = "bench"
-ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT.parent / "shared" / "corpus"
-DOCS = ROOT / "docs" / "benchmarks.md"
-BEGIN = "<!-- bench/fs.py: begin (generated; edit the script, not this section) -->"
-END = "<!-- bench/fs.py: end -->"
 TARGET = 2.0
 SKILL_MD = b"---\nname: s\ndescription: A benchmark skill. Use when measuring.\n---\n\n# S\n"
 
 
-def p(samples: Sequence[int], q: float) -> float:
-    """The q-quantile of nanosecond samples, in microseconds."""
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] / 1000
-
-
-def interleaved(
-    a: Callable[[], object], b: Callable[[], object], n: int
-) -> tuple[list[int], list[int]]:
-    """Time `a` and `b` alternately (after a warm-up), so noise hits both alike."""
-    for _ in range(min(n, 200)):
-        a()
-        b()
-    ta: list[int] = []
-    tb: list[int] = []
-    clock = time.perf_counter_ns
-    for i in range(n):
-        for fn, out in ((a, ta), (b, tb)) if i % 2 else ((b, tb), (a, ta)):
-            t0 = clock()
-            fn()
-            out.append(clock() - t0)
-    return ta, tb
+def _interleaved(a: Callable[[], object], b: Callable[[], object], n: int) -> tuple[Timing, Timing]:
+    """`interleaved`, warmed up with as many calls as it times (200 at most)."""
+    return interleaved(a, b, n, warmup=min(n, 200))
 
 
 def us(x: float) -> str:
     return f"{x / 1000:.2f} ms" if x >= 1000 else f"{x:.0f} µs"
 
 
-def row(what: str, ours: list[int], raw: list[int], target: float | None = None) -> str:
-    ratio = p(ours, 0.5) / p(raw, 0.5)
+def row(what: str, ours: Timing, raw: Timing, target: float | None = None) -> str:
+    ratio = ours.p50 / raw.p50
     verdict = "" if target is None else (" ok" if ratio <= target else " MISSED")
-    return (
-        f"| {what} | {us(p(ours, 0.5))} / {us(p(ours, 0.99))} | "
-        f"{us(p(raw, 0.5))} / {us(p(raw, 0.99))} | **{ratio:.2f}x**{verdict} |"
+    return table_row(
+        what,
+        [
+            f"{us(ours.p50)} / {us(ours.p99)}",
+            f"{us(raw.p50)} / {us(raw.p99)}",
+            f"**{ratio:.2f}x**{verdict}",
+        ],
     )
 
 
@@ -109,13 +91,13 @@ def run(n: int, tmp: Path) -> list[str]:
         def get() -> object:
             return raw.get("bench:raw4k")
 
-        ours, base = interleaved(lambda: shared.cat_file(path), get, n)
+        ours, base = _interleaved(lambda: shared.cat_file(path), get, n)
         rows.append(row("`cat` 4 KiB vs one GET (agent-shared filesystem)", ours, base, TARGET))
         user = fs(user_id="alice")
-        ours, base = interleaved(lambda: user.cat_file(path), get, n)
+        ours, base = _interleaved(lambda: user.cat_file(path), get, n)
         rows.append(row("`cat` 4 KiB vs one GET (user filesystem, shared skill)", ours, base))
         cold = fs(store=skillfs.open_store(server.url, blob_cache_bytes=0))
-        ours, base = interleaved(lambda: cold.cat_file(path), get, n)
+        ours, base = _interleaved(lambda: cold.cat_file(path), get, n)
         rows.append(row("`cat` 4 KiB vs one GET (no blob cache)", ours, base))
 
         many = fs(agent_id="bench-ls")
@@ -126,7 +108,7 @@ def run(n: int, tmp: Path) -> list[str]:
         assert len(many.ls("skills")) == 200
         key = "agents/{bench-ls}/shared/skills"  # DESIGN §2: one hash per scope
         assert raw.hlen(key) == 200
-        ours, base = interleaved(lambda: many.ls("skills"), lambda: raw.hgetall(key), n // 10)
+        ours, base = _interleaved(lambda: many.ls("skills"), lambda: raw.hgetall(key), n // 10)
         rows.append(row("`ls skills/` of 200 skills vs one HGETALL", ours, base))
 
         corpus = fs(agent_id="bench-corpus")
@@ -150,7 +132,7 @@ def run(n: int, tmp: Path) -> list[str]:
         def local_du() -> object:
             return sum(local.du(r) for r in roots)
 
-        ours, base = interleaved(lambda: corpus.find("skills"), local_find, n // 30)
+        ours, base = _interleaved(lambda: corpus.find("skills"), local_find, n // 30)
         rows.append(
             row(
                 f"`find skills/` over the corpus ({files} files, {len(dirs)} skills) vs local find",
@@ -159,20 +141,10 @@ def run(n: int, tmp: Path) -> list[str]:
             )
         )
         assert corpus.du("skills") == local_du()
-        ours, base = interleaved(lambda: corpus.du("skills"), local_du, n // 30)
+        ours, base = _interleaved(lambda: corpus.du("skills"), local_du, n // 30)
         rows.append(row("`du skills/` over the corpus vs local du", ours, base))
         raw.close()
     return rows
-
-
-def write_docs(section: str) -> None:
-    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + section + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    DOCS.write_text(text)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -185,25 +157,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     command = "python -m bench.fs" + (f" --n {args.n}" if args.n != 3000 else "") + " --write-docs"
     section = "\n".join(
         [
-            BEGIN,
             "## fsspec filesystem (`bench/fs.py`)",
             "",
             f"Command: `{command}` (from the repository root; Redis is started by the script "
             "with `tests/servers.py`, on loopback).",
             "",
-            f"Machine: {platform.system()} {platform.release()}, {os.cpu_count()} CPUs, "
-            f"Python {platform.python_version()}, fsspec {fsspec.__version__}, "
+            f"Machine: {machine()}, fsspec {fsspec.__version__}, "
             f"redis-py {redis_py.__version__}; run {time.strftime('%Y-%m-%d')}.",
             "",
             *rows,
             "",
             f"Target: `cat` through skillfs within {TARGET:.0f}x of one raw GET (p50).",
-            END,
         ]
     )
-    print(section)
+    print(marked("bench/fs.py", section))
     if args.write_docs:
-        write_docs(section)
+        write_docs("bench/fs.py", section)
 
 
 if __name__ == "__main__":
