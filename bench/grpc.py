@@ -36,15 +36,12 @@ from typing import Any
 import grpc
 
 import skillfs
+from bench.common import ROOT, timed, write_docs
 from skillfs.model import Scope
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.runtime import Skills
 
-ROOT = Path(__file__).resolve().parent.parent
-DOCS = ROOT / "docs" / "benchmarks.md"
-BEGIN = "<!-- bench/grpc.py: begin (generated; edit the script, not this section) -->"
-END = "<!-- bench/grpc.py: end -->"
 TARGET = 0.7
 THREADS = 8
 AGENT = "support-bot"  # what the test tokens grant (tests/grpc_servers.py)
@@ -105,14 +102,8 @@ def throughput(call: Callable[[], object], seconds: float) -> tuple[float, float
 
 
 def p50(call: Callable[[], object], n: int) -> float:
-    for _ in range(50):
-        call()
-    times = []
-    for _ in range(n):
-        t = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e6
+    """The median latency of `n` calls, one at a time, in µs."""
+    return statistics.median(timed(call, n, warmup=50).samples)
 
 
 def run(seconds: float, n: int) -> str:
@@ -209,18 +200,6 @@ def run(seconds: float, n: int) -> str:
     )
 
 
-def write_docs(section: str, path: Path = DOCS) -> None:
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    block = f"{BEGIN}\n{section.rstrip()}\n{END}"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        text = head + block + tail
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    path.write_text(text)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="per throughput run")
@@ -234,7 +213,7 @@ def main() -> None:
     section = run(args.seconds, args.n)
     print(section)
     if args.write_docs:
-        write_docs(section)
+        write_docs("bench/grpc.py", section)
 
 
 if __name__ == "__main__":
