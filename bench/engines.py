@@ -36,18 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import skillfs
-from bench.common import (
-    DOCS,
-    Timing,
-    dist_version,
-    etcd_server,
-    interleaved,
-    machine,
-    redis_server,
-    row,
-    timed,
-    write_docs,
-)
+from bench import common
+from bench.common import DOCS, Timing, interleaved, row, timed
 from skillfs import File, Put, Scope
 from skillfs.engines.base import Engine
 
@@ -149,7 +139,7 @@ def _sqlite(tmp: Path, stack: ExitStack) -> Target:
 
 
 def _redis(tmp: Path, stack: ExitStack) -> Target:
-    server, client = redis_server(tmp / "redis", stack)
+    server, client = common.redis_server(tmp / "redis", stack)
     client.set("bench:small", b"x" * 32)
     version = client.info("server")["redis_version"]
     return Target(
@@ -162,7 +152,7 @@ def _redis(tmp: Path, stack: ExitStack) -> Target:
 
 
 def _etcd(tmp: Path, stack: ExitStack) -> Target:
-    server, client = etcd_server(tmp / "etcd", stack)
+    server, client = common.etcd_server(tmp / "etcd", stack)
     client.put("bench/small", b"x" * 32)
     version = client.status().version
     return Target(
@@ -377,8 +367,8 @@ def table(results: Sequence[Result]) -> str:
 
 def environment() -> str:
     return (
-        f"{machine()}, redis-py {dist_version('redis')}, "
-        f"python3-etcd3 {dist_version('python3-etcd3')}"
+        f"{common.machine()}, redis-py {common.dist_version('redis')}, "
+        f"python3-etcd3 {common.dist_version('python3-etcd3')}"
     )
 
 
@@ -402,7 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(out)
     if args.write_docs:
         command = "python -m bench.engines " + shlex.join(sys.argv[1:] if argv is None else argv)
-        write_docs("bench/engines.py", _section(out, command.strip(), results))
+        common.write_docs("bench/engines.py", _section(out, command.strip(), results))
         print(f"\nwrote {DOCS}", file=sys.stderr)
     return 0
 

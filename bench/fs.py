@@ -29,8 +29,8 @@ import fsspec
 import redis as redis_py
 
 import skillfs
-from bench.common import DOCS, ROOT, Timing, interleaved, machine, marked, write_docs
-from bench.common import row as table_row
+from bench import common
+from bench.common import DOCS, ROOT, Timing, interleaved
 from skillfs.fs import SkillFileSystem
 from tests.servers import RedisServer
 
@@ -52,7 +52,7 @@ def us(x: float) -> str:
 def row(what: str, ours: Timing, raw: Timing, target: float | None = None) -> str:
     ratio = ours.p50 / raw.p50
     verdict = "" if target is None else (" ok" if ratio <= target else " MISSED")
-    return table_row(
+    return common.row(
         what,
         [
             f"{us(ours.p50)} / {us(ours.p99)}",
@@ -162,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"Command: `{command}` (from the repository root; Redis is started by the script "
             "with `tests/servers.py`, on loopback).",
             "",
-            f"Machine: {machine()}, fsspec {fsspec.__version__}, "
+            f"Machine: {common.machine()}, fsspec {fsspec.__version__}, "
             f"redis-py {redis_py.__version__}; run {time.strftime('%Y-%m-%d')}.",
             "",
             *rows,
@@ -170,9 +170,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"Target: `cat` through skillfs within {TARGET:.0f}x of one raw GET (p50).",
         ]
     )
-    print(marked("bench/fs.py", section))
+    print(common.marked("bench/fs.py", section))
     if args.write_docs:
-        write_docs("bench/fs.py", section)
+        common.write_docs("bench/fs.py", section)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,8 @@ from typing import Any
 import grpc
 
 import skillfs
-from bench.common import ROOT, timed, write_docs
+from bench import common
+from bench.common import ROOT, timed
 from skillfs.model import Scope
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
@@ -213,7 +214,7 @@ def main() -> None:
     section = run(args.seconds, args.n)
     print(section)
     if args.write_docs:
-        write_docs("bench/grpc.py", section)
+        common.write_docs("bench/grpc.py", section)
 
 
 if __name__ == "__main__":

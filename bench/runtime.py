@@ -39,17 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import skillfs
-from bench.common import (
-    Timing,
-    dist_version,
-    etcd_server,
-    interleaved,
-    machine,
-    redis_server,
-    row,
-    timed,
-    write_docs,
-)
+from bench import common
+from bench.common import Timing, interleaved, row, timed
 from skillfs import File, Revision, Scope, Skills
 from skillfs.runtime.snapshot import xml_escape
 from skillfs.skill import parse_skill_md
@@ -134,7 +125,7 @@ class Target:
 
 
 def _redis(tmp: Path, stack: ExitStack) -> Target:
-    server, client = redis_server(tmp / "redis", stack)
+    server, client = common.redis_server(tmp / "redis", stack)
     client.set("bench:raw", b"x" * 2048)
     prefix = "peer/skills/"
 
@@ -164,7 +155,7 @@ def _redis(tmp: Path, stack: ExitStack) -> Target:
 
 
 def _etcd(tmp: Path, stack: ExitStack) -> Target:
-    server, client = etcd_server(tmp / "etcd", stack)
+    server, client = common.etcd_server(tmp / "etcd", stack)
     client.put("bench/raw", b"x" * 2048)
     prefix = "peer/skills/"
 
@@ -395,8 +386,8 @@ def environment() -> str:
     from skillfs.engines import etcd  # noqa: F401 - the etcd3 distribution is its dependency
 
     return (
-        f"Machine: {machine()}, redis-py {redis.__version__}, "
-        f"python3-etcd3 {dist_version('python3-etcd3', missing='?')}; "
+        f"Machine: {common.machine()}, redis-py {redis.__version__}, "
+        f"python3-etcd3 {common.dist_version('python3-etcd3', missing='?')}; "
         f"run {time.strftime('%Y-%m-%d')}."
     )
 
@@ -439,7 +430,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(body)
     if args.write_docs:
         command = "python -m bench.runtime " + shlex.join(argv or sys.argv[1:])
-        write_docs("bench/runtime.py", section(command.strip(), body, args.followers, args.rounds))
+        text = section(command.strip(), body, args.followers, args.rounds)
+        common.write_docs("bench/runtime.py", text)
     return 0
 
 
