@@ -193,9 +193,11 @@ def _check(skill: str, files: dict[str, File]) -> list[Finding]:
 
 def _describe(scope: Scope, skill: str, path: str, base: _Base, latest: _Base) -> None:
     """Tell the operator what the concurrent change was."""
-    read = f"version {base.version}"
+    label = f"version {base.version}"
+    read = label
     if base.shared is not None:
-        read = f"the shared version {base.shared.version} (no override yet)"
+        label = f"shared version {base.shared.version}"
+        read = f"the {label} (no override yet)"
     if latest.manifest is None:
         out.print(f"[yellow]{scope}/{escape(skill)} was deleted since you read {read}[/yellow]")
         return
@@ -214,7 +216,7 @@ def _describe(scope: Scope, skill: str, path: str, base: _Base, latest: _Base) -
         before, after = base.text(path), latest.text(path)
         if before != after:
             out.print(f"their change to {escape(path)}:")
-            print_patch(unified(before, after, f"version {base.version}", f"version {m.version}"))
+            print_patch(unified(before, after, label, f"version {m.version}"))
 
 
 @command("edit", EDIT)
