@@ -73,7 +73,7 @@ def _intact(path: Path, entry: FileEntry) -> bool:
         st = path.lstat()
     except OSError:
         return False
-    return st.st_size == entry.size and (st.st_mode & 0o7777) == entry.mode
+    return st.st_size == entry.size and (st.st_mode & 0o7777) == (entry.mode & 0o777)
 
 
 def materialize(skills: Sequence[SkillInfo], root: Path, token: str) -> None:
