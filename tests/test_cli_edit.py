@@ -48,6 +48,9 @@ if change:
         scope = skillfs.Scope.parse(change["scope"])
         if change.get("delete"):
             store.delete(scope, change["skill"])
+        elif change.get("create"):
+            files = {p: new.encode() for p, new in change["files"].items()}
+            store.publish(scope, change["skill"], files, expected_version=0)
         else:
             m = store.manifest(scope, change["skill"])
             files = {p: skillfs.File(store.read_entry(e), mode=e.mode) for p, e in m.files.items()}
@@ -169,6 +172,30 @@ def test_edit_copies_a_shared_skill_into_the_user_scope(url: str, editor: Script
     # the next edit is of alice's own override
     again = editor(url, "reviewer/SKILL.md", scope="user:bot/alice", steps=[{"write": "x"}])
     assert "creating alice's override" not in again.stdout
+
+
+def test_an_override_created_meanwhile_is_a_conflict(url: str, editor: ScriptedEditor) -> None:
+    theirs = skill_md("reviewer", "alice's own\n").decode()
+    change = {
+        "url": url,
+        "scope": "user:bot/alice",
+        "skill": "reviewer",
+        "create": True,
+        "files": {"SKILL.md": theirs},
+    }
+    steps = [{"replace": [["2. two", "2. mine"]], "concurrent": change}]
+    result = editor(url, "reviewer/SKILL.md", scope="user:bot/alice", steps=steps)
+    line = error_line(result)
+    assert "not saved: reviewer changed since you read it" in line
+    assert (
+        "user:bot/alice/reviewer changed since you read the shared version 1 (no override "
+        "yet): now version 1" in result.stdout
+    )
+    assert "--- shared version 1\n+++ version 1\n" in result.stdout
+    with skillfs.open_store(url) as store:
+        own = store.read(skillfs.Scope.user("bot", "alice"), "reviewer", "SKILL.md").decode()
+    assert own == theirs  # theirs kept; yours in the kept copy
+    assert "2. mine" in _kept_copy(result).read_text()
 
 
 def test_a_new_skill_needs_a_description_of_its_own(
