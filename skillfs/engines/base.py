@@ -71,10 +71,13 @@ class Engine(ABC):
         try:
             yield
         except errors as exc:
-            raise StoreUnavailable(
-                f"store {self.url} is unavailable ({type(exc).__name__}: {exc}); "
-                "check that it is running and reachable, then retry"
-            ) from exc
+            raise self.unavailable_error(exc) from exc
+
+    def unavailable_error(self, exc: BaseException) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"store {self.url} is unavailable ({type(exc).__name__}: {exc}); "
+            "check that it is running and reachable, then retry"
+        )
 
     # --- blobs: content-addressed by SHA-256, immutable, stored as chunks 0..n-1
 

@@ -7,7 +7,6 @@ durability settings and the limits are in docs/engine-redis.md.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import time
@@ -183,6 +182,32 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
 )
 
 
+class _Guard:
+    """Connection trouble -> StoreUnavailable; bad credentials -> PermissionDenied.
+
+    A class rather than a generator context manager: it wraps the per-step revision check,
+    where a generator's few microseconds show against one loopback round trip."""
+
+    def __init__(self, engine: RedisEngine) -> None:
+        self.engine = engine
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if exc is None:
+            return
+        if isinstance(exc, rx.AuthenticationError | rx.AuthorizationError | rx.NoPermissionError):
+            raise PermissionDenied(
+                f"store {self.engine.url} refused the credentials ({type(exc).__name__}: {exc}); "
+                "check the user and password in the URL"
+            ) from exc
+        if isinstance(exc, _UNAVAILABLE) or (
+            isinstance(exc, rx.ResponseError) and _is_transient(exc)
+        ):
+            raise self.engine.unavailable_error(exc) from exc
+
+
 def _host_port(text: str, default_port: int) -> tuple[str, int]:
     """`host`, `host:port`, `[v6]` or `[v6]:port`."""
     if text.startswith("["):
@@ -247,6 +272,8 @@ class RedisEngine(Engine):
                 f"unknown Redis URL scheme {parts.scheme!r}: use one of {', '.join(_SCHEMES)}"
             )
         self._open = self._client_factory(parts, query, kwargs)
+        self._guarded = _Guard(self)
+        self._rev_keys: dict[str, str] = {}
         self._lock = threading.Lock()
         self._conn: _Connected | None = None
         # XREAD BLOCK must return before the socket times out.
@@ -329,6 +356,11 @@ class RedisEngine(Engine):
         check_id(kind[:-1], ident)
         return f"{self.prefix}{kind}/{{{ident}}}"
 
+    def _rev_key(self, domain: str) -> str:
+        """Checked once per domain and remembered: the per-step check skips the id rules."""
+        key = self._rev_keys[domain] = f"{self._domain_key(domain)}/rev"
+        return key
+
     def _scope_base(self, scope: Scope) -> str:
         base = self._domain_key(scope.domain)
         if scope.kind == "shared":
@@ -350,21 +382,9 @@ class RedisEngine(Engine):
     def _domains_key(self) -> str:
         return f"{self.prefix}domains"
 
-    @contextlib.contextmanager
-    def _guard(self) -> Iterator[None]:
-        """Connection trouble -> StoreUnavailable; bad credentials -> PermissionDenied."""
-        with self.unavailable(*_UNAVAILABLE):
-            try:
-                yield
-            except (rx.AuthenticationError, rx.AuthorizationError, rx.NoPermissionError) as exc:
-                raise PermissionDenied(
-                    f"store {self.url} refused the credentials ({type(exc).__name__}: {exc}); "
-                    "check the user and password in the URL"
-                ) from exc
-            except rx.ResponseError as exc:
-                if _is_transient(exc):
-                    raise _Transient(str(exc)) from exc
-                raise
+    def _guard(self) -> _Guard:
+        return self._guarded
+
 
     # ------------------------------------------------------------------ blobs
 
@@ -498,8 +518,8 @@ class RedisEngine(Engine):
         """One pipeline of HMGETs: one round trip (per node in Cluster)."""
         if not domains:
             return {}
-        keys = [f"{self._domain_key(d)}/rev" for d in domains]
-        with self._guard():
+        keys = [self._rev_keys.get(d) or self._rev_key(d) for d in domains]
+        with self._guarded:
             if len(keys) == 1:  # the common per-step check: skip the pipeline's overhead
                 rows = [cast(list[bytes | None], self._client.hmget(keys[0], "epoch", "counter"))]
             else:
