@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from skillfs.errors import InvalidPath
+from skillfs.errors import InvalidPath, PermissionDenied
 from skillfs.names import check_id
 
 
@@ -68,6 +68,34 @@ class Scope(BaseModel):
         if self.kind == "shared":
             return f"shared:{self.agent_id}"
         return f"user:{self.agent_id}/{self.user_id}"
+
+
+class Access(BaseModel):
+    """What the caller may do in one scope. A store opened directly has no tokens, so the
+    defaults grant everything; a skillfs server answers for its token's grants."""
+
+    model_config = ConfigDict(frozen=True)
+
+    scope: Scope
+    read: bool = True
+    write: bool = True
+    admin: bool = True
+    #: The token's name, for messages.
+    token: str = ""
+    #: The grant resource naming exactly this scope (`agent:A/user:U`, `agent:A/shared`,
+    #: `market:M`): a token without a level asks for the grant RESOURCE:LEVEL.
+    resource: str = ""
+
+    def denied(self, level: str) -> PermissionDenied:
+        """The error of a call that needs `level` ("read", "write", "admin") here."""
+        return PermissionDenied(
+            f"token {self.token!r} may not {level} {self.scope}: ask an operator for a grant "
+            f"such as '{self.resource}:{level}'"
+        )
+
+    def require(self, level: Literal["read", "write", "admin"]) -> None:
+        if not getattr(self, level):
+            raise self.denied(level)
 
 
 class File(BaseModel):

@@ -31,6 +31,7 @@ from skillfs.server.auth import (
     Unauthenticated,
     tokens_document,
 )
+from skillfs.store import HistoryPolicy
 from tests.grpc_servers import ADMIN, ALICE, READER, in_process
 
 AGENT = "support-bot"
@@ -223,6 +224,49 @@ def test_alice_cannot_read_bobs_scope(url: str, seeded: skillfs.Store) -> None:
     # and alice may not write the shared scope she reads
     with pytest.raises(PermissionDenied, match="may not write shared:support-bot"):
         alice.publish(SHARED, "mine", {"SKILL.md": md("mine")})
+
+
+def test_access_answers_from_the_grants_and_writes_nothing(
+    url: str,
+    server: SkillfsServer,
+    seeded: skillfs.Store,
+    stubs: tuple[pb_grpc.SkillReaderStub, pb_grpc.SkillAdminStub],
+) -> None:
+    seeded.publish(A, "mine", {"SKILL.md": md("mine")})  # version 1 goes to history
+    # a policy that keeps no history: any retention applied on the way would show
+    server.store.history_policy = HistoryPolicy(keep_versions=0, keep_days=0)
+    before = (server.store.revision(AGENT), server.store.history(A, "mine"), blobs(server))
+    alice = skillfs.open_store(url, token=ALICE)
+    answers = {scope: alice.engine.access(scope) for scope in (A, SHARED, B)}
+    levels = {scope: (a.read, a.write, a.admin) for scope, a in answers.items()}
+    assert levels == {A: (True, True, False), SHARED: (True, False, False), B: (False,) * 3}
+    with pytest.raises(PermissionDenied) as err:
+        alice.engine.access(SHARED).require("write")
+    assert str(err.value) == (
+        "token 'alice' may not write shared:support-bot: ask an operator for a grant such as "
+        "'agent:support-bot/shared:write'"
+    )
+    with pytest.raises(PermissionDenied, match="'agent:support-bot/user:bob:read'"):
+        alice.engine.access(B).require("read")
+    reader, _ = stubs
+    reply = reader.Access(pb.AccessRequest(scope=str(B)), metadata=auth(ADMIN))
+    assert (reply.read, reply.write, reply.admin, reply.token) == (True, True, True, "admin")
+    assert reply.resource == "agent:support-bot/user:bob"
+    assert code_of(lambda: reader.Access(pb.AccessRequest(scope=str(A)))) == (
+        grpc.StatusCode.UNAUTHENTICATED
+    )
+    bad = pb.AccessRequest(scope="nonsense")
+    assert code_of(lambda: reader.Access(bad, metadata=auth(ALICE))) == (
+        grpc.StatusCode.INVALID_ARGUMENT
+    )
+    assert (server.store.revision(AGENT), server.store.history(A, "mine"), blobs(server)) == before
+    assert [m.version for m in before[1]] == [2, 1]  # the live version, then history
+    # what the CLI asked before, DropHistory of no versions, applied retention
+    alice.engine.drop_history(A, "mine", [])
+    assert [m.version for m in server.store.history(A, "mine")] == [2]
+    # a store opened directly has no tokens: everything
+    local = skillfs.open_store(f"memory://{uuid.uuid4().hex}").engine.access(B)
+    assert (local.read, local.write, local.admin) == (True, True, True)
 
 
 def test_blobs_by_hash_reveal_nothing(

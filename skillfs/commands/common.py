@@ -236,17 +236,12 @@ def opened(url: str | None, token: str | None, *, create: bool = False) -> Itera
         store.close()
 
 
-def check_write(store: Store, scope: Scope, skill: str) -> None:
-    """Raise PermissionDenied now if the store will refuse to write `skill` in `scope`, so an
-    operator learns it before typing an edit, with the grant to ask for.
-
-    Only a skillfs server (grpc://) has grants. It is asked with a DropHistory of no versions,
-    the cheapest call that needs `write` on the scope: a token without it gets
-    PERMISSION_DENIED naming the grant; one with it gets the server's own history retention
-    applied to the skill (what every commit does anyway), so nothing the caller chose is
-    written. Other engines let every caller write."""
-    if urlsplit(store.url).scheme in ("grpc", "grpcs"):
-        store.engine.drop_history(scope, skill, [])
+def check_write(store: Store, scope: Scope) -> None:
+    """Raise PermissionDenied now if the store will refuse writes in `scope`, so an
+    operator learns it before typing an edit, with the grant to ask for. A skillfs server
+    (grpc://) answers from the token's grants and writes nothing; other stores let every
+    caller write."""
+    store.engine.access(scope).require("write")
 
 
 def skill_only(target: Target) -> str:

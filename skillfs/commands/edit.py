@@ -246,7 +246,7 @@ def edit(
         raise typer.BadParameter("name a file: SKILL/PATH, e.g. my-skill/SKILL.md")
     skill = target.skill
     with opened(store_url, token, create=True) as store:
-        check_write(store, scope, skill)  # before anyone types: a server may refuse the save
+        check_write(store, scope)  # before anyone types: a server may refuse the save
         base = _Base.load(store, scope, skill)
         if path in base.files:
             try:

@@ -171,7 +171,7 @@ def import_(
     skills whose files are unchanged are not written again."""
     with opened(store_url, token, create=True) as store:
         sources = _sources(directory, store.limits)
-        check_write(store, scope, sources[0].name)  # the grant to ask for, before any upload
+        check_write(store, scope)  # the grant to ask for, before any upload
         limit = store.engine.max_ops
         size = batch or limit or DEFAULT_BATCH
         if limit is not None:  # the store's limit per atomic commit caps any batch

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict
 
 from skillfs.errors import StoreUnavailable
-from skillfs.model import Change, Manifest, Revision, Scope
+from skillfs.model import Access, Change, Manifest, Revision, Scope
 
 MiB = 1024 * 1024
 
@@ -160,6 +160,14 @@ class Engine(ABC):
     @abstractmethod
     def usage(self, agent: str) -> dict[tuple[str, str], int]:
         """Load counts of an agent keyed by (user, skill id)."""
+
+    # --- access
+
+    def access(self, scope: Scope) -> Access:
+        """What the caller may do in `scope`, asked before work that a refusal would waste
+        (an edit typed in an editor). A store reached directly has no tokens: everything; a
+        skillfs server (grpc://) answers for its token's grants."""
+        return Access(scope=scope)
 
     # --- life cycle
 

@@ -30,7 +30,7 @@ import grpc
 
 from skillfs.engines.base import CommitOp, Engine
 from skillfs.errors import InvalidPath, StoreUnavailable
-from skillfs.model import Change, Manifest, Revision, Scope
+from skillfs.model import Access, Change, Manifest, Revision, Scope
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server import wire
@@ -388,7 +388,18 @@ class GrpcEngine(Engine):
         reply = self._admin("Usage", pb.UsageRequest(agent_id=agent))
         return {(c.user_id, c.skill): c.count for c in reply.counts}
 
-    # ------------------------------------------------------------------ life cycle
+    # ------------------------------------------------------------------ access and life cycle
+
+    def access(self, scope: Scope) -> Access:
+        reply = self._read("Access", pb.AccessRequest(scope=str(scope)))
+        return Access(
+            scope=scope,
+            read=reply.read,
+            write=reply.write,
+            admin=reply.admin,
+            token=reply.token,
+            resource=reply.resource,
+        )
 
     def ping(self) -> None:
         self._read("Ping", pb.PingRequest(), timeout=5.0)

@@ -86,6 +86,11 @@ class SkillReaderStub:
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.RecordUsageRequest.SerializeToString,
                 response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.Empty.FromString,
                 _registered_method=True)
+        self.Access = channel.unary_unary(
+                '/skillfs.v1.SkillReader/Access',
+                request_serializer=skillfs_dot_v1_dot_skillfs__pb2.AccessRequest.SerializeToString,
+                response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.AccessResponse.FromString,
+                _registered_method=True)
         self.Ping = channel.unary_unary(
                 '/skillfs.v1.SkillReader/Ping',
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.PingRequest.SerializeToString,
@@ -157,6 +162,13 @@ class SkillReaderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Access(self, request, context):
+        """Any token may ask what it may do in a scope (before it asks anyone to type an edit).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Ping(self, request, context):
         """Answers only when the server's store answers.
         """
@@ -216,6 +228,11 @@ def add_SkillReaderServicer_to_server(servicer, server):
                     servicer.RecordUsage,
                     request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.RecordUsageRequest.FromString,
                     response_serializer=skillfs_dot_v1_dot_skillfs__pb2.Empty.SerializeToString,
+            ),
+            'Access': grpc.unary_unary_rpc_method_handler(
+                    servicer.Access,
+                    request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.AccessRequest.FromString,
+                    response_serializer=skillfs_dot_v1_dot_skillfs__pb2.AccessResponse.SerializeToString,
             ),
             'Ping': grpc.unary_unary_rpc_method_handler(
                     servicer.Ping,
@@ -494,6 +511,33 @@ class SkillReader:
             '/skillfs.v1.SkillReader/RecordUsage',
             skillfs_dot_v1_dot_skillfs__pb2.RecordUsageRequest.SerializeToString,
             skillfs_dot_v1_dot_skillfs__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Access(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/skillfs.v1.SkillReader/Access',
+            skillfs_dot_v1_dot_skillfs__pb2.AccessRequest.SerializeToString,
+            skillfs_dot_v1_dot_skillfs__pb2.AccessResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -29,7 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from skillfs.errors import InvalidPath, PermissionDenied
-from skillfs.model import Scope
+from skillfs.model import Access, Scope
 from skillfs.names import check_id
 
 ENV_TOKENS = "SKILLFS_TOKENS"
@@ -138,12 +138,21 @@ class Principal(BaseModel):
         have = self.level_for(scope)
         return have is not None and have >= level
 
+    def access(self, scope: Scope) -> Access:
+        """What this token may do in the scope, and the grant to ask for what it may not."""
+        have = self.level_for(scope) or 0
+        return Access(
+            scope=scope,
+            read=have >= Level.read,
+            write=have >= Level.write,
+            admin=have >= Level.admin,
+            token=self.name,
+            resource=_example_resource(scope),
+        )
+
     def require(self, level: Level, scope: Scope) -> None:
         if not self.may(level, scope):
-            raise PermissionDenied(
-                f"token {self.name!r} may not {level.name} {scope}: ask an operator for a grant "
-                f"such as '{_example_resource(scope)}:{level.name}'"
-            )
+            raise self.access(scope).denied(level.name)
 
     def may_see_domain(self, domain: str) -> bool:
         return any(g.touches(domain) for g in self.grants)

@@ -634,6 +634,13 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
         return pb.Empty()
 
     @unary
+    def Access(
+        self, request: pb.AccessRequest, context: grpc.ServicerContext, principal: Principal
+    ) -> pb.AccessResponse:
+        access = principal.access(wire.scope_from(request.scope))
+        return pb.AccessResponse(**access.model_dump(exclude={"scope"}))
+
+    @unary
     def Ping(
         self, request: pb.PingRequest, context: grpc.ServicerContext, principal: Principal
     ) -> pb.Empty:
