@@ -54,23 +54,25 @@ def reflow(text: str | None) -> str | None:
     return "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(text).split("\n\n"))
 
 
-class Command(TyperCommand):
+class _Tidied:
+    """What `Command` and `Group` add to Typer's: re-flowed help, tidied parameters."""
+
+    help: str | None
+    params: list[Any]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.help = reflow(self.help)
         tidy(self.params)
 
     def get_help_option(self, ctx: Any) -> TyperOption | None:
-        option = super().get_help_option(ctx)
+        option = super().get_help_option(ctx)  # type: ignore[misc]
         return tidy([option])[0] if option is not None else None
 
 
-class Group(TyperGroup):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.help = reflow(self.help)
-        tidy(self.params)
+class Command(_Tidied, TyperCommand):
+    pass
 
-    def get_help_option(self, ctx: Any) -> TyperOption | None:
-        option = super().get_help_option(ctx)
-        return tidy([option])[0] if option is not None else None
+
+class Group(_Tidied, TyperGroup):
+    pass
