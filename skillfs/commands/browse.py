@@ -18,6 +18,7 @@ from skillfs.commands.common import (
     StoreOption,
     Target,
     TokenOption,
+    agent_option,
     command,
     emit_json,
     iso,
@@ -25,14 +26,14 @@ from skillfs.commands.common import (
     mode,
     opened,
     out,
-    parse_agent,
-    parse_scope,
-    parse_target,
     print_patch,
+    scope_option,
     size,
     skill_only,
     status,
     table,
+    target_argument,
+    version_option,
     when,
 )
 from skillfs.commands.text import unified
@@ -40,52 +41,20 @@ from skillfs.errors import NotFound
 from skillfs.model import FileEntry, Manifest, Scope
 from skillfs.store import Store
 
-VersionOption = Annotated[
-    int | None,
-    typer.Option(
-        "--version",
-        "-v",
-        min=1,
-        metavar="N",
-        show_default=False,
-        help="A kept version (default: latest).",
-    ),
-]
+VersionOption = Annotated[int | None, version_option("A kept version (default: latest).")]
 
 
 @command("ls", BROWSE)
 def ls(
     target: Annotated[
         Target | None,
-        typer.Argument(
-            parser=parse_target,
-            metavar="SKILL[/PATH]",
-            show_default=False,
-            help="A skill of --scope, or a file or directory of it.",
-        ),
+        target_argument("SKILL[/PATH]", "A skill of --scope, or a file or directory of it."),
     ] = None,
     scope: Annotated[
         Scope | None,
-        typer.Option(
-            "--scope",
-            "-s",
-            parser=parse_scope,
-            metavar="SCOPE",
-            show_default=False,
-            help="shared:AGENT, user:AGENT/USER or market:NAME: list its skills.",
-        ),
+        scope_option("shared:AGENT, user:AGENT/USER or market:NAME: list its skills."),
     ] = None,
-    agent: Annotated[
-        str | None,
-        typer.Option(
-            "--agent",
-            "-a",
-            parser=parse_agent,
-            metavar="AGENT",
-            show_default=False,
-            help="List its scopes.",
-        ),
-    ] = None,
+    agent: Annotated[str | None, agent_option("List its scopes.")] = None,
     version: VersionOption = None,
     store_url: StoreOption = None,
     token: TokenOption = None,
@@ -243,13 +212,7 @@ def history(
 @command("diff", BROWSE)
 def diff(
     target: Annotated[
-        Target,
-        typer.Argument(
-            parser=parse_target,
-            metavar="SKILL[/PATH]",
-            show_default=False,
-            help="A skill, or one file or directory of it.",
-        ),
+        Target, target_argument("SKILL[/PATH]", "A skill, or one file or directory of it.")
     ],
     scope: ScopeOption,
     old: Annotated[

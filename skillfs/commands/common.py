@@ -143,6 +143,27 @@ def parse_revision(text: str) -> Revision:
         ) from None
 
 
+def target_argument(metavar: str, help: str) -> Any:
+    """A skill argument (`SKILL`, `SKILL/PATH` or `SKILL[/PATH]`, as `metavar` says)."""
+    return typer.Argument(parser=parse_target, metavar=metavar, show_default=False, help=help)
+
+
+def scope_option(help: str) -> Any:
+    return typer.Option(
+        "--scope", "-s", parser=parse_scope, metavar="SCOPE", show_default=False, help=help
+    )
+
+
+def agent_option(help: str) -> Any:
+    return typer.Option(
+        "--agent", "-a", parser=parse_agent, metavar="AGENT", show_default=False, help=help
+    )
+
+
+def version_option(help: str) -> Any:
+    return typer.Option("--version", "-v", min=1, metavar="N", show_default=False, help=help)
+
+
 StoreOption = Annotated[
     str | None,
     typer.Option(
@@ -164,23 +185,8 @@ TokenOption = Annotated[
         help="Bearer token for a grpc:// store.",
     ),
 ]
-ScopeOption = Annotated[
-    Scope,
-    typer.Option(
-        "--scope",
-        "-s",
-        parser=parse_scope,
-        metavar="SCOPE",
-        show_default=False,
-        help="shared:AGENT, user:AGENT/USER or market:NAME.",
-    ),
-]
-AgentOption = Annotated[
-    str,
-    typer.Option(
-        "--agent", "-a", parser=parse_agent, metavar="AGENT", show_default=False, help="Agent id."
-    ),
-]
+ScopeOption = Annotated[Scope, scope_option("shared:AGENT, user:AGENT/USER or market:NAME.")]
+AgentOption = Annotated[str, agent_option("Agent id.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 #: `--force` means one thing in every command: allow a result that breaks the Agent Skills spec.
 ForceOption = Annotated[
@@ -190,18 +196,9 @@ ForceOption = Annotated[
 #: `--yes` means one thing in every command: do not ask, go ahead. Without it a command that
 #: would ask refuses when nobody is at a terminal to answer.
 YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask: go ahead.")]
-SkillArgument = Annotated[
-    Target,
-    typer.Argument(parser=parse_target, metavar="SKILL", show_default=False, help="A skill."),
-]
+SkillArgument = Annotated[Target, target_argument("SKILL", "A skill.")]
 FileArgument = Annotated[
-    Target,
-    typer.Argument(
-        parser=parse_target,
-        metavar="SKILL/PATH",
-        show_default=False,
-        help="A file of a skill, e.g. my-skill/SKILL.md.",
-    ),
+    Target, target_argument("SKILL/PATH", "A file of a skill, e.g. my-skill/SKILL.md.")
 ]
 
 

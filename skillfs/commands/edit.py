@@ -39,10 +39,11 @@ from skillfs.commands.common import (
     fail,
     opened,
     out,
-    parse_target,
     print_findings,
     print_patch,
     skill_only,
+    target_argument,
+    version_option,
     when,
 )
 from skillfs.commands.text import has_markers, merge3, unified
@@ -394,24 +395,12 @@ def _removed(files: dict[str, File], path: str) -> dict[str, File]:
 def rm(
     target: Annotated[
         Target,
-        typer.Argument(
-            parser=parse_target,
-            metavar="SKILL[/PATH]",
-            show_default=False,
-            help="A skill (deleted whole), or one file or directory of it.",
-        ),
+        target_argument("SKILL[/PATH]", "A skill (deleted whole), or one file or directory of it."),
     ],
     scope: ScopeOption,
     version: Annotated[
         int | None,
-        typer.Option(
-            "--version",
-            "-v",
-            min=1,
-            metavar="N",
-            show_default=False,
-            help="The version you mean to remove: a Conflict if the skill moved on since.",
-        ),
+        version_option("The version you mean to remove: a Conflict if the skill moved on since."),
     ] = None,
     yes: YesOption = False,
     force: ForceOption = False,
