@@ -369,6 +369,18 @@ def streaming(fn: Method[Iterable[T]]) -> Callable[[Any, Any, grpc.ServicerConte
     return handler
 
 
+def _allowed(principal: Principal, level: Level, scope: str) -> Scope:
+    """The scope a request names, once the token is known to have `level` on it."""
+    parsed = wire.scope_from(scope)
+    principal.require(level, parsed)
+    return parsed
+
+
+def _expected(message: Any) -> int | None:
+    """A request's optional `expected_version`; None (no check) when it is not set."""
+    return int(message.expected_version) if message.HasField("expected_version") else None
+
+
 def _view_skill(s: Any) -> pb.ViewSkill:
     return pb.ViewSkill(
         id=s.id,
@@ -428,8 +440,7 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
                     for s in snap.skills
                 ]
             )
-        scope = wire.scope_from(request.scope)
-        principal.require(Level.read, scope)
+        scope = _allowed(principal, Level.read, request.scope)
         return pb.ListSkillsResponse(
             skills=[
                 pb.SkillInfo(
@@ -448,8 +459,7 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
     def GetManifests(
         self, request: pb.GetManifestsRequest, context: grpc.ServicerContext, principal: Principal
     ) -> pb.GetManifestsResponse:
-        scope = wire.scope_from(request.scope)
-        principal.require(Level.read, scope)
+        scope = _allowed(principal, Level.read, request.scope)
         if request.whole_scope:
             found = self.engine.load_scope(scope)
         else:
@@ -483,8 +493,7 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
             raise InvalidPath(f"invalid range of {sha}: offset and length must not be negative")
         end = r.offset + r.length if r.length else None
         if r.HasField("source") and r.source.scope:
-            scope = wire.scope_from(r.source.scope)
-            principal.require(Level.read, scope)
+            scope = _allowed(principal, Level.read, r.source.scope)
             src = f"{scope}/{r.source.skill} version {r.source.version}"
             files = self.backend.index.files(scope, r.source.skill, r.source.version)
             if files is None:
@@ -608,8 +617,7 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
     def History(
         self, request: pb.HistoryRequest, context: grpc.ServicerContext, principal: Principal
     ) -> pb.HistoryResponse:
-        scope = wire.scope_from(request.scope)
-        principal.require(Level.read, scope)
+        scope = _allowed(principal, Level.read, request.scope)
         skill = check_skill_name(request.skill)
         live = self.engine.load_skills(scope, [skill]).get(skill)
         return pb.HistoryResponse(
@@ -735,8 +743,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         checked: list[tuple[Scope, Manifest, int]] = []
         seen: set[tuple[Scope, str]] = set()
         for op in request.ops:
-            scope = wire.scope_from(op.scope)
-            principal.require(Level.write, scope)
+            scope = _allowed(principal, Level.write, op.scope)
             if scope.domain != domain:
                 raise InvalidPath(
                     f"one commit spans one agent or one market: {scope} is not in {domain}"
@@ -857,8 +864,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         if first is None or first.WhichOneof("part") != "header":
             raise InvalidPath("Publish: send the header (scope, skill) first, then the files")
         h = first.header
-        scope = wire.scope_from(h.scope)
-        principal.require(Level.write, scope)
+        scope = _allowed(principal, Level.write, h.scope)
         skill = check_skill_name(h.skill)
         limits = self.store.limits
         parts: dict[str, bytearray] = {}
@@ -902,7 +908,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
                     + " (fix it, or publish with force to store it with these findings)",
                     list(errors),
                 )
-        expected = h.expected_version if h.HasField("expected_version") else None
+        expected = _expected(h)
         result = self.store.publish(scope, skill, files, expected, commit_id=h.commit_id or None)
         return _result(result)
 
@@ -910,21 +916,20 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
     def Delete(
         self, request: pb.DeleteRequest, context: grpc.ServicerContext, principal: Principal
     ) -> pb.CommitResult:
-        scope = wire.scope_from(request.scope)
-        principal.require(Level.write, scope)
-        expected = request.expected_version if request.HasField("expected_version") else None
+        scope = _allowed(principal, Level.write, request.scope)
+        commit_id = request.commit_id or None
         return _result(
-            self.store.delete(scope, request.skill, expected, commit_id=request.commit_id or None)
+            self.store.delete(scope, request.skill, _expected(request), commit_id=commit_id)
         )
 
     @unary
     def Rollback(
         self, request: pb.RollbackRequest, context: grpc.ServicerContext, principal: Principal
     ) -> pb.CommitResult:
-        scope = wire.scope_from(request.scope)
-        principal.require(Level.write, scope)
-        expected = request.expected_version if request.HasField("expected_version") else None
-        return _result(self.store.rollback(scope, request.skill, request.version, expected))
+        scope = _allowed(principal, Level.write, request.scope)
+        return _result(
+            self.store.rollback(scope, request.skill, request.version, _expected(request))
+        )
 
     @unary
     def DropHistory(
