@@ -225,6 +225,30 @@ def revision_of(call: Call, domain: str) -> Revision | None:
     return call.store.revision(domain)
 
 
+def render_scope(
+    call: Call, template: str, scope: Scope, status: int = 200, **context: Any
+) -> Response:
+    """A page about one scope, with the revision of its domain (shown in the header, and
+    followed by the page's live updates)."""
+    return call.render(
+        template,
+        status,
+        scope=scope,
+        domain=scope.domain,
+        revision=revision_of(call, scope.domain),
+        **context,
+    )
+
+
+def with_file(call: Call, m: Manifest, path: str, data: bytes) -> dict[str, File]:
+    """A version's files with `path` set to `data`, in the mode that file had (a new file's
+    mode comes from its content)."""
+    files = load_files(call, m)
+    old = m.files.get(path)
+    files[path] = File(data, mode=old.mode if old else None)
+    return files
+
+
 # ---------------------------------------------------------------------- browsing
 
 
@@ -297,13 +321,12 @@ def scope_page(call: Call, scope: Scope) -> Response:
         base = Scope.shared(scope.agent_id)
         if call.can.read(base):
             shared = call.store.manifests(base, sorted(manifests))
-    return call.render(
+    return render_scope(
+        call,
         "scope.html",
-        scope=scope,
+        scope,
         skills=sorted(manifests.values(), key=lambda m: m.skill),
         shared=shared,
-        domain=scope.domain,
-        revision=revision_of(call, scope.domain),
     )
 
 
@@ -315,14 +338,13 @@ def skill_page(call: Call, scope: Scope, skill: str) -> Response:
         history = call.store.history(scope, skill)  # NotFound again: never existed
         if not history or not history[0].deleted:
             raise
-        return call.render(
+        return render_scope(
+            call,
             "deleted.html",
-            scope=scope,
+            scope,
             skill=skill,
             tombstone=history[0],
             restore=next((h for h in history if not h.deleted), None),
-            domain=scope.domain,
-            revision=revision_of(call, scope.domain),
         )
     overrides: list[tuple[str, Scope, Manifest]] = []
     users: list[str] = []
@@ -342,9 +364,10 @@ def skill_page(call: Call, scope: Scope, skill: str) -> Response:
         if call.can.read(shared):
             base = call.store.manifests(shared, [skill]).get(skill)
     text = skill_md_text(call, m)
-    return call.render(
+    return render_scope(
+        call,
         "skill.html",
-        scope=scope,
+        scope,
         m=m,
         findings=shown(stored_findings(call, m), text),
         tree=file_tree(list(m.files)),
@@ -352,8 +375,6 @@ def skill_page(call: Call, scope: Scope, skill: str) -> Response:
         users=users,
         base=base,
         shared_scope=shared_scope,
-        domain=scope.domain,
-        revision=revision_of(call, scope.domain),
     )
 
 
@@ -361,14 +382,13 @@ def history_page(call: Call, scope: Scope, skill: str) -> Response:
     call.require(Level.read, scope)
     history = call.store.history(scope, skill)
     live = history[0] if history and not history[0].deleted else None
-    return call.render(
+    return render_scope(
+        call,
         "history.html",
-        scope=scope,
+        scope,
         skill=skill,
         history=history,
         live=live,
-        domain=scope.domain,
-        revision=revision_of(call, scope.domain),
     )
 
 
@@ -401,17 +421,16 @@ def diff_page(call: Call, scope: Scope, skill: str) -> Response:
             a = next((v for v in versions if v < b), b)
         left = call.store.manifest(scope, skill, version=a)
     diffs = diff_manifests(call.store, left, right)
-    return call.render(
+    return render_scope(
+        call,
         "diff.html",
-        scope=scope,
+        scope,
         skill=skill,
         left=left,
         right=right,
         left_scope=left_scope,
         versions=versions,
         diffs=diffs,
-        domain=scope.domain,
-        revision=revision_of(call, scope.domain),
     )
 
 
@@ -481,10 +500,11 @@ def render_editor(
     conflict: dict[str, Any] | None = None,
 ) -> Response:
     newline = "crlf" if content and "\r\n" in content else "lf"
-    return call.render(
+    return render_scope(
+        call,
         "editor.html",
+        scope,
         status,
-        scope=scope,
         m=m,
         path=path,
         entry=m.files.get(path),
@@ -496,8 +516,6 @@ def render_editor(
         needs_force=needs_force,
         conflict=conflict,
         tree=file_tree(sorted(set(m.files) | {path})),
-        domain=scope.domain,
-        revision=revision_of(call, scope.domain),
     )
 
 
@@ -516,9 +534,7 @@ def save(call: Call, scope: Scope, skill: str) -> Response:
     base, expected = call.form_int("base"), call.form_int("expected")
     data = _edit_text(call)
     loaded = call.store.manifest(scope, skill, version=base)
-    files = load_files(call, loaded)
-    old = loaded.files.get(path)
-    files[path] = File(data, mode=old.mode if old else None)
+    files = with_file(call, loaded, path, data)
     findings = check(skill, files)
     text = data.decode("utf-8")
     if errors_of(findings) and not forced(call):
@@ -584,21 +600,18 @@ def upload(call: Call, scope: Scope, skill: str) -> Response:
     path = normalize_path(target)
     expected = call.form_int("expected")
     m = call.store.manifest(scope, skill, version=expected)
-    files = load_files(call, m)
-    old = m.files.get(path)
-    files[path] = File(got.data, mode=old.mode if old else None)
+    files = with_file(call, m, path, got.data)
     errors = errors_of(check(skill, files))
     if errors and not forced(call):
-        return call.render(
+        return render_scope(
+            call,
             "upload_rejected.html",
+            scope,
             422,
-            scope=scope,
             skill=skill,
             path=path,
             errors=errors,
             expected=expected,
-            domain=scope.domain,
-            revision=revision_of(call, scope.domain),
         )
     result = call.store.publish(scope, skill, files, expected_version=expected)
     return call.done(
@@ -727,14 +740,13 @@ def import_zip(call: Call, scope: Scope) -> Response:
         name: errs for name, files in skills.items() if (errs := errors_of(check(name, files)))
     }
     if problems and not forced(call):
-        return call.render(
+        return render_scope(
+            call,
             "import_rejected.html",
+            scope,
             422,
-            scope=scope,
             problems=problems,
             replace=call.req.form.get("replace") == "1",
-            domain=scope.domain,
-            revision=revision_of(call, scope.domain),
         )
     expected = None if call.req.form.get("replace") == "1" else 0
     try:
