@@ -4,6 +4,7 @@ metrics and status, TLS, reflection, and the committed generated code is current
 from __future__ import annotations
 
 import filecmp
+import ssl
 import subprocess
 import sys
 import threading
@@ -171,5 +172,25 @@ def test_tls(tmp_path: Path) -> None:
         plain = skillfs.open_store(f"grpc://127.0.0.1:{srv.grpc_port}", token=ADMIN, retry_for=0)
         with pytest.raises(StoreUnavailable):
             plain.skills(A)
+    finally:
+        srv.stop(0)
+
+
+def test_console_cookies_are_secure_over_tls(tmp_path: Path) -> None:
+    """Over the server's own TLS the console marks its session cookies Secure."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    srv = in_process(f"memory://{uuid.uuid4().hex}", tmp_path, tls_cert=cert, tls_key=key)
+    try:
+        ctx = ssl.create_default_context(cafile=str(cert))
+        with urllib.request.urlopen(f"https://localhost:{srv.http_port}/login", context=ctx) as r:
+            cookies = r.headers.get_all("Set-Cookie") or []
+        assert cookies and all("Secure" in c for c in cookies), cookies
     finally:
         srv.stop(0)

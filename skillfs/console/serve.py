@@ -7,25 +7,11 @@ WSGI app in the HTTP server of your choice instead.
 
 from __future__ import annotations
 
-import logging
 import threading
-from socketserver import ThreadingMixIn
-from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import make_server
 
 from skillfs.console.app import Console
-
-
-class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-
-class _QuietHandler(WSGIRequestHandler):
-    """Access lines go to the logging module's debug level, not to stderr."""
-
-    def log_message(self, format: str, *args: Any) -> None:
-        logging.getLogger("skillfs.console.access").debug(format, *args)
+from skillfs.console.web import QuietHandler, ThreadingWSGIServer
 
 
 class ConsoleServer:
@@ -34,7 +20,7 @@ class ConsoleServer:
     def __init__(self, app: Console, host: str = "127.0.0.1", port: int = 0) -> None:
         self.app = app
         self._server = make_server(
-            host, port, app, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler
+            host, port, app, server_class=ThreadingWSGIServer, handler_class=QuietHandler
         )
         address = self._server.server_address
         self.host, self.port = str(address[0]), int(address[1])

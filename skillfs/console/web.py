@@ -5,12 +5,16 @@ and streaming, which the stdlib gives in pieces; a framework would be a heavy de
 from __future__ import annotations
 
 import json
+import logging
+import ssl
 from collections.abc import Iterable, Iterator
 from email.message import Message
 from http import HTTPStatus
 from http.cookies import SimpleCookie
+from socketserver import ThreadingMixIn
 from typing import Any
 from urllib.parse import parse_qs
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 WSGIEnviron = dict[str, Any]
 
@@ -170,3 +174,26 @@ def json_response(data: Any, status: int = 200) -> Response:
     return Response(
         json.dumps(data, ensure_ascii=False), status=status, content_type="application/json"
     )
+
+
+class ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    """A thread per request: the live-update streams are long requests."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class QuietHandler(WSGIRequestHandler):
+    """Access lines at debug level instead of wsgiref's stderr lines; `HTTPS=on` over TLS,
+    so the console marks its cookies Secure."""
+
+    log = logging.getLogger("skillfs.http")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        self.log.debug(format % args, extra={"peer": self.client_address[0]})
+
+    def get_environ(self) -> dict[str, str]:
+        env = super().get_environ()
+        if isinstance(self.connection, ssl.SSLSocket):
+            env["HTTPS"] = "on"
+        return env

@@ -20,9 +20,8 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from socketserver import ThreadingMixIn
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import make_server
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -30,6 +29,7 @@ from grpc_reflection.v1alpha import reflection
 from pydantic import BaseModel, ConfigDict
 
 from skillfs.console import make_app
+from skillfs.console.web import QuietHandler, ThreadingWSGIServer
 from skillfs.engines import open_engine
 from skillfs.errors import SkillfsError
 from skillfs.proto import skillfs_pb2 as pb
@@ -106,7 +106,7 @@ class SkillfsServer:
             self.grpc,
         )
         self.grpc_port = self._bind_grpc(config)
-        self._http: WSGIServer | None = None
+        self._http: ThreadingWSGIServer | None = None
         self.http_port: int | None = None
         if config.http:
             self._http = self._make_http(config)
@@ -136,11 +136,11 @@ class SkillfsServer:
             raise SkillfsError(f"cannot listen on {config.grpc} for gRPC: is the port taken?")
         return port
 
-    def _make_http(self, config: ServerConfig) -> WSGIServer:
+    def _make_http(self, config: ServerConfig) -> ThreadingWSGIServer:
         host, _, port = (config.http or "").rpartition(":")
         try:
             httpd = make_server(
-                host or "127.0.0.1", int(port), self._wsgi, _ThreadingWSGIServer, _QuietHandler
+                host or "127.0.0.1", int(port), self._wsgi, ThreadingWSGIServer, QuietHandler
             )
         except OSError as exc:
             raise SkillfsError(f"cannot listen on {config.http} for HTTP: {exc}") from exc
@@ -295,17 +295,6 @@ class SkillfsServer:
 def _reply(start_response: Callable[..., Any], status: str, ctype: str, body: bytes) -> list[bytes]:
     start_response(status, [("Content-Type", ctype), ("Content-Length", str(len(body)))])
     return [body]
-
-
-class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-
-class _QuietHandler(WSGIRequestHandler):
-    """wsgiref logs every request to stderr in its own format; ours are JSON at debug level."""
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug(format % args, extra={"peer": self.client_address[0]})
 
 
 class JsonFormatter(logging.Formatter):
