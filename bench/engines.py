@@ -40,6 +40,7 @@ from bench import common
 from bench.common import DOCS, Timing, interleaved, row, timed
 from skillfs import File, Put, Scope
 from skillfs.engines.base import Engine
+from skillfs.model import _parse_manifest
 
 AGENT = "bench"
 SHARED = Scope.shared(AGENT)
@@ -275,7 +276,10 @@ def _bench(store: skillfs.Store, counter: CallCounter, target: Target, n: int) -
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    held = [store.manifests(scope) for _ in range(50)]  # 50 loads x 200 = 10,000 manifests
+    held = []
+    for _ in range(50):  # 50 loads x 200 = 10,000 manifests, each its own model
+        _parse_manifest.cache_clear()  # equal bytes would otherwise share one parsed model
+        held.append(store.manifests(scope))
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     assert sum(len(h) for h in held) == 10_000

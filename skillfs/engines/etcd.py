@@ -515,14 +515,14 @@ class EtcdEngine(Engine):
     def load_scope(self, scope: Scope) -> dict[str, Manifest]:
         prefix = self._manifest_key(scope, "")
         return {
-            kv.key[len(prefix) :].decode(): Manifest.model_validate_json(kv.value)
+            kv.key[len(prefix) :].decode(): Manifest.from_json(kv.value)
             for kv in self._scan(prefix)
         }
 
     def load_skills(self, scope: Scope, skills: Sequence[str]) -> dict[str, Manifest]:
         kvs = self._get_many([self._manifest_key(scope, s) for s in skills])
         return {
-            s: Manifest.model_validate_json(kv.value)
+            s: Manifest.from_json(kv.value)
             for s, kv in zip(skills, kvs, strict=True)
             if kv is not None
         }
@@ -537,7 +537,7 @@ class EtcdEngine(Engine):
         current = self._get_many(keys)
         for _ in range(5):
             for op, kv in zip(ops, current, strict=True):
-                version = Manifest.model_validate_json(kv.value).version if kv is not None else 0
+                version = Manifest.from_json(kv.value).version if kv is not None else 0
                 if version != op.expect:
                     raise VersionMismatch(op.scope, op.manifest.skill, version)
             history = [
@@ -592,7 +592,7 @@ class EtcdEngine(Engine):
 
     def history(self, scope: Scope, skill: str) -> list[Manifest]:
         kvs = self._scan(self._history_prefix(scope, skill))
-        return [Manifest.model_validate_json(kv.value) for kv in reversed(kvs)]
+        return [Manifest.from_json(kv.value) for kv in reversed(kvs)]
 
     def drop_history(self, scope: Scope, skill: str, versions: Sequence[int]) -> None:
         prefix = self._history_prefix(scope, skill)
@@ -700,7 +700,7 @@ class EtcdEngine(Engine):
             scope = Scope.user(ident, rest.split("/", 2)[1])
         else:
             return None
-        m = Manifest.model_validate_json(kv.value)
+        m = Manifest.from_json(kv.value)
         return Change(
             revision=Revision(epoch=since.epoch, counter=kv.mod_revision),
             op="remove" if m.deleted else "put",

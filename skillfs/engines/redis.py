@@ -435,14 +435,14 @@ class RedisEngine(Engine):
     def load_scope(self, scope: Scope) -> dict[str, Manifest]:
         with self._guard():
             raw = cast(dict[bytes, bytes], self._client.hgetall(self._skills_key(scope)))
-        return {k.decode(): Manifest.model_validate_json(v) for k, v in raw.items()}
+        return {k.decode(): Manifest.from_json(v) for k, v in raw.items()}
 
     def load_skills(self, scope: Scope, skills: Sequence[str]) -> dict[str, Manifest]:
         if not skills:
             return {}
         with self._guard():
             raw = cast(list[bytes | None], self._client.hmget(self._skills_key(scope), skills))
-        return {s: Manifest.model_validate_json(v) for s, v in zip(skills, raw, strict=True) if v}
+        return {s: Manifest.from_json(v) for s, v in zip(skills, raw, strict=True) if v}
 
     def commit(self, domain: str, ops: Sequence[CommitOp]) -> Revision:
         base = self._domain_key(domain)
@@ -505,7 +505,7 @@ class RedisEngine(Engine):
     def history(self, scope: Scope, skill: str) -> list[Manifest]:
         with self._guard():
             raw = cast(dict[bytes, bytes], self._client.hgetall(self._history_key(scope, skill)))
-        return [Manifest.model_validate_json(raw[v]) for v in sorted(raw, key=int, reverse=True)]
+        return [Manifest.from_json(raw[v]) for v in sorted(raw, key=int, reverse=True)]
 
     def drop_history(self, scope: Scope, skill: str, versions: Sequence[int]) -> None:
         if versions:

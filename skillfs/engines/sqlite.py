@@ -354,7 +354,7 @@ class SqliteEngine(Engine):
                 .execute("SELECT skill, body FROM manifests WHERE scope = ?", (self._scope(scope),))
                 .fetchall()
             )
-        return {skill: Manifest.model_validate_json(body) for skill, body in rows}
+        return {skill: Manifest.from_json(body) for skill, body in rows}
 
     def load_skills(self, scope: Scope, skills: Sequence[str]) -> dict[str, Manifest]:
         key = self._scope(scope)
@@ -364,7 +364,7 @@ class SqliteEngine(Engine):
                 marks = _marks(batch)
                 sql = f"SELECT skill, body FROM manifests WHERE scope = ? AND skill IN ({marks})"
                 for skill, body in conn.execute(sql, [key, *batch]):
-                    out[skill] = Manifest.model_validate_json(body)
+                    out[skill] = Manifest.from_json(body)
         return out
 
     def commit(self, domain: str, ops: Sequence[CommitOp]) -> Revision:
@@ -451,7 +451,7 @@ class SqliteEngine(Engine):
                 )
                 .fetchall()
             )
-        return [Manifest.model_validate_json(body) for (body,) in rows]
+        return [Manifest.from_json(body) for (body,) in rows]
 
     def drop_history(self, scope: Scope, skill: str, versions: Sequence[int]) -> None:
         key = self._scope(scope)

@@ -174,7 +174,7 @@ def manifest_bytes(m: Manifest) -> bytes:
 
 
 def manifest_from(data: bytes) -> Manifest:
-    return Manifest.model_validate_json(data)
+    return Manifest.from_json(data)
 
 
 @functools.lru_cache(maxsize=4096)
