@@ -155,8 +155,9 @@ def test_sigterm_drains_and_ends_watches(tmp_path: Path) -> None:
         t.join()
 
 
-def test_tls(tmp_path: Path) -> None:
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A throw-away key and certificate for localhost / 127.0.0.1."""
+    key, cert = directory / "key.pem", directory / "cert.pem"
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
          "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
@@ -164,6 +165,11 @@ def test_tls(tmp_path: Path) -> None:
         check=True,
         capture_output=True,
     )  # fmt: skip
+    return key, cert
+
+
+def test_tls(tmp_path: Path) -> None:
+    key, cert = self_signed(tmp_path)
     srv = in_process(f"memory://{uuid.uuid4().hex}", tmp_path, tls_cert=cert, tls_key=key)
     try:
         url = f"grpcs://localhost:{srv.grpc_port}?ca={cert}"
@@ -178,14 +184,7 @@ def test_tls(tmp_path: Path) -> None:
 
 def test_console_cookies_are_secure_over_tls(tmp_path: Path) -> None:
     """Over the server's own TLS the console marks its session cookies Secure."""
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
+    key, cert = self_signed(tmp_path)
     srv = in_process(f"memory://{uuid.uuid4().hex}", tmp_path, tls_cert=cert, tls_key=key)
     try:
         ctx = ssl.create_default_context(cafile=str(cert))
