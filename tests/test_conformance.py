@@ -12,6 +12,7 @@ import pytest
 
 import skillfs
 from skillfs import File, HistoryPolicy, Limits, Put, Remove, Scope
+from skillfs.engines.base import CommitOp, VersionMismatch
 from skillfs.errors import Conflict, InvalidPath, NotFound, TooLarge
 
 ALICE = Scope.user("support-bot", "alice")
@@ -326,6 +327,9 @@ def test_c1_c3_c5_reader_never_sees_torn_or_stale(
             fresh = other.manifest(ALICE, "a")
             assert fresh.version >= c.version
             assert other.revision("support-bot") >= c.revision  # type: ignore[operator]
+        deadline = time.monotonic() + 30  # on a busy machine the reader may start late
+        while not seen and not errors and time.monotonic() < deadline:
+            time.sleep(0.01)
     finally:
         stop.set()
         t.join()
@@ -425,6 +429,8 @@ def test_gc_keeps_referenced_and_recently_touched_blobs(store_url: str) -> None:
     s._upload({hashlib.sha256(reused).hexdigest(): reused}, set(), now[0])
     report = s.gc(grace=100)
     assert report.blobs_deleted >= 1
+    # touched within the grace: kept, although nothing references it yet
+    assert hashlib.sha256(reused).hexdigest() in set(s.engine.blob_shas())
     s.publish(ALICE, "a2", {"SKILL.md": skill_md("a2"), "x.md": reused})
     fresh = skillfs.open_store(store_url)
     assert fresh.read(ALICE, "a2", "x.md") == reused
@@ -483,6 +489,12 @@ def test_c8_wiped_domain_is_a_reset(store: skillfs.Store) -> None:
     gone = skillfs.Revision(epoch="an-epoch-this-store-never-had", counter=9)
     first = next(iter(store.follow("never-written", since=gone, timeout=5)))
     assert first.op == "reset"
+    # a foreign epoch whose counter is at or past this store's: nothing to replay, still a reset
+    cur = store.publish(ALICE, "a", files_v("a", 1)).revision
+    for counter in (cur.counter, cur.counter + 10**6):
+        foreign = skillfs.Revision(epoch="not-this-store", counter=counter)
+        change = next(iter(store.follow("support-bot", since=foreign, timeout=5)), None)
+        assert change is not None and change.op == "reset", counter
     assert next(iter(store.follow("never-written", timeout=0.2)), None) is None
 
 
@@ -528,3 +540,20 @@ def test_range_reads_at_and_past_the_end(store: skillfs.Store, store_url: str) -
     assert reader.read_entry(e, len(data)) == b""
     assert reader.read_entry(e, len(data) + 10, len(data) + 20) == b""
     assert reader.read_entry(e, len(data) - 1) == data[-1:]
+
+
+def test_engine_commit_checks_versions_itself(store: skillfs.Store) -> None:
+    """The engine's atomic step re-checks every op's expected version: a stale op raises
+    VersionMismatch naming the real version and writes nothing (the Store's own check
+    before it cannot see a writer that lands in between)."""
+    c = store.publish(ALICE, "a", files_v("a", 1))
+    store.publish(ALICE, "a", files_v("a", 2))
+    live = store.manifest(ALICE, "a")
+    stale = live.model_copy(update={"version": 2, "commit_id": "stale"})
+    before = store.revision(ALICE)
+    with pytest.raises(VersionMismatch) as err:
+        store.engine.commit(ALICE.domain, [CommitOp(scope=ALICE, manifest=stale, expect=1)])
+    assert err.value.current == 2 and err.value.skill == "a"
+    assert store.revision(ALICE) == before and before is not None and before > c.revision
+    assert store.manifest(ALICE, "a") == live
+    assert [m.version for m in store.history(ALICE, "a")] == [2, 1]
