@@ -33,7 +33,7 @@ class Access:
     @property
     def reads_everything(self) -> bool:
         """A `*:read` (or stronger) token: for it "none" means none at all."""
-        return (self.principal.global_level or 0) >= Level.read
+        return self.principal.reads_everything
 
     def _user_grants(self, agent: str, level: Level) -> Iterable[Grant]:
         """The grants of at least `level` that cover some user scope of the agent."""

@@ -176,6 +176,11 @@ class Principal(BaseModel):
         return max(levels) if levels else None
 
     @property
+    def reads_everything(self) -> bool:
+        """A '*:read' (or stronger) token: it may read every scope, so it needs no proofs."""
+        return (self.global_level or 0) >= Level.read
+
+    @property
     def is_global_admin(self) -> bool:
         return self.global_level == Level.admin
 

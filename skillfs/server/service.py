@@ -503,8 +503,7 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
                 raise NotFound(f"{src} has no file with SHA-256 {sha}")
             entry = FileEntry.model_construct(sha256=sha, size=size, mode=0, mtime=0.0)
             return self.store.read_entry(entry, r.offset, end)
-        gl = principal.global_level
-        if gl is None or gl < Level.read:
+        if not principal.reads_everything:
             raise PermissionDenied(
                 f"token {principal.name!r} must name the manifest a hash comes from "
                 "(source: scope, skill, version); only tokens that read every scope ('*:read') "
@@ -667,8 +666,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         self, request: pb.TouchBlobsRequest, context: grpc.ServicerContext, principal: Principal
     ) -> pb.TouchBlobsResponse:
         now = self.backend.now(principal, request.now)
-        gl = principal.global_level
-        if gl is not None and gl >= Level.read:
+        if principal.reads_everything:
             present = self.engine.touch_blobs([check_sha(b.sha256) for b in request.blobs], now)
             return pb.TouchBlobsResponse(present=[pb.BlobProof(sha256=s) for s in sorted(present)])
         proven: dict[str, int] = {}
@@ -739,7 +737,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
                 f"{max_ops} per atomic commit: split it into several commits"
             )
         proofs = {p.sha256: p for p in request.proofs}
-        free = (principal.global_level or 0) >= Level.read
+        free = principal.reads_everything
         checked: list[tuple[Scope, Manifest, int]] = []
         seen: set[tuple[Scope, str]] = set()
         for op in request.ops:
