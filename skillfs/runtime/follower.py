@@ -48,19 +48,6 @@ def _same(a: Revision | None, b: Revision | None) -> bool:
     return a.counter == b.counter and a.epoch == b.epoch
 
 
-class StoreReader:
-    """Reads a store scope's files through the store's blob LRU."""
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-
-    def read(self, entry: FileEntry) -> bytes:
-        return self._store.read_entry(entry)
-
-    def read_many(self, entries: Iterable[FileEntry]) -> Mapping[str, bytes]:
-        return self._store.read_entries(entries)
-
-
 @dataclass(frozen=True, eq=False)
 class _Cache:
     """The loaded scopes, exactly as of the domain's `revision`, and when that was observed
@@ -78,8 +65,7 @@ class Follower:
         self.store = store
         self.domain = domain
         self.watch_timeout = watch_timeout
-        self._reader = StoreReader(store)
-        self._empty = LayerSkills({}, self._reader)
+        self._empty = LayerSkills({}, store)  # the store reads its layers' files
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._cache = _Cache(None, {}, -float("inf"))
@@ -222,7 +208,7 @@ class Follower:
             )
             if isinstance(cut, Revision):
                 scopes = {s: held[s] for s in held if s not in edited}
-                scopes.update({s: LayerSkills(m, self._reader) for s, m in edited.items()})
+                scopes.update({s: LayerSkills(m, self.store) for s, m in edited.items()})
                 return _Cache(cut, scopes, observed)
             whole, need = [], {}
             for scope, skill in cut:

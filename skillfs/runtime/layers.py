@@ -36,11 +36,12 @@ _SKIPPED_DIRS = ("__pycache__",)
 
 
 class Reader(Protocol):
-    """Reads files of a layer by their manifest entries."""
+    """Reads files of a layer by their manifest entries: the `Store` itself for store
+    layers, the bytes held in memory for disk and Git layers."""
 
-    def read(self, entry: FileEntry) -> bytes: ...
+    def read_entry(self, entry: FileEntry) -> bytes: ...
 
-    def read_many(self, entries: Iterable[FileEntry]) -> Mapping[str, bytes]:
+    def read_entries(self, entries: Iterable[FileEntry]) -> Mapping[str, bytes]:
         """Bytes by SHA-256, in as few round trips as the layer allows."""
         ...
 
@@ -155,10 +156,10 @@ class _Blobs:
     def __init__(self, data: Mapping[str, bytes]) -> None:
         self._data = dict(data)
 
-    def read(self, entry: FileEntry) -> bytes:
+    def read_entry(self, entry: FileEntry) -> bytes:
         return self._data[entry.sha256]
 
-    def read_many(self, entries: Iterable[FileEntry]) -> Mapping[str, bytes]:
+    def read_entries(self, entries: Iterable[FileEntry]) -> Mapping[str, bytes]:
         return {e.sha256: self._data[e.sha256] for e in entries}
 
 

@@ -101,7 +101,7 @@ def materialize(skills: Sequence[SkillInfo], root: Path, token: str) -> None:
             reader = target[rel][0].reader
             by_reader.setdefault(id(reader), (reader, []))[1].append(rel)
         for reader, rels in by_reader.values():
-            data = reader.read_many(target[rel][1] for rel in rels)
+            data = reader.read_entries(target[rel][1] for rel in rels)
             for rel in rels:
                 entry = target[rel][1]
                 path = root / rel

@@ -251,13 +251,13 @@ class Snapshot:
     def read_bytes(self, skill_id: str, path: str) -> bytes:
         """A file's bytes as of this snapshot; NotFound lists the skill's files."""
         s, _, entry = self._entry(skill_id, path)
-        return s.reader.read(entry)
+        return s.reader.read_entry(entry)
 
     def load(self, skill_id: str, path: str = SKILL_MD) -> str:
         """load_skill_through_path: SKILL.md with a header saying which skill, from which
         layer, and where its files are; any other path returns that file's text."""
         s, norm, entry = self._entry(skill_id, path)
-        text = _text(norm, s.reader.read(entry))
+        text = _text(norm, s.reader.read_entry(entry))
         self._usage.add(self.user_id, s.id)
         if norm != SKILL_MD:
             return text
