@@ -128,9 +128,11 @@ def test_view_rpcs_answer_as_the_runtime_does(url: str, server: SkillfsServer) -
             pb.ReadFileRequest(ranges=[pb.BlobRange(sha256=x.sha256, source=src)]), metadata=meta
         )
         assert b"".join(c.data for c in chunks) == b"x"
-        # a watch with manifests carries the new manifest of each change
+        # a watch with manifests carries the new manifest of each change, of a commit too
         since = snap.revisions[f"agents/{AGENT}"]
-        c = alice.publish(A, "mine", {"SKILL.md": md("mine", "v2")})
+        alice.commit([skillfs.Put(A, "mine", {"SKILL.md": md("mine", "v2")}),
+                      skillfs.Put(A, "extra", {"SKILL.md": md("extra")})])  # fmt: skip
+        want = {(n, alice.manifest(A, n).version) for n in ("mine", "extra")}
         watch = stub.Watch(
             pb.WatchRequest(domain=f"agents/{AGENT}", since=since, max_wait_seconds=5,
                             with_manifests=True),
@@ -138,8 +140,9 @@ def test_view_rpcs_answer_as_the_runtime_does(url: str, server: SkillfsServer) -
         )  # fmt: skip
         event = next(iter(watch))
         watch.cancel()
-        assert [(ch.skill, ch.version) for ch in event.changes] == [("mine", c.version)]
-        assert manifest_from(event.manifests[0].manifest_json).version == c.version
+        assert {(ch.skill, ch.version) for ch in event.changes} == want
+        shipped = [manifest_from(sm.manifest_json) for sm in event.manifests]
+        assert {(m.skill, m.version) for m in shipped} == want
     worker.close()  # writes the worker's load counts through RecordUsage
     counts = skillfs.open_store(url, token=ADMIN).usage(AGENT)
     assert counts[("alice", "reviewer")] >= 1  # the server batches its own loads

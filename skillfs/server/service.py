@@ -601,11 +601,15 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
                 quiet_until = time.monotonic() + wait
 
     def _manifests_of(self, changes: Iterable[Any]) -> list[pb.ScopedManifest]:
+        """The manifest each put wrote, while it is still live: one load per scope."""
+        puts = [c for c in changes if c.op == "put" and c.scope is not None]
+        wanted: dict[Scope, dict[str, None]] = {}
+        for c in puts:
+            wanted.setdefault(c.scope, {})[c.skill] = None
+        live = {scope: self.engine.load_skills(scope, list(s)) for scope, s in wanted.items()}
         out = []
-        for c in changes:
-            if c.op != "put" or c.scope is None:
-                continue
-            m = self.engine.load_skills(c.scope, [c.skill]).get(c.skill)
+        for c in puts:
+            m = live[c.scope].get(c.skill)
             if m is not None and m.version == c.version:
                 out.append(
                     pb.ScopedManifest(scope=str(c.scope), manifest_json=wire.manifest_bytes(m))
