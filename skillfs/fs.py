@@ -15,7 +15,6 @@ User documentation: docs/fsspec.md.
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import stat
 import threading
@@ -40,7 +39,7 @@ from skillfs.errors import InvalidPath, PermissionDenied
 from skillfs.fs_transaction import Batch, Delete, Item, SkillTransaction, SkillView, Write, publish
 from skillfs.model import File, FileEntry, Scope
 from skillfs.names import check_skill_name, normalize_path
-from skillfs.store import Store, default_mode
+from skillfs.store import Store, default_mode, sha256
 
 Info = dict[str, Any]
 SKILLS = "skills"
@@ -281,7 +280,7 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         if isinstance(item, FileEntry):
             sha, size = item.sha256, item.size
         else:
-            sha, size = hashlib.sha256(item.data).hexdigest(), len(item.data)
+            sha, size = sha256(item.data), len(item.data)
         return {
             "name": name,
             "size": size,

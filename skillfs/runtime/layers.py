@@ -27,6 +27,7 @@ from skillfs.errors import InvalidPath, StoreUnavailable
 from skillfs.model import FileEntry, Finding, Manifest, Scope
 from skillfs.names import check_id, check_skill_name, is_hidden_dir
 from skillfs.skill import inspect_skill
+from skillfs.store import sha256
 from skillfs.validation import finding
 
 log = logging.getLogger(__name__)
@@ -268,7 +269,7 @@ class LocalDir(_Checked):
                 continue
             mode = 0o755 if key[4] & 0o111 else 0o644
             entry = FileEntry(
-                sha256=hashlib.sha256(data).hexdigest(),
+                sha256=sha256(data),
                 size=len(data),
                 mode=mode,
                 mtime=key[0] / 1e9,
@@ -422,7 +423,7 @@ class GitRepo(_Checked):
         objects = {o: self._objects[o] for _, o, _ in wanted if o in self._objects}
         for oid, data in self._cat_files(missing):
             entry = FileEntry(
-                sha256=hashlib.sha256(data).hexdigest(), size=len(data), mode=0o644, mtime=when
+                sha256=sha256(data), size=len(data), mode=0o644, mtime=when
             )
             objects[oid] = (entry, data)
         self._objects = objects
