@@ -528,67 +528,73 @@ class EtcdEngine(Engine):
         }
 
     def commit(self, domain: str, ops: Sequence[CommitOp]) -> Revision:
-        """Read the current manifests, then one transaction: compare each key's mod_revision
-        with what was read, copy the old manifests to history, put the new ones and the rev
-        key. A failed compare returns the current manifests in the same round trip."""
+        """Read the current manifests (their bytes go to history), then one transaction:
+        compare each key's mod_revision with what was read, copy the old manifests to
+        history, put the new ones and the rev key. A failed compare returns the current
+        manifests in the same round trip, for the VersionMismatch the Store retries on."""
         keys = [self._manifest_key(op.scope, op.manifest.skill) for op in ops]
-        values = [op.manifest.model_dump_json().encode() for op in ops]
-        rev_key = self._rev_key(domain)
         current = self._get_many(keys)
-        for _ in range(5):
-            for op, kv in zip(ops, current, strict=True):
-                version = Manifest.from_json(kv.value).version if kv is not None else 0
-                if version != op.expect:
-                    raise VersionMismatch(op.scope, op.manifest.skill, version)
-            history = [
-                _put(
-                    self._history_prefix(op.scope, op.manifest.skill) + b"%010d" % op.expect,
-                    kv.value,
-                )
-                for op, kv in zip(ops, current, strict=True)
-                if kv is not None
-            ]
-            request = etcdrpc.TxnRequest(
-                compare=[
-                    _mod_is(k, kv.mod_revision if kv is not None else 0)
-                    for k, kv in zip(keys, current, strict=True)
-                ],
-                success=[
-                    *history,
-                    *(_put(k, v) for k, v in zip(keys, values, strict=True)),
-                    _put(rev_key, ops[0].manifest.commit_id.encode(), prev_kv=True),
-                ],
-                failure=[_get(k) for k in keys],
+        self._check_versions(ops, current)
+        request = etcdrpc.TxnRequest(
+            compare=[
+                _mod_is(k, kv.mod_revision if kv is not None else 0)
+                for k, kv in zip(keys, current, strict=True)
+            ],
+            success=[
+                *(
+                    _put(
+                        self._history_prefix(op.scope, op.manifest.skill) + b"%010d" % op.expect,
+                        kv.value,
+                    )
+                    for op, kv in zip(ops, current, strict=True)
+                    if kv is not None
+                ),
+                *(
+                    _put(k, op.manifest.model_dump_json().encode())
+                    for k, op in zip(keys, ops, strict=True)
+                ),
+                _put(self._rev_key(domain), ops[0].manifest.commit_id.encode(), prev_kv=True),
+            ],
+            failure=[_get(k) for k in keys],
+        )
+        try:
+            response = self._txn(request)
+        except _RequestTooLarge as exc:
+            one = ops[0].manifest
+            fix = (
+                "commit fewer skills at once"
+                if len(ops) > 1
+                else f"{one.skill} lists {len(one.files)} files; an update carries the old "
+                "and the new file table, so keep a skill under about 5,000 files"
             )
-            try:
-                response = self._txn(request)
-            except _RequestTooLarge as exc:
-                one = ops[0].manifest
-                fix = (
-                    "commit fewer skills at once"
-                    if len(ops) > 1
-                    else f"{one.skill} lists {len(one.files)} files; an update carries the old "
-                    "and the new file table, so keep a skill under about 5,000 files"
-                )
-                raise TooLarge(
-                    f"a commit of {len(ops)} skill(s) is one etcd transaction of "
-                    f"{request.ByteSize()} bytes (new manifests and history copies), over the "
-                    f"server's --max-request-bytes (1.5 MiB by default): {fix} ({exc})"
-                ) from exc
-            if response.succeeded:
-                rev_put = response.responses[-1].response_put
-                created = (
-                    rev_put.prev_kv.create_revision
-                    if rev_put.HasField("prev_kv")
-                    else response.header.revision
-                )
-                return Revision(
-                    epoch=_epoch(response.header.cluster_id, created),
-                    counter=response.header.revision,
-                )
-            current = [_first_kv(r) for r in response.responses]
-        first = ops[0]
-        raise VersionMismatch(first.scope, first.manifest.skill, first.expect)
+            raise TooLarge(
+                f"a commit of {len(ops)} skill(s) is one etcd transaction of "
+                f"{request.ByteSize()} bytes (new manifests and history copies), over the "
+                f"server's --max-request-bytes (1.5 MiB by default): {fix} ({exc})"
+            ) from exc
+        if not response.succeeded:
+            now = [_first_kv(r) for r in response.responses]
+            self._check_versions(ops, now)
+            # rewritten at the same version between our read and the transaction
+            first = ops[0]
+            raise VersionMismatch(first.scope, first.manifest.skill, first.expect)
+        rev_put = response.responses[-1].response_put
+        created = (
+            rev_put.prev_kv.create_revision
+            if rev_put.HasField("prev_kv")
+            else response.header.revision
+        )
+        return Revision(
+            epoch=_epoch(response.header.cluster_id, created), counter=response.header.revision
+        )
+
+    @staticmethod
+    def _check_versions(ops: Sequence[CommitOp], current: Sequence[Any]) -> None:
+        """VersionMismatch for the first op whose skill is not at the version it expects."""
+        for op, kv in zip(ops, current, strict=True):
+            version = Manifest.from_json(kv.value).version if kv is not None else 0
+            if version != op.expect:
+                raise VersionMismatch(op.scope, op.manifest.skill, version)
 
     def history(self, scope: Scope, skill: str) -> list[Manifest]:
         kvs = self._scan(self._history_prefix(scope, skill))
