@@ -72,10 +72,10 @@ class ServerConfig(BaseModel):
 class SkillfsServer:
     """One server: `start()`, then `stop()` (or `serve()` to block until SIGTERM/SIGINT)."""
 
-    def __init__(self, config: ServerConfig, store: Store | None = None) -> None:
+    def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.tokens = Tokens(config.tokens)
-        self.store = store or Store(open_engine(config.store))
+        self.store = Store(open_engine(config.store))
         self.metrics = Metrics()
         watches = watch_limits(config.max_workers, config.max_watches, config.max_watches_per_token)
         self.backend = Backend(self.store, self.tokens, self.metrics, watches)
