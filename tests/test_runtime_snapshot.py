@@ -9,11 +9,12 @@ import stat
 import threading
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import cast
 
 import pytest
 
-from skillfs import File, LocalDir, Scope, Skills
-from skillfs.engines.base import CommitOp
+from skillfs import File, LocalDir, Market, Scope, Skills, Store
+from skillfs.engines.base import CommitOp, Engine
 from skillfs.errors import NotFound, SkillfsError
 from tests.runtime_helpers import counting_store, md, memory_store, write_skill
 
@@ -267,6 +268,22 @@ def test_materialize_layout_modes_and_files_root(skills: Skills, tmp_path: Path)
     assert entry.findtext("files-root") == str(root / "user" / "notes")
     assert f"Files root: {root / 'shared' / 'code-reviewer'}" in snap.load("code-reviewer")
     assert ET.fromstring(skills.snapshot().prompt())[0].find("files-root") is None
+
+
+def test_materialize_reads_every_store_layer_in_one_round_trip(tmp_path: Path) -> None:
+    store, counter = counting_store()
+    store = Store(cast(Engine, counter), blob_cache_bytes=0)  # nothing warm: all is read
+    store.publish(SHARED, "s", {"SKILL.md": md("s"), "r.md": b"shared ref"})
+    store.publish(ALICE, "a", {"SKILL.md": md("a"), "r.md": b"alice ref"})
+    store.publish(Scope.market("team"), "m", {"SKILL.md": md("m")})
+    snap = Skills(store, "bot", "alice", [Market("team")]).snapshot()
+    counter.clear()
+    me = threading.get_ident()
+    snap.materialize(tmp_path / "cache")
+    assert counter.names(me) == ["get_chunks"]  # market, shared and user files together
+    files = tree(tmp_path / "cache")
+    assert files["shared/s/r.md"][0] == b"shared ref" and files["user/a/r.md"][0] == b"alice ref"
+    assert len(files) == 5
 
 
 def test_materialize_is_incremental_and_removes_skills_that_left(
