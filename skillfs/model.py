@@ -200,10 +200,6 @@ class Revision(BaseModel):
             )
         return self.counter < other.counter
 
-    def same_line(self, other: Revision | None) -> bool:
-        """True when `other` is an earlier-or-equal point of this revision's history."""
-        return other is not None and other.epoch == self.epoch and other.counter <= self.counter
-
     def __str__(self) -> str:
         return f"{self.epoch}:{self.counter}"
 
