@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import skillfs
-from skillfs import File, Scope
+from skillfs import File, FileEntry, Scope
 
 AGENT, USER = "support-bot", "alice"
 SKILLS_DIR = Path(__file__).resolve().parent / "skills"
@@ -54,9 +54,7 @@ def publish_edit(url: str) -> None:
     store = skillfs.open_store(url)
     scope = Scope.shared(AGENT)
     m = store.manifest(scope, "code-reviewer")
-    files: dict[str, File | bytes] = {
-        p: File(store.read_entry(e), mode=e.mode) for p, e in m.files.items()
-    }
+    files: dict[str, File | bytes | FileEntry] = dict(m.files)  # the others by reference
     old = store.read_entry(m.files[CHECKLIST]).decode()
     files[CHECKLIST] = File(
         old.replace("## 1. Correctness\n", f"## 1. Correctness\n\n{NEW_RULE}\n", 1).encode()
