@@ -87,13 +87,7 @@ def parse_path(url: str) -> Path:
 class SqliteEngine(Engine):
     """One SQLite file; safe for many threads and several processes on one host."""
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        timeout: float | None = None,
-        log_limit: int | None = None,
-    ) -> None:
+    def __init__(self, url: str) -> None:
         super().__init__(url)
         if sqlite3.sqlite_version_info < (3, 24, 0):
             raise StoreUnavailable(
@@ -112,10 +106,8 @@ class SqliteEngine(Engine):
             return query[name][-1] if name in query else None
 
         try:
-            self.timeout = float(timeout if timeout is not None else option("timeout") or TIMEOUT)
-            self.log_limit = int(
-                log_limit if log_limit is not None else option("log_limit") or LOG_LIMIT
-            )
+            self.timeout = float(option("timeout") or TIMEOUT)
+            self.log_limit = int(option("log_limit") or LOG_LIMIT)
         except ValueError as exc:
             raise InvalidPath(f"SQLite URL {url!r}: {exc}") from exc
         if self.timeout <= 0 or self.log_limit < 1:
