@@ -48,14 +48,14 @@ import time
 import traceback
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import skillfs
 from skillfs.errors import Conflict, NotFound
-from skillfs.model import Manifest, Put, Scope
+from skillfs.model import FileEntry, Manifest, Put, Scope
 
 #: Paths every write puts; a manifest with a different file set is a partial publish.
 PATHS = ("SKILL.md", "references/notes.md", "scripts/run.sh", "assets/data.txt")
@@ -380,7 +380,10 @@ def _snapshot(
         paths = sorted(m.files)
         data = [blobs.get(m.files[p].sha256, b"") for p in paths]
         ops.append(
-            FilesRead(
+            _files_read(
+                m.files,
+                paths,
+                data,
                 proc=proc,
                 invoke=t0,
                 complete=t1,
@@ -389,15 +392,25 @@ def _snapshot(
                 skill=m.skill,
                 version=m.version,
                 commit_id=m.commit_id,
-                paths=paths,
-                tags=[tag_of(d) for d in data],
-                bad_sha=[
-                    p
-                    for p, d in zip(paths, data, strict=True)
-                    if hashlib.sha256(d).hexdigest() != m.files[p].sha256
-                ],
             )
         )
+
+
+def _files_read(
+    files: Mapping[str, FileEntry], paths: list[str], data: list[bytes], **fields: Any
+) -> FilesRead:
+    """A `FilesRead` of `data`, the bytes read for `paths`: the tag found in each, and the
+    paths whose bytes do not hash to the sha256 that `files` (the manifest's entries) names."""
+    return FilesRead(
+        paths=paths,
+        tags=[tag_of(d) for d in data],
+        bad_sha=[
+            p
+            for p, d in zip(paths, data, strict=True)
+            if hashlib.sha256(d).hexdigest() != files[p].sha256
+        ],
+        **fields,
+    )
 
 
 def _runtime_snapshot(
@@ -446,7 +459,10 @@ def _runtime_snapshot(
         t2 = _now()
         data = [snap.read_bytes(info.id, p) for p in paths]
         ops.append(
-            FilesRead(
+            _files_read(
+                info.files,
+                paths,
+                data,
                 proc=proc,
                 invoke=t2,
                 complete=_now(),
@@ -455,13 +471,6 @@ def _runtime_snapshot(
                 skill=t.skill,
                 version=info.version or 0,
                 commit_id=info.digest,
-                paths=paths,
-                tags=[tag_of(d) for d in data],
-                bad_sha=[
-                    p
-                    for p, d in zip(paths, data, strict=True)
-                    if hashlib.sha256(d).hexdigest() != info.files[p].sha256
-                ],
             )
         )
 
