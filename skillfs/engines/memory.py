@@ -14,7 +14,7 @@ LOG_LIMIT = 10_000
 
 
 class MemoryEngine(Engine):
-    def __init__(self, url: str = "memory://", log_limit: int = LOG_LIMIT) -> None:
+    def __init__(self, url: str = "memory://") -> None:
         super().__init__(url)
         self._lock = threading.Condition()
         self._chunks: dict[tuple[str, int], bytes] = {}
@@ -22,7 +22,7 @@ class MemoryEngine(Engine):
         self._live: dict[Scope, dict[str, Manifest]] = defaultdict(dict)
         self._history: dict[tuple[Scope, str], list[Manifest]] = defaultdict(list)
         self._revs: dict[str, Revision] = {}
-        self._log: dict[str, deque[Change]] = defaultdict(lambda: deque(maxlen=log_limit))
+        self._log: dict[str, deque[Change]] = defaultdict(lambda: deque(maxlen=LOG_LIMIT))
         self._usage: dict[str, dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
 
     def touch_blobs(self, shas: Sequence[str], now: float) -> set[str]:
