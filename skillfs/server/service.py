@@ -622,10 +622,8 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
     ) -> pb.HistoryResponse:
         scope = _allowed(principal, Level.read, request.scope)
         skill = check_skill_name(request.skill)
-        live = self.engine.load_skills(scope, [skill]).get(skill)
         return pb.HistoryResponse(
-            live_json=wire.manifest_bytes(live) if live else b"",
-            history_json=[wire.manifest_bytes(m) for m in self.engine.history(scope, skill)],
+            history_json=[wire.manifest_bytes(m) for m in self.engine.history(scope, skill)]
         )
 
     @unary
