@@ -192,7 +192,7 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         cached = batch.blobs.get(item.sha256) if batch else None
         if cached is not None:
             return cached[lo:hi]
-        return self.store.read_entry(item, lo, hi) if lo < hi else b""
+        return self.store.read_entry(item, lo, hi)  # b"" for an empty range
 
     def _prefetch(self, paths: Any, recursive: bool, maxdepth: int | None) -> None:
         """Fetch the stored files a bulk read will want in one batched round trip."""
