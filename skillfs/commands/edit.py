@@ -74,6 +74,12 @@ class OnConflict(StrEnum):
     abort = "abort"
 
 
+def _read_files(store: Store, m: Manifest) -> dict[str, File]:
+    """A version's files with their bytes, modes and mtimes, read in one batch."""
+    data = store.read_entries(m.files.values())
+    return {p: File(data[e.sha256], mode=e.mode, mtime=e.mtime) for p, e in m.files.items()}
+
+
 @dataclass(frozen=True)
 class _Base:
     """The skill as read: its version in the edited scope (0: absent) and its files.
@@ -91,17 +97,12 @@ class _Base:
     def load(cls, store: Store, scope: Scope, skill: str) -> _Base:
         m = store.manifests(scope, [skill]).get(skill)
         if m is not None:
-            return cls(m.version, m, cls._files(store, m))
+            return cls(m.version, m, _read_files(store, m))
         if scope.kind == "user" and scope.agent_id is not None:
             shared = store.manifests(Scope.shared(scope.agent_id), [skill]).get(skill)
             if shared is not None:
-                return cls(0, None, cls._files(store, shared), shared)
+                return cls(0, None, _read_files(store, shared), shared)
         return cls(0, None, {})
-
-    @staticmethod
-    def _files(store: Store, m: Manifest) -> dict[str, File]:
-        data = store.read_entries(m.files.values())
-        return {p: File(data[e.sha256], mode=e.mode, mtime=e.mtime) for p, e in m.files.items()}
 
     @staticmethod
     def skill_md_only(store: Store, m: Manifest) -> dict[str, File]:
@@ -430,9 +431,9 @@ def rm(
             )
             result = store.delete(scope, target.skill, expected_version=m.version)
         else:
-            base = _Base.load(store, scope, target.skill)
-            files = _removed(base.files, target.path)
-            if len(files) == len(base.files):
+            current = _read_files(store, m)  # the version checked above, not a re-read
+            files = _removed(current, target.path)
+            if len(files) == len(current):
                 Store.entry(m, scope, target.path)  # raises NotFound naming the files
             if not files:
                 raise NotFound(
@@ -446,7 +447,7 @@ def rm(
                     f"not removed: {target.skill} would break the Agent Skills spec; "
                     "pass --force to remove it anyway"
                 )
-            result = store.publish(scope, target.skill, files, expected_version=base.version)
+            result = store.publish(scope, target.skill, files, expected_version=m.version)
     _report(f"removed {scope}/{escape(str(target))}", scope, target, result, as_json)
 
 
