@@ -139,12 +139,23 @@ def test_local_dir_sees_edits_after_its_interval(tmp_path: Path) -> None:
     assert [s.id for s in skills.snapshot().skills] == ["s"]
 
 
-def test_local_dir_rereads_only_changed_files(tmp_path: Path) -> None:
+def test_local_dir_rereads_only_changed_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     write_skill(tmp_path, "s", {"SKILL.md": md("s"), "big.md": b"b" * 1000})
     layer = LocalDir(tmp_path, check_interval=0)
     before = layer.state()
     (tmp_path / "s" / "new.md").write_bytes(b"n")
+    read: list[str] = []
+    real = Path.read_bytes
+
+    def spy(path: Path) -> bytes:
+        read.append(path.relative_to(tmp_path).as_posix())
+        return real(path)
+
+    monkeypatch.setattr(Path, "read_bytes", spy)
     after = layer.state()
+    assert read == ["s/new.md"]  # the unchanged files are not read again
     assert after is not before
     assert after.manifests["s"].files["big.md"] == before.manifests["s"].files["big.md"]
     assert layer.state() is after  # nothing changed: same object
