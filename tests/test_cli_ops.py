@@ -168,6 +168,8 @@ def test_watch_bad_input(url: str) -> None:
     assert "give --agent A or --market M" in error_line(both, 2)
     since = run(url, "watch", "-a", "bot", "--since", "yesterday", "--timeout", "0")
     assert "invalid revision 'yesterday'" in error_line(since, 2)
+    assert "invalid agent id" in error_line(run(url, "watch", "-a", "a/b", "--timeout", "0"), 2)
+    assert "invalid market id" in error_line(run(url, "watch", "--market", "a/b"), 2)
 
 
 def test_watch_stops_on_ctrl_c(url: str) -> None:

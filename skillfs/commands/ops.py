@@ -18,6 +18,7 @@ from skillfs.commands.common import (
     JsonOption,
     StoreOption,
     TokenOption,
+    agent_option,
     command,
     connect,
     emit_json,
@@ -166,12 +167,7 @@ def _follow(
 
 @command("watch", OPERATE)
 def watch(
-    agent: Annotated[
-        str | None,
-        typer.Option(
-            "--agent", "-a", metavar="AGENT", show_default=False, help="Follow this agent's scopes."
-        ),
-    ] = None,
+    agent: Annotated[str | None, agent_option("Follow this agent's scopes.")] = None,
     market: Annotated[
         str | None,
         typer.Option(metavar="NAME", show_default=False, help="Follow this market instead."),
@@ -198,9 +194,7 @@ def watch(
     """Print changes as they commit, one line each (JSON lines with --json), until Ctrl-C."""
     if (agent is None) == (market is None):
         raise typer.BadParameter("give --agent A or --market M", param_hint="--agent")
-    target: str | Scope = (
-        _ids("agent", [agent])[0] if agent else Scope.market(_ids("market", [market or ""])[0])
-    )
+    target: str | Scope = agent if agent else Scope.market(_ids("market", [market or ""])[0])
     with opened(store_url, token) as store:
         current = store.revision(target)
         if current is None:
