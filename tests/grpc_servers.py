@@ -7,11 +7,13 @@ way a worker's token would be.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Self
 
@@ -52,6 +54,16 @@ def in_process(store_url: str, directory: Path, **config: object) -> SkillfsServ
         **config,
     )
     return SkillfsServer(cfg).start()
+
+
+@contextlib.contextmanager
+def running(store_url: str, directory: Path, **config: object) -> Iterator[SkillfsServer]:
+    """`in_process`, stopped (without grace) when the block ends."""
+    server = in_process(store_url, directory, **config)
+    try:
+        yield server
+    finally:
+        server.stop(0)
 
 
 def health(address: str, timeout: float = 2.0) -> str:

@@ -360,10 +360,9 @@ def test_sign_out_and_bad_token(page: Page) -> None:
 def test_served_by_skillfs_serve(browser: Browser, tmp_path: Path) -> None:
     """The console on the HTTP port of a real server: its tokens file decides who signs in and
     what they may do, and an edit made in the page reaches a `grpc://` client of the server."""
-    from tests.grpc_servers import ALICE, in_process
+    from tests.grpc_servers import ALICE, running
 
-    server = in_process(f"sqlite:///{tmp_path / 'served.db'}", tmp_path)
-    try:
+    with running(f"sqlite:///{tmp_path / 'served.db'}", tmp_path) as server:
         server.store.publish(SHARED, "code-reviewer", example_files("code-reviewer"))
         context = browser.new_context(base_url=f"http://127.0.0.1:{server.http_port}")
         page = context.new_page()
@@ -387,5 +386,3 @@ def test_served_by_skillfs_serve(browser: Browser, tmp_path: Path) -> None:
                 assert "## Alice's steps" in skills.snapshot().load("code-reviewer")
         finally:
             client.close()
-    finally:
-        server.stop(0)

@@ -27,7 +27,7 @@ from skillfs.runtime import Skills
 from skillfs.server.app import SkillfsServer
 from skillfs.server.wire import manifest_from
 from skillfs.store import HistoryPolicy, Store
-from tests.grpc_servers import ADMIN, ALICE, READER, in_process
+from tests.grpc_servers import ADMIN, ALICE, READER, in_process, running
 
 AGENT = "support-bot"
 A = Scope.user(AGENT, "alice")
@@ -40,9 +40,8 @@ def md(name: str, body: str = "") -> bytes:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[SkillfsServer]:
-    srv = in_process(f"sqlite:///{tmp_path / 'skills.db'}", tmp_path)
-    yield srv
-    srv.stop(0)
+    with running(f"sqlite:///{tmp_path / 'skills.db'}", tmp_path) as srv:
+        yield srv
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.app import SkillfsServer
 from skillfs.server.wire import rev_to_pb
-from tests.grpc_servers import ADMIN, ALICE, ServerProcess, health, in_process, wait_health
+from tests.grpc_servers import ADMIN, ALICE, ServerProcess, health, running, wait_health
 from tests.servers import RedisServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,9 +36,8 @@ MD = b"---\nname: s\ndescription: Does s. Use when testing.\n---\n"
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[SkillfsServer]:
-    srv = in_process(f"memory://{uuid.uuid4().hex}", tmp_path, health_interval=0.1)
-    yield srv
-    srv.stop(0)
+    with running(f"memory://{uuid.uuid4().hex}", tmp_path, health_interval=0.1) as srv:
+        yield srv
 
 
 def test_generated_code_is_current(tmp_path: Path) -> None:
@@ -170,26 +169,20 @@ def self_signed(directory: Path) -> tuple[Path, Path]:
 
 def test_tls(tmp_path: Path) -> None:
     key, cert = self_signed(tmp_path)
-    srv = in_process(f"memory://{uuid.uuid4().hex}", tmp_path, tls_cert=cert, tls_key=key)
-    try:
+    with running(f"memory://{uuid.uuid4().hex}", tmp_path, tls_cert=cert, tls_key=key) as srv:
         url = f"grpcs://localhost:{srv.grpc_port}?ca={cert}"
         store = skillfs.open_store(url, token=ADMIN)
         assert store.publish(A, "s", {"SKILL.md": MD}).version == 1
         plain = skillfs.open_store(f"grpc://127.0.0.1:{srv.grpc_port}", token=ADMIN, retry_for=0)
         with pytest.raises(StoreUnavailable):
             plain.skills(A)
-    finally:
-        srv.stop(0)
 
 
 def test_console_cookies_are_secure_over_tls(tmp_path: Path) -> None:
     """Over the server's own TLS the console marks its session cookies Secure."""
     key, cert = self_signed(tmp_path)
-    srv = in_process(f"memory://{uuid.uuid4().hex}", tmp_path, tls_cert=cert, tls_key=key)
-    try:
+    with running(f"memory://{uuid.uuid4().hex}", tmp_path, tls_cert=cert, tls_key=key) as srv:
         ctx = ssl.create_default_context(cafile=str(cert))
         with urllib.request.urlopen(f"https://localhost:{srv.http_port}/login", context=ctx) as r:
             cookies = r.headers.get_all("Set-Cookie") or []
         assert cookies and all("Secure" in c for c in cookies), cookies
-    finally:
-        srv.stop(0)

@@ -32,7 +32,7 @@ from skillfs.server.auth import (
     tokens_document,
 )
 from skillfs.store import HistoryPolicy
-from tests.grpc_servers import ADMIN, ALICE, READER, in_process
+from tests.grpc_servers import ADMIN, ALICE, READER, running
 
 AGENT = "support-bot"
 A = Scope.user(AGENT, "alice")
@@ -47,9 +47,8 @@ def md(name: str) -> bytes:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[SkillfsServer]:
-    srv = in_process(f"memory://{uuid.uuid4().hex}", tmp_path)
-    yield srv
-    srv.stop(0)
+    with running(f"memory://{uuid.uuid4().hex}", tmp_path) as srv:
+        yield srv
 
 
 @pytest.fixture
