@@ -422,9 +422,7 @@ class GitRepo(_Checked):
         missing = sorted({o for _, o, _ in wanted} - self._objects.keys())
         objects = {o: self._objects[o] for _, o, _ in wanted if o in self._objects}
         for oid, data in self._cat_files(missing):
-            entry = FileEntry(
-                sha256=sha256(data), size=len(data), mode=0o644, mtime=when
-            )
+            entry = FileEntry(sha256=sha256(data), size=len(data), mode=0o644, mtime=when)
             objects[oid] = (entry, data)
         self._objects = objects
         by_skill: dict[str, dict[str, tuple[FileEntry, bytes]]] = {}
