@@ -71,15 +71,14 @@ class Skills:
                 f"two layers share the name {', '.join(twice)}: give them distinct name=..."
             )
         # Store layers grouped by domain: one follower each, the agent's domain first.
-        plan: dict[str, list[int]] = {f"agents/{agent_id}": []}
+        plan: dict[str, tuple[list[Scope], list[int]]] = {f"agents/{agent_id}": ([], [])}
         for i, each in enumerate(self.layers):
             if each.scope is not None:
-                plan.setdefault(each.scope.domain, []).append(i)
+                scopes, idx = plan.setdefault(each.scope.domain, ([], []))
+                scopes.append(each.scope)
+                idx.append(i)
         self._domains = list(plan)
-        self._plan = [
-            (follower_for(self.store, d), [self._scope(i) for i in idx], idx)
-            for d, idx in plan.items()
-        ]
+        self._plan = [(follower_for(self.store, d), *group) for d, group in plan.items()]
         if max_staleness is not None:  # the watches must confirm at least that often
             for follower, _, _ in self._plan:
                 follower.watch_timeout = min(follower.watch_timeout, max(max_staleness / 2, 0.01))
@@ -92,11 +91,6 @@ class Skills:
         self._tracking = False
         self._last: Snapshot | None = None
         self._states: tuple[LayerSkills, ...] = ()
-
-    def _scope(self, i: int) -> Scope:
-        scope = self.layers[i].scope
-        assert scope is not None
-        return scope
 
     def __repr__(self) -> str:
         return f"Skills({self.store.url}, {self.agent_id}/{self.user_id})"
