@@ -23,7 +23,8 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 import skillfs
 from skillfs.console import ConsoleServer, make_app, serve
-from skillfs.model import File, Scope
+from skillfs.model import Scope
+from tests.test_console import example_files
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -38,16 +39,6 @@ TOKEN = "browser-admin-token-0123456789"
 AGENT = "support-bot"
 SHARED = Scope.shared(AGENT)
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "examples" / "skills"
-
-
-def example_files(name: str) -> dict[str, File]:
-    root = EXAMPLES / name
-    return {
-        p.relative_to(root).as_posix(): File(p.read_bytes(), mode=p.stat().st_mode & 0o777)
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
 
 
 @pytest.fixture(scope="module")
