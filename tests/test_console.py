@@ -470,31 +470,21 @@ def test_validate_api_finds_errors_with_lines(client: Client, store: skillfs.Sto
         "skill": "code-reviewer",
         "path": "SKILL.md",
         "base": m.version,
-        "content": "---\nname: code-reviewer\ndescription: ok\nfoo: 1\n---\nbody\n",
     }
-    r = client.request(
-        "POST",
-        "/api/validate",
-        body=json.dumps(body).encode(),
-        content_type="application/json",
-        headers={"X-CSRF-Token": client.csrf},
-    )
-    result = r.json()
+
+    def validate(content: str, csrf: bool = True) -> Reply:
+        headers = {"X-CSRF-Token": client.csrf} if csrf else {}
+        data = json.dumps({**body, "content": content}).encode()
+        return client.request(
+            "POST", "/api/validate", body=data, content_type="application/json", headers=headers
+        )
+
+    result = validate("---\nname: code-reviewer\ndescription: ok\nfoo: 1\n---\nbody\n").json()
     assert result["errors"] == 1
     assert result["findings"][0]["line"] == 4 and "foo" in result["findings"][0]["message"]
-    body["content"] = "---\nname: code-reviewer\ndescription: ok\n---\nbody\n"
-    r = client.request(
-        "POST",
-        "/api/validate",
-        body=json.dumps(body).encode(),
-        content_type="application/json",
-        headers={"X-CSRF-Token": client.csrf},
-    )
-    assert r.json()["errors"] == 0
-    no_csrf = client.request(
-        "POST", "/api/validate", body=json.dumps(body).encode(), content_type="application/json"
-    )
-    assert no_csrf.status == 403
+    valid = "---\nname: code-reviewer\ndescription: ok\n---\nbody\n"
+    assert validate(valid).json()["errors"] == 0
+    assert validate(valid, csrf=False).status == 403
 
 
 def test_conflict_shows_what_changed_and_overwrite_is_explicit(
