@@ -221,10 +221,6 @@ def file_tree(paths: list[str]) -> list[tuple[str, int, str]]:
     return rows
 
 
-def revision_of(call: Call, domain: str) -> Revision | None:
-    return call.store.revision(domain)
-
-
 def render_scope(
     call: Call, template: str, scope: Scope, status: int = 200, **context: Any
 ) -> Response:
@@ -235,7 +231,7 @@ def render_scope(
         status,
         scope=scope,
         domain=scope.domain,
-        revision=revision_of(call, scope.domain),
+        revision=call.store.revision(scope.domain),
         **context,
     )
 
@@ -309,7 +305,7 @@ def agent_page(call: Call, agent: str) -> Response:
         users=users,
         more_users=max(0, len(readable) - MAX_USERS_LISTED),
         domain=domain,
-        revision=revision_of(call, domain),
+        revision=call.store.revision(domain),
     )
 
 
