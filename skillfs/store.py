@@ -216,20 +216,17 @@ class Store:
                 f"{self.engine.max_ops} per atomic commit: split it into several commits"
             )
         now = self.clock()
-        prepared = [self._prepare(ch, now) for ch in changes]
+        blobs: dict[str, bytes] = {}  # the new bytes of every Put, uploaded together
+        tables = [None if isinstance(ch, Remove) else self._files(ch, blobs, now) for ch in changes]
+        refs = {e.sha256 for t in tables if t for e in t.values()} - blobs.keys()
+        self._upload(blobs, refs, now)
+        prepared = [self._prepare(ch, t, blobs) for ch, t in zip(changes, tables, strict=True)]
         commit_id = commit_id or uuid.uuid4().hex
         return self._commit(domain, prepared, commit_id)
 
-    def _prepare(self, change: Put | Remove, now: float) -> _Prepared:
-        if isinstance(change, Remove):
-            return _Prepared(
-                scope=change.scope,
-                skill=change.skill,
-                expected_version=change.expected_version,
-                files=None,
-            )
+    def _files(self, change: Put, blobs: dict[str, bytes], now: float) -> dict[str, FileEntry]:
+        """A Put's checked file table; its new bytes are added to `blobs`."""
         entries: dict[str, FileEntry] = {}
-        blobs: dict[str, bytes] = {}
         for raw_path, value in change.files.items():
             path = normalize_path(raw_path)
             if path in entries:
@@ -256,8 +253,19 @@ class Store:
                     raise InvalidPath(
                         f"{change.skill}: {parent!r} is a file, so {path!r} cannot be inside it"
                     )
-        refs = {e.sha256 for e in entries.values() if e.sha256 not in blobs}
-        self._upload(blobs, refs, now)
+        return entries
+
+    def _prepare(
+        self, change: Put | Remove, entries: dict[str, FileEntry] | None, blobs: dict[str, bytes]
+    ) -> _Prepared:
+        """A change after its blobs are stored: a Put's SKILL.md inspected."""
+        if entries is None:  # a Remove
+            return _Prepared(
+                scope=change.scope,
+                skill=change.skill,
+                expected_version=change.expected_version,
+                files=None,
+            )
         skill_md = entries.get("SKILL.md")
         frontmatter, findings = inspect_skill(
             change.skill,
@@ -313,6 +321,8 @@ class Store:
     def _upload(self, blobs: Mapping[str, bytes], refs: set[str], now: float) -> None:
         """Write the blobs the store lacks and refresh the last-use time of the ones it has
         and of the stored files kept by reference (that is GC's grace)."""
+        if not blobs and not refs:
+            return
         present = self._retrying(self.engine.touch_blobs, [*blobs, *refs], now)
         lost = refs - present
         if lost:

@@ -260,6 +260,28 @@ def test_limits_write_nothing(store_url: str) -> None:
     assert s.revision("support-bot") is None
 
 
+def test_a_commit_checks_every_skill_before_it_uploads(store_url: str) -> None:
+    s = skillfs.open_store(store_url, limits=Limits(max_file_size=1000))
+    fine = Put(ALICE, "a", {"SKILL.md": skill_md("a")})
+    too_big = Put(ALICE, "b", {"SKILL.md": skill_md("b"), "big": b"x" * 1001})
+    with pytest.raises(TooLarge, match="max_file_size"):
+        s.commit([fine, too_big])
+    assert list(s.engine.blob_shas()) == [] and s.revision("support-bot") is None
+
+
+def test_a_commit_asks_for_its_blobs_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = skillfs.open_store("memory://")
+    asked: list[int] = []
+    touch = s.engine.touch_blobs
+    monkeypatch.setattr(
+        s.engine, "touch_blobs", lambda shas, now: asked.append(len(shas)) or touch(shas, now)
+    )
+    s.commit([Put(ALICE, n, {"SKILL.md": skill_md(n), "r.md": n.encode()}) for n in "abc"])
+    assert asked == [6]
+    s.commit([Remove(ALICE, "a")])
+    assert asked == [6]  # nothing to upload: no round trip
+
+
 # ----------------------------------------------------------------- big files and ranges
 
 
