@@ -18,7 +18,7 @@ from typing import ParamSpec, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from skillfs.engines.base import EMPTY, CommitOp, Engine, VersionMismatch
+from skillfs.engines.base import EMPTY, CommitOp, Engine, MiB, VersionMismatch
 from skillfs.errors import Conflict, InvalidPath, NotFound, StoreUnavailable, TooLarge
 from skillfs.model import (
     Change,
@@ -39,7 +39,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 P = ParamSpec("P")
 
-MiB = 1024 * 1024
 SCRIPT_SUFFIXES = (".sh", ".bash", ".py", ".rb", ".pl", ".js", ".mjs")
 
 
