@@ -475,7 +475,7 @@ def editor_page(call: Call, scope: Scope, skill: str, path: str) -> Response:
         m,
         path,
         content,
-        findings=shown(stored_findings(call, m), text if path == SKILL_MD else None),
+        findings=shown(stored_findings(call, m), text),
         base=m.version,
         expected=m.version,
     )
