@@ -8,12 +8,15 @@ C2, C3, C5 and C6 (see tests/checker.py). Each run prints the number of operatio
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from skillfs.model import FileEntry
 from tests.checker import (
     PATHS,
     FilesRead,
@@ -23,6 +26,7 @@ from tests.checker import (
     RevisionRead,
     Target,
     WriteOp,
+    _files_read,
     check,
     record,
 )
@@ -190,6 +194,12 @@ def test_checker_passes_a_good_history() -> None:
     [
         ("C1", lambda ops, chain: ops.append(_files("r1", 40, 2, "w1-2", ["w1-2", "w0-1"] * 2))),
         ("C1", lambda ops, chain: ops.append(_read("r1", 40, 2, "w9-9"))),
+        (
+            "C1",
+            lambda ops, chain: ops.append(
+                dataclasses.replace(_files("r1", 40, 2, "w1-2"), bad_sha=["SKILL.md"])
+            ),
+        ),
         ("C3", lambda ops, chain: ops.append(_read("r1", 31, 1, "w0-1"))),
         ("C3", lambda ops, chain: ops.append(_rev("r1", 31, 1))),
         (
@@ -223,6 +233,25 @@ def test_checker_catches(clause: str, breaking: Callable[[list[Op], list[Any]], 
     breaking(ops, chain)
     found = _violations(ops, chain)
     assert any(v.startswith(clause) for v in found), found
+
+
+def test_files_read_records_tags_and_bytes_that_do_not_match_the_manifest() -> None:
+    good, other = b"tag=w0-1 a", b"tag=w1-2 b"
+    entry = FileEntry(sha256=hashlib.sha256(good).hexdigest(), size=len(good), mode=0o644, mtime=0)
+    op = _files_read(
+        {"a": entry, "b": entry},
+        ["a", "b"],
+        [good, other],
+        proc="r0",
+        invoke=0,
+        complete=1,
+        snap=1,
+        scope=T.scope,
+        skill=T.skill,
+        version=1,
+        commit_id="w0-1",
+    )
+    assert (op.paths, op.tags, op.bad_sha) == (["a", "b"], ["w0-1", "w1-2"], ["b"])
 
 
 def test_checker_allows_unknown_outcomes_in_fault_runs() -> None:
