@@ -85,6 +85,13 @@ def _epoch(cluster_id: int, created: int) -> str:
     return f"{cluster_id:016x}-{created}"
 
 
+def _revision(cluster_id: int, rev_kv: Any) -> Revision | None:
+    """A domain's revision from its rev key (None: the key is absent)."""
+    if rev_kv is None:
+        return None
+    return Revision(epoch=_epoch(cluster_id, rev_kv.create_revision), counter=rev_kv.mod_revision)
+
+
 def _stamp(value: bytes) -> float:
     return float(value.removeprefix(PARTIAL))
 
@@ -614,29 +621,14 @@ class EtcdEngine(Engine):
             response = self._txn(etcdrpc.TxnRequest(success=[_get(self._rev_key(d)) for d in part]))
             cluster = response.header.cluster_id
             for domain, r in zip(part, response.responses, strict=True):
-                kv = _first_kv(r)
-                out[domain] = (
-                    None
-                    if kv is None
-                    else Revision(
-                        epoch=_epoch(cluster, kv.create_revision), counter=kv.mod_revision
-                    )
-                )
+                out[domain] = _revision(cluster, _first_kv(r))
         return out
 
     def _read_rev(self, domain: str) -> tuple[Revision | None, int]:
         """The domain's revision and the store's revision at the time of reading it."""
         response = self._range(etcdrpc.RangeRequest(key=self._rev_key(domain)))
         kv = response.kvs[0] if response.kvs else None
-        rev = (
-            None
-            if kv is None
-            else Revision(
-                epoch=_epoch(response.header.cluster_id, kv.create_revision),
-                counter=kv.mod_revision,
-            )
-        )
-        return rev, response.header.revision
+        return _revision(response.header.cluster_id, kv), response.header.revision
 
     def changes(self, domain: str, since: Revision, timeout: float) -> list[Change]:
         """etcd's MVCC history is the log: a watch on the domain's keys from the revision
