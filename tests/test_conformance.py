@@ -450,7 +450,8 @@ def test_gc_keeps_referenced_and_recently_touched_blobs(store_url: str) -> None:
     reused = b"gone soon"
     s._upload({hashlib.sha256(reused).hexdigest(): reused}, set(), now[0])
     report = s.gc(grace=100)
-    assert report.blobs_deleted >= 1
+    assert report.blobs_deleted == 1  # a's SKILL.md: unreferenced and untouched since 1000
+    assert hashlib.sha256(skill_md("a")).hexdigest() not in set(s.engine.blob_shas())
     # touched within the grace: kept, although nothing references it yet
     assert hashlib.sha256(reused).hexdigest() in set(s.engine.blob_shas())
     s.publish(ALICE, "a2", {"SKILL.md": skill_md("a2"), "x.md": reused})
@@ -460,7 +461,7 @@ def test_gc_keeps_referenced_and_recently_touched_blobs(store_url: str) -> None:
     # a blob nobody references or touched is swept once the grace has passed
     s.delete(ALICE, "a2")
     now[0] = 9000.0
-    assert s.gc(grace=100).blobs_deleted >= 1
+    assert s.gc(grace=100).blobs_deleted == 2  # a2's SKILL.md and the reused blob
     digest = hashlib.sha256(reused).hexdigest()
     assert digest not in set(s.engine.blob_shas())
 
