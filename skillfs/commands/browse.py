@@ -233,9 +233,9 @@ def diff(
     with opened(store_url, token) as store:
         kept = {m.version: m for m in store.history(scope, target.skill)}
         new_m = _version(kept, new if new is not None else max(kept), scope, target.skill)
+        new_v = new_m.version if new_m else 0
         if old is None:
-            older = [v for v in kept if v < (new_m.version if new_m else 0)]
-            old = max(older, default=0)
+            old = max((v for v in kept if v < new_v), default=0)
         old_m = _version(kept, old, scope, target.skill)
         old_files = _under(old_m, target.path)
         new_files = _under(new_m, target.path)
@@ -249,17 +249,12 @@ def diff(
         data = store.read_entries(
             e for p in changed for e in (old_files.get(p), new_files.get(p)) if e is not None
         )
-    entries = [
-        _file_diff(p, old, new_m.version if new_m else 0, old_files.get(p), new_files.get(p), data)
-        for p in changed
-    ]
+    entries = [_file_diff(p, old, new_v, old_files.get(p), new_files.get(p), data) for p in changed]
     if as_json:
         emit_json(entries)
         return
     if not entries:
-        out.print(
-            f"no differences between version {old} and version {new_m.version if new_m else 0}"
-        )
+        out.print(f"no differences between version {old} and version {new_v}")
     for entry in entries:
         _print_file_diff(entry)
 
