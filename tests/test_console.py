@@ -699,6 +699,8 @@ def test_rename_is_one_commit_and_follows_the_name(client: Client, store: skillf
     assert "release-notes" not in store.skills(SHARED)
     new = store.manifest(SHARED, "changelog")
     assert new.frontmatter and new.frontmatter["name"] == "changelog" and not new.errors
+    others = {p: e for p, e in m.files.items() if p != "SKILL.md"}
+    assert others and {p: e for p, e in new.files.items() if p != "SKILL.md"} == others
     changes = list(store.follow(AGENT, rev, timeout=0.5))
     assert len({c.revision for c in changes}) == 1  # both halves in one revision
     taken = client.post(
@@ -732,6 +734,7 @@ def test_per_user_override(client: Client, store: skillfs.Store) -> None:
     assert store.read(alice, "code-reviewer", "SKILL.md") == store.read(
         SHARED, "code-reviewer", "SKILL.md"
     )
+    assert store.manifest(alice, "code-reviewer").files == m.files  # every file, mode and time
     shared_page = client.get(skill_url("code-reviewer"))
     assert "/agents/support-bot/users/alice/skills/code-reviewer/" in shared_page.text
     user_page = client.get(skill_url("code-reviewer", scope=alice))

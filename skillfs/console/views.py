@@ -17,7 +17,7 @@ from skillfs.console.archive import read_zip, write_zip
 from skillfs.console.diff import FileDiff, as_text, diff_manifests, diff_text
 from skillfs.console.web import HTTPError, Response, json_response, redirect
 from skillfs.errors import Conflict, InvalidPath, NotFound, SkillfsError
-from skillfs.model import File, Finding, Manifest, Put, Remove, Revision, Scope
+from skillfs.model import File, FileEntry, Finding, Manifest, Put, Remove, Revision, Scope
 from skillfs.names import check_id, check_skill_name, normalize_path
 from skillfs.runtime import Market, Skills
 from skillfs.server.auth import Level
@@ -163,28 +163,23 @@ def finding_line(f: Finding, text: str) -> int | None:
     return None
 
 
-def check(skill: str, files: Mapping[str, File]) -> list[Finding]:
-    """The spec findings the skill would have if published now."""
-    return inspect_skill(skill, {p: f.data for p, f in files.items()})[1]
+def check(call: Call, skill: str, files: Mapping[str, File | FileEntry]) -> list[Finding]:
+    """The spec findings the skill would have if published with `files` now: new files, or
+    stored ones kept by reference. Only SKILL.md is read."""
+    md = files.get(SKILL_MD)
+    texts = dict.fromkeys(files, b"")
+    if md is not None:
+        texts[SKILL_MD] = md.data if isinstance(md, File) else call.store.read_entry(md)
+    return inspect_skill(skill, texts)[1]
 
 
 def errors_of(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if f.severity == "error"]
 
 
-def load_files(call: Call, m: Manifest) -> dict[str, File]:
-    """A version's files with their modes and times, read in one batch."""
-    blobs = call.store.read_entries(m.files.values())
-    return {p: File(blobs[e.sha256], mode=e.mode, mtime=e.mtime) for p, e in m.files.items()}
-
-
 def stored_findings(call: Call, m: Manifest) -> list[Finding]:
-    """A version's findings as the current rules see them (only SKILL.md is read)."""
-    md = m.files.get(SKILL_MD)
-    files = {p: b"" for p in m.files}
-    if md is not None:
-        files[SKILL_MD] = call.store.read_entry(md)
-    return inspect_skill(m.skill, files)[1]
+    """A version's findings as the current rules see them."""
+    return check(call, m.skill, m.files)
 
 
 def skill_md_text(call: Call, m: Manifest) -> str | None:
@@ -236,10 +231,10 @@ def render_scope(
     )
 
 
-def with_file(call: Call, m: Manifest, path: str, data: bytes) -> dict[str, File]:
-    """A version's files with `path` set to `data`, in the mode that file had (a new file's
-    mode comes from its content)."""
-    files = load_files(call, m)
+def with_file(m: Manifest, path: str, data: bytes) -> dict[str, File | FileEntry]:
+    """A version's files (kept by reference) with `path` set to `data`, in the mode that file
+    had (a new file's mode comes from its content)."""
+    files: dict[str, File | FileEntry] = dict(m.files)
     old = m.files.get(path)
     files[path] = File(data, mode=old.mode if old else None)
     return files
@@ -530,8 +525,8 @@ def save(call: Call, scope: Scope, skill: str) -> Response:
     base, expected = call.form_int("base"), call.form_int("expected")
     data = _edit_text(call)
     loaded = call.store.manifest(scope, skill, version=base)
-    files = with_file(call, loaded, path, data)
-    findings = check(skill, files)
+    files = with_file(loaded, path, data)
+    findings = check(call, skill, files)
     text = data.decode("utf-8")
     if errors_of(findings) and not forced(call):
         return render_editor(
@@ -596,8 +591,8 @@ def upload(call: Call, scope: Scope, skill: str) -> Response:
     path = normalize_path(target)
     expected = call.form_int("expected")
     m = call.store.manifest(scope, skill, version=expected)
-    files = with_file(call, m, path, got.data)
-    errors = errors_of(check(skill, files))
+    files = with_file(m, path, got.data)
+    errors = errors_of(check(call, skill, files))
     if errors and not forced(call):
         return render_scope(
             call,
@@ -621,13 +616,13 @@ def remove_file(call: Call, scope: Scope, skill: str) -> Response:
     path = normalize_path(call.req.form.get("path", ""))
     expected = call.form_int("expected")
     m = call.store.manifest(scope, skill, version=expected)
-    files = load_files(call, m)
+    files: dict[str, File | FileEntry] = dict(m.files)  # kept by reference
     if path not in files:
         raise NotFound(f"{skill} version {expected} has no file {path!r}")
     del files[path]
     if not files:
         raise InvalidPath(f"{path} is the last file of {skill}: delete the skill instead")
-    errors = errors_of(check(skill, files))
+    errors = errors_of(check(call, skill, files))
     if errors and not forced(call):
         return confirm(
             call,
@@ -709,7 +704,7 @@ def create(call: Call, scope: Scope) -> Response:
     name = check_skill_name(call.req.form.get("name", "").strip())
     description = call.req.form.get("description", "").strip()
     files = {SKILL_MD: File(skill_template(name, description))}
-    errors = errors_of(check(name, files))
+    errors = errors_of(check(call, name, files))
     if errors and not forced(call):
         return confirm(call, urls.scope_url(scope), f"{name} would break the spec", {name: errors})
     try:
@@ -733,7 +728,9 @@ def import_zip(call: Call, scope: Scope) -> Response:
         raise HTTPError(400, "No file", "choose a .zip file holding a skill directory")
     skills = read_zip(got.data, call.console.zip_limits, call.req.form.get("name", "").strip())
     problems = {
-        name: errs for name, files in skills.items() if (errs := errors_of(check(name, files)))
+        name: errs
+        for name, files in skills.items()
+        if (errs := errors_of(check(call, name, files)))
     }
     if problems and not forced(call):
         return render_scope(
@@ -798,11 +795,13 @@ def rename(call: Call, scope: Scope, skill: str) -> Response:
     if new == skill:
         return redirect(urls.skill_url(scope, skill))
     m = call.store.manifest(scope, skill, version=expected)
-    files = load_files(call, m)
-    if SKILL_MD in files:
-        md = files[SKILL_MD]
-        files[SKILL_MD] = File(renamed_skill_md(md.data, skill, new), mode=md.mode)
-    errors = errors_of(check(new, files))
+    files: dict[str, File | FileEntry] = dict(m.files)  # the others kept by reference
+    md = m.files.get(SKILL_MD)
+    if md is not None:
+        files[SKILL_MD] = File(
+            renamed_skill_md(call.store.read_entry(md), skill, new), mode=md.mode
+        )
+    errors = errors_of(check(call, new, files))
     if errors and not forced(call):
         return confirm(
             call,
@@ -830,8 +829,7 @@ def override(call: Call, scope: Scope, skill: str) -> Response:
     target = Scope.user(scope.agent_id, user)
     call.require(Level.write, target)
     m = call.store.manifest(scope, skill, version=call.form_int("expected"))
-    files = load_files(call, m)
-    errors = errors_of(check(skill, files))
+    errors = errors_of(stored_findings(call, m))
     if errors and not forced(call):
         return confirm(
             call,
@@ -840,7 +838,7 @@ def override(call: Call, scope: Scope, skill: str) -> Response:
             {skill: errors},
         )
     try:
-        result = call.store.publish(target, skill, files, expected_version=0)
+        result = call.store.publish(target, skill, m.files, expected_version=0)  # by reference
     except Conflict:
         raise HTTPError(
             409,
