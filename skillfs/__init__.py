@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from skillfs import errors
@@ -47,12 +48,15 @@ __all__ = [
 ]
 
 
+#: The keyword options `Store` takes (the rest of open_store's options go to the engine).
+_STORE_OPTIONS = frozenset(inspect.signature(Store).parameters) - {"engine"}
+
+
 def open_store(url: str | None = None, **options: Any) -> Store:
     """A store by URL (DESIGN §2); `$SKILLFS_STORE` or the embedded SQLite file when None.
 
     Options go to `Store` (limits, history_policy, gc_grace, blob_cache_bytes, retry_for)
     or to the engine (e.g. `token` for grpc://)."""
-    store_keys = {"limits", "history_policy", "gc_grace", "blob_cache_bytes", "retry_for", "clock"}
-    store_opts = {k: v for k, v in options.items() if k in store_keys}
-    engine_opts = {k: v for k, v in options.items() if k not in store_keys}
+    store_opts = {k: v for k, v in options.items() if k in _STORE_OPTIONS}
+    engine_opts = {k: v for k, v in options.items() if k not in _STORE_OPTIONS}
     return Store(open_engine(url, **engine_opts), **store_opts)
