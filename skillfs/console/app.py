@@ -129,17 +129,13 @@ class Console:
         store: Store,
         tokens: Tokens,
         *,
-        secret: bytes | None = None,
         max_upload: int = 64 * 1024 * 1024,
-        zip_limits: ZipLimits | None = None,
-        title: str = "skillfs",
     ) -> None:
         self.store = store
         self.tokens = tokens
-        self.sessions = Sessions(tokens, secret)
+        self.sessions = Sessions(tokens)
         self.max_upload = max_upload
-        self.zip_limits = zip_limits or ZipLimits(max_total_bytes=store.limits.max_skill_size)
-        self.title = title
+        self.zip_limits = ZipLimits(max_total_bytes=store.limits.max_skill_size)
         #: Set by `close()`: live-update streams end so a server can shut down.
         self.stopping = threading.Event()
         self.env = jinja2.Environment(
@@ -151,7 +147,7 @@ class Console:
         )
         self.env.globals.update(
             urls=urls,
-            title=title,
+            title="skillfs",
             store_url=store.url,
             Level=Level,
         )
@@ -368,9 +364,7 @@ def make_app(
     tokens: Tokens | None = None,
     *,
     admin_token: str | None = None,
-    secret: bytes | None = None,
     max_upload: int = 64 * 1024 * 1024,
-    title: str = "skillfs",
 ) -> Console:
     """The console over `store`, signing in with the server's tokens (their grants decide what
     each operator may read and write); or, without a tokens config, one `admin_token` that may
@@ -381,7 +375,7 @@ def make_app(
         tokens = Tokens(
             text=tokens_document([("admin", admin_token, ["*:admin"])], secrets.token_hex(16))
         )
-    return Console(store, tokens, secret=secret, max_upload=max_upload, title=title)
+    return Console(store, tokens, max_upload=max_upload)
 
 
 def _safe_next(target: str) -> str:

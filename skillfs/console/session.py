@@ -32,13 +32,15 @@ class Session:
 class Sessions:
     """Issues and checks session cookies against the current tokens config."""
 
-    def __init__(self, tokens: Tokens, secret: bytes | None = None) -> None:
+    def __init__(self, tokens: Tokens) -> None:
         self.tokens = tokens
-        self._secret = secret
 
     def _key(self) -> bytes:
-        base = self._secret or self.tokens.config.receipt_key
-        return hmac.new(base, b"skillfs console sessions v1", hashlib.sha256).digest()
+        """From the tokens config's receipt key, so every server of one config honours the
+        cookie, and a new key signs everyone out."""
+        return hmac.new(
+            self.tokens.config.receipt_key, b"skillfs console sessions v1", hashlib.sha256
+        ).digest()
 
     def _sign(self, text: str) -> str:
         mac = hmac.new(self._key(), text.encode(), hashlib.sha256).digest()
