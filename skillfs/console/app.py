@@ -73,14 +73,8 @@ class Call:
     def principal_name(self) -> str:
         return self.session.principal.name
 
-    def may(self, level: Level, scope: Scope) -> bool:
-        return self.session.principal.may(level, scope)
-
     def require(self, level: Level, scope: Scope) -> None:
         self.session.principal.require(level, scope)
-
-    def may_see(self, domain: str) -> bool:
-        return self.session.principal.may_see_domain(domain)
 
     def require_domain(self, domain: str) -> None:
         self.session.principal.require_domain(domain)
@@ -149,7 +143,6 @@ class Console:
             urls=urls,
             title="skillfs",
             store_url=store.url,
-            Level=Level,
         )
         self.env.filters.update(
             size=human_size, when=when, ago=ago, mode=file_mode, rev=rev_text, plural=plural
