@@ -248,7 +248,7 @@ def test_changes_are_whole_commits_in_order(engine: RedisEngine) -> None:
 def test_changes_reset_on_trimmed_log_other_epoch_or_counter_back(
     redis_url: str, raw: redis.Redis
 ) -> None:
-    engine = RedisEngine(redis_url, log_limit=10)
+    engine = RedisEngine(f"{redis_url}?log_limit=10")
     first = engine.commit(DOMAIN, [put(ALICE, "x", 1)])
     for round_ in range(3):
         engine.commit(DOMAIN, [put(ALICE, f"r{round_}-{i}", 1) for i in range(150)])

@@ -229,7 +229,7 @@ class RedisEngine(Engine):
     """Redis standalone (`redis://`, `rediss://`), Cluster (`redis+cluster://`) or Sentinel
     (`redis+sentinel://`); options are passed on to the redis-py client."""
 
-    def __init__(self, url: str, *, log_limit: int = LOG_LIMIT, **options: Any) -> None:
+    def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url)
         parts = urlsplit(url)
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
@@ -241,7 +241,7 @@ class RedisEngine(Engine):
         try:
             self.wait = int(query.pop("wait", "0"))
             self.wait_timeout = int(query.pop("wait_timeout", str(WAIT_TIMEOUT_MS)))
-            self.log_limit = int(query.pop("log_limit", str(log_limit)))
+            self.log_limit = int(query.pop("log_limit", str(LOG_LIMIT)))
         except ValueError as exc:
             raise InvalidPath(
                 f"invalid wait, wait_timeout or log_limit in {self.url}: give integers"
