@@ -33,10 +33,9 @@ class HTTPError(Exception):
 class Upload:
     """One file of a multipart form."""
 
-    def __init__(self, filename: str, data: bytes, content_type: str) -> None:
+    def __init__(self, filename: str, data: bytes) -> None:
         self.filename = filename
         self.data = data
-        self.content_type = content_type
 
 
 class Request:
@@ -123,9 +122,7 @@ class Request:
             filename = part.get_param("filename", header="content-disposition")
             if isinstance(filename, str):
                 if filename:
-                    self.files[field] = Upload(
-                        filename, content, part.get_content_type() or "application/octet-stream"
-                    )
+                    self.files[field] = Upload(filename, content)
             else:
                 self.form[field] = content.decode("utf-8", "replace")
 
