@@ -13,7 +13,7 @@ from skillfs.store import Store
 MAX_DIFF_BYTES = 512 * 1024
 
 LineKind = Literal["hunk", "context", "add", "remove"]
-Status = Literal["added", "removed", "modified", "mode", "unchanged"]
+Status = Literal["added", "removed", "modified", "mode"]
 
 
 @dataclass(frozen=True)
@@ -76,9 +76,7 @@ def diff_text(old: str, new: str, context: int = 3) -> list[DiffLine]:
     return out
 
 
-def diff_manifests(
-    store: Store, old: Manifest | None, new: Manifest | None, *, unchanged: bool = False
-) -> list[FileDiff]:
+def diff_manifests(store: Store, old: Manifest | None, new: Manifest | None) -> list[FileDiff]:
     """Every file that differs between two manifests (`None`: the skill did not exist).
 
     Blobs are read in one batch; identical hashes are never read."""
@@ -97,8 +95,6 @@ def diff_manifests(
         elif a.mode != b.mode:
             status = "mode"
         else:
-            if unchanged:
-                diffs.append(FileDiff(path, "unchanged", a, b))
             continue
         d = FileDiff(path, status, a, b)
         if status != "mode":
@@ -110,7 +106,7 @@ def diff_manifests(
         diffs.append(d)
     blobs = store.read_entries(wanted) if wanted else {}
     for d in diffs:
-        if d.status in ("mode", "unchanged") or d.too_large:
+        if d.status == "mode" or d.too_large:
             continue
         texts = [as_text(blobs[e.sha256]) if e else "" for e in (d.old, d.new)]
         if texts[0] is None or texts[1] is None:
