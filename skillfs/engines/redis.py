@@ -272,7 +272,7 @@ class RedisEngine(Engine):
                 f"unknown Redis URL scheme {parts.scheme!r}: use one of {', '.join(_SCHEMES)}"
             )
         self._open = self._client_factory(parts, query, kwargs)
-        self._guarded = _Guard(self)
+        self._guard = _Guard(self)
         self._rev_keys: dict[str, str] = {}
         self._lock = threading.Lock()
         self._conn: _Connected | None = None
@@ -382,16 +382,12 @@ class RedisEngine(Engine):
     def _domains_key(self) -> str:
         return f"{self.prefix}domains"
 
-    def _guard(self) -> _Guard:
-        return self._guarded
-
-
     # ------------------------------------------------------------------ blobs
 
     def touch_blobs(self, shas: Sequence[str], now: float) -> set[str]:
         if not shas:
             return set()
-        with self._guard():
+        with self._guard:
             pipe = self._client.pipeline(transaction=False)
             for sha in shas:
                 pipe.set(self._blob_key(sha, "meta"), repr(now), xx=True)
@@ -400,7 +396,7 @@ class RedisEngine(Engine):
 
     def put_blob(self, sha: str, chunks: Sequence[bytes], now: float) -> None:
         """Chunks and last-use in one MULTI: a blob with a meta key always has all its chunks."""
-        with self._guard():
+        with self._guard:
             pipe = self._client.pipeline(transaction=True)
             for i, chunk in enumerate(chunks):
                 pipe.set(self._blob_key(sha, i), bytes(chunk))
@@ -410,7 +406,7 @@ class RedisEngine(Engine):
     def get_chunks(self, keys: Sequence[tuple[str, int]]) -> list[bytes | None]:
         if not keys:
             return []
-        with self._guard():
+        with self._guard:
             pipe = self._client.pipeline(transaction=False)
             for sha, i in keys:
                 pipe.get(self._blob_key(sha, i))
@@ -419,12 +415,12 @@ class RedisEngine(Engine):
     def blob_shas(self) -> Iterator[str]:
         start = len(self.prefix) + len("blobs/{")
         pattern = _glob_escape(self.prefix) + "blobs/{*}/meta"
-        with self._guard():
+        with self._guard:
             keys = cast(list[bytes], list(self._client.scan_iter(match=pattern, count=1000)))
         return iter(sorted(k.decode()[start : -len("}/meta")] for k in keys))
 
     def delete_blob_if_idle(self, sha: str, cutoff: float) -> bool:
-        with self._guard():
+        with self._guard:
             done = self._c.delete_blob(
                 keys=[self._blob_key(sha, "meta")], args=[repr(cutoff), self._blob_key(sha, "")]
             )
@@ -433,14 +429,14 @@ class RedisEngine(Engine):
     # ------------------------------------------------------------------ manifests and history
 
     def load_scope(self, scope: Scope) -> dict[str, Manifest]:
-        with self._guard():
+        with self._guard:
             raw = cast(dict[bytes, bytes], self._client.hgetall(self._skills_key(scope)))
         return {k.decode(): Manifest.from_json(v) for k, v in raw.items()}
 
     def load_skills(self, scope: Scope, skills: Sequence[str]) -> dict[str, Manifest]:
         if not skills:
             return {}
-        with self._guard():
+        with self._guard:
             raw = cast(list[bytes | None], self._client.hmget(self._skills_key(scope), skills))
         return {s: Manifest.from_json(v) for s, v in zip(skills, raw, strict=True) if v}
 
@@ -458,7 +454,7 @@ class RedisEngine(Engine):
                 m.skill, op.expect, m.model_dump_json(), str(op.scope),
                 "remove" if m.deleted else "put", m.version,
             ]  # fmt: skip
-        with self._guard():
+        with self._guard:
             if self.cluster:  # the domain set has its own slot: add first, so listings never miss
                 self._client.sadd(self._domains_key, domain)
             result = self._run_commit(keys, args)
@@ -503,13 +499,13 @@ class RedisEngine(Engine):
         raise rx.NoScriptError("the commit script could not be loaded")
 
     def history(self, scope: Scope, skill: str) -> list[Manifest]:
-        with self._guard():
+        with self._guard:
             raw = cast(dict[bytes, bytes], self._client.hgetall(self._history_key(scope, skill)))
         return [Manifest.from_json(raw[v]) for v in sorted(raw, key=int, reverse=True)]
 
     def drop_history(self, scope: Scope, skill: str, versions: Sequence[int]) -> None:
         if versions:
-            with self._guard():
+            with self._guard:
                 self._client.hdel(self._history_key(scope, skill), *map(str, versions))
 
     # ------------------------------------------------------------------ revisions, change log
@@ -519,7 +515,7 @@ class RedisEngine(Engine):
         if not domains:
             return {}
         keys = [self._rev_keys.get(d) or self._rev_key(d) for d in domains]
-        with self._guarded:
+        with self._guard:
             if len(keys) == 1:  # the common per-step check: skip the pipeline's overhead
                 rows = [cast(list[bytes | None], self._client.hmget(keys[0], "epoch", "counter"))]
             else:
@@ -541,7 +537,7 @@ class RedisEngine(Engine):
         keys = [f"{base}/rev", f"{base}/log"]
         deadline = time.monotonic() + timeout
         while True:
-            with self._guard():
+            with self._guard:
                 result = self._c.changes(
                     keys=keys, args=[since.epoch, since.counter, CHANGES_BATCH]
                 )
@@ -551,7 +547,7 @@ class RedisEngine(Engine):
                 return found
             # Blocks until an entry after `since` exists; stays under the socket timeout.
             block = min(remaining, self.socket_timeout * 0.8)
-            with self._guard():
+            with self._guard:
                 self._client.xread({keys[1]: f"{since.counter}-{_MAX_SEQ}"}, count=1,
                                    block=max(1, int(block * 1000)))  # fmt: skip
 
@@ -575,13 +571,13 @@ class RedisEngine(Engine):
     # ------------------------------------------------------------------ listings
 
     def domains(self) -> list[str]:
-        with self._guard():
+        with self._guard:
             raw = cast(set[bytes], self._client.smembers(self._domains_key))
         return sorted(d.decode() for d in raw)
 
     def scopes(self, domain: str) -> list[Scope]:
         key = f"{self._domain_key(domain)}/scopes"
-        with self._guard():
+        with self._guard:
             raw = cast(set[bytes], self._client.smembers(key))
         return sorted((Scope.parse(s.decode()) for s in raw), key=str)
 
@@ -594,14 +590,14 @@ class RedisEngine(Engine):
         if not counts:
             return
         key = self._usage_key(agent)
-        with self._guard():
+        with self._guard:
             pipe = self._client.pipeline(transaction=False)
             for (user, skill), n in counts.items():
                 pipe.hincrby(key, json.dumps([user, skill]), n)
             pipe.execute()
 
     def usage(self, agent: str) -> dict[tuple[str, str], int]:
-        with self._guard():
+        with self._guard:
             raw = cast(dict[bytes, bytes], self._client.hgetall(self._usage_key(agent)))
         out: dict[tuple[str, str], int] = {}
         for field, n in raw.items():
@@ -612,7 +608,7 @@ class RedisEngine(Engine):
     # ------------------------------------------------------------------ life cycle
 
     def ping(self) -> None:
-        with self._guard():
+        with self._guard:
             self._client.ping()
 
     def close(self) -> None:
