@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
+from skillfs.commands.common import StoreOption as StoreOption  # re-exported for cli.py
 from skillfs.commands.common import err, fail, out
 from skillfs.engines import DEFAULT_PATH, default_url
 from skillfs.errors import SkillfsError
@@ -32,15 +33,6 @@ if TYPE_CHECKING:
 #: The agent whose shared scope `skillfs run` fills with the example skills.
 EXAMPLE_AGENT = "example-agent"
 
-StoreOption = Annotated[
-    str | None,
-    typer.Option(
-        "--store",
-        metavar="URL",
-        show_default=False,
-        help="Store URL (default: $SKILLFS_STORE, else the SQLite file).",
-    ),
-]
 GrpcOption = Annotated[str, typer.Option("--grpc", metavar="HOST:PORT", help="The gRPC port.")]
 HttpOption = Annotated[
     str,
