@@ -288,8 +288,8 @@ class EtcdEngine(Engine):
             if attempt % n == 0:
                 time.sleep(max(0.0, min(0.2, end - time.monotonic())))
         tried = "; ".join(f"{t} {e}" for t, e in failures.items())
-        with self.unavailable(EndpointsDown):
-            raise EndpointsDown(f"no etcd endpoint answered: {tried}")
+        down = EndpointsDown(f"no etcd endpoint answered: {tried}")
+        raise self.unavailable_error(down) from down
 
     def _error(self, code: grpc.StatusCode, details: str) -> Exception:
         """An error that rotating endpoints would not cure."""
