@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import itertools
 import os
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import grpc
@@ -36,8 +34,6 @@ from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server import wire
 
 ENV_TOKEN = "SKILLFS_TOKEN"
-K = TypeVar("K")
-V = TypeVar("V")
 R = TypeVar("R")
 
 #: A server that failed to answer is tried last for this long (seconds).
@@ -53,31 +49,6 @@ _CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 20_000),
     ("grpc.keepalive_timeout_ms", 5_000),
 ]
-
-
-class _Lru(Generic[K, V]):
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._items: OrderedDict[K, V] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: K) -> V | None:
-        with self._lock:
-            value = self._items.get(key)
-            if value is not None:
-                self._items.move_to_end(key)
-            return value
-
-    def put(self, key: K, value: V) -> None:
-        with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
-
-    def pop(self, key: K) -> None:
-        with self._lock:
-            self._items.pop(key, None)
 
 
 def _with_through(changes: list[Change], through: Revision | None) -> list[Change]:
@@ -135,9 +106,9 @@ class GrpcEngine(Engine):
         token = token or os.environ.get(ENV_TOKEN)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         #: sha256 -> (scope, skill, version): a readable manifest holding the blob.
-        self._seen: _Lru[str, tuple[Scope, str, int]] = _Lru(200_000)
+        self._seen: wire.Lru[str, tuple[Scope, str, int]] = wire.Lru(200_000)
         #: sha256 -> (size, receipt) from the server's answers to uploads and touches.
-        self._receipts: _Lru[str, tuple[int, bytes]] = _Lru(200_000)
+        self._receipts: wire.Lru[str, tuple[int, bytes]] = wire.Lru(200_000)
 
     # ------------------------------------------------------------------ calls
 

@@ -68,25 +68,17 @@ class ManifestIndex:
 
     def __init__(self, store: Store, size: int = 20_000) -> None:
         self._engine = store.engine
-        self._size = size
-        self._items: OrderedDict[tuple[Scope, str, int], dict[str, int]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._items: wire.Lru[tuple[Scope, str, int], dict[str, int]] = wire.Lru(size)
 
     def remember(self, scope: Scope, m: Manifest) -> dict[str, int]:
         files = {e.sha256: e.size for e in m.files.values()}
-        with self._lock:
-            self._items[(scope, m.skill, m.version)] = files
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
+        self._items.put((scope, m.skill, m.version), files)
         return files
 
     def files(self, scope: Scope, skill: str, version: int) -> dict[str, int] | None:
-        key = (scope, skill, version)
-        with self._lock:
-            hit = self._items.get(key)
-            if hit is not None:
-                self._items.move_to_end(key)
-                return hit
+        hit = self._items.get((scope, skill, version))
+        if hit is not None:
+            return hit
         live = self._engine.load_skills(scope, [skill]).get(skill)
         found = live if live is not None and live.version == version else None
         if found is None:

@@ -1,5 +1,6 @@
 """What the server and the `grpc://` engine share: conversions between the pydantic models and
-the proto messages, and the mapping of skillfs errors to gRPC status codes and back.
+the proto messages, the mapping of skillfs errors to gRPC status codes and back, and the
+bounded LRU map both keep their caches in.
 
 An error crosses the wire as a status code with the error's message, plus trailing metadata
 naming its class (and, for a conflict, the current version), so the client raises the same
@@ -9,7 +10,10 @@ naming its class (and, for a conflict, the current version), so the client raise
 from __future__ import annotations
 
 import functools
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Generic, TypeVar
 
 import grpc
 
@@ -27,6 +31,9 @@ from skillfs.errors import (
 )
 from skillfs.model import Change, Manifest, Revision, Scope
 from skillfs.proto import skillfs_pb2 as pb
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 #: What a watch starts from when its domain has no revision yet: any real one differs.
 NO_REVISION = Revision(epoch="", counter=0)
@@ -192,3 +199,30 @@ def check_domain(domain: str) -> str:
     if kind == "markets":
         return Scope.market(ident).domain
     raise InvalidPath(f"invalid domain {domain!r}: use 'agents/AGENT' or 'markets/NAME'")
+
+
+class Lru(Generic[K, V]):
+    """A bounded, thread-safe map that drops the least recently used entry first."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._items: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: K, value: V) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+    def pop(self, key: K) -> None:
+        with self._lock:
+            self._items.pop(key, None)
