@@ -20,11 +20,11 @@ from rich.markup import escape
 
 from skillfs.commands.common import StoreOption as StoreOption  # re-exported for cli.py
 from skillfs.commands.common import err, fail, out
+from skillfs.commands.transfer import _read, _sources
 from skillfs.engines import DEFAULT_PATH, default_url
 from skillfs.errors import SkillfsError
-from skillfs.model import File, Scope
+from skillfs.model import Scope
 from skillfs.server.auth import ENV_TOKENS
-from skillfs.skill import find_skill_dirs
 from skillfs.store import Store
 
 if TYPE_CHECKING:
@@ -157,16 +157,11 @@ def _import_examples(store: Store, examples: Path) -> list[str]:
     scope = Scope.shared(EXAMPLE_AGENT)
     have = set(store.skills(scope))
     added = []
-    for directory in find_skill_dirs(examples):
-        if directory.name in have:
+    for source in _sources(examples, store.limits):  # as `skillfs import` reads them
+        if source.name in have:
             continue
-        files = {
-            p.relative_to(directory).as_posix(): File(p.read_bytes(), mode=p.stat().st_mode & 0o777)
-            for p in sorted(directory.rglob("*"))
-            if p.is_file() and "__pycache__" not in p.parts
-        }
-        store.publish(scope, directory.name, files)
-        added.append(directory.name)
+        store.publish(scope, source.name, _read(source))
+        added.append(source.name)
     return added
 
 
