@@ -16,9 +16,9 @@ import typer
 from rich.markup import escape
 
 from skillfs.commands import register
-from skillfs.commands.common import JsonOption, emit_json, fail, out
+from skillfs.commands.common import JsonOption, StoreOption, emit_json, fail, out
 from skillfs.commands.helptext import Command, Group
-from skillfs.server.commands import GrpcOption, HttpOption, StoreOption, run_examples, serve
+from skillfs.server.commands import GrpcOption, HttpOption, run_examples, serve
 from skillfs.skill import ValidationReport, find_skill_dirs, validate_dir
 
 app = typer.Typer(

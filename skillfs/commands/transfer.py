@@ -57,7 +57,7 @@ DEFAULT_BATCH = 64
 
 
 @dataclass(frozen=True)
-class _Source:
+class SkillSource:
     """A skill directory on disk and its files (relative POSIX path -> absolute path)."""
 
     name: str
@@ -66,7 +66,7 @@ class _Source:
     size: int
 
 
-def _sources(directory: Path, limits: Limits) -> list[_Source]:
+def skill_sources(directory: Path, limits: Limits) -> list[SkillSource]:
     """Every skill DIRECTORY holds (itself when it is one), checked against the path rules and
     the store's size limits before anything is written."""
     found = [d for d in find_skill_dirs(directory) if (d / SKILL_MD).is_file()]
@@ -103,11 +103,11 @@ def _sources(directory: Path, limits: Limits) -> list[_Source]:
                 f"{limits.max_files} files, {limits.max_skill_size} bytes per skill; "
                 "nothing was imported"
             )
-        sources.append(_Source(name, root, files, total))
+        sources.append(SkillSource(name, root, files, total))
     return sources
 
 
-def _read(source: _Source) -> dict[str, File]:
+def read_source(source: SkillSource) -> dict[str, File]:
     files = {}
     for rel, path in source.files.items():
         st = path.stat()
@@ -170,7 +170,7 @@ def import_(
     Skills that break the spec are stored anyway, their findings recorded and listed below;
     skills whose files are unchanged are not written again."""
     with opened(store_url, token, create=True) as store:
-        sources = _sources(directory, store.limits)
+        sources = skill_sources(directory, store.limits)
         check_write(store, scope)  # the grant to ask for, before any upload
         limit = store.engine.max_ops
         size = batch or limit or DEFAULT_BATCH
@@ -187,7 +187,7 @@ def import_(
                 puts = []
                 for source in chunk:
                     progress.update(task, description=f"reading {source.name}")
-                    files = _read(source)
+                    files = read_source(source)
                     unchanged = _same(files, current.get(source.name))
                     _, findings[source.name] = inspect_skill(
                         source.name, {p: f.data for p, f in files.items()}
@@ -216,7 +216,7 @@ def import_(
 
 
 def _row(
-    source: _Source, current: Manifest | None, unchanged: bool, findings: list[Finding]
+    source: SkillSource, current: Manifest | None, unchanged: bool, findings: list[Finding]
 ) -> dict[str, Any]:
     """One skill of the import report."""
     errors = [f.message for f in findings if f.severity == "error"]

@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from skillfs.commands.common import StoreOption as StoreOption  # re-exported for cli.py
-from skillfs.commands.common import err, fail, out
-from skillfs.commands.transfer import _read, _sources
+from skillfs.commands.common import StoreOption, err, fail, out
+from skillfs.commands.transfer import read_source, skill_sources
 from skillfs.engines import DEFAULT_PATH, default_url
 from skillfs.errors import SkillfsError
 from skillfs.model import Scope
@@ -157,10 +156,10 @@ def _import_examples(store: Store, examples: Path) -> list[str]:
     scope = Scope.shared(EXAMPLE_AGENT)
     have = set(store.skills(scope))
     added = []
-    for source in _sources(examples, store.limits):  # as `skillfs import` reads them
+    for source in skill_sources(examples, store.limits):  # as `skillfs import` reads them
         if source.name in have:
             continue
-        store.publish(scope, source.name, _read(source))
+        store.publish(scope, source.name, read_source(source))
         added.append(source.name)
     return added
 
