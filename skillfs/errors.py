@@ -55,7 +55,3 @@ class ReplicationTimeout(SkillfsError):
     Not a StoreUnavailable: retrying would find the commit live on the primary and report
     success although no replica confirmed it. The commit is not rolled back (Redis cannot);
     it may be lost if the primary fails before a replica copies it."""
-
-
-class HistoryGone(SkillfsError):
-    """The change log no longer reaches back to the asked revision: reload instead."""

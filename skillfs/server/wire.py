@@ -20,7 +20,6 @@ import grpc
 from skillfs.engines.base import VersionMismatch
 from skillfs.errors import (
     Conflict,
-    HistoryGone,
     InvalidPath,
     InvalidSkill,
     NotFound,
@@ -55,7 +54,6 @@ _CODES: dict[str, grpc.StatusCode] = {
     "StoreUnavailable": grpc.StatusCode.UNAVAILABLE,
     "Unauthenticated": grpc.StatusCode.UNAUTHENTICATED,
     "PermissionDenied": grpc.StatusCode.PERMISSION_DENIED,
-    "HistoryGone": grpc.StatusCode.OUT_OF_RANGE,
 }
 _CLASSES: dict[str, type[SkillfsError]] = {
     "InvalidSkill": InvalidSkill,
@@ -65,7 +63,6 @@ _CLASSES: dict[str, type[SkillfsError]] = {
     "StoreUnavailable": StoreUnavailable,
     "Unauthenticated": PermissionDenied,
     "PermissionDenied": PermissionDenied,
-    "HistoryGone": HistoryGone,
 }
 #: Status codes gRPC itself raises (no skillfs metadata), as the error a caller expects.
 _BY_CODE: dict[grpc.StatusCode, type[SkillfsError]] = {
