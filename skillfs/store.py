@@ -233,15 +233,37 @@ class Store:
                     f"{change.skill}: {raw_path!r} names the same file as another path"
                 )
             entries[path] = self._entry(change.skill, path, value, blobs, now)
+        self.check_file_table(change.skill, entries)
+        return entries
+
+    def check_file(self, skill: str, path: str, size: int, mode: int | None) -> None:
+        """One file against the limits and the mode rule (before its bytes are hashed)."""
+        if mode is not None and not 0 <= mode <= 0o777:
+            raise InvalidPath(
+                f"mode {oct(mode)} of {skill}/{path}: only permission bits 0o777 are stored "
+                "(no setuid, setgid or sticky bit, no file type)"
+            )
+        if not 0 <= size <= self.limits.max_file_size:
+            raise TooLarge(
+                f"{skill}/{path} is {size} bytes, over the limit of "
+                f"{self.limits.max_file_size} bytes per file (Limits.max_file_size)"
+            )
+
+    def check_file_table(self, skill: str, entries: Mapping[str, FileEntry]) -> None:
+        """A skill's file table against the limits; no file may also be a directory.
+
+        The server holds a manifest a grpc:// client built to the same rules."""
+        for path, e in entries.items():
+            self.check_file(skill, path, e.size, e.mode)
         if len(entries) > self.limits.max_files:
             raise TooLarge(
-                f"{change.skill} has {len(entries)} files, "
+                f"{skill} has {len(entries)} files, "
                 f"over the limit of {self.limits.max_files} (Limits.max_files)"
             )
         total = sum(e.size for e in entries.values())
         if total > self.limits.max_skill_size:
             raise TooLarge(
-                f"{change.skill} holds {total} bytes, over the limit of "
+                f"{skill} holds {total} bytes, over the limit of "
                 f"{self.limits.max_skill_size} bytes per skill (Limits.max_skill_size)"
             )
         for path in entries:
@@ -250,9 +272,8 @@ class Store:
                 parent = parent.rsplit("/", 1)[0]
                 if parent in entries:
                     raise InvalidPath(
-                        f"{change.skill}: {parent!r} is a file, so {path!r} cannot be inside it"
+                        f"{skill}: {parent!r} is a file, so {path!r} cannot be inside it"
                     )
-        return entries
 
     def _prepare(
         self, change: Put | Remove, entries: dict[str, FileEntry] | None, blobs: dict[str, bytes]
@@ -296,16 +317,7 @@ class Store:
         else:
             f = value if isinstance(value, File) else File(bytes(value))
             size, mode = len(f.data), f.mode
-        if mode is not None and not 0 <= mode <= 0o777:
-            raise InvalidPath(
-                f"mode {oct(mode)} of {skill}/{path}: only permission bits 0o777 are stored "
-                "(no setuid, setgid or sticky bit, no file type)"
-            )
-        if size > self.limits.max_file_size:
-            raise TooLarge(
-                f"{skill}/{path} is {size} bytes, over the limit of "
-                f"{self.limits.max_file_size} bytes per file (Limits.max_file_size)"
-            )
+        self.check_file(skill, path, size, mode)
         if isinstance(value, FileEntry):
             return value
         digest = sha256(f.data)

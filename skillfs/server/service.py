@@ -797,37 +797,11 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             raise InvalidPath(f"{where}: a commit id is 1-128 characters")
         if m.deleted and m.files:
             raise InvalidPath(f"{where}: a deletion has no files")
-        limits = self.store.limits
-        if len(m.files) > limits.max_files:
-            raise TooLarge(
-                f"{m.skill} has {len(m.files)} files, over the limit of {limits.max_files}"
-            )
         for path, e in m.files.items():
             if normalize_path(path) != path:
                 raise InvalidPath(f"{where}: file path {path!r} is not normalized")
             check_sha(e.sha256)
-            if not 0 <= e.size <= limits.max_file_size:
-                raise TooLarge(
-                    f"{m.skill}/{path} is {e.size} bytes, over the limit of "
-                    f"{limits.max_file_size} bytes per file (Limits.max_file_size)"
-                )
-            if not 0 <= e.mode <= 0o777:
-                raise InvalidPath(
-                    f"{where}: mode {oct(e.mode)} of {path!r}: only permission bits 0o777 are "
-                    "stored (no setuid, setgid or sticky bit, no file type)"
-                )
-            parent = path
-            while "/" in parent:
-                parent = parent.rsplit("/", 1)[0]
-                if parent in m.files:
-                    raise InvalidPath(
-                        f"{where}: {parent!r} is a file, so {path!r} cannot be inside it"
-                    )
-        if m.size > limits.max_skill_size:
-            raise TooLarge(
-                f"{m.skill} holds {m.size} bytes, over the limit of {limits.max_skill_size} "
-                "bytes per skill (Limits.max_skill_size)"
-            )
+        self.store.check_file_table(m.skill, m.files)
         return m
 
     def _derived(self, m: Manifest, principal: Principal) -> Manifest:
