@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 
@@ -66,3 +67,14 @@ def normalize_path(path: str) -> str:
             f"file path {path!r} does not name a file (or a segment is over 255 bytes)"
         )
     return norm
+
+
+@functools.lru_cache(maxsize=4096)
+def check_domain(domain: str) -> str:
+    """A revision domain, `agents/<id>` or `markets/<id>`, with its id checked (cached: the
+    per-step revision check names the same few domains every time)."""
+    kind, _, ident = domain.partition("/")
+    if kind not in ("agents", "markets"):
+        raise InvalidPath(f"invalid domain {domain!r}: use 'agents/AGENT' or 'markets/NAME'")
+    check_id(kind[:-1], ident)
+    return domain

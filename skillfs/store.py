@@ -32,7 +32,7 @@ from skillfs.model import (
     Revision,
     Scope,
 )
-from skillfs.names import check_id, check_skill_name, is_hidden_dir, normalize_path
+from skillfs.names import check_domain, check_id, check_skill_name, is_hidden_dir, normalize_path
 from skillfs.skill import inspect_skill
 
 log = logging.getLogger(__name__)
@@ -602,7 +602,7 @@ class Store:
         if isinstance(target, Scope):
             return target.domain
         if target.startswith(("agents/", "markets/")):
-            return target
+            return check_domain(target)
         return f"agents/{check_id('agent', target)}"
 
     def revision(self, target: str | Scope) -> Revision | None:

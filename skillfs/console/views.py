@@ -18,7 +18,7 @@ from skillfs.console.diff import FileDiff, as_text, diff_manifests, diff_text
 from skillfs.console.web import HTTPError, Response, json_response, redirect
 from skillfs.errors import Conflict, InvalidPath, NotFound, SkillfsError
 from skillfs.model import File, FileEntry, Finding, Manifest, Put, Remove, Revision, Scope
-from skillfs.names import check_id, check_skill_name, normalize_path
+from skillfs.names import check_domain, check_id, check_skill_name, normalize_path
 from skillfs.runtime import Market, Skills
 from skillfs.server.auth import Level
 from skillfs.skill import SKILL_MD, inspect_skill
@@ -887,10 +887,7 @@ def _rev(rev: Revision | None) -> dict[str, Any] | None:
 def events(call: Call) -> Response:
     """Server-Sent Events of one agent's (or market's) revision, fed by `store.follow`."""
     domain = call.req.query.get("domain", "")
-    kind, _, ident = domain.partition("/")
-    if kind not in ("agents", "markets"):
-        raise HTTPError(400, "Bad request", "domain must be agents/ID or markets/ID")
-    check_id("agent" if kind == "agents" else "market", ident)
+    check_domain(domain)
     call.require_domain(domain)
     store, stop = call.store, call.console.stopping
 

@@ -35,7 +35,7 @@ from skillfs.errors import (
     TooLarge,
 )
 from skillfs.model import File, FileEntry, Manifest, Revision, Scope
-from skillfs.names import check_id, check_skill_name, normalize_path
+from skillfs.names import check_domain, check_id, check_skill_name, normalize_path
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.runtime import Market, Skills, Snapshot
@@ -464,7 +464,7 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
     def Revisions(
         self, request: pb.RevisionsRequest, context: grpc.ServicerContext, principal: Principal
     ) -> pb.RevisionsResponse:
-        domains = [wire.check_domain(d) for d in request.domains]
+        domains = [check_domain(d) for d in request.domains]
         for d in domains:
             principal.require_domain(d)
         return pb.RevisionsResponse(revisions=wire.revs_to_pb(self.engine.revisions(domains)))
@@ -541,7 +541,7 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
     def Watch(
         self, request: pb.WatchRequest, context: grpc.ServicerContext, principal: Principal
     ) -> Iterator[pb.WatchEvent]:
-        domain = wire.check_domain(request.domain)
+        domain = check_domain(request.domain)
         principal.require_domain(domain)
         if request.HasField("since"):
             since = wire.rev_from_pb(request.since)
@@ -721,7 +721,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
     def Commit(
         self, request: pb.CommitRequest, context: grpc.ServicerContext, principal: Principal
     ) -> pb.CommitResponse:
-        domain = wire.check_domain(request.domain)
+        domain = check_domain(request.domain)
         if not request.ops:
             raise InvalidPath("empty commit: give at least one op")
         max_ops = self.engine.max_ops
@@ -922,7 +922,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
     def ListScopes(
         self, request: pb.ListScopesRequest, context: grpc.ServicerContext, principal: Principal
     ) -> pb.ListScopesResponse:
-        domain = wire.check_domain(request.domain)
+        domain = check_domain(request.domain)
         principal.require_domain(domain)
         return pb.ListScopesResponse(
             scopes=[str(s) for s in self.engine.scopes(domain) if principal.may(Level.read, s)]

@@ -188,16 +188,6 @@ def scope_from(text: str) -> Scope:
     return Scope.parse(text)
 
 
-def check_domain(domain: str) -> str:
-    """`agents/<id>` or `markets/<id>`, validated like a scope's ids."""
-    kind, _, ident = domain.partition("/")
-    if kind == "agents":
-        return Scope.shared(ident).domain
-    if kind == "markets":
-        return Scope.market(ident).domain
-    raise InvalidPath(f"invalid domain {domain!r}: use 'agents/AGENT' or 'markets/NAME'")
-
-
 class Lru(Generic[K, V]):
     """A bounded, thread-safe map that drops the least recently used entry first."""
 
