@@ -12,7 +12,6 @@ import logging
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import ParamSpec, TypeVar
 
@@ -20,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from skillfs.engines.base import EMPTY, CommitOp, Engine, MiB, VersionMismatch
 from skillfs.errors import Conflict, InvalidPath, NotFound, StoreUnavailable, TooLarge
+from skillfs.lru import Lru
 from skillfs.model import (
     Change,
     CommitResult,
@@ -78,35 +78,6 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-class _BlobCache:
-    """A byte-bounded LRU of whole blobs keyed by SHA-256."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._items: OrderedDict[str, bytes] = OrderedDict()
-        self._size = 0
-        self._lock = threading.Lock()
-
-    def get(self, sha: str) -> bytes | None:
-        with self._lock:
-            data = self._items.get(sha)
-            if data is not None:
-                self._items.move_to_end(sha)
-            return data
-
-    def put(self, sha: str, data: bytes) -> None:
-        if len(data) > self.max_bytes // 4:
-            return
-        with self._lock:
-            if sha in self._items:
-                return
-            self._items[sha] = data
-            self._size += len(data)
-            while self._size > self.max_bytes:
-                _, old = self._items.popitem(last=False)
-                self._size -= len(old)
-
-
 class _Prepared(BaseModel):
     """One change of a commit after validation, before versions are known."""
 
@@ -140,7 +111,9 @@ class Store:
         self.gc_grace = gc_grace
         self.retry_for = retry_for
         self.clock = clock
-        self._blobs = _BlobCache(blob_cache_bytes)
+        # blobs are immutable, so a cache by SHA-256 is always right; a file over a quarter
+        # of the cache is not kept
+        self._blobs: Lru[str, bytes] = Lru(blob_cache_bytes, len, blob_cache_bytes // 4)
 
     @property
     def url(self) -> str:

@@ -28,6 +28,7 @@ import grpc
 
 from skillfs.engines.base import CommitOp, Engine
 from skillfs.errors import InvalidPath, StoreUnavailable
+from skillfs.lru import Lru
 from skillfs.model import Access, Change, Manifest, Revision, Scope
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
@@ -106,9 +107,9 @@ class GrpcEngine(Engine):
         token = token or os.environ.get(ENV_TOKEN)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         #: sha256 -> (scope, skill, version): a readable manifest holding the blob.
-        self._seen: wire.Lru[str, tuple[Scope, str, int]] = wire.Lru(200_000)
+        self._seen: Lru[str, tuple[Scope, str, int]] = Lru(200_000)
         #: sha256 -> (size, receipt) from the server's answers to uploads and touches.
-        self._receipts: wire.Lru[str, tuple[int, bytes]] = wire.Lru(200_000)
+        self._receipts: Lru[str, tuple[int, bytes]] = Lru(200_000)
 
     # ------------------------------------------------------------------ calls
 

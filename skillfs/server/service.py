@@ -34,6 +34,7 @@ from skillfs.errors import (
     SkillfsError,
     TooLarge,
 )
+from skillfs.lru import Lru
 from skillfs.model import File, FileEntry, Manifest, Revision, Scope
 from skillfs.names import check_domain, check_id, check_skill_name, normalize_path
 from skillfs.proto import skillfs_pb2 as pb
@@ -68,7 +69,7 @@ class ManifestIndex:
 
     def __init__(self, store: Store, size: int = 20_000) -> None:
         self._engine = store.engine
-        self._items: wire.Lru[tuple[Scope, str, int], dict[str, int]] = wire.Lru(size)
+        self._items: Lru[tuple[Scope, str, int], dict[str, int]] = Lru(size)
 
     def remember(self, scope: Scope, m: Manifest) -> dict[str, int]:
         files = {e.sha256: e.size for e in m.files.values()}

@@ -10,10 +10,7 @@ naming its class (and, for a conflict, the current version), so the client raise
 from __future__ import annotations
 
 import functools
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Generic, TypeVar
 
 import grpc
 
@@ -30,9 +27,6 @@ from skillfs.errors import (
 )
 from skillfs.model import Change, Manifest, Revision, Scope
 from skillfs.proto import skillfs_pb2 as pb
-
-K = TypeVar("K")
-V = TypeVar("V")
 
 #: What a watch starts from when its domain has no revision yet: any real one differs.
 NO_REVISION = Revision(epoch="", counter=0)
@@ -188,28 +182,3 @@ def scope_from(text: str) -> Scope:
     return Scope.parse(text)
 
 
-class Lru(Generic[K, V]):
-    """A bounded, thread-safe map that drops the least recently used entry first."""
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._items: OrderedDict[K, V] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: K) -> V | None:
-        with self._lock:
-            value = self._items.get(key)
-            if value is not None:
-                self._items.move_to_end(key)
-            return value
-
-    def put(self, key: K, value: V) -> None:
-        with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
-
-    def pop(self, key: K) -> None:
-        with self._lock:
-            self._items.pop(key, None)
