@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 import functools
+import json
+import logging
+import math
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from skillfs.errors import InvalidPath, PermissionDenied
 from skillfs.names import check_id
 
+log = logging.getLogger(__name__)
+
+#: The file times a manifest may hold: years 1 to 9999, what every platform's clock and
+#: `os.utime` accept (docs/validation.md).
+MTIME_MIN, MTIME_MAX = -62135596800.0, 253402300799.0
+
 
 class Scope(BaseModel):
-    """A set of skills stored in the KV store (DESIGN §1)."""
+    """A set of skills stored in the KV store (DESIGN §1).
+
+    Its ids are checked however it is built, so a scope can never name a key outside its own
+    prefix."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -21,17 +34,32 @@ class Scope(BaseModel):
     user_id: str | None = None
     market_id: str | None = None
 
+    def __init__(self, **data: Any) -> None:
+        super().__init__(**data)
+        self.check()
+
+    def check(self) -> Scope:
+        """Raise InvalidPath unless the ids are valid and exactly those of the kind are set."""
+        wanted = {"shared": ("agent",), "user": ("agent", "user"), "market": ("market",)}
+        for kind in ("agent", "user", "market"):
+            value = getattr(self, f"{kind}_id")
+            if kind in wanted[self.kind]:
+                check_id(kind, value)
+            elif value is not None:
+                raise InvalidPath(f"a {self.kind} scope has no {kind} id (got {value!r})")
+        return self
+
     @classmethod
     def shared(cls, agent: str) -> Scope:
-        return cls(kind="shared", agent_id=check_id("agent", agent))
+        return cls(kind="shared", agent_id=agent)
 
     @classmethod
     def user(cls, agent: str, user: str) -> Scope:
-        return cls(kind="user", agent_id=check_id("agent", agent), user_id=check_id("user", user))
+        return cls(kind="user", agent_id=agent, user_id=user)
 
     @classmethod
     def market(cls, market: str) -> Scope:
-        return cls(kind="market", market_id=check_id("market", market))
+        return cls(kind="market", market_id=market)
 
     @classmethod
     def parse(cls, text: str) -> Scope:
@@ -275,4 +303,61 @@ class Remove(BaseModel):
 
 @functools.lru_cache(maxsize=8192)
 def _parse_manifest(raw: bytes | str) -> Manifest:
-    return Manifest.model_validate_json(raw)
+    try:
+        return Manifest.model_validate_json(raw)
+    except ValidationError as exc:
+        return _salvage(raw, exc)
+
+
+_HEAD = re.compile(rb'"skill":"((?:[^"\\]|\\.)*)","version":(\d+)')
+
+
+def _salvage(raw: bytes | str, exc: ValidationError) -> Manifest:
+    """A stored manifest this version of skillfs cannot read (one written before its content
+    was checked: frontmatter nested too deep, a file time of NaN). Only its own skill is
+    affected: it loads with what can be read, no frontmatter (so no worker shows it) and an
+    error finding telling operators to republish or delete it, which repairs it."""
+    data = raw.encode() if isinstance(raw, str) else raw
+    problem = exc.errors()[0]["msg"] if exc.errors() else str(exc)
+    doc: dict[str, Any] = {}
+    try:
+        loaded = json.loads(data)
+        doc = loaded if isinstance(loaded, dict) else {}
+    except (ValueError, RecursionError):
+        head = _HEAD.search(data)
+        if head:
+            doc = {"skill": json.loads(b'"' + head.group(1) + b'"'), "version": int(head.group(2))}
+    files: dict[str, FileEntry] = {}
+    raw_files = doc.get("files")
+    for path, e in (raw_files if isinstance(raw_files, dict) else {}).items():
+        try:
+            mtime = e.get("mtime")
+            if not isinstance(mtime, int | float) or not MTIME_MIN <= mtime <= MTIME_MAX:
+                e = {**e, "mtime": 0.0}
+            files[path] = FileEntry.model_validate(e)
+        except (ValidationError, AttributeError):
+            continue
+    skill = doc.get("skill") if isinstance(doc.get("skill"), str) else "?"
+    version = doc.get("version") if isinstance(doc.get("version"), int) else 0
+    stamp = doc.get("committed_at")
+    log.warning("the stored manifest of %s (version %s) is unreadable: %s", skill, version, problem)
+    return Manifest(
+        skill=skill,
+        version=version,
+        commit_id=str(doc.get("commit_id") or "unreadable"),
+        committed_at=float(stamp) if isinstance(stamp, int | float) and math.isfinite(stamp) else 0,
+        deleted=doc.get("deleted") is True,
+        frontmatter=None,
+        findings=[
+            Finding(
+                severity="error",
+                rule="manifest-unreadable",
+                message=(
+                    f"the stored manifest of version {version} cannot be read ({problem}); "
+                    "its files are kept where readable: publish the skill again (or delete it) "
+                    "to repair it"
+                ),
+            )
+        ],
+        files=files,
+    )

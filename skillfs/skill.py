@@ -22,6 +22,9 @@ from skillfs.validation import check_frontmatter, finding, show
 
 SKILL_MD = "SKILL.md"
 MAX_LINES = 500  # the spec's recommendation for SKILL.md; longer ones get a warning
+#: How deep frontmatter may nest. Real skills nest two or three levels (metadata: {k: v});
+#: the limit keeps every stored manifest readable by any JSON reader (docs/validation.md).
+MAX_DEPTH = 32
 
 # python-frontmatter finds the frontmatter. Its own boundary (`^-{3,}\s*$`) also takes `----`
 # and spans blank lines; ours is a line of exactly three dashes (trailing blanks allowed).
@@ -191,6 +194,8 @@ def _read_yaml(source: str) -> tuple[dict[str, Any] | None, list[Finding]]:
     builder = _Builder()
     try:
         data = builder.build(node, None, _line(node))
+    except _TooDeep:
+        return None, builder.errors
     except RecursionError:
         return None, [
             finding("error", None, "yaml-syntax", "frontmatter YAML is nested too deeply")
@@ -198,6 +203,10 @@ def _read_yaml(source: str) -> tuple[dict[str, Any] | None, list[Finding]]:
     if builder.errors:
         return None, builder.errors
     return data, builder.warnings
+
+
+class _TooDeep(Exception):
+    """Raised once the frontmatter is deeper than MAX_DEPTH; the finding is already recorded."""
 
 
 class _Builder:
@@ -210,8 +219,16 @@ class _Builder:
         self._seen: set[int] = set()
         self._flow: set[str | None] = set()
 
-    def build(self, node: yaml.Node, field: str | None, line: int) -> Any:
+    def build(self, node: yaml.Node, field: str | None, line: int, depth: int = 1) -> Any:
         """`line` is the file line where `node` is referenced (for an alias: the alias's key)."""
+        if depth > MAX_DEPTH:
+            self._error(
+                field,
+                line,
+                "yaml-depth",
+                f"the frontmatter nests deeper than {MAX_DEPTH} levels: flatten it",
+            )
+            raise _TooDeep
         if id(node) in self._seen:  # the composer hands an alias back as the anchored node
             self._error(
                 field, line, "yaml-alias", "anchors and aliases (&name, *name) are not allowed"
@@ -236,7 +253,7 @@ class _Builder:
                 )
             )
         if isinstance(node, yaml.SequenceNode):
-            return [self.build(item, field, _line(item)) for item in node.value]
+            return [self.build(item, field, _line(item), depth + 1) for item in node.value]
         result: dict[str, Any] = {}
         lines: dict[str, int] = {}
         for key_node, value_node in node.value:
@@ -251,7 +268,7 @@ class _Builder:
                 problem = f"key {show(key)} appears twice (lines {lines[key]} and {at})"
                 self._error(field or key, at, "yaml-duplicate-key", problem)
             lines[key] = at
-            result[key] = self.build(value_node, field or key, at)
+            result[key] = self.build(value_node, field or key, at, depth + 1)
         return result
 
     def _error(self, field: str | None, line: int, rule: str, problem: str) -> None:

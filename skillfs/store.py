@@ -15,12 +15,22 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import ParamSpec, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from skillfs.engines.base import EMPTY, CommitOp, Engine, MiB, VersionMismatch
-from skillfs.errors import Conflict, InvalidPath, NotFound, StoreUnavailable, TooLarge
+from skillfs.errors import (
+    Conflict,
+    InvalidPath,
+    InvalidSkill,
+    NotFound,
+    StoreUnavailable,
+    TooLarge,
+)
 from skillfs.lru import Lru
 from skillfs.model import (
+    MTIME_MAX,
+    MTIME_MIN,
     Change,
     CommitResult,
     File,
@@ -172,6 +182,7 @@ class Store:
         domain = changes[0].scope.domain
         seen: set[tuple[Scope, str]] = set()
         for ch in changes:
+            ch.scope.check()  # a Scope built with model_construct skips its own check
             if ch.scope.domain != domain:
                 raise InvalidPath(
                     f"one commit spans one agent or one market: {ch.scope} is not in {domain}"
@@ -209,8 +220,18 @@ class Store:
         self.check_file_table(change.skill, entries)
         return entries
 
-    def check_file(self, skill: str, path: str, size: int, mode: int | None) -> None:
-        """One file against the limits and the mode rule (before its bytes are hashed)."""
+    def check_file(
+        self, skill: str, path: str, size: int, mode: int | None, mtime: float | None = None
+    ) -> None:
+        """One file against the limits and the mode and time rules (before its bytes are
+        hashed): whatever goes into a manifest must read back from every engine."""
+        if mtime is not None and not (
+            isinstance(mtime, int | float) and MTIME_MIN <= mtime <= MTIME_MAX
+        ):
+            raise InvalidPath(
+                f"mtime {mtime!r} of {skill}/{path} is not a time: give seconds since the epoch "
+                f"between {MTIME_MIN:.0f} and {MTIME_MAX:.0f} (years 1 to 9999), or none"
+            )
         if mode is not None and not 0 <= mode <= 0o777:
             raise InvalidPath(
                 f"mode {oct(mode)} of {skill}/{path}: only permission bits 0o777 are stored "
@@ -227,7 +248,7 @@ class Store:
 
         The server holds a manifest a grpc:// client built to the same rules."""
         for path, e in entries.items():
-            self.check_file(skill, path, e.size, e.mode)
+            self.check_file(skill, path, e.size, e.mode, e.mtime)
         if len(entries) > self.limits.max_files:
             raise TooLarge(
                 f"{skill} has {len(entries)} files, "
@@ -285,12 +306,13 @@ class Store:
     ) -> FileEntry:
         """A file table row: a stored file is kept by reference, new bytes are hashed."""
         mode: int | None
+        mtime: float | None
         if isinstance(value, FileEntry):
-            size, mode = value.size, value.mode
+            size, mode, mtime = value.size, value.mode, value.mtime
         else:
             f = value if isinstance(value, File) else File(bytes(value))
-            size, mode = len(f.data), f.mode
-        self.check_file(skill, path, size, mode)
+            size, mode, mtime = len(f.data), f.mode, f.mtime
+        self.check_file(skill, path, size, mode, mtime)
         if isinstance(value, FileEntry):
             return value
         digest = sha256(f.data)
@@ -385,7 +407,28 @@ class Store:
             findings=p.findings,
             files=p.files or {},
         )
+        manifest = self.storable(p.scope, manifest)
         return CommitOp(scope=p.scope, manifest=manifest, expect=cur_version)
+
+    @staticmethod
+    def storable(scope: Scope, manifest: Manifest) -> Manifest:
+        """The manifest, once it is known to read back as written: one that could not would
+        break its skill for every reader (the checks before this name the usual causes)."""
+        try:
+            back = Manifest.model_validate_json(manifest.model_dump_json())
+        except (ValidationError, PydanticSerializationError) as exc:
+            errors = exc.errors() if isinstance(exc, ValidationError) else []
+            problem = errors[0]["msg"] if errors else str(exc)
+            raise InvalidSkill(
+                f"{scope}/{manifest.skill} cannot be stored readably ({problem}); "
+                "nothing was written: fix the frontmatter or file attributes it names"
+            ) from None
+        if back != manifest:
+            raise InvalidSkill(
+                f"{scope}/{manifest.skill} would not read back as written (a value JSON cannot "
+                "hold exactly); nothing was written: fix its frontmatter or file attributes"
+            )
+        return manifest
 
     def _already_committed(
         self,

@@ -62,3 +62,11 @@ def store(store_url: str) -> Iterator[skillfs.Store]:
     s = skillfs.open_store(store_url)
     yield s
     s.close()
+
+
+@pytest.fixture
+def other(store: skillfs.Store, store_url: str) -> Iterator[skillfs.Store]:
+    """A second client of the same store, as another replica has (memory: same process)."""
+    s = skillfs.open_store(store_url)
+    yield s
+    s.close()

@@ -6,7 +6,6 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -32,14 +31,6 @@ def files_v(name: str, n: int, extra: int = 3) -> dict[str, bytes]:
     out = {"SKILL.md": skill_md(name, body=f"version {n}")}
     out.update({f"references/r{i}.md": f"v{n} ref {i}\n".encode() for i in range(extra)})
     return out
-
-
-@pytest.fixture
-def other(store: skillfs.Store, store_url: str) -> Iterator[skillfs.Store]:
-    """A second client of the same store, as another replica has (memory: same process)."""
-    s = skillfs.open_store(store_url)
-    yield s
-    s.close()
 
 
 # ----------------------------------------------------------------- publish and read

@@ -741,7 +741,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
                 raise InvalidPath(
                     f"one commit spans one agent or one market: {scope} is not in {domain}"
                 )
-            m = self._checked(scope, wire.manifest_from(op.manifest_json), op.expect)
+            m = self._checked(scope, wire.manifest_request(op.manifest_json), op.expect)
             if (scope, m.skill) in seen:
                 raise InvalidPath(f"{scope}/{m.skill} appears twice in one commit")
             seen.add((scope, m.skill))
@@ -757,7 +757,11 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             checked.append((scope, m, op.expect))
         self._touch(checked, principal)
         ops = [
-            CommitOp(scope=scope, manifest=self._derived(m, principal), expect=expect)
+            CommitOp(
+                scope=scope,
+                manifest=self.store.storable(scope, self._derived(m, principal)),
+                expect=expect,
+            )
             for scope, m, expect in checked
         ]
         revision = self.engine.commit(domain, ops)

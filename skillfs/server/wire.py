@@ -13,6 +13,7 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 
 import grpc
+from pydantic import ValidationError
 
 from skillfs.engines.base import VersionMismatch
 from skillfs.errors import (
@@ -173,6 +174,20 @@ def manifest_bytes(m: Manifest) -> bytes:
 
 def manifest_from(data: bytes) -> Manifest:
     return Manifest.from_json(data)
+
+
+def manifest_request(data: bytes) -> Manifest:
+    """A manifest a client sent: read strictly (a stored one that cannot be read is salvaged,
+    a request that cannot be read is refused with what is wrong)."""
+    try:
+        return Manifest.model_validate_json(data)
+    except ValidationError as exc:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": str(exc)}
+        where = ".".join(str(p) for p in first["loc"])
+        raise InvalidPath(
+            f"the manifest sent is not valid{f' at {where}' if where else ''}: {first['msg']}; "
+            "nothing was written"
+        ) from None
 
 
 @functools.lru_cache(maxsize=4096)
