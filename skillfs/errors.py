@@ -1,4 +1,8 @@
-"""Every error skillfs raises is a SkillfsError; its message says what is wrong and what to do."""
+"""Every error skillfs raises is a SkillfsError; its message says what is wrong and what to do.
+
+Each class carries the status it is answered with on each front door: the gRPC code (by name,
+so this module needs no gRPC) and the HTTP status. The server and the console read these;
+neither keeps a table of its own."""
 
 from __future__ import annotations
 
@@ -6,9 +10,15 @@ from __future__ import annotations
 class SkillfsError(Exception):
     """Base of all skillfs errors."""
 
+    grpc_code = "INTERNAL"
+    http_status = 500
+
 
 class InvalidSkill(SkillfsError, ValueError):
     """A skill breaks the Agent Skills specification where the surface is strict."""
+
+    grpc_code = "INVALID_ARGUMENT"
+    http_status = 400
 
     def __init__(self, message: str, findings: list[object] | None = None) -> None:
         super().__init__(message)
@@ -16,11 +26,17 @@ class InvalidSkill(SkillfsError, ValueError):
 
 
 class InvalidPath(SkillfsError, ValueError):
-    """An id or path breaks the naming rules of DESIGN §1."""
+    """An id or path breaks the naming rules of docs/design.md §1."""
+
+    grpc_code = "INVALID_ARGUMENT"
+    http_status = 400
 
 
 class Conflict(SkillfsError):
     """Someone else changed the skill since the version the caller edited."""
+
+    grpc_code = "ABORTED"
+    http_status = 409
 
     def __init__(
         self, message: str, *, skill: str = "", current_version: int | None = None
@@ -33,6 +49,9 @@ class Conflict(SkillfsError):
 class NotFound(SkillfsError, KeyError):
     """The skill, file, version or blob does not exist."""
 
+    grpc_code = "NOT_FOUND"
+    http_status = 404
+
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
 
@@ -40,13 +59,22 @@ class NotFound(SkillfsError, KeyError):
 class TooLarge(SkillfsError, ValueError):
     """A file, skill or request is over a configured limit."""
 
+    grpc_code = "RESOURCE_EXHAUSTED"
+    http_status = 413
+
 
 class StoreUnavailable(SkillfsError, ConnectionError):
     """The store did not answer; the message names it without its password."""
 
+    grpc_code = "UNAVAILABLE"
+    http_status = 503
+
 
 class PermissionDenied(SkillfsError, PermissionError):
     """The caller may not do this (a token's grants, or a shared-only path from a user scope)."""
+
+    grpc_code = "PERMISSION_DENIED"
+    http_status = 403
 
 
 class ReplicationTimeout(SkillfsError):
@@ -55,3 +83,6 @@ class ReplicationTimeout(SkillfsError):
     Not a StoreUnavailable: retrying would find the commit live on the primary and report
     success although no replica confirmed it. The commit is not rolled back (Redis cannot);
     it may be lost if the primary fails before a replica copies it."""
+
+    grpc_code = "DEADLINE_EXCEEDED"
+    http_status = 504
