@@ -106,7 +106,7 @@ def run(n: int, tmp: Path) -> list[str]:
                 for i in range(start, start + 50):
                     many.pipe(f"skills/skill-{i:03d}/SKILL.md", SKILL_MD)
         assert len(many.ls("skills")) == 200
-        key = "agents/{bench-ls}/shared/skills"  # DESIGN §2: one hash per scope
+        key = "agents/{bench-ls}/shared/skills"  # docs/design.md §2: one hash per scope
         assert raw.hlen(key) == 200
         ours, base = _interleaved(lambda: many.ls("skills"), lambda: raw.hgetall(key), n // 10)
         rows.append(row("`ls skills/` of 200 skills vs one HGETALL", ours, base))

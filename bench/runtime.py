@@ -43,7 +43,7 @@ from bench import common
 from bench.common import Timing, interleaved, row, timed
 from skillfs import File, Revision, Scope, Skills
 from skillfs.runtime.snapshot import xml_escape
-from skillfs.skill import parse_skill_md
+from skillfs.skill_md import parse_skill_md
 
 AGENT = "bench-rt"
 SHARED = Scope.shared(AGENT)

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import inspect
-from typing import Any
-
 from skillfs import errors
-from skillfs.engines import default_url, open_engine
+from skillfs.engines import default_url
 from skillfs.model import (
     Change,
     CommitResult,
@@ -20,7 +17,7 @@ from skillfs.model import (
     Scope,
 )
 from skillfs.runtime import GitRepo, LocalDir, Market, Skills, Snapshot
-from skillfs.store import GcReport, HistoryPolicy, Limits, Store
+from skillfs.store import GcReport, HistoryPolicy, Limits, Store, open_store
 
 __all__ = [
     "Change",
@@ -46,17 +43,3 @@ __all__ = [
     "errors",
     "open_store",
 ]
-
-
-#: The keyword options `Store` takes (the rest of open_store's options go to the engine).
-_STORE_OPTIONS = frozenset(inspect.signature(Store).parameters) - {"engine"}
-
-
-def open_store(url: str | None = None, **options: Any) -> Store:
-    """A store by URL (DESIGN §2); `$SKILLFS_STORE` or the embedded SQLite file when None.
-
-    Options go to `Store` (limits, history_policy, gc_grace, blob_cache_bytes, retry_for)
-    or to the engine (e.g. `token` for grpc://)."""
-    store_opts = {k: v for k, v in options.items() if k in _STORE_OPTIONS}
-    engine_opts = {k: v for k, v in options.items() if k not in _STORE_OPTIONS}
-    return Store(open_engine(url, **engine_opts), **store_opts)

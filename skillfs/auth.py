@@ -116,6 +116,9 @@ class Grant(BaseModel):
 class Unauthenticated(PermissionDenied):
     """No token, a malformed one, or one the config does not hold."""
 
+    grpc_code = "UNAUTHENTICATED"
+    http_status = 401
+
 
 def _id_or_any(kind: str, value: str) -> str | None:
     return None if value == "*" else check_id(kind, value)

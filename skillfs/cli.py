@@ -1,4 +1,4 @@
-"""The `skillfs` command (DESIGN §6b): one typer app, one function per subcommand.
+"""The `skillfs` command (docs/design.md §6b): one typer app, one function per subcommand.
 
 Add a command with `@app.command()`; print listings through `emit_json` when `--json` is given,
 otherwise with rich on `out` (both from `skillfs.commands.common`, which every command shares).
@@ -18,8 +18,8 @@ from rich.markup import escape
 from skillfs.commands import register
 from skillfs.commands.common import JsonOption, StoreOption, emit_json, fail, out
 from skillfs.commands.helptext import Command, Group
-from skillfs.server.commands import GrpcOption, HttpOption, run_examples, serve
-from skillfs.skill import ValidationReport, find_skill_dirs, validate_dir
+from skillfs.commands.serve import GrpcOption, HttpOption, run_examples, serve
+from skillfs.skill_md import ValidationReport, find_skill_dirs, validate_dir
 
 app = typer.Typer(
     name="skillfs",

@@ -1,4 +1,5 @@
-"""`skillfs://`: an agent's skills as files for fsspec, inside its whole workspace (DESIGN §5).
+"""`skillfs://`: an agent's skills as files for fsspec, inside its whole workspace
+(docs/design.md §5).
 
 Paths under `skills/` are one agent's skills in the store. A filesystem with a `user_id` reads
 the user's skills over the agent-shared ones and writes the user's scope; without one it reads
@@ -33,13 +34,12 @@ from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import AbstractBufferedFile, _Cached
 from fsspec.utils import isfilelike, stringify_path
 
-from skillfs import open_store
 from skillfs.engines import default_url
 from skillfs.errors import InvalidPath, PermissionDenied
 from skillfs.fs_transaction import Batch, Delete, Item, SkillTransaction, SkillView, Write, publish
 from skillfs.model import File, FileEntry, Scope
 from skillfs.names import check_skill_name, normalize_path
-from skillfs.store import Store, default_mode, sha256
+from skillfs.store import Store, default_mode, open_store, sha256
 
 Info = dict[str, Any]
 SKILLS = "skills"

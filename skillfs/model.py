@@ -22,7 +22,7 @@ MTIME_MIN, MTIME_MAX = -62135596800.0, 253402300799.0
 
 
 class Scope(BaseModel):
-    """A set of skills stored in the KV store (DESIGN §1).
+    """A set of skills stored in the KV store (docs/design.md §1).
 
     Its ids are checked however it is built, so a scope can never name a key outside its own
     prefix."""
@@ -162,7 +162,7 @@ class Finding(BaseModel):
 
 
 class Manifest(BaseModel):
-    """One skill in one scope at one version (DESIGN §2).
+    """One skill in one scope at one version (docs/design.md §2).
 
     A delete writes a tombstone (`deleted`, no files) so versions keep counting up across a
     delete and a re-create, and history records who deleted what.
@@ -181,7 +181,8 @@ class Manifest(BaseModel):
 
     @property
     def usable(self) -> bool:
-        """A worker shows only skills whose SKILL.md has a name and a description (DESIGN §1)."""
+        """A worker shows only skills whose SKILL.md has a name and a description
+        (docs/design.md §1)."""
         fm = self.frontmatter
         return (
             not self.deleted

@@ -1,4 +1,4 @@
-"""Id and path rules of DESIGN §1, checked before anything is written."""
+"""Id and path rules of docs/design.md §1, checked before anything is written."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def check_skill_name(value: str) -> str:
 
 
 def is_hidden_dir(name: str) -> bool:
-    """`_drafts/`, `.archive/` and the like are not skills (DESIGN §1)."""
+    """`_drafts/`, `.archive/` and the like are not skills (docs/design.md §1)."""
     return name.startswith(("_", "."))
 
 

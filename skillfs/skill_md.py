@@ -1,7 +1,7 @@
 """The skill model: read a SKILL.md, inspect a skill directory, validate skills on disk.
 
-Bad content never raises here: it becomes findings (DESIGN §7), and each surface decides whether
-an error rejects the skill. The rules themselves live in skillfs.validation.
+Bad content never raises here: it becomes findings (docs/design.md §7), and each surface
+decides whether an error rejects the skill. The rules themselves live in skillfs.validation.
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from skillfs.names import is_hidden_dir
 from skillfs.validation import check_frontmatter, finding, show
 
 SKILL_MD = "SKILL.md"
+#: The description a new skill starts with when none is given; the editing surfaces refuse
+#: to save it unchanged (finding `template-description`).
+TEMPLATE_DESCRIPTION = "What this skill does, and when the agent should use it."
 MAX_LINES = 500  # the spec's recommendation for SKILL.md; longer ones get a warning
 #: How deep frontmatter may nest. Real skills nest two or three levels (metadata: {k: v});
 #: the limit keeps every stored manifest readable by any JSON reader (docs/validation.md).
@@ -403,3 +406,26 @@ def _walk(directory: Path, seen: set[Path]) -> tuple[list[Path], bool]:
         found += below if child_has_skill else [child]
         has_skill = has_skill or child_has_skill
     return found, has_skill
+
+
+def skill_template(name: str, description: str = TEMPLATE_DESCRIPTION) -> bytes:
+    """A new skill's SKILL.md, the one template of every surface: valid frontmatter (safely
+    quoted) and the usual sections."""
+    head = yaml.safe_dump(
+        {"name": name, "description": description},
+        sort_keys=False,
+        allow_unicode=True,
+        width=10_000,
+        default_flow_style=False,
+    )
+    title = name.replace("-", " ").strip().capitalize() or name
+    body = (
+        f"# {title}\n\n"
+        "Say when the agent should use this skill, and what it gets done.\n\n"
+        "## Instructions\n\n"
+        "1. First step.\n"
+        "2. Second step.\n\n"
+        "## Examples\n\n"
+        "- A request this skill handles, and what a good answer looks like.\n"
+    )
+    return f"---\n{head}---\n\n{body}".encode()

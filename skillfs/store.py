@@ -8,16 +8,18 @@ in-process LRU of blobs, which is always safe because blobs are immutable.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import PydanticSerializationError
 
+from skillfs.engines import open_engine
 from skillfs.engines.base import EMPTY, CommitOp, Engine, MiB, VersionMismatch
 from skillfs.errors import (
     Conflict,
@@ -43,7 +45,7 @@ from skillfs.model import (
     Scope,
 )
 from skillfs.names import check_domain, check_id, check_skill_name, is_hidden_dir, normalize_path
-from skillfs.skill import inspect_skill
+from skillfs.skill_md import inspect_skill
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -80,12 +82,26 @@ class GcReport(BaseModel):
 
 
 def default_mode(path: str, data: bytes) -> int:
-    """A file written without a mode is executable when it looks like a script (DESIGN §4)."""
+    """A file written without a mode is executable when it looks like a script
+    (docs/design.md §4)."""
     return 0o755 if data.startswith(b"#!") or path.endswith(SCRIPT_SUFFIXES) else 0o644
 
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def refuse_errors(skill: str, findings: Sequence[Finding]) -> None:
+    """The strict surfaces' rule (docs/design.md §7): a skill with error findings is refused,
+    with the findings, unless the caller forces it (and so does not call this)."""
+    errors = [f for f in findings if f.severity == "error"]
+    if errors:
+        raise InvalidSkill(
+            f"{skill} breaks the Agent Skills spec: "
+            + "; ".join(e.message for e in errors)
+            + " (fix it, or force the write to store it with these findings)",
+            list(errors),
+        )
 
 
 class _Prepared(BaseModel):
@@ -102,7 +118,7 @@ class _Prepared(BaseModel):
 
 
 class Store:
-    """The public API of DESIGN §2 over any engine."""
+    """The public API of docs/design.md §2 over any engine."""
 
     def __init__(
         self,
@@ -148,9 +164,12 @@ class Store:
         expected_version: int | None = None,
         *,
         commit_id: str | None = None,
+        strict: bool = False,
     ) -> CommitResult:
         """Replace a skill's whole file set (one-skill `commit`)."""
-        return self.commit([Put(scope, skill, dict(files), expected_version)], commit_id=commit_id)
+        return self.commit(
+            [Put(scope, skill, dict(files), expected_version)], commit_id=commit_id, strict=strict
+        )
 
     def delete(
         self,
@@ -174,9 +193,16 @@ class Store:
         return self.publish(scope, skill, dict(old.files), expected_version)
 
     def commit(
-        self, changes: Sequence[Put | Remove], *, commit_id: str | None = None
+        self,
+        changes: Sequence[Put | Remove],
+        *,
+        commit_id: str | None = None,
+        strict: bool = False,
     ) -> CommitResult:
-        """Several skills of one agent (or one market), all or nothing (DESIGN §2)."""
+        """Several skills of one agent (or one market), all or nothing (docs/design.md §2).
+
+        `strict` is the admin surfaces' policy (docs/design.md §7): a skill with error findings
+        is refused with InvalidSkill carrying them, before anything is uploaded."""
         if not changes:
             raise InvalidPath("empty commit: give at least one Put or Remove")
         domain = changes[0].scope.domain
@@ -201,9 +227,12 @@ class Store:
         now = self.clock()
         blobs: dict[str, bytes] = {}  # the new bytes of every Put, uploaded together
         tables = [None if isinstance(ch, Remove) else self._files(ch, blobs, now) for ch in changes]
+        prepared = [self._prepare(ch, t, blobs) for ch, t in zip(changes, tables, strict=True)]
+        if strict:
+            for p in prepared:
+                refuse_errors(p.skill, p.findings)
         refs = {e.sha256 for t in tables if t for e in t.values()} - blobs.keys()
         self._upload(blobs, refs, now)
-        prepared = [self._prepare(ch, t, blobs) for ch, t in zip(changes, tables, strict=True)]
         commit_id = commit_id or uuid.uuid4().hex
         return self._commit(domain, prepared, commit_id)
 
@@ -533,6 +562,19 @@ class Store:
         listing = ", ".join(names[:50]) + (" …" if len(names) > 50 else "") if names else "none"
         return f"skill {skill!r} does not exist in {scope}; skills there: {listing}"
 
+    def resolve(self, scope: Scope, skill: str) -> tuple[Scope, Manifest] | None:
+        """One skill as `scope` sees it: a user scope's own skill, else its agent's shared
+        skill of that name (docs/design.md §1); None when neither has it. Every surface that
+        shows or edits "what this user has" asks here."""
+        own = self.manifests(scope, [skill]).get(skill)
+        if own is not None:
+            return scope, own
+        if scope.kind != "user" or scope.agent_id is None:
+            return None
+        shared = Scope.shared(scope.agent_id)
+        found = self.manifests(shared, [skill]).get(skill)
+        return (shared, found) if found is not None else None
+
     def history(self, scope: Scope, skill: str) -> list[Manifest]:
         """Every kept version of a skill, newest first, the live one (or its tombstone) first."""
         live = self._retrying(self.engine.load_skills, scope, [skill]).get(skill)
@@ -725,3 +767,18 @@ class Store:
             blobs_deleted=deleted,
             history_dropped=dropped,
         )
+
+
+#: The keyword options `Store` takes (the rest of open_store's options go to the engine).
+_STORE_OPTIONS = frozenset(inspect.signature(Store).parameters) - {"engine"}
+
+
+def open_store(url: str | None = None, **options: Any) -> Store:
+    """A store by URL (docs/design.md §2); `$SKILLFS_STORE` or the embedded SQLite file when
+    None. Every surface opens its store here.
+
+    Options go to `Store` (limits, history_policy, gc_grace, blob_cache_bytes, retry_for)
+    or to the engine (e.g. `token` for grpc://)."""
+    store_opts = {k: v for k, v in options.items() if k in _STORE_OPTIONS}
+    engine_opts = {k: v for k, v in options.items() if k not in _STORE_OPTIONS}
+    return Store(open_engine(url, **engine_opts), **store_opts)

@@ -1,4 +1,4 @@
-"""A multi-process history recorder and checker for the consistency contract (DESIGN §3).
+"""A multi-process history recorder and checker for the consistency contract (docs/design.md §3).
 
 Writer processes do read-modify-write cycles on a few shared skills with `expected_version`;
 reader processes take snapshots (the agent's revision, then every scope's manifests, then

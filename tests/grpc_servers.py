@@ -20,8 +20,8 @@ from typing import Self
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from skillfs.auth import tokens_document
 from skillfs.server.app import ServerConfig, SkillfsServer
-from skillfs.server.auth import tokens_document
 from tests.servers import free_port
 
 ADMIN = "test-admin-token-0123456789abcdef"

@@ -201,7 +201,7 @@ def test_an_override_created_meanwhile_is_a_conflict(url: str, editor: ScriptedE
 def test_a_new_skill_needs_a_description_of_its_own(
     url: str, editor: ScriptedEditor, edit_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    body = [{"replace": [["Step-by-step instructions for the agent.", "1. Do it."]]}]
+    body = [{"replace": [["1. First step.", "1. Do it."]]}]
     result = editor(url, "fresh/SKILL.md", steps=body)
     line = error_line(result)
     assert "not saved: fresh still has the template's placeholder description" in line

@@ -1,4 +1,5 @@
-"""The consistency contract (DESIGN §3, C1–C8) and the store API, on every engine and topology."""
+"""The consistency contract (docs/design.md §3, C1–C8) and the store API, on every engine and
+topology."""
 
 from __future__ import annotations
 

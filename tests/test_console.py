@@ -23,12 +23,12 @@ from wsgiref.util import setup_testing_defaults
 import pytest
 
 import skillfs
+from skillfs.auth import Tokens, tokens_document
 from skillfs.console import make_app
 from skillfs.console.app import Console
 from skillfs.console.archive import ZipLimits, read_zip
 from skillfs.errors import InvalidPath, TooLarge
 from skillfs.model import File, Scope
-from skillfs.server.auth import Tokens, tokens_document
 
 ADMIN = "admin-token-0123456789"
 READER = "reader-token-0123456789"

@@ -11,7 +11,7 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from skillfs.server.auth import TokenConfig
+from skillfs.auth import TokenConfig
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 MANIFESTS = sorted((DEPLOY / "k8s").glob("*.yaml"))

@@ -20,13 +20,13 @@ from typer.testing import CliRunner
 import skillfs
 from skillfs.cli import app
 from skillfs.engines.grpc import GrpcEngine
+from skillfs.engines.grpc_wire import manifest_from
 from skillfs.model import Scope
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.runtime import Skills
 from skillfs.server.app import SkillfsServer
 from skillfs.server.service import ManifestIndex
-from skillfs.server.wire import manifest_from
 from skillfs.store import HistoryPolicy, Store
 from tests.grpc_servers import ADMIN, ALICE, READER, in_process, running
 

@@ -14,7 +14,7 @@ from skillfs import File, Scope
 from skillfs.engines.base import CommitOp
 from skillfs.errors import InvalidPath, InvalidSkill
 from skillfs.model import FileEntry, Manifest
-from skillfs.skill import MAX_DEPTH, inspect_skill
+from skillfs.skill_md import MAX_DEPTH, inspect_skill
 from tests.stores import url_for
 
 ALICE = Scope.user("support-bot", "alice")
@@ -149,7 +149,7 @@ def test_the_server_refuses_a_manifest_that_would_not_read_back(
     request.addfinalizer(store.close)
     store.publish(ALICE, "good", {"SKILL.md": GOOD_MD})
     before = store.revision(ALICE)
-    with pytest.raises(InvalidPath, match="not valid at files.a.txt.mtime"):
+    with pytest.raises(InvalidPath, match=r"not valid at files\.a\.txt\.mtime"):
         _plant(store, "bad", mtime=math.nan)  # JSON has no NaN: it arrives as null
     with pytest.raises(InvalidPath, match="is not a time"):
         _plant(store, "bad", mtime=1e308)

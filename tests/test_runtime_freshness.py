@@ -1,4 +1,4 @@
-"""Freshness (DESIGN §3 C3-C5) inside one process: what an unchanged snapshot costs, what a
+"""Freshness (docs/design.md §3 C3-C5) inside one process: what an unchanged snapshot costs, what a
 change for another user costs, and what happens when the store's revision jumps or goes back."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Layers (DESIGN §1): precedence, whole-skill shadowing, hidden directories, unusable skills,
-LocalDir change detection and the Git layer following its remote."""
+"""Layers (docs/design.md §1): precedence, whole-skill shadowing, hidden directories, unusable
+skills, LocalDir change detection and the Git layer following its remote."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Snapshots (DESIGN §4): the prompt block, load_skill_through_path and its error listings,
+"""Snapshots (docs/design.md §4): the prompt block, load_skill_through_path and its error listings,
 read_skill, search_skills, tool definitions, call_tool, usage counts, materializing."""
 
 from __future__ import annotations

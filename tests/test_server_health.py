@@ -20,12 +20,12 @@ import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 import skillfs
+from skillfs.engines.grpc_wire import rev_to_pb
 from skillfs.errors import StoreUnavailable
 from skillfs.model import Scope
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.app import SkillfsServer
-from skillfs.server.wire import rev_to_pb
 from tests.grpc_servers import ADMIN, ALICE, ServerProcess, health, running, wait_health
 from tests.servers import RedisServer
 

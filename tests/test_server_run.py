@@ -14,8 +14,8 @@ import urllib.request
 from pathlib import Path
 
 import skillfs
+from skillfs.auth import tokens_document
 from skillfs.model import Scope
-from skillfs.server.auth import tokens_document
 from tests.servers import free_port
 
 REPO = Path(__file__).resolve().parents[1]

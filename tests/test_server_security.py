@@ -16,14 +16,7 @@ import grpc
 import pytest
 
 import skillfs
-from skillfs.engines.grpc import GrpcEngine
-from skillfs.errors import InvalidPath, PermissionDenied
-from skillfs.model import Manifest, Scope
-from skillfs.proto import skillfs_pb2 as pb
-from skillfs.proto import skillfs_pb2_grpc as pb_grpc
-from skillfs.server import auth as auth_module
-from skillfs.server.app import SkillfsServer
-from skillfs.server.auth import (
+from skillfs.auth import (
     Grant,
     Level,
     TokenConfig,
@@ -31,6 +24,13 @@ from skillfs.server.auth import (
     Unauthenticated,
     tokens_document,
 )
+from skillfs.engines.grpc import GrpcEngine
+from skillfs.errors import InvalidPath, PermissionDenied
+from skillfs.model import Manifest, Scope
+from skillfs.proto import skillfs_pb2 as pb
+from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.server import auth as auth_module
+from skillfs.server.app import SkillfsServer
 from skillfs.store import HistoryPolicy
 from tests.grpc_servers import ADMIN, ALICE, READER, running
 
@@ -735,7 +735,7 @@ def test_malformed_requests(
     }  # fmt: skip
     for what, call in cases.items():
         assert code_of(call) == grpc.StatusCode.INVALID_ARGUMENT, what
-    # a skill that breaks the spec is refused by Publish unless forced (DESIGN §7)
+    # a skill that breaks the spec is refused by Publish unless forced (docs/design.md §7)
     bad = [
         pb.PublishRequest(header=pb.PublishHeader(scope=str(A), skill="x")),
         pb.PublishRequest(file=pb.PublishFile(path="SKILL.md", data=b"no frontmatter")),

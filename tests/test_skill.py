@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skillfs.model import Finding
-from skillfs.skill import (
+from skillfs.skill_md import (
     SkillDoc,
     find_skill_dirs,
     inspect_skill,

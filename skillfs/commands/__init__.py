@@ -1,4 +1,4 @@
-"""The store commands of `skillfs` (DESIGN §6b), one module per group.
+"""The store commands of `skillfs` (docs/design.md §6b), one module per group.
 
 `skillfs.cli` owns the app; `register` adds these commands to it, grouped in the help by panel.
 """

@@ -22,13 +22,12 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from skillfs import open_store
 from skillfs.engines import default_url
 from skillfs.engines.sqlite import parse_path
 from skillfs.errors import InvalidPath, SkillfsError
 from skillfs.model import FileEntry, Finding, Manifest, Revision, Scope
 from skillfs.names import check_id, check_skill_name, normalize_path
-from skillfs.store import Store
+from skillfs.store import Store, open_store
 
 P = ParamSpec("P")
 R = TypeVar("R")

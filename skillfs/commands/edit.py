@@ -1,6 +1,6 @@
 """Commands that change skills by hand: edit, rm, rollback.
 
-These are admin surfaces (DESIGN §7): a result that breaks the Agent Skills spec is rejected
+These are admin surfaces (docs/design.md §7): a result that breaks the Agent Skills spec is rejected
 unless the operator passes --force. Every write names the version it read, so a concurrent
 change is a Conflict, never a lost update.
 """
@@ -49,20 +49,8 @@ from skillfs.commands.common import (
 from skillfs.commands.text import has_markers, merge3, unified
 from skillfs.errors import Conflict, NotFound, SkillfsError
 from skillfs.model import CommitResult, File, Finding, Manifest, Scope
-from skillfs.skill import SKILL_MD, inspect_skill
+from skillfs.skill_md import SKILL_MD, TEMPLATE_DESCRIPTION, inspect_skill, skill_template
 from skillfs.store import Store
-
-#: The description a new skill's SKILL.md starts with; saving it unchanged is refused.
-TEMPLATE_DESCRIPTION = "What this skill does, and when the agent should use it."
-TEMPLATE = f"""---
-name: {{name}}
-description: {TEMPLATE_DESCRIPTION}
----
-
-# {{name}}
-
-Step-by-step instructions for the agent.
-"""
 
 
 class OnConflict(StrEnum):
@@ -266,7 +254,7 @@ def edit(
         original = (
             base.files[path].data
             if path in base.files
-            else TEMPLATE.format(name=skill).encode()
+            else skill_template(skill)
             if path == SKILL_MD and not base.files
             else b""
         )

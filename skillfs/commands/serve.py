@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
+from skillfs.auth import ENV_TOKENS
 from skillfs.commands.common import StoreOption, err, fail, out
 from skillfs.commands.transfer import read_source, skill_sources
 from skillfs.engines import DEFAULT_PATH, default_url
 from skillfs.errors import SkillfsError
 from skillfs.model import Scope
-from skillfs.server.auth import ENV_TOKENS
 from skillfs.store import Store
 
 if TYPE_CHECKING:

@@ -1,8 +1,8 @@
 """Whole skill directories in and out of a scope: import and export.
 
-Import is a bulk surface (DESIGN §7): skills that break the spec are stored with their findings
-recorded, and the summary lists them. Bytes, modes and modification times survive the round
-trip both ways.
+Import is a bulk surface (docs/design.md §7): skills that break the spec are stored with
+their findings recorded, and the summary lists them. Bytes, modes and modification times
+survive the round trip both ways.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from skillfs.commands.common import (
 from skillfs.errors import InvalidPath, NotFound, TooLarge
 from skillfs.model import File, Finding, Manifest, Put, Scope
 from skillfs.names import check_skill_name, normalize_path
-from skillfs.skill import SKILL_MD, find_skill_dirs, inspect_skill
+from skillfs.skill_md import SKILL_MD, find_skill_dirs, inspect_skill
 from skillfs.store import Limits
 
 #: Directories inside a skill that are not part of it (byte-code of a script that was run).

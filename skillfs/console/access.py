@@ -1,4 +1,4 @@
-"""What the signed-in token may do, from its grants (`skillfs.server.auth`).
+"""What the signed-in token may do, from its grants (`skillfs.auth`).
 
 The one place pages and templates ask (`call.can`), so a page never offers an action the token
 cannot take, nor counts or names things the token may not read: a count of users whose scopes
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from skillfs.auth import Grant, Level, Principal
 from skillfs.model import Scope
-from skillfs.server.auth import Grant, Level, Principal
 
 #: Stands for "some user" when asking whether a grant covers any user scope of an agent.
 _SOMEONE = "someone"

@@ -20,6 +20,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 import jinja2
 
+from skillfs.auth import Level, Tokens, tokens_document
 from skillfs.console import urls, views
 from skillfs.console.access import Access
 from skillfs.console.archive import ZipLimits
@@ -37,7 +38,6 @@ from skillfs.errors import (
 )
 from skillfs.model import Revision, Scope
 from skillfs.names import check_skill_name
-from skillfs.server.auth import Level, Tokens, tokens_document
 from skillfs.store import Store
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from skillfs.errors import InvalidPath, InvalidSkill, NotFound, TooLarge
 from skillfs.model import File, Manifest
 from skillfs.names import check_skill_name, normalize_path
-from skillfs.skill import SKILL_MD, parse_skill_md
+from skillfs.skill_md import SKILL_MD, parse_skill_md
 from skillfs.store import Store
 
 #: Entries that archivers add and that are never part of a skill.

@@ -15,7 +15,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from skillfs.server.auth import Principal, Tokens, hash_token
+from skillfs.auth import Principal, Tokens, hash_token
 
 COOKIE = "skillfs_session"
 LOGIN_COOKIE = "skillfs_login"

@@ -1,6 +1,6 @@
-"""Console URLs mirror the store's logical keys (DESIGN §1): a scope's page is at its key prefix,
-`/agents/support-bot/users/alice/skills/`, and a skill's at `<prefix><skill>/`, so an operator
-can go from a key in a log to its page and back."""
+"""Console URLs mirror the store's logical keys (docs/design.md §1): a scope's page is at its
+key prefix, `/agents/support-bot/users/alice/skills/`, and a skill's at `<prefix><skill>/`,
+so an operator can go from a key in a log to its page and back."""
 
 from __future__ import annotations
 

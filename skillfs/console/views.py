@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import yaml
-
+from skillfs.auth import Level
 from skillfs.console import urls
 from skillfs.console.archive import read_zip, write_zip
 from skillfs.console.diff import FileDiff, as_text, diff_manifests, diff_text
@@ -20,8 +19,7 @@ from skillfs.errors import Conflict, InvalidPath, NotFound, SkillfsError
 from skillfs.model import File, FileEntry, Finding, Manifest, Put, Remove, Revision, Scope
 from skillfs.names import check_domain, check_id, check_skill_name, normalize_path
 from skillfs.runtime import Market, Skills
-from skillfs.server.auth import Level
-from skillfs.skill import SKILL_MD, inspect_skill
+from skillfs.skill_md import SKILL_MD, inspect_skill, skill_template
 
 if TYPE_CHECKING:
     from skillfs.console.app import Call
@@ -189,7 +187,8 @@ def skill_md_text(call: Call, m: Manifest) -> str | None:
 
 def confirm(call: Call, action: str, title: str, problems: dict[str, list[Finding]]) -> Response:
     """The "this breaks the spec" page: the findings and a button that repeats the request
-    with `force` set, so only an explicit second click stores an off-spec skill (DESIGN §7)."""
+    with `force` set, so only an explicit second click stores an off-spec skill
+    (docs/design.md §7)."""
     fields = {k: v for k, v in call.req.form.items() if k not in ("csrf", "force")}
     return call.render(
         "confirm.html", 422, action=action, heading=title, problems=problems, fields=fields
@@ -666,28 +665,6 @@ def _attachment(data: bytes, filename: str) -> Response:
 
 
 # ---------------------------------------------------------------------- skills
-
-
-def skill_template(name: str, description: str) -> bytes:
-    """A new skill's SKILL.md: valid frontmatter (safely quoted) and the usual sections."""
-    head = yaml.safe_dump(
-        {"name": name, "description": description},
-        sort_keys=False,
-        allow_unicode=True,
-        width=10_000,
-        default_flow_style=False,
-    )
-    title = name.replace("-", " ").strip().capitalize() or name
-    body = (
-        f"# {title}\n\n"
-        "Say when the agent should use this skill, and what it gets done.\n\n"
-        "## Instructions\n\n"
-        "1. First step.\n"
-        "2. Second step.\n\n"
-        "## Examples\n\n"
-        "- A request this skill handles, and what a good answer looks like.\n"
-    )
-    return f"---\n{head}---\n\n{body}".encode()
 
 
 def scope_post(call: Call, scope: Scope) -> Response:

@@ -1,5 +1,5 @@
 """`grpc://host:port[,host:port…]` and `grpcs://…`: the engine primitives over one or more
-skillfs servers, for workers that must not hold store credentials (DESIGN §2, §6).
+skillfs servers, for workers that must not hold store credentials (docs/design.md §2, §6).
 
 Calls go round-robin over the servers named; a server that cannot be reached is skipped for a
 second and the call goes to the next one, so a dead server costs one failed connect, not an
@@ -26,13 +26,13 @@ from urllib.parse import parse_qs, urlsplit
 
 import grpc
 
+from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import CommitOp, Engine
 from skillfs.errors import InvalidPath, StoreUnavailable
 from skillfs.lru import Lru
 from skillfs.model import Access, Change, Manifest, Revision, Scope
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
-from skillfs.server import wire
 
 ENV_TOKEN = "SKILLFS_TOKEN"
 R = TypeVar("R")

@@ -195,5 +195,3 @@ def scope_from(text: str) -> Scope:
     """A scope string from a request; a bad one is INVALID_ARGUMENT. Cached: scopes are few
     and immutable, and parsing one is a visible part of a cached read."""
     return Scope.parse(text)
-
-

@@ -1,4 +1,4 @@
-"""The agent runtime (DESIGN §4): layered skills, a fresh snapshot per reasoning step, the
+"""The agent runtime (docs/design.md §4): layered skills, a fresh snapshot per reasoning step, the
 `<available_skills>` prompt block and the skill tools."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Where a worker's skills come from, and how the layers merge (DESIGN §1).
+"""Where a worker's skills come from, and how the layers merge (docs/design.md §1).
 
 A layer yields a `LayerSkills`: an immutable mapping of skill directory -> `Manifest` plus a
 way to read a file by its table entry. Store scopes get theirs from the follower; `LocalDir`
@@ -26,7 +26,7 @@ from typing import Protocol
 from skillfs.errors import InvalidPath, StoreUnavailable
 from skillfs.model import FileEntry, Finding, Manifest, Scope
 from skillfs.names import check_id, check_skill_name, is_hidden_dir
-from skillfs.skill import inspect_skill
+from skillfs.skill_md import inspect_skill
 from skillfs.store import sha256
 from skillfs.validation import finding
 
@@ -100,7 +100,7 @@ def _safe_name(text: str) -> str:
 
 
 class Market(Layer):
-    """A KV `market` scope (DESIGN §1): a skill registry kept in the store."""
+    """A KV `market` scope (docs/design.md §1): a skill registry kept in the store."""
 
     def __init__(self, market_id: str) -> None:
         self.scope: Scope = Scope.market(check_id("market", market_id))

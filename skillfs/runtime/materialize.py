@@ -1,4 +1,4 @@
-"""Writing a snapshot's skills to a local directory for shell use (DESIGN §4).
+"""Writing a snapshot's skills to a local directory for shell use (docs/design.md §4).
 
 Layout: `<root>/<source>/<skill>/<path>`, e.g. `.skills-cache/user/code-reviewer/SKILL.md`.
 A state file records the hash and mode of every file written, so the next call rewrites only

@@ -16,7 +16,6 @@ import time
 from collections.abc import Sequence
 from typing import Any, cast
 
-from skillfs.engines import open_engine
 from skillfs.errors import InvalidPath, StoreUnavailable
 from skillfs.model import Revision, Scope
 from skillfs.names import check_id
@@ -24,7 +23,7 @@ from skillfs.runtime.follower import Follower, follower_for
 from skillfs.runtime.layers import GitRepo, Layer, LayerSkills, LocalDir, Market, StoreScope, merge
 from skillfs.runtime.snapshot import Snapshot, View
 from skillfs.runtime.usage import UsageRecorder, recorder_for
-from skillfs.store import Store
+from skillfs.store import Store, open_store
 
 
 def _identical(a: tuple[LayerSkills, ...], b: tuple[LayerSkills, ...]) -> bool:
@@ -33,7 +32,7 @@ def _identical(a: tuple[LayerSkills, ...], b: tuple[LayerSkills, ...]) -> bool:
 
 
 class Skills:
-    """The skills a worker for (agent, user) sees: `layers` lowest first (DESIGN §1: a
+    """The skills a worker for (agent, user) sees: `layers` lowest first (docs/design.md §1: a
     project-global directory, then marketplaces), then the agent-shared and per-user scopes.
 
     With `max_staleness` (seconds), a snapshot skips the store round trip while every
@@ -49,7 +48,7 @@ class Skills:
         *,
         max_staleness: float | None = None,
     ) -> None:
-        self.store = store if isinstance(store, Store) else Store(open_engine(store))
+        self.store = store if isinstance(store, Store) else open_store(store)
         self.agent_id = check_id("agent", agent_id)
         self.user_id = check_id("user", user_id)
         self.max_staleness = max_staleness
@@ -106,7 +105,7 @@ class Skills:
         """The skills for the next reasoning step (C3-C5).
 
         With `allow_stale`, a store outage returns the last snapshot marked `stale` instead
-        of raising StoreUnavailable (DESIGN §7: only where the caller asked for it)."""
+        of raising StoreUnavailable (docs/design.md §7: only where the caller asked for it)."""
         with self._lock:
             if not self._tracking:
                 for follower, scopes, _ in self._plan:

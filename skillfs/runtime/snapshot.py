@@ -24,7 +24,7 @@ from skillfs.names import normalize_path
 from skillfs.runtime.layers import Problem, SkillInfo
 from skillfs.runtime.materialize import materialize
 from skillfs.runtime.usage import UsageRecorder
-from skillfs.skill import SKILL_MD, parse_skill_md
+from skillfs.skill_md import SKILL_MD, parse_skill_md
 
 ToolStyle = Literal["openai", "anthropic"]
 TOOL_NAMES = ("load_skill_through_path", "read_skill", "search_skills")

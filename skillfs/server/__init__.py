@@ -1,2 +1,2 @@
-"""The skillfs server (DESIGN §6): `skillfs serve`. Start one with
+"""The skillfs server (docs/design.md §6): `skillfs serve`. Start one with
 `SkillfsServer(ServerConfig(store=URL, ...)).start()` from `skillfs.server.app`."""

@@ -1,6 +1,6 @@
 """The server process: gRPC (reads, admin, health, reflection), the HTTP port (status page,
 /metrics, /healthz, /readyz, and the mount point of the admin console), TLS, JSON logs and
-graceful shutdown (DESIGN §6).
+graceful shutdown (docs/design.md §6).
 
 The server holds no state of its own beyond caches of immutable things, so any number of
 them can run over one store; readiness follows the store (health SERVING only while it
@@ -28,15 +28,14 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from pydantic import BaseModel, ConfigDict
 
+from skillfs.auth import Tokens
 from skillfs.console import make_app
 from skillfs.console.web import QuietHandler, ThreadingWSGIServer
-from skillfs.engines import open_engine
 from skillfs.errors import SkillfsError
 from skillfs.proto import skillfs_pb2 as pb
-from skillfs.server.auth import Tokens
 from skillfs.server.metrics import Metrics
 from skillfs.server.service import Backend, add_servicers, watch_limits
-from skillfs.store import Store
+from skillfs.store import open_store
 
 log = logging.getLogger("skillfs.server")
 
@@ -75,7 +74,7 @@ class SkillfsServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.tokens = Tokens(config.tokens)
-        self.store = Store(open_engine(config.store))
+        self.store = open_store(config.store)
         self.metrics = Metrics()
         watches = watch_limits(config.max_workers, config.max_watches, config.max_watches_per_token)
         self.backend = Backend(self.store, self.tokens, self.metrics, watches)

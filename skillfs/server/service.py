@@ -25,6 +25,8 @@ from typing import Any, TypeVar
 import grpc
 from pydantic import ValidationError
 
+from skillfs.auth import Level, Principal, Tokens
+from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import CommitOp, VersionMismatch
 from skillfs.errors import (
     InvalidPath,
@@ -40,10 +42,8 @@ from skillfs.names import check_domain, check_id, check_skill_name, normalize_pa
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.runtime import Market, Skills, Snapshot
-from skillfs.server import wire
-from skillfs.server.auth import Level, Principal, Tokens
 from skillfs.server.metrics import Metrics
-from skillfs.skill import SKILL_MD, inspect_skill
+from skillfs.skill_md import SKILL_MD, inspect_skill
 from skillfs.store import Store
 
 log = logging.getLogger("skillfs.server")
@@ -773,7 +773,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         """Refresh the last-use time of every blob the commit names and refuse the commit if
         one is gone: a client may commit without touching first (or long after), and GC may
         have swept a blob nothing referenced. Once touched, GC's sweep leaves it alone for its
-        grace period, longer than the commit takes (DESIGN §2)."""
+        grace period, longer than the commit takes (docs/design.md §2)."""
         shas = sorted({e.sha256 for _, m, _ in checked for e in m.files.values()})
         if not shas:
             return
