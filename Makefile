@@ -1,16 +1,24 @@
-# The README's two commands: `make run` and `make test`. Everything they need is installed here.
+# The README's two commands: `make run` and `make test`. Everything they need is installed here:
+# `make run` the runtime only, `make test` adds the dev tools (linters, browser driver, …).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+RUNTIME := $(VENV)/.installed-runtime
+DEV := $(VENV)/.installed-dev
 
 .PHONY: run test lint servers proto clean
 
-$(STAMP): pyproject.toml
+$(RUNTIME): pyproject.toml
+	@echo "installing skillfs into $(VENV) (the first run takes about a minute)"
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	touch $(RUNTIME)
+
+$(DEV): $(RUNTIME)
+	@echo "installing the test tools into $(VENV)"
 	$(BIN)/pip install -q -e '.[dev]'
-	touch $(STAMP)
+	touch $(DEV)
 
 # Debian's servers for the real-store tests and chromium for the console's browser tests;
 # installed only when missing.
@@ -26,18 +34,18 @@ servers:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-run: $(STAMP)
+run: $(RUNTIME)
 	$(BIN)/skillfs run
 
 # Regenerate skillfs/proto/ from protos/skillfs/v1/ (tests/test_grpc_proto.py checks it is current).
-proto: $(STAMP)
+proto: $(DEV)
 	$(BIN)/python protos/generate.py
 
-lint: $(STAMP)
+lint: $(DEV)
 	$(BIN)/ruff check .
 	$(BIN)/mypy skillfs
 
-test: $(STAMP) servers lint
+test: $(DEV) servers lint
 	$(BIN)/pytest -q
 
 clean:
