@@ -22,8 +22,8 @@ import jinja2
 
 from skillfs.auth import Level, Tokens, tokens_document
 from skillfs.console import urls, views
-from skillfs.console.access import Access
 from skillfs.console.archive import ZipLimits
+from skillfs.console.permissions import Permissions
 from skillfs.console.session import COOKIE, LOGIN_COOKIE, SESSION_SECONDS, Session, Sessions
 from skillfs.console.web import HTTPError, Request, Response, WSGIEnviron, redirect
 from skillfs.errors import (
@@ -67,7 +67,7 @@ class Call:
         self.store = console.store
         self.flash: str | None = None
         #: What this token may do: pages and templates ask it before offering an action.
-        self.can = Access(session.principal)
+        self.can = Permissions(session.principal)
 
     @property
     def principal_name(self) -> str:
