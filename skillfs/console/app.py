@@ -1,7 +1,8 @@
 """The console's WSGI application: sign-in, CSRF, dispatch, rendering and error pages.
 
-The pages themselves live in `skillfs.console.views`; this module owns what every request
-goes through, so no page can forget the session check, the CSRF check or escaping.
+The pages live in `skillfs.console.pages`, found through the table in `skillfs.console.routes`;
+this module owns what every request goes through, so no page can forget the session check, the
+CSRF check or escaping.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from urllib.parse import quote, unquote, urlsplit
 
 import jinja2
 
-from skillfs.auth import Level, Tokens, tokens_document
-from skillfs.console import urls, views
+from skillfs.auth import Tokens, tokens_document
+from skillfs.console import routes, urls
 from skillfs.console.archive import ZipLimits
-from skillfs.console.permissions import Permissions
-from skillfs.console.session import COOKIE, LOGIN_COOKIE, SESSION_SECONDS, Session, Sessions
+from skillfs.console.call import FLASH_COOKIE, Call
+from skillfs.console.session import COOKIE, LOGIN_COOKIE, SESSION_SECONDS, Sessions
 from skillfs.console.web import HTTPError, Request, Response, WSGIEnviron, redirect
 from skillfs.errors import (
     Conflict,
@@ -36,13 +37,12 @@ from skillfs.errors import (
     StoreUnavailable,
     TooLarge,
 )
-from skillfs.model import Revision, Scope
+from skillfs.model import Revision
 from skillfs.names import check_skill_name
 from skillfs.store import Store
 
 log = logging.getLogger(__name__)
 
-FLASH_COOKIE = "skillfs_flash"
 StartResponse = Callable[..., Any]
 
 SECURITY_HEADERS = [
@@ -55,64 +55,6 @@ SECURITY_HEADERS = [
     ("Referrer-Policy", "same-origin"),
     ("X-Frame-Options", "DENY"),
 ]
-
-
-class Call:
-    """One signed-in request: what every page handler gets."""
-
-    def __init__(self, console: Console, req: Request, session: Session) -> None:
-        self.console = console
-        self.req = req
-        self.session = session
-        self.store = console.store
-        self.flash: str | None = None
-        #: What this token may do: pages and templates ask it before offering an action.
-        self.can = Permissions(session.principal)
-
-    @property
-    def principal_name(self) -> str:
-        return self.session.principal.name
-
-    def require(self, level: Level, scope: Scope) -> None:
-        self.session.principal.require(level, scope)
-
-    def require_domain(self, domain: str) -> None:
-        self.session.principal.require_domain(domain)
-
-    def render(self, template: str, status: int = 200, **context: Any) -> Response:
-        if "nav" not in context:
-            try:
-                context["nav"] = self.nav()
-            except SkillfsError:  # an error page for a store that is down still renders
-                context["nav"] = {"agents": [], "markets": []}
-        return self.console.render(template, status, call=self, **context)
-
-    def done(self, location: str, message: str) -> Response:
-        """Redirect after a successful POST, with a message for the next page."""
-        resp = redirect(location)
-        resp.set_cookie(FLASH_COOKIE, quote(message), secure=self.req.secure, max_age=60)
-        return resp
-
-    def form_int(self, name: str, default: int | None = None) -> int:
-        value = self.req.form.get(name, "")
-        if value == "" and default is not None:
-            return default
-        try:
-            return int(value)
-        except ValueError:
-            raise HTTPError(
-                400, "Bad request", f"the form field {name!r} must be a number"
-            ) from None
-
-    def nav(self) -> dict[str, list[str]]:
-        """The sidebar: the agents and markets this token may see."""
-        return {
-            "agents": [a for a in self.store.agents() if self.can.see(f"agents/{a}")],
-            "markets": [m for m in self.store.markets() if self.can.read(Scope.market(m))],
-        }
-
-
-Handler = Callable[[Call], Response]
 
 
 class Console:
@@ -195,7 +137,14 @@ class Console:
                     "this form was not issued by your current session (CSRF check failed)",
                     "Go back, reload the page and submit again.",
                 )
-        call = Call(self, req, session)
+        call = Call(
+            req,
+            session,
+            self.store,
+            self.render,
+            zip_limits=self.zip_limits,
+            stopping=self.stopping,
+        )
         flash = req.cookies.get(FLASH_COOKIE)
         page = req.method == "GET" and not req.path.startswith(("/api/", "/events"))
         if flash and page:
@@ -229,7 +178,7 @@ class Console:
             resp = redirect("/login")
             resp.set_cookie(COOKIE, "", secure=req.secure, max_age=0)
             return resp
-        return views.route(call)
+        return routes.route(call)
 
     # ------------------------------------------------------------------ sign-in
 
