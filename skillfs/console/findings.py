@@ -1,5 +1,8 @@
 """Spec findings as the console shows them: of a skill's stored SKILL.md as the current rules
 see it, of an edit in progress, and with the SKILL.md line each is about.
+
+Writes are not checked here: `Store.commit(..., strict=)` refuses an off-spec skill
+(docs/design.md §7) and the pages show the findings it refused with.
 """
 
 from __future__ import annotations

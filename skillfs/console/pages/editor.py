@@ -20,7 +20,7 @@ from skillfs.console.findings import (
 from skillfs.console.skill_files import MAX_EDIT_BYTES, file_tree, with_file
 from skillfs.console.strict import forced
 from skillfs.console.web import HTTPError, Response, json_response, redirect
-from skillfs.errors import Conflict, InvalidPath
+from skillfs.errors import Conflict, InvalidPath, InvalidSkill
 from skillfs.model import Finding, Manifest, Scope
 from skillfs.names import check_skill_name, normalize_path
 from skillfs.skill_md import SKILL_MD
@@ -100,9 +100,13 @@ def save(call: Call, scope: Scope, skill: str) -> Response:
     data = _edit_text(call)
     loaded = call.store.manifest(scope, skill, version=base)
     files = with_file(loaded, path, data)
-    findings = findings_of(call.store, skill, files)
     text = data.decode("utf-8")
-    if errors_of(findings) and not forced(call):
+    try:
+        result = call.store.publish(
+            scope, skill, files, expected_version=expected, strict=not forced(call)
+        )
+    except InvalidSkill:
+        findings = findings_of(call.store, skill, files)  # the warnings too
         return render_editor(
             call,
             scope,
@@ -115,10 +119,8 @@ def save(call: Call, scope: Scope, skill: str) -> Response:
             status=422,
             needs_force=True,
         )
-    try:
-        result = call.store.publish(scope, skill, files, expected_version=expected)
     except Conflict:
-        return _conflict(call, scope, loaded, path, text, findings)
+        return _conflict(call, scope, loaded, path, text, findings_of(call.store, skill, files))
     return call.done(
         urls.skill_url(scope, skill, "files", path),
         f"Saved {path}: {skill} is now version {result.version} "

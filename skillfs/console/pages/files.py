@@ -9,11 +9,10 @@ from skillfs.auth import Level
 from skillfs.console import urls
 from skillfs.console.archive import write_zip
 from skillfs.console.call import Call
-from skillfs.console.findings import errors_of, findings_of
 from skillfs.console.skill_files import with_file
 from skillfs.console.strict import confirm, forced
 from skillfs.console.web import HTTPError, Response
-from skillfs.errors import InvalidPath, NotFound
+from skillfs.errors import InvalidPath, InvalidSkill, NotFound
 from skillfs.model import File, FileEntry, Scope
 from skillfs.names import normalize_path
 
@@ -60,18 +59,20 @@ def upload(call: Call, scope: Scope, skill: str) -> Response:
     expected = call.form_int("expected")
     m = call.store.manifest(scope, skill, version=expected)
     files = with_file(m, path, got.data)
-    errors = errors_of(findings_of(call.store, skill, files))
-    if errors and not forced(call):
+    try:
+        result = call.store.publish(
+            scope, skill, files, expected_version=expected, strict=not forced(call)
+        )
+    except InvalidSkill as exc:
         return call.render_scope(
             "upload_rejected.html",
             scope,
             422,
             skill=skill,
             path=path,
-            errors=errors,
+            errors=exc.findings,
             expected=expected,
         )
-    result = call.store.publish(scope, skill, files, expected_version=expected)
     return call.done(
         urls.skill_url(scope, skill),
         f"Uploaded {path} ({len(got.data)} bytes): {skill} is now version {result.version}",
@@ -89,15 +90,17 @@ def remove_file(call: Call, scope: Scope, skill: str) -> Response:
     del files[path]
     if not files:
         raise InvalidPath(f"{path} is the last file of {skill}: delete the skill instead")
-    errors = errors_of(findings_of(call.store, skill, files))
-    if errors and not forced(call):
+    try:
+        result = call.store.publish(
+            scope, skill, files, expected_version=expected, strict=not forced(call)
+        )
+    except InvalidSkill as exc:
         return confirm(
             call,
             urls.skill_url(scope, skill, "rmfile"),
             f"Removing {path} leaves {skill} off-spec",
-            {skill: errors},
+            {skill: exc.findings},
         )
-    result = call.store.publish(scope, skill, files, expected_version=expected)
     return call.done(
         urls.skill_url(scope, skill), f"Removed {path}: {skill} is now version {result.version}"
     )

@@ -6,9 +6,9 @@ from skillfs.auth import Level
 from skillfs.console import urls
 from skillfs.console.call import Call
 from skillfs.console.diff import diff_manifests
-from skillfs.console.findings import errors_of, stored_findings
 from skillfs.console.strict import confirm, forced
 from skillfs.console.web import Response
+from skillfs.errors import InvalidSkill
 from skillfs.model import Manifest, Scope
 
 
@@ -54,16 +54,17 @@ def rollback(call: Call, scope: Scope, skill: str) -> Response:
     call.require(Level.write, scope)
     version = call.form_int("version")
     expected = call.form_int("expected")
-    old = call.store.manifest(scope, skill, version=version)
-    errors = errors_of(stored_findings(call.store, old))
-    if errors and not forced(call):
+    try:
+        result = call.store.rollback(
+            scope, skill, version, expected_version=expected, strict=not forced(call)
+        )
+    except InvalidSkill as exc:
         return confirm(
             call,
             urls.skill_url(scope, skill, "rollback"),
             f"Version {version} of {skill} breaks the spec",
-            {skill: errors},
+            {skill: exc.findings},
         )
-    result = call.store.rollback(scope, skill, version, expected_version=expected)
     return call.done(
         urls.skill_url(scope, skill, "history"),
         f"Rolled {skill} back to the files of version {version}: it is now version "

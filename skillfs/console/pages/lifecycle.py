@@ -10,10 +10,10 @@ from skillfs.console import urls
 from skillfs.console.archive import read_zip
 from skillfs.console.call import Call
 from skillfs.console.diff import as_text
-from skillfs.console.findings import errors_of, findings_of, stored_findings
+from skillfs.console.findings import errors_of, findings_of
 from skillfs.console.strict import confirm, forced
 from skillfs.console.web import HTTPError, Response, redirect
-from skillfs.errors import Conflict
+from skillfs.errors import Conflict, InvalidSkill
 from skillfs.model import File, FileEntry, Put, Remove, Scope
 from skillfs.names import check_id, check_skill_name
 from skillfs.skill_md import SKILL_MD, skill_template
@@ -34,11 +34,12 @@ def create(call: Call, scope: Scope) -> Response:
     name = check_skill_name(call.req.form.get("name", "").strip())
     description = call.req.form.get("description", "").strip()
     files = {SKILL_MD: File(skill_template(name, description))}
-    errors = errors_of(findings_of(call.store, name, files))
-    if errors and not forced(call):
-        return confirm(call, urls.scope_url(scope), f"{name} would break the spec", {name: errors})
     try:
-        result = call.store.publish(scope, name, files, expected_version=0)
+        result = call.store.publish(scope, name, files, expected_version=0, strict=not forced(call))
+    except InvalidSkill as exc:
+        return confirm(
+            call, urls.scope_url(scope), f"{name} would break the spec", {name: exc.findings}
+        )
     except Conflict:
         raise HTTPError(
             409,
@@ -58,21 +59,23 @@ def import_zip(call: Call, scope: Scope) -> Response:
         raise HTTPError(400, "No file", "choose a .zip file holding a skill directory")
     skills = read_zip(got.data, call.zip_limits, call.req.form.get("name", "").strip())
     replace = call.req.form.get("replace") == "1"
-    problems = {
-        name: errs
-        for name, files in skills.items()
-        if (errs := errors_of(findings_of(call.store, name, files)))
-    }
-    if problems and not forced(call):
-        return call.render_scope(
-            "import_rejected.html", scope, 422, problems=problems, replace=replace
-        )
     try:
         result = call.store.commit(
             [
                 Put(scope, name, dict(files), None if replace else 0)
                 for name, files in skills.items()
-            ]
+            ],
+            strict=not forced(call),
+        )
+    except InvalidSkill:
+        # the store refuses at the first off-spec skill: the page lists every one of them
+        problems = {
+            name: errs
+            for name, files in skills.items()
+            if (errs := errors_of(findings_of(call.store, name, files)))
+        }
+        return call.render_scope(
+            "import_rejected.html", scope, 422, problems=problems, replace=replace
         )
     except Conflict as exc:
         raise HTTPError(
@@ -129,16 +132,18 @@ def rename(call: Call, scope: Scope, skill: str) -> Response:
         files[SKILL_MD] = File(
             renamed_skill_md(call.store.read_entry(md), skill, new), mode=md.mode
         )
-    errors = errors_of(findings_of(call.store, new, files))
-    if errors and not forced(call):
+    try:
+        call.store.commit(
+            [Put(scope, new, dict(files), 0), Remove(scope, skill, expected)],
+            strict=not forced(call),
+        )
+    except InvalidSkill as exc:
         return confirm(
             call,
             urls.skill_url(scope, skill, "rename"),
             f"{new} would break the spec",
-            {new: errors},
+            {new: exc.findings},
         )
-    try:
-        call.store.commit([Put(scope, new, dict(files), 0), Remove(scope, skill, expected)])
     except Conflict as exc:
         if exc.skill == new:
             raise HTTPError(
@@ -157,16 +162,17 @@ def override(call: Call, scope: Scope, skill: str) -> Response:
     target = Scope.user(scope.agent_id, user)
     call.require(Level.write, target)
     m = call.store.manifest(scope, skill, version=call.form_int("expected"))
-    errors = errors_of(stored_findings(call.store, m))
-    if errors and not forced(call):
+    try:
+        result = call.store.publish(
+            target, skill, m.files, expected_version=0, strict=not forced(call)
+        )  # the files by reference
+    except InvalidSkill as exc:
         return confirm(
             call,
             urls.skill_url(scope, skill, "override"),
             f"The shared {skill} breaks the spec; the copy would too",
-            {skill: errors},
+            {skill: exc.findings},
         )
-    try:
-        result = call.store.publish(target, skill, m.files, expected_version=0)  # by reference
     except Conflict:
         raise HTTPError(
             409,
