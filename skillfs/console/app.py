@@ -27,16 +27,7 @@ from skillfs.console.archive import ZipLimits
 from skillfs.console.call import FLASH_COOKIE, Call
 from skillfs.console.session import COOKIE, LOGIN_COOKIE, SESSION_SECONDS, Sessions
 from skillfs.console.web import HTTPError, Request, Response, WSGIEnviron, redirect
-from skillfs.errors import (
-    Conflict,
-    InvalidPath,
-    InvalidSkill,
-    NotFound,
-    PermissionDenied,
-    SkillfsError,
-    StoreUnavailable,
-    TooLarge,
-)
+from skillfs.errors import InvalidPath, NotFound, SkillfsError, StoreUnavailable
 from skillfs.model import Revision
 from skillfs.names import check_skill_name
 from skillfs.store import Store
@@ -55,6 +46,15 @@ SECURITY_HEADERS = [
     ("Referrer-Policy", "same-origin"),
     ("X-Frame-Options", "DENY"),
 ]
+
+#: What an operator reads above a store error's message, by the HTTP status its class carries.
+_TITLES = {
+    400: "Not accepted",
+    403: "Not allowed",
+    404: "Not found",
+    409: "Changed by someone else",
+    413: "Too large",
+}
 
 
 class Console:
@@ -254,17 +254,8 @@ class Console:
                 + " when the store is back.",
                 call,
             )
-        status, title = 500, "Store error"
-        if isinstance(exc, NotFound):
-            status, title = 404, "Not found"
-        elif isinstance(exc, PermissionDenied):
-            status, title = 403, "Not allowed"
-        elif isinstance(exc, Conflict):
-            status, title = 409, "Changed by someone else"
-        elif isinstance(exc, TooLarge):
-            status, title = 413, "Too large"
-        elif isinstance(exc, InvalidPath | InvalidSkill):
-            status, title = 400, "Not accepted"
+        status = exc.http_status
+        title = _TITLES.get(status, "Store error")
         hint = "Nothing was written." if posted and status in (400, 409, 413) else ""
         links = self._history_link(call) if isinstance(exc, NotFound) else []
         return self.error_page(status, title, str(exc), hint, call, links)
