@@ -182,7 +182,13 @@ class Store:
         return self.commit([Remove(scope, skill, expected_version)], commit_id=commit_id)
 
     def rollback(
-        self, scope: Scope, skill: str, version: int, expected_version: int | None = None
+        self,
+        scope: Scope,
+        skill: str,
+        version: int,
+        expected_version: int | None = None,
+        *,
+        strict: bool = False,
     ) -> CommitResult:
         """Publish a new version whose files equal those of `version`."""
         old = self.manifest(scope, skill, version=version)
@@ -190,7 +196,7 @@ class Store:
             raise NotFound(
                 f"version {version} of {scope}/{skill} is a deletion: pick another version"
             )
-        return self.publish(scope, skill, dict(old.files), expected_version)
+        return self.publish(scope, skill, dict(old.files), expected_version, strict=strict)
 
     def commit(
         self,

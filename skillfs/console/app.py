@@ -1,7 +1,8 @@
 """The console's WSGI application: sign-in, CSRF, dispatch, rendering and error pages.
 
-The pages themselves live in `skillfs.console.views`; this module owns what every request
-goes through, so no page can forget the session check, the CSRF check or escaping.
+The pages live in `skillfs.console.pages`, found through the table in `skillfs.console.routes`;
+this module owns what every request goes through, so no page can forget the session check, the
+CSRF check or escaping.
 """
 
 from __future__ import annotations
@@ -20,29 +21,19 @@ from urllib.parse import quote, unquote, urlsplit
 
 import jinja2
 
-from skillfs.auth import Level, Tokens, tokens_document
-from skillfs.console import urls, views
-from skillfs.console.access import Access
+from skillfs.auth import Tokens, tokens_document
+from skillfs.console import routes, urls
 from skillfs.console.archive import ZipLimits
-from skillfs.console.session import COOKIE, LOGIN_COOKIE, SESSION_SECONDS, Session, Sessions
+from skillfs.console.call import FLASH_COOKIE, Call
+from skillfs.console.session import COOKIE, LOGIN_COOKIE, SESSION_SECONDS, Sessions
 from skillfs.console.web import HTTPError, Request, Response, WSGIEnviron, redirect
-from skillfs.errors import (
-    Conflict,
-    InvalidPath,
-    InvalidSkill,
-    NotFound,
-    PermissionDenied,
-    SkillfsError,
-    StoreUnavailable,
-    TooLarge,
-)
-from skillfs.model import Revision, Scope
+from skillfs.errors import InvalidPath, NotFound, SkillfsError, StoreUnavailable
+from skillfs.model import Revision
 from skillfs.names import check_skill_name
 from skillfs.store import Store
 
 log = logging.getLogger(__name__)
 
-FLASH_COOKIE = "skillfs_flash"
 StartResponse = Callable[..., Any]
 
 SECURITY_HEADERS = [
@@ -56,63 +47,14 @@ SECURITY_HEADERS = [
     ("X-Frame-Options", "DENY"),
 ]
 
-
-class Call:
-    """One signed-in request: what every page handler gets."""
-
-    def __init__(self, console: Console, req: Request, session: Session) -> None:
-        self.console = console
-        self.req = req
-        self.session = session
-        self.store = console.store
-        self.flash: str | None = None
-        #: What this token may do: pages and templates ask it before offering an action.
-        self.can = Access(session.principal)
-
-    @property
-    def principal_name(self) -> str:
-        return self.session.principal.name
-
-    def require(self, level: Level, scope: Scope) -> None:
-        self.session.principal.require(level, scope)
-
-    def require_domain(self, domain: str) -> None:
-        self.session.principal.require_domain(domain)
-
-    def render(self, template: str, status: int = 200, **context: Any) -> Response:
-        if "nav" not in context:
-            try:
-                context["nav"] = self.nav()
-            except SkillfsError:  # an error page for a store that is down still renders
-                context["nav"] = {"agents": [], "markets": []}
-        return self.console.render(template, status, call=self, **context)
-
-    def done(self, location: str, message: str) -> Response:
-        """Redirect after a successful POST, with a message for the next page."""
-        resp = redirect(location)
-        resp.set_cookie(FLASH_COOKIE, quote(message), secure=self.req.secure, max_age=60)
-        return resp
-
-    def form_int(self, name: str, default: int | None = None) -> int:
-        value = self.req.form.get(name, "")
-        if value == "" and default is not None:
-            return default
-        try:
-            return int(value)
-        except ValueError:
-            raise HTTPError(
-                400, "Bad request", f"the form field {name!r} must be a number"
-            ) from None
-
-    def nav(self) -> dict[str, list[str]]:
-        """The sidebar: the agents and markets this token may see."""
-        return {
-            "agents": [a for a in self.store.agents() if self.can.see(f"agents/{a}")],
-            "markets": [m for m in self.store.markets() if self.can.read(Scope.market(m))],
-        }
-
-
-Handler = Callable[[Call], Response]
+#: What an operator reads above a store error's message, by the HTTP status its class carries.
+_TITLES = {
+    400: "Not accepted",
+    403: "Not allowed",
+    404: "Not found",
+    409: "Changed by someone else",
+    413: "Too large",
+}
 
 
 class Console:
@@ -195,7 +137,14 @@ class Console:
                     "this form was not issued by your current session (CSRF check failed)",
                     "Go back, reload the page and submit again.",
                 )
-        call = Call(self, req, session)
+        call = Call(
+            req,
+            session,
+            self.store,
+            self.render,
+            zip_limits=self.zip_limits,
+            stopping=self.stopping,
+        )
         flash = req.cookies.get(FLASH_COOKIE)
         page = req.method == "GET" and not req.path.startswith(("/api/", "/events"))
         if flash and page:
@@ -229,7 +178,7 @@ class Console:
             resp = redirect("/login")
             resp.set_cookie(COOKIE, "", secure=req.secure, max_age=0)
             return resp
-        return views.route(call)
+        return routes.route(call)
 
     # ------------------------------------------------------------------ sign-in
 
@@ -305,17 +254,8 @@ class Console:
                 + " when the store is back.",
                 call,
             )
-        status, title = 500, "Store error"
-        if isinstance(exc, NotFound):
-            status, title = 404, "Not found"
-        elif isinstance(exc, PermissionDenied):
-            status, title = 403, "Not allowed"
-        elif isinstance(exc, Conflict):
-            status, title = 409, "Changed by someone else"
-        elif isinstance(exc, TooLarge):
-            status, title = 413, "Too large"
-        elif isinstance(exc, InvalidPath | InvalidSkill):
-            status, title = 400, "Not accepted"
+        status = exc.http_status
+        title = _TITLES.get(status, "Store error")
         hint = "Nothing was written." if posted and status in (400, 409, 413) else ""
         links = self._history_link(call) if isinstance(exc, NotFound) else []
         return self.error_page(status, title, str(exc), hint, call, links)

@@ -16,7 +16,9 @@ from skillfs.model import Scope
 _SOMEONE = "someone"
 
 
-class Access:
+class Permissions:
+    """The console's questions about one signed-in token, answered from its grants."""
+
     def __init__(self, principal: Principal) -> None:
         self.principal = principal
 

@@ -1,0 +1,115 @@
+"""The agents, an agent, and a scope's skills: where an operator starts and browses."""
+
+from __future__ import annotations
+
+from skillfs.auth import Level
+from skillfs.console import urls
+from skillfs.console.call import Call
+from skillfs.console.web import Response, redirect
+from skillfs.errors import NotFound
+from skillfs.model import Manifest, Scope
+from skillfs.names import check_id
+
+#: The per-user listings stop here; an agent with more users is browsed by user id.
+MAX_USERS_LISTED = 200
+
+
+def home(call: Call) -> Response:
+    nav = call.nav()
+    domains = [f"agents/{a}" for a in nav["agents"]] + [f"markets/{m}" for m in nav["markets"]]
+    revisions = call.store.revisions(domains) if domains else {}
+    agents = []
+    for agent in nav["agents"]:
+        shared = Scope.shared(agent)
+        count = len(call.store.manifests(shared)) if call.can.read(shared) else None
+        # only the users whose skills this token may read: a count of the others is a leak
+        users = (
+            len(call.can.readable_users(agent, call.store.users(agent)))
+            if call.can.read_a_user(agent)
+            else None
+        )
+        agents.append(
+            {
+                "id": agent,
+                "skills": count,
+                "users": users,
+                "revision": revisions.get(f"agents/{agent}"),
+            }
+        )
+    markets = [
+        {
+            "id": market,
+            "skills": len(call.store.manifests(Scope.market(market))),
+            "revision": revisions.get(f"markets/{market}"),
+        }
+        for market in nav["markets"]
+        if call.can.read(Scope.market(market))
+    ]
+    return call.render("home.html", nav=nav, agents=agents, markets=markets)
+
+
+def open_agent(call: Call) -> Response:
+    """The "open an agent by id" form."""
+    agent = call.req.query.get("agent")
+    if not agent:
+        raise call.no_page()
+    return redirect(urls.scope_url(Scope.shared(agent.strip())))
+
+
+def open_user(call: Call, agent: str) -> Response:
+    """The "what does user … see" form; without a user, the agent's page."""
+    user = call.req.query.get("user")
+    if not user:
+        return redirect(urls.agent_url(agent))
+    return redirect(urls.user_url(agent, check_id("user", user.strip())))
+
+
+def to_agent(call: Call, agent: str) -> Response:
+    return redirect(urls.agent_url(agent))
+
+
+def to_market(call: Call, market: str) -> Response:
+    return redirect(urls.scope_url(Scope.market(market)))
+
+
+def agent_page(call: Call, agent: str) -> Response:
+    domain = f"agents/{agent}"
+    call.require_domain(domain)
+    shared = Scope.shared(agent)
+    skills = call.store.manifests(shared) if call.can.read(shared) else None
+    readable = call.can.readable_users(agent, call.store.users(agent))
+    if skills is None and not readable:
+        raise NotFound(f"agent {agent!r} has no skills you may see")
+    users = []
+    for user in readable[:MAX_USERS_LISTED]:
+        scope = Scope.user(agent, user)
+        own = call.store.manifests(scope)
+        overrides = sorted(s for s in own if skills is not None and s in skills)
+        users.append({"id": user, "scope": scope, "skills": len(own), "overrides": overrides})
+    return call.render(
+        "agent.html",
+        agent=agent,
+        shared=shared,
+        skills=sorted((skills or {}).values(), key=lambda m: m.skill),
+        can_read_shared=skills is not None,
+        users=users,
+        more_users=max(0, len(readable) - MAX_USERS_LISTED),
+        domain=domain,
+        revision=call.store.revision(domain),
+    )
+
+
+def scope_page(call: Call, scope: Scope) -> Response:
+    call.require(Level.read, scope)
+    manifests = call.store.manifests(scope)
+    shared: dict[str, Manifest] = {}
+    if scope.kind == "user" and scope.agent_id is not None:
+        base = Scope.shared(scope.agent_id)
+        if call.can.read(base):
+            shared = call.store.manifests(base, sorted(manifests))
+    return call.render_scope(
+        "scope.html",
+        scope,
+        skills=sorted(manifests.values(), key=lambda m: m.skill),
+        shared=shared,
+    )

@@ -1,0 +1,190 @@
+"""The editor: one file of a skill, its findings as you type, and saving on top of the version
+the operator loaded, with what changed meanwhile when someone else saved first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skillfs.auth import Level
+from skillfs.console import urls
+from skillfs.console.call import Call
+from skillfs.console.diff import FileDiff, as_text, diff_manifests, diff_text
+from skillfs.console.findings import (
+    ShownFinding,
+    errors_of,
+    findings_of,
+    shown,
+    skill_md_text,
+    stored_findings,
+)
+from skillfs.console.skill_files import MAX_EDIT_BYTES, file_tree, with_file
+from skillfs.console.strict import forced
+from skillfs.console.web import HTTPError, Response, json_response, redirect
+from skillfs.errors import Conflict, InvalidPath, InvalidSkill
+from skillfs.model import Finding, Manifest, Scope
+from skillfs.names import check_skill_name, normalize_path
+from skillfs.skill_md import SKILL_MD
+
+
+def editor_page(call: Call, scope: Scope, skill: str, path: str) -> Response:
+    call.require(Level.read, scope)
+    if not path:
+        chosen = call.req.query.get("path")  # the "new text file" form
+        target = normalize_path(chosen) if chosen else SKILL_MD
+        return redirect(urls.skill_url(scope, skill, "files", target))
+    path = normalize_path(path)
+    m = call.store.manifest(scope, skill)
+    entry = m.files.get(path)
+    content: str | None = ""
+    if entry is not None:
+        content = as_text(call.store.read_entry(entry)) if entry.size <= MAX_EDIT_BYTES else None
+    text = skill_md_text(call.store, m) if path == SKILL_MD else None
+    return render_editor(
+        call,
+        scope,
+        m,
+        path,
+        content,
+        findings=shown(stored_findings(call.store, m), text),
+        base=m.version,
+        expected=m.version,
+    )
+
+
+def render_editor(
+    call: Call,
+    scope: Scope,
+    m: Manifest,
+    path: str,
+    content: str | None,
+    *,
+    findings: list[ShownFinding],
+    base: int,
+    expected: int,
+    status: int = 200,
+    needs_force: bool = False,
+    conflict: dict[str, Any] | None = None,
+) -> Response:
+    newline = "crlf" if content and "\r\n" in content else "lf"
+    return call.render_scope(
+        "editor.html",
+        scope,
+        status,
+        m=m,
+        path=path,
+        entry=m.files.get(path),
+        content=content,
+        newline=newline,
+        findings=findings,
+        base=base,
+        expected=expected,
+        needs_force=needs_force,
+        conflict=conflict,
+        tree=file_tree(sorted(set(m.files) | {path})),
+    )
+
+
+def _edit_text(call: Call) -> bytes:
+    """The textarea's text with the file's own line endings (browsers send CRLF)."""
+    text = call.req.form.get("content", "").replace("\r\n", "\n")
+    if call.req.form.get("newline") == "crlf":
+        text = text.replace("\n", "\r\n")
+    return text.encode("utf-8")
+
+
+def save(call: Call, scope: Scope, skill: str) -> Response:
+    """Save one file on top of the version the operator loaded; a conflict shows what changed."""
+    call.require(Level.write, scope)
+    path = normalize_path(call.req.form.get("path", ""))
+    base, expected = call.form_int("base"), call.form_int("expected")
+    data = _edit_text(call)
+    loaded = call.store.manifest(scope, skill, version=base)
+    files = with_file(loaded, path, data)
+    text = data.decode("utf-8")
+    try:
+        result = call.store.publish(
+            scope, skill, files, expected_version=expected, strict=not forced(call)
+        )
+    except InvalidSkill:
+        findings = findings_of(call.store, skill, files)  # the warnings too
+        return render_editor(
+            call,
+            scope,
+            loaded,
+            path,
+            text,
+            findings=shown(findings, text if path == SKILL_MD else None),
+            base=base,
+            expected=expected,
+            status=422,
+            needs_force=True,
+        )
+    except Conflict:
+        return _conflict(call, scope, loaded, path, text, findings_of(call.store, skill, files))
+    return call.done(
+        urls.skill_url(scope, skill, "files", path),
+        f"Saved {path}: {skill} is now version {result.version} "
+        f"(agent revision {result.revision.counter})",
+    )
+
+
+def _conflict(
+    call: Call, scope: Scope, loaded: Manifest, path: str, text: str, findings: list[Finding]
+) -> Response:
+    """The editor again, with the operator's text and what changed since the loaded version."""
+    current = call.store.manifests(scope, [loaded.skill]).get(loaded.skill)
+    diffs = diff_manifests(call.store, loaded, current)
+    mine = loaded.files.get(path)
+    theirs = current.files.get(path) if current else None
+    yours = None
+    if theirs is not None and theirs.size <= MAX_EDIT_BYTES:
+        their_text = as_text(call.store.read_entry(theirs))
+        if their_text is not None:
+            yours = FileDiff(path, "modified", theirs, None, lines=diff_text(their_text, text))
+    conflict = {
+        "loaded": loaded,
+        "current": current,
+        "diffs": diffs,
+        "yours": yours,
+        "same_file": (mine.sha256 if mine else None) != (theirs.sha256 if theirs else None),
+    }
+    return render_editor(
+        call,
+        scope,
+        current or loaded,
+        path,
+        text,
+        findings=shown(findings, text if path == SKILL_MD else None),
+        base=current.version if current else loaded.version,
+        expected=current.version if current else 0,
+        status=409,
+        conflict=conflict,
+    )
+
+
+def api_validate(call: Call) -> Response:
+    """Findings for an edit in progress: the loaded version with one file replaced."""
+    body = call.req.json
+    if not isinstance(body, dict):
+        raise HTTPError(400, "Bad request", "send a JSON object")
+    try:
+        scope = Scope.parse(str(body.get("scope", "")))
+        skill = check_skill_name(str(body.get("skill", "")))
+        path = normalize_path(str(body.get("path", "")))
+        base = int(body.get("base", 0))
+    except (InvalidPath, ValueError, TypeError) as exc:
+        return json_response({"error": str(exc)}, 400)
+    call.require(Level.read, scope)
+    content = str(body.get("content", ""))
+    m = call.store.manifest(scope, skill, version=base)
+    findings = findings_of(call.store, skill, with_file(m, path, content.encode("utf-8")))
+    errors = len(errors_of(findings))
+    return json_response(
+        {
+            "findings": [
+                f.__dict__ for f in shown(findings, content if path == SKILL_MD else None)
+            ],
+            "errors": errors,
+            "warnings": len(findings) - errors,
+        }
+    )

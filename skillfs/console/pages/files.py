@@ -1,0 +1,106 @@
+"""A skill's files one at a time, and the whole skill as a zip: download, upload, remove."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import quote
+
+from skillfs.auth import Level
+from skillfs.console import urls
+from skillfs.console.archive import write_zip
+from skillfs.console.call import Call
+from skillfs.console.skill_files import with_file
+from skillfs.console.strict import confirm, forced
+from skillfs.console.web import HTTPError, Response
+from skillfs.errors import InvalidPath, InvalidSkill, NotFound
+from skillfs.model import File, FileEntry, Scope
+from skillfs.names import normalize_path
+
+
+def download(call: Call, scope: Scope, skill: str, path: str) -> Response:
+    """A file's bytes, always as an attachment: skill content must never run in the console."""
+    call.require(Level.read, scope)
+    data = call.store.read(scope, skill, path, version=call.version_arg("version"))
+    name = path.rsplit("/", 1)[-1]
+    return _attachment(data, name)
+
+
+def download_zip(call: Call, scope: Scope, skill: str) -> Response:
+    call.require(Level.read, scope)
+    m = call.store.manifest(scope, skill, version=call.version_arg("version"))
+    return _attachment(write_zip(call.store, m), f"{skill}-v{m.version}.zip")
+
+
+def _attachment(data: bytes, filename: str) -> Response:
+    ascii_name = re.sub(r"[^A-Za-z0-9._-]", "_", filename) or "file"
+    return Response(
+        data,
+        content_type="application/octet-stream",
+        headers=[
+            (
+                "Content-Disposition",
+                f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(filename)}",
+            ),
+            ("Content-Length", str(len(data))),
+        ],
+    )
+
+
+def upload(call: Call, scope: Scope, skill: str) -> Response:
+    """Add or replace a file (binary or text) from the browser."""
+    call.require(Level.write, scope)
+    got = call.req.files.get("file")
+    if got is None:
+        raise HTTPError(400, "No file", "choose a file to upload")
+    target = call.req.form.get("path", "").strip() or (
+        call.req.form.get("dir", "").strip().strip("/") + "/" + got.filename.rsplit("/", 1)[-1]
+    ).lstrip("/")
+    path = normalize_path(target)
+    expected = call.form_int("expected")
+    m = call.store.manifest(scope, skill, version=expected)
+    files = with_file(m, path, got.data)
+    try:
+        result = call.store.publish(
+            scope, skill, files, expected_version=expected, strict=not forced(call)
+        )
+    except InvalidSkill as exc:
+        return call.render_scope(
+            "upload_rejected.html",
+            scope,
+            422,
+            skill=skill,
+            path=path,
+            errors=exc.findings,
+            expected=expected,
+        )
+    return call.done(
+        urls.skill_url(scope, skill),
+        f"Uploaded {path} ({len(got.data)} bytes): {skill} is now version {result.version}",
+    )
+
+
+def remove_file(call: Call, scope: Scope, skill: str) -> Response:
+    call.require(Level.write, scope)
+    path = normalize_path(call.req.form.get("path", ""))
+    expected = call.form_int("expected")
+    m = call.store.manifest(scope, skill, version=expected)
+    files: dict[str, File | FileEntry] = dict(m.files)  # kept by reference
+    if path not in files:
+        raise NotFound(f"{skill} version {expected} has no file {path!r}")
+    del files[path]
+    if not files:
+        raise InvalidPath(f"{path} is the last file of {skill}: delete the skill instead")
+    try:
+        result = call.store.publish(
+            scope, skill, files, expected_version=expected, strict=not forced(call)
+        )
+    except InvalidSkill as exc:
+        return confirm(
+            call,
+            urls.skill_url(scope, skill, "rmfile"),
+            f"Removing {path} leaves {skill} off-spec",
+            {skill: exc.findings},
+        )
+    return call.done(
+        urls.skill_url(scope, skill), f"Removed {path}: {skill} is now version {result.version}"
+    )

@@ -1,0 +1,72 @@
+"""A skill's kept versions: the list, two of them compared, and rolling back to one."""
+
+from __future__ import annotations
+
+from skillfs.auth import Level
+from skillfs.console import urls
+from skillfs.console.call import Call
+from skillfs.console.diff import diff_manifests
+from skillfs.console.strict import confirm, forced
+from skillfs.console.web import Response
+from skillfs.errors import InvalidSkill
+from skillfs.model import Manifest, Scope
+
+
+def history_page(call: Call, scope: Scope, skill: str) -> Response:
+    call.require(Level.read, scope)
+    history = call.store.history(scope, skill)
+    live = history[0] if history and not history[0].deleted else None
+    return call.render_scope("history.html", scope, skill=skill, history=history, live=live)
+
+
+def diff_page(call: Call, scope: Scope, skill: str) -> Response:
+    """Two versions side by side: of this skill, or (with `base=shared`) the shared skill
+    against this per-user override."""
+    call.require(Level.read, scope)
+    history = call.store.history(scope, skill)
+    versions = [h.version for h in history]
+    b = call.version_arg("b") or versions[0]
+    right = call.store.manifest(scope, skill, version=b)
+    left_scope = scope
+    if call.req.query.get("base") == "shared" and scope.kind == "user" and scope.agent_id:
+        left_scope = Scope.shared(scope.agent_id)
+        call.require(Level.read, left_scope)
+        left: Manifest | None = call.store.manifest(left_scope, skill)
+    else:
+        a = call.version_arg("a")
+        if a is None:
+            a = next((v for v in versions if v < b), b)
+        left = call.store.manifest(scope, skill, version=a)
+    diffs = diff_manifests(call.store, left, right)
+    return call.render_scope(
+        "diff.html",
+        scope,
+        skill=skill,
+        left=left,
+        right=right,
+        left_scope=left_scope,
+        versions=versions,
+        diffs=diffs,
+    )
+
+
+def rollback(call: Call, scope: Scope, skill: str) -> Response:
+    call.require(Level.write, scope)
+    version = call.form_int("version")
+    expected = call.form_int("expected")
+    try:
+        result = call.store.rollback(
+            scope, skill, version, expected_version=expected, strict=not forced(call)
+        )
+    except InvalidSkill as exc:
+        return confirm(
+            call,
+            urls.skill_url(scope, skill, "rollback"),
+            f"Version {version} of {skill} breaks the spec",
+            {skill: exc.findings},
+        )
+    return call.done(
+        urls.skill_url(scope, skill, "history"),
+        f"Rolled {skill} back to the files of version {version}: it is now version "
+        f"{result.version}",
+    )

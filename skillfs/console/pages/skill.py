@@ -1,0 +1,56 @@
+"""A skill's page: its findings and files, the users overriding it, or its tombstone."""
+
+from __future__ import annotations
+
+from skillfs.auth import Level
+from skillfs.console.call import Call
+from skillfs.console.findings import shown, skill_md_text, stored_findings
+from skillfs.console.pages.agents import MAX_USERS_LISTED
+from skillfs.console.skill_files import file_tree
+from skillfs.console.web import Response
+from skillfs.errors import NotFound
+from skillfs.model import Manifest, Scope
+
+
+def skill_page(call: Call, scope: Scope, skill: str) -> Response:
+    call.require(Level.read, scope)
+    try:
+        m = call.store.manifest(scope, skill)
+    except NotFound:
+        history = call.store.history(scope, skill)  # NotFound again: never existed
+        if not history or not history[0].deleted:
+            raise
+        return call.render_scope(
+            "deleted.html",
+            scope,
+            skill=skill,
+            tombstone=history[0],
+            restore=next((h for h in history if not h.deleted), None),
+        )
+    overrides: list[tuple[str, Scope, Manifest]] = []
+    users: list[str] = []
+    base: Manifest | None = None
+    shared_scope = Scope.shared(scope.agent_id) if scope.agent_id else None
+    if scope.kind == "shared" and scope.agent_id is not None:
+        known = call.store.users(scope.agent_id)
+        for user in call.can.readable_users(scope.agent_id, known)[:MAX_USERS_LISTED]:
+            target = Scope.user(scope.agent_id, user)
+            found = call.store.manifests(target, [skill]).get(skill)
+            if found is not None:
+                overrides.append((user, target, found))
+        # offered for the override form: only users this token may make one for
+        users = call.can.writable_users(scope.agent_id, known)[:MAX_USERS_LISTED]
+    if scope.kind == "user" and shared_scope is not None and call.can.read(shared_scope):
+        base = call.store.manifests(shared_scope, [skill]).get(skill)
+    text = skill_md_text(call.store, m)
+    return call.render_scope(
+        "skill.html",
+        scope,
+        m=m,
+        findings=shown(stored_findings(call.store, m), text),
+        tree=file_tree(list(m.files)),
+        overrides=overrides,
+        users=users,
+        base=base,
+        shared_scope=shared_scope,
+    )

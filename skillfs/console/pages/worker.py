@@ -1,0 +1,35 @@
+"""What a worker for (agent, user) sees now: the page docs/console.md calls "What U sees"."""
+
+from __future__ import annotations
+
+from skillfs.auth import Level
+from skillfs.console.call import Call
+from skillfs.console.web import Response
+from skillfs.model import Scope
+from skillfs.runtime import Market, Skills
+
+
+def worker_page(call: Call, agent: str, user: str) -> Response:
+    """The merged skills of `Skills(store, agent, user)` and the exact prompt block, with the
+    markets the operator ticks as extra layers."""
+    own = Scope.user(agent, user)
+    shared = Scope.shared(agent)
+    call.require(Level.read, own)
+    call.require(Level.read, shared)
+    all_markets = [m for m in call.store.markets() if call.can.read(Scope.market(m))]
+    chosen = [m for m in call.req.query_lists.get("market", []) if m in all_markets]
+    with Skills(call.store, agent, user, layers=[Market(m) for m in chosen]) as skills:
+        snap = skills.snapshot()
+    return call.render(
+        "worker.html",
+        agent=agent,
+        user=user,
+        scope=own,
+        snap=snap,
+        prompt=snap.prompt(),
+        markets=all_markets,
+        chosen=chosen,
+        own=sorted(call.store.manifests(own)),
+        domain=f"agents/{agent}",
+        revision=snap.revisions.get(f"agents/{agent}"),
+    )

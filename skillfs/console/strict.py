@@ -1,0 +1,26 @@
+"""The console's side of strict saving (docs/design.md §7, docs/console.md "Saving, strictness
+and conflicts"): a write that breaks the spec is refused unless forced; these pages say so and
+offer the explicit second step."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from skillfs.console.call import Call
+from skillfs.console.web import Response
+
+
+def forced(call: Call) -> bool:
+    """Whether the operator chose "Do it anyway": the write is then not strict."""
+    return call.req.form.get("force") == "1"
+
+
+def confirm(
+    call: Call, action: str, title: str, problems: Mapping[str, Sequence[object]]
+) -> Response:
+    """The "this breaks the spec" page: the findings and a button that repeats the request
+    with `force` set, so only an explicit second click stores an off-spec skill."""
+    fields = {k: v for k, v in call.req.form.items() if k not in ("csrf", "force")}
+    return call.render(
+        "confirm.html", 422, action=action, heading=title, problems=problems, fields=fields
+    )
