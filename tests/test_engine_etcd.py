@@ -24,7 +24,7 @@ from skillfs.engines.base import EMPTY, CommitOp, VersionMismatch
 from skillfs.engines.etcd import EtcdEngine
 from skillfs.errors import InvalidPath, PermissionDenied, StoreUnavailable, TooLarge
 from skillfs.model import FileEntry, Manifest, Revision, Scope
-from tests.servers import HOST, EtcdCluster, EtcdServer, free_port
+from support.servers import HOST, EtcdCluster, EtcdServer, free_port
 
 ALICE = Scope.user("support-bot", "alice")
 SHARED = Scope.shared("support-bot")

@@ -23,7 +23,7 @@ from skillfs.engines.base import CommitOp, VersionMismatch
 from skillfs.engines.redis import LOG_LIMIT, RedisEngine, ReplicationTimeout
 from skillfs.errors import InvalidPath, NotFound, PermissionDenied, StoreUnavailable
 from skillfs.model import Manifest, Revision, Scope
-from tests.servers import RedisCluster, RedisSentinel, RedisServer, free_port
+from support.servers import RedisCluster, RedisSentinel, RedisServer, free_port
 
 ALICE = Scope.user("support-bot", "alice")
 SHARED = Scope.shared("support-bot")

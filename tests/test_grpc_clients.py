@@ -28,7 +28,7 @@ from skillfs.runtime import Skills
 from skillfs.server.app import SkillfsServer
 from skillfs.server.service import ManifestIndex
 from skillfs.store import HistoryPolicy, Store
-from tests.grpc_servers import ADMIN, ALICE, READER, in_process, running
+from support.grpc_servers import ADMIN, ALICE, READER, in_process, running
 
 AGENT = "support-bot"
 A = Scope.user(AGENT, "alice")

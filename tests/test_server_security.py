@@ -32,7 +32,7 @@ from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server import auth as auth_module
 from skillfs.server.app import SkillfsServer
 from skillfs.store import HistoryPolicy
-from tests.grpc_servers import ADMIN, ALICE, READER, running
+from support.grpc_servers import ADMIN, ALICE, READER, running
 
 AGENT = "support-bot"
 A = Scope.user(AGENT, "alice")
