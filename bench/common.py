@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import etcd3
     import redis
 
-    from tests.servers import EtcdServer, RedisServer
+    from support.servers import EtcdServer, RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "benchmarks.md"
@@ -85,7 +85,7 @@ def interleaved(
 
 def redis_server(dir: Path, stack: ExitStack) -> tuple[RedisServer, redis.Redis]:
     """A Redis started in `dir` for this run and a client of it, both closed by `stack`."""
-    from tests.servers import RedisServer
+    from support.servers import RedisServer
 
     server = stack.enter_context(RedisServer(dir))
     client = server.client()
@@ -95,7 +95,7 @@ def redis_server(dir: Path, stack: ExitStack) -> tuple[RedisServer, redis.Redis]
 
 def etcd_server(dir: Path, stack: ExitStack) -> tuple[EtcdServer, etcd3.Etcd3Client]:
     """An etcd started in `dir` for this run and a client of it, both closed by `stack`."""
-    from tests.servers import EtcdServer
+    from support.servers import EtcdServer
 
     server = stack.enter_context(EtcdServer(dir))
     client = server.client()

@@ -4,7 +4,7 @@
     python -m bench.engines --engines redis --n 5000
     python -m bench.engines --write-docs         # also replaces this section of docs/benchmarks.md
 
-Per engine, against one server started here (tests/servers.py) or one SQLite file:
+Per engine, against one server started here (support/servers.py) or one SQLite file:
 
 - freshness check when nothing changed: `store.revisions([agent])` (the per-step check of C3)
   against one raw client read of the same store, timed interleaved so both see the same
@@ -411,7 +411,7 @@ def _section(out: str, command: str, results: Sequence[Result]) -> str:
     return (
         "## Engines (`bench/engines.py`)\n\n"
         f"Command: `{command}` (from the repository root; servers are started by the script "
-        "with `tests/servers.py`, one per engine, on loopback).\n\n"
+        "with `support/servers.py`, one per engine, on loopback).\n\n"
         f"Machine: {environment()}; run {time.strftime('%Y-%m-%d')}.\n\n"
         f"{out}\n\n{verdict}\n"
     )

@@ -3,7 +3,7 @@
     python -m bench.fs                  # prints a table
     python -m bench.fs --write-docs     # also replaces this section of docs/benchmarks.md
 
-In one run, against one Redis started here (tests/servers.py) on loopback:
+In one run, against one Redis started here (support/servers.py) on loopback:
 
 - `cat` of a 4 KiB file through `fs.cat_file` against one raw Redis GET of the same bytes,
   timed interleaved (target: p50 <= 2x). A cat reads the skill's manifest fresh (one HMGET)
@@ -32,7 +32,7 @@ import skillfs
 from bench import common
 from bench.common import DOCS, ROOT, Timing, interleaved
 from skillfs.fs import SkillFileSystem
-from tests.servers import RedisServer
+from support.servers import RedisServer
 
 AGENT = "bench"
 CORPUS = ROOT.parent / "shared" / "corpus"
@@ -160,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "## fsspec filesystem (`bench/fs.py`)",
             "",
             f"Command: `{command}` (from the repository root; Redis is started by the script "
-            "with `tests/servers.py`, on loopback).",
+            "with `support/servers.py`, on loopback).",
             "",
             f"Machine: {common.machine()}, fsspec {fsspec.__version__}, "
             f"redis-py {redis_py.__version__}; run {time.strftime('%Y-%m-%d')}.",

@@ -4,7 +4,7 @@
     python -m bench.grpc --write-docs         # also replaces this section of docs/benchmarks.md
 
 In one run, with every server in its own process (so the client threads do not share a GIL
-with it), on one Redis started here (tests/servers.py):
+with it), on one Redis started here (support/servers.py):
 
 - ReadFile of a 4 KiB file naming its manifest (scope, skill, version: what a snapshot holds),
   8 client threads, throughput and p50, against a bare grpcio server whose ReadFile yields the
@@ -45,7 +45,7 @@ from skillfs.runtime import Skills
 
 TARGET = 0.7
 THREADS = 8
-AGENT = "support-bot"  # what the test tokens grant (tests/grpc_servers.py)
+AGENT = "support-bot"  # what the test tokens grant (support/grpc_servers.py)
 USER = "alice"
 SCOPE = Scope.user(AGENT, USER)
 FILE = random.Random(4096).randbytes(4096)  # the same bytes in the echo process
@@ -109,8 +109,8 @@ def p50(call: Callable[[], object], n: int) -> float:
 
 def run(seconds: float, n: int) -> str:
     sys.path.insert(0, str(ROOT))
-    from tests.grpc_servers import ADMIN, ALICE, ServerProcess
-    from tests.servers import RedisServer, free_port
+    from support.grpc_servers import ADMIN, ALICE, ServerProcess
+    from support.servers import RedisServer, free_port
 
     with tempfile.TemporaryDirectory() as tmp, RedisServer(Path(tmp) / "redis") as redis_server:
         echo_port = free_port()

@@ -5,7 +5,7 @@ every worker, on Redis and etcd.
     python -m bench.runtime --engines redis --n 5000
     python -m bench.runtime --write-docs         # also replaces this section of docs/benchmarks.md
 
-Per engine, against one server started here (tests/servers.py), with an agent-shared scope
+Per engine, against one server started here (support/servers.py), with an agent-shared scope
 of 50 skills (SKILL.md, two references and a script each):
 
 - step, nothing changed: `skills.snapshot()` + `snap.prompt()`, timed interleaved with one
@@ -398,7 +398,7 @@ def section(command: str, body: str, followers: int, rounds: int) -> str:
             "## Agent runtime (`bench/runtime.py`)",
             "",
             f"Command: `{command}` (from the repository root; a server per engine is started "
-            "by the script with `tests/servers.py`, on loopback).",
+            "by the script with `support/servers.py`, on loopback).",
             "",
             environment(),
             "",

@@ -13,6 +13,7 @@ from typer.testing import CliRunner, Result
 
 import skillfs
 from skillfs.cli import app
+from tests import helpers
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
@@ -21,9 +22,11 @@ runner = CliRunner()
 
 
 def skill_md(name: str, body: str = "# Steps\n\n1. one\n") -> bytes:
-    return (
-        f"---\nname: {name}\ndescription: Does {name} things. Use when testing.\n---\n\n{body}"
-    ).encode()
+    """The CLI tests' SKILL.md: a description naming the skill, a blank line, then `body` as is
+    (`cat`, `diff` and three-way merges compare these bytes)."""
+    return helpers.skill_md(
+        name, "\n" + body, description="Does {name} things. Use when testing.", end=""
+    )
 
 
 def run(url: str, *args: str, input: str | None = None, **env: str) -> Result:

@@ -1,6 +1,6 @@
 """Shared pytest fixtures.
 
-Real servers come from tests/servers.py. A server fixture starts its server only when a test
+Real servers come from support/servers.py. A server fixture starts its server only when a test
 asks for it, once per session, and stops it at the end. A server that cannot start fails the
 tests that need it (ServerError with the server's log tail); nothing is skipped.
 """
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.servers import (
+from support.servers import (
     EtcdCluster,
     EtcdServer,
     RedisCluster,

@@ -13,12 +13,13 @@ from typing import Any, cast
 
 import skillfs
 from skillfs.engines.base import Engine
+from tests.helpers import DESCRIPTION, skill_md
 
 
-def md(name: str, description: str = "Does things. Use when testing.", body: str = "") -> bytes:
-    """A SKILL.md; the description is YAML-quoted so it may hold any character."""
-    quoted = description.replace("'", "''")
-    return f"---\nname: {name}\ndescription: '{quoted}'\n---\n\n# {name}\n{body}\n".encode()
+def md(name: str, description: str = DESCRIPTION, body: str = "") -> bytes:
+    """The runtime tests' SKILL.md: a `# name` heading, the description YAML-quoted so it may
+    hold any character."""
+    return skill_md(name, body, description=description, title=True, quote=True)
 
 
 def write_skill(root: Path, name: str, files: Mapping[str, bytes]) -> None:

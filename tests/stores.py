@@ -41,7 +41,7 @@ def url_for(request: pytest.FixtureRequest, engine: str, tmp_path: Path) -> str:
     if engine == "sqlite":
         return f"sqlite:///{tmp_path / 'skills.db'}"
     if engine == "grpc":  # a skillfs server over a fresh memory store, an admin token
-        from tests.grpc_servers import ADMIN, in_process
+        from support.grpc_servers import ADMIN, in_process
 
         server = in_process(f"memory://{ns}", tmp_path)
         request.addfinalizer(lambda: server.stop(0))

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import skillfs
-from tests import grpc_servers
+from support import grpc_servers
 from tests.cli_helpers import REPO, as_json, error_line, ok, run, skill_md
 
 EXAMPLES = REPO / "examples" / "skills"

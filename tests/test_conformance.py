@@ -14,17 +14,12 @@ import skillfs
 from skillfs import File, HistoryPolicy, Limits, Put, Remove, Scope
 from skillfs.engines.base import CommitOp, VersionMismatch
 from skillfs.errors import Conflict, InvalidPath, NotFound, TooLarge
+from tests.helpers import skill_md
 
 ALICE = Scope.user("support-bot", "alice")
 BOB = Scope.user("support-bot", "bob")
 SHARED = Scope.shared("support-bot")
 MARKET = Scope.market("team")
-
-
-def skill_md(
-    name: str, description: str = "Does things. Use when testing.", body: str = ""
-) -> bytes:
-    return f"---\nname: {name}\ndescription: {description}\n---\n\n# {name}\n{body}\n".encode()
 
 
 def files_v(name: str, n: int, extra: int = 3) -> dict[str, bytes]:

@@ -351,7 +351,7 @@ def test_sign_out_and_bad_token(page: Page) -> None:
 def test_served_by_skillfs_serve(browser: Browser, tmp_path: Path) -> None:
     """The console on the HTTP port of a real server: its tokens file decides who signs in and
     what they may do, and an edit made in the page reaches a `grpc://` client of the server."""
-    from tests.grpc_servers import ALICE, running
+    from support.grpc_servers import ALICE, running
 
     with running(f"sqlite:///{tmp_path / 'served.db'}", tmp_path) as server:
         server.store.publish(SHARED, "code-reviewer", example_files("code-reviewer"))

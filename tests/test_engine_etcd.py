@@ -24,16 +24,13 @@ from skillfs.engines.base import EMPTY, CommitOp, VersionMismatch
 from skillfs.engines.etcd import EtcdEngine
 from skillfs.errors import InvalidPath, PermissionDenied, StoreUnavailable, TooLarge
 from skillfs.model import FileEntry, Manifest, Revision, Scope
-from tests.servers import HOST, EtcdCluster, EtcdServer, free_port
+from support.servers import HOST, EtcdCluster, EtcdServer, free_port
+from tests.helpers import skill_md
 
 ALICE = Scope.user("support-bot", "alice")
 SHARED = Scope.shared("support-bot")
 MARKET = Scope.market("team")
 MiB = 1024 * 1024
-
-
-def skill_md(name: str, body: str = "") -> bytes:
-    return f"---\nname: {name}\ndescription: Does things. Use when testing.\n---\n{body}\n".encode()
 
 
 def manifest(skill: str, version: int, files: int = 1, commit_id: str = "c") -> Manifest:

@@ -23,23 +23,13 @@ from skillfs.engines.base import CommitOp, VersionMismatch
 from skillfs.engines.redis import LOG_LIMIT, RedisEngine, ReplicationTimeout
 from skillfs.errors import InvalidPath, NotFound, PermissionDenied, StoreUnavailable
 from skillfs.model import Manifest, Revision, Scope
-from tests.servers import RedisCluster, RedisSentinel, RedisServer, free_port
+from support.servers import RedisCluster, RedisSentinel, RedisServer, free_port
+from tests.helpers import manifest, skill_md
 
 ALICE = Scope.user("support-bot", "alice")
 SHARED = Scope.shared("support-bot")
 MARKET = Scope.market("team")
 DOMAIN = "agents/support-bot"
-
-
-def skill_md(name: str, body: str = "") -> bytes:
-    return f"---\nname: {name}\ndescription: Does {name}. Use in tests.\n---\n{body}\n".encode()
-
-
-def manifest(skill: str, version: int) -> Manifest:
-    return Manifest(
-        skill=skill, version=version, commit_id=uuid.uuid4().hex, committed_at=time.time(),
-        files={},
-    )  # fmt: skip
 
 
 def put(scope: Scope, skill: str, version: int, expect: int | None = None) -> CommitOp:

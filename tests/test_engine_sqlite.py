@@ -10,7 +10,6 @@ import signal
 import sqlite3
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Barrier
@@ -23,6 +22,7 @@ from skillfs.engines.base import CommitOp, VersionMismatch
 from skillfs.engines.sqlite import SCHEMA_VERSION, SqliteEngine, parse_path
 from skillfs.errors import InvalidPath, StoreUnavailable
 from skillfs.model import Manifest, Revision, Scope
+from tests.helpers import manifest, skill_md
 
 ALICE = Scope.user("support-bot", "alice")
 BOB = Scope.user("support-bot", "bob")
@@ -36,17 +36,6 @@ def url_of(path: Path, query: str = "") -> str:
     return f"sqlite:///{path}" + (f"?{query}" if query else "")
 
 
-def manifest(skill: str, version: int, deleted: bool = False) -> Manifest:
-    return Manifest(
-        skill=skill,
-        version=version,
-        commit_id=uuid.uuid4().hex,
-        committed_at=time.time(),
-        deleted=deleted,
-        files={},
-    )
-
-
 def bump(engine: SqliteEngine, scope: Scope, skill: str) -> tuple[int, Revision]:
     """Commit the next version of a skill, retrying on VersionMismatch; (version, revision)."""
     while True:
@@ -57,10 +46,6 @@ def bump(engine: SqliteEngine, scope: Scope, skill: str) -> tuple[int, Revision]
             return current + 1, engine.commit(scope.domain, [op])
         except VersionMismatch:
             continue
-
-
-def skill_md(name: str, body: str = "") -> bytes:
-    return f"---\nname: {name}\ndescription: Does things. Use when testing.\n---\n{body}\n".encode()
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ import skillfs
 from skillfs import Scope
 from skillfs.errors import Conflict, InvalidPath, PermissionDenied
 from skillfs.fs import SkillFileSystem
-from tests import grpc_servers
+from support import grpc_servers
 from tests.stores import url_for
 
 AGENT = "bot"

@@ -28,15 +28,12 @@ from skillfs.runtime import Skills
 from skillfs.server.app import SkillfsServer
 from skillfs.server.service import ManifestIndex
 from skillfs.store import HistoryPolicy, Store
-from tests.grpc_servers import ADMIN, ALICE, READER, in_process, running
+from support.grpc_servers import ADMIN, ALICE, READER, in_process, running
+from tests.helpers import skill_md as md
 
 AGENT = "support-bot"
 A = Scope.user(AGENT, "alice")
 SHARED = Scope.shared(AGENT)
-
-
-def md(name: str, body: str = "") -> bytes:
-    return f"---\nname: {name}\ndescription: Does {name}. Use when testing.\n---\n{body}\n".encode()
 
 
 @pytest.fixture

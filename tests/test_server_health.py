@@ -26,8 +26,8 @@ from skillfs.model import Scope
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.app import SkillfsServer
-from tests.grpc_servers import ADMIN, ALICE, ServerProcess, health, running, wait_health
-from tests.servers import RedisServer
+from support.grpc_servers import ADMIN, ALICE, ServerProcess, health, running, wait_health
+from support.servers import RedisServer
 
 REPO = Path(__file__).resolve().parents[1]
 A = Scope.user("support-bot", "alice")

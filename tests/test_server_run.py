@@ -16,7 +16,7 @@ from pathlib import Path
 import skillfs
 from skillfs.auth import tokens_document
 from skillfs.model import Scope
-from tests.servers import free_port
+from support.servers import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted(p.name for p in (REPO / "examples" / "skills").iterdir() if p.is_dir())

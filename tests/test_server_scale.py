@@ -19,7 +19,7 @@ from skillfs.model import Change, Scope
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.runtime import Skills
-from tests.grpc_servers import ADMIN, ALICE, ServerProcess, wait_health
+from support.grpc_servers import ADMIN, ALICE, ServerProcess, wait_health
 from tests.stores import url_for
 
 AGENT = "support-bot"

@@ -3,6 +3,7 @@ every refused request gets the right status and writes nothing."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -32,7 +33,8 @@ from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.app import SkillfsServer
 from skillfs.store import HistoryPolicy
-from tests.grpc_servers import ADMIN, ALICE, READER, running
+from support.grpc_servers import ADMIN, ALICE, READER, running
+from tests.helpers import skill_md
 
 AGENT = "support-bot"
 A = Scope.user(AGENT, "alice")
@@ -41,8 +43,8 @@ SHARED = Scope.shared(AGENT)
 SECRET = b"bob's secret notes: the launch code is 0000\n"
 
 
-def md(name: str) -> bytes:
-    return f"---\nname: {name}\ndescription: Does {name}. Use when testing.\n---\n".encode()
+# The watch tests tell skills apart by their description.
+md = functools.partial(skill_md, description="Does {name}. Use when testing.", end="")
 
 
 @pytest.fixture

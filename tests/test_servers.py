@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import pytest
 
-from tests.servers import (
+from support.servers import (
     HOST,
     EtcdCluster,
     EtcdServer,
@@ -155,7 +155,7 @@ def test_servers_die_with_the_python_process(tmp_path: Path) -> None:
     code = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {str(root)!r})
-        from tests.servers import RedisServer
+        from support.servers import RedisServer
         r = RedisServer({str(tmp_path)!r}).start()
         print(r.pid, flush=True)
         os.kill(os.getpid(), 9)

@@ -22,7 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from skillfs.auth import tokens_document
 from skillfs.server.app import ServerConfig, SkillfsServer
-from tests.servers import free_port
+from support.servers import free_port
 
 ADMIN = "test-admin-token-0123456789abcdef"
 ALICE = "test-alice-token-0123456789abcdef"

@@ -1,0 +1,47 @@
+"""Helpers every test module may use: a SKILL.md's bytes and an engine-level manifest.
+
+Helpers of one area build on these: tests/cli_helpers.py (running `skillfs`),
+tests/runtime_helpers.py (workers' skills, a counting engine, a Git remote).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from skillfs.model import Manifest
+
+DESCRIPTION = "Does things. Use when testing."
+
+
+def skill_md(
+    name: str,
+    body: str = "",
+    *,
+    description: str = DESCRIPTION,
+    title: bool = False,
+    quote: bool = False,
+    end: str = "\n",
+) -> bytes:
+    """A SKILL.md: frontmatter with `name` and `description`, then `body` and `end`.
+
+    `description` may say `{name}` (replaced by the name); `quote` YAML-quotes it, so it may
+    hold any character; `title` puts a blank line and a `# name` heading before the body.
+    """
+    text = description.replace("{name}", name)
+    if quote:
+        text = "'" + text.replace("'", "''") + "'"
+    heading = f"\n# {name}\n" if title else ""
+    return f"---\nname: {name}\ndescription: {text}\n---\n{heading}{body}{end}".encode()
+
+
+def manifest(skill: str, version: int, deleted: bool = False) -> Manifest:
+    """A manifest of `version` with no files and a fresh commit id, for engine-level tests."""
+    return Manifest(
+        skill=skill,
+        version=version,
+        commit_id=uuid.uuid4().hex,
+        committed_at=time.time(),
+        deleted=deleted,
+        files={},
+    )
