@@ -77,8 +77,8 @@ def ns_url(url: str) -> str:
 def test_url_options(etcd_server: EtcdServer) -> None:
     e = EtcdEngine(f"etcd://u:secret@{etcd_server.endpoint},localhost?prefix=a/&timeout=2")
     assert e.url == f"etcd://u:***@{etcd_server.endpoint},localhost?prefix=a/&timeout=2"
-    assert [ep.target for ep in e._endpoints] == [etcd_server.endpoint, "localhost:2379"]
-    assert e.timeout == 2.0 and e.max_ops == 63 and e.chunk_size == MiB
+    assert [ep.target for ep in e._etcd.endpoints] == [etcd_server.endpoint, "localhost:2379"]
+    assert e._etcd.timeout == 2.0 and e.max_ops == 63 and e.chunk_size == MiB
     e.close()
     with pytest.raises(InvalidPath, match="unknown option"):
         EtcdEngine(f"etcd://{etcd_server.endpoint}?prefx=a/")
@@ -256,7 +256,7 @@ def test_pages_are_one_snapshot(etcd_url: str) -> None:
     writer = EtcdEngine(etcd_url)
     fill_scope(writer, 12, 1)
     reader = EtcdEngine(etcd_url, page_size=2)
-    real_range = reader._range
+    real_range = reader._etcd.range
     calls = 0
 
     def range_and_write(request: object) -> object:
@@ -267,7 +267,7 @@ def test_pages_are_one_snapshot(etcd_url: str) -> None:
             writer.commit("agents/support-bot", [op])
         return real_range(request)
 
-    reader._range = range_and_write  # type: ignore[method-assign]
+    reader._etcd.range = range_and_write  # type: ignore[method-assign]
     loaded = reader.load_scope(SHARED)
     assert calls == 6 and len(loaded) == 12 and loaded["s011"].version == 1
     assert writer.load_scope(SHARED)["s011"].version == 2
@@ -347,7 +347,7 @@ def test_partial_upload_is_not_present_and_gc_collects_it(
 def test_gc_racing_a_touch_keeps_the_blob(engine: EtcdEngine) -> None:
     sha = "ef" * 32
     engine.put_blob(sha, [b"z"], now=100.0)
-    real_txn = engine._txn
+    real_txn = engine._etcd.txn
     calls = 0
 
     def touch_between(request: object) -> object:  # GC read the last-use key, then a publisher
@@ -357,7 +357,7 @@ def test_gc_racing_a_touch_keeps_the_blob(engine: EtcdEngine) -> None:
             engine.touch_blobs([sha], now=300.0)
         return real_txn(request)
 
-    engine._txn = touch_between  # type: ignore[method-assign]
+    engine._etcd.txn = touch_between  # type: ignore[method-assign]
     assert not engine.delete_blob_if_idle(sha, cutoff=200.0)
     assert engine.get_chunks([(sha, 0)]) == [b"z"]
 
@@ -411,7 +411,7 @@ def test_a_usage_batch_whose_answer_is_lost_counts_once(
     engine: EtcdEngine, server_client: etcd3.Etcd3Client
 ) -> None:
     engine.add_usage("bot", {("u", "s"): 1})
-    ep = engine._endpoints[0]
+    ep = engine._etcd.endpoints[0]
 
     def bumps_usage(request: Any) -> bool:
         return any(op.request_put.key.startswith(b"usage/agents/") for op in request.success)
@@ -570,7 +570,7 @@ def test_rotation_when_the_member_in_use_is_killed(etcd_cluster: EtcdCluster) ->
     engine = store.engine
     assert isinstance(engine, EtcdEngine)
     store.publish(ALICE, "a", {"SKILL.md": skill_md("a", "0")})
-    assert engine.endpoint == etcd_cluster.endpoints[1]
+    assert engine._etcd.endpoint == etcd_cluster.endpoints[1]
     etcd_cluster.kill(1)
     try:
         t0 = time.monotonic()
@@ -578,7 +578,7 @@ def test_rotation_when_the_member_in_use_is_killed(etcd_cluster: EtcdCluster) ->
         first_write = time.monotonic() - t0
         for n in range(2, 20):
             c = store.publish(ALICE, "a", {"SKILL.md": skill_md("a", str(n))})
-        assert c.version == 20 and engine.endpoint != etcd_cluster.endpoints[1]
+        assert c.version == 20 and engine._etcd.endpoint != etcd_cluster.endpoints[1]
         assert store.read(ALICE, "a", "SKILL.md") == skill_md("a", "19")
         assert first_write < 5.0
     finally:
@@ -697,7 +697,7 @@ def test_user_and_password(auth_server: EtcdServer) -> None:
     assert store.read(ALICE, "a", "SKILL.md") == skill_md("a")
     engine = store.engine
     assert isinstance(engine, EtcdEngine)
-    engine._endpoints[0].token = "expired.token"  # the server forgot it (TTL): log in again
+    engine._etcd.endpoints[0].token = "expired.token"  # the server forgot it (TTL): log in again
     assert store.manifest(ALICE, "a").version == 1
     rev = store.revision("support-bot")
     assert rev is not None

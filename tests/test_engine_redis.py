@@ -19,8 +19,8 @@ from redis.connection import AbstractConnection
 from redis.crc import key_slot
 
 import skillfs
-from skillfs.engines.base import CommitOp, VersionMismatch
-from skillfs.engines.redis import LOG_LIMIT, RedisEngine, ReplicationTimeout
+from skillfs.engines.base import LOG_LIMIT, CommitOp, VersionMismatch
+from skillfs.engines.redis import RedisEngine, ReplicationTimeout
 from skillfs.errors import InvalidPath, NotFound, PermissionDenied, StoreUnavailable
 from skillfs.model import Manifest, Revision, Scope
 from support.servers import RedisCluster, RedisSentinel, RedisServer, free_port

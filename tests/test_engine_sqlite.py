@@ -106,7 +106,7 @@ def test_physical_layout(db: Path) -> None:
         store.record_usage("support-bot", {("alice", "code-reviewer"): 3})
         engine = store.engine
         assert isinstance(engine, SqliteEngine)
-        conn = engine._conn()
+        conn = engine._db.conn()
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert conn.execute("PRAGMA synchronous").fetchone() == (2,)  # FULL
         assert conn.execute("PRAGMA busy_timeout").fetchone() == (5000,)
@@ -320,7 +320,7 @@ def test_every_acknowledged_commit_survives_kill_9(db: Path) -> None:
             acked.append(acks_r.recv())
 
     with skillfs.open_store(url) as store:
-        conn = store.engine._conn()  # type: ignore[attr-defined]
+        conn = store.engine._db.conn()  # type: ignore[attr-defined]
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         last_version, last_rev = acked[-1]
         rev = store.revision("support-bot")
@@ -439,7 +439,7 @@ def test_change_log_is_trimmed_in_the_commit(db: Path) -> None:
         (6, "b"),
         (6, "c"),
     ]
-    log_size = engine._conn().execute("SELECT count(*) FROM changes").fetchone()[0]
+    log_size = engine._db.conn().execute("SELECT count(*) FROM changes").fetchone()[0]
     assert log_size == 5
     # the epoch differs or the counter went back: reset
     assert engine.changes(DOMAIN, Revision(epoch="other", counter=6), 0)[0].op == "reset"
@@ -476,7 +476,7 @@ def test_many_threads_one_engine(engine: SqliteEngine) -> None:
     conns: set[int] = set()
 
     def work() -> None:
-        conns.add(id(engine._conn()))
+        conns.add(id(engine._db.conn()))
         for _ in range(20):
             bump(engine, SHARED, "hot")
 
@@ -495,7 +495,7 @@ def test_connections_of_ended_threads_are_closed(engine: SqliteEngine) -> None:
         t = threading.Thread(target=engine.ping)
         t.start()
         t.join()
-    assert len(engine._conns) <= 2
+    assert len(engine._db._conns) <= 2
 
 
 def _forked_child(engine: SqliteEngine) -> None:

@@ -9,19 +9,22 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
-from urllib.parse import urlsplit, urlunsplit
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TypeVar
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict
 
-from skillfs.errors import StoreUnavailable
+from skillfs.errors import InvalidPath, StoreUnavailable
 from skillfs.model import Access, Change, Manifest, Revision, Scope
 
 MiB = 1024 * 1024
-
+N = TypeVar("N", int, float)
 
 #: The revision of a domain never written (or wiped): `follow` starts from it.
 EMPTY = Revision(epoch="", counter=0)
+#: Change-log entries an engine keeps per domain unless its URL says `log_limit=`.
+LOG_LIMIT = 10_000
 
 
 class CommitOp(BaseModel):
@@ -54,6 +57,64 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
 
 
+def unavailable_error(url: str, exc: BaseException) -> StoreUnavailable:
+    """The error for a store that does not answer, naming it (password redacted) and the cause."""
+    return StoreUnavailable(
+        f"store {url} is unavailable ({type(exc).__name__}: {exc}); "
+        "check that it is running and reachable, then retry"
+    )
+
+
+class UrlOptions:
+    """The query options of a store URL (the last of a repeated one). Only the options the
+    engine knows are accepted, so a typo never falls back to a default silently."""
+
+    def __init__(self, url: str, known: Iterable[str]) -> None:
+        self.url = redact(url)
+        self.values = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
+        unknown = sorted(set(self.values) - set(known))
+        if unknown:
+            raise InvalidPath(
+                f"unknown option {', '.join(unknown)} in {self.url}: "
+                f"known options are {', '.join(sorted(known))}"
+            )
+
+    def get(self, name: str, default: str = "") -> str:
+        return self.values.get(name) or default
+
+    def number(self, name: str, kind: type[N], default: N, *, zero: bool = False) -> N:
+        """The option as a `kind`, which must be positive (or zero, with `zero`); `default`
+        when absent or blank."""
+        raw = self.values.get(name)
+        if not raw:
+            return default
+        try:
+            value = kind(raw)
+        except ValueError:
+            value = None
+        if value is None or not (value >= 0 if zero else value > 0):
+            what = "an integer" if kind is int else "a number"
+            sign = "zero or more" if zero else "positive"
+            raise InvalidPath(f"option {name}={raw!r} in {self.url}: give {what}, {sign}")
+        return value
+
+
+def must_reset(current: Revision | None, since: Revision, trimmed: int = 0) -> bool:
+    """Whether a follower at `since` must reload instead of reading the change log on
+    (docs/design.md §3, C8): the domain is gone while `since` is not EMPTY, its epoch differs,
+    its counter went back, or the log lost entries of revision `trimmed`, after `since`."""
+    if current is None:
+        return since.epoch != ""
+    return (
+        current.epoch != since.epoch or current.counter < since.counter or trimmed > since.counter
+    )
+
+
+def reset_to(current: Revision | None) -> list[Change]:
+    """What `changes` answers a follower that must reload: the revision to reload at."""
+    return [Change(revision=current or EMPTY, op="reset")]
+
+
 class Engine(ABC):
     """One store (memory, SQLite, Redis, etcd, a skillfs server). Thread-safe."""
 
@@ -74,10 +135,7 @@ class Engine(ABC):
             raise self.unavailable_error(exc) from exc
 
     def unavailable_error(self, exc: BaseException) -> StoreUnavailable:
-        return StoreUnavailable(
-            f"store {self.url} is unavailable ({type(exc).__name__}: {exc}); "
-            "check that it is running and reachable, then retry"
-        )
+        return unavailable_error(self.url, exc)
 
     # --- blobs: content-addressed by SHA-256, immutable, stored as chunks 0..n-1
 

@@ -22,12 +22,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 import grpc
 
 from skillfs.engines import grpc_wire as wire
-from skillfs.engines.base import CommitOp, Engine
+from skillfs.engines.base import CommitOp, Engine, UrlOptions
 from skillfs.errors import InvalidPath, StoreUnavailable
 from skillfs.lru import Lru
 from skillfs.model import Access, Change, Manifest, Revision, Scope
@@ -88,20 +88,19 @@ class GrpcEngine(Engine):
     ) -> None:
         super().__init__(url)
         parts = urlsplit(url)
-        query = parse_qs(parts.query)
-        unknown = set(query) - {"ca", "timeout"}
-        if unknown or parts.scheme not in ("grpc", "grpcs") or not parts.netloc:
+        if parts.scheme not in ("grpc", "grpcs") or not parts.netloc:
             raise InvalidPath(
-                f"invalid server URL {url!r}: use grpc://host:port[,host:port...] or grpcs://... "
-                "(query options: ca=PATH for grpcs, timeout=SECONDS)"
+                f"invalid server URL {self.url!r}: use grpc://host:port[,host:port...] "
+                "or grpcs://..."
             )
+        options = UrlOptions(url, ("ca", "timeout"))
         targets = [t.strip() for t in parts.netloc.split(",") if t.strip()]
         credentials = None
         if parts.scheme == "grpcs":
-            ca_path = tls_ca or next(iter(query.get("ca", [])), None)
+            ca_path = tls_ca or options.get("ca")
             roots = Path(ca_path).read_bytes() if ca_path else None
             credentials = grpc.ssl_channel_credentials(root_certificates=roots)
-        self.timeout = float(query["timeout"][0]) if "timeout" in query else timeout
+        self.timeout = options.number("timeout", float, timeout)
         self._servers = [_Server(t, credentials) for t in targets]
         self._turn = itertools.count(int.from_bytes(os.urandom(2), "big"))
         token = token or os.environ.get(ENV_TOKEN)

@@ -7,10 +7,15 @@ import uuid
 from collections import defaultdict, deque
 from collections.abc import Iterator, Mapping, Sequence
 
-from skillfs.engines.base import EMPTY, CommitOp, Engine, VersionMismatch
+from skillfs.engines.base import (
+    LOG_LIMIT,
+    CommitOp,
+    Engine,
+    VersionMismatch,
+    must_reset,
+    reset_to,
+)
 from skillfs.model import Change, Manifest, Revision, Scope
-
-LOG_LIMIT = 10_000
 
 
 class MemoryEngine(Engine):
@@ -116,14 +121,12 @@ class MemoryEngine(Engine):
 
     def _after(self, domain: str, since: Revision) -> list[Change]:
         rev = self._revs.get(domain)
-        if rev is None:
-            return [] if since.epoch == "" else [Change(revision=EMPTY, op="reset")]
-        if rev.counter == since.counter and rev.epoch == since.epoch:
+        log = self._log.get(domain)
+        trimmed = log[0].revision.counter if log and len(log) == log.maxlen else 0
+        if must_reset(rev, since, trimmed):
+            return reset_to(rev)
+        if log is None or rev == since:
             return []
-        log = self._log[domain]
-        trimmed = len(log) == log.maxlen and log[0].revision.counter > since.counter
-        if rev.epoch != since.epoch or rev.counter < since.counter or trimmed:
-            return [Change(revision=rev, op="reset")]
         return [c for c in log if c.revision.counter > since.counter]
 
     def domains(self) -> list[str]:

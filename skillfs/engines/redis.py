@@ -11,47 +11,34 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, cast
-from urllib.parse import SplitResult, parse_qsl, unquote, urlencode, urlsplit
+from urllib.parse import urlsplit
 
 import redis
 import redis.exceptions as rx
-from redis.backoff import NoBackoff
-from redis.cluster import ClusterNode, RedisCluster
+from redis.cluster import RedisCluster
 from redis.commands.core import Script
-from redis.connection import parse_url
-from redis.retry import Retry
-from redis.sentinel import Sentinel
 
-from skillfs.engines.base import CommitOp, Engine, VersionMismatch
+from skillfs.engines import redis_scripts as scripts
+from skillfs.engines.base import LOG_LIMIT, CommitOp, Engine, UrlOptions, VersionMismatch
+from skillfs.engines.redis_client import (
+    SOCKET_TIMEOUT,
+    Client,
+    client_factory,
+    client_kwargs,
+    client_query,
+)
 from skillfs.errors import InvalidPath, PermissionDenied, ReplicationTimeout
 from skillfs.model import Change, Manifest, Revision, Scope
-from skillfs.names import check_id
+from skillfs.names import check_domain
 
-LOG_LIMIT = 10_000
-_SCHEMES = (
-    "redis",
-    "rediss",
-    "redis+cluster",
-    "rediss+cluster",
-    "redis+sentinel",
-    "rediss+sentinel",
-)
-SOCKET_TIMEOUT = 5.0
 WAIT_TIMEOUT_MS = 1000
+#: The URL's options for the engine; the others go to redis-py.
+_OWN_QUERY = ("prefix", "wait", "wait_timeout", "log_limit")
 #: Commits a `changes()` call returns at most; the caller asks again from the last one.
 CHANGES_BATCH = 100
 _MAX_SEQ = 18446744073709551615  # the largest sequence part of a stream entry ID
-#: Query options redis-py takes from the URL (passed on to it), besides our own.
-_CLIENT_QUERY = (
-    "socket_timeout", "socket_connect_timeout", "socket_keepalive", "health_check_interval",
-    "max_connections", "client_name",
-)  # fmt: skip
-_TLS_QUERY = (
-    "ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_password",
-    "ssl_check_hostname",
-)  # fmt: skip
 #: Error replies redis-py has no class for that mean "not now" rather than "wrong": too few
 #: replicas (min-replicas-to-write), a long script running, writes stopped because the last
 #: RDB save failed (stop-writes-on-bgsave-error). Other ResponseErrors are raised as is.
@@ -80,87 +67,8 @@ def _is_transient(exc: rx.ResponseError) -> bool:
     return False
 
 
-# KEYS: rev, log, scopes[, domains], then per op: scope hash, history hash.
-# ARGV: fresh epoch, log limit, number of fixed keys, domain, then per op:
-#       skill, expected version, manifest JSON, scope, op, new version.
-# Reads and checks everything before the first write, so a mismatch writes nothing. The epoch
-# changes when the server's replication ID differs from the one the revision was written under:
-# after a failover or a restart this server's history may lack writes others saw, and counters
-# that overtook the lost ones must not look like the same revisions to a follower.
-_COMMIT_LUA = """#!lua
-local nfixed = tonumber(ARGV[3])
-local n = (#KEYS - nfixed) / 2
-local olds = {}
-for i = 1, n do
-  local a = 4 + (i - 1) * 6
-  local old = redis.call('HGET', KEYS[nfixed + 2 * i - 1], ARGV[a + 1])
-  local v = 0
-  if old then v = cjson.decode(old)['version'] end
-  if v ~= tonumber(ARGV[a + 2]) then return {0, i, v} end
-  olds[i] = {old, v}
-end
-local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
-local rev = redis.call('HMGET', KEYS[1], 'epoch', 'counter', 'replid')
-local epoch = rev[1]
-if not epoch or rev[3] ~= replid then epoch = ARGV[1] end
-local counter = tonumber(rev[2] or '0')
-local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
-if last then counter = math.max(counter, tonumber(string.match(last[1], '^(%d+)'))) end
-counter = counter + 1
-local c = string.format('%d', counter)
-redis.call('HSET', KEYS[1], 'epoch', epoch, 'counter', c, 'replid', replid)
-for i = 1, n do
-  local a = 4 + (i - 1) * 6
-  if olds[i][1] then
-    redis.call('HSET', KEYS[nfixed + 2 * i], string.format('%d', olds[i][2]), olds[i][1])
-  end
-  redis.call('HSET', KEYS[nfixed + 2 * i - 1], ARGV[a + 1], ARGV[a + 3])
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], c .. '-' .. (i - 1),
-             'scope', ARGV[a + 4], 'skill', ARGV[a + 1], 'op', ARGV[a + 5], 'version', ARGV[a + 6])
-  redis.call('SADD', KEYS[3], ARGV[a + 4])
-end
-if nfixed == 4 then redis.call('SADD', KEYS[4], ARGV[4]) end
-return {1, counter, epoch}
-"""
-
-# KEYS: rev, log. ARGV: since epoch, since counter, most commits to return.
-# Returns {0} (domain never written, `since` empty), {1, epoch, counter, entries}
-# or {2, epoch, counter} (reset).
-# Entries are whole commits: a follower moves `since` to a commit's revision after reading it.
-_CHANGES_LUA = """#!lua flags=no-writes
-local rev = redis.call('HMGET', KEYS[1], 'epoch', 'counter')
-if not rev[1] then
-  if ARGV[1] ~= '' then return {2, '', 0} end
-  return {0}
-end
-local counter = tonumber(rev[2])
-local since = tonumber(ARGV[2])
-if rev[1] ~= ARGV[1] or counter < since then return {2, rev[1], counter} end
-if counter == since then return {1, rev[1], counter, {}} end
-local first = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)[1]
-if not first then return {2, rev[1], counter} end
-local fc, fs = string.match(first[1], '^(%d+)-(%d+)$')
-fc, fs = tonumber(fc), tonumber(fs)
-if fc > since + 1 or (fc == since + 1 and fs > 0) then return {2, rev[1], counter} end
-local entries = redis.call('XRANGE', KEYS[2], string.format('%d-0', since + 1),
-                           string.format('%d-18446744073709551615', since + tonumber(ARGV[3])))
-return {1, rev[1], counter, entries}
-"""
-
-# KEYS: the blob's meta key. ARGV: cutoff, the prefix of its chunk keys (same hash tag, so the
-# same slot: Redis 7 lets a script reach undeclared keys of its own slot).
-_DELETE_BLOB_LUA = """#!lua
-local t = redis.call('GET', KEYS[1])
-if not t or tonumber(t) >= tonumber(ARGV[1]) then return 0 end
-redis.call('DEL', KEYS[1])
-local i = 0
-while redis.call('UNLINK', ARGV[2] .. i) == 1 do i = i + 1 end
-return 1
-"""
-
-
 class _Connected(NamedTuple):
-    client: redis.Redis | RedisCluster
+    client: Client
     commit: Script
     changes: Script
     delete_blob: Script
@@ -208,19 +116,6 @@ class _Guard:
             raise self.engine.unavailable_error(exc) from exc
 
 
-def _host_port(text: str, default_port: int) -> tuple[str, int]:
-    """`host`, `host:port`, `[v6]` or `[v6]:port`."""
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        port = rest.removeprefix(":")
-    else:
-        host, _, port = text.partition(":")
-    try:
-        return host, int(port) if port else default_port
-    except ValueError as exc:
-        raise InvalidPath(f"invalid host:port {text!r} in the Redis URL") from exc
-
-
 def _glob_escape(text: str) -> str:
     return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
 
@@ -231,54 +126,27 @@ class RedisEngine(Engine):
 
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url)
-        parts = urlsplit(url)
-        query = dict(parse_qsl(parts.query, keep_blank_values=True))
-        self.prefix = query.pop("prefix", "")
+        scheme = urlsplit(url).scheme
+        query = UrlOptions(url, (*_OWN_QUERY, *client_query(scheme)))
+        self.prefix = query.get("prefix")
         if "{" in self.prefix or "}" in self.prefix:
             raise InvalidPath(
                 f"key prefix {self.prefix!r} may not contain '{{' or '}}': they make hash tags"
             )
-        try:
-            self.wait = int(query.pop("wait", "0"))
-            self.wait_timeout = int(query.pop("wait_timeout", str(WAIT_TIMEOUT_MS)))
-            self.log_limit = int(query.pop("log_limit", str(LOG_LIMIT)))
-        except ValueError as exc:
-            raise InvalidPath(
-                f"invalid wait, wait_timeout or log_limit in {self.url}: give integers"
-            ) from exc
-        if self.wait < 0 or self.wait_timeout <= 0 or self.log_limit <= 0:
-            raise InvalidPath(
-                f"need wait >= 0, wait_timeout > 0 (milliseconds), log_limit > 0 in {self.url}"
-            )
-        known: tuple[str, ...] = ("prefix", "wait", "wait_timeout", "log_limit", *_CLIENT_QUERY)
-        known += _TLS_QUERY if parts.scheme.startswith("rediss") else ()
-        known += ("sentinel_password",) if parts.scheme.endswith("+sentinel") else ()
-        unknown = sorted(set(query) - set(known))
-        if unknown:
-            raise InvalidPath(
-                f"unknown option {', '.join(unknown)} in {self.url}; known: {', '.join(known)}"
-            )
-        kwargs: dict[str, Any] = {
-            "socket_timeout": SOCKET_TIMEOUT,
-            "socket_connect_timeout": SOCKET_TIMEOUT,
-            # One immediate retry covers a pooled connection the server closed (a restart);
-            # waiting out an outage is the Store's job.
-            "retry": Retry(NoBackoff(), 1, supported_errors=(rx.ConnectionError,)),
-        } | options
-        kwargs["decode_responses"] = False
-        self.cluster = parts.scheme in ("redis+cluster", "rediss+cluster")
-        if parts.scheme not in _SCHEMES:
-            raise InvalidPath(
-                f"unknown Redis URL scheme {parts.scheme!r}: use one of {', '.join(_SCHEMES)}"
-            )
-        self._open = self._client_factory(parts, query, kwargs)
+        self.wait = query.number("wait", int, 0, zero=True)
+        self.wait_timeout = query.number("wait_timeout", int, WAIT_TIMEOUT_MS)
+        self.log_limit = query.number("log_limit", int, LOG_LIMIT)
+        self.cluster = scheme.endswith("+cluster")
+        kwargs = client_kwargs(options)
+        passed = {k: v for k, v in query.values.items() if k not in _OWN_QUERY}
+        self._open = client_factory(url, passed, kwargs)
         self._guard = _Guard(self)
         self._rev_keys: dict[str, str] = {}
         self._lock = threading.Lock()
         self._conn: _Connected | None = None
         # XREAD BLOCK must return before the socket times out.
         self.socket_timeout = float(
-            query.get("socket_timeout") or kwargs.get("socket_timeout") or SOCKET_TIMEOUT
+            passed.get("socket_timeout") or kwargs.get("socket_timeout") or SOCKET_TIMEOUT
         )
 
     @property
@@ -293,67 +161,22 @@ class RedisEngine(Engine):
                         client = self._open()
                     self._conn = _Connected(
                         client,
-                        client.register_script(_COMMIT_LUA),
-                        client.register_script(_CHANGES_LUA),
-                        client.register_script(_DELETE_BLOB_LUA),
+                        client.register_script(scripts.COMMIT),
+                        client.register_script(scripts.CHANGES),
+                        client.register_script(scripts.DELETE_BLOB),
                     )
                 conn = self._conn
         return conn
 
     @property
-    def _client(self) -> redis.Redis | RedisCluster:
+    def _client(self) -> Client:
         return self._c.client
-
-    @staticmethod
-    def _client_factory(
-        parts: SplitResult, query: dict[str, str], kwargs: dict[str, Any]
-    ) -> Callable[[], redis.Redis | RedisCluster]:
-        """Check the URL now; return what makes the client later."""
-        scheme = parts.scheme
-        if scheme in ("redis", "rediss"):
-            plain = parts._replace(query=urlencode(query)).geturl()
-            return lambda: redis.Redis.from_url(plain, **kwargs)
-        auth, _, hosts = parts.netloc.rpartition("@")
-        nodes = [h for h in hosts.split(",") if h]
-        if not nodes:
-            raise InvalidPath(f"no host in the {scheme} URL: give host:port[,host:port...]")
-        # redis-py parses the credentials and the client options of the query string.
-        opts: dict[str, Any] = parse_url(  # type: ignore[no-untyped-call]
-            f"redis://{auth + '@' if auth else ''}x?{urlencode(query)}"
-        )
-        opts.pop("host", None)
-        sentinel_password = opts.pop("sentinel_password", None)
-        opts = opts | kwargs | ({"ssl": True} if scheme.startswith("rediss") else {})
-        if scheme in ("redis+cluster", "rediss+cluster"):
-            startup = [ClusterNode(*_host_port(n, 6379)) for n in nodes]  # type: ignore[no-untyped-call]
-            return lambda: RedisCluster(startup_nodes=startup, **opts)
-        path = [unquote(p) for p in parts.path.split("/") if p]
-        if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
-            raise InvalidPath(
-                "a Sentinel URL is redis+sentinel://[:password@]host:port[,host:port...]/service[/db]"
-            )
-        sentinels = [_host_port(n, 26379) for n in nodes]
-        sentinel_kwargs = {
-            k: v for k, v in kwargs.items() if k.startswith("socket_") or k == "retry"
-        }
-        if sentinel_password:
-            sentinel_kwargs["password"] = sentinel_password
-        db = int(path[1]) if len(path) == 2 else 0
-
-        def master() -> redis.Redis:
-            sentinel = Sentinel(sentinels, sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
-            return cast(redis.Redis, sentinel.master_for(path[0], db=db, **opts))  # type: ignore[no-untyped-call]
-
-        return master
 
     # ------------------------------------------------------------------ keys
 
     def _domain_key(self, domain: str) -> str:
         """`agents/A` -> `<prefix>agents/{A}`: the hash tag keeps a domain's keys in one slot."""
-        kind, _, ident = domain.partition("/")
-        if kind not in ("agents", "markets"):
-            raise InvalidPath(f"invalid domain {domain!r}: use agents/<id> or markets/<id>")
-        check_id(kind[:-1], ident)
+        kind, _, ident = check_domain(domain).partition("/")
         return f"{self.prefix}{kind}/{{{ident}}}"
 
     def _rev_key(self, domain: str) -> str:
@@ -479,7 +302,7 @@ class RedisEngine(Engine):
             pipe.execute_command("WAIT", self.wait, self.wait_timeout)  # type: ignore[no-untyped-call]
             result, acked = pipe.execute(raise_on_error=False)
             if isinstance(result, rx.NoScriptError):
-                node.script_load(_COMMIT_LUA)
+                node.script_load(scripts.COMMIT)
                 continue
             if isinstance(result, rx.AskError) and isinstance(self._client, RedisCluster):
                 # The slot moved (resharding, failover): nothing ran. Learn the new slot map

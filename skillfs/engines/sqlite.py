@@ -7,29 +7,33 @@ return (`synchronous=FULL`). The layout is in docs/engine-sqlite.md.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
 import sqlite3
 import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
-from skillfs.engines.base import EMPTY, CommitOp, Engine, VersionMismatch
+from skillfs.engines.base import (
+    LOG_LIMIT,
+    CommitOp,
+    Engine,
+    UrlOptions,
+    VersionMismatch,
+    must_reset,
+    reset_to,
+)
+from skillfs.engines.sqlite_file import SqliteFile
 from skillfs.errors import InvalidPath, StoreUnavailable
 from skillfs.model import Change, Manifest, Revision, Scope
+from skillfs.names import check_domain
 
 #: The schema this code writes; `PRAGMA user_version` of the file.
 SCHEMA_VERSION = 1
-#: Change log entries kept per domain (oldest trimmed in the committing transaction).
-LOG_LIMIT = 10_000
 #: Seconds a statement waits for another writer's lock before StoreUnavailable.
 TIMEOUT = 5.0
-#: The WAL is truncated back to this size after a checkpoint (a 64 MiB blob grows it).
-WAL_SIZE_LIMIT = 16 * 1024 * 1024
 #: Longest sleep between two checks for other processes' commits while `changes` waits.
 POLL = 0.025
 #: Bound parameters per statement, under SQLite's limit on every supported version.
@@ -57,12 +61,6 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
 }
 
-_DOMAIN = re.compile(r"(agents|markets)/[^/]+")
-_HINT = (
-    "check that the file and its directory exist and are writable, that the file is a skillfs "
-    "database and not corrupt, and that no process holds a long write lock; then retry"
-)
-
 
 def parse_path(url: str) -> Path:
     """The file a `sqlite:` URL names, absolute.
@@ -84,6 +82,15 @@ def parse_path(url: str) -> Path:
     return Path(os.path.abspath(os.path.expanduser(raw)))
 
 
+def _is_domain(name: str) -> bool:
+    """Rows of other prefixes share the table (`t/agents/a` read without a prefix): skip them."""
+    try:
+        check_domain(name)
+    except InvalidPath:
+        return False
+    return True
+
+
 class SqliteEngine(Engine):
     """One SQLite file; safe for many threads and several processes on one host."""
 
@@ -94,164 +101,13 @@ class SqliteEngine(Engine):
                 f"store {self.url}: SQLite {sqlite3.sqlite_version} is too old (skillfs needs "
                 "3.24 or newer for UPSERT): use a Python linked against a newer SQLite"
             )
-        query = parse_qs(urlsplit(url).query, keep_blank_values=True)
-        unknown = set(query) - {"prefix", "timeout", "log_limit"}
-        if unknown:
-            raise InvalidPath(
-                f"SQLite URL {url!r}: unknown option(s) {', '.join(sorted(unknown))}; "
-                "known: prefix, timeout, log_limit"
-            )
-
-        def option(name: str) -> str | None:
-            return query[name][-1] if name in query else None
-
-        try:
-            self.timeout = float(option("timeout") or TIMEOUT)
-            self.log_limit = int(option("log_limit") or LOG_LIMIT)
-        except ValueError as exc:
-            raise InvalidPath(f"SQLite URL {url!r}: {exc}") from exc
-        if self.timeout <= 0 or self.log_limit < 1:
-            raise InvalidPath(f"SQLite URL {url!r}: timeout and log_limit must be positive")
-        self.prefix = option("prefix") or ""
+        options = UrlOptions(url, ("prefix", "timeout", "log_limit"))
+        self.log_limit = options.number("log_limit", int, LOG_LIMIT)
+        self.prefix = options.get("prefix")
         self.path = parse_path(url)
-        self._local = threading.local()
-        #: Every connection with the process and thread that opened it.
-        self._conns: list[tuple[int, threading.Thread, sqlite3.Connection]] = []
-        self._conns_lock = threading.Lock()
-        self._generation = 0
+        timeout = options.number("timeout", float, TIMEOUT)
+        self._db = SqliteFile(self.url, self.path, timeout, SCHEMA_VERSION, MIGRATIONS)
         self._committed = threading.Condition()
-        self._open_file()
-
-    # ------------------------------------------------------------------ connections
-
-    def _open_file(self) -> None:
-        """Create the file and its directories, switch it to WAL and bring its schema
-        up to date, so that a bad path fails here with a clear error."""
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreUnavailable(
-                f"store {self.url}: cannot create the directory {self.path.parent} "
-                f"({type(exc).__name__}: {exc}); pick a writable path"
-            ) from exc
-        conn = self._connect()
-        try:
-            with self._guard():
-                self._migrate(conn)
-        finally:
-            conn.close()
-
-    def _connect(self) -> sqlite3.Connection:
-        with self._guard():
-            conn = sqlite3.connect(
-                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
-            )
-            try:
-                mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-                if mode != "wal":
-                    raise StoreUnavailable(
-                        f"store {self.url}: {self.path} cannot use WAL mode (journal mode "
-                        f"stays {mode!r}); put it on a local file system"
-                    )
-                conn.execute("PRAGMA synchronous=FULL")
-                conn.execute("PRAGMA fullfsync=ON")
-                conn.execute("PRAGMA checkpoint_fullfsync=ON")
-                conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
-                self._check_version(conn.execute("PRAGMA user_version").fetchone()[0])
-            except BaseException:
-                conn.close()
-                raise
-        return conn
-
-    def _conn(self) -> sqlite3.Connection:
-        """This thread's connection, opened on first use, after `close` and after fork().
-
-        Opening one closes those of threads that ended, and this thread's own connection of
-        before a `close`, so a thread per request does not pile up file handles."""
-        local = self._local
-        pid = os.getpid()
-        if getattr(local, "key", None) != (pid, self._generation):
-            conn = self._connect()
-            me = threading.current_thread()
-            stale = getattr(local, "conn", None) if getattr(local, "key", (0,))[0] == pid else None
-            with self._conns_lock:
-                ended = [c for p, t, c in self._conns if p == pid and not t.is_alive()]
-                self._conns = [
-                    e for e in self._conns
-                    if e[0] != pid or (e[1].is_alive() and e[2] is not stale)
-                ]  # fmt: skip
-                self._conns.append((pid, me, conn))
-                local.conn, local.key = conn, (pid, self._generation)
-            for old in [*ended, *([stale] if stale is not None else [])]:
-                old.close()
-        current: sqlite3.Connection = local.conn
-        return current
-
-    def _check_version(self, found: int) -> None:
-        if found > SCHEMA_VERSION:
-            raise StoreUnavailable(
-                f"store {self.url}: {self.path} was written by a newer skillfs (schema version "
-                f"{found}; this skillfs reads up to {SCHEMA_VERSION}): upgrade skillfs to use it"
-            )
-
-    def _migrate(self, conn: sqlite3.Connection) -> None:
-        """Apply the missing migrations in one write transaction; racing openers queue on it."""
-        if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
-            return
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            found = conn.execute("PRAGMA user_version").fetchone()[0]
-            self._check_version(found)
-            for version in range(found + 1, SCHEMA_VERSION + 1):
-                for statement in MIGRATIONS[version]:
-                    conn.execute(statement)
-            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            conn.execute("COMMIT")
-        finally:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-
-    @contextlib.contextmanager
-    def _guard(self) -> Iterator[None]:
-        """SQLite's locked, I/O, read-only and corruption errors as StoreUnavailable naming
-        the file; integrity and programming errors stay what they are (bugs)."""
-        try:
-            yield
-        except sqlite3.OperationalError as exc:
-            raise self._unavailable(exc) from exc
-        except sqlite3.DatabaseError as exc:
-            if type(exc) is not sqlite3.DatabaseError:
-                raise
-            raise self._unavailable(exc) from exc
-
-    def _unavailable(self, exc: Exception) -> StoreUnavailable:
-        return StoreUnavailable(f"store {self.url} is unavailable: {self.path}: {exc}; {_HINT}")
-
-    @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One `BEGIN IMMEDIATE` transaction: the write lock is taken up front, so a
-        transaction never fails half-way on a lock upgrade; rolled back on any error."""
-        conn = self._conn()
-        with self._guard():
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            finally:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-
-    @contextlib.contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        """One read transaction: its statements see one snapshot of the file."""
-        conn = self._conn()
-        with self._guard():
-            conn.execute("BEGIN")
-            try:
-                yield conn
-            finally:
-                if conn.in_transaction:
-                    conn.execute("COMMIT")
 
     # ------------------------------------------------------------------ physical keys
 
@@ -273,7 +129,7 @@ class SqliteEngine(Engine):
     def touch_blobs(self, shas: Sequence[str], now: float) -> set[str]:
         keys = {self._blob(s): s for s in shas}
         found: set[str] = set()
-        with self._write() as conn:
+        with self._db.write() as conn:
             for batch in _batches(list(keys)):
                 marks = _marks(batch)
                 found.update(
@@ -288,7 +144,7 @@ class SqliteEngine(Engine):
 
     def put_blob(self, sha: str, chunks: Sequence[bytes], now: float) -> None:
         key = self._blob(sha)
-        with self._write() as conn:
+        with self._db.write() as conn:
             conn.executemany(
                 "INSERT OR REPLACE INTO blob_chunks (key, idx, data) VALUES (?, ?, ?)",
                 [(key, i, bytes(c)) for i, c in enumerate(chunks)],
@@ -301,7 +157,7 @@ class SqliteEngine(Engine):
 
     def get_chunks(self, keys: Sequence[tuple[str, int]]) -> list[bytes | None]:
         out: list[bytes | None] = []
-        with self._read() as conn:
+        with self._db.read() as conn:
             for sha, idx in keys:
                 row = conn.execute(
                     "SELECT data FROM blob_chunks WHERE key = ? AND idx = ?", (self._blob(sha), idx)
@@ -314,14 +170,13 @@ class SqliteEngine(Engine):
         start = self._blob("")
         low, high = self._range(start)
         while True:
-            with self._guard():
-                page = [
-                    k
-                    for (k,) in self._conn().execute(
-                        "SELECT key FROM blobs WHERE key > ? AND key < ? ORDER BY key LIMIT ?",
-                        (low, high, BATCH),
-                    )
-                ]
+            page = [
+                k
+                for (k,) in self._db.query(
+                    "SELECT key FROM blobs WHERE key > ? AND key < ? ORDER BY key LIMIT ?",
+                    (low, high, BATCH),
+                )
+            ]
             yield from (k[len(start) :] for k in page)
             if len(page) < BATCH:
                 return
@@ -329,7 +184,7 @@ class SqliteEngine(Engine):
 
     def delete_blob_if_idle(self, sha: str, cutoff: float) -> bool:
         key = self._blob(sha)
-        with self._write() as conn:
+        with self._db.write() as conn:
             gone = conn.execute(
                 "DELETE FROM blobs WHERE key = ? AND last_use < ?", (key, cutoff)
             ).rowcount
@@ -340,18 +195,15 @@ class SqliteEngine(Engine):
     # ------------------------------------------------------------------ manifests and history
 
     def load_scope(self, scope: Scope) -> dict[str, Manifest]:
-        with self._guard():
-            rows = (
-                self._conn()
-                .execute("SELECT skill, body FROM manifests WHERE scope = ?", (self._scope(scope),))
-                .fetchall()
-            )
+        rows = self._db.query(
+            "SELECT skill, body FROM manifests WHERE scope = ?", (self._scope(scope),)
+        )
         return {skill: Manifest.from_json(body) for skill, body in rows}
 
     def load_skills(self, scope: Scope, skills: Sequence[str]) -> dict[str, Manifest]:
         key = self._scope(scope)
         out: dict[str, Manifest] = {}
-        with self._read() as conn:
+        with self._db.read() as conn:
             for batch in _batches(list(dict.fromkeys(skills))):
                 marks = _marks(batch)
                 sql = f"SELECT skill, body FROM manifests WHERE scope = ? AND skill IN ({marks})"
@@ -361,7 +213,7 @@ class SqliteEngine(Engine):
 
     def commit(self, domain: str, ops: Sequence[CommitOp]) -> Revision:
         dkey = self._domain(domain)
-        with self._write() as conn:
+        with self._db.write() as conn:
             for op in ops:
                 row = conn.execute(
                     "SELECT version FROM manifests WHERE scope = ? AND skill = ?",
@@ -434,20 +286,15 @@ class SqliteEngine(Engine):
         return int(counter)
 
     def history(self, scope: Scope, skill: str) -> list[Manifest]:
-        with self._guard():
-            rows = (
-                self._conn()
-                .execute(
-                    "SELECT body FROM history WHERE scope = ? AND skill = ? ORDER BY version DESC",
-                    (self._scope(scope), skill),
-                )
-                .fetchall()
-            )
+        rows = self._db.query(
+            "SELECT body FROM history WHERE scope = ? AND skill = ? ORDER BY version DESC",
+            (self._scope(scope), skill),
+        )
         return [Manifest.from_json(body) for (body,) in rows]
 
     def drop_history(self, scope: Scope, skill: str, versions: Sequence[int]) -> None:
         key = self._scope(scope)
-        with self._write() as conn:
+        with self._db.write() as conn:
             for batch in _batches(list(versions)):
                 marks = _marks(batch)
                 conn.execute(
@@ -467,10 +314,10 @@ class SqliteEngine(Engine):
                 out[keys[key]] = Revision(epoch=epoch, counter=counter)
 
         if len(keys) <= BATCH:  # one statement reads one snapshot: no transaction needed
-            with self._guard():
-                select(self._conn(), list(keys))
+            with self._db.guard():
+                select(self._db.conn(), list(keys))
         else:
-            with self._read() as conn:
+            with self._db.read() as conn:
                 for batch in _batches(list(keys)):
                     select(conn, batch)
         return out
@@ -481,11 +328,11 @@ class SqliteEngine(Engine):
         deadline = time.monotonic() + timeout
         delay = 0.002
         while True:
-            seen = self._data_version()
+            seen = self._db.data_version()
             found = self._after(domain, since)
             if found:
                 return found
-            while self._data_version() == seen:
+            while self._db.data_version() == seen:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return []
@@ -493,25 +340,18 @@ class SqliteEngine(Engine):
                     self._committed.wait(min(delay, left))
                 delay = min(delay * 2, POLL)
 
-    def _data_version(self) -> int:
-        with self._guard():
-            version: int = self._conn().execute("PRAGMA data_version").fetchone()[0]
-        return version
-
     def _after(self, domain: str, since: Revision) -> list[Change]:
         dkey = self._domain(domain)
-        with self._read() as conn:
+        with self._db.read() as conn:
             row = conn.execute(
                 "SELECT epoch, counter, trimmed FROM revisions WHERE domain = ?", (dkey,)
             ).fetchone()
-            if row is None:
-                return [] if since.epoch == "" else [Change(revision=EMPTY, op="reset")]
-            epoch, counter, trimmed = row
-            rev = Revision(epoch=epoch, counter=counter)
-            if epoch == since.epoch and counter == since.counter:
+            epoch, counter, trimmed = row or ("", 0, 0)
+            rev = None if row is None else Revision(epoch=epoch, counter=counter)
+            if must_reset(rev, since, trimmed):
+                return reset_to(rev)
+            if row is None or (epoch == since.epoch and counter == since.counter):
                 return []
-            if epoch != since.epoch or counter < since.counter or trimmed > since.counter:
-                return [Change(revision=rev, op="reset")]
             rows = conn.execute(
                 "SELECT counter, op, scope, skill, version FROM changes"
                 " WHERE domain = ? AND counter > ? ORDER BY counter, pos",
@@ -532,35 +372,24 @@ class SqliteEngine(Engine):
     # ------------------------------------------------------------------ listings
 
     def domains(self) -> list[str]:
-        with self._guard():
-            if self.prefix:
-                low, high = self._range(self.prefix)
-                rows = (
-                    self._conn()
-                    .execute(
-                        "SELECT domain FROM revisions WHERE domain >= ? AND domain < ?", (low, high)
-                    )
-                    .fetchall()
-                )
-            else:
-                rows = self._conn().execute("SELECT domain FROM revisions").fetchall()
+        if self.prefix:
+            low, high = self._range(self.prefix)
+            sql = "SELECT domain FROM revisions WHERE domain >= ? AND domain < ?"
+            rows = self._db.query(sql, (low, high))
+        else:
+            rows = self._db.query("SELECT domain FROM revisions")
         names = (d[len(self.prefix) :] for (d,) in rows)
-        return sorted(d for d in names if _DOMAIN.fullmatch(d))
+        return sorted(d for d in names if _is_domain(d))
 
     def scopes(self, domain: str) -> list[Scope]:
-        with self._guard():
-            rows = (
-                self._conn()
-                .execute("SELECT scope FROM scopes WHERE domain = ?", (self._domain(domain),))
-                .fetchall()
-            )
+        rows = self._db.query("SELECT scope FROM scopes WHERE domain = ?", (self._domain(domain),))
         return sorted((Scope.parse(s) for (s,) in rows), key=str)
 
     # ------------------------------------------------------------------ usage counters
 
     def add_usage(self, agent: str, counts: Mapping[tuple[str, str], int]) -> None:
         key = self._domain(f"agents/{agent}")
-        with self._write() as conn:
+        with self._db.write() as conn:
             conn.executemany(
                 "INSERT INTO usage (agent, user, skill, count) VALUES (?, ?, ?, ?)"
                 " ON CONFLICT (agent, user, skill) DO UPDATE SET count = count + excluded.count",
@@ -568,40 +397,20 @@ class SqliteEngine(Engine):
             )
 
     def usage(self, agent: str) -> dict[tuple[str, str], int]:
-        with self._guard():
-            rows = (
-                self._conn()
-                .execute(
-                    "SELECT user, skill, count FROM usage WHERE agent = ?",
-                    (self._domain(f"agents/{agent}"),),
-                )
-                .fetchall()
-            )
+        rows = self._db.query(
+            "SELECT user, skill, count FROM usage WHERE agent = ?",
+            (self._domain(f"agents/{agent}"),),
+        )
         return {(user, skill): n for user, skill, n in rows}
 
     # ------------------------------------------------------------------ life cycle
 
     def ping(self) -> None:
-        with self._guard():
-            self._conn().execute("SELECT count(*) FROM revisions").fetchone()
+        self._db.query("SELECT count(*) FROM revisions")
 
     def close(self) -> None:
-        """Close this thread's connection and those of ended threads; a later call opens a
-        fresh one.
-
-        A connection of another live thread may be inside a call right now (a follower's
-        wait): closing it under that thread crashes the process, so that thread closes it
-        itself at its next call. Connections inherited through fork() stay open and
-        referenced, never closed in the child: SQLite forbids using a connection across
-        fork(), and closing is a use."""
-        pid = os.getpid()
-        me = threading.current_thread()
-        with self._conns_lock:
-            self._generation += 1
-            closing = [c for p, t, c in self._conns if p == pid and (t is me or not t.is_alive())]
-            self._conns = [e for e in self._conns if e[2] not in closing]
-        for conn in closing:
-            conn.close()
+        """Close this thread's connection (see `SqliteFile.close`)."""
+        self._db.close()
 
 
 def _batches(items: list[str] | list[int]) -> Iterator[list[str] | list[int]]:

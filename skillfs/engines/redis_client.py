@@ -1,0 +1,117 @@
+"""How a Redis URL becomes a redis-py client: standalone (`redis://`, `rediss://` with TLS),
+Cluster (`redis+cluster://`) or Sentinel (`redis+sentinel://`). The URL is checked when the
+engine opens; the client is made on first use. URL forms and options: docs/engine-redis.md."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+from urllib.parse import unquote, urlencode, urlsplit
+
+import redis
+import redis.exceptions as rx
+from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.connection import parse_url
+from redis.retry import Retry
+from redis.sentinel import Sentinel
+
+from skillfs.errors import InvalidPath
+
+SCHEMES = (
+    "redis",
+    "rediss",
+    "redis+cluster",
+    "rediss+cluster",
+    "redis+sentinel",
+    "rediss+sentinel",
+)
+SOCKET_TIMEOUT = 5.0
+#: Query options redis-py takes from the URL (passed on to it).
+_CLIENT_QUERY = (
+    "socket_timeout", "socket_connect_timeout", "socket_keepalive", "health_check_interval",
+    "max_connections", "client_name",
+)  # fmt: skip
+_TLS_QUERY = (
+    "ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_password",
+    "ssl_check_hostname",
+)  # fmt: skip
+
+Client = redis.Redis | RedisCluster
+
+
+def client_query(scheme: str) -> tuple[str, ...]:
+    """The query options a URL of this scheme passes on to redis-py."""
+    if scheme not in SCHEMES:
+        raise InvalidPath(f"unknown Redis URL scheme {scheme!r}: use one of {', '.join(SCHEMES)}")
+    tls = _TLS_QUERY if scheme.startswith("rediss") else ()
+    sentinel = ("sentinel_password",) if scheme.endswith("+sentinel") else ()
+    return (*_CLIENT_QUERY, *tls, *sentinel)
+
+
+def client_kwargs(options: Mapping[str, Any]) -> dict[str, Any]:
+    """redis-py's keyword arguments: ours, overridden by the caller's `options`."""
+    kwargs: dict[str, Any] = {
+        "socket_timeout": SOCKET_TIMEOUT,
+        "socket_connect_timeout": SOCKET_TIMEOUT,
+        # One immediate retry covers a pooled connection the server closed (a restart);
+        # waiting out an outage is the Store's job.
+        "retry": Retry(NoBackoff(), 1, supported_errors=(rx.ConnectionError,)),
+    } | dict(options)
+    kwargs["decode_responses"] = False
+    return kwargs
+
+
+def _host_port(text: str, default_port: int) -> tuple[str, int]:
+    """`host`, `host:port`, `[v6]` or `[v6]:port`."""
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = rest.removeprefix(":")
+    else:
+        host, _, port = text.partition(":")
+    try:
+        return host, int(port) if port else default_port
+    except ValueError as exc:
+        raise InvalidPath(f"invalid host:port {text!r} in the Redis URL") from exc
+
+
+def client_factory(
+    url: str, query: Mapping[str, str], kwargs: dict[str, Any]
+) -> Callable[[], Client]:
+    """Check the URL now; return what makes the client later. `query` holds the URL's client
+    options (see `client_query`), `kwargs` those of `client_kwargs`."""
+    parts = urlsplit(url)
+    scheme = parts.scheme
+    if scheme in ("redis", "rediss"):
+        plain = parts._replace(query=urlencode(query)).geturl()
+        return lambda: redis.Redis.from_url(plain, **kwargs)
+    auth, _, hosts = parts.netloc.rpartition("@")
+    nodes = [h for h in hosts.split(",") if h]
+    if not nodes:
+        raise InvalidPath(f"no host in the {scheme} URL: give host:port[,host:port...]")
+    # redis-py parses the credentials and the client options of the query string.
+    opts: dict[str, Any] = parse_url(  # type: ignore[no-untyped-call]
+        f"redis://{auth + '@' if auth else ''}x?{urlencode(query)}"
+    )
+    opts.pop("host", None)
+    sentinel_password = opts.pop("sentinel_password", None)
+    opts = opts | kwargs | ({"ssl": True} if scheme.startswith("rediss") else {})
+    if scheme in ("redis+cluster", "rediss+cluster"):
+        startup = [ClusterNode(*_host_port(n, 6379)) for n in nodes]  # type: ignore[no-untyped-call]
+        return lambda: RedisCluster(startup_nodes=startup, **opts)
+    path = [unquote(p) for p in parts.path.split("/") if p]
+    if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
+        raise InvalidPath(
+            "a Sentinel URL is redis+sentinel://[:password@]host:port[,host:port...]/service[/db]"
+        )
+    sentinels = [_host_port(n, 26379) for n in nodes]
+    sentinel_kwargs = {k: v for k, v in kwargs.items() if k.startswith("socket_") or k == "retry"}
+    if sentinel_password:
+        sentinel_kwargs["password"] = sentinel_password
+    db = int(path[1]) if len(path) == 2 else 0
+
+    def master() -> redis.Redis:
+        sentinel = Sentinel(sentinels, sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
+        return cast(redis.Redis, sentinel.master_for(path[0], db=db, **opts))  # type: ignore[no-untyped-call]
+
+    return master

@@ -1,0 +1,82 @@
+"""The Lua scripts the Redis engine runs on the server: each is one atomic step, and together
+with the hash tags (every key of a domain in one slot) they keep the consistency contract in
+Redis Cluster too (docs/engine-redis.md, docs/design.md §3)."""
+
+# KEYS: rev, log, scopes[, domains], then per op: scope hash, history hash.
+# ARGV: fresh epoch, log limit, number of fixed keys, domain, then per op:
+#       skill, expected version, manifest JSON, scope, op, new version.
+# Reads and checks everything before the first write, so a mismatch writes nothing. The epoch
+# changes when the server's replication ID differs from the one the revision was written under:
+# after a failover or a restart this server's history may lack writes others saw, and counters
+# that overtook the lost ones must not look like the same revisions to a follower.
+COMMIT = """#!lua
+local nfixed = tonumber(ARGV[3])
+local n = (#KEYS - nfixed) / 2
+local olds = {}
+for i = 1, n do
+  local a = 4 + (i - 1) * 6
+  local old = redis.call('HGET', KEYS[nfixed + 2 * i - 1], ARGV[a + 1])
+  local v = 0
+  if old then v = cjson.decode(old)['version'] end
+  if v ~= tonumber(ARGV[a + 2]) then return {0, i, v} end
+  olds[i] = {old, v}
+end
+local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
+local rev = redis.call('HMGET', KEYS[1], 'epoch', 'counter', 'replid')
+local epoch = rev[1]
+if not epoch or rev[3] ~= replid then epoch = ARGV[1] end
+local counter = tonumber(rev[2] or '0')
+local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
+if last then counter = math.max(counter, tonumber(string.match(last[1], '^(%d+)'))) end
+counter = counter + 1
+local c = string.format('%d', counter)
+redis.call('HSET', KEYS[1], 'epoch', epoch, 'counter', c, 'replid', replid)
+for i = 1, n do
+  local a = 4 + (i - 1) * 6
+  if olds[i][1] then
+    redis.call('HSET', KEYS[nfixed + 2 * i], string.format('%d', olds[i][2]), olds[i][1])
+  end
+  redis.call('HSET', KEYS[nfixed + 2 * i - 1], ARGV[a + 1], ARGV[a + 3])
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], c .. '-' .. (i - 1),
+             'scope', ARGV[a + 4], 'skill', ARGV[a + 1], 'op', ARGV[a + 5], 'version', ARGV[a + 6])
+  redis.call('SADD', KEYS[3], ARGV[a + 4])
+end
+if nfixed == 4 then redis.call('SADD', KEYS[4], ARGV[4]) end
+return {1, counter, epoch}
+"""
+
+# KEYS: rev, log. ARGV: since epoch, since counter, most commits to return.
+# Returns {0} (domain never written, `since` empty), {1, epoch, counter, entries}
+# or {2, epoch, counter} (reset).
+# When to reset is the rule of `must_reset` in skillfs/engines/base.py, read atomically here.
+# Entries are whole commits: a follower moves `since` to a commit's revision after reading it.
+CHANGES = """#!lua flags=no-writes
+local rev = redis.call('HMGET', KEYS[1], 'epoch', 'counter')
+if not rev[1] then
+  if ARGV[1] ~= '' then return {2, '', 0} end
+  return {0}
+end
+local counter = tonumber(rev[2])
+local since = tonumber(ARGV[2])
+if rev[1] ~= ARGV[1] or counter < since then return {2, rev[1], counter} end
+if counter == since then return {1, rev[1], counter, {}} end
+local first = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)[1]
+if not first then return {2, rev[1], counter} end
+local fc, fs = string.match(first[1], '^(%d+)-(%d+)$')
+fc, fs = tonumber(fc), tonumber(fs)
+if fc > since + 1 or (fc == since + 1 and fs > 0) then return {2, rev[1], counter} end
+local entries = redis.call('XRANGE', KEYS[2], string.format('%d-0', since + 1),
+                           string.format('%d-18446744073709551615', since + tonumber(ARGV[3])))
+return {1, rev[1], counter, entries}
+"""
+
+# KEYS: the blob's meta key. ARGV: cutoff, the prefix of its chunk keys (same hash tag, so the
+# same slot: Redis 7 lets a script reach undeclared keys of its own slot).
+DELETE_BLOB = """#!lua
+local t = redis.call('GET', KEYS[1])
+if not t or tonumber(t) >= tonumber(ARGV[1]) then return 0 end
+redis.call('DEL', KEYS[1])
+local i = 0
+while redis.call('UNLINK', ARGV[2] .. i) == 1 do i = i + 1 end
+return 1
+"""

@@ -1,0 +1,206 @@
+"""One SQLite file shared by the threads and processes of one host: a connection per thread
+(reopened after `close` and after fork()), WAL mode, durable transactions, and the schema
+brought up to date when the file is opened. The tables themselves are the engine's
+(`skillfs/engines/sqlite.py`); docs/engine-sqlite.md."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from skillfs.errors import StoreUnavailable
+
+#: The WAL is truncated back to this size after a checkpoint (a 64 MiB blob grows it).
+WAL_SIZE_LIMIT = 16 * 1024 * 1024
+_HINT = (
+    "check that the file and its directory exist and are writable, that the file is a skillfs "
+    "database and not corrupt, and that no process holds a long write lock; then retry"
+)
+
+
+class SqliteFile:
+    """The file at `path`, named `url` in errors, at `schema_version`: `migrations[N]`
+    bring a file at version N-1 to N."""
+
+    def __init__(
+        self,
+        url: str,
+        path: Path,
+        timeout: float,
+        schema_version: int,
+        migrations: Mapping[int, Sequence[str]],
+    ) -> None:
+        self.url = url
+        self.path = path
+        self.timeout = timeout
+        self.migrations = migrations
+        self.schema_version = schema_version
+        self._local = threading.local()
+        #: Every connection with the process and thread that opened it.
+        self._conns: list[tuple[int, threading.Thread, sqlite3.Connection]] = []
+        self._conns_lock = threading.Lock()
+        self._generation = 0
+        self._open()
+
+    def _open(self) -> None:
+        """Create the file and its directories, switch it to WAL and bring its schema
+        up to date, so that a bad path fails here with a clear error."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreUnavailable(
+                f"store {self.url}: cannot create the directory {self.path.parent} "
+                f"({type(exc).__name__}: {exc}); pick a writable path"
+            ) from exc
+        conn = self._connect()
+        try:
+            with self.guard():
+                self._migrate(conn)
+        finally:
+            conn.close()
+
+    def _connect(self) -> sqlite3.Connection:
+        with self.guard():
+            conn = sqlite3.connect(
+                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+            )
+            try:
+                mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                if mode != "wal":
+                    raise StoreUnavailable(
+                        f"store {self.url}: {self.path} cannot use WAL mode (journal mode "
+                        f"stays {mode!r}); put it on a local file system"
+                    )
+                conn.execute("PRAGMA synchronous=FULL")
+                conn.execute("PRAGMA fullfsync=ON")
+                conn.execute("PRAGMA checkpoint_fullfsync=ON")
+                conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
+                self._check_version(conn.execute("PRAGMA user_version").fetchone()[0])
+            except BaseException:
+                conn.close()
+                raise
+        return conn
+
+    def conn(self) -> sqlite3.Connection:
+        """This thread's connection, opened on first use, after `close` and after fork().
+
+        Opening one closes those of threads that ended, and this thread's own connection of
+        before a `close`, so a thread per request does not pile up file handles."""
+        local = self._local
+        pid = os.getpid()
+        if getattr(local, "key", None) != (pid, self._generation):
+            conn = self._connect()
+            me = threading.current_thread()
+            stale = getattr(local, "conn", None) if getattr(local, "key", (0,))[0] == pid else None
+            with self._conns_lock:
+                ended = [c for p, t, c in self._conns if p == pid and not t.is_alive()]
+                self._conns = [
+                    e for e in self._conns
+                    if e[0] != pid or (e[1].is_alive() and e[2] is not stale)
+                ]  # fmt: skip
+                self._conns.append((pid, me, conn))
+                local.conn, local.key = conn, (pid, self._generation)
+            for old in [*ended, *([stale] if stale is not None else [])]:
+                old.close()
+        current: sqlite3.Connection = local.conn
+        return current
+
+    def _check_version(self, found: int) -> None:
+        if found > self.schema_version:
+            raise StoreUnavailable(
+                f"store {self.url}: {self.path} was written by a newer skillfs (schema version "
+                f"{found}; this skillfs reads up to {self.schema_version}): upgrade skillfs to "
+                "use it"
+            )
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        """Apply the missing migrations in one write transaction; racing openers queue on it."""
+        if conn.execute("PRAGMA user_version").fetchone()[0] == self.schema_version:
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            found = conn.execute("PRAGMA user_version").fetchone()[0]
+            self._check_version(found)
+            for version in range(found + 1, self.schema_version + 1):
+                for statement in self.migrations[version]:
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version={self.schema_version}")
+            conn.execute("COMMIT")
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        """SQLite's locked, I/O, read-only and corruption errors as StoreUnavailable naming
+        the file; integrity and programming errors stay what they are (bugs)."""
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            raise self._unavailable(exc) from exc
+        except sqlite3.DatabaseError as exc:
+            if type(exc) is not sqlite3.DatabaseError:
+                raise
+            raise self._unavailable(exc) from exc
+
+    def _unavailable(self, exc: Exception) -> StoreUnavailable:
+        return StoreUnavailable(f"store {self.url} is unavailable: {self.path}: {exc}; {_HINT}")
+
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
+        """The rows of one statement, which reads one snapshot without a transaction."""
+        with self.guard():
+            return self.conn().execute(sql, params).fetchall()
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One `BEGIN IMMEDIATE` transaction: the write lock is taken up front, so a
+        transaction never fails half-way on a lock upgrade; rolled back on any error."""
+        conn = self.conn()
+        with self.guard():
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction: its statements see one snapshot of the file."""
+        conn = self.conn()
+        with self.guard():
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+
+    def data_version(self) -> int:
+        """A number that moves when another connection (thread or process) commits."""
+        version: int = self.query("PRAGMA data_version")[0][0]
+        return version
+
+    def close(self) -> None:
+        """Close this thread's connection and those of ended threads; a later call opens a
+        fresh one.
+
+        A connection of another live thread may be inside a call right now (a follower's
+        wait): closing it under that thread crashes the process, so that thread closes it
+        itself at its next call. Connections inherited through fork() stay open and
+        referenced, never closed in the child: SQLite forbids using a connection across
+        fork(), and closing is a use."""
+        pid = os.getpid()
+        me = threading.current_thread()
+        with self._conns_lock:
+            self._generation += 1
+            closing = [c for p, t, c in self._conns if p == pid and (t is me or not t.is_alive())]
+            self._conns = [e for e in self._conns if e[2] not in closing]
+        for conn in closing:
+            conn.close()
