@@ -119,7 +119,7 @@ def test_missing_path_is_a_usage_error(tmp_path: Path) -> None:
 def test_one_console_and_one_json_writer_for_every_command() -> None:
     import skillfs.cli as cli
     from skillfs.commands import common
-    from skillfs.server import commands as server_commands
+    from skillfs.commands import serve as server_commands
 
     for module in (cli, server_commands):
         assert not {"console", "err_console", "_emit_json", "_fail", "_fail_usage"} & set(
