@@ -33,6 +33,7 @@ from skillfs.lru import Lru
 from skillfs.model import (
     MTIME_MAX,
     MTIME_MIN,
+    Access,
     Change,
     CommitResult,
     File,
@@ -767,6 +768,17 @@ class Store:
             blobs_deleted=deleted,
             history_dropped=dropped,
         )
+
+    # ------------------------------------------------------------------ the engine's answers
+
+    def access(self, scope: Scope) -> Access:
+        """What the caller may do in `scope` (the engine answers: a server for its token)."""
+        return self.engine.access(scope)
+
+    @property
+    def max_ops(self) -> int | None:
+        """The most skills one atomic commit may change on this engine; None: no limit."""
+        return self.engine.max_ops
 
 
 #: The keyword options `Store` takes (the rest of open_store's options go to the engine).
