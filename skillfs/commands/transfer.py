@@ -172,7 +172,7 @@ def import_(
     with opened(store_url, token, create=True) as store:
         sources = skill_sources(directory, store.limits)
         check_write(store, scope)  # the grant to ask for, before any upload
-        limit = store.engine.max_ops
+        limit = store.max_ops
         size = batch or limit or DEFAULT_BATCH
         if limit is not None:  # the store's limit per atomic commit caps any batch
             size = min(size, limit)
