@@ -44,6 +44,7 @@ from skillfs.model import (
     Remove,
     Revision,
     Scope,
+    error_findings,
 )
 from skillfs.names import check_domain, check_id, check_skill_name, is_hidden_dir, normalize_path
 from skillfs.skill_md import inspect_skill
@@ -95,7 +96,7 @@ def sha256(data: bytes) -> str:
 def refuse_errors(skill: str, findings: Sequence[Finding]) -> None:
     """The strict surfaces' rule (docs/design.md §7): a skill with error findings is refused,
     with the findings, unless the caller forces it (and so does not call this)."""
-    errors = [f for f in findings if f.severity == "error"]
+    errors = error_findings(findings)
     if errors:
         raise InvalidSkill(
             f"{skill} breaks the Agent Skills spec: "

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Protocol
 
 from skillfs.errors import InvalidPath, StoreUnavailable
-from skillfs.model import FileEntry, Finding, Manifest, Scope
+from skillfs.model import FileEntry, Finding, Manifest, Scope, error_findings
 from skillfs.names import check_id, check_skill_name, is_hidden_dir
 from skillfs.skill_md import inspect_skill
 from skillfs.store import sha256
@@ -63,6 +63,10 @@ class Problem:
     skill: str
     source: str
     findings: tuple[Finding, ...]
+
+    @property
+    def errors(self) -> list[Finding]:
+        return error_findings(self.findings)
 
 
 @dataclass(frozen=True)
