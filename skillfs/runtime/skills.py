@@ -20,7 +20,9 @@ from skillfs.errors import InvalidPath, StoreUnavailable
 from skillfs.model import Revision, Scope
 from skillfs.names import check_id
 from skillfs.runtime.follower import Follower, follower_for
-from skillfs.runtime.layers import GitRepo, Layer, LayerSkills, LocalDir, Market, StoreScope, merge
+from skillfs.runtime.git_repo import GitRepo
+from skillfs.runtime.layers import Layer, LayerSkills, Market, StoreScope, merge
+from skillfs.runtime.local_dir import LocalDir
 from skillfs.runtime.snapshot import MergedSkills, Snapshot
 from skillfs.runtime.usage import UsageRecorder, recorder_for
 from skillfs.store import Store, open_store
