@@ -245,6 +245,13 @@ def skill_only(target: Target) -> str:
     return target.skill
 
 
+def file_only(target: Target) -> str:
+    """The path of a target that must name a file."""
+    if target.path is None:
+        raise typer.BadParameter("name a file: SKILL/PATH, e.g. my-skill/SKILL.md")
+    return target.path
+
+
 # ------------------------------------------------------------------------- formatting
 
 

@@ -31,6 +31,7 @@ from skillfs.commands.common import (
     confirmed,
     emit_json,
     fail,
+    file_only,
     opened,
     out,
     print_findings,
@@ -192,9 +193,7 @@ def edit(
     A file or skill that does not exist yet is created (SKILL.md from a template). In a user's
     scope, a skill only the agent's shared scope has is copied into the user's scope with your
     edit, in one commit: the user's override."""
-    path = target.path
-    if path is None:
-        raise typer.BadParameter("name a file: SKILL/PATH, e.g. my-skill/SKILL.md")
+    path = file_only(target)
     skill = target.skill
     with opened(store_url, token, create=True) as store:
         check_write(store, scope)  # before anyone types: a server may refuse the save
