@@ -14,7 +14,7 @@ from typing import Annotated, cast
 import typer
 from rich.markup import escape
 
-from skillfs.commands import common
+import skillfs.commands.common as common
 from skillfs.commands.common import (
     EDIT,
     FileArgument,
