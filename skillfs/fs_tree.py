@@ -120,7 +120,7 @@ class SkillTree:
         """Every named skill (None: every existing one), the user's over the shared ones. One
         skill is the store's `resolve`; more are two listings, one per scope."""
         if names is not None and len(names) == 1:
-            return {names[0]: self._resolve(names[0])}
+            return {names[0]: self._read_one(names[0])}
         own = self.store.manifests(self.scope, names)
         out = {
             n: StagedSkill(n, self.scope, m.version, m.version, dict(m.files))
@@ -135,7 +135,7 @@ class SkillTree:
             out.setdefault(n, StagedSkill(n, None, 0, 0, {}))
         return out
 
-    def _resolve(self, name: str) -> StagedSkill:
+    def _read_one(self, name: str) -> StagedSkill:
         found = self.store.resolve(self.scope, name)
         if found is None:
             return StagedSkill(name, None, 0, 0, {})
