@@ -15,13 +15,7 @@ User documentation: docs/fsspec.md.
 
 from __future__ import annotations
 
-import functools
 import os
-import stat
-import threading
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from glob import has_magic
 from typing import Any
@@ -31,19 +25,15 @@ from fsspec.callbacks import DEFAULT_CALLBACK, Callback
 from fsspec.core import url_to_fs
 from fsspec.implementations.dirfs import DirFileSystem
 from fsspec.implementations.local import LocalFileSystem
-from fsspec.spec import AbstractBufferedFile, _Cached
+from fsspec.spec import _Cached
 from fsspec.utils import isfilelike, stringify_path
 
 from skillfs.engines import default_url
-from skillfs.errors import InvalidPath, PermissionDenied
-from skillfs.fs_transaction import Batch, Delete, Item, SkillTransaction, SkillView, Write, publish
-from skillfs.model import File, FileEntry, Scope
-from skillfs.names import check_skill_name, normalize_path
-from skillfs.store import Store, default_mode, open_store, sha256
-
-Info = dict[str, Any]
-SKILLS = "skills"
-PREFETCH_BYTES = 64 * 1024 * 1024  # the most a bulk read holds in memory at once
+from skillfs.fs_file import StoreFile
+from skillfs.fs_transaction import SkillTransaction
+from skillfs.fs_tree import SKILLS, Info, SkillTree, dir_info, split, target
+from skillfs.model import Scope
+from skillfs.store import Store, open_store
 
 
 class _WithDefaults(_Cached):  # type: ignore[misc]
@@ -92,13 +82,29 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         self.shared = Scope.shared(agent_id)
         self.scope = Scope.user(agent_id, user_id) if user_id else self.shared
         self.base = _base_fs(os.getcwd() if base is None else base)
-        self._local = threading.local()  # the batch in progress, per thread
+        self._skills = SkillTree(self.store, self.scope, self.shared, self.invalidate_cache)
 
     def start_transaction(self) -> SkillTransaction:
         """fsspec's non-context form; `end_transaction()` commits."""
         transaction: SkillTransaction = super().start_transaction()
         transaction.start()
         return transaction
+
+    def begin_batch(self) -> None:
+        """Stage this thread's store changes from now on, until `end_batch` (what
+        SkillTransaction drives: docs/fsspec.md)."""
+        if self._skills.batch is not None:
+            raise RuntimeError(
+                "a skillfs transaction is open in this thread already: they do not nest"
+            )
+        self._skills.begin(together=True)
+
+    def end_batch(self, commit: bool) -> None:
+        """End the transaction and its batch: publish its store changes in one commit when
+        `commit`, else drop them."""
+        self._intrans = False
+        self._transaction = None
+        self._skills.end(commit)
 
     # ------------------------------------------------------------------ paths
 
@@ -113,205 +119,15 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
 
     def _split(self, path: str) -> tuple[str, str] | None:
         """(skill, path inside it) for a store path, ("", "") for skills/ itself; None for base."""
-        return _parse(self._strip_protocol(path))
-
-    def _file(self, path: str) -> tuple[str, str]:
-        """The (skill, path) a store write goes to; InvalidPath when that is not a skill's file."""
-        where = self._split(path)
-        if where is None or not where[1]:
-            raise InvalidPath(
-                f"cannot write {self._strip_protocol(path)!r}: a file directly under skills/ is "
-                "not allowed, every file belongs to a skill directory (skills/<skill>/SKILL.md)"
-            )
-        return where
-
-    # ------------------------------------------------------------------ reading the store
-
-    @property
-    def _batch_now(self) -> Batch | None:
-        batch: Batch | None = getattr(self._local, "batch", None)
-        return batch
-
-    def _read(self, names: Sequence[str] | None) -> dict[str, SkillView]:
-        """Every named skill (None: every existing one), the user's over the shared ones."""
-        own = self.store.manifests(self.scope, names)
-        out = {
-            n: SkillView(n, self.scope, m.version, m.version, dict(m.files)) for n, m in own.items()
-        }
-        if self.scope.kind == "user":
-            rest = None if names is None else [n for n in names if n not in own]
-            if rest is None or rest:
-                for n, m in self.store.manifests(self.shared, rest).items():
-                    out.setdefault(n, SkillView(n, self.shared, m.version, 0, dict(m.files)))
-        for n in names or ():
-            out.setdefault(n, SkillView(n, None, 0, 0, {}))
-        return out
-
-    def _skills(self, names: Sequence[str] | None = None) -> dict[str, SkillView]:
-        """Like _read, but inside a batch from (and into) its snapshot."""
-        batch = self._batch_now
-        if batch is None:
-            return self._read(names)
-        if names is None and not batch.complete:
-            for n, sk in self._read(None).items():
-                if n not in batch.skills or not batch.skills[n].edits:
-                    batch.skills[n] = sk
-            batch.complete = True
-        if names is None:
-            return batch.skills
-        missing = [n for n in names if n not in batch.skills]
-        if missing and batch.complete:
-            batch.skills.update({n: SkillView(n, None, 0, 0, {}) for n in missing})
-        elif missing:
-            batch.skills.update(self._read(missing))
-        return {n: batch.skills[n] for n in names}
-
-    def _skill(self, name: str) -> SkillView:
-        return self._skills([name])[name]
-
-    def _resolve(self, path: str) -> tuple[SkillView | None, Item | None]:
-        """(skill, file) at a store path, file None for a directory, skill None for skills/."""
-        skill, rel = self._split(path) or ("", "")
-        if not skill:
-            return None, None
-        sk = self._skill(skill)
-        item = sk.files.get(rel) if rel else None
-        if item is None and not any(not rel or p.startswith(rel + "/") for p in sk.files):
-            raise FileNotFoundError(self._strip_protocol(path))
-        return sk, item
-
-    def _data(self, item: Item, start: int | None = None, end: int | None = None) -> bytes:
-        """A file's bytes or the range [start, end) (negative counts from the end), reading
-        only the chunks the range covers."""
-        size = item.size if isinstance(item, FileEntry) else len(item.data)
-        lo = 0 if start is None else max(0, size + start) if start < 0 else min(start, size)
-        hi = size if end is None else max(0, size + end) if end < 0 else min(end, size)
-        if isinstance(item, File):
-            return item.data[lo:hi]
-        batch = self._batch_now
-        cached = batch.blobs.get(item.sha256) if batch else None
-        if cached is not None:
-            return cached[lo:hi]
-        return self.store.read_entry(item, lo, hi)  # b"" for an empty range
+        return split(self._strip_protocol(path))
 
     def _prefetch(self, paths: Any, recursive: bool, maxdepth: int | None) -> None:
         """Fetch the stored files a bulk read will want in one batched round trip."""
-        batch = self._batch_now
-        assert batch is not None
         try:
             names = self.expand_path(paths, recursive=recursive, maxdepth=maxdepth)
         except FileNotFoundError:
             return  # the bulk call itself reports it
-        wanted: list[FileEntry] = []
-        budget = PREFETCH_BYTES
-        for name in names:
-            if self._split(name) is None:
-                continue
-            try:
-                _, item = self._resolve(name)
-            except FileNotFoundError:
-                continue  # the bulk call reports it as its on_error says
-            if isinstance(item, FileEntry) and item.size <= budget:
-                wanted.append(item)
-                budget -= item.size
-        batch.blobs.update(self.store.read_entries(wanted))
-
-    # ------------------------------------------------------------------ writing the store
-
-    @contextmanager
-    def _batch(self, together: bool = False) -> Iterator[Batch]:
-        """Stage store changes until the outermost batch ends, then commit them (each skill
-        once; all in one commit when `together`). Nothing is written if it raises."""
-        outer = self._batch_now
-        if outer is not None:
-            yield outer
-            return
-        batch = Batch(together)
-        self._local.batch = batch
-        try:
-            yield batch
-        finally:
-            self._local.batch = None
-        self._commit(batch)
-
-    def _commit(self, batch: Batch) -> None:
-        touched = [sk for sk in batch.skills.values() if sk.edits]
-        for group in [touched] if batch.together else [[sk] for sk in touched]:
-            publish(self.store, self.scope, group, self._read)
-        if touched:
-            self.invalidate_cache()
-
-    def _write(
-        self, path: str, content: bytes | Item, *, exclusive: bool = False, perm: int | None = None
-    ) -> None:
-        """Stage (or, outside a batch, publish) one file. New content without a known mode
-        keeps the mode of the file it replaces, else gets the store's default."""
-        skill, rel = self._file(path)
-        with self._batch():
-            sk = self._skill(skill)
-            _check_write(sk, rel, exclusive)
-            now = time.time()
-            if isinstance(content, bytes):
-                old = sk.files.get(rel)
-                mode = perm if perm is not None else old.mode if old else None
-                item: Item = File(
-                    content, default_mode(rel, content) if mode is None else mode, now
-                )
-            else:
-                item = content.model_copy(update={"mtime": now})
-            sk.apply(Write(rel, item, exclusive))
-
-    def _remove(self, path: str) -> None:
-        """Stage the removal of a store file (inside a batch)."""
-        sk, item = self._resolve(path)
-        if sk is None or item is None:
-            raise IsADirectoryError(self._strip_protocol(path))
-        if sk.scope != self.scope and not sk.written:
-            raise PermissionDenied(
-                f"{self._strip_protocol(path)} is in {self.shared}, which this filesystem for "
-                f"{self.scope} can read but not change: remove it with a filesystem without "
-                "user_id, or write to the skill first to make the user's own copy"
-            )
-        sk.apply(Delete(self._file(path)[1]))
-
-    # ------------------------------------------------------------------ listing
-
-    def _file_info(self, name: str, sk: SkillView, item: Item) -> Info:
-        if isinstance(item, FileEntry):
-            sha, size = item.sha256, item.size
-        else:
-            sha, size = sha256(item.data), len(item.data)
-        return {
-            "name": name,
-            "size": size,
-            "type": "file",
-            "sha256": sha,
-            "version": sk.version,
-            "mtime": item.mtime,
-            "mode": stat.S_IFREG | (item.mode or 0),  # st_mode, as LocalFileSystem reports it
-            "scope": str(sk.scope or self.scope),
-        }
-
-    def _tree(self, path: str, maxdepth: int | None, withdirs: bool) -> dict[str, Info]:
-        """Store files below `path` (and with `withdirs` the directories they imply)."""
-        skill, rel = self._split(path) or ("", "")
-        out: dict[str, Info] = {}
-        for sk in [self._skill(skill)] if skill else self._skills().values():
-            root = f"{SKILLS}/{sk.name}"
-            if sk.files and not skill and withdirs:
-                out[root] = _dir(root, sk)
-            for p, item in sk.files.items():
-                if rel and not p.startswith(rel + "/"):
-                    continue
-                name = f"{root}/{p}"
-                parts = name[len(path) + 1 :].split("/")
-                if maxdepth is None or len(parts) <= maxdepth:
-                    out[name] = self._file_info(name, sk, item)
-                depth = len(parts) if maxdepth is None else min(len(parts), maxdepth + 1)
-                for i in range(1, depth if withdirs else 1):
-                    parent = f"{path}/{'/'.join(parts[:i])}"
-                    out.setdefault(parent, _dir(parent))
-        return out
+        self._skills.prefetch([n for n in names if self._split(n) is not None])
 
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Info] | list[str]:
         path = self._strip_protocol(path)
@@ -320,7 +136,7 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
                 base = [_from_base(i) for i in self.base.ls("", detail=True)]
             except FileNotFoundError:
                 base = []
-            out = [_dir(SKILLS), *(i for i in base if i["name"] != SKILLS)]
+            out = [dir_info(SKILLS), *(i for i in base if i["name"] != SKILLS)]
         elif self._split(path) is None:
             out = [_from_base(i) for i in self.base.ls(path, detail=True, **kwargs)]
         else:
@@ -330,17 +146,17 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         return out if detail else [i["name"] for i in out]
 
     def _store_ls(self, path: str) -> list[Info]:
-        sk, item = self._resolve(path)
+        sk, item = self._skills.resolve(path)
         if sk is not None and item is not None:
-            return [self._file_info(path, sk, item)]
-        out = list(self._tree(path, 1, True).values())
+            return [self._skills.file_info(path, sk, item)]
+        out = list(self._skills.listing(path, 1, True).values())
         self.dircache[path] = out
         return out
 
     def info(self, path: str, **kwargs: Any) -> Info:
         path = self._strip_protocol(path)
         if not path:
-            return _dir("")
+            return dir_info("")
         if self._split(path) is None:
             return _from_base(self.base.info(path, **kwargs))
         if self.dircache.use_listings_cache:
@@ -353,12 +169,12 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
                     if i["name"] == path:
                         return dict(i)
                 raise FileNotFoundError(path)
-        sk, item = self._resolve(path)
+        sk, item = self._skills.resolve(path)
         if sk is None:
-            return _dir(SKILLS)
+            return dir_info(SKILLS)
         if item is None:
-            return _dir(path, sk if path == f"{SKILLS}/{sk.name}" else None)
-        return self._file_info(path, sk, item)
+            return dir_info(path, sk if path == f"{SKILLS}/{sk.name}" else None)
+        return self._skills.file_info(path, sk, item)
 
     def find(
         self,
@@ -383,11 +199,12 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
                     out[info["name"]] = info
         if not path:
             if withdirs:
-                out[SKILLS] = _dir(SKILLS)
+                out[SKILLS] = dir_info(SKILLS)
             if maxdepth is None or maxdepth > 1:
-                out.update(self._tree(SKILLS, None if maxdepth is None else maxdepth - 1, withdirs))
+                depth = None if maxdepth is None else maxdepth - 1
+                out.update(self._skills.listing(SKILLS, depth, withdirs))
         elif self._split(path) is not None:
-            with self._batch():  # one snapshot for the path and its files
+            with self._skills.batching():  # one snapshot for the path and its files
                 try:
                     here: Info | None = self.info(path)
                 except FileNotFoundError:
@@ -395,7 +212,7 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
                 if here is not None and here["type"] == "file":
                     out[path] = here
                 elif here is not None:
-                    out = self._tree(path, maxdepth, withdirs)
+                    out = self._skills.listing(path, maxdepth, withdirs)
                     if withdirs:
                         out[path] = here
         names = sorted(out)
@@ -447,21 +264,21 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         path = self._strip_protocol(path)
         if self._split(path) is None:
             return self.base.cat_file(path, start, end, **kwargs)  # type: ignore[no-any-return]
-        _, item = self._resolve(path)
+        _, item = self._skills.resolve(path)
         if item is None:
             raise IsADirectoryError(path)
-        return self._data(item, start, end)
+        return self._skills.data(item, start, end)
 
     def cat(
         self, path: Any, recursive: bool = False, on_error: str = "raise", **kwargs: Any
     ) -> Any:
-        with self._batch():
+        with self._skills.batching():
             self._prefetch(path, recursive, None)
             return super().cat(path, recursive=recursive, on_error=on_error, **kwargs)
 
     def cat_ranges(self, *args: Any, **kwargs: Any) -> list[bytes | Exception]:
         """One manifest read per skill; each range reads only the chunks it covers."""
-        with self._batch():
+        with self._skills.batching():
             return super().cat_ranges(*args, **kwargs)  # type: ignore[no-any-return]
 
     def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
@@ -469,10 +286,10 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         if self._split(path) is None:
             self.base.pipe_file(path, value, mode=mode, **kwargs)
         else:
-            self._write(path, bytes(value), exclusive=mode == "create")
+            self._skills.write(path, bytes(value), exclusive=mode == "create")
 
     def pipe(self, path: Any, value: bytes | None = None, **kwargs: Any) -> None:
-        with self._batch():
+        with self._skills.batching():
             super().pipe(path, value, **kwargs)
 
     def _open(
@@ -488,16 +305,15 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         if self._split(path) is None:
             return self.base.open(path, mode, block_size, cache_options, **kwargs)
         if mode == "rb":
-            sk, item = self._resolve(path)
+            sk, item = self._skills.resolve(path)
             if sk is None or item is None:
                 raise IsADirectoryError(path)
-            return _StoreFile(
-                self, path, mode, block_size, cache_options, item, self._file_info(path, sk, item)
-            )
+            info = self._skills.file_info(path, sk, item)
+            return StoreFile(self, self._skills, path, mode, block_size, cache_options, item, info)
         if mode in ("wb", "xb"):
-            skill, rel = self._file(path)
-            _check_write(self._skill(skill), rel, mode == "xb")
-            return _StoreFile(self, path, mode, block_size, cache_options)
+            skill, rel = target(path)
+            self._skills.skill(skill).check_write(rel, mode == "xb")
+            return StoreFile(self, self._skills, path, mode, block_size, cache_options)
         raise ValueError(
             f"mode {mode!r} is not supported for {path}: a skill file is read ('rb') "
             "or written whole ('wb', or 'xb' to create it exclusively)"
@@ -519,11 +335,11 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
                 data = f.read()
             callback.set_size(len(data))
             perm = os.stat(lpath).st_mode & 0o777
-            self._write(rpath, data, exclusive=mode == "create", perm=perm)
+            self._skills.write(rpath, data, exclusive=mode == "create", perm=perm)
             callback.relative_update(len(data))
 
     def put(self, lpath: Any, rpath: Any, recursive: bool = False, **kwargs: Any) -> None:
-        with self._batch():
+        with self._skills.batching():
             super().put(lpath, rpath, recursive=recursive, **kwargs)
 
     def get_file(
@@ -538,13 +354,13 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         if self._split(rpath) is None:
             self.base.get_file(rpath, lpath, callback=callback, outfile=outfile, **kwargs)
             return
-        _, item = self._resolve(rpath)
+        _, item = self._skills.resolve(rpath)
         target = outfile if outfile is not None else lpath if isfilelike(lpath) else None
         if item is None:
             if target is None:
                 os.makedirs(lpath, exist_ok=True)
             return
-        data = self._data(item)
+        data = self._skills.data(item)
         callback.set_size(len(data))
         if target is not None:
             target.write(data)
@@ -557,7 +373,7 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         callback.relative_update(len(data))
 
     def get(self, rpath: Any, lpath: Any, recursive: bool = False, **kwargs: Any) -> None:
-        with self._batch():
+        with self._skills.batching():
             self._prefetch(rpath, recursive, kwargs.get("maxdepth"))
             super().get(rpath, lpath, recursive=recursive, **kwargs)
 
@@ -570,21 +386,21 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
             elif self.base.isfile(path1):
                 mode = self.base.info(path1).get("mode")
                 perm = mode & 0o777 if isinstance(mode, int) else None
-                self._write(path2, self.base.cat_file(path1), perm=perm)
+                self._skills.write(path2, self.base.cat_file(path1), perm=perm)
             elif not self.base.isdir(path1):
                 raise FileNotFoundError(path1)
             return
-        _, item = self._resolve(path1)
+        _, item = self._skills.resolve(path1)
         if item is None:  # a directory: implied in the store, made in base
             if to_base:
                 self.base.makedirs(path2, exist_ok=True)
         elif to_base:
-            self.base.pipe_file(path2, self._data(item))
+            self.base.pipe_file(path2, self._skills.data(item))
         else:
-            self._write(path2, item)
+            self._skills.write(path2, item)
 
     def copy(self, path1: Any, path2: Any, recursive: bool = False, **kwargs: Any) -> None:
-        with self._batch():
+        with self._skills.batching():
             super().copy(path1, path2, recursive=recursive, **kwargs)
 
     def mv(self, path1: Any, path2: Any, recursive: bool = False, **kwargs: Any) -> None:
@@ -598,7 +414,7 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
                 **kwargs,
             )
             return
-        with self._batch(together=True):
+        with self._skills.batching(together=True):
             super().mv(path1, path2, recursive=recursive, **kwargs)
 
     def rm_file(self, path: str) -> None:
@@ -606,14 +422,14 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         if self._split(path) is None:
             self.base.rm_file(path)
         else:
-            with self._batch():
-                self._remove(path)
+            with self._skills.batching():
+                self._skills.remove(path)
 
     def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
         """Store files are removed per skill in one publish each; directories are implied,
         so removing one removes nothing by itself."""
         base: list[str] = []
-        with self._batch():
+        with self._skills.batching():
             for p in self._strip_protocol([path] if isinstance(path, str) else list(path)):
                 if _plain_base(self, p):
                     base.append(p)
@@ -621,8 +437,8 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
                 found = self.expand_path(p, recursive=recursive, maxdepth=maxdepth)
                 base += [q for q in found if q and self._split(q) is None]
                 store = [q for q in found if self._split(q) is not None]
-                for q in [q for q in store if self._resolve(q)[1] is not None]:
-                    self._remove(q)
+                for q in [q for q in store if self._skills.resolve(q)[1] is not None]:
+                    self._skills.remove(q)
             if base:
                 self.base.rm(_tops(base), recursive=recursive, maxdepth=maxdepth)
 
@@ -641,85 +457,6 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         path = self._strip_protocol(path)
         if self._split(path) is None:
             self.base.rmdir(path)
-
-
-class _StoreFile(AbstractBufferedFile):  # type: ignore[misc]
-    """A store file. Reads stay on the content opened, whatever is published meanwhile; a
-    write publishes the skill on close, and nothing when its `with` block raises."""
-
-    def __init__(
-        self,
-        fs: SkillFileSystem,
-        path: str,
-        mode: str,
-        block_size: int | None,
-        cache_options: dict[str, Any] | None,
-        item: Item | None = None,
-        info: Info | None = None,
-    ) -> None:
-        self.item = item
-        size = info["size"] if info else None
-        super().__init__(
-            fs, path, mode, block_size or "default", cache_options=cache_options, size=size
-        )
-        if info is not None:
-            self.details = info
-
-    def _fetch_range(self, start: int, end: int) -> bytes:
-        assert self.item is not None
-        return self.fs._data(self.item, start, end)  # type: ignore[no-any-return]
-
-    def _upload_chunk(self, final: bool = False) -> bool:
-        if not final:
-            return False  # keep buffering: a skill file is published whole
-        self.fs._write(self.path, self.buffer.getvalue(), exclusive=self.mode == "xb")
-        return True
-
-    def commit(self) -> None:
-        self.close()
-
-    def discard(self) -> None:
-        self.closed = True
-
-    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        if exc_type is not None and self.writable():
-            self.discard()
-        self.close()
-
-
-@functools.lru_cache(maxsize=4096)
-def _parse(path: str) -> tuple[str, str] | None:
-    """SkillFileSystem._split of a stripped path, checked once per distinct path."""
-    if path != SKILLS and not path.startswith(SKILLS + "/"):
-        return None
-    parts = path.split("/", 2)
-    try:
-        skill = check_skill_name(parts[1]) if len(parts) > 1 else ""
-        return skill, normalize_path(parts[2]) if len(parts) > 2 else ""
-    except InvalidPath as exc:
-        raise InvalidPath(f"invalid path {path!r}: {exc}") from None
-
-
-def _check_write(sk: SkillView, rel: str, exclusive: bool) -> None:
-    """The errors a local filesystem would give, before anything is staged."""
-    where = f"skills/{sk.name}/{rel}"
-    parts = rel.split("/")
-    for i in range(1, len(parts)):
-        if "/".join(parts[:i]) in sk.files:
-            raise NotADirectoryError(
-                f"cannot write {where}: skills/{sk.name}/{'/'.join(parts[:i])} is a file"
-            )
-    if any(p.startswith(rel + "/") for p in sk.files):
-        raise IsADirectoryError(f"cannot write {where}: it is a directory")
-    if exclusive and rel in sk.files:
-        raise FileExistsError(f"{where} exists (exclusive create)")
-
-
-def _dir(name: str, sk: SkillView | None = None) -> Info:
-    info: Info = {"name": name, "size": 0, "type": "directory"}
-    if sk is not None:
-        info.update(version=sk.version, scope=str(sk.scope))
-    return info
 
 
 def _from_base(info: Info) -> Info:

@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import re
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -161,6 +162,11 @@ class Finding(BaseModel):
     message: str
 
 
+def error_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """The findings that break the spec: what a strict surface refuses (docs/design.md §7)."""
+    return [f for f in findings if f.severity == "error"]
+
+
 class Manifest(BaseModel):
     """One skill in one scope at one version (docs/design.md §2).
 
@@ -195,7 +201,7 @@ class Manifest(BaseModel):
 
     @property
     def errors(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "error"]
+        return error_findings(self.findings)
 
     @staticmethod
     def from_json(raw: bytes | str) -> Manifest:

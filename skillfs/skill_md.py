@@ -16,7 +16,7 @@ import yaml
 from frontmatter.default_handlers import YAMLHandler
 from pydantic import BaseModel, ConfigDict
 
-from skillfs.model import Finding
+from skillfs.model import Finding, error_findings
 from skillfs.names import is_hidden_dir
 from skillfs.validation import check_frontmatter, finding, show
 
@@ -357,7 +357,7 @@ def validate_dir(path: Path) -> ValidationReport:
         except OSError as exc:
             findings = [finding("error", None, "unreadable", f"cannot read {path}: {exc}")]
     name = frontmatter.get("name") if frontmatter is not None else None
-    errors = [f.message for f in findings if f.severity == "error"]
+    errors = [f.message for f in error_findings(findings)]
     return ValidationReport(
         path=str(path),
         name=name if isinstance(name, str) else None,

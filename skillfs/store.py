@@ -33,6 +33,7 @@ from skillfs.lru import Lru
 from skillfs.model import (
     MTIME_MAX,
     MTIME_MIN,
+    Access,
     Change,
     CommitResult,
     File,
@@ -43,6 +44,7 @@ from skillfs.model import (
     Remove,
     Revision,
     Scope,
+    error_findings,
 )
 from skillfs.names import check_domain, check_id, check_skill_name, is_hidden_dir, normalize_path
 from skillfs.skill_md import inspect_skill
@@ -94,7 +96,7 @@ def sha256(data: bytes) -> str:
 def refuse_errors(skill: str, findings: Sequence[Finding]) -> None:
     """The strict surfaces' rule (docs/design.md §7): a skill with error findings is refused,
     with the findings, unless the caller forces it (and so does not call this)."""
-    errors = [f for f in findings if f.severity == "error"]
+    errors = error_findings(findings)
     if errors:
         raise InvalidSkill(
             f"{skill} breaks the Agent Skills spec: "
@@ -773,6 +775,17 @@ class Store:
             blobs_deleted=deleted,
             history_dropped=dropped,
         )
+
+    # ------------------------------------------------------------------ the engine's answers
+
+    def access(self, scope: Scope) -> Access:
+        """What the caller may do in `scope` (the engine answers: a server for its token)."""
+        return self.engine.access(scope)
+
+    @property
+    def max_ops(self) -> int | None:
+        """The most skills one atomic commit may change on this engine; None: no limit."""
+        return self.engine.max_ops
 
 
 #: The keyword options `Store` takes (the rest of open_store's options go to the engine).

@@ -63,7 +63,7 @@ def test_other_users_changes_never_reload_this_users_scopes() -> None:
     for i in range(20):
         store.publish(BOB, f"b{i}", {"SKILL.md": md(f"b{i}")})
         snap = skills.snapshot()
-        assert snap.token == first.token and snap.view is first.view
+        assert snap.token == first.token and snap.merged is first.merged
         assert snap.revisions["agents/bot"] != first.revisions["agents/bot"]
     settle(skills)
     mine = [

@@ -21,6 +21,7 @@ from skillfs.commands.common import (
     agent_option,
     command,
     emit_json,
+    file_only,
     iso,
     manifest_row,
     mode,
@@ -172,10 +173,9 @@ def cat(
     token: TokenOption = None,
 ) -> None:
     """Write a file's bytes to stdout, untouched."""
-    if target.path is None:
-        raise typer.BadParameter("name a file: SKILL/PATH, e.g. my-skill/SKILL.md")
+    path = file_only(target)
     with opened(store_url, token) as store:
-        data = store.read(scope, target.skill, target.path, version)
+        data = store.read(scope, target.skill, path, version)
     typer.echo(data, nl=False)
 
 

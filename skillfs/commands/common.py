@@ -22,8 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from skillfs.engines import default_url
-from skillfs.engines.sqlite import parse_path
+from skillfs.engines import default_url, file_to_create
 from skillfs.errors import InvalidPath, SkillfsError
 from skillfs.model import FileEntry, Finding, Manifest, Revision, Scope
 from skillfs.names import check_id, check_skill_name, normalize_path
@@ -208,14 +207,13 @@ def connect(url: str | None, token: str | None, *, create: bool = False) -> Stor
     a command that only reads refuses it, since a mistyped path (`sqlite:///tmp/x.db` is
     relative to the working directory) would otherwise show an empty new store."""
     url = url or default_url()
+    path = None if create else file_to_create(url)
+    if path is not None:
+        raise fail(
+            f"no store at {path}: check the URL (sqlite:///relative, sqlite:////absolute) "
+            "or import skills first"
+        )
     scheme = urlsplit(url).scheme
-    if scheme == "sqlite" and not create:
-        path = parse_path(url)
-        if not path.exists():
-            raise fail(
-                f"no store at {path}: check the URL (sqlite:///relative, sqlite:////absolute) "
-                "or import skills first"
-            )
     options: dict[str, Any] = {"retry_for": RETRY_FOR}
     if token and scheme in ("grpc", "grpcs"):
         options["token"] = token
@@ -237,7 +235,7 @@ def check_write(store: Store, scope: Scope) -> None:
     operator learns it before typing an edit, with the grant to ask for. A skillfs server
     (grpc://) answers from the token's grants and writes nothing; other stores let every
     caller write."""
-    store.engine.access(scope).require("write")
+    store.access(scope).require("write")
 
 
 def skill_only(target: Target) -> str:
@@ -245,6 +243,13 @@ def skill_only(target: Target) -> str:
     if target.path is not None:
         raise typer.BadParameter(f"give a skill, not a file: {target.skill}")
     return target.skill
+
+
+def file_only(target: Target) -> str:
+    """The path of a target that must name a file."""
+    if target.path is None:
+        raise typer.BadParameter("name a file: SKILL/PATH, e.g. my-skill/SKILL.md")
+    return target.path
 
 
 # ------------------------------------------------------------------------- formatting

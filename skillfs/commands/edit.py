@@ -7,20 +7,14 @@ change is a Conflict, never a lost update.
 
 from __future__ import annotations
 
-import os
-import shlex
-import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path, PurePosixPath
-from typing import Annotated
+from typing import Annotated, cast
 
 import typer
 from rich.markup import escape
 
-from skillfs.commands import common
+import skillfs.commands.common as common
 from skillfs.commands.common import (
     EDIT,
     FileArgument,
@@ -37,6 +31,7 @@ from skillfs.commands.common import (
     confirmed,
     emit_json,
     fail,
+    file_only,
     opened,
     out,
     print_findings,
@@ -46,11 +41,12 @@ from skillfs.commands.common import (
     version_option,
     when,
 )
+from skillfs.commands.editor import EditorCopy
 from skillfs.commands.text import has_markers, merge3, unified
-from skillfs.errors import Conflict, NotFound, SkillfsError
-from skillfs.model import CommitResult, File, Finding, Manifest, Scope
+from skillfs.errors import Conflict, InvalidSkill, NotFound, SkillfsError
+from skillfs.model import CommitResult, File, Finding, Manifest, Scope, error_findings
 from skillfs.skill_md import SKILL_MD, TEMPLATE_DESCRIPTION, inspect_skill, skill_template
-from skillfs.store import Store
+from skillfs.store import Store, refuse_errors
 
 
 class OnConflict(StrEnum):
@@ -83,14 +79,13 @@ class _Base:
 
     @classmethod
     def load(cls, store: Store, scope: Scope, skill: str) -> _Base:
-        m = store.manifests(scope, [skill]).get(skill)
-        if m is not None:
+        found = store.resolve(scope, skill)
+        if found is None:
+            return cls(0, None, {})
+        where, m = found
+        if where == scope:
             return cls(m.version, m, _read_files(store, m))
-        if scope.kind == "user" and scope.agent_id is not None:
-            shared = store.manifests(Scope.shared(scope.agent_id), [skill]).get(skill)
-            if shared is not None:
-                return cls(0, None, _read_files(store, shared), shared)
-        return cls(0, None, {})
+        return cls(0, None, _read_files(store, m), m)
 
     @staticmethod
     def skill_md_only(store: Store, m: Manifest) -> dict[str, File]:
@@ -120,49 +115,6 @@ def _ask(question: str, choices: dict[str, str]) -> str:
             return answer
 
 
-class _Copy:
-    """The temporary copy of the file the editor works on, in its own `skillfs-edit-*`
-    directory. The directory is removed when the edit is saved or nothing was typed; it stays
-    only while it holds text that was not saved, and every message then names it."""
-
-    def __init__(self, path: str, original: bytes) -> None:
-        self.original = original
-        self.dir = Path(tempfile.mkdtemp(prefix="skillfs-edit-"))
-        self.path = self.dir / PurePosixPath(path).name
-        self.path.write_bytes(original)
-
-    def unsaved(self) -> bool:
-        """Whether the copy holds text that differs from what was read."""
-        try:
-            return self.path.read_bytes() != self.original
-        except OSError:
-            return False
-
-    @property
-    def kept(self) -> str:
-        return f"your edit is kept in {self.path}"
-
-    def not_saved(self) -> str:
-        """The words "nothing saved", naming the copy when it holds unsaved text."""
-        return f"nothing saved; {self.kept}" if self.unsaved() else "nothing saved"
-
-    def edit(self) -> bytes:
-        editor = os.environ.get("EDITOR") or "vi"
-        try:
-            code = subprocess.run([*shlex.split(editor), str(self.path)], check=False).returncode
-        except FileNotFoundError:
-            raise fail(f"editor {editor!r} not found: set $EDITOR; {self.not_saved()}") from None
-        if code != 0:
-            raise fail(f"editor {editor!r} exited with status {code}: {self.not_saved()}")
-        return self.path.read_bytes()
-
-    def write(self, data: bytes) -> None:
-        self.path.write_bytes(data)
-
-    def remove(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
 def _check(skill: str, files: dict[str, File]) -> list[Finding]:
     """The spec findings, plus one the CLI adds: a SKILL.md whose description is still the
     template's placeholder would go live with it, so it counts as an error (--force saves)."""
@@ -179,6 +131,16 @@ def _check(skill: str, files: dict[str, File]) -> list[Finding]:
             *findings,
         ]
     return findings
+
+
+def _refuse(skill: str, files: dict[str, File], refused: str) -> None:
+    """The strict surfaces' rule (`refuse_errors`) on the CLI's findings: print the errors and
+    fail with `refused` when there are any."""
+    try:
+        refuse_errors(skill, _check(skill, files))
+    except InvalidSkill as exc:
+        print_findings(cast(list[Finding], exc.findings))
+        raise fail(refused) from None
 
 
 def _describe(scope: Scope, skill: str, path: str, base: _Base, latest: _Base) -> None:
@@ -231,9 +193,7 @@ def edit(
     A file or skill that does not exist yet is created (SKILL.md from a template). In a user's
     scope, a skill only the agent's shared scope has is copied into the user's scope with your
     edit, in one commit: the user's override."""
-    path = target.path
-    if path is None:
-        raise typer.BadParameter("name a file: SKILL/PATH, e.g. my-skill/SKILL.md")
+    path = file_only(target)
     skill = target.skill
     with opened(store_url, token, create=True) as store:
         check_write(store, scope)  # before anyone types: a server may refuse the save
@@ -258,7 +218,7 @@ def edit(
             if path == SKILL_MD and not base.files
             else b""
         )
-        copy = _Copy(path, original)
+        copy = EditorCopy(path, original)
         saved = False
         try:
             mine = copy.edit()
@@ -293,7 +253,7 @@ def _save_loop(
     path: str,
     base: _Base,
     mine: bytes,
-    copy: _Copy,
+    copy: EditorCopy,
     force: bool,
     on_conflict: OnConflict,
 ) -> CommitResult:
@@ -310,7 +270,7 @@ def _save_loop(
         files = dict(base.files)
         files[path] = File(mine, mode=old.mode if old else None)
         findings = _check(skill, files)
-        errors = [f for f in findings if f.severity == "error"]
+        errors = error_findings(findings)
         if findings:
             warnings = len(findings) - len(errors)
             out.print(f"{escape(skill)}: {len(errors)} error(s), {warnings} warning(s)")
@@ -333,7 +293,9 @@ def _save_loop(
                 continue
             force = True  # "save anyway" holds for the retries after a conflict too
         try:
-            return store.publish(scope, skill, files, expected_version=base.version)
+            return store.publish(
+                scope, skill, files, expected_version=base.version, strict=not force
+            )
         except Conflict:
             latest = _Base.load(store, scope, skill)
         _describe(scope, skill, path, base, latest)
@@ -428,12 +390,12 @@ def rm(
                     f"that would leave {target.skill} without files: use `skillfs rm "
                     f"{target.skill}` to delete the skill"
                 )
-            errors = [f for f in _check(target.skill, files) if f.severity == "error"]
-            if errors and not force:
-                print_findings(errors)
-                raise fail(
+            if not force:
+                _refuse(
+                    target.skill,
+                    files,
                     f"not removed: {target.skill} would break the Agent Skills spec; "
-                    "pass --force to remove it anyway"
+                    "pass --force to remove it anyway",
                 )
             result = store.publish(scope, target.skill, files, expected_version=m.version)
     _report(f"removed {scope}/{escape(str(target))}", scope, target, result, as_json)
@@ -456,14 +418,12 @@ def rollback(
     with opened(store_url, token, create=True) as store:
         current = store.manifests(scope, [skill]).get(skill)
         old = store.manifest(scope, skill, version=to)
-        errors = [
-            f for f in _check(skill, _Base.skill_md_only(store, old)) if f.severity == "error"
-        ]
-        if errors and not force:
-            print_findings(errors)
-            raise fail(
+        if not force:
+            _refuse(
+                skill,
+                _Base.skill_md_only(store, old),
                 f"not rolled back: version {to} of {skill} breaks the Agent Skills spec; "
-                "pass --force to bring it back anyway"
+                "pass --force to bring it back anyway",
             )
         result = store.rollback(
             scope, skill, to, expected_version=current.version if current else 0

@@ -106,7 +106,7 @@ def prompt(
                     {
                         "skill": p.skill,
                         "source": p.source,
-                        "errors": [f.message for f in p.findings if f.severity == "error"],
+                        "errors": [f.message for f in p.errors],
                     }
                     for p in snap.problems
                 ],
@@ -116,7 +116,7 @@ def prompt(
     typer.echo(snap.prompt())
     for p in snap.problems:
         err.print(f"[yellow]left out[/yellow] {escape(p.skill)} ({escape(p.source)}):")
-        print_findings([f for f in p.findings if f.severity == "error"], console=err)
+        print_findings(p.errors, console=err)
 
 
 def _warn_unknown(store: Store, revisions: Mapping[str, Revision | None]) -> None:

@@ -7,7 +7,6 @@ survive the round trip both ways.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from collections.abc import Iterator
@@ -44,10 +43,10 @@ from skillfs.commands.common import (
     print_findings,
 )
 from skillfs.errors import InvalidPath, NotFound, TooLarge
-from skillfs.model import File, Finding, Manifest, Put, Scope
+from skillfs.model import File, Finding, Manifest, Put, Scope, error_findings
 from skillfs.names import check_skill_name, normalize_path
 from skillfs.skill_md import SKILL_MD, find_skill_dirs, inspect_skill
-from skillfs.store import Limits
+from skillfs.store import Limits, sha256
 
 #: Directories inside a skill that are not part of it (byte-code of a script that was run).
 SKIPPED_DIRS = ("__pycache__",)
@@ -120,8 +119,7 @@ def _same(files: dict[str, File], m: Manifest | None) -> bool:
     if m is None or m.files.keys() != files.keys():
         return False
     return all(
-        m.files[p].sha256 == hashlib.sha256(f.data).hexdigest() and m.files[p].mode == f.mode
-        for p, f in files.items()
+        m.files[p].sha256 == sha256(f.data) and m.files[p].mode == f.mode for p, f in files.items()
     )
 
 
@@ -172,7 +170,7 @@ def import_(
     with opened(store_url, token, create=True) as store:
         sources = skill_sources(directory, store.limits)
         check_write(store, scope)  # the grant to ask for, before any upload
-        limit = store.engine.max_ops
+        limit = store.max_ops
         size = batch or limit or DEFAULT_BATCH
         if limit is not None:  # the store's limit per atomic commit caps any batch
             size = min(size, limit)
@@ -219,7 +217,7 @@ def _row(
     source: SkillSource, current: Manifest | None, unchanged: bool, findings: list[Finding]
 ) -> dict[str, Any]:
     """One skill of the import report."""
-    errors = [f.message for f in findings if f.severity == "error"]
+    errors = [f.message for f in error_findings(findings)]
     return {
         "skill": source.name,
         "source": str(source.root),

@@ -18,6 +18,17 @@ def default_url() -> str:
     return os.environ.get("SKILLFS_STORE") or f"sqlite:///{DEFAULT_PATH}"
 
 
+def file_to_create(url: str) -> Path | None:
+    """The file opening `url` would create: a sqlite: URL's file that does not exist yet. None
+    for an existing file and for every other store, so a reader can refuse a mistyped path."""
+    if urlsplit(url).scheme != "sqlite":
+        return None
+    from skillfs.engines.sqlite import parse_path
+
+    path = parse_path(url)
+    return None if path.exists() else path
+
+
 def open_engine(url: str | None = None, **options: Any) -> Engine:
     url = url or default_url()
     scheme = urlsplit(url).scheme

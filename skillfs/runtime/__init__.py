@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from skillfs.runtime.layers import GitRepo, LocalDir, Market, Problem, SkillInfo
+from skillfs.runtime.git_repo import GitRepo
+from skillfs.runtime.layers import Market, Problem, SkillInfo
+from skillfs.runtime.local_dir import LocalDir
 from skillfs.runtime.skills import Skills
 from skillfs.runtime.snapshot import Snapshot
 

@@ -20,8 +20,10 @@ from skillfs.errors import InvalidPath, StoreUnavailable
 from skillfs.model import Revision, Scope
 from skillfs.names import check_id
 from skillfs.runtime.follower import Follower, follower_for
-from skillfs.runtime.layers import GitRepo, Layer, LayerSkills, LocalDir, Market, StoreScope, merge
-from skillfs.runtime.snapshot import Snapshot, View
+from skillfs.runtime.git_repo import GitRepo
+from skillfs.runtime.layers import Layer, LayerSkills, Market, StoreScope, merge
+from skillfs.runtime.local_dir import LocalDir
+from skillfs.runtime.snapshot import MergedSkills, Snapshot
 from skillfs.runtime.usage import UsageRecorder, recorder_for
 from skillfs.store import Store, open_store
 
@@ -149,11 +151,11 @@ class Skills:
             snap = last._replace(revisions=seen, stale=False)
         else:
             skills, problems = merge(list(zip(self.layers, now, strict=True)))
-            view = View(skills)
-            if last is not None and last.token == view.token:
-                view = last.view  # same skills: keep the prompt and tools computed for them
+            merged = MergedSkills(skills)
+            if last is not None and last.token == merged.token:
+                merged = last.merged  # same skills: keep the prompt and tools computed for them
             snap = Snapshot(
-                view,
+                merged,
                 agent_id=self.agent_id,
                 user_id=self.user_id,
                 revisions=seen,

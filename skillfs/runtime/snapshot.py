@@ -53,7 +53,7 @@ def view_token(skills: Sequence[SkillInfo]) -> str:
     return h.hexdigest()[:32]
 
 
-class View:
+class MergedSkills:
     """The merged skills of one token, with everything derived from them cached."""
 
     def __init__(self, skills: Sequence[SkillInfo]) -> None:
@@ -149,8 +149,8 @@ class Snapshot:
     """The skills of one (agent, user) for one reasoning step; immutable (C4)."""
 
     __slots__ = (
+        "_merged",
         "_usage",
-        "_view",
         "agent_id",
         "files_root",
         "problems",
@@ -161,7 +161,7 @@ class Snapshot:
 
     def __init__(
         self,
-        view: View,
+        merged: MergedSkills,
         *,
         agent_id: str,
         user_id: str,
@@ -171,7 +171,7 @@ class Snapshot:
         files_root: Path | None = None,
         stale: bool = False,
     ) -> None:
-        self._view = view
+        self._merged = merged
         self._usage = usage
         self.agent_id = agent_id
         self.user_id = user_id
@@ -195,22 +195,23 @@ class Snapshot:
             "stale": self.stale,
         }
         fields.update(changes)
-        view = fields.pop("view", self._view)
-        return Snapshot(view, **fields)
+        merged = fields.pop("merged", self._merged)
+        return Snapshot(merged, **fields)
 
     @property
     def token(self) -> str:
         """Equal tokens mean equal views: same skills, same layers, same versions."""
-        return self._view.token
+        return self._merged.token
 
     @property
-    def view(self) -> View:
-        return self._view
+    def merged(self) -> MergedSkills:
+        """The merged skills behind this snapshot, shared by the snapshots of its token."""
+        return self._merged
 
     @property
     def skills(self) -> tuple[SkillInfo, ...]:
         """The skills in the view, sorted by id."""
-        return self._view.skills
+        return self._merged.skills
 
     def __repr__(self) -> str:
         return (
@@ -222,7 +223,7 @@ class Snapshot:
 
     def skill(self, skill_id: str) -> SkillInfo:
         """A skill of the view; NotFound lists every available id."""
-        s = self._view.by_id.get(skill_id) if isinstance(skill_id, str) else None
+        s = self._merged.by_id.get(skill_id) if isinstance(skill_id, str) else None
         if s is None:
             ids = [x.id for x in self.skills]
             near = difflib.get_close_matches(str(skill_id), ids, n=1)
@@ -300,14 +301,14 @@ class Snapshot:
 
     def prompt(self) -> str:
         """The `<available_skills>` block for the system prompt; cached per token."""
-        return self._view.prompt(self.files_root)
+        return self._merged.prompt(self.files_root)
 
     def tools(self, *, enum: bool = False, style: ToolStyle = "openai") -> list[dict[str, Any]]:
         """Tool definitions (JSON schema) for `load_skill_through_path`, `read_skill` and
         `search_skills`, in OpenAI's function-tool shape or Anthropic's (`style`). The skill
         id is a plain string unless `enum`: an enum changes the tools whenever a skill is
         added, which invalidates the provider's prompt cache."""
-        return self._view.tools(enum, style)
+        return self._merged.tools(enum, style)
 
     def call_tool(self, name: str, arguments: Mapping[str, Any] | str) -> str:
         """Run one of `tools()` and return its text result, or the error as text, so a model

@@ -1,0 +1,281 @@
+"""`skills/` of the fsspec filesystem: one agent's skills as files (docs/fsspec.md).
+
+A tree with a user reads the user's skills over the agent-shared ones and writes the user's
+scope; without one it reads and writes the agent-shared scope. Directories are implied by
+files, as on object stores. Each thread may hold a batch: the snapshot a bulk call or a
+transaction reads, and the edits it stages until the batch ends (skillfs.fs_staging).
+Paths here are stripped of the protocol: `skills/<skill>/<path>`.
+"""
+
+from __future__ import annotations
+
+import functools
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from skillfs.errors import InvalidPath, PermissionDenied
+from skillfs.fs_staging import Batch, Delete, Item, StagedSkill, Write, publish
+from skillfs.model import File, FileEntry, Scope
+from skillfs.names import check_skill_name, normalize_path
+from skillfs.store import Store, default_mode, sha256
+
+Info = dict[str, Any]
+SKILLS = "skills"
+PREFETCH_BYTES = 64 * 1024 * 1024  # the most a bulk read holds in memory at once
+
+
+@functools.lru_cache(maxsize=4096)
+def split(path: str) -> tuple[str, str] | None:
+    """(skill, path inside it) of a stripped store path, ("", "") for skills/ itself; None for
+    a path outside skills/. Checked once per distinct path."""
+    if path != SKILLS and not path.startswith(SKILLS + "/"):
+        return None
+    parts = path.split("/", 2)
+    try:
+        skill = check_skill_name(parts[1]) if len(parts) > 1 else ""
+        return skill, normalize_path(parts[2]) if len(parts) > 2 else ""
+    except InvalidPath as exc:
+        raise InvalidPath(f"invalid path {path!r}: {exc}") from None
+
+
+def target(path: str) -> tuple[str, str]:
+    """The (skill, path) a store write goes to; InvalidPath when that is not a skill's file."""
+    where = split(path)
+    if where is None or not where[1]:
+        raise InvalidPath(
+            f"cannot write {path!r}: a file directly under skills/ is not allowed, every file "
+            "belongs to a skill directory (skills/<skill>/SKILL.md)"
+        )
+    return where
+
+
+def dir_info(name: str, sk: StagedSkill | None = None) -> Info:
+    info: Info = {"name": name, "size": 0, "type": "directory"}
+    if sk is not None:
+        info.update(version=sk.version, scope=str(sk.scope))
+    return info
+
+
+class SkillTree:
+    """The store half of a SkillFileSystem; `changed` is called after a commit that changed
+    something (the filesystem drops its listings cache)."""
+
+    def __init__(
+        self, store: Store, scope: Scope, shared: Scope, changed: Callable[[], Any]
+    ) -> None:
+        self.store = store
+        self.scope = scope  # the scope written
+        self.shared = shared  # the agent-shared scope, read under a user's own
+        self._changed = changed
+        self._local = threading.local()  # the batch in progress, per thread
+
+    # ------------------------------------------------------------------ batches
+
+    @property
+    def batch(self) -> Batch | None:
+        """This thread's batch in progress, if any."""
+        batch: Batch | None = getattr(self._local, "batch", None)
+        return batch
+
+    def begin(self, together: bool) -> None:
+        """Start this thread's batch (none may be in progress)."""
+        assert self.batch is None
+        self._local.batch = Batch(together)
+
+    def end(self, commit: bool) -> None:
+        """End this thread's batch; publish its changes when `commit` (each skill once; all in
+        one commit when the batch is `together`), else drop them."""
+        batch = self.batch
+        self._local.batch = None
+        if not commit or batch is None:
+            return
+        touched = [sk for sk in batch.skills.values() if sk.edits]
+        for group in [touched] if batch.together else [[sk] for sk in touched]:
+            publish(self.store, self.scope, group, self.read)
+        if touched:
+            self._changed()
+
+    @contextmanager
+    def batching(self, together: bool = False) -> Iterator[None]:
+        """Stage store changes until the outermost batch ends, then commit them. Nothing is
+        written if it raises."""
+        if self.batch is not None:
+            yield
+            return
+        self.begin(together)
+        try:
+            yield
+        except BaseException:
+            self.end(commit=False)
+            raise
+        self.end(commit=True)
+
+    # ------------------------------------------------------------------ reading
+
+    def read(self, names: Sequence[str] | None) -> dict[str, StagedSkill]:
+        """Every named skill (None: every existing one), the user's over the shared ones. One
+        skill is the store's `resolve`; more are two listings, one per scope."""
+        if names is not None and len(names) == 1:
+            return {names[0]: self._read_one(names[0])}
+        own = self.store.manifests(self.scope, names)
+        out = {
+            n: StagedSkill(n, self.scope, m.version, m.version, dict(m.files))
+            for n, m in own.items()
+        }
+        if self.scope.kind == "user":
+            rest = None if names is None else [n for n in names if n not in own]
+            if rest is None or rest:
+                for n, m in self.store.manifests(self.shared, rest).items():
+                    out.setdefault(n, StagedSkill(n, self.shared, m.version, 0, dict(m.files)))
+        for n in names or ():
+            out.setdefault(n, StagedSkill(n, None, 0, 0, {}))
+        return out
+
+    def _read_one(self, name: str) -> StagedSkill:
+        found = self.store.resolve(self.scope, name)
+        if found is None:
+            return StagedSkill(name, None, 0, 0, {})
+        scope, m = found
+        expected = m.version if scope == self.scope else 0
+        return StagedSkill(name, scope, m.version, expected, dict(m.files))
+
+    def skills(self, names: Sequence[str] | None = None) -> dict[str, StagedSkill]:
+        """Like `read`, but inside a batch from (and into) its snapshot."""
+        batch = self.batch
+        if batch is None:
+            return self.read(names)
+        if names is None and not batch.complete:
+            for n, sk in self.read(None).items():
+                if n not in batch.skills or not batch.skills[n].edits:
+                    batch.skills[n] = sk
+            batch.complete = True
+        if names is None:
+            return batch.skills
+        missing = [n for n in names if n not in batch.skills]
+        if missing and batch.complete:
+            batch.skills.update({n: StagedSkill(n, None, 0, 0, {}) for n in missing})
+        elif missing:
+            batch.skills.update(self.read(missing))
+        return {n: batch.skills[n] for n in names}
+
+    def skill(self, name: str) -> StagedSkill:
+        return self.skills([name])[name]
+
+    def resolve(self, path: str) -> tuple[StagedSkill | None, Item | None]:
+        """(skill, file) at a store path, file None for a directory, skill None for skills/."""
+        skill, rel = split(path) or ("", "")
+        if not skill:
+            return None, None
+        sk = self.skill(skill)
+        item = sk.files.get(rel) if rel else None
+        if item is None and not any(not rel or p.startswith(rel + "/") for p in sk.files):
+            raise FileNotFoundError(path)
+        return sk, item
+
+    def data(self, item: Item, start: int | None = None, end: int | None = None) -> bytes:
+        """A file's bytes or the range [start, end) (negative counts from the end), reading
+        only the chunks the range covers."""
+        size = item.size if isinstance(item, FileEntry) else len(item.data)
+        lo = 0 if start is None else max(0, size + start) if start < 0 else min(start, size)
+        hi = size if end is None else max(0, size + end) if end < 0 else min(end, size)
+        if isinstance(item, File):
+            return item.data[lo:hi]
+        batch = self.batch
+        cached = batch.blobs.get(item.sha256) if batch else None
+        if cached is not None:
+            return cached[lo:hi]
+        return self.store.read_entry(item, lo, hi)  # b"" for an empty range
+
+    def prefetch(self, paths: Sequence[str]) -> None:
+        """Fetch the stored files at `paths` into the batch in one batched round trip."""
+        batch = self.batch
+        assert batch is not None
+        wanted: list[FileEntry] = []
+        budget = PREFETCH_BYTES
+        for path in paths:
+            try:
+                _, item = self.resolve(path)
+            except FileNotFoundError:
+                continue  # the bulk call reports it as its on_error says
+            if isinstance(item, FileEntry) and item.size <= budget:
+                wanted.append(item)
+                budget -= item.size
+        batch.blobs.update(self.store.read_entries(wanted))
+
+    # ------------------------------------------------------------------ writing
+
+    def write(
+        self, path: str, content: bytes | Item, *, exclusive: bool = False, perm: int | None = None
+    ) -> None:
+        """Stage (or, outside a batch, publish) one file. New content without a known mode
+        keeps the mode of the file it replaces, else gets the store's default."""
+        skill, rel = target(path)
+        with self.batching():
+            sk = self.skill(skill)
+            sk.check_write(rel, exclusive)
+            now = time.time()
+            if isinstance(content, bytes):
+                old = sk.files.get(rel)
+                mode = perm if perm is not None else old.mode if old else None
+                item: Item = File(
+                    content, default_mode(rel, content) if mode is None else mode, now
+                )
+            else:
+                item = content.model_copy(update={"mtime": now})
+            sk.apply(Write(rel, item, exclusive))
+
+    def remove(self, path: str) -> None:
+        """Stage the removal of a store file (inside a batch)."""
+        sk, item = self.resolve(path)
+        if sk is None or item is None:
+            raise IsADirectoryError(path)
+        if sk.scope != self.scope and not sk.written:
+            raise PermissionDenied(
+                f"{path} is in {self.shared}, which this filesystem for {self.scope} can read "
+                "but not change: remove it with a filesystem without user_id, or write to the "
+                "skill first to make the user's own copy"
+            )
+        sk.apply(Delete(target(path)[1]))
+
+    # ------------------------------------------------------------------ listing
+
+    def file_info(self, name: str, sk: StagedSkill, item: Item) -> Info:
+        if isinstance(item, FileEntry):
+            sha, size = item.sha256, item.size
+        else:
+            sha, size = sha256(item.data), len(item.data)
+        return {
+            "name": name,
+            "size": size,
+            "type": "file",
+            "sha256": sha,
+            "version": sk.version,
+            "mtime": item.mtime,
+            "mode": stat.S_IFREG | (item.mode or 0),  # st_mode, as LocalFileSystem reports it
+            "scope": str(sk.scope or self.scope),
+        }
+
+    def listing(self, path: str, maxdepth: int | None, withdirs: bool) -> dict[str, Info]:
+        """Store files below `path` (and with `withdirs` the directories they imply)."""
+        skill, rel = split(path) or ("", "")
+        out: dict[str, Info] = {}
+        for sk in [self.skill(skill)] if skill else self.skills().values():
+            root = f"{SKILLS}/{sk.name}"
+            if sk.files and not skill and withdirs:
+                out[root] = dir_info(root, sk)
+            for p, item in sk.files.items():
+                if rel and not p.startswith(rel + "/"):
+                    continue
+                name = f"{root}/{p}"
+                parts = name[len(path) + 1 :].split("/")
+                if maxdepth is None or len(parts) <= maxdepth:
+                    out[name] = self.file_info(name, sk, item)
+                depth = len(parts) if maxdepth is None else min(len(parts), maxdepth + 1)
+                for i in range(1, depth if withdirs else 1):
+                    parent = f"{path}/{'/'.join(parts[:i])}"
+                    out.setdefault(parent, dir_info(parent))
+        return out
