@@ -7,7 +7,7 @@ from __future__ import annotations
 from fsspec import register_implementation
 from upath import UPath
 
-from skillfs.fs import SkillFileSystem
+from skillfs.fs.filesystem import SkillFileSystem
 
 # universal-pathlib derives a path flavour (root marker, protocol stripping) from the fsspec
 # class when it is registered, and guesses one (with a warning) when it is not yet imported.

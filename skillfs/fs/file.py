@@ -7,8 +7,8 @@ from typing import Any
 from fsspec import AbstractFileSystem
 from fsspec.spec import AbstractBufferedFile
 
-from skillfs.fs_staging import Item
-from skillfs.fs_tree import Info, SkillTree
+from skillfs.fs.staging import Item
+from skillfs.fs.tree import Info, SkillTree
 
 
 class StoreFile(AbstractBufferedFile):  # type: ignore[misc]

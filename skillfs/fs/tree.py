@@ -3,7 +3,7 @@
 A tree with a user reads the user's skills over the agent-shared ones and writes the user's
 scope; without one it reads and writes the agent-shared scope. Directories are implied by
 files, as on object stores. Each thread may hold a batch: the snapshot a bulk call or a
-transaction reads, and the edits it stages until the batch ends (skillfs.fs_staging).
+transaction reads, and the edits it stages until the batch ends (skillfs.fs.staging).
 Paths here are stripped of the protocol: `skills/<skill>/<path>`.
 """
 
@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from skillfs.errors import InvalidPath, PermissionDenied
-from skillfs.fs_staging import Batch, Delete, Item, StagedSkill, Write, publish
+from skillfs.fs.staging import Batch, Delete, Item, StagedSkill, Write, publish
 from skillfs.model import File, FileEntry, Scope
 from skillfs.names import check_skill_name, normalize_path
 from skillfs.store import Store, default_mode, sha256

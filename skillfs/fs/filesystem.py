@@ -9,7 +9,7 @@ directory by default). Directories in the store are implied by files, as on obje
 A store write publishes its whole skill, built on the version read and rebuilt on `Conflict`,
 so concurrent writers of different files of one skill all keep theirs. A bulk call (put, get,
 cp, mv, rm, pipe, cat) reads one snapshot and publishes each skill once; `fs.transaction`
-commits every store change made inside it with one `store.commit` (skillfs.fs_transaction).
+commits every store change made inside it with one `store.commit` (skillfs.fs.transaction).
 User documentation: docs/fsspec.md.
 """
 
@@ -29,9 +29,9 @@ from fsspec.spec import _Cached
 from fsspec.utils import isfilelike, stringify_path
 
 from skillfs.engines import default_url
-from skillfs.fs_file import StoreFile
-from skillfs.fs_transaction import SkillTransaction
-from skillfs.fs_tree import SKILLS, Info, SkillTree, dir_info, split, target
+from skillfs.fs.file import StoreFile
+from skillfs.fs.transaction import SkillTransaction
+from skillfs.fs.tree import SKILLS, Info, SkillTree, dir_info, split, target
 from skillfs.model import Scope
 from skillfs.store import Store, open_store
 
