@@ -33,6 +33,7 @@ from skillfs.lru import Lru
 from skillfs.model import (
     MTIME_MAX,
     MTIME_MIN,
+    Access,
     Change,
     CommitResult,
     File,
@@ -145,6 +146,16 @@ class Store:
     def url(self) -> str:
         return self.engine.url
 
+    @property
+    def max_ops(self) -> int | None:
+        """The most skills one atomic commit may change on this store; None: no limit."""
+        return self.engine.max_ops
+
+    def access(self, scope: Scope) -> Access:
+        """What the caller may do in `scope`, asked before work a refusal would waste: everything
+        on a store reached directly, the token's grants on a skillfs server (grpc://)."""
+        return self.engine.access(scope)
+
     def close(self) -> None:
         self.engine.close()
 
@@ -219,10 +230,10 @@ class Store:
             if (ch.scope, ch.skill) in seen:
                 raise InvalidPath(f"{ch.scope}/{ch.skill} appears twice in one commit")
             seen.add((ch.scope, ch.skill))
-        if self.engine.max_ops is not None and len(changes) > self.engine.max_ops:
+        if self.max_ops is not None and len(changes) > self.max_ops:
             raise TooLarge(
                 f"a commit of {len(changes)} skills is over this store's limit of "
-                f"{self.engine.max_ops} per atomic commit: split it into several commits"
+                f"{self.max_ops} per atomic commit: split it into several commits"
             )
         now = self.clock()
         blobs: dict[str, bytes] = {}  # the new bytes of every Put, uploaded together
