@@ -39,7 +39,9 @@ from skillfs.errors import InvalidPath, PermissionDenied
 from skillfs.fs_transaction import Batch, Delete, Item, SkillTransaction, SkillView, Write, publish
 from skillfs.model import File, FileEntry, Scope
 from skillfs.names import check_skill_name, normalize_path
-from skillfs.store import Store, default_mode, open_store, sha256
+from skillfs.store import Store, open_store
+from skillfs.store_blobs import sha256
+from skillfs.store_limits import default_mode
 
 Info = dict[str, Any]
 SKILLS = "skills"

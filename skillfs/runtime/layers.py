@@ -27,7 +27,7 @@ from skillfs.errors import InvalidPath, StoreUnavailable
 from skillfs.model import FileEntry, Finding, Manifest, Scope
 from skillfs.names import check_id, check_skill_name, is_hidden_dir
 from skillfs.skill_md import inspect_skill
-from skillfs.store import sha256
+from skillfs.store_blobs import sha256
 from skillfs.validation import finding
 
 log = logging.getLogger(__name__)

@@ -45,6 +45,8 @@ from skillfs.runtime import Market, Skills, Snapshot
 from skillfs.server.metrics import Metrics
 from skillfs.skill_md import SKILL_MD, inspect_skill
 from skillfs.store import Store
+from skillfs.store_commit import storable
+from skillfs.store_limits import check_file_table
 
 log = logging.getLogger("skillfs.server")
 T = TypeVar("T")
@@ -759,7 +761,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         ops = [
             CommitOp(
                 scope=scope,
-                manifest=self.store.storable(scope, self._derived(m, principal)),
+                manifest=storable(scope, self._derived(m, principal)),
                 expect=expect,
             )
             for scope, m, expect in checked
@@ -806,7 +808,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             if normalize_path(path) != path:
                 raise InvalidPath(f"{where}: file path {path!r} is not normalized")
             check_sha(e.sha256)
-        self.store.check_file_table(m.skill, m.files)
+        check_file_table(self.store.limits, m.skill, m.files)
         return m
 
     def _derived(self, m: Manifest, principal: Principal) -> Manifest:
@@ -912,7 +914,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             self.engine.drop_history(scope, skill, list(request.versions))
         else:
             principal.require(Level.write, scope)
-            self.store._prune(scope, skill)  # the server's retention policy, not the caller's
+            self.store.prune(scope, skill)  # the server's retention policy, not the caller's
         return pb.Empty()
 
     @unary
