@@ -16,6 +16,7 @@ import grpc
 import pytest
 
 import skillfs
+from skillfs import auth as auth_module
 from skillfs.auth import (
     Grant,
     Level,
@@ -29,9 +30,8 @@ from skillfs.errors import InvalidPath, PermissionDenied
 from skillfs.model import Manifest, Scope
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
-from skillfs.server import auth as auth_module
 from skillfs.server.app import SkillfsServer
-from skillfs.store import HistoryPolicy
+from skillfs.store_gc import HistoryPolicy
 from tests.grpc_servers import ADMIN, ALICE, READER, running
 
 AGENT = "support-bot"
