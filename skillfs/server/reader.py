@@ -14,6 +14,7 @@ import grpc
 
 from skillfs.auth import Level, Principal
 from skillfs.engines import grpc_wire as wire
+from skillfs.engines.base import EMPTY
 from skillfs.errors import InvalidPath, PermissionDenied
 from skillfs.model import FileEntry, Revision, Scope
 from skillfs.names import check_domain, check_id, check_skill_name
@@ -177,7 +178,7 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
         if request.HasField("since"):
             since = wire.rev_from_pb(request.since)
         else:
-            since = self.engine.revisions([domain])[domain] or wire.NO_REVISION
+            since = self.engine.revisions([domain])[domain] or EMPTY
         wait = request.max_wait_seconds
         short = 0 < wait <= SHORT_WATCH
         with contextlib.nullcontext() if short else self.backend.watches.hold(principal):
