@@ -43,7 +43,12 @@ from skillfs.model import (
 from skillfs.names import check_domain, check_id, check_skill_name, is_hidden_dir, normalize_path
 from skillfs.skill_md import SKILL_MD, inspect_skill
 from skillfs.store_blobs import Blobs
-from skillfs.store_commit import Prepared, file_table, next_op
+from skillfs.store_commit import (
+    Prepared,
+    already_committed,
+    file_table,
+    next_op,
+)
 from skillfs.store_gc import GcReport, HistoryPolicy, gc, prune
 from skillfs.store_limits import Limits
 
@@ -206,22 +211,17 @@ class Store:
     def _prepare(
         self, change: Put | Remove, entries: dict[str, FileEntry] | None, blobs: dict[str, bytes]
     ) -> Prepared:
-        """A change after its blobs are stored: a Put's SKILL.md inspected."""
-        if entries is None:  # a Remove
-            return Prepared(
-                scope=change.scope,
-                skill=change.skill,
-                expected_version=change.expected_version,
-                files=None,
-            )
-        frontmatter, findings = self.inspect(change.skill, entries, blobs)
+        """A change after validation: a Put's SKILL.md inspected."""
+        frontmatter, findings = (
+            (None, []) if entries is None else self.inspect(change.skill, entries, blobs)
+        )
         return Prepared(
             scope=change.scope,
             skill=change.skill,
             expected_version=change.expected_version,
-            files=dict(sorted(entries.items())),
+            files=None if entries is None else dict(sorted(entries.items())),
             frontmatter=frontmatter,
-            findings=list(findings),
+            findings=findings,
         )
 
     def inspect(
@@ -250,7 +250,9 @@ class Store:
                 (c := current.get((p.scope, p.skill))) is not None and c.commit_id == commit_id
                 for p in prepared
             ):
-                return self._already_committed(domain, prepared, current, commit_id)
+                return already_committed(
+                    self.engine, self._retrying, domain, prepared, current, commit_id
+                )
             ops = [
                 next_op(p, current.get((p.scope, p.skill)), commit_id, self.clock())
                 for p in prepared
@@ -276,30 +278,6 @@ class Store:
         raise Conflict(
             f"gave up after {self.retry_for:.0f}s of concurrent writers to the same skills; retry",
         )
-
-    def _already_committed(
-        self,
-        domain: str,
-        prepared: list[Prepared],
-        current: dict[tuple[Scope, str], Manifest],
-        commit_id: str,
-    ) -> CommitResult:
-        """A retried commit whose first attempt landed: report it, do not write it twice.
-
-        Commits are atomic, so one skill carrying the commit id proves all of them landed;
-        a skill another writer changed since has our version in its history. The revision
-        is the domain's current one, which contains the commit."""
-        rev = self._retrying(self.engine.revisions, [domain])[domain]
-        assert rev is not None
-        versions: dict[str, int] = {}
-        for p in prepared:
-            live = current.get((p.scope, p.skill))
-            if live is not None and live.commit_id == commit_id:
-                versions[p.skill] = live.version
-            else:
-                older = self._retrying(self.engine.history, p.scope, p.skill)
-                versions[p.skill] = next(m.version for m in older if m.commit_id == commit_id)
-        return CommitResult(revision=rev, commit_id=commit_id, versions=versions)
 
     def _retrying(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Retry an idempotent engine call while the store is unavailable, up to `retry_for`."""
@@ -435,23 +413,34 @@ class Store:
 
     # ------------------------------------------------------------------ revisions and watch
 
+    # An agent's skills and a market's live in one domain each ("agents/A", "markets/M"); the
+    # public methods take an agent id or a Scope (whose domain is meant), and the *_domain
+    # forms take a domain string, for callers that hold domains (the runtime, the console).
+
     @staticmethod
-    def _domain(target: str | Scope) -> str:
+    def _domain_of(target: str | Scope) -> str:
+        """The domain of an agent (by id) or of a scope."""
         if isinstance(target, Scope):
             return target.domain
-        if target.startswith(("agents/", "markets/")):
-            return check_domain(target)
+        if "/" in target:
+            raise InvalidPath(
+                f"{target!r} is not an agent id: give a Scope, or a domain to "
+                "domain_revisions() or follow_domain()"
+            )
         return f"agents/{check_id('agent', target)}"
 
     def revision(self, target: str | Scope) -> Revision | None:
         """The revision of an agent (by id) or of a scope's domain; None if never written."""
-        domain = self._domain(target)
+        domain = self._domain_of(target)
         return self._retrying(self.engine.revisions, [domain])[domain]
 
     def revisions(self, targets: Sequence[str | Scope]) -> dict[str, Revision | None]:
+        """Several agents' or scopes' revisions read together, keyed by domain."""
+        return self.domain_revisions([self._domain_of(t) for t in targets])
+
+    def domain_revisions(self, domains: Sequence[str]) -> dict[str, Revision | None]:
         """Several domains' revisions read together (C3's one round trip)."""
-        domains = [self._domain(t) for t in targets]
-        return self._retrying(self.engine.revisions, domains)
+        return self._retrying(self.engine.revisions, [check_domain(d) for d in domains])
 
     def follow(
         self,
@@ -466,7 +455,21 @@ class Store:
 
         Without `since`, follows from now. Stops after `timeout` seconds or when `stop` is set;
         runs forever otherwise."""
-        domain = self._domain(target)
+        return self.follow_domain(
+            self._domain_of(target), since, timeout=timeout, poll=poll, stop=stop
+        )
+
+    def follow_domain(
+        self,
+        domain: str,
+        since: Revision | None = None,
+        *,
+        timeout: float | None = None,
+        poll: float = 1.0,
+        stop: threading.Event | None = None,
+    ) -> Iterator[Change]:
+        """`follow` of a domain ("agents/A", "markets/M")."""
+        check_domain(domain)
         end = None if timeout is None else time.monotonic() + timeout
         if since is None:
             since = self.engine.revisions([domain])[domain] or EMPTY
@@ -496,7 +499,7 @@ class Store:
         return [d.split("/", 1)[1] for d in domains if d.startswith("markets/")]
 
     def scopes(self, target: str | Scope) -> list[Scope]:
-        return self._retrying(self.engine.scopes, self._domain(target))
+        return self._retrying(self.engine.scopes, self._domain_of(target))
 
     def users(self, agent: str) -> list[str]:
         return sorted(s.user_id for s in self.scopes(agent) if s.user_id is not None)

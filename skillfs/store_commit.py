@@ -1,17 +1,17 @@
-"""The steps of a commit that need no store: a Put's file table, and each skill's next
-manifest checked against the version the caller expected (C6) and against reading back as
-written. `Store.commit` runs them between validation and the engine's atomic step."""
+"""The steps of `Store.commit` around the engine's atomic step: a Put's file table, each
+skill's next manifest checked against the version the caller expected (C6) and against
+reading back as written, and the report of a retried commit that had already landed."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import PydanticSerializationError
 
-from skillfs.engines.base import CommitOp
+from skillfs.engines.base import CommitOp, Engine
 from skillfs.errors import Conflict, InvalidPath, InvalidSkill, NotFound
-from skillfs.model import File, FileEntry, Finding, Manifest, Put, Scope
+from skillfs.model import CommitResult, File, FileEntry, Finding, Manifest, Put, Scope
 from skillfs.names import normalize_path
-from skillfs.store_blobs import sha256
+from skillfs.store_blobs import Retrying, sha256
 from skillfs.store_limits import Limits, check_file, check_file_table, default_mode
 
 
@@ -120,3 +120,29 @@ def storable(scope: Scope, manifest: Manifest) -> Manifest:
             "hold exactly); nothing was written: fix its frontmatter or file attributes"
         )
     return manifest
+
+
+def already_committed(
+    engine: Engine,
+    retrying: Retrying,
+    domain: str,
+    prepared: list[Prepared],
+    current: dict[tuple[Scope, str], Manifest],
+    commit_id: str,
+) -> CommitResult:
+    """A retried commit whose first attempt landed: report it, do not write it twice.
+
+    Commits are atomic, so one skill carrying the commit id proves all of them landed;
+    a skill another writer changed since has our version in its history. The revision
+    is the domain's current one, which contains the commit."""
+    rev = retrying(engine.revisions, [domain])[domain]
+    assert rev is not None
+    versions: dict[str, int] = {}
+    for p in prepared:
+        live = current.get((p.scope, p.skill))
+        if live is not None and live.commit_id == commit_id:
+            versions[p.skill] = live.version
+        else:
+            older = retrying(engine.history, p.scope, p.skill)
+            versions[p.skill] = next(m.version for m in older if m.commit_id == commit_id)
+    return CommitResult(revision=rev, commit_id=commit_id, versions=versions)

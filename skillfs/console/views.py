@@ -225,7 +225,7 @@ def render_scope(
         status,
         scope=scope,
         domain=scope.domain,
-        revision=call.store.revision(scope.domain),
+        revision=call.store.revision(scope),
         **context,
     )
 
@@ -245,7 +245,7 @@ def with_file(m: Manifest, path: str, data: bytes) -> dict[str, File | FileEntry
 def home(call: Call) -> Response:
     nav = call.nav()
     domains = [f"agents/{a}" for a in nav["agents"]] + [f"markets/{m}" for m in nav["markets"]]
-    revisions = call.store.revisions(domains) if domains else {}
+    revisions = call.store.domain_revisions(domains) if domains else {}
     agents = []
     for agent in nav["agents"]:
         shared = Scope.shared(agent)
@@ -299,7 +299,7 @@ def agent_page(call: Call, agent: str) -> Response:
         users=users,
         more_users=max(0, len(readable) - MAX_USERS_LISTED),
         domain=domain,
-        revision=call.store.revision(domain),
+        revision=call.store.domain_revisions([domain])[domain],
     )
 
 
@@ -873,9 +873,11 @@ def events(call: Call) -> Response:
         rev: Revision | None = None
         while not stop.is_set():
             try:
-                rev = store.revision(domain)
+                rev = store.domain_revisions([domain])[domain]
                 yield _sse("revision", {"revision": _rev(rev)})
-                for change in store.follow(domain, rev, timeout=KEEPALIVE_SECONDS, stop=stop):
+                for change in store.follow_domain(
+                    domain, rev, timeout=KEEPALIVE_SECONDS, stop=stop
+                ):
                     if change.op == "reset":
                         break  # the log cannot say what changed: read the revision again
                     rev = change.revision
