@@ -300,7 +300,7 @@ def bench_engine(target: Target, n: int, followers: int, rounds: int) -> Result:
 
     step_t, raw_t = interleaved(step, target.raw_read, n)
     domains = [f.domain for f in skills.followers]
-    rev_t, rev_raw_t = interleaved(lambda: store.revisions(domains), target.raw_read, n)
+    rev_t, rev_raw_t = interleaved(lambda: store.domain_revisions(domains), target.raw_read, n)
     assert peer_prompt_equal(target.peer_step(), snap.prompt())
     cached = skills.snapshot()
     load_t = timed(lambda: cached.load("skill-07", "references/guide.md"), n * 5, warmup=200)

@@ -17,7 +17,9 @@ from skillfs.model import (
     Scope,
 )
 from skillfs.runtime import GitRepo, LocalDir, Market, Skills, Snapshot
-from skillfs.store import GcReport, HistoryPolicy, Limits, Store, open_store
+from skillfs.store import Store, open_store
+from skillfs.store_gc import GcReport, HistoryPolicy
+from skillfs.store_limits import Limits
 
 __all__ = [
     "Change",

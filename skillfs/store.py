@@ -1,13 +1,14 @@
 """The store: the logic every engine shares, written once on top of `Engine`'s primitives.
 
 Publishing hashes and validates the files, uploads the blobs the store lacks, then commits
-the new manifests in one atomic engine step that compares versions. Reads go through an
-in-process LRU of blobs, which is always safe because blobs are immutable.
+the new manifests in one atomic engine step that compares versions. `Store` is the one
+public class; its parts live beside it: the file-table rules (`store_limits`), the steps of a
+commit that need no store (`store_commit`), blob chunks, ranges and cache (`store_blobs`),
+history retention and GC (`store_gc`), following the change log (`store_watch`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import logging
 import threading
@@ -16,23 +17,10 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-from pydantic_core import PydanticSerializationError
-
 from skillfs.engines import open_engine
-from skillfs.engines.base import EMPTY, CommitOp, Engine, MiB, VersionMismatch
-from skillfs.errors import (
-    Conflict,
-    InvalidPath,
-    InvalidSkill,
-    NotFound,
-    StoreUnavailable,
-    TooLarge,
-)
-from skillfs.lru import Lru
+from skillfs.engines.base import CommitOp, Engine, MiB, VersionMismatch
+from skillfs.errors import Conflict, InvalidPath, NotFound, StoreUnavailable, TooLarge
 from skillfs.model import (
-    MTIME_MAX,
-    MTIME_MIN,
     Access,
     Change,
     CommitResult,
@@ -44,79 +32,18 @@ from skillfs.model import (
     Remove,
     Revision,
     Scope,
-    error_findings,
 )
 from skillfs.names import check_domain, check_id, check_skill_name, is_hidden_dir, normalize_path
-from skillfs.skill_md import inspect_skill
+from skillfs.skill_md import SKILL_MD, inspect_skill
+from skillfs.store_blobs import Blobs
+from skillfs.store_commit import Prepared, already_committed, file_table, next_op, refuse_errors
+from skillfs.store_gc import GcReport, HistoryPolicy, gc, prune
+from skillfs.store_limits import Limits
+from skillfs.store_watch import follow_changes
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 P = ParamSpec("P")
-
-SCRIPT_SUFFIXES = (".sh", ".bash", ".py", ".rb", ".pl", ".js", ".mjs")
-
-
-class Limits(BaseModel):
-    """Size limits; an over-limit write raises TooLarge before anything is written."""
-
-    model_config = ConfigDict(frozen=True)
-
-    max_file_size: int = 64 * MiB
-    max_skill_size: int = 256 * MiB
-    max_files: int = 10_000
-
-
-class HistoryPolicy(BaseModel):
-    """A replaced version is kept while it is among the newest `keep_versions` or younger
-    than `keep_days`; older ones are dropped after a commit and by `gc()`."""
-
-    model_config = ConfigDict(frozen=True)
-
-    keep_versions: int = 50
-    keep_days: float = 30.0
-
-
-class GcReport(BaseModel):
-    blobs_seen: int
-    blobs_referenced: int
-    blobs_deleted: int
-    history_dropped: int
-
-
-def default_mode(path: str, data: bytes) -> int:
-    """A file written without a mode is executable when it looks like a script
-    (docs/design.md §4)."""
-    return 0o755 if data.startswith(b"#!") or path.endswith(SCRIPT_SUFFIXES) else 0o644
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def refuse_errors(skill: str, findings: Sequence[Finding]) -> None:
-    """The strict surfaces' rule (docs/design.md §7): a skill with error findings is refused,
-    with the findings, unless the caller forces it (and so does not call this)."""
-    errors = error_findings(findings)
-    if errors:
-        raise InvalidSkill(
-            f"{skill} breaks the Agent Skills spec: "
-            + "; ".join(e.message for e in errors)
-            + " (fix it, or force the write to store it with these findings)",
-            list(errors),
-        )
-
-
-class _Prepared(BaseModel):
-    """One change of a commit after validation, before versions are known."""
-
-    model_config = ConfigDict(frozen=True)
-
-    scope: Scope
-    skill: str
-    expected_version: int | None
-    files: dict[str, FileEntry] | None  # None: remove
-    frontmatter: dict[str, object] | None = None
-    findings: list[Finding] = []
 
 
 class Store:
@@ -139,13 +66,21 @@ class Store:
         self.gc_grace = gc_grace
         self.retry_for = retry_for
         self.clock = clock
-        # blobs are immutable, so a cache by SHA-256 is always right; a file over a quarter
-        # of the cache is not kept
-        self._blobs: Lru[str, bytes] = Lru(blob_cache_bytes, len, blob_cache_bytes // 4)
+        self._blobs = Blobs(engine, self._retrying, blob_cache_bytes)
 
     @property
     def url(self) -> str:
         return self.engine.url
+
+    @property
+    def max_ops(self) -> int | None:
+        """The most skills one atomic commit may change on this store; None: no limit."""
+        return self.engine.max_ops
+
+    def access(self, scope: Scope) -> Access:
+        """What the caller may do in `scope`, asked before work a refusal would waste: everything
+        on a store reached directly, the token's grants on a skillfs server (grpc://)."""
+        return self.engine.access(scope)
 
     def close(self) -> None:
         self.engine.close()
@@ -211,176 +146,81 @@ class Store:
 
         `strict` is the admin surfaces' policy (docs/design.md §7): a skill with error findings
         is refused with InvalidSkill carrying them, before anything is uploaded."""
-        if not changes:
-            raise InvalidPath("empty commit: give at least one Put or Remove")
-        domain = changes[0].scope.domain
-        seen: set[tuple[Scope, str]] = set()
+        domain = self.check_commit([(ch.scope, ch.skill) for ch in changes])
         for ch in changes:
-            ch.scope.check()  # a Scope built with model_construct skips its own check
-            if ch.scope.domain != domain:
-                raise InvalidPath(
-                    f"one commit spans one agent or one market: {ch.scope} is not in {domain}"
-                )
-            check_skill_name(ch.skill)
             if is_hidden_dir(ch.skill) and isinstance(ch, Put) and not ch.files:
                 raise InvalidPath(f"skill {ch.skill!r} has no files")
-            if (ch.scope, ch.skill) in seen:
-                raise InvalidPath(f"{ch.scope}/{ch.skill} appears twice in one commit")
-            seen.add((ch.scope, ch.skill))
-        if self.engine.max_ops is not None and len(changes) > self.engine.max_ops:
-            raise TooLarge(
-                f"a commit of {len(changes)} skills is over this store's limit of "
-                f"{self.engine.max_ops} per atomic commit: split it into several commits"
-            )
         now = self.clock()
         blobs: dict[str, bytes] = {}  # the new bytes of every Put, uploaded together
-        tables = [None if isinstance(ch, Remove) else self._files(ch, blobs, now) for ch in changes]
+        tables = [
+            None if isinstance(ch, Remove) else file_table(self.limits, ch, blobs, now)
+            for ch in changes
+        ]
         prepared = [self._prepare(ch, t, blobs) for ch, t in zip(changes, tables, strict=True)]
         if strict:
             for p in prepared:
                 refuse_errors(p.skill, p.findings)
         refs = {e.sha256 for t in tables if t for e in t.values()} - blobs.keys()
-        self._upload(blobs, refs, now)
+        self._blobs.upload(blobs, refs, now)
         commit_id = commit_id or uuid.uuid4().hex
         return self._commit(domain, prepared, commit_id)
 
-    def _files(self, change: Put, blobs: dict[str, bytes], now: float) -> dict[str, FileEntry]:
-        """A Put's checked file table; its new bytes are added to `blobs`."""
-        entries: dict[str, FileEntry] = {}
-        for raw_path, value in change.files.items():
-            path = normalize_path(raw_path)
-            if path in entries:
+    def check_commit(self, targets: Sequence[tuple[Scope, str]], domain: str | None = None) -> str:
+        """The shape every commit must have, whoever built it: at least one skill, each once,
+        all in one domain (`domain` when given), no more than the engine commits atomically.
+        Returns the domain."""
+        if not targets:
+            raise InvalidPath("empty commit: give at least one Put or Remove")
+        domain = domain or targets[0][0].domain
+        seen: set[tuple[Scope, str]] = set()
+        for scope, skill in targets:
+            scope.check()  # a Scope built with model_construct skips its own check
+            if scope.domain != domain:
                 raise InvalidPath(
-                    f"{change.skill}: {raw_path!r} names the same file as another path"
+                    f"one commit spans one agent or one market: {scope} is not in {domain}"
                 )
-            entries[path] = self._entry(change.skill, path, value, blobs, now)
-        self.check_file_table(change.skill, entries)
-        return entries
-
-    def check_file(
-        self, skill: str, path: str, size: int, mode: int | None, mtime: float | None = None
-    ) -> None:
-        """One file against the limits and the mode and time rules (before its bytes are
-        hashed): whatever goes into a manifest must read back from every engine."""
-        if mtime is not None and not (
-            isinstance(mtime, int | float) and MTIME_MIN <= mtime <= MTIME_MAX
-        ):
-            raise InvalidPath(
-                f"mtime {mtime!r} of {skill}/{path} is not a time: give seconds since the epoch "
-                f"between {MTIME_MIN:.0f} and {MTIME_MAX:.0f} (years 1 to 9999), or none"
-            )
-        if mode is not None and not 0 <= mode <= 0o777:
-            raise InvalidPath(
-                f"mode {oct(mode)} of {skill}/{path}: only permission bits 0o777 are stored "
-                "(no setuid, setgid or sticky bit, no file type)"
-            )
-        if not 0 <= size <= self.limits.max_file_size:
+            check_skill_name(skill)
+            if (scope, skill) in seen:
+                raise InvalidPath(f"{scope}/{skill} appears twice in one commit")
+            seen.add((scope, skill))
+        if self.max_ops is not None and len(targets) > self.max_ops:
             raise TooLarge(
-                f"{skill}/{path} is {size} bytes, over the limit of "
-                f"{self.limits.max_file_size} bytes per file (Limits.max_file_size)"
+                f"a commit of {len(targets)} skills is over this store's limit of "
+                f"{self.max_ops} per atomic commit: split it into several commits"
             )
-
-    def check_file_table(self, skill: str, entries: Mapping[str, FileEntry]) -> None:
-        """A skill's file table against the limits; no file may also be a directory.
-
-        The server holds a manifest a grpc:// client built to the same rules."""
-        for path, e in entries.items():
-            self.check_file(skill, path, e.size, e.mode, e.mtime)
-        if len(entries) > self.limits.max_files:
-            raise TooLarge(
-                f"{skill} has {len(entries)} files, "
-                f"over the limit of {self.limits.max_files} (Limits.max_files)"
-            )
-        total = sum(e.size for e in entries.values())
-        if total > self.limits.max_skill_size:
-            raise TooLarge(
-                f"{skill} holds {total} bytes, over the limit of "
-                f"{self.limits.max_skill_size} bytes per skill (Limits.max_skill_size)"
-            )
-        for path in entries:
-            parent = path
-            while "/" in parent:
-                parent = parent.rsplit("/", 1)[0]
-                if parent in entries:
-                    raise InvalidPath(
-                        f"{skill}: {parent!r} is a file, so {path!r} cannot be inside it"
-                    )
+        return domain
 
     def _prepare(
         self, change: Put | Remove, entries: dict[str, FileEntry] | None, blobs: dict[str, bytes]
-    ) -> _Prepared:
-        """A change after its blobs are stored: a Put's SKILL.md inspected."""
-        if entries is None:  # a Remove
-            return _Prepared(
-                scope=change.scope,
-                skill=change.skill,
-                expected_version=change.expected_version,
-                files=None,
-            )
-        skill_md = entries.get("SKILL.md")
-        frontmatter, findings = inspect_skill(
-            change.skill,
-            {}
-            if skill_md is None
-            else {"SKILL.md": blobs.get(skill_md.sha256) or self.read_entry(skill_md)},
+    ) -> Prepared:
+        """A change after validation: a Put's SKILL.md inspected."""
+        frontmatter, findings = (
+            (None, []) if entries is None else self.inspect(change.skill, entries, blobs)
         )
-        return _Prepared(
+        return Prepared(
             scope=change.scope,
             skill=change.skill,
             expected_version=change.expected_version,
-            files=dict(sorted(entries.items())),
+            files=None if entries is None else dict(sorted(entries.items())),
             frontmatter=frontmatter,
-            findings=list(findings),
+            findings=findings,
         )
 
-    def _entry(
+    def inspect(
         self,
         skill: str,
-        path: str,
-        value: File | bytes | FileEntry,
-        blobs: dict[str, bytes],
-        now: float,
-    ) -> FileEntry:
-        """A file table row: a stored file is kept by reference, new bytes are hashed."""
-        mode: int | None
-        mtime: float | None
-        if isinstance(value, FileEntry):
-            size, mode, mtime = value.size, value.mode, value.mtime
-        else:
-            f = value if isinstance(value, File) else File(bytes(value))
-            size, mode, mtime = len(f.data), f.mode, f.mtime
-        self.check_file(skill, path, size, mode, mtime)
-        if isinstance(value, FileEntry):
-            return value
-        digest = sha256(f.data)
-        blobs[digest] = f.data
-        return FileEntry(
-            sha256=digest,
-            size=size,
-            mode=f.mode if f.mode is not None else default_mode(path, f.data),
-            mtime=f.mtime if f.mtime is not None else now,
-        )
+        files: Mapping[str, FileEntry],
+        unstored: Mapping[str, bytes] | None = None,
+    ) -> tuple[dict[str, Any] | None, list[Finding]]:
+        """A skill's frontmatter and findings as its SKILL.md says, read once per write; the
+        other files are named but not read. `unstored` holds bytes not uploaded yet."""
+        texts = dict.fromkeys(files, b"")
+        entry = files.get(SKILL_MD)
+        if entry is not None:
+            texts[SKILL_MD] = (unstored or {}).get(entry.sha256) or self.read_entry(entry)
+        return inspect_skill(skill, texts)
 
-    def _upload(self, blobs: Mapping[str, bytes], refs: set[str], now: float) -> None:
-        """Write the blobs the store lacks and refresh the last-use time of the ones it has
-        and of the stored files kept by reference (that is GC's grace)."""
-        if not blobs and not refs:
-            return
-        present = self._retrying(self.engine.touch_blobs, [*blobs, *refs], now)
-        lost = refs - present
-        if lost:
-            raise NotFound(
-                f"the store no longer has blob {min(lost)}: a file kept by reference must "
-                "still be stored; send its bytes instead"
-            )
-        size = self.engine.chunk_size
-        for digest, data in blobs.items():
-            if digest not in present:
-                chunks = [data[i : i + size] for i in range(0, len(data), size)] or [b""]
-                self._retrying(self.engine.put_blob, digest, chunks, now)
-            self._blobs.put(digest, data)
-
-    def _commit(self, domain: str, prepared: list[_Prepared], commit_id: str) -> CommitResult:
+    def _commit(self, domain: str, prepared: list[Prepared], commit_id: str) -> CommitResult:
         deadline = time.monotonic() + self.retry_for
         for attempt in range(1000):
             current: dict[tuple[Scope, str], Manifest] = {}
@@ -392,8 +232,13 @@ class Store:
                 (c := current.get((p.scope, p.skill))) is not None and c.commit_id == commit_id
                 for p in prepared
             ):
-                return self._already_committed(domain, prepared, current, commit_id)
-            ops = [self._op(p, current.get((p.scope, p.skill)), commit_id) for p in prepared]
+                return already_committed(
+                    self.engine, self._retrying, domain, prepared, current, commit_id
+                )
+            ops = [
+                next_op(p, current.get((p.scope, p.skill)), commit_id, self.clock())
+                for p in prepared
+            ]
             try:
                 revision = self.engine.commit(domain, ops)
             except VersionMismatch:
@@ -415,81 +260,6 @@ class Store:
         raise Conflict(
             f"gave up after {self.retry_for:.0f}s of concurrent writers to the same skills; retry",
         )
-
-    def _op(self, p: _Prepared, cur: Manifest | None, commit_id: str) -> CommitOp:
-        """Check the caller's expected version and build the next manifest (C6)."""
-        cur_version = cur.version if cur else 0
-        live = cur is not None and not cur.deleted
-        expected = p.expected_version
-        if expected is not None:
-            ok = (not live) if expected == 0 else (live and expected == cur_version)
-            if not ok:
-                now_is = f"now at version {cur_version}" if live else "it does not exist now"
-                wanted = "to not exist yet" if expected == 0 else f"version {expected}"
-                raise Conflict(
-                    f"{p.scope}/{p.skill} changed since you read it: you expected {wanted}, "
-                    f"{now_is}; reload it and apply your edit again",
-                    skill=p.skill,
-                    current_version=cur_version if live else 0,
-                )
-        if p.files is None and not live:
-            raise NotFound(f"skill {p.skill!r} does not exist in {p.scope}: nothing to delete")
-        manifest = Manifest(
-            skill=p.skill,
-            version=cur_version + 1,
-            commit_id=commit_id,
-            committed_at=self.clock(),
-            deleted=p.files is None,
-            frontmatter=p.frontmatter,
-            findings=p.findings,
-            files=p.files or {},
-        )
-        manifest = self.storable(p.scope, manifest)
-        return CommitOp(scope=p.scope, manifest=manifest, expect=cur_version)
-
-    @staticmethod
-    def storable(scope: Scope, manifest: Manifest) -> Manifest:
-        """The manifest, once it is known to read back as written: one that could not would
-        break its skill for every reader (the checks before this name the usual causes)."""
-        try:
-            back = Manifest.model_validate_json(manifest.model_dump_json())
-        except (ValidationError, PydanticSerializationError) as exc:
-            errors = exc.errors() if isinstance(exc, ValidationError) else []
-            problem = errors[0]["msg"] if errors else str(exc)
-            raise InvalidSkill(
-                f"{scope}/{manifest.skill} cannot be stored readably ({problem}); "
-                "nothing was written: fix the frontmatter or file attributes it names"
-            ) from None
-        if back != manifest:
-            raise InvalidSkill(
-                f"{scope}/{manifest.skill} would not read back as written (a value JSON cannot "
-                "hold exactly); nothing was written: fix its frontmatter or file attributes"
-            )
-        return manifest
-
-    def _already_committed(
-        self,
-        domain: str,
-        prepared: list[_Prepared],
-        current: dict[tuple[Scope, str], Manifest],
-        commit_id: str,
-    ) -> CommitResult:
-        """A retried commit whose first attempt landed: report it, do not write it twice.
-
-        Commits are atomic, so one skill carrying the commit id proves all of them landed;
-        a skill another writer changed since has our version in its history. The revision
-        is the domain's current one, which contains the commit."""
-        rev = self._retrying(self.engine.revisions, [domain])[domain]
-        assert rev is not None
-        versions: dict[str, int] = {}
-        for p in prepared:
-            live = current.get((p.scope, p.skill))
-            if live is not None and live.commit_id == commit_id:
-                versions[p.skill] = live.version
-            else:
-                older = self._retrying(self.engine.history, p.scope, p.skill)
-                versions[p.skill] = next(m.version for m in older if m.commit_id == commit_id)
-        return CommitResult(revision=rev, commit_id=commit_id, versions=versions)
 
     def _retrying(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Retry an idempotent engine call while the store is unavailable, up to `retry_for`."""
@@ -516,23 +286,24 @@ class Store:
             older = op.manifest.version - 1
             if older > self.history_policy.keep_versions and older % keep == 0:
                 try:
-                    self._prune(op.scope, op.manifest.skill)
+                    self.prune(op.scope, op.manifest.skill)
                 except StoreUnavailable as exc:
                     log.warning(
                         "history retention skipped for %s/%s: %s", op.scope, op.manifest.skill, exc
                     )
 
-    def _prune(self, scope: Scope, skill: str) -> int:
-        history = self.engine.history(scope, skill)
-        cutoff = self.clock() - self.history_policy.keep_days * 86400
-        drop = [
-            m.version
-            for m in history[self.history_policy.keep_versions :]
-            if m.committed_at < cutoff
-        ]
-        if drop:
-            self.engine.drop_history(scope, skill, drop)
-        return len(drop)
+    def prune(self, scope: Scope, skill: str) -> int:
+        """Apply this store's history policy to one skill now; how many versions it dropped."""
+        return prune(self.engine, self.history_policy, self.clock(), scope, skill)
+
+    def gc(
+        self, grace: float | None = None, progress: Callable[[str, int], None] | None = None
+    ) -> GcReport:
+        """Prune every skill's history, then sweep the blobs nothing references that no
+        publisher touched within `grace` seconds (default `gc_grace`)."""
+        domains = self._retrying(self.engine.domains)
+        grace = self.gc_grace if grace is None else grace
+        return gc(self.engine, self.history_policy, self.clock, domains, grace, progress)
 
     # ------------------------------------------------------------------ reads
 
@@ -608,78 +379,50 @@ class Store:
 
     def read_entry(self, entry: FileEntry, start: int = 0, end: int | None = None) -> bytes:
         """A file's bytes (or the range [start, end)), reading only the chunks it covers."""
-        end = entry.size if end is None else max(start, min(end, entry.size))
-        if start >= end:
-            return b""
-        cached = self._blobs.get(entry.sha256)
-        if cached is not None:
-            return cached[start:end]
-        whole = start == 0 and end == entry.size
-        size = self.engine.chunk_size
-        first, last = (
-            (0, (entry.size - 1) // size) if whole else (start // size, max(start, end - 1) // size)
-        )
-        chunks = self._retrying(
-            self.engine.get_chunks, [(entry.sha256, i) for i in range(first, last + 1)]
-        )
-        if any(c is None for c in chunks):
-            raise NotFound(
-                f"blob {entry.sha256} is missing from store {self.url}: the store lost data "
-                "or a GC ran with too short a grace; republish the skill"
-            )
-        data = b"".join(c for c in chunks if c is not None)
-        if whole:
-            self._blobs.put(entry.sha256, data)
-            return data
-        offset = first * size
-        return data[start - offset : end - offset]
+        return self._blobs.read(entry, start, end)
 
     def read_entries(self, entries: Iterable[FileEntry]) -> dict[str, bytes]:
-        """Many files at once: cached ones from memory, the rest in one batched round trip."""
-        wanted = {e.sha256: e for e in entries}
-        out: dict[str, bytes] = {}
-        keys: list[tuple[str, int]] = []
-        for digest, e in wanted.items():
-            cached = self._blobs.get(digest)
-            if cached is not None:
-                out[digest] = cached
-            elif e.size == 0:
-                out[digest] = b""
-            else:
-                keys += [(digest, i) for i in range((e.size - 1) // self.engine.chunk_size + 1)]
-        if keys:
-            chunks = self._retrying(self.engine.get_chunks, keys)
-            parts: dict[str, list[bytes]] = {}
-            for (digest, _), chunk in zip(keys, chunks, strict=True):
-                if chunk is None:
-                    raise NotFound(
-                        f"blob {digest} is missing from store {self.url}; republish the skill"
-                    )
-                parts.setdefault(digest, []).append(chunk)
-            for digest, chunk_list in parts.items():
-                out[digest] = b"".join(chunk_list)
-                self._blobs.put(digest, out[digest])
-        return out
+        """Many files' bytes by SHA-256, the uncached ones in one batched round trip."""
+        return self._blobs.read_many(entries)
+
+    def read_blob(self, sha: str, start: int = 0, end: int | None = None) -> bytes:
+        """A range of a blob known only by its hash (the server's global readers)."""
+        return self._blobs.read_unsized(sha, start, end)
+
+    def put_blob(self, sha: str, data: bytes, now: float) -> None:
+        """Store one blob's bytes, already hashed to `sha`, in the engine's chunks."""
+        self._blobs.put(sha, data, now)
 
     # ------------------------------------------------------------------ revisions and watch
 
+    # An agent's skills and a market's live in one domain each ("agents/A", "markets/M"); the
+    # public methods take an agent id or a Scope (whose domain is meant), and the *_domain
+    # forms take a domain string, for callers that hold domains (the runtime, the console).
+
     @staticmethod
-    def _domain(target: str | Scope) -> str:
+    def _domain_of(target: str | Scope) -> str:
+        """The domain of an agent (by id) or of a scope."""
         if isinstance(target, Scope):
             return target.domain
-        if target.startswith(("agents/", "markets/")):
-            return check_domain(target)
+        if "/" in target:
+            raise InvalidPath(
+                f"{target!r} is not an agent id: give a Scope, or a domain to "
+                "domain_revisions() or follow_domain()"
+            )
         return f"agents/{check_id('agent', target)}"
 
     def revision(self, target: str | Scope) -> Revision | None:
         """The revision of an agent (by id) or of a scope's domain; None if never written."""
-        domain = self._domain(target)
+        domain = self._domain_of(target)
         return self._retrying(self.engine.revisions, [domain])[domain]
 
     def revisions(self, targets: Sequence[str | Scope]) -> dict[str, Revision | None]:
+        """Several agents' or scopes' revisions read together, keyed by domain."""
+        return self.domain_revisions([self._domain_of(t) for t in targets])
+
+    def domain_revisions(self, domains: Sequence[str]) -> dict[str, Revision | None]:
         """Several domains' revisions read together (C3's one round trip)."""
-        domains = [self._domain(t) for t in targets]
-        return self._retrying(self.engine.revisions, domains)
+        return self._retrying(self.engine.revisions, [check_domain(d) for d in domains])
 
     def follow(
         self,
@@ -694,24 +437,21 @@ class Store:
 
         Without `since`, follows from now. Stops after `timeout` seconds or when `stop` is set;
         runs forever otherwise."""
-        domain = self._domain(target)
-        end = None if timeout is None else time.monotonic() + timeout
-        if since is None:
-            since = self.engine.revisions([domain])[domain] or EMPTY
-        while not (stop and stop.is_set()):
-            wait = poll if end is None else min(poll, end - time.monotonic())
-            if wait <= 0:
-                return
-            try:
-                batch = self.engine.changes(domain, since, wait)
-            except StoreUnavailable as exc:
-                log.warning("follow %s: %s; retrying", domain, exc)
-                time.sleep(min(wait, 0.5))
-                continue
-            for change in batch:
-                since = change.revision
-                if change.scope is not None or change.op == "reset":
-                    yield change  # else changes the token may not see (grpc://): skip them
+        return self.follow_domain(
+            self._domain_of(target), since, timeout=timeout, poll=poll, stop=stop
+        )
+
+    def follow_domain(
+        self,
+        domain: str,
+        since: Revision | None = None,
+        *,
+        timeout: float | None = None,
+        poll: float = 1.0,
+        stop: threading.Event | None = None,
+    ) -> Iterator[Change]:
+        """`follow` of a domain ("agents/A", "markets/M")."""
+        return follow_changes(self.engine, check_domain(domain), since, timeout, poll, stop)
 
     # ------------------------------------------------------------------ listings
 
@@ -724,7 +464,7 @@ class Store:
         return [d.split("/", 1)[1] for d in domains if d.startswith("markets/")]
 
     def scopes(self, target: str | Scope) -> list[Scope]:
-        return self._retrying(self.engine.scopes, self._domain(target))
+        return self._retrying(self.engine.scopes, self._domain_of(target))
 
     def users(self, agent: str) -> list[str]:
         return sorted(s.user_id for s in self.scopes(agent) if s.user_id is not None)
@@ -741,51 +481,6 @@ class Store:
     def usage(self, agent: str) -> dict[tuple[str, str], int]:
         """Load counts keyed by (user, skill id)."""
         return self._retrying(self.engine.usage, check_id("agent", agent))
-
-    # ------------------------------------------------------------------ garbage collection
-
-    def gc(
-        self, grace: float | None = None, progress: Callable[[str, int], None] | None = None
-    ) -> GcReport:
-        """Mark every blob a live or kept manifest references, then sweep the rest that no
-        publisher touched since the mark started minus `grace` (re-checked atomically)."""
-        grace = self.gc_grace if grace is None else grace
-        started = self.clock()
-        referenced: set[str] = set()
-        dropped = 0
-        for domain in self._retrying(self.engine.domains):
-            for scope in self.engine.scopes(domain):
-                for skill, live in self.engine.load_scope(scope).items():
-                    dropped += self._prune(scope, skill)
-                    for m in [live, *self.engine.history(scope, skill)]:
-                        referenced.update(e.sha256 for e in m.files.values())
-                    if progress:
-                        progress("mark", 1)
-        seen = deleted = 0
-        cutoff = started - grace
-        for digest in self.engine.blob_shas():
-            seen += 1
-            if digest not in referenced and self.engine.delete_blob_if_idle(digest, cutoff):
-                deleted += 1
-            if progress:
-                progress("sweep", 1)
-        return GcReport(
-            blobs_seen=seen,
-            blobs_referenced=len(referenced),
-            blobs_deleted=deleted,
-            history_dropped=dropped,
-        )
-
-    # ------------------------------------------------------------------ the engine's answers
-
-    def access(self, scope: Scope) -> Access:
-        """What the caller may do in `scope` (the engine answers: a server for its token)."""
-        return self.engine.access(scope)
-
-    @property
-    def max_ops(self) -> int | None:
-        """The most skills one atomic commit may change on this engine; None: no limit."""
-        return self.engine.max_ops
 
 
 #: The keyword options `Store` takes (the rest of open_store's options go to the engine).

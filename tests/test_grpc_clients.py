@@ -26,8 +26,9 @@ from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.runtime import Skills
 from skillfs.server.app import SkillfsServer
-from skillfs.server.service import ManifestIndex
-from skillfs.store import HistoryPolicy, Store
+from skillfs.server.proofs import ManifestIndex
+from skillfs.store import Store
+from skillfs.store_gc import HistoryPolicy
 from support.grpc_servers import ADMIN, ALICE, READER, in_process, running
 from tests.helpers import skill_md as md
 
@@ -201,7 +202,7 @@ def test_blob_sources_stay_on_the_newest_manifest(url: str, server: SkillfsServe
     assert [m.version for m in alice.engine.history(A, "s")] == [4, 3, 2, 1]  # like `history`
     # the old versions go (retention, or another server's GC); no cache remembers them
     server.store.engine.drop_history(A, "s", [1, 2, 3, 4])
-    server.backend.index = ManifestIndex(server.store)  # a server that never saw them
+    server.backend.proofs.index = ManifestIndex(server.store)  # a server that never saw them
     alice._blobs.clear()
     assert alice.read_entry(entry) == ref
     assert alice.publish(A, "s", {"SKILL.md": md("s", "v9"), "references/ref.md": entry})

@@ -24,7 +24,7 @@ LAYERS: list[set[str]] = [
     {"names", "errors", "lru"},
     {"model", "skill_md", "validation"},
     {"engines", "proto"},
-    {"store", "store_limits", "store_commit", "store_blobs", "store_gc", "auth"},
+    {"store", "store_limits", "store_commit", "store_blobs", "store_gc", "store_watch", "auth"},
     {"runtime", "fs"},
     {"console"},
     {"server"},

@@ -15,6 +15,8 @@ from skillfs.engines.base import CommitOp
 from skillfs.errors import InvalidPath, InvalidSkill
 from skillfs.model import FileEntry, Manifest
 from skillfs.skill_md import MAX_DEPTH, inspect_skill
+from skillfs.store_blobs import sha256
+from skillfs.store_commit import storable
 from tests.stores import url_for
 
 ALICE = Scope.user("support-bot", "alice")
@@ -93,7 +95,7 @@ def raw_store(request: pytest.FixtureRequest, tmp_path: Path) -> skillfs.Store:
 
 def _plant(store: skillfs.Store, skill: str, **broken: object) -> None:
     """Write a manifest straight through the engine, as skillfs did before its checks."""
-    sha = skillfs.store.sha256(GOOD_MD)
+    sha = sha256(GOOD_MD)
     store.engine.put_blob(sha, [GOOD_MD], 0.0)
     entry = FileEntry.model_construct(sha256=sha, size=len(GOOD_MD), mode=0o644, mtime=1.0)
     files = {"SKILL.md": entry}
@@ -169,4 +171,4 @@ def test_a_manifest_that_would_not_read_back_is_refused_before_the_commit() -> N
         files={},
     )
     with pytest.raises(InvalidSkill, match="cannot be stored readably"):
-        skillfs.Store.storable(ALICE, m)
+        storable(ALICE, m)

@@ -27,7 +27,7 @@ TEAM = Scope.market("team")
 def settle(skills: Skills) -> None:
     """Wait until every follower's watch has caught up with the store (no pending changes)."""
     for f in skills.followers:
-        rev = skills.store.revision(f.domain)
+        rev = skills.store.domain_revisions([f.domain])[f.domain]
         if rev is not None:
             assert f.wait_for(rev, 5.0)
 

@@ -32,7 +32,7 @@ from skillfs.model import Manifest, Scope
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.app import SkillfsServer
-from skillfs.store import HistoryPolicy
+from skillfs.store_gc import HistoryPolicy
 from support.grpc_servers import ADMIN, ALICE, READER, running
 from tests.helpers import skill_md
 

@@ -81,7 +81,7 @@ def ls(
 
 def _ls_domains(store: Store, as_json: bool) -> None:
     domains = [("agent", a) for a in store.agents()] + [("market", m) for m in store.markets()]
-    revisions = store.revisions([f"{kind}s/{name}" for kind, name in domains])
+    revisions = store.domain_revisions([f"{kind}s/{name}" for kind, name in domains])
     rows = [
         {"kind": kind, "id": name, "revision": str(revisions[f"{kind}s/{name}"])}
         for kind, name in domains

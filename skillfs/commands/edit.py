@@ -46,7 +46,8 @@ from skillfs.commands.text import has_markers, merge3, unified
 from skillfs.errors import Conflict, InvalidSkill, NotFound, SkillfsError
 from skillfs.model import CommitResult, File, Finding, Manifest, Scope, error_findings
 from skillfs.skill_md import SKILL_MD, TEMPLATE_DESCRIPTION, inspect_skill, skill_template
-from skillfs.store import Store, refuse_errors
+from skillfs.store import Store
+from skillfs.store_commit import refuse_errors
 
 
 class OnConflict(StrEnum):

@@ -46,7 +46,8 @@ from skillfs.errors import InvalidPath, NotFound, TooLarge
 from skillfs.model import File, Finding, Manifest, Put, Scope, error_findings
 from skillfs.names import check_skill_name, normalize_path
 from skillfs.skill_md import SKILL_MD, find_skill_dirs, inspect_skill
-from skillfs.store import Limits, sha256
+from skillfs.store_blobs import sha256
+from skillfs.store_limits import Limits
 
 #: Directories inside a skill that are not part of it (byte-code of a script that was run).
 SKIPPED_DIRS = ("__pycache__",)

@@ -81,7 +81,7 @@ class Call:
             status,
             scope=scope,
             domain=scope.domain,
-            revision=self.store.revision(scope.domain),
+            revision=self.store.revision(scope),
             **context,
         )
 

@@ -2,9 +2,9 @@
 the proto messages, the mapping of skillfs errors to gRPC status codes and back, and the
 bounded LRU map both keep their caches in.
 
-An error crosses the wire as a status code with the error's message, plus trailing metadata
-naming its class (and, for a conflict, the current version), so the client raises the same
-`skillfs.errors` class the server caught.
+An error crosses the wire as its class's status code (`grpc_code`, skillfs.errors) with its
+message, plus trailing metadata naming its class (and, for a conflict, the current version),
+so the client raises the same `skillfs.errors` class the server caught.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from skillfs.errors import (
     InvalidSkill,
     NotFound,
     PermissionDenied,
+    ReplicationTimeout,
     SkillfsError,
     StoreUnavailable,
     TooLarge,
@@ -29,8 +30,6 @@ from skillfs.errors import (
 from skillfs.model import Change, Manifest, Revision, Scope
 from skillfs.proto import skillfs_pb2 as pb
 
-#: What a watch starts from when its domain has no revision yet: any real one differs.
-NO_REVISION = Revision(epoch="", counter=0)
 #: Messages carrying file data are split at this size (gRPC's default limit is 4 MiB).
 PIECE = 1024 * 1024
 
@@ -39,25 +38,19 @@ VERSION_KEY = "skillfs-current-version"
 SCOPE_KEY = "skillfs-scope"
 SKILL_KEY = "skillfs-skill"
 
-_CODES: dict[str, grpc.StatusCode] = {
-    "InvalidSkill": grpc.StatusCode.INVALID_ARGUMENT,
-    "InvalidPath": grpc.StatusCode.INVALID_ARGUMENT,
-    "NotFound": grpc.StatusCode.NOT_FOUND,
-    "Conflict": grpc.StatusCode.ABORTED,
-    "VersionMismatch": grpc.StatusCode.ABORTED,
-    "TooLarge": grpc.StatusCode.RESOURCE_EXHAUSTED,
-    "StoreUnavailable": grpc.StatusCode.UNAVAILABLE,
-    "Unauthenticated": grpc.StatusCode.UNAUTHENTICATED,
-    "PermissionDenied": grpc.StatusCode.PERMISSION_DENIED,
-}
+#: The errors a server's answer is read back as, by the class name in its metadata; another
+#: name (a subclass this side does not know, like auth's Unauthenticated) is read by its code.
 _CLASSES: dict[str, type[SkillfsError]] = {
-    "InvalidSkill": InvalidSkill,
-    "InvalidPath": InvalidPath,
-    "NotFound": NotFound,
-    "TooLarge": TooLarge,
-    "StoreUnavailable": StoreUnavailable,
-    "Unauthenticated": PermissionDenied,
-    "PermissionDenied": PermissionDenied,
+    c.__name__: c
+    for c in (
+        InvalidSkill,
+        InvalidPath,
+        NotFound,
+        TooLarge,
+        StoreUnavailable,
+        PermissionDenied,
+        ReplicationTimeout,
+    )
 }
 #: Status codes gRPC itself raises (no skillfs metadata), as the error a caller expects.
 _BY_CODE: dict[grpc.StatusCode, type[SkillfsError]] = {
@@ -73,16 +66,14 @@ _BY_CODE: dict[grpc.StatusCode, type[SkillfsError]] = {
 
 def status_of(exc: SkillfsError | VersionMismatch) -> tuple[grpc.StatusCode, list[tuple[str, str]]]:
     """The status code and trailing metadata for an error raised while serving."""
-    name = type(exc).__name__
-    if name not in _CODES:  # a subclass: report its nearest known base
-        name = next(c.__name__ for c in type(exc).__mro__ if c.__name__ in _CODES)
-    meta = [(ERROR_KEY, name)]
-    if isinstance(exc, Conflict):
-        meta += [(SKILL_KEY, exc.skill), (VERSION_KEY, str(exc.current_version or 0))]
-    if isinstance(exc, VersionMismatch):
+    meta = [(ERROR_KEY, type(exc).__name__)]
+    if isinstance(exc, VersionMismatch):  # an engine's signal, not a SkillfsError
         meta += [(SCOPE_KEY, str(exc.scope)), (SKILL_KEY, exc.skill)]
         meta += [(VERSION_KEY, str(exc.current))]
-    return _CODES[name], meta
+        return grpc.StatusCode.ABORTED, meta
+    if isinstance(exc, Conflict):
+        meta += [(SKILL_KEY, exc.skill), (VERSION_KEY, str(exc.current_version or 0))]
+    return grpc.StatusCode[exc.grpc_code], meta
 
 
 def error_from(exc: grpc.RpcError, where: str) -> SkillfsError | VersionMismatch:
@@ -98,6 +89,8 @@ def error_from(exc: grpc.RpcError, where: str) -> SkillfsError | VersionMismatch
         return VersionMismatch(Scope.parse(meta[SCOPE_KEY]), meta[SKILL_KEY], current)
     if name in _CLASSES:
         return _CLASSES[name](details)
+    if name is not None and code in _BY_CODE:  # a skillfs error of a class not known here
+        return _BY_CODE[code](details)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return StoreUnavailable(
             f"skillfs server {where} is unavailable ({code.name}: {details}); "

@@ -21,7 +21,9 @@ from skillfs.errors import InvalidPath, PermissionDenied
 from skillfs.fs.staging import Batch, Delete, Item, StagedSkill, Write, publish
 from skillfs.model import File, FileEntry, Scope
 from skillfs.names import check_skill_name, normalize_path
-from skillfs.store import Store, default_mode, sha256
+from skillfs.store import Store
+from skillfs.store_blobs import sha256
+from skillfs.store_limits import default_mode
 
 Info = dict[str, Any]
 SKILLS = "skills"

@@ -23,7 +23,7 @@ from skillfs.runtime.checked import (
     skipped,
 )
 from skillfs.runtime.layers import LayerSkills
-from skillfs.store import sha256
+from skillfs.store_blobs import sha256
 
 log = logging.getLogger(__name__)
 

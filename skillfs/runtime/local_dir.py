@@ -20,7 +20,7 @@ from skillfs.runtime.checked import (
     safe_name,
 )
 from skillfs.runtime.layers import LayerSkills
-from skillfs.store import sha256
+from skillfs.store_blobs import sha256
 from skillfs.validation import finding
 
 _StatKey = tuple[int, int, int, int, int]

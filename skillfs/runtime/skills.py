@@ -132,7 +132,7 @@ class Skills:
             revisions = {f.domain: f.revision for f, _, _ in self._plan}
             read_started = -float("inf")  # ask nothing: take each follower as it is
         else:
-            revisions = self.store.revisions(self._domains)  # the one round trip (C3)
+            revisions = self.store.domain_revisions(self._domains)  # the one round trip (C3)
             read_started = self._confirmed = started
         states: list[LayerSkills | None] = [None] * len(self.layers)
         seen: dict[str, Revision | None] = {}

@@ -33,8 +33,12 @@ from skillfs.console import make_app
 from skillfs.console.web import QuietHandler, ThreadingWSGIServer
 from skillfs.errors import SkillfsError
 from skillfs.proto import skillfs_pb2 as pb
+from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.server.admin import Admin
+from skillfs.server.backend import Backend, watch_limits
 from skillfs.server.metrics import Metrics
-from skillfs.server.service import Backend, add_servicers, watch_limits
+from skillfs.server.reader import Reader
+from skillfs.server.rpc import add_lenient
 from skillfs.store import open_store
 
 log = logging.getLogger("skillfs.server")
@@ -94,7 +98,8 @@ class SkillfsServer:
             ],
             maximum_concurrent_rpcs=config.max_workers * 4,
         )
-        add_servicers(self.grpc, self.backend)
+        add_lenient(self.grpc, pb_grpc.add_SkillReaderServicer_to_server, Reader(self.backend))
+        add_lenient(self.grpc, pb_grpc.add_SkillAdminServicer_to_server, Admin(self.backend))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
         reflection.enable_server_reflection(
             (

@@ -17,7 +17,7 @@ MAX_USERS_LISTED = 200
 def home(call: Call) -> Response:
     nav = call.nav()
     domains = [f"agents/{a}" for a in nav["agents"]] + [f"markets/{m}" for m in nav["markets"]]
-    revisions = call.store.revisions(domains) if domains else {}
+    revisions = call.store.domain_revisions(domains) if domains else {}
     agents = []
     for agent in nav["agents"]:
         shared = Scope.shared(agent)
@@ -95,7 +95,7 @@ def agent_page(call: Call, agent: str) -> Response:
         users=users,
         more_users=max(0, len(readable) - MAX_USERS_LISTED),
         domain=domain,
-        revision=call.store.revision(domain),
+        revision=call.store.domain_revisions([domain])[domain],
     )
 
 

@@ -37,9 +37,11 @@ def events(call: Call) -> Response:
         rev: Revision | None = None
         while not stop.is_set():
             try:
-                rev = store.revision(domain)
+                rev = store.domain_revisions([domain])[domain]
                 yield _sse("revision", {"revision": _rev(rev)})
-                for change in store.follow(domain, rev, timeout=KEEPALIVE_SECONDS, stop=stop):
+                for change in store.follow_domain(
+                    domain, rev, timeout=KEEPALIVE_SECONDS, stop=stop
+                ):
                     if change.op == "reset":
                         break  # the log cannot say what changed: read the revision again
                     rev = change.revision

@@ -1,0 +1,317 @@
+"""The `SkillAdmin` service: writes (blob upload and touch, commits of client-built manifests,
+publish, delete, rollback), history retention, listings, usage and GC, over the `Store`, each
+authorized by the token's grants. Commits are held to the Store's rules and to the blob
+proofs of `skillfs.server.proofs` (docs/server.md)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import grpc
+
+from skillfs.auth import Level, Principal
+from skillfs.engines import grpc_wire as wire
+from skillfs.engines.base import CommitOp
+from skillfs.errors import InvalidPath, NotFound, PermissionDenied, TooLarge
+from skillfs.model import CommitResult, File, Manifest, Scope
+from skillfs.names import check_domain, check_id, check_skill_name, normalize_path
+from skillfs.proto import skillfs_pb2 as pb
+from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.server.backend import Backend
+from skillfs.server.rpc import allowed, check_sha, expected, streaming, unary
+from skillfs.store_blobs import sha256
+from skillfs.store_commit import storable
+from skillfs.store_limits import check_file_table
+
+
+class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, untyped
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.store = backend.store
+        self.engine = backend.engine
+
+    @unary
+    def TouchBlobs(
+        self, request: pb.TouchBlobsRequest, context: grpc.ServicerContext, principal: Principal
+    ) -> pb.TouchBlobsResponse:
+        now = self.backend.now(principal, request.now)
+        if principal.reads_everything:
+            present = self.engine.touch_blobs([check_sha(b.sha256) for b in request.blobs], now)
+            return pb.TouchBlobsResponse(present=[pb.BlobProof(sha256=s) for s in sorted(present)])
+        proofs = self.backend.proofs
+        proven: dict[str, int] = {}
+        for b in request.blobs:
+            size = proofs.proven_size(principal, b)
+            if size is not None:
+                proven[b.sha256] = size
+        present = self.engine.touch_blobs(list(proven), now) if proven else set()
+        return pb.TouchBlobsResponse(
+            present=proofs.receipts(principal, {s: proven[s] for s in present})
+        )
+
+    @unary
+    def UploadBlob(
+        self,
+        request: Iterator[pb.UploadBlobRequest],
+        context: grpc.ServicerContext,
+        principal: Principal,
+    ) -> pb.UploadBlobResponse:
+        if not any(g.level >= Level.write for g in principal.grants):
+            raise PermissionDenied(
+                f"token {principal.name!r} may write nowhere, so it may not upload"
+            )
+        header = next(request, None)
+        if header is None or header.WhichOneof("part") != "header":
+            raise InvalidPath("UploadBlob: send the header (sha256, size) first, then the data")
+        sha, size = check_sha(header.header.sha256), header.header.size
+        limit = self.store.limits.max_file_size
+        if size < 0 or size > limit:
+            raise TooLarge(
+                f"blob of {size} bytes: files may hold 0 to {limit} bytes (Limits.max_file_size)"
+            )
+        buf = bytearray()
+        for msg in request:
+            if msg.WhichOneof("part") != "data":
+                raise InvalidPath("UploadBlob: only data may follow the header")
+            buf += msg.data
+            if len(buf) > size:
+                raise InvalidPath(f"UploadBlob: more than the {size} bytes the header announced")
+        data = bytes(buf)
+        if len(data) != size or sha256(data) != sha:
+            raise InvalidPath(
+                f"UploadBlob: the {len(data)} bytes sent do not hash to {sha} of {size} bytes; "
+                "nothing was stored"
+            )
+        now = self.backend.now(principal, header.header.now)
+        if sha not in self.engine.touch_blobs([sha], now):
+            self.store.put_blob(sha, data, now)
+        return pb.UploadBlobResponse(receipt=self.backend.tokens.receipt(principal, sha, size))
+
+    @unary
+    def Commit(
+        self, request: pb.CommitRequest, context: grpc.ServicerContext, principal: Principal
+    ) -> pb.CommitResponse:
+        domain = check_domain(request.domain)
+        proofs = {p.sha256: p for p in request.proofs}
+        checked: list[tuple[Scope, Manifest, int]] = []
+        for op in request.ops:
+            scope = allowed(principal, Level.write, op.scope)
+            m = self._checked(scope, wire.manifest_request(op.manifest_json), op.expect)
+            checked.append((scope, m, op.expect))
+        self.store.check_commit([(scope, m.skill) for scope, m, _ in checked], domain)
+        for _, m, _ in checked:
+            self.backend.proofs.require_proven(principal, m, proofs)
+        self._touch(checked, principal)
+        ops = [
+            CommitOp(
+                scope=scope,
+                manifest=storable(scope, self._derived(m, principal)),
+                expect=expect,
+            )
+            for scope, m, expect in checked
+        ]
+        revision = self.engine.commit(domain, ops)
+        for op_ in ops:
+            self.backend.proofs.index.remember(op_.scope, op_.manifest)
+        return pb.CommitResponse(revision=wire.rev_to_pb(revision))
+
+    def _touch(self, checked: Sequence[tuple[Scope, Manifest, int]], principal: Principal) -> None:
+        """Refresh the last-use time of every blob the commit names and refuse the commit if
+        one is gone: a client may commit without touching first (or long after), and GC may
+        have swept a blob nothing referenced. Once touched, GC's sweep leaves it alone for its
+        grace period, longer than the commit takes (docs/design.md §2)."""
+        shas = sorted({e.sha256 for _, m, _ in checked for e in m.files.values()})
+        if not shas:
+            return
+        given = max(m.committed_at for _, m, _ in checked)
+        missing = set(shas) - self.engine.touch_blobs(shas, self.backend.now(principal, given))
+        if missing:
+            sha = min(missing)
+            where = next(
+                f"{scope}/{m.skill}/{path}"
+                for scope, m, _ in checked
+                for path, e in m.files.items()
+                if e.sha256 == sha
+            )
+            raise NotFound(
+                f"{where} names blob {sha}, which the store does not hold (never uploaded, or "
+                "garbage-collected since): upload it again, then commit"
+            )
+
+    def _checked(self, scope: Scope, m: Manifest, expect: int) -> Manifest:
+        """A manifest a client built, held to the rules `Store` applies before a commit."""
+        check_skill_name(m.skill)
+        where = f"{scope}/{m.skill}"
+        if expect < 0 or m.version != expect + 1:
+            raise InvalidPath(f"{where}: version {m.version} must be the expected {expect} + 1")
+        if not m.commit_id or len(m.commit_id) > 128:
+            raise InvalidPath(f"{where}: a commit id is 1-128 characters")
+        if m.deleted and m.files:
+            raise InvalidPath(f"{where}: a deletion has no files")
+        for path, e in m.files.items():
+            if normalize_path(path) != path:
+                raise InvalidPath(f"{where}: file path {path!r} is not normalized")
+            check_sha(e.sha256)
+        check_file_table(self.store.limits, m.skill, m.files)
+        return m
+
+    def _derived(self, m: Manifest, principal: Principal) -> Manifest:
+        """Frontmatter and findings as the server reads them from SKILL.md (a client cannot
+        make a skill look valid), and the server's clock unless a global admin commits."""
+        update: dict[str, Any] = {}
+        if not principal.is_global_admin:
+            update["committed_at"] = time.time()
+        if not m.deleted:
+            frontmatter, findings = self.store.inspect(m.skill, m.files)
+            update.update(frontmatter=frontmatter, findings=findings)
+        return m.model_copy(update=update) if update else m
+
+    @unary
+    def Publish(
+        self,
+        request: Iterator[pb.PublishRequest],
+        context: grpc.ServicerContext,
+        principal: Principal,
+    ) -> pb.CommitResult:
+        first = next(request, None)
+        if first is None or first.WhichOneof("part") != "header":
+            raise InvalidPath("Publish: send the header (scope, skill) first, then the files")
+        h = first.header
+        scope = allowed(principal, Level.write, h.scope)
+        skill = check_skill_name(h.skill)
+        limits = self.store.limits
+        parts: dict[str, bytearray] = {}
+        modes: dict[str, int] = {}
+        total = 0
+        last = None
+        for msg in request:
+            if msg.WhichOneof("part") != "file":
+                raise InvalidPath("Publish: only files may follow the header")
+            f = msg.file
+            if f.path != last and f.path in parts:
+                raise InvalidPath(
+                    f"Publish: the data of {f.path!r} must come in consecutive messages"
+                )
+            last = f.path
+            buf = parts.setdefault(f.path, bytearray())
+            buf += f.data
+            total += len(f.data)
+            if len(buf) > limits.max_file_size:
+                raise TooLarge(
+                    f"{skill}/{f.path} is over the limit of {limits.max_file_size} bytes per file "
+                    "(Limits.max_file_size)"
+                )
+            if total > limits.max_skill_size:
+                raise TooLarge(
+                    f"{skill} is over the limit of {limits.max_skill_size} bytes per skill "
+                    "(Limits.max_skill_size)"
+                )
+            if f.mode:
+                modes[f.path] = f.mode
+        files = {p: File(bytes(d), mode=modes.get(p)) for p, d in parts.items()}
+        result = self.store.publish(
+            scope, skill, files, expected(h), commit_id=h.commit_id or None, strict=not h.force
+        )
+        return _result(result)
+
+    @unary
+    def Delete(
+        self, request: pb.DeleteRequest, context: grpc.ServicerContext, principal: Principal
+    ) -> pb.CommitResult:
+        scope = allowed(principal, Level.write, request.scope)
+        commit_id = request.commit_id or None
+        return _result(
+            self.store.delete(scope, request.skill, expected(request), commit_id=commit_id)
+        )
+
+    @unary
+    def Rollback(
+        self, request: pb.RollbackRequest, context: grpc.ServicerContext, principal: Principal
+    ) -> pb.CommitResult:
+        scope = allowed(principal, Level.write, request.scope)
+        return _result(
+            self.store.rollback(scope, request.skill, request.version, expected(request))
+        )
+
+    @unary
+    def DropHistory(
+        self, request: pb.DropHistoryRequest, context: grpc.ServicerContext, principal: Principal
+    ) -> pb.Empty:
+        scope = wire.scope_from(request.scope)
+        skill = check_skill_name(request.skill)
+        if principal.may(Level.admin, scope):
+            self.engine.drop_history(scope, skill, list(request.versions))
+        else:
+            principal.require(Level.write, scope)
+            self.store.prune(scope, skill)  # the server's retention policy, not the caller's
+        return pb.Empty()
+
+    @unary
+    def ListDomains(
+        self, request: pb.Empty, context: grpc.ServicerContext, principal: Principal
+    ) -> pb.ListDomainsResponse:
+        return pb.ListDomainsResponse(
+            domains=[d for d in self.engine.domains() if principal.may_see_domain(d)]
+        )
+
+    @unary
+    def ListScopes(
+        self, request: pb.ListScopesRequest, context: grpc.ServicerContext, principal: Principal
+    ) -> pb.ListScopesResponse:
+        domain = check_domain(request.domain)
+        principal.require_domain(domain)
+        return pb.ListScopesResponse(
+            scopes=[str(s) for s in self.engine.scopes(domain) if principal.may(Level.read, s)]
+        )
+
+    @unary
+    def Usage(
+        self, request: pb.UsageRequest, context: grpc.ServicerContext, principal: Principal
+    ) -> pb.UsageResponse:
+        agent = check_id("agent", request.agent_id)
+        principal.require_agent_admin(agent)
+        return pb.UsageResponse(
+            counts=[
+                pb.UsageCount(user_id=u, skill=s, count=n)
+                for (u, s), n in sorted(self.store.usage(agent).items())
+            ]
+        )
+
+    @streaming
+    def ListBlobs(
+        self, request: pb.Empty, context: grpc.ServicerContext, principal: Principal
+    ) -> Iterator[pb.ListBlobsResponse]:
+        principal.require_global_admin("listing blobs")
+        batch: list[str] = []
+        for sha in self.engine.blob_shas():
+            batch.append(sha)
+            if len(batch) == 10_000:
+                yield pb.ListBlobsResponse(sha256=batch)
+                batch = []
+        yield pb.ListBlobsResponse(sha256=batch)
+
+    @unary
+    def DeleteBlobIfIdle(
+        self, request: pb.DeleteBlobRequest, context: grpc.ServicerContext, principal: Principal
+    ) -> pb.DeleteBlobResponse:
+        principal.require_global_admin("deleting blobs")
+        sha = check_sha(request.sha256)
+        return pb.DeleteBlobResponse(deleted=self.engine.delete_blob_if_idle(sha, request.cutoff))
+
+    @unary
+    def Gc(
+        self, request: pb.GcRequest, context: grpc.ServicerContext, principal: Principal
+    ) -> pb.GcResponse:
+        principal.require_global_admin("gc")
+        report = self.store.gc(grace=request.grace or None)
+        return pb.GcResponse(**report.model_dump())
+
+
+def _result(result: CommitResult) -> pb.CommitResult:
+    return pb.CommitResult(
+        revision=wire.rev_to_pb(result.revision),
+        commit_id=result.commit_id,
+        versions=dict(result.versions),
+    )

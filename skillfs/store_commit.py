@@ -1,0 +1,172 @@
+"""The steps of `Store.commit` around the engine's atomic step: a Put's file table, each
+skill's next manifest checked against the version the caller expected (C6) and against
+reading back as written, and the report of a retried commit that had already landed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import PydanticSerializationError
+
+from skillfs.engines.base import CommitOp, Engine
+from skillfs.errors import Conflict, InvalidPath, InvalidSkill, NotFound
+from skillfs.model import (
+    CommitResult,
+    File,
+    FileEntry,
+    Finding,
+    Manifest,
+    Put,
+    Scope,
+    error_findings,
+)
+from skillfs.names import normalize_path
+from skillfs.store_blobs import Retrying, sha256
+from skillfs.store_limits import Limits, check_file, check_file_table, default_mode
+
+
+class Prepared(BaseModel):
+    """One change of a commit after validation, before versions are known."""
+
+    model_config = ConfigDict(frozen=True)
+
+    scope: Scope
+    skill: str
+    expected_version: int | None
+    files: dict[str, FileEntry] | None  # None: remove
+    frontmatter: dict[str, object] | None = None
+    findings: list[Finding] = []
+
+
+def file_table(
+    limits: Limits, change: Put, blobs: dict[str, bytes], now: float
+) -> dict[str, FileEntry]:
+    """A Put's checked file table; its new bytes are added to `blobs`."""
+    entries: dict[str, FileEntry] = {}
+    for raw_path, value in change.files.items():
+        path = normalize_path(raw_path)
+        if path in entries:
+            raise InvalidPath(f"{change.skill}: {raw_path!r} names the same file as another path")
+        entries[path] = _entry(limits, change.skill, path, value, blobs, now)
+    check_file_table(limits, change.skill, entries)
+    return entries
+
+
+def _entry(
+    limits: Limits,
+    skill: str,
+    path: str,
+    value: File | bytes | FileEntry,
+    blobs: dict[str, bytes],
+    now: float,
+) -> FileEntry:
+    """A file table row: a stored file is kept by reference, new bytes are hashed."""
+    mode: int | None
+    mtime: float | None
+    if isinstance(value, FileEntry):
+        size, mode, mtime = value.size, value.mode, value.mtime
+    else:
+        f = value if isinstance(value, File) else File(bytes(value))
+        size, mode, mtime = len(f.data), f.mode, f.mtime
+    check_file(limits, skill, path, size, mode, mtime)
+    if isinstance(value, FileEntry):
+        return value
+    digest = sha256(f.data)
+    blobs[digest] = f.data
+    return FileEntry(
+        sha256=digest,
+        size=size,
+        mode=f.mode if f.mode is not None else default_mode(path, f.data),
+        mtime=f.mtime if f.mtime is not None else now,
+    )
+
+
+def next_op(p: Prepared, cur: Manifest | None, commit_id: str, now: float) -> CommitOp:
+    """Check the caller's expected version and build the next manifest (C6)."""
+    cur_version = cur.version if cur else 0
+    live = cur is not None and not cur.deleted
+    expected = p.expected_version
+    if expected is not None:
+        ok = (not live) if expected == 0 else (live and expected == cur_version)
+        if not ok:
+            now_is = f"now at version {cur_version}" if live else "it does not exist now"
+            wanted = "to not exist yet" if expected == 0 else f"version {expected}"
+            raise Conflict(
+                f"{p.scope}/{p.skill} changed since you read it: you expected {wanted}, "
+                f"{now_is}; reload it and apply your edit again",
+                skill=p.skill,
+                current_version=cur_version if live else 0,
+            )
+    if p.files is None and not live:
+        raise NotFound(f"skill {p.skill!r} does not exist in {p.scope}: nothing to delete")
+    manifest = Manifest(
+        skill=p.skill,
+        version=cur_version + 1,
+        commit_id=commit_id,
+        committed_at=now,
+        deleted=p.files is None,
+        frontmatter=p.frontmatter,
+        findings=p.findings,
+        files=p.files or {},
+    )
+    return CommitOp(scope=p.scope, manifest=storable(p.scope, manifest), expect=cur_version)
+
+
+def storable(scope: Scope, manifest: Manifest) -> Manifest:
+    """The manifest, once it is known to read back as written: one that could not would
+    break its skill for every reader (the checks before this name the usual causes)."""
+    try:
+        back = Manifest.model_validate_json(manifest.model_dump_json())
+    except (ValidationError, PydanticSerializationError) as exc:
+        errors = exc.errors() if isinstance(exc, ValidationError) else []
+        problem = errors[0]["msg"] if errors else str(exc)
+        raise InvalidSkill(
+            f"{scope}/{manifest.skill} cannot be stored readably ({problem}); "
+            "nothing was written: fix the frontmatter or file attributes it names"
+        ) from None
+    if back != manifest:
+        raise InvalidSkill(
+            f"{scope}/{manifest.skill} would not read back as written (a value JSON cannot "
+            "hold exactly); nothing was written: fix its frontmatter or file attributes"
+        )
+    return manifest
+
+
+def already_committed(
+    engine: Engine,
+    retrying: Retrying,
+    domain: str,
+    prepared: list[Prepared],
+    current: dict[tuple[Scope, str], Manifest],
+    commit_id: str,
+) -> CommitResult:
+    """A retried commit whose first attempt landed: report it, do not write it twice.
+
+    Commits are atomic, so one skill carrying the commit id proves all of them landed;
+    a skill another writer changed since has our version in its history. The revision
+    is the domain's current one, which contains the commit."""
+    rev = retrying(engine.revisions, [domain])[domain]
+    assert rev is not None
+    versions: dict[str, int] = {}
+    for p in prepared:
+        live = current.get((p.scope, p.skill))
+        if live is not None and live.commit_id == commit_id:
+            versions[p.skill] = live.version
+        else:
+            older = retrying(engine.history, p.scope, p.skill)
+            versions[p.skill] = next(m.version for m in older if m.commit_id == commit_id)
+    return CommitResult(revision=rev, commit_id=commit_id, versions=versions)
+
+
+def refuse_errors(skill: str, findings: Sequence[Finding]) -> None:
+    """The strict surfaces' rule (docs/design.md §7): a skill with error findings is refused,
+    with the findings, unless the caller forces it (and so does not call this)."""
+    errors = error_findings(findings)
+    if errors:
+        raise InvalidSkill(
+            f"{skill} breaks the Agent Skills spec: "
+            + "; ".join(e.message for e in errors)
+            + " (fix it, or force the write to store it with these findings)",
+            list(errors),
+        )

@@ -1,0 +1,75 @@
+"""History retention and garbage collection of blobs: what a store drops, and when
+(docs/design.md §2). `Store.prune` and `Store.gc` run these over the store's engine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from pydantic import BaseModel, ConfigDict
+
+from skillfs.engines.base import Engine
+from skillfs.model import Scope
+
+
+class HistoryPolicy(BaseModel):
+    """A replaced version is kept while it is among the newest `keep_versions` or younger
+    than `keep_days`; older ones are dropped after a commit and by `gc()`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    keep_versions: int = 50
+    keep_days: float = 30.0
+
+
+class GcReport(BaseModel):
+    blobs_seen: int
+    blobs_referenced: int
+    blobs_deleted: int
+    history_dropped: int
+
+
+def prune(engine: Engine, policy: HistoryPolicy, now: float, scope: Scope, skill: str) -> int:
+    """Drop the versions of a skill the policy no longer keeps; how many were dropped."""
+    history = engine.history(scope, skill)
+    cutoff = now - policy.keep_days * 86400
+    drop = [m.version for m in history[policy.keep_versions :] if m.committed_at < cutoff]
+    if drop:
+        engine.drop_history(scope, skill, drop)
+    return len(drop)
+
+
+def gc(
+    engine: Engine,
+    policy: HistoryPolicy,
+    clock: Callable[[], float],
+    domains: Iterable[str],
+    grace: float,
+    progress: Callable[[str, int], None] | None = None,
+) -> GcReport:
+    """Mark every blob a live or kept manifest references, then sweep the rest that no
+    publisher touched since the mark started minus `grace` (re-checked atomically)."""
+    started = clock()
+    referenced: set[str] = set()
+    dropped = 0
+    for domain in domains:
+        for scope in engine.scopes(domain):
+            for skill, live in engine.load_scope(scope).items():
+                dropped += prune(engine, policy, clock(), scope, skill)
+                for m in [live, *engine.history(scope, skill)]:
+                    referenced.update(e.sha256 for e in m.files.values())
+                if progress:
+                    progress("mark", 1)
+    seen = deleted = 0
+    cutoff = started - grace
+    for digest in engine.blob_shas():
+        seen += 1
+        if digest not in referenced and engine.delete_blob_if_idle(digest, cutoff):
+            deleted += 1
+        if progress:
+            progress("sweep", 1)
+    return GcReport(
+        blobs_seen=seen,
+        blobs_referenced=len(referenced),
+        blobs_deleted=deleted,
+        history_dropped=dropped,
+    )

@@ -1,0 +1,78 @@
+"""What a skill's file table may hold: the size limits, and the mode and time rules that let
+whatever goes into a manifest read back from every engine (docs/design.md §2).
+
+`Store.commit` checks the tables it builds here; the server checks the ones a grpc://
+client built, to the same rules."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict
+
+from skillfs.engines.base import MiB
+from skillfs.errors import InvalidPath, TooLarge
+from skillfs.model import MTIME_MAX, MTIME_MIN, FileEntry
+
+SCRIPT_SUFFIXES = (".sh", ".bash", ".py", ".rb", ".pl", ".js", ".mjs")
+
+
+def default_mode(path: str, data: bytes) -> int:
+    """A file written without a mode is executable when it looks like a script
+    (docs/design.md §4)."""
+    return 0o755 if data.startswith(b"#!") or path.endswith(SCRIPT_SUFFIXES) else 0o644
+
+
+class Limits(BaseModel):
+    """Size limits; an over-limit write raises TooLarge before anything is written."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_file_size: int = 64 * MiB
+    max_skill_size: int = 256 * MiB
+    max_files: int = 10_000
+
+
+def check_file(
+    limits: Limits, skill: str, path: str, size: int, mode: int | None, mtime: float | None = None
+) -> None:
+    """One file against the limits and the mode and time rules, before its bytes are hashed."""
+    is_time = isinstance(mtime, int | float) and MTIME_MIN <= mtime <= MTIME_MAX
+    if mtime is not None and not is_time:
+        raise InvalidPath(
+            f"mtime {mtime!r} of {skill}/{path} is not a time: give seconds since the epoch "
+            f"between {MTIME_MIN:.0f} and {MTIME_MAX:.0f} (years 1 to 9999), or none"
+        )
+    if mode is not None and not 0 <= mode <= 0o777:
+        raise InvalidPath(
+            f"mode {oct(mode)} of {skill}/{path}: only permission bits 0o777 are stored "
+            "(no setuid, setgid or sticky bit, no file type)"
+        )
+    if not 0 <= size <= limits.max_file_size:
+        raise TooLarge(
+            f"{skill}/{path} is {size} bytes, over the limit of "
+            f"{limits.max_file_size} bytes per file (Limits.max_file_size)"
+        )
+
+
+def check_file_table(limits: Limits, skill: str, entries: Mapping[str, FileEntry]) -> None:
+    """A skill's file table against the limits; no file may also be a directory."""
+    for path, e in entries.items():
+        check_file(limits, skill, path, e.size, e.mode, e.mtime)
+    if len(entries) > limits.max_files:
+        raise TooLarge(
+            f"{skill} has {len(entries)} files, "
+            f"over the limit of {limits.max_files} (Limits.max_files)"
+        )
+    total = sum(e.size for e in entries.values())
+    if total > limits.max_skill_size:
+        raise TooLarge(
+            f"{skill} holds {total} bytes, over the limit of "
+            f"{limits.max_skill_size} bytes per skill (Limits.max_skill_size)"
+        )
+    for path in entries:
+        parent = path
+        while "/" in parent:
+            parent = parent.rsplit("/", 1)[0]
+            if parent in entries:
+                raise InvalidPath(f"{skill}: {parent!r} is a file, so {path!r} cannot be inside it")
