@@ -55,11 +55,6 @@ def finding_line(f: Finding, text: str) -> int | None:
     return None
 
 
-def errors_of(findings: list[Finding]) -> list[Finding]:
-    """The findings that break the spec (warnings never block)."""
-    return [f for f in findings if f.severity == "error"]
-
-
 def findings_of(store: Store, skill: str, files: Mapping[str, File | FileEntry]) -> list[Finding]:
     """The spec findings the skill would have with `files`: new files, or stored ones kept by
     reference. Only SKILL.md is read."""

@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from skillfs.engines.base import EMPTY
 from skillfs.errors import SkillfsError, StoreUnavailable
 from skillfs.model import Change, FileEntry, Manifest, Revision, Scope
 from skillfs.runtime.cut import Key, find_cut
@@ -38,7 +39,6 @@ PREFETCH_BATCH_BYTES = 8 * 1024 * 1024
 #: landing between two reads left out of date, so only a write storm on them gets this far.
 MAX_ROUNDS = 32
 #: What `changes()` is asked from when the domain had no revision yet: any real one differs.
-_NO_REVISION = Revision(epoch="", counter=0)
 
 
 def _same(a: Revision | None, b: Revision | None) -> bool:
@@ -256,7 +256,7 @@ class Follower:
         if into and into[-1].op == "reset":
             return into[-1].revision
         if upto is None:
-            return _NO_REVISION
+            return EMPTY
         if upto.epoch != since.epoch or upto.counter < since.counter:
             return upto
         for _ in range(MAX_ROUNDS):
@@ -292,7 +292,7 @@ class Follower:
         cache = self._cache
         started = time.monotonic()
         changes = self.store.engine.changes(
-            self.domain, cache.revision or _NO_REVISION, self.watch_timeout
+            self.domain, cache.revision or EMPTY, self.watch_timeout
         )
         with self._lock:
             if self._cache is cache:  # else a snapshot moved it meanwhile: ask from there

@@ -16,7 +16,7 @@ from skillfs.auth import Level, Principal
 from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import EMPTY
 from skillfs.errors import InvalidPath, PermissionDenied
-from skillfs.model import FileEntry, Revision, Scope
+from skillfs.model import FileEntry, Revision, Scope, error_findings
 from skillfs.names import check_domain, check_id, check_skill_name
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
@@ -86,7 +86,7 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
                         version=s.version or 0,
                         description=s.description,
                         usable=True,
-                        errors=sum(f.severity == "error" for f in s.findings),
+                        errors=len(error_findings(s.findings)),
                     )
                     for s in snap.skills
                 ]

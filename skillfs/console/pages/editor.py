@@ -11,7 +11,6 @@ from skillfs.console.call import Call
 from skillfs.console.diff import FileDiff, as_text, diff_manifests, diff_text
 from skillfs.console.findings import (
     ShownFinding,
-    errors_of,
     findings_of,
     shown,
     skill_md_text,
@@ -21,7 +20,7 @@ from skillfs.console.skill_files import MAX_EDIT_BYTES, file_tree, with_file
 from skillfs.console.strict import forced
 from skillfs.console.web import HTTPError, Response, json_response, redirect
 from skillfs.errors import Conflict, InvalidPath, InvalidSkill
-from skillfs.model import Finding, Manifest, Scope
+from skillfs.model import Finding, Manifest, Scope, error_findings
 from skillfs.names import check_skill_name, normalize_path
 from skillfs.skill_md import SKILL_MD
 
@@ -178,7 +177,7 @@ def api_validate(call: Call) -> Response:
     content = str(body.get("content", ""))
     m = call.store.manifest(scope, skill, version=base)
     findings = findings_of(call.store, skill, with_file(m, path, content.encode("utf-8")))
-    errors = len(errors_of(findings))
+    errors = len(error_findings(findings))
     return json_response(
         {
             "findings": [

@@ -10,11 +10,11 @@ from skillfs.console import urls
 from skillfs.console.archive import read_zip
 from skillfs.console.call import Call
 from skillfs.console.diff import as_text
-from skillfs.console.findings import errors_of, findings_of
+from skillfs.console.findings import findings_of
 from skillfs.console.strict import confirm, forced
 from skillfs.console.web import HTTPError, Response, redirect
 from skillfs.errors import Conflict, InvalidSkill
-from skillfs.model import File, FileEntry, Put, Remove, Scope
+from skillfs.model import File, FileEntry, Put, Remove, Scope, error_findings
 from skillfs.names import check_id, check_skill_name
 from skillfs.skill_md import SKILL_MD, skill_template
 
@@ -72,7 +72,7 @@ def import_zip(call: Call, scope: Scope) -> Response:
         problems = {
             name: errs
             for name, files in skills.items()
-            if (errs := errors_of(findings_of(call.store, name, files)))
+            if (errs := error_findings(findings_of(call.store, name, files)))
         }
         return call.render_scope(
             "import_rejected.html", scope, 422, problems=problems, replace=replace
