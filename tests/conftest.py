@@ -22,6 +22,10 @@ from support.servers import (
 # `store_url` / `store`: a fresh namespace on every engine and topology.
 pytest_plugins = ["tests.stores"]
 
+# universal-pathlib's vendored BaseTests (tests/_vendor/upath_tests): assertion introspection
+# for their asserts, registered before tests/test_fs_upath.py imports them
+pytest.register_assert_rewrite("upath.tests.cases", "upath.tests.utils")
+
 # ============================================================================ store servers
 # Session-scoped: one of each per run, started lazily. Start-up times are listed at the end
 # of the run. The function-scoped *_url fixtures hand each test an emptied shared server.

@@ -163,6 +163,7 @@ def test_info_checksum_and_ukey_come_from_the_content(make: MakeFs) -> None:
         "type": "directory",
         "version": 2,
         "scope": "shared:bot",
+        "skill": True,
     }
     assert fs.info("skills")["type"] == "directory"
     assert fs.du("skills/demo") == len(SKILL_MD) + 4 + 5

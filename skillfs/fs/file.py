@@ -1,7 +1,10 @@
-"""The file object `SkillFileSystem.open` returns for a store file (docs/fsspec.md)."""
+"""The file objects `SkillFileSystem.open` returns for a store file (docs/fsspec.md
+"Writing"): binary, text or compressed, each publishing on close and nothing when its `with`
+block raises."""
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 from fsspec import AbstractFileSystem
@@ -49,9 +52,69 @@ class StoreFile(AbstractBufferedFile):  # type: ignore[misc]
         self.close()
 
     def discard(self) -> None:
-        self.closed = True
+        """Publish nothing. A compressor closed after this still writes its trailer: that is
+        dropped, and so is everything else written from now on."""
+        self.discarded = True
+
+    def write(self, data: bytes) -> int:
+        if getattr(self, "discarded", False):
+            return len(data)
+        return super().write(data)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        if getattr(self, "discarded", False):
+            self.closed = True
+        else:
+            super().close()
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         if exc_type is not None and self.writable():
             self.discard()
         self.close()
+
+
+class TextWrite(io.TextIOWrapper):
+    """Text written to a store file (or a compressor over one): when the `with` block raises,
+    nothing is published. fsspec's own text wrapper would close, and so publish, the file."""
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: Any) -> None:
+        if exc_type is not None:
+            self.buffer.discard()  # type: ignore[attr-defined]  # a StoreFile's or ours
+        super().__exit__(exc_type, *exc)
+
+
+class CompressedWrite:
+    """A compressor (fsspec's `compression=`) writing into a store file. Closing it closes the
+    store file too, which publishes it; when the `with` block raises, nothing is published.
+    Everything else is the compressor's."""
+
+    def __init__(self, path: str, raw: StoreFile, compression: str) -> None:
+        from fsspec.compression import compr
+        from fsspec.core import get_compression
+
+        self._raw = raw
+        self._f = compr[get_compression(path, compression)](raw, mode="w")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+    def __enter__(self) -> CompressedWrite:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is not None:
+            self.discard()
+        self.close()
+
+    def discard(self) -> None:
+        self._raw.discard()
+
+    def close(self) -> None:
+        """The compressor's trailer, then the publish; nothing published if the first fails."""
+        try:
+            self._f.close()
+        except BaseException:
+            self._raw.discard()
+            raise
+        finally:
+            self._raw.close()

@@ -22,18 +22,15 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 from fsspec.callbacks import DEFAULT_CALLBACK, Callback
-from fsspec.core import url_to_fs
-from fsspec.implementations.dirfs import DirFileSystem
-from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import _Cached
 from fsspec.utils import isfilelike, stringify_path
 
-from skillfs.engines import default_url
-from skillfs.fs.file import StoreFile
+from skillfs.fs.file import CompressedWrite, StoreFile, TextWrite
+from skillfs.fs.options import LazyStore, base_fs, from_base, tops, with_defaults
 from skillfs.fs.transaction import SkillTransaction
 from skillfs.fs.tree import SKILLS, Info, SkillTree, dir_info, split, target
 from skillfs.model import Scope
-from skillfs.store import Store, open_store
+from skillfs.store import Store
 
 
 class _WithDefaults(_Cached):  # type: ignore[misc]
@@ -41,15 +38,7 @@ class _WithDefaults(_Cached):  # type: ignore[misc]
     so a changed environment gives a new instance and a pickled one reopens the same store."""
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("store") is None:
-            kwargs["store"] = default_url()
-        if kwargs.get("agent_id") is None:
-            kwargs["agent_id"] = os.environ.get("SKILLFS_AGENT_ID")
-        if "user_id" not in kwargs:
-            kwargs["user_id"] = os.environ.get("SKILLFS_USER_ID") or None
-        if kwargs.get("base") is None:
-            kwargs["base"] = os.getcwd()
-        return super().__call__(*args, **kwargs)
+        return super().__call__(*args, **with_defaults(kwargs))
 
 
 class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ignore[misc]
@@ -78,11 +67,17 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         super().__init__(use_listings_cache=use_listings_cache, **storage_options)
         if not agent_id:
             raise ValueError("skillfs needs an agent: pass agent_id=... or set $SKILLFS_AGENT_ID")
-        self.store = store if isinstance(store, Store) else open_store(store)
+        assert store is not None  # _WithDefaults filled it in
+        self._store = LazyStore(store)
         self.shared = Scope.shared(agent_id)
         self.scope = Scope.user(agent_id, user_id) if user_id else self.shared
-        self.base = _base_fs(os.getcwd() if base is None else base)
-        self._skills = SkillTree(self.store, self.scope, self.shared, self.invalidate_cache)
+        self.base = base_fs(os.getcwd() if base is None else base)
+        self._skills = SkillTree(self._store, self.scope, self.shared, self.invalidate_cache)
+
+    @property
+    def store(self) -> Store:
+        """The store (a SQLite file that does not exist yet is made now)."""
+        return self._store.get()
 
     def start_transaction(self) -> SkillTransaction:
         """fsspec's non-context form; `end_transaction()` commits."""
@@ -133,12 +128,12 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         path = self._strip_protocol(path)
         if not path:
             try:
-                base = [_from_base(i) for i in self.base.ls("", detail=True)]
+                base = [from_base(i) for i in self.base.ls("", detail=True)]
             except FileNotFoundError:
                 base = []
             out = [dir_info(SKILLS), *(i for i in base if i["name"] != SKILLS)]
         elif self._split(path) is None:
-            out = [_from_base(i) for i in self.base.ls(path, detail=True, **kwargs)]
+            out = [from_base(i) for i in self.base.ls(path, detail=True, **kwargs)]
         else:
             cached = None if kwargs.get("refresh") else self.dircache.get(path)
             out = cached if cached is not None else self._store_ls(path)
@@ -158,7 +153,7 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         if not path:
             return dir_info("")
         if self._split(path) is None:
-            return _from_base(self.base.info(path, **kwargs))
+            return from_base(self.base.info(path, **kwargs))
         if self.dircache.use_listings_cache:
             try:
                 listing = self.dircache[self._parent(path)]
@@ -175,6 +170,13 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         if item is None:
             return dir_info(path, sk if path == f"{SKILLS}/{sk.name}" else None)
         return self._skills.file_info(path, sk, item)
+
+    def check_store(self, path: Any) -> None:
+        """NoStore (a FileNotFoundError) when a store path is asked of a SQLite store whose
+        file does not exist: said, where fsspec would take it for a missing path."""
+        paths = [path] if isinstance(path, str) else list(path)
+        if any(self._split(p) is not None for p in paths):
+            self._store.check()
 
     def find(
         self,
@@ -194,7 +196,7 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
             except FileNotFoundError:
                 found = {}
             for info in found.values():
-                info = _from_base(info)
+                info = from_base(info)
                 if path or (info["name"] and info["name"].split("/")[0] != SKILLS):
                     out[info["name"]] = info
         if not path:
@@ -272,6 +274,7 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
     def cat(
         self, path: Any, recursive: bool = False, on_error: str = "raise", **kwargs: Any
     ) -> Any:
+        self.check_store(path)
         with self._skills.batching():
             self._prefetch(path, recursive, None)
             return super().cat(path, recursive=recursive, on_error=on_error, **kwargs)
@@ -318,6 +321,27 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
             f"mode {mode!r} is not supported for {path}: a skill file is read ('rb') "
             "or written whole ('wb', or 'xb' to create it exclusively)"
         )
+
+    def open(
+        self,
+        path: Any,
+        mode: str = "rb",
+        block_size: int | None = None,
+        cache_options: dict[str, Any] | None = None,
+        compression: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """As fsspec's, but a store write in text mode or compressed publishes nothing when
+        its `with` block raises, as a binary one (docs/fsspec.md "Writing")."""
+        if "r" in mode or self._split(path) is None:
+            return super().open(path, mode, block_size, cache_options, compression, **kwargs)
+        if "b" not in mode:
+            text = {k: kwargs.pop(k) for k in ("encoding", "errors", "newline") if k in kwargs}
+            binary = mode.replace("t", "") + "b"
+            raw = self.open(path, binary, block_size, cache_options, compression, **kwargs)
+            return TextWrite(raw, **text)
+        f = super().open(path, mode, block_size, cache_options, **kwargs)
+        return f if compression is None else CompressedWrite(f.path, f, compression)
 
     def put_file(
         self,
@@ -373,6 +397,7 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         callback.relative_update(len(data))
 
     def get(self, rpath: Any, lpath: Any, recursive: bool = False, **kwargs: Any) -> None:
+        self.check_store(rpath)
         with self._skills.batching():
             self._prefetch(rpath, recursive, kwargs.get("maxdepth"))
             super().get(rpath, lpath, recursive=recursive, **kwargs)
@@ -405,7 +430,8 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
 
     def mv(self, path1: Any, path2: Any, recursive: bool = False, **kwargs: Any) -> None:
         """A move inside the store is one commit: a rename inside a skill is one publish, a
-        renamed skill directory one commit of the new skill and the removal of the old."""
+        renamed skill directory one commit of the new skill and the removal of the old. A
+        directory moves whole even without `recursive`, as on a local disk."""
         if all(isinstance(p, str) and _plain_base(self, p) for p in (path1, path2)):
             self.base.mv(
                 self._strip_protocol(path1),
@@ -414,6 +440,8 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
                 **kwargs,
             )
             return
+        if isinstance(path1, str) and not has_magic(path1) and self.isdir(path1):
+            recursive = True
         with self._skills.batching(together=True):
             super().mv(path1, path2, recursive=recursive, **kwargs)
 
@@ -440,18 +468,23 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
                 for q in [q for q in store if self._skills.resolve(q)[1] is not None]:
                     self._skills.remove(q)
             if base:
-                self.base.rm(_tops(base), recursive=recursive, maxdepth=maxdepth)
+                self.base.rm(tops(base), recursive=recursive, maxdepth=maxdepth)
 
     def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
-        """Store directories are implied by their files: only the path is checked."""
+        """Store directories are implied by their files: nothing is made, but an existing
+        path raises FileExistsError, as on a local disk."""
         path = self._strip_protocol(path)
         if self._split(path) is None:
             self.base.mkdir(path, create_parents=create_parents, **kwargs)
+        else:
+            self._skills.check_new_dir(path, exist_ok=False)
 
     def makedirs(self, path: str, exist_ok: bool = False) -> None:
         path = self._strip_protocol(path)
         if self._split(path) is None:
             self.base.makedirs(path, exist_ok=exist_ok)
+        else:
+            self._skills.check_new_dir(path, exist_ok)
 
     def rmdir(self, path: str) -> None:
         path = self._strip_protocol(path)
@@ -459,32 +492,7 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
             self.base.rmdir(path)
 
 
-def _from_base(info: Info) -> Info:
-    """Base names relative to the base root (a rooted filesystem may add a leading '/')."""
-    return {**info, "name": str(info["name"]).lstrip("/")}
-
-
 def _plain_base(fs: SkillFileSystem, path: str) -> bool:
     """A base path that no glob could stretch into skills/."""
     path = fs._strip_protocol(path)
     return bool(path) and not has_magic(path.split("/")[0]) and fs._split(path) is None
-
-
-def _tops(paths: list[str]) -> list[str]:
-    """Paths without those inside another one of them (removing a directory removes those)."""
-    out: list[str] = []
-    for p in sorted(set(paths)):
-        if not out or not p.startswith(out[-1] + "/"):
-            out.append(p)
-    return out
-
-
-def _base_fs(base: str | os.PathLike[str] | AbstractFileSystem) -> AbstractFileSystem:
-    """An instance as given; a URL or directory as a filesystem rooted there (local: parent
-    directories made on write, as object stores imply them)."""
-    if isinstance(base, AbstractFileSystem):
-        return base
-    fs, root = url_to_fs(stringify_path(base))
-    if isinstance(fs, LocalFileSystem):
-        fs = LocalFileSystem(auto_mkdir=True)
-    return DirFileSystem(path=root, fs=fs)

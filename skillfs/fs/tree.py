@@ -18,9 +18,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from skillfs.errors import InvalidPath, PermissionDenied
+from skillfs.fs.options import LazyStore
 from skillfs.fs.staging import Batch, Delete, Item, StagedSkill, Write, publish
 from skillfs.model import File, FileEntry, Scope
-from skillfs.names import check_skill_name, normalize_path
+from skillfs.names import check_skill_name, is_hidden_dir, normalize_path
 from skillfs.store import Store
 from skillfs.store_blobs import sha256
 from skillfs.store_limits import default_mode
@@ -52,13 +53,21 @@ def target(path: str) -> tuple[str, str]:
             f"cannot write {path!r}: a file directly under skills/ is not allowed, every file "
             "belongs to a skill directory (skills/<skill>/SKILL.md)"
         )
+    if is_hidden_dir(where[0]) and "/" not in where[1]:
+        raise InvalidPath(
+            f"cannot write {path!r}: skills/{where[0]}/ is not a skill but holds skill "
+            f"directories, as every directory whose name starts with '_' or '.' (docs/design.md "
+            f"§1): write skills/{where[0]}/<skill>/SKILL.md"
+        )
     return where
 
 
 def dir_info(name: str, sk: StagedSkill | None = None) -> Info:
+    """A directory's info; a directory under skills/ also has its version, its scope and
+    whether it is a skill (`_drafts/`, `.archive/` are not: docs/design.md §1)."""
     info: Info = {"name": name, "size": 0, "type": "directory"}
     if sk is not None:
-        info.update(version=sk.version, scope=str(sk.scope))
+        info.update(version=sk.version, scope=str(sk.scope), skill=not is_hidden_dir(sk.name))
     return info
 
 
@@ -67,13 +76,17 @@ class SkillTree:
     something (the filesystem drops its listings cache)."""
 
     def __init__(
-        self, store: Store, scope: Scope, shared: Scope, changed: Callable[[], Any]
+        self, store: LazyStore, scope: Scope, shared: Scope, changed: Callable[[], Any]
     ) -> None:
-        self.store = store
+        self._store = store
         self.scope = scope  # the scope written
         self.shared = shared  # the agent-shared scope, read under a user's own
         self._changed = changed
         self._local = threading.local()  # the batch in progress, per thread
+
+    @property
+    def store(self) -> Store:
+        return self._store.get()
 
     # ------------------------------------------------------------------ batches
 
@@ -120,7 +133,10 @@ class SkillTree:
 
     def read(self, names: Sequence[str] | None) -> dict[str, StagedSkill]:
         """Every named skill (None: every existing one), the user's over the shared ones. One
-        skill is the store's `resolve`; more are two listings, one per scope."""
+        skill is the store's `resolve`; more are two listings, one per scope. A SQLite store
+        that does not exist yet has none (and is not made by reading it)."""
+        if self._store.missing():
+            return {n: StagedSkill(n, None, 0, 0, {}) for n in names or ()}
         if names is not None and len(names) == 1:
             return {names[0]: self._read_one(names[0])}
         own = self.store.manifests(self.scope, names)
@@ -168,7 +184,9 @@ class SkillTree:
         return self.skills([name])[name]
 
     def resolve(self, path: str) -> tuple[StagedSkill | None, Item | None]:
-        """(skill, file) at a store path, file None for a directory, skill None for skills/."""
+        """(skill, file) at a store path, file None for a directory, skill None for skills/.
+        NoStore (a FileNotFoundError) when the store's SQLite file does not exist."""
+        self._store.check()
         skill, rel = split(path) or ("", "")
         if not skill:
             return None, None
@@ -177,6 +195,17 @@ class SkillTree:
         if item is None and not any(not rel or p.startswith(rel + "/") for p in sk.files):
             raise FileNotFoundError(path)
         return sk, item
+
+    def check_new_dir(self, path: str, exist_ok: bool) -> None:
+        """FileExistsError for a file's path, and for a directory's unless `exist_ok`, as
+        os.makedirs; nothing else to do, since store directories are implied."""
+        try:
+            _, item = self.resolve(path)
+        except FileNotFoundError:
+            return
+        if item is not None or not exist_ok:
+            kind = "directory" if item is None else "file"
+            raise FileExistsError(f"cannot make directory {path}: a {kind} is there")
 
     def data(self, item: Item, start: int | None = None, end: int | None = None) -> bytes:
         """A file's bytes or the range [start, end) (negative counts from the end), reading

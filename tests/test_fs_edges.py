@@ -1,0 +1,123 @@
+"""The fsspec filesystem where fsspec's and upath's suites do not look: making directories,
+moving them, the `_`/`.` directories that are not skills, and a store that does not exist."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+
+import pytest
+from upath import UPath
+
+from skillfs.errors import InvalidPath
+from skillfs.fs import SkillFileSystem
+
+SKILL_MD = b"---\nname: demo\ndescription: A demo. Use when testing.\n---\n\n# Demo\n"
+
+
+@pytest.fixture
+def fs(tmp_path: Path) -> SkillFileSystem:
+    return SkillFileSystem(
+        store=f"memory://edges-{uuid.uuid4().hex[:8]}",
+        agent_id="a",
+        base=str(tmp_path),
+        skip_instance_cache=True,
+    )
+
+
+def test_mkdir_and_makedirs_refuse_what_exists(fs: SkillFileSystem) -> None:
+    fs.pipe({"skills/x/SKILL.md": SKILL_MD, "skills/x/refs/a.md": b"a"})
+    for path in ("skills/x", "skills/x/refs", "skills"):
+        with pytest.raises(FileExistsError, match="a directory is there"):
+            fs.mkdir(path)
+        with pytest.raises(FileExistsError):
+            fs.makedirs(path)
+        fs.makedirs(path, exist_ok=True)
+    with pytest.raises(FileExistsError, match="a file is there"):
+        fs.makedirs("skills/x/SKILL.md", exist_ok=True)  # as os.makedirs
+    with pytest.raises(FileExistsError, match="a file is there"):
+        fs.mkdir("skills/x/SKILL.md")
+    fs.mkdir("skills/x/new")  # implied: nothing made, nothing refused
+    fs.makedirs("skills/y/a/b")
+    assert fs.ls("skills", detail=False) == ["skills/x"]
+
+
+def test_mv_of_a_directory_moves_it_without_recursive(fs: SkillFileSystem) -> None:
+    fs.pipe({"skills/x/SKILL.md": SKILL_MD, "skills/x/refs/a.md": b"a"})
+    fs.mv("skills/x/refs", "skills/x/docs")
+    assert fs.find("skills/x") == ["skills/x/SKILL.md", "skills/x/docs/a.md"]
+    version = fs.info("skills/x")["version"]
+    fs.mv("skills/x", "skills/y")
+    assert fs.find("skills") == ["skills/y/SKILL.md", "skills/y/docs/a.md"]
+    assert fs.info("skills/y")["version"] == 1 and version == 2  # the rename: one commit
+
+
+def test_underscore_and_dot_directories_are_not_skills(fs: SkillFileSystem) -> None:
+    fs.pipe(
+        {
+            "skills/x/SKILL.md": SKILL_MD,
+            "skills/_drafts/new/SKILL.md": SKILL_MD,
+            "skills/.archive/old/SKILL.md": SKILL_MD,
+        }
+    )
+    listed = {i["name"]: i for i in fs.ls("skills")}
+    assert {n: i["skill"] for n, i in listed.items()} == {
+        "skills/.archive": False,
+        "skills/_drafts": False,
+        "skills/x": True,
+    }
+    assert fs.info("skills/_drafts")["skill"] is False
+    assert fs.ls("skills/_drafts", detail=False) == ["skills/_drafts/new"]
+    for path in ("skills/_drafts/notes.md", "skills/.archive/README"):
+        with pytest.raises(InvalidPath, match=re.escape("is not a skill but holds skill")):
+            fs.pipe(path, b"x")
+    assert fs.find("skills/_drafts") == ["skills/_drafts/new/SKILL.md"]
+
+
+def test_reading_a_sqlite_store_that_does_not_exist_makes_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "typo.db"
+    fs = SkillFileSystem(
+        store=f"sqlite:///{db}", agent_id="a", base=str(tmp_path), skip_instance_cache=True
+    )
+    no_store = f"no store at {db}"
+    for read in (
+        lambda: fs.ls("skills"),
+        lambda: fs.cat("skills/x/SKILL.md"),
+        lambda: fs.info("skills/x"),
+        lambda: fs.open("skills/x/SKILL.md", "rb"),
+        lambda: fs.get("skills/x", str(tmp_path / "out"), recursive=True),
+        lambda: list(UPath("skillfs://skills/x", **fs.storage_options).iterdir()),
+    ):
+        with pytest.raises(FileNotFoundError, match=re.escape(no_store)):
+            read()
+    assert not fs.exists("skills/x") and fs.find("skills") == []
+    assert fs.ls("", detail=False) == ["skills"]
+    assert not db.exists()
+    fs.pipe("skills/x/SKILL.md", SKILL_MD)  # a write makes the store
+    assert db.exists() and fs.cat("skills/x/SKILL.md") == SKILL_MD
+    with pytest.raises(FileNotFoundError):
+        fs.ls("skills/missing")  # a missing directory of a store that exists
+
+
+def test_reading_a_store_in_a_missing_directory_makes_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "no" / "such" / "skills.db"
+    fs = SkillFileSystem(
+        store=f"sqlite:///{db}", agent_id="a", base=str(tmp_path), skip_instance_cache=True
+    )
+    with pytest.raises(FileNotFoundError, match="no store at"):
+        fs.cat("skills/x/SKILL.md")
+    assert not (tmp_path / "no").exists()
+
+
+def test_anonymous_memory_store_is_shared_by_every_instance(tmp_path: Path) -> None:
+    agent = f"anon-{uuid.uuid4().hex[:8]}"
+    one, two = (
+        SkillFileSystem(
+            store="memory://", agent_id=agent, base=str(tmp_path), skip_instance_cache=True
+        )
+        for _ in range(2)
+    )
+    one.pipe("skills/x/SKILL.md", SKILL_MD)
+    assert two.cat("skills/x/SKILL.md") == SKILL_MD
+    assert one.store is two.store
