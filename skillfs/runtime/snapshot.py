@@ -64,48 +64,53 @@ class MergedSkills:
         return copy.deepcopy(defs)
 
     def _tool_specs(self, enum: bool) -> list[tuple[str, str, dict[str, Any]]]:
-        skill_id: dict[str, Any] = {
-            "type": "string",
-            "description": "The <skill-id> of a skill listed in <available_skills>.",
+        return tool_specs([s.id for s in self.skills] if enum and self.skills else None)
+
+
+def tool_specs(enum: Sequence[str] | None = None) -> list[tuple[str, str, dict[str, Any]]]:
+    """(name, description, JSON schema) of the skill tools; `enum`: the skill ids to allow."""
+    skill_id: dict[str, Any] = {
+        "type": "string",
+        "description": "The <skill-id> of a skill listed in <available_skills>.",
+    }
+    if enum is not None:
+        skill_id["enum"] = list(enum)
+
+    def params(**props: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": props,
+            "required": list(props),
+            "additionalProperties": False,
         }
-        if enum and self.skills:
-            skill_id["enum"] = [s.id for s in self.skills]
 
-        def params(**props: dict[str, Any]) -> dict[str, Any]:
-            return {
-                "type": "object",
-                "properties": props,
-                "required": list(props),
-                "additionalProperties": False,
-            }
-
-        return [
-            (
-                "load_skill_through_path",
-                "Load a skill's instructions or one of its files. Call it with path "
-                "'SKILL.md' before using a skill from <available_skills>, then load the "
-                "files its instructions mention by their path relative to the skill.",
-                params(
-                    skill_id=skill_id,
-                    path={
-                        "type": "string",
-                        "description": "A path inside the skill, e.g. 'SKILL.md' or "
-                        "'references/guide.md'.",
-                    },
-                ),
+    return [
+        (
+            "load_skill_through_path",
+            "Load a skill's instructions or one of its files. Call it with path "
+            "'SKILL.md' before using a skill from <available_skills>, then load the "
+            "files its instructions mention by their path relative to the skill.",
+            params(
+                skill_id=skill_id,
+                path={
+                    "type": "string",
+                    "description": "A path inside the skill, e.g. 'SKILL.md' or "
+                    "'references/guide.md'.",
+                },
             ),
-            (
-                "read_skill",
-                "Read a skill's instructions: its SKILL.md without the YAML frontmatter.",
-                params(skill_id=skill_id),
-            ),
-            (
-                "search_skills",
-                "Find available skills whose name, description or file paths contain every "
-                "word of the query.",
-                params(query={"type": "string", "description": "Words to look for."}),
-            ),
-        ]
+        ),
+        (
+            "read_skill",
+            "Read a skill's instructions: its SKILL.md without the YAML frontmatter.",
+            params(skill_id=skill_id),
+        ),
+        (
+            "search_skills",
+            "Find available skills whose name, description or file paths contain every "
+            "word of the query.",
+            params(query={"type": "string", "description": "Words to look for."}),
+        ),
+    ]
 
 
 def _shape(spec: tuple[str, str, dict[str, Any]], style: ToolStyle) -> dict[str, Any]:
