@@ -42,7 +42,7 @@ import skillfs
 from bench import common
 from bench.common import Timing, interleaved, row, timed
 from skillfs import File, Revision, Scope, Skills
-from skillfs.runtime.snapshot import xml_escape
+from skillfs.runtime.prompt import xml_escape
 from skillfs.skill_md import parse_skill_md
 
 AGENT = "bench-rt"

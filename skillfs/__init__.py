@@ -16,7 +16,7 @@ from skillfs.model import (
     Revision,
     Scope,
 )
-from skillfs.runtime import GitRepo, LocalDir, Market, Skills, Snapshot
+from skillfs.runtime import FsspecDir, GitRepo, LocalDir, Market, PromptOptions, Skills, Snapshot
 from skillfs.store import Store, open_store
 from skillfs.store_gc import GcReport, HistoryPolicy
 from skillfs.store_limits import Limits
@@ -27,6 +27,7 @@ __all__ = [
     "File",
     "FileEntry",
     "Finding",
+    "FsspecDir",
     "GcReport",
     "GitRepo",
     "HistoryPolicy",
@@ -34,6 +35,7 @@ __all__ = [
     "LocalDir",
     "Manifest",
     "Market",
+    "PromptOptions",
     "Put",
     "Remove",
     "Revision",

@@ -775,7 +775,7 @@ def test_user_view_shows_the_runtime_prompt(client: Client, store: skillfs.Store
         prompt = skills.snapshot().prompt()
     block = re.search(r'<pre class="prompt" id="prompt-block">(.*?)</pre>', page.text, re.S)
     assert block and unescape(block.group(1)) == prompt
-    assert "Alice&amp;apos;s &amp;lt;own&amp;gt;." in page.text  # XML-escaped, then HTML-escaped
+    assert "Alice&#39;s &amp;lt;own&amp;gt;." in page.text  # XML-escaped, then HTML-escaped
     assert "shadows shared:support-bot" in page.text
     redirect = client.get("/agents/support-bot/users/?user=alice", follow=False)
     assert redirect.header("Location") == "/agents/support-bot/users/alice/"

@@ -26,6 +26,7 @@ LAYERS: list[set[str]] = [
     {"engines", "proto"},
     {"store", "store_limits", "store_commit", "store_blobs", "store_gc", "store_watch", "auth"},
     {"runtime", "fs"},
+    {"integrations", "mcp"},
     {"console"},
     {"server"},
     {"commands"},

@@ -68,7 +68,8 @@ def test_prompt_escapes_names_and_descriptions() -> None:
     [skill] = ET.fromstring(text)  # well-formed XML
     assert skill.findtext("name") == "a<b&\"c'"
     assert skill.findtext("description") == nasty  # the control character is dropped
-    assert "&lt;" in text and "&amp;" in text and "&quot;" in text and "&apos;" in text
+    assert "&lt;" in text and "&amp;" in text and "&quot;" in text
+    assert "&apos;" not in text and "'bye'" in text  # a text node needs no escaped apostrophe
 
 
 def test_prompt_and_tools_are_cached_per_token_across_snapshots(skills: Skills) -> None:

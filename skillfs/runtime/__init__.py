@@ -3,10 +3,22 @@
 
 from __future__ import annotations
 
+from skillfs.runtime.fsspec_dir import FsspecDir
 from skillfs.runtime.git_repo import GitRepo
 from skillfs.runtime.layers import Market, Problem, SkillInfo
 from skillfs.runtime.local_dir import LocalDir
+from skillfs.runtime.prompt import PromptOptions
 from skillfs.runtime.skills import Skills
 from skillfs.runtime.snapshot import Snapshot
 
-__all__ = ["GitRepo", "LocalDir", "Market", "Problem", "SkillInfo", "Skills", "Snapshot"]
+__all__ = [
+    "FsspecDir",
+    "GitRepo",
+    "LocalDir",
+    "Market",
+    "Problem",
+    "PromptOptions",
+    "SkillInfo",
+    "Skills",
+    "Snapshot",
+]

@@ -336,6 +336,12 @@ class Follower:
         with self._changed:
             return self._changed.wait_for(there, timeout)
 
+    def wait_past(self, seen: Revision | None, timeout: float) -> None:
+        """Block until the watch moves past `seen` (a `ready` read earlier) or `timeout`
+        passes: what lets a server tell its clients of an edit as soon as it lands."""
+        with self._changed:
+            self._changed.wait_for(lambda: not _same(self._ready, seen), timeout)
+
 
 _followers: PerStore[Follower] = PerStore(Follower)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from skillfs.model import FileEntry, Finding, Manifest, Scope, error_findings
 from skillfs.names import check_id, is_hidden_dir
@@ -64,6 +64,7 @@ class SkillInfo:
     files: Mapping[str, FileEntry]
     findings: tuple[Finding, ...]  # spec violations of a usable skill, for operators
     shadows: tuple[str, ...]  # labels of the lower layers holding a skill of the same id
+    frontmatter: Mapping[str, Any]  # as the author wrote it (served verbatim over MCP)
     reader: Reader = field(repr=False, compare=False)
 
 
@@ -129,6 +130,7 @@ def merge(
                 files=m.files,
                 findings=tuple(m.findings),
                 shadows=(*below.shadows, below.source) if below else (),
+                frontmatter=fm,
                 reader=skills.reader,
             )
     return [winners[k] for k in sorted(winners)], problems

@@ -1,32 +1,24 @@
-"""`LocalDir`: skills from a local directory, one sub-directory each (docs/runtime.md)."""
+"""`LocalDir`: skills from a local directory, one sub-directory each (docs/runtime.md).
+
+It is `FsspecDir`'s local case: the same layer, checked with a stat walk (mtime and ctime in
+nanoseconds, size, inode, mode of every file) instead of an fsspec listing.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 
 from skillfs.errors import StoreUnavailable
-from skillfs.model import FileEntry, Finding, Manifest
 from skillfs.names import is_hidden_dir
-from skillfs.runtime.checked import (
-    SKIPPED_DIRS,
-    Blobs,
-    CheckedLayer,
-    build_manifest,
-    content_digest,
-    safe_name,
-)
-from skillfs.runtime.layers import LayerSkills
-from skillfs.store_blobs import sha256
-from skillfs.validation import finding
-
-_StatKey = tuple[int, int, int, int, int]
+from skillfs.runtime.checked import SKIPPED_DIRS, safe_name
+from skillfs.runtime.fsspec_dir import FsspecDir, Listed
 
 
-class LocalDir(CheckedLayer):
+class LocalDir(FsspecDir):
     """A local directory whose sub-directories are skills (`~/.agent/skills/<skill>/SKILL.md`).
 
     A snapshot checks it at most every `check_interval` seconds, with a stat walk (mtime,
@@ -37,27 +29,22 @@ class LocalDir(CheckedLayer):
         self, path: str | os.PathLike[str], *, name: str | None = None, check_interval: float = 2.0
     ) -> None:
         self.path = Path(os.path.expanduser(os.fspath(path)))
+        super().__init__(str(self.path), check_interval=check_interval)
         base = safe_name(name or self.path.name)
         self.label = f"local:{base}"
         self.source_dir = f"local-{base}"
-        super().__init__(check_interval)
-        self._stats: dict[str, _StatKey] = {}
-        self._files: dict[str, tuple[FileEntry, bytes]] = {}  # "skill/path" -> entry, bytes
 
     def __repr__(self) -> str:
         return f"LocalDir({str(self.path)!r})"
 
-    def _refresh(self) -> None:
-        """Re-read the directory when something changed on disk."""
-        stats = dict(self._walk())
-        if stats != self._stats:
-            self._state = self._rebuild(stats)
-            self._stats = stats
+    def _read(self, rel: str) -> bytes:
+        return (self.path / rel).read_bytes()
 
-    def _walk(self) -> Iterator[tuple[str, _StatKey]]:
+    def _walk(self) -> Iterator[Listed]:
         try:
             tops = sorted(os.scandir(self.path), key=lambda d: d.name)
         except FileNotFoundError:
+            self._missing()
             return
         except OSError as exc:
             raise StoreUnavailable(f"cannot read skills directory {self.path}: {exc}") from exc
@@ -73,54 +60,5 @@ class LocalDir(CheckedLayer):
                     with contextlib.suppress(OSError):  # vanished or unreadable: left out
                         st = os.stat(os.path.join(dirpath, n))
                         if stat.S_ISREG(st.st_mode):
-                            key = (
-                                st.st_mtime_ns,
-                                st.st_ctime_ns,
-                                st.st_size,
-                                st.st_ino,
-                                st.st_mode,
-                            )
-                            yield f"{rel}/{n}", key
-
-    def _rebuild(self, stats: Mapping[str, _StatKey]) -> LayerSkills:
-        old = self._files
-        files: dict[str, tuple[FileEntry, bytes]] = {}
-        unreadable: dict[str, list[Finding]] = {}
-        for rel, key in stats.items():
-            skill = rel.split("/", 1)[0]
-            if rel in old and self._stats.get(rel) == key:
-                files[rel] = old[rel]
-                continue
-            try:
-                data = (self.path / rel).read_bytes()
-            except OSError as exc:
-                unreadable.setdefault(skill, []).append(
-                    finding("error", None, "unreadable", f"cannot read {rel}: {exc}")
-                )
-                continue
-            mode = 0o755 if key[4] & 0o111 else 0o644
-            entry = FileEntry(
-                sha256=sha256(data),
-                size=len(data),
-                mode=mode,
-                mtime=key[0] / 1e9,
-            )
-            files[rel] = (entry, data)
-        self._files = files
-        by_skill: dict[str, dict[str, tuple[FileEntry, bytes]]] = {}
-        for rel, item in files.items():
-            skill, path = rel.split("/", 1)
-            by_skill.setdefault(skill, {})[path] = item
-        previous = self._state.manifests
-        manifests: dict[str, Manifest] = {}
-        for skill, skill_files in by_skill.items():
-            table = {p: e for p, (e, _) in skill_files.items()}
-            prev = previous.get(skill)
-            same = prev is not None and prev.commit_id == content_digest(table)
-            if prev is not None and same and skill not in unreadable:
-                manifests[skill] = prev  # unchanged: keep the object (and its parsed frontmatter)
-                continue
-            newest = max(e.mtime for e in table.values())
-            manifests[skill] = build_manifest(skill, skill_files, unreadable.get(skill, []), newest)
-        blobs = Blobs({e.sha256: d for e, d in files.values()})
-        return LayerSkills(manifests, blobs)
+                            key = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+                            yield Listed(f"{rel}/{n}", key, st.st_mode, st.st_mtime_ns / 1e9)

@@ -10,6 +10,7 @@ when their content changes, so "did anything change" is a handful of `is` compar
 from __future__ import annotations
 
 import asyncio
+import logging
 import operator
 import threading
 import time
@@ -20,12 +21,17 @@ from skillfs.errors import InvalidPath, StoreUnavailable
 from skillfs.model import Revision, Scope
 from skillfs.names import check_id
 from skillfs.runtime.follower import Follower, follower_for
+from skillfs.runtime.fsspec_dir import FsspecDir
 from skillfs.runtime.git_repo import GitRepo
 from skillfs.runtime.layers import Layer, LayerSkills, Market, StoreScope, merge
-from skillfs.runtime.local_dir import LocalDir
 from skillfs.runtime.snapshot import MergedSkills, Snapshot
 from skillfs.runtime.usage import UsageRecorder, recorder_for
 from skillfs.store import Store, open_store
+
+log = logging.getLogger("skillfs.runtime")
+
+#: Market domains already reported missing in this process: a typo is said once, not per step.
+_missing_warned: set[tuple[int, str]] = set()
 
 
 def _identical(a: tuple[LayerSkills, ...], b: tuple[LayerSkills, ...]) -> bool:
@@ -46,7 +52,7 @@ class Skills:
         store: Store | str,
         agent_id: str,
         user_id: str,
-        layers: Sequence[LocalDir | GitRepo | Market] = (),
+        layers: Sequence[FsspecDir | GitRepo | Market] = (),
         *,
         max_staleness: float | None = None,
     ) -> None:
@@ -55,9 +61,9 @@ class Skills:
         self.user_id = check_id("user", user_id)
         self.max_staleness = max_staleness
         for layer in layers:
-            if not isinstance(layer, LocalDir | GitRepo | Market):
+            if not isinstance(layer, FsspecDir | GitRepo | Market):
                 raise InvalidPath(
-                    f"layer {layer!r} is not a LocalDir, GitRepo or Market: "
+                    f"layer {layer!r} is not a LocalDir, FsspecDir, GitRepo or Market: "
                     "the agent-shared and per-user scopes are added on top by themselves"
                 )
         self.layers: tuple[Layer, ...] = (
@@ -85,7 +91,7 @@ class Skills:
                 follower.watch_timeout = min(follower.watch_timeout, max(max_staleness / 2, 0.01))
         self._usage: UsageRecorder = recorder_for(self.store, agent_id)
         self._disk = [
-            (i, x) for i, x in enumerate(self.layers) if isinstance(x, LocalDir | GitRepo)
+            (i, x) for i, x in enumerate(self.layers) if isinstance(x, FsspecDir | GitRepo)
         ]
         self._lock = threading.Lock()
         self._confirmed = -float("inf")  # when the last store round trip started
@@ -121,6 +127,20 @@ class Skills:
                     return self._last._replace(stale=True)
                 raise
 
+    def wait_changed(self, token: str, timeout: float) -> Snapshot:
+        """Block until the view differs from the one whose token is `token`, or `timeout`
+        passes, and return the snapshot then. Woken by the agent's watch as soon as it sees
+        a change; markets, disk and Git layers are looked at about every second."""
+        deadline = time.monotonic() + timeout
+        while True:
+            agent = self._plan[0][0]
+            seen = agent.ready
+            snap = self.snapshot()
+            left = deadline - time.monotonic()
+            if snap.token != token or left <= 0:
+                return snap
+            agent.wait_past(seen, min(left, 1.0))
+
     async def asnapshot(self, *, allow_stale: bool = False) -> Snapshot:
         """`snapshot()` for asyncio code, run in a worker thread (the store clients block)."""
         return await asyncio.to_thread(self.snapshot, allow_stale=allow_stale)
@@ -141,6 +161,7 @@ class Skills:
             seen[follower.domain] = rev
             for i, state in zip(idx, got, strict=True):
                 states[i] = state
+        self._warn_missing(seen)
         for i, layer in self._disk:
             states[i] = layer.state()
         now = cast(tuple[LayerSkills, ...], tuple(states))  # every slot is filled above
@@ -164,6 +185,22 @@ class Skills:
             )
         self._last, self._states = snap, now
         return snap
+
+    def _warn_missing(self, seen: dict[str, Revision | None]) -> None:
+        """A market that was never written is most likely a typo (`Market("typo")`): its layer
+        is empty. Say so once per process and market, naming the markets that exist."""
+        for domain, revision in seen.items():
+            key = (id(self.store), domain)
+            if revision is not None or not domain.startswith("markets/") or key in _missing_warned:
+                continue
+            _missing_warned.add(key)
+            known = ", ".join(self.store.markets()) or "none"
+            log.warning(
+                "market %r does not exist in %s: its layer is empty (markets: %s)",
+                domain.split("/", 1)[1],
+                self.store.url,
+                known,
+            )
 
     def _fresh_enough(self, now: float) -> bool:
         if self.max_staleness is None or self._last is None:

@@ -13,7 +13,6 @@ import copy
 import difflib
 import hashlib
 import json
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -23,26 +22,12 @@ from skillfs.model import FileEntry, Revision
 from skillfs.names import normalize_path
 from skillfs.runtime.layers import Problem, SkillInfo
 from skillfs.runtime.materialize import materialize
+from skillfs.runtime.prompt import MAX_DESCRIPTION, PromptOptions, render
 from skillfs.runtime.usage import UsageRecorder
 from skillfs.skill_md import SKILL_MD, parse_skill_md
 
 ToolStyle = Literal["openai", "anthropic"]
 TOOL_NAMES = ("load_skill_through_path", "read_skill", "search_skills")
-
-# XML 1.0 forbids these characters even escaped; a description holding one would break the block.
-_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
-
-
-def xml_escape(text: str) -> str:
-    """Text for an XML element: &, <, >, quotes escaped; characters XML forbids dropped."""
-    text = _XML_INVALID.sub("", text)
-    return (
-        text.replace("&", "&amp;")
-        .replace("<", "&lt;")
-        .replace(">", "&gt;")
-        .replace('"', "&quot;")
-        .replace("'", "&apos;")
-    )
 
 
 def view_token(skills: Sequence[SkillInfo]) -> str:
@@ -60,78 +45,72 @@ class MergedSkills:
         self.skills = tuple(skills)
         self.token = view_token(self.skills)
         self.by_id = {s.id: s for s in self.skills}
-        self._prompts: dict[Path | None, str] = {}
+        self._prompts: dict[tuple[Path | None, PromptOptions], str] = {}
         self._tools: dict[tuple[bool, ToolStyle], list[dict[str, Any]]] = {}
 
-    def prompt(self, files_root: Path | None) -> str:
-        text = self._prompts.get(files_root)
+    def prompt(self, files_root: Path | None, options: PromptOptions) -> str:
+        key = (files_root, options)
+        text = self._prompts.get(key)
         if text is None:
-            lines = ["<available_skills>"]
-            for s in self.skills:
-                lines += [
-                    "  <skill>",
-                    f"    <name>{xml_escape(s.name)}</name>",
-                    f"    <description>{xml_escape(s.description)}</description>",
-                    f"    <skill-id>{xml_escape(s.id)}</skill-id>",
-                ]
-                if files_root is not None:
-                    root = files_root / s.source_dir / s.id
-                    lines.append(f"    <files-root>{xml_escape(str(root))}</files-root>")
-                lines.append("  </skill>")
-            lines.append("</available_skills>")
-            text = self._prompts[files_root] = "\n".join(lines)
+            text = self._prompts[key] = render(self.skills, files_root, options)
         return text
 
     def tools(self, enum: bool, style: ToolStyle) -> list[dict[str, Any]]:
         key = (enum, style)
         defs = self._tools.get(key)
-        if defs is None:
-            defs = self._tools[key] = [_shape(t, style) for t in self._tool_specs(enum)]
+        if defs is None:  # no skills, no skill tools (as no block: runtime/prompt.py)
+            specs = self._tool_specs(enum) if self.skills else []
+            defs = self._tools[key] = [_shape(t, style) for t in specs]
         return copy.deepcopy(defs)
 
     def _tool_specs(self, enum: bool) -> list[tuple[str, str, dict[str, Any]]]:
-        skill_id: dict[str, Any] = {
-            "type": "string",
-            "description": "The <skill-id> of a skill listed in <available_skills>.",
+        return tool_specs([s.id for s in self.skills] if enum and self.skills else None)
+
+
+def tool_specs(enum: Sequence[str] | None = None) -> list[tuple[str, str, dict[str, Any]]]:
+    """(name, description, JSON schema) of the skill tools; `enum`: the skill ids to allow."""
+    skill_id: dict[str, Any] = {
+        "type": "string",
+        "description": "The <skill-id> of a skill listed in <available_skills>.",
+    }
+    if enum is not None:
+        skill_id["enum"] = list(enum)
+
+    def params(**props: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": props,
+            "required": list(props),
+            "additionalProperties": False,
         }
-        if enum and self.skills:
-            skill_id["enum"] = [s.id for s in self.skills]
 
-        def params(**props: dict[str, Any]) -> dict[str, Any]:
-            return {
-                "type": "object",
-                "properties": props,
-                "required": list(props),
-                "additionalProperties": False,
-            }
-
-        return [
-            (
-                "load_skill_through_path",
-                "Load a skill's instructions or one of its files. Call it with path "
-                "'SKILL.md' before using a skill from <available_skills>, then load the "
-                "files its instructions mention by their path relative to the skill.",
-                params(
-                    skill_id=skill_id,
-                    path={
-                        "type": "string",
-                        "description": "A path inside the skill, e.g. 'SKILL.md' or "
-                        "'references/guide.md'.",
-                    },
-                ),
+    return [
+        (
+            "load_skill_through_path",
+            "Load a skill's instructions or one of its files. Call it with path "
+            "'SKILL.md' before using a skill from <available_skills>, then load the "
+            "files its instructions mention by their path relative to the skill.",
+            params(
+                skill_id=skill_id,
+                path={
+                    "type": "string",
+                    "description": "A path inside the skill, e.g. 'SKILL.md' or "
+                    "'references/guide.md'.",
+                },
             ),
-            (
-                "read_skill",
-                "Read a skill's instructions: its SKILL.md without the YAML frontmatter.",
-                params(skill_id=skill_id),
-            ),
-            (
-                "search_skills",
-                "Find available skills whose name, description or file paths contain every "
-                "word of the query.",
-                params(query={"type": "string", "description": "Words to look for."}),
-            ),
-        ]
+        ),
+        (
+            "read_skill",
+            "Read a skill's instructions: its SKILL.md without the YAML frontmatter.",
+            params(skill_id=skill_id),
+        ),
+        (
+            "search_skills",
+            "Find available skills whose name, description or file paths contain every "
+            "word of the query.",
+            params(query={"type": "string", "description": "Words to look for."}),
+        ),
+    ]
 
 
 def _shape(spec: tuple[str, str, dict[str, Any]], style: ToolStyle) -> dict[str, Any]:
@@ -275,9 +254,13 @@ class Snapshot:
 
     def read_skill(self, skill_id: str) -> str:
         """The skill's instructions: SKILL.md without its frontmatter."""
+        s = self.skill(skill_id)
         data = self.read_bytes(skill_id, SKILL_MD)
         self._usage.add(self.user_id, skill_id)
-        return parse_skill_md(data).body.strip("\n") + "\n"
+        body = parse_skill_md(data).body.strip("\n") + "\n"
+        if len(s.description.strip()) > MAX_DESCRIPTION:  # the prompt showed it cut
+            return f"Description: {s.description.strip()}\n\n{body}"
+        return body
 
     def search_skills(self, query: str) -> list[SkillInfo]:
         """Skills whose id, name, description or a file path contains every word of `query`,
@@ -299,13 +282,15 @@ class Snapshot:
 
     # ------------------------------------------------------------------ prompt and tools
 
-    def prompt(self) -> str:
-        """The `<available_skills>` block for the system prompt; cached per token."""
-        return self._merged.prompt(self.files_root)
+    def prompt(self, options: PromptOptions | None = None) -> str:
+        """The `<available_skills>` block for the system prompt, or the form `options` ask
+        for (runtime/prompt.py); empty when the view holds no skill. Cached per token."""
+        return self._merged.prompt(self.files_root, options or _DEFAULT_PROMPT)
 
     def tools(self, *, enum: bool = False, style: ToolStyle = "openai") -> list[dict[str, Any]]:
         """Tool definitions (JSON schema) for `load_skill_through_path`, `read_skill` and
-        `search_skills`, in OpenAI's function-tool shape or Anthropic's (`style`). The skill
+        `search_skills`, in OpenAI's function-tool shape or Anthropic's (`style`); none
+        when the view holds no skill. The skill
         id is a plain string unless `enum`: an enum changes the tools whenever a skill is
         added, which invalidates the provider's prompt cache."""
         return self._merged.tools(enum, style)
@@ -347,6 +332,9 @@ class Snapshot:
         root = Path(directory).expanduser().resolve()
         materialize(self.skills, root, self.token)
         return self._replace(files_root=root)
+
+
+_DEFAULT_PROMPT = PromptOptions()
 
 
 def _arg(args: Mapping[str, Any], key: str) -> str:

@@ -1,0 +1,35 @@
+"""`skillfs mcp`: the MCP Skills extension on stdin/stdout, for desktop hosts
+(docs/integrations.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from skillfs.commands.common import AgentOption, StoreOption, TokenOption, command, connect
+
+
+@command("mcp", "Serve")
+def mcp(
+    agent: AgentOption,
+    user: Annotated[
+        str, typer.Option("--user", "-u", metavar="USER", show_default=False, help="User id.")
+    ],
+    markets: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--market",
+            metavar="NAME",
+            show_default=False,
+            help="A market layer, lowest first (repeatable).",
+        ),
+    ] = None,
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Serve the skills of (agent, user) over MCP on stdin/stdout: skills/list, skills/get,
+    skill:// resources and the skill tools, fresh at every request."""
+    from skillfs.mcp import run_stdio  # the MCP SDK is imported only by this command
+
+    run_stdio(connect(store_url, token), agent, user, markets or [])

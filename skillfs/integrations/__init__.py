@@ -1,0 +1,4 @@
+"""Adapters for agent frameworks (docs/integrations.md), each behind its optional dependency:
+`skillfs.integrations.deepagents` (`pip install skillfs[deepagents]`) and
+`skillfs.integrations.openai_agents` (`pip install skillfs[openai-agents]`). Import the module
+you need; this package imports neither framework."""

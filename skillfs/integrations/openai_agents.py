@@ -1,0 +1,62 @@
+"""Skills for the OpenAI Agents SDK (`pip install skillfs[openai-agents]`).
+
+```python
+kit = AgentSkills(Skills(store, "support-bot", "alice"), base="You are a support agent.")
+agent = Agent(name="support", instructions=kit.instructions, tools=kit.tools)
+```
+
+The SDK calls `instructions` at every model turn: each call takes a fresh snapshot and returns
+its prompt block (docs/runtime.md), so an edit shows at the next turn, and an unchanged view
+gives byte-identical instructions (prompt caches stay warm). The tools `load_skill_through_path`,
+`read_skill` and `search_skills` answer from a fresh snapshot too, and are disabled while the
+view holds no skill.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from agents import Agent, FunctionTool, RunContextWrapper
+from agents.tool_context import ToolContext
+
+from skillfs.runtime import PromptOptions, Skills
+from skillfs.runtime.snapshot import tool_specs
+
+
+class AgentSkills:
+    """Dynamic instructions and function tools over one (agent, user) view."""
+
+    def __init__(
+        self, skills: Skills, *, base: str = "", prompt: PromptOptions | None = None
+    ) -> None:
+        self.skills = skills
+        self.base = base
+        self.prompt = prompt
+        self.tools: list[FunctionTool] = [
+            FunctionTool(
+                name=name,
+                description=description,
+                params_json_schema=schema,
+                on_invoke_tool=self._invoker(name),
+                strict_json_schema=True,
+                is_enabled=self._has_skills,
+            )
+            for name, description, schema in tool_specs()
+        ]
+
+    async def instructions(self, ctx: RunContextWrapper[Any], agent: Agent[Any]) -> str:
+        """`base`, then the skills block of a fresh snapshot (nothing when there are none)."""
+        block = (await self.skills.asnapshot()).prompt(self.prompt)
+        return "\n\n".join(part for part in (self.base, block) if part)
+
+    async def _has_skills(self, ctx: RunContextWrapper[Any], agent: Any) -> bool:
+        return bool((await self.skills.asnapshot()).skills)
+
+    def _invoker(self, name: str) -> Any:
+        async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
+            # Errors come back as text, so the model reads the ids or paths that exist.
+            snap = await self.skills.asnapshot()
+            return await asyncio.to_thread(snap.call_tool, name, arguments)
+
+        return invoke

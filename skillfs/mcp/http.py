@@ -1,0 +1,145 @@
+"""The MCP endpoint over streamable HTTP, for a server to mount at `/mcp`.
+
+```python
+mcp = McpHttp(store, tokens)
+app = Starlette(routes=[Mount("/mcp", app=mcp)], lifespan=lambda app: mcp.lifespan())
+```
+
+Requests carry the same bearer tokens as gRPC (`skillfs.auth.Tokens`). The view is
+(agent, user[, markets]) from the query string (`/mcp?agent=support-bot&user=alice&market=team`)
+or the headers `X-Skillfs-Agent`, `X-Skillfs-User`, `X-Skillfs-Market`; a token granted one
+user's scope needs neither. The token must be allowed to read every scope of the view, so a
+token for alice can never read bob's files, whatever URI it asks for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import parse_qs
+
+from mcp.server.context import ServerRequestContext
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from starlette.types import Receive, Scope, Send
+
+from skillfs.auth import Level, Principal, Tokens, Unauthenticated
+from skillfs.errors import PermissionDenied, SkillfsError
+from skillfs.mcp.server import build_server
+from skillfs.mcp.views import ViewKey, Views
+from skillfs.model import Scope as SkillScope
+from skillfs.names import check_id
+from skillfs.store import Store
+
+#: Where the resolved view travels from the ASGI layer to the MCP handlers.
+VIEW_KEY = "skillfs.mcp.view"
+
+
+class McpHttp:
+    """An ASGI app serving MCP over streamable HTTP; run `lifespan()` around it."""
+
+    def __init__(
+        self,
+        store: Store,
+        tokens: Tokens,
+        *,
+        page_size: int = 100,
+        ttl_ms: int = 0,
+        max_views: int = 1000,
+    ) -> None:
+        self.store = store
+        self.tokens = tokens
+        views = Views(store, _resolved, max_views=max_views)
+        self.server = build_server(views, page_size=page_size, ttl_ms=ttl_ms)
+        self._manager: StreamableHTTPSessionManager | None = None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[None]:
+        """Sessions and the views' watches live inside this: enter it in the app's lifespan."""
+        manager = StreamableHTTPSessionManager(app=self.server)
+        async with manager.run():
+            self._manager = manager
+            try:
+                yield
+            finally:
+                self._manager = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        if self._manager is None:
+            await _reply(send, 503, "the MCP endpoint is not running (enter McpHttp.lifespan())")
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        try:
+            principal = self.tokens.authenticate(headers.get("authorization"))
+            key = view_for(principal, headers, scope.get("query_string", b"").decode("latin-1"))
+        except Unauthenticated as exc:
+            await _reply(send, 401, str(exc), {"www-authenticate": 'Bearer realm="skillfs"'})
+            return
+        except PermissionDenied as exc:
+            await _reply(send, 403, str(exc))
+            return
+        except (SkillfsError, ValueError) as exc:
+            await _reply(send, 400, str(exc))
+            return
+        await self._manager.handle_request({**scope, VIEW_KEY: key}, receive, send)
+
+
+def _resolved(ctx: ServerRequestContext[Any, Any]) -> ViewKey:
+    """The view `__call__` resolved for this request's HTTP request."""
+    if ctx.request is None:
+        raise PermissionDenied("an MCP request over HTTP must come through McpHttp")
+    key: ViewKey = ctx.request.scope[VIEW_KEY]
+    return key
+
+
+def view_for(principal: Principal, headers: dict[str, str], query: str) -> ViewKey:
+    """The view a request asks for, checked against the token's grants."""
+    params = parse_qs(query)
+
+    def values(name: str) -> list[str]:
+        header = headers.get(f"x-skillfs-{name}")
+        got = params.get(name) or ([v.strip() for v in header.split(",")] if header else [])
+        return [v for v in got if v]
+
+    agents, users = values("agent"), values("user")
+    if len(agents) > 1 or len(users) > 1:
+        raise ValueError("give one agent and one user per MCP endpoint URL")
+    if not agents or not users:
+        own = sorted(
+            {(g.ident, g.user) for g in principal.grants if g.part == "user" and g.ident and g.user}
+        )
+        if len(own) != 1:
+            raise ValueError(
+                f"token {principal.name!r} does not name one user: add ?agent=AGENT&user=USER "
+                "to the MCP endpoint URL (or the X-Skillfs-Agent and X-Skillfs-User headers)"
+            )
+        agents, users = agents or [own[0][0] or ""], users or [own[0][1] or ""]
+    key = ViewKey(
+        check_id("agent", agents[0]),
+        check_id("user", users[0]),
+        tuple(check_id("market", m) for m in values("market")),
+    )
+    scopes = [
+        SkillScope.user(key.agent, key.user),
+        SkillScope.shared(key.agent),
+        *(SkillScope.market(m) for m in key.markets),
+    ]
+    for each in scopes:
+        principal.require(Level.read, each)
+    return key
+
+
+async def _reply(
+    send: Send, status: int, message: str, extra: dict[str, str] | None = None
+) -> None:
+    body = json.dumps({"error": message}).encode()
+    headers: list[tuple[bytes, bytes]] = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        *((k.encode(), v.encode()) for k, v in (extra or {}).items()),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

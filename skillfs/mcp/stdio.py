@@ -1,0 +1,33 @@
+"""`skillfs mcp`: one (agent, user) view served on stdin/stdout, for desktop hosts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.stdio import stdio_server
+
+from skillfs.mcp.server import build_server
+from skillfs.mcp.views import ViewKey, Views
+from skillfs.names import check_id
+from skillfs.store import Store
+
+
+def run_stdio(store: Store, agent: str, user: str, markets: Sequence[str] = ()) -> None:
+    """Serve until stdin closes. Every request sees the same view, fresh at each request."""
+    key = ViewKey(
+        check_id("agent", agent),
+        check_id("user", user),
+        tuple(check_id("market", m) for m in markets),
+    )
+    server = build_server(Views(store, lambda ctx: key))
+
+    async def main() -> None:
+        options = server.create_initialization_options(
+            NotificationOptions(resources_changed=True, tools_changed=True)
+        )
+        async with stdio_server() as (read, write):
+            await server.run(read, write, options)
+
+    anyio.run(main)

@@ -1,0 +1,160 @@
+"""The views an MCP server serves, one per (agent, user, markets), and the watch that tells
+their sessions of a change as soon as it lands.
+
+Every request takes a fresh snapshot of its view (docs/design.md §3 C3: an edit is seen at the
+next request; C4: everything one request reads is of one snapshot). Each view also has one
+watch task, woken by the runtime's follower (`Skills.wait_changed`); when the view's token
+moves it sends `notifications/resources/list_changed` to the sessions that read the view:
+on their `subscriptions/listen` streams (protocol 2026-07-28) and on the connection of
+handshake-era sessions (≤ 2025-11-25), which the SDK offers no registry of, so the view keeps
+the ones that called it (bounded).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from mcp.server.context import ServerRequestContext
+from mcp.server.session import ServerSession
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    ResourcesListChanged,
+    ToolsListChanged,
+)
+
+from skillfs.runtime import Market, Skills, Snapshot
+from skillfs.store import Store
+
+log = logging.getLogger("skillfs.mcp")
+
+#: How long one wait on the watch lasts before the task looks again (and can be cancelled).
+WAIT_SECONDS = 5.0
+#: Handshake-era sessions remembered per view for notifications (the oldest is forgotten).
+MAX_SESSIONS = 1000
+
+
+@dataclass(frozen=True)
+class ViewKey:
+    """Which skills a session sees: the worker view `Skills(store, agent, user, markets)`."""
+
+    agent: str
+    user: str
+    markets: tuple[str, ...] = ()
+
+
+class View:
+    """One view, shared by every session that reads it."""
+
+    def __init__(self, key: ViewKey, skills: Skills) -> None:
+        self.key = key
+        self.skills = skills
+        self.bus = InMemorySubscriptionBus()
+        self.listen = ListenHandler(self.bus)
+        self._sessions: OrderedDict[int, ServerSession] = OrderedDict()
+        self._cancel: anyio.CancelScope | None = None
+
+    async def snapshot(self) -> Snapshot:
+        """A fresh snapshot, taken in a thread (the store clients block)."""
+        return await anyio.to_thread.run_sync(self.skills.snapshot)
+
+    def remember(self, session: ServerSession) -> None:
+        """Notify this session of changes too (handshake-era sessions have no listen stream)."""
+        self._sessions[id(session)] = session
+        self._sessions.move_to_end(id(session))
+        while len(self._sessions) > MAX_SESSIONS:
+            self._sessions.popitem(last=False)
+
+    async def watch(self, limiter: anyio.CapacityLimiter) -> None:
+        """Until cancelled: wait for the view to change, then tell its sessions."""
+        with anyio.CancelScope() as scope:
+            self._cancel = scope
+            snap = await self.snapshot()
+            while True:
+                try:
+                    now = await anyio.to_thread.run_sync(
+                        self.skills.wait_changed,
+                        snap.token,
+                        WAIT_SECONDS,
+                        limiter=limiter,
+                        abandon_on_cancel=True,
+                    )
+                except Exception as exc:  # the store is down: the next request reports it
+                    log.warning("watching %s: %s", self.key, exc)
+                    await anyio.sleep(1.0)
+                    continue
+                if now.token != snap.token:
+                    await self._notify(tools=bool(now.skills) != bool(snap.skills))
+                snap = now
+
+    async def _notify(self, *, tools: bool) -> None:
+        await self.bus.publish(ResourcesListChanged())
+        if tools:  # the skill tools come and go with the skills
+            await self.bus.publish(ToolsListChanged())
+        for session in list(self._sessions.values()):
+            try:  # best effort: the connection may be gone
+                await session.send_resource_list_changed()
+                if tools:
+                    await session.send_tool_list_changed()
+            except Exception:
+                self._sessions.pop(id(session), None)
+
+    def close(self) -> None:
+        if self._cancel is not None:
+            self._cancel.cancel()
+        self.listen.close()
+        self.skills.close()
+
+
+Resolver = Callable[[ServerRequestContext[Any, Any]], ViewKey]
+
+
+class Views:
+    """The views of one MCP server: `resolve` says which view a request is for (fixed for
+    stdio; from the bearer token and the request for HTTP). At most `max_views` are kept;
+    the least recently used one is closed first."""
+
+    def __init__(self, store: Store, resolve: Resolver, *, max_views: int = 1000) -> None:
+        self.store = store
+        self.resolve = resolve
+        self.max_views = max_views
+        self._views: OrderedDict[ViewKey, View] = OrderedDict()
+        self._tasks: anyio.abc.TaskGroup | None = None
+        self._limiter = anyio.CapacityLimiter(max_views)  # watches wait in their own threads
+
+    def view(self, ctx: ServerRequestContext[Any, Any]) -> View:
+        """The view of this request (created, and its watch started, on first use)."""
+        key = self.resolve(ctx)
+        view = self._views.get(key)
+        if view is None:
+            layers = [Market(m) for m in key.markets]
+            view = self._views[key] = View(key, Skills(self.store, key.agent, key.user, layers))
+            if self._tasks is not None:
+                self._tasks.start_soon(view.watch, self._limiter)
+            while len(self._views) > self.max_views:
+                self._views.popitem(last=False)[1].close()
+        self._views.move_to_end(key)
+        view.remember(ctx.session)
+        return view
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The watches run inside this (the MCP server's lifespan)."""
+        async with anyio.create_task_group() as tasks:
+            self._tasks = tasks
+            for view in self._views.values():
+                tasks.start_soon(view.watch, self._limiter)
+            try:
+                yield
+            finally:
+                self._tasks = None
+                for view in self._views.values():
+                    view.close()
+                self._views.clear()
+                tasks.cancel_scope.cancel()

@@ -1,0 +1,127 @@
+"""The skills block of the system prompt (docs/runtime.md "The prompt block").
+
+The default (`PromptOptions()`) is the `<available_skills>` XML block the runtime has always
+produced, so prompt caches stay warm; the options add an instruction header, a Markdown form
+and grouping by source layer. An empty view gives no block at all: the Agent Skills client
+guide (agentskills.io/integrate-skills) says to omit the skills section when there are none.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import groupby
+from pathlib import Path
+from typing import Literal
+
+from skillfs.runtime.layers import SkillInfo
+
+#: The Agent Skills specification's limit on a description (agentskills.io/specification).
+MAX_DESCRIPTION = 1024
+CUT_MARKER = " […] (cut at 1024 characters; read_skill gives the whole description)"
+
+#: The header `PromptOptions(header=True)` puts above the block.
+DEFAULT_HEADER = (
+    "You have skills: folders of instructions, scripts and resources for specialized tasks. "
+    "When a task matches a skill's description, load its SKILL.md with "
+    "load_skill_through_path before acting, then load the files it mentions as needed."
+)
+
+# XML 1.0 forbids these characters even escaped; a description holding one would break the block.
+_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def xml_escape(text: str) -> str:
+    """Text for an XML text node: &, <, > and double quotes escaped, characters XML forbids
+    dropped. A single quote needs no escape in a text node, and `&apos;` is noise the model
+    reads, so it stays as it is."""
+    text = _XML_INVALID.sub("", text)
+    return (
+        text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    )
+
+
+def prompt_description(text: str) -> str:
+    """A description as the prompt shows it: a block scalar's trailing newline and surrounding
+    spaces stripped (as the reference implementation, skills-ref, does), cut with a marker
+    past the specification's 1,024 characters."""
+    text = text.strip()
+    if len(text) > MAX_DESCRIPTION:
+        return text[:MAX_DESCRIPTION].rstrip() + CUT_MARKER
+    return text
+
+
+@dataclass(frozen=True)
+class PromptOptions:
+    """How `Snapshot.prompt()` renders the skills.
+
+    `header`: True for `DEFAULT_HEADER`, or your own text, put above the block.
+    `style`: "xml" (`<available_skills>`) or "markdown" (a bulleted list).
+    `group_by_source`: one group per source layer (by label) instead of one list."""
+
+    header: bool | str = False
+    style: Literal["xml", "markdown"] = "xml"
+    group_by_source: bool = False
+
+
+def render(skills: Sequence[SkillInfo], files_root: Path | None, options: PromptOptions) -> str:
+    """The block for `skills` (sorted by id); empty when there are none."""
+    if not skills:
+        return ""
+    groups: list[tuple[str | None, list[SkillInfo]]]
+    if options.group_by_source:
+        by_source = sorted(skills, key=lambda s: (s.source, s.id))
+        groups = [(src, list(g)) for src, g in groupby(by_source, key=lambda s: s.source)]
+    else:
+        groups = [(None, list(skills))]
+    body = (
+        _markdown(groups, files_root) if options.style == "markdown" else _xml(groups, files_root)
+    )
+    header = DEFAULT_HEADER if options.header is True else options.header or ""
+    return f"{header}\n\n{body}" if header else body
+
+
+def _root(files_root: Path | None, s: SkillInfo) -> str | None:
+    return None if files_root is None else str(files_root / s.source_dir / s.id)
+
+
+def _xml(groups: list[tuple[str | None, list[SkillInfo]]], files_root: Path | None) -> str:
+    lines = ["<available_skills>"]
+    for source, skills in groups:
+        pad = "  "
+        if source is not None:
+            lines.append(f'  <source name="{xml_escape(source)}">')
+            pad = "    "
+        for s in skills:
+            description = xml_escape(prompt_description(s.description))
+            lines += [
+                f"{pad}<skill>",
+                f"{pad}  <name>{xml_escape(s.name)}</name>",
+                f"{pad}  <description>{description}</description>",
+                f"{pad}  <skill-id>{xml_escape(s.id)}</skill-id>",
+            ]
+            root = _root(files_root, s)
+            if root is not None:
+                lines.append(f"{pad}  <files-root>{xml_escape(root)}</files-root>")
+            lines.append(f"{pad}</skill>")
+        if source is not None:
+            lines.append("  </source>")
+    lines.append("</available_skills>")
+    return "\n".join(lines)
+
+
+def _markdown(groups: list[tuple[str | None, list[SkillInfo]]], files_root: Path | None) -> str:
+    lines = ["## Available skills"]
+    for source, skills in groups:
+        lines.append("")
+        if source is not None:
+            lines += [f"### From {source}", ""]
+        for s in skills:
+            description = " ".join(prompt_description(s.description).split())
+            line = f"- **{s.name}** (skill id `{s.id}`): {description}"
+            root = _root(files_root, s)
+            if root is not None:
+                line += f" Files: `{root}`"
+            lines.append(line)
+    return "\n".join(lines)

@@ -1,0 +1,113 @@
+"""`SkillfsBackend` under a real deep agent (deepagents' own graph, tools and middleware) driven
+by langchain's fake chat model, no network: the agent reads a skill, an operator publishes an
+edit, and the same thread's next step reads the edit; writes become commits to the user's
+scope; the backend answers ls, read with offset/limit, glob and grep."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+pytest.importorskip("deepagents")
+
+from deepagents import create_deep_agent
+from deepagents.backends import CompositeBackend, StateBackend
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+
+import skillfs
+from skillfs.integrations.deepagents import SkillfsBackend, fresh_skills
+from tests.runtime_helpers import md
+
+SHARED = skillfs.Scope.shared("bot")
+ALICE = skillfs.Scope.user("bot", "alice")
+
+
+class ScriptedChat(GenericFakeChatModel):
+    """langchain's fake chat model, accepting the tools a deep agent binds and recording what
+    it was sent."""
+
+    sent: list[list[BaseMessage]] = []
+
+    def bind_tools(self, tools: Any, *, tool_choice: Any = None, **kw: Any) -> ScriptedChat:
+        return self
+
+    def _generate(self, messages: list[BaseMessage], *a: Any, **kw: Any) -> Any:
+        self.sent.append(list(messages))
+        return super()._generate(messages, *a, **kw)
+
+
+def read_call(path: str, call_id: str) -> AIMessage:
+    args = {"file_path": path, "offset": 0, "limit": 50}
+    return AIMessage(content="", tool_calls=[{"name": "read_file", "args": args, "id": call_id}])
+
+
+def tool_texts(result: dict[str, Any]) -> list[str]:
+    return [str(m.content) for m in result["messages"] if isinstance(m, ToolMessage)]
+
+
+def test_same_thread_reads_an_edit_published_between_steps() -> None:
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    store.publish(SHARED, "refunds", {"SKILL.md": md("refunds", "Handle refunds.", "Step one.")})
+    skills = skillfs.Skills(store, "bot", "alice")
+    model = ScriptedChat(
+        messages=iter(
+            [
+                read_call("/skills/refunds/SKILL.md", "c1"),
+                AIMessage(content="read it"),
+                read_call("/skills/refunds/SKILL.md", "c2"),
+                AIMessage(content="read it again"),
+            ]
+        )
+    )
+    backend = CompositeBackend(default=StateBackend(), routes={"/skills/": SkillfsBackend(skills)})
+    agent = create_deep_agent(
+        model=model, backend=backend, skills=["/skills/"], checkpointer=InMemorySaver()
+    )
+    config = {"configurable": {"thread_id": "t1"}}
+    first = agent.invoke({"messages": [HumanMessage("refund order 7")]}, config)
+    assert "Step one." in tool_texts(first)[-1]
+    assert "Handle refunds." in str(model.sent[0][0].content)  # the skills list in the prompt
+
+    store.publish(SHARED, "refunds", {"SKILL.md": md("refunds", "Handle refunds.", "Step two.")})
+    store.publish(SHARED, "returns", {"SKILL.md": md("returns", "Handle returns.")})
+    second = agent.invoke(fresh_skills({"messages": [HumanMessage("and order 8")]}), config)
+    assert "Step two." in tool_texts(second)[-1]  # the same thread reads the edit
+    assert "Handle returns." in str(model.sent[-1][0].content)  # and lists the new skill
+
+
+def test_backend_operations_and_writes_as_commits() -> None:
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    body = "\n".join(f"line {i}" for i in range(10))
+    store.publish(
+        SHARED, "guide", {"SKILL.md": md("guide", body=body), "references/style.md": b"be kind\n"}
+    )
+    backend = SkillfsBackend(skillfs.Skills(store, "bot", "alice"))
+    assert [e["path"] for e in backend.ls("/").entries or []] == ["/guide/"]
+    listed = backend.ls("/guide").entries or []
+    assert [(e["path"], e["is_dir"]) for e in listed] == [
+        ("/guide/SKILL.md", False),
+        ("/guide/references/", True),
+    ]
+    window = backend.read("/guide/SKILL.md", offset=7, limit=2)
+    assert window.file_data and window.file_data["content"] == "line 1\nline 2\n"
+    assert "unknown skill id 'nope'" in (backend.read("/nope/SKILL.md").error or "")
+    assert [m["path"] for m in backend.glob("**/*.md").matches or []] == [
+        "/guide/SKILL.md",
+        "/guide/references/style.md",
+    ]
+    assert [m["path"] for m in backend.grep("kind").matches or []] == ["/guide/references/style.md"]
+
+    assert backend.edit("/guide/references/style.md", "kind", "brief").error is None
+    copied = store.manifest(ALICE, "guide")  # copy-on-write into alice's scope, one commit
+    assert sorted(copied.files) == ["SKILL.md", "references/style.md"]
+    assert store.read(ALICE, "guide", "references/style.md") == b"be brief\n"
+    assert store.read(SHARED, "guide", "references/style.md") == b"be kind\n"
+    assert backend.write("/guide/notes.md", "mine").error is None
+    assert store.manifest(ALICE, "guide").version == 2
+    assert "read-only" in (
+        SkillfsBackend(backend.skills, writable=False).write("/guide/x.md", "x").error or ""
+    )

@@ -1,0 +1,191 @@
+"""`skillfs mcp` (stdio) and the MCP server's answers: FastMCP's skills client reads every file
+of every corpus skill byte for byte over stdio; the official SDK's client in both protocol eras
+(over stdio, and in process for the error cases); bad URIs get -32602 errors naming what
+exists; nested paths need no %2F; pagination, directory reads and the skill tools."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from fastmcp import Client as FastClient
+from fastmcp.client.transports import StdioTransport
+from fastmcp.skills import SkillsClientExtension
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+
+import skillfs
+from skillfs.mcp import ViewKey, Views, build_server
+from skillfs.mcp.server import DirectoryReadParams, GetSkillParams
+from tests.mcp_helpers import (
+    AGENT,
+    AnyResult,
+    GetSkill,
+    ReadDirectory,
+    digest,
+    publish_corpus,
+    sdk_list_skills,
+    stdio_command,
+    stdio_params,
+)
+from tests.runtime_helpers import md
+
+ALICE = skillfs.Scope.user(AGENT, "alice")
+
+
+def content_bytes(contents: list[Any]) -> bytes:
+    [c] = contents
+    return c.text.encode() if hasattr(c, "text") else base64.b64decode(c.blob)
+
+
+def test_fastmcp_reads_the_whole_corpus_over_stdio(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/skills.db"
+    corpus = publish_corpus(skillfs.open_store(url))
+    command, args, env = stdio_command(url)
+
+    async def main() -> None:
+        transport = StdioTransport(command, args, env=env)
+        async with FastClient(transport, extensions=[SkillsClientExtension()]) as client:
+            listed = await client.list_skills()
+            assert len(listed) == len(corpus) - 1  # claude-api: description over 1,024 chars
+            for skill in listed:
+                files = corpus[skill.frontmatter.name]
+                assert {r.uri.split("/", 3)[3] for r in skill.resources} == set(files)
+                for r in skill.resources:
+                    data = content_bytes(await client.read_resource(r.uri))
+                    assert digest(data) == r.digest and len(data) == r.size
+                    assert data == files[r.uri.split("/", 3)[3]], r.uri
+            data = content_bytes(await client.read_resource("skill://claude-api/SKILL.md"))
+            assert data == corpus["claude-api"]["SKILL.md"]  # left out of the list, still readable
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_official_client_over_stdio_sees_a_publish(tmp_path: Path, mode: str) -> None:
+    url = f"sqlite:///{tmp_path}/skills.db"
+    store = skillfs.open_store(url)
+    store.publish(ALICE, "first", {"SKILL.md": md("first"), "references/deep/a.md": b"deep"})
+
+    async def main() -> None:
+        got = anyio.Event()
+
+        async def on_message(message: Any) -> None:
+            if "ResourceListChanged" in type(getattr(message, "root", message)).__name__:
+                got.set()
+
+        async with Client(stdio_params(url), mode=mode, message_handler=on_message) as c:
+            assert "io.modelcontextprotocol/skills" in (c.server_capabilities.extensions or {})
+            assert (await c.read_resource("skill://first/references/deep/a.md")).contents
+            listen = c.listen(resources_list_changed=True) if mode == "auto" else None
+            async with listen or _nothing() as events:
+                store.publish(ALICE, "second", {"SKILL.md": md("second")})
+                with anyio.fail_after(10):
+                    if events is None:
+                        await got.wait()
+                    else:
+                        async for _ in events:
+                            break
+            names = [s["frontmatter"]["name"] for s in (await sdk_list_skills(c.session))["skills"]]
+            assert names == ["first", "second"]
+
+    anyio.run(main)
+
+
+class _nothing:
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+def in_process(store: skillfs.Store, **kw: Any) -> Client:
+    return Client(build_server(Views(store, lambda ctx: ViewKey(AGENT, "alice")), **kw))
+
+
+def test_bad_uris_get_errors_naming_what_exists() -> None:
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    store.publish(
+        ALICE, "code-reviewer", {"SKILL.md": md("code-reviewer"), "references/style.md": b"s"}
+    )
+
+    async def main() -> None:
+        async with in_process(store) as c:
+            read = await c.read_resource("skill://code-reviewer/references/style.md")
+            assert read.contents[0].text == "s"  # type: ignore[union-attr]
+            escaped = await c.read_resource("skill://code-reviewer/references%2Fstyle.md")
+            assert escaped.contents[0].text == "s"  # type: ignore[union-attr]
+            cases = {
+                "skill://code-reviewer/../other/SKILL.md": "'.', '..'",
+                "skill://nope/SKILL.md": "no skill 'nope'",
+                "skill://code-reviewer/missing.md": "no file of skill 'code-reviewer'",
+                "skill://code-reviewer/references": "is a directory",
+                "https://example.com/x": "not a skill:// URI",
+            }
+            for uri, words in cases.items():
+                with pytest.raises(MCPError) as info:
+                    await c.read_resource(uri)
+                assert info.value.error.code == -32602
+                assert words in info.value.error.message, info.value.error.message
+                assert "code-reviewer" in info.value.error.message  # what exists
+            with pytest.raises(MCPError, match=r"no skill 'nope'.*code-reviewer"):
+                await c.session.send_request(
+                    GetSkill(params=GetSkillParams(uri="skill://nope/SKILL.md")), AnyResult
+                )
+            root = await c.session.send_request(
+                ReadDirectory(params=DirectoryReadParams(uri="skill://code-reviewer")), AnyResult
+            )
+            children = root.model_dump(by_alias=True)["resources"]
+            assert [(x["name"], x["mimeType"]) for x in children] == [
+                ("SKILL.md", "text/markdown"),
+                ("references", "inode/directory"),
+            ]
+            with pytest.raises(
+                MCPError, match=r"not a directory.*skill://code-reviewer/references"
+            ):
+                await c.session.send_request(
+                    ReadDirectory(params=DirectoryReadParams(uri="skill://code-reviewer/x")),
+                    AnyResult,
+                )
+
+    anyio.run(main)
+
+
+def test_pagination_and_tools() -> None:
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    for i in range(5):
+        store.publish(ALICE, f"s{i}", {"SKILL.md": md(f"s{i}", f"Skill number {i}.")})
+
+    async def main() -> None:
+        async with in_process(store, page_size=2) as c:
+            names: list[str] = []
+            cursor = None
+            while True:
+                page = await sdk_list_skills(c.session, cursor)
+                names += [s["frontmatter"]["name"] for s in page["skills"]]
+                cursor = page.get("nextCursor")
+                if not cursor:
+                    break
+            assert names == [f"s{i}" for i in range(5)]
+            tools = {t.name for t in (await c.list_tools()).tools}
+            assert tools == {"load_skill_through_path", "read_skill", "search_skills"}
+            found = await c.call_tool("search_skills", {"query": "number 3"})
+            assert found.content[0].text.startswith("s3:")  # type: ignore[union-attr]
+            wrong = await c.call_tool("load_skill_through_path", {"skill_id": "s9", "path": "x"})
+            assert wrong.is_error and "s1, s2" in wrong.content[0].text  # type: ignore[union-attr]
+
+    anyio.run(main)
+
+
+def test_empty_view_has_no_tools() -> None:
+    async def main() -> None:
+        async with in_process(skillfs.open_store(f"memory://{uuid.uuid4().hex}")) as c:
+            assert (await c.list_tools()).tools == []
+            assert (await sdk_list_skills(c.session))["skills"] == []
+
+    anyio.run(main)

@@ -1,0 +1,82 @@
+"""Prompt options (runtime/prompt.py): the default block unchanged, an instruction header,
+Markdown, grouping by source, no block and no tools for an empty view, long descriptions cut
+with a marker (whole through read_skill), no `&apos;`, block scalars stripped (issue 10)."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from skillfs import PromptOptions, Skills
+from skillfs.model import Scope
+from skillfs.runtime.prompt import CUT_MARKER, DEFAULT_HEADER
+from tests.runtime_helpers import md, memory_store
+
+SHARED = Scope.shared("bot")
+ALICE = Scope.user("bot", "alice")
+
+
+def view() -> Skills:
+    store = memory_store()
+    store.publish(SHARED, "beta", {"SKILL.md": md("beta", "Shared beta.")})
+    store.publish(ALICE, "alpha", {"SKILL.md": md("alpha", "Alice's alpha.")})
+    return Skills(store, "bot", "alice")
+
+
+def test_default_block_is_unchanged() -> None:
+    snap = view().snapshot()
+    assert snap.prompt() == (
+        "<available_skills>\n"
+        "  <skill>\n    <name>alpha</name>\n    <description>Alice's alpha.</description>\n"
+        "    <skill-id>alpha</skill-id>\n  </skill>\n"
+        "  <skill>\n    <name>beta</name>\n    <description>Shared beta.</description>\n"
+        "    <skill-id>beta</skill-id>\n  </skill>\n"
+        "</available_skills>"
+    )
+    assert snap.prompt(PromptOptions()) is snap.prompt()
+
+
+def test_header_markdown_and_grouping() -> None:
+    snap = view().snapshot()
+    assert snap.prompt(PromptOptions(header=True)).startswith(DEFAULT_HEADER + "\n\n<available_")
+    assert snap.prompt(PromptOptions(header="Use skills.")).startswith("Use skills.\n\n")
+    grouped = snap.prompt(PromptOptions(group_by_source=True))
+    root = ET.fromstring(grouped)
+    assert [s.get("name") for s in root] == ["shared:bot", "user:bot/alice"]
+    assert [s.findtext("skill/skill-id") for s in root] == ["beta", "alpha"]
+    markdown = snap.prompt(PromptOptions(style="markdown", group_by_source=True))
+    assert markdown.splitlines() == [
+        "## Available skills",
+        "",
+        "### From shared:bot",
+        "",
+        "- **beta** (skill id `beta`): Shared beta.",
+        "",
+        "### From user:bot/alice",
+        "",
+        "- **alpha** (skill id `alpha`): Alice's alpha.",
+    ]
+
+
+def test_empty_view_has_no_block_and_no_tools() -> None:
+    snap = Skills(memory_store(), "bot", "alice").snapshot()
+    assert snap.prompt() == "" and snap.prompt(PromptOptions(header=True)) == ""
+    assert snap.tools() == [] and snap.tools(style="anthropic") == []
+
+
+def test_long_description_is_cut_in_the_prompt_and_whole_in_read_skill() -> None:
+    store = memory_store()
+    long = "word " * 400  # 2,000 characters
+    store.publish(SHARED, "long", {"SKILL.md": md("long", long.strip(), body="Body.")})
+    snap = Skills(store, "bot", "alice").snapshot()
+    shown = ET.fromstring(snap.prompt())[0].findtext("description") or ""
+    assert shown.endswith(CUT_MARKER) and len(shown) <= 1024 + len(CUT_MARKER)
+    assert long.strip() in snap.read_skill("long") and "Body." in snap.read_skill("long")
+
+
+def test_block_scalar_description_is_stripped() -> None:
+    store = memory_store()
+    document = b"---\nname: folded\ndescription: |\n  Folded text.  \n\n---\nBody.\n"
+    store.publish(SHARED, "folded", {"SKILL.md": document})
+    text = Skills(store, "bot", "alice").snapshot().prompt()
+    assert "<description>Folded text.</description>" in text
+    assert "&apos;" not in view().snapshot().prompt()
