@@ -104,8 +104,14 @@ class SkillfsServer:
             target=self._loop.run_forever, name="skillfs-grpc", daemon=True
         )
         self._loop_thread.start()
-        self.health: health.HealthServicer = self._await(self._make_grpc())
-        self.grpc_port = self._bind_grpc(config)
+        try:
+            self.health: health.HealthServicer = self._await(self._make_grpc())
+            self.grpc_port = self._bind_grpc(config)
+        except BaseException:  # a port taken, a TLS file unreadable: leave nothing running
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self.backend.executor.shutdown(wait=False)
+            self.store.close()
+            raise
         self._http: ThreadingWSGIServer | None = None
         self.http_port: int | None = None
         if config.http:
@@ -113,7 +119,7 @@ class SkillfsServer:
             self.http_port = self._http.server_port
             self.console = make_app(self.store, self.tokens)
             self.mount("/", self.console)
-        self._set_health(False)
+        self._await(self._health(False))
 
     def _await(self, work: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run `work` on the gRPC event loop and wait for its result."""
@@ -246,11 +252,6 @@ class SkillfsServer:
         if ready is not None:
             ready()
         self._stopped.wait()
-
-    def _set_health(self, up: bool) -> None:
-        if threading.current_thread() is self._loop_thread:
-            raise AssertionError("_set_health blocks on the loop: await _health instead")
-        self._await(self._health(up))
 
     async def _health(self, up: bool) -> None:
         status = (
