@@ -10,7 +10,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from frontmatter.default_handlers import YAMLHandler
@@ -28,6 +28,12 @@ MAX_LINES = 500  # the spec's recommendation for SKILL.md; longer ones get a war
 #: How deep frontmatter may nest. Real skills nest two or three levels (metadata: {k: v});
 #: the limit keeps every stored manifest readable by any JSON reader (docs/validation.md).
 MAX_DEPTH = 32
+#: Bytes of frontmatter parsed at most: YAML parsing is slow (an 8 MiB frontmatter of 500k
+#: keys took the server 28-58 s), and real frontmatter is a few hundred bytes.
+MAX_FRONTMATTER_BYTES = 64 * 1024
+#: Findings kept per skill; the rest are counted in one last finding, so a SKILL.md of
+#: thousands of unknown keys does not make a manifest, or an error, of thousands of lines.
+MAX_FINDINGS = 100
 
 # python-frontmatter finds the frontmatter. Its own boundary (`^-{3,}\s*$`) also takes `----`
 # and spans blank lines; ours is a line of exactly three dashes (trailing blanks allowed).
@@ -154,6 +160,17 @@ def _read_yaml(source: str) -> tuple[dict[str, Any] | None, list[Finding]]:
     strictyaml give, and it keeps `version: 1.10` as written and every value JSON-ready.
     `source` starts right after the opening '---', so YAML line L (0-based) is file line L + 1.
     """
+    size = len(source.encode())
+    if size > MAX_FRONTMATTER_BYTES:
+        return None, [
+            finding(
+                "error",
+                None,
+                "frontmatter-too-large",
+                f"the frontmatter is {size} bytes, over the limit of {MAX_FRONTMATTER_BYTES}"
+                " (MAX_FRONTMATTER_BYTES): keep it to name, description and a few fields",
+            )
+        ]
     try:
         node = yaml.compose(source, Loader=yaml.BaseLoader)
     except yaml.MarkedYAMLError as exc:
@@ -308,6 +325,15 @@ def inspect_skill(
     findings = list(doc.findings)
     if doc.frontmatter is not None:
         findings += check_frontmatter(doc.frontmatter, directory)
+    if len(findings) > MAX_FINDINGS:
+        left = len(findings) - MAX_FINDINGS + 1
+        worst: Literal["error", "warning"] = (
+            "error" if any(f.severity == "error" for f in findings) else "warning"
+        )
+        findings = [
+            *findings[: MAX_FINDINGS - 1],
+            finding(worst, None, "more-findings", f"and {left} more findings like these"),
+        ]
     return doc.frontmatter, findings
 
 

@@ -26,6 +26,7 @@ from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.runtime import Skills
 from skillfs.server.app import SkillfsServer
+from skillfs.server.backend import Caps
 from skillfs.server.proofs import ManifestIndex
 from skillfs.store import Store
 from skillfs.store_gc import HistoryPolicy
@@ -208,21 +209,26 @@ def test_blob_sources_stay_on_the_newest_manifest(url: str, server: SkillfsServe
     assert alice.publish(A, "s", {"SKILL.md": md("s", "v9"), "references/ref.md": entry})
 
 
-def test_open_watches_leave_threads_for_the_per_step_check(tmp_path: Path) -> None:
-    """With 4 threads, watches get at most 2 (1 per token); beyond that a Watch is answered
-    UNAVAILABLE without skillfs metadata (try another server), and unary calls still answer."""
-    server = in_process(f"memory://{uuid.uuid4().hex}", tmp_path, max_workers=4)
+def test_watch_caps_answer_early_naming_the_cap_and_unary_calls_still_answer(
+    tmp_path: Path,
+) -> None:
+    """With caps of 2 watches (1 per token), a Watch beyond one is answered RESOURCE_EXHAUSTED
+    naming the cap, without skillfs metadata (try another server), and unary calls still
+    answer."""
+    caps = Caps(max_watches=2, max_watches_per_token=1)
+    server = in_process(f"memory://{uuid.uuid4().hex}", tmp_path, max_workers=4, caps=caps)
     address = f"127.0.0.1:{server.grpc_port}"
     worker = skillfs.open_store(f"grpc://{address}?timeout=3", token=ALICE, retry_for=0)
     c = skillfs.open_store(f"grpc://{address}", token=ADMIN).publish(A, "s", {"SKILL.md": md("s")})
     domain = f"agents/{AGENT}"
     streams: list[Any] = []
+    names: list[str] = []
     with grpc.insecure_channel(address) as ch:
         stub = pb_grpc.SkillReaderStub(ch)
 
         def watch(token: str) -> grpc.StatusCode | None:
             """Open a long watch; None once it is open, else the status it ended with."""
-            before = server.backend.watches._open
+            before = server.backend.watches.open
             stream = stub.Watch(
                 pb.WatchRequest(domain=domain), metadata=[("authorization", f"Bearer {token}")]
             )
@@ -232,8 +238,9 @@ def test_open_watches_leave_threads_for_the_per_step_check(tmp_path: Path) -> No
                 if stream.done():
                     assert "skillfs-error" not in dict(stream.trailing_metadata() or ())
                     code: grpc.StatusCode = stream.code()
+                    names.append(stream.details())
                     return code
-                if server.backend.watches._open > before:
+                if server.backend.watches.open > before:
                     return None
                 time.sleep(0.01)
             raise AssertionError("the watch neither opened nor ended")
@@ -241,10 +248,12 @@ def test_open_watches_leave_threads_for_the_per_step_check(tmp_path: Path) -> No
         try:
             assert watch(ALICE) is None
             for _ in range(8):
-                assert watch(ALICE) == grpc.StatusCode.UNAVAILABLE  # per token
+                assert watch(ALICE) == grpc.StatusCode.RESOURCE_EXHAUSTED  # per token
+            assert "max_watches_per_token" in names[-1]
             assert watch(READER) is None
-            assert watch(ADMIN) == grpc.StatusCode.UNAVAILABLE  # in all
-            assert server.backend.watches._open == 2
+            assert watch(ADMIN) == grpc.StatusCode.RESOURCE_EXHAUSTED  # in all
+            assert "(max_watches)" in names[-1]
+            assert server.backend.watches.open == 2
             started = time.monotonic()
             for _ in range(20):  # the per-step check, and its catch-up read of the log
                 assert worker.revision(AGENT) == c.revision
@@ -260,7 +269,7 @@ def test_a_server_over_its_concurrent_call_limit_is_failed_over(tmp_path: Path) 
     """gRPC's own RESOURCE_EXHAUSTED ("Concurrent RPC limit exceeded") means "this server is
     busy", not "too large": the client tries the next server."""
     store_url = f"memory://{uuid.uuid4().hex}"
-    busy = in_process(store_url, tmp_path / "busy", max_workers=1)  # 4 calls at most
+    busy = in_process(store_url, tmp_path / "busy", max_concurrent_rpcs=4)
     idle = in_process(store_url, tmp_path / "idle")
     release = threading.Event()
     meta = [("authorization", f"Bearer {ADMIN}")]

@@ -96,8 +96,12 @@ def serve(
         float, typer.Option(metavar="SECONDS", help="How long calls get to finish on SIGTERM.")
     ] = 10.0,
     max_workers: Annotated[
-        int, typer.Option(metavar="N", help="Threads for calls (each open Watch holds one).")
-    ] = 128,
+        int,
+        typer.Option(
+            metavar="N",
+            help="Threads for blocking store calls; the store's pool is sized from it.",
+        ),
+    ] = 64,
     log_level: Annotated[
         str, typer.Option(metavar="LEVEL", help="debug, info, warning or error.")
     ] = "info",

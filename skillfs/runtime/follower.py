@@ -61,10 +61,14 @@ class _Cache:
 class Follower:
     """Keeps the tracked scopes of one domain (`agents/<id>` or `markets/<id>`) current."""
 
-    def __init__(self, store: Store, domain: str, watch_timeout: float = 1.0) -> None:
+    def __init__(
+        self, store: Store, domain: str, watch_timeout: float = 1.0, *, background: bool = True
+    ) -> None:
         self.store = store
         self.domain = domain
         self.watch_timeout = watch_timeout
+        #: False: no watch thread; whoever follows the log (the server's hub) calls `feed`.
+        self.background = background
         self._empty = LayerSkills({}, store)  # the store reads its layers' files
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -93,7 +97,7 @@ class Follower:
         """Serve `scope` from this process; starts the watch with the first scope."""
         with self._lock:
             self._refs[scope] += 1
-            if self._thread is None or not self._thread.is_alive():
+            if self.background and (self._thread is None or not self._thread.is_alive()):
                 self._stop = threading.Event()
                 self._thread = threading.Thread(
                     target=self._watch,
@@ -296,12 +300,41 @@ class Follower:
         )
         with self._lock:
             if self._cache is cache:  # else a snapshot moved it meanwhile: ask from there
-                if changes and cache.revision is not None:
-                    self._cache = self._sync(cache, changes[-1].revision, (), first=changes)
-                elif changes:  # the domain was created: load what is held, from its start
-                    reset = changes[-1].revision
-                    self._cache = self._sync(_Cache(reset, {}, -1.0), reset, [*cache.scopes])
+                self._apply(cache, changes, changes)
                 self.verified_at = max(self.verified_at, started)
+        self._done()
+
+    def feed(self, before: Revision, changes: Sequence[Change]) -> None:
+        """Bring the cache to the end of `changes`, the log after `before` that someone else
+        read (the server's hub), as the watch thread would; a cache elsewhere reads the log
+        between itself and there."""
+        started = time.monotonic()
+        with self._lock:
+            cache = self._cache
+            last = changes[-1].revision if changes else None
+            if last is None or not cache.scopes:
+                return  # nothing held: the next snapshot loads what it needs
+            here = cache.revision
+            if here is not None and here.epoch == last.epoch and here.counter >= last.counter:
+                return
+            self._apply(cache, changes, changes if _same(here, before) else None)
+            self.verified_at = max(self.verified_at, started)
+        self._done()
+
+    def _apply(
+        self, cache: _Cache, changes: Sequence[Change], first: Sequence[Change] | None
+    ) -> None:
+        """Move the cache past `changes` (`first`: the log right after it, when that is
+        what they are). Runs under the lock."""
+        if changes and cache.revision is not None:
+            self._cache = self._sync(cache, changes[-1].revision, (), first=first)
+        elif changes:  # the domain was created: load what is held, from its start
+            reset = changes[-1].revision
+            self._cache = self._sync(_Cache(reset, {}, -1.0), reset, [*cache.scopes])
+
+    def _done(self) -> None:
+        """Warm the changed files, then tell `wait_for` how far the cache is."""
+        with self._lock:
             prefetch, self._prefetch = self._prefetch, []
             ready = self._cache.revision
         self._warm(prefetch)

@@ -14,7 +14,7 @@ import logging
 import operator
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from skillfs.errors import InvalidPath, StoreUnavailable
@@ -45,7 +45,11 @@ class Skills:
 
     With `max_staleness` (seconds), a snapshot skips the store round trip while every
     follower's watch confirmed its cache within that many seconds: zero round trips for a
-    bounded delay in seeing an edit (it gives up C3). Off by default."""
+    bounded delay in seeing an edit (it gives up C3). Off by default.
+
+    `followers` (a domain's follower) and `usage` (the agent's recorder) replace this
+    process's shared ones: the server feeds its views' followers from its hub and flushes
+    their usage itself, so a view starts no thread (docs/server.md)."""
 
     def __init__(
         self,
@@ -55,6 +59,8 @@ class Skills:
         layers: Sequence[FsspecDir | GitRepo | Market] = (),
         *,
         max_staleness: float | None = None,
+        followers: Callable[[str], Follower] | None = None,
+        usage: UsageRecorder | None = None,
     ) -> None:
         self.store = store if isinstance(store, Store) else open_store(store)
         self.agent_id = check_id("agent", agent_id)
@@ -85,11 +91,12 @@ class Skills:
                 scopes.append(each.scope)
                 idx.append(i)
         self._domains = list(plan)
-        self._plan = [(follower_for(self.store, d), *group) for d, group in plan.items()]
+        follower_of = followers or (lambda d: follower_for(self.store, d))
+        self._plan = [(follower_of(d), *group) for d, group in plan.items()]
         if max_staleness is not None:  # the watches must confirm at least that often
             for follower, _, _ in self._plan:
                 follower.watch_timeout = min(follower.watch_timeout, max(max_staleness / 2, 0.01))
-        self._usage: UsageRecorder = recorder_for(self.store, agent_id)
+        self._usage: UsageRecorder = usage or recorder_for(self.store, agent_id)
         self._disk = [
             (i, x) for i, x in enumerate(self.layers) if isinstance(x, FsspecDir | GitRepo)
         ]

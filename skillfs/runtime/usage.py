@@ -23,10 +23,18 @@ class UsageRecorder:
     """The batched load counter of one agent in one process."""
 
     def __init__(
-        self, store: Store, agent: str, interval: float = 5.0, max_pending: int = 1000
+        self,
+        store: Store,
+        agent: str,
+        interval: float = 5.0,
+        max_pending: int = 1000,
+        *,
+        background: bool = True,
     ) -> None:
         self.store = store
         self.agent = agent
+        #: False: no thread of its own; the owner (the server) calls `flush`.
+        self.background = background
         self.interval = interval
         self.max_pending = max_pending
         self._counts: Counter[tuple[str, str]] = Counter()
@@ -41,7 +49,7 @@ class UsageRecorder:
         with self._lock:
             self._counts[(user, skill)] += 1
             self._pending += 1
-            if self._thread is None:
+            if self._thread is None and self.background:
                 self._thread = threading.Thread(
                     target=self._run, name=f"skillfs-usage {self.agent}", daemon=True
                 )

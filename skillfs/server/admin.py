@@ -5,8 +5,10 @@ proofs of `skillfs.server.proofs` (docs/server.md)."""
 
 from __future__ import annotations
 
+import functools
+import itertools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import grpc
@@ -20,7 +22,16 @@ from skillfs.names import check_domain, check_id, check_skill_name, normalize_pa
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.backend import Backend
-from skillfs.server.rpc import allowed, check_sha, expected, streaming, unary
+from skillfs.server.rpc import (
+    allowed,
+    asynchronous,
+    bearer,
+    check_sha,
+    expected,
+    messages,
+    streaming,
+    unary,
+)
 from skillfs.store_blobs import sha256
 from skillfs.store_commit import storable
 from skillfs.store_limits import check_file_table
@@ -51,43 +62,53 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             present=proofs.receipts(principal, {s: proven[s] for s in present})
         )
 
-    @unary
-    def UploadBlob(
+    @asynchronous
+    async def UploadBlob(
         self,
-        request: Iterator[pb.UploadBlobRequest],
+        request: AsyncIterator[pb.UploadBlobRequest],
         context: grpc.ServicerContext,
         principal: Principal,
     ) -> pb.UploadBlobResponse:
+        """The bytes are gathered on the event loop as they arrive (an idle stream holds no
+        thread), checked against the header's size as they come, then stored."""
         if not any(g.level >= Level.write for g in principal.grants):
             raise PermissionDenied(
                 f"token {principal.name!r} may write nowhere, so it may not upload"
             )
-        header = next(request, None)
-        if header is None or header.WhichOneof("part") != "header":
-            raise InvalidPath("UploadBlob: send the header (sha256, size) first, then the data")
-        sha, size = check_sha(header.header.sha256), header.header.size
-        limit = self.store.limits.max_file_size
-        if size < 0 or size > limit:
-            raise TooLarge(
-                f"blob of {size} bytes: files may hold 0 to {limit} bytes (Limits.max_file_size)"
-            )
-        buf = bytearray()
-        for msg in request:
-            if msg.WhichOneof("part") != "data":
-                raise InvalidPath("UploadBlob: only data may follow the header")
-            buf += msg.data
-            if len(buf) > size:
-                raise InvalidPath(f"UploadBlob: more than the {size} bytes the header announced")
+        with self.backend.streams.hold(principal):
+            incoming = messages(request)
+            header = await anext(incoming, None)
+            if header is None or header.WhichOneof("part") != "header":
+                raise InvalidPath("UploadBlob: send the header (sha256, size) first, then the data")
+            sha, size = check_sha(header.header.sha256), header.header.size
+            limit = self.store.limits.max_file_size
+            if size < 0 or size > limit:
+                raise TooLarge(
+                    f"blob of {size} bytes: files may hold 0 to {limit} bytes "
+                    "(Limits.max_file_size)"
+                )
+            buf = bytearray()
+            async for msg in incoming:
+                if msg.WhichOneof("part") != "data":
+                    raise InvalidPath("UploadBlob: only data may follow the header")
+                buf += msg.data
+                if len(buf) > size:
+                    raise InvalidPath(
+                        f"UploadBlob: more than the {size} bytes the header announced"
+                    )
         data = bytes(buf)
+        now = self.backend.now(principal, header.header.now)
+        await self.backend.run(self._store_blob, sha, size, data, now)
+        return pb.UploadBlobResponse(receipt=self.backend.tokens.receipt(principal, sha, size))
+
+    def _store_blob(self, sha: str, size: int, data: bytes, now: float) -> None:
         if len(data) != size or sha256(data) != sha:
             raise InvalidPath(
                 f"UploadBlob: the {len(data)} bytes sent do not hash to {sha} of {size} bytes; "
                 "nothing was stored"
             )
-        now = self.backend.now(principal, header.header.now)
         if sha not in self.engine.touch_blobs([sha], now):
             self.store.put_blob(sha, data, now)
-        return pb.UploadBlobResponse(receipt=self.backend.tokens.receipt(principal, sha, size))
 
     @unary
     def Commit(
@@ -168,36 +189,71 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             update.update(frontmatter=frontmatter, findings=findings)
         return m.model_copy(update=update) if update else m
 
-    @unary
-    def Publish(
+    @asynchronous
+    async def Publish(
         self,
-        request: Iterator[pb.PublishRequest],
+        request: AsyncIterator[pb.PublishRequest],
         context: grpc.ServicerContext,
         principal: Principal,
     ) -> pb.CommitResult:
-        first = next(request, None)
-        if first is None or first.WhichOneof("part") != "header":
-            raise InvalidPath("Publish: send the header (scope, skill) first, then the files")
-        h = first.header
+        """Files gathered on the event loop as they arrive, each message held to the limits
+        before the next is read (path, number of files, bytes, paths included); the token is
+        checked again before the commit, so a stream opened before a revocation cannot
+        commit after it."""
+        with self.backend.streams.hold(principal):
+            incoming = messages(request)
+            first = await anext(incoming, None)
+            if first is None or first.WhichOneof("part") != "header":
+                raise InvalidPath("Publish: send the header (scope, skill) first, then the files")
+            h = first.header
+            allowed(principal, Level.write, h.scope)
+            skill = check_skill_name(h.skill)
+            parts = await self._gather(skill, incoming)
+        principal = self.backend.tokens.authenticate(bearer(context))
         scope = allowed(principal, Level.write, h.scope)
-        skill = check_skill_name(h.skill)
+        files = {p: File(bytes(d), mode=m) for p, (d, m) in parts.items()}
+        result = await self.backend.run(
+            functools.partial(
+                self.store.publish,
+                scope,
+                skill,
+                files,
+                expected(h),
+                commit_id=h.commit_id or None,
+                strict=not h.force,
+            )
+        )
+        return _result(result)
+
+    async def _gather(
+        self, skill: str, incoming: AsyncIterator[pb.PublishRequest]
+    ) -> dict[str, tuple[bytearray, int | None]]:
         limits = self.store.limits
-        parts: dict[str, bytearray] = {}
-        modes: dict[str, int] = {}
+        parts: dict[str, tuple[bytearray, int | None]] = {}
         total = 0
         last = None
-        for msg in request:
+        async for msg in incoming:
             if msg.WhichOneof("part") != "file":
                 raise InvalidPath("Publish: only files may follow the header")
             f = msg.file
-            if f.path != last and f.path in parts:
-                raise InvalidPath(
-                    f"Publish: the data of {f.path!r} must come in consecutive messages"
-                )
-            last = f.path
-            buf = parts.setdefault(f.path, bytearray())
+            if f.path != last:
+                if f.path in parts:
+                    raise InvalidPath(
+                        f"Publish: the data of {f.path!r} must come in consecutive messages"
+                    )
+                normalize_path(f.path)  # a bad path is refused before more is read
+                if len(parts) >= limits.max_files:
+                    raise TooLarge(
+                        f"{skill} has more than {limits.max_files} files (Limits.max_files)"
+                    )
+                parts[f.path] = (bytearray(), None)
+                total += len(f.path)
+                last = f.path
+            buf = parts[f.path][0]
             buf += f.data
             total += len(f.data)
+            if f.mode:
+                parts[f.path] = (buf, f.mode)
             if len(buf) > limits.max_file_size:
                 raise TooLarge(
                     f"{skill}/{f.path} is over the limit of {limits.max_file_size} bytes per file "
@@ -205,16 +261,10 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
                 )
             if total > limits.max_skill_size:
                 raise TooLarge(
-                    f"{skill} is over the limit of {limits.max_skill_size} bytes per skill "
-                    "(Limits.max_skill_size)"
+                    f"{skill} is over the limit of {limits.max_skill_size} bytes per skill, "
+                    "paths included (Limits.max_skill_size)"
                 )
-            if f.mode:
-                modes[f.path] = f.mode
-        files = {p: File(bytes(d), mode=modes.get(p)) for p, d in parts.items()}
-        result = self.store.publish(
-            scope, skill, files, expected(h), commit_id=h.commit_id or None, strict=not h.force
-        )
-        return _result(result)
+        return parts
 
     @unary
     def Delete(
@@ -280,17 +330,17 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         )
 
     @streaming
-    def ListBlobs(
+    async def ListBlobs(
         self, request: pb.Empty, context: grpc.ServicerContext, principal: Principal
-    ) -> Iterator[pb.ListBlobsResponse]:
+    ) -> AsyncIterator[pb.ListBlobsResponse]:
         principal.require_global_admin("listing blobs")
-        batch: list[str] = []
-        for sha in self.engine.blob_shas():
-            batch.append(sha)
-            if len(batch) == 10_000:
+        with self.backend.streams.hold(principal):
+            shas = iter(await self.backend.run(self.engine.blob_shas))
+            while True:
+                batch = await self.backend.run(lambda: list(itertools.islice(shas, 10_000)))
                 yield pb.ListBlobsResponse(sha256=batch)
-                batch = []
-        yield pb.ListBlobsResponse(sha256=batch)
+                if len(batch) < 10_000:
+                    return
 
     @unary
     def DeleteBlobIfIdle(

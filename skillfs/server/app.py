@@ -9,6 +9,7 @@ answers), liveness only the process.
 
 from __future__ import annotations
 
+import asyncio
 import html
 import json
 import logging
@@ -17,14 +18,15 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit
 from wsgiref.simple_server import make_server
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import _async as health
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from pydantic import BaseModel, ConfigDict
 
@@ -35,7 +37,7 @@ from skillfs.errors import SkillfsError
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.admin import Admin
-from skillfs.server.backend import Backend, watch_limits
+from skillfs.server.backend import Backend, Caps
 from skillfs.server.metrics import Metrics
 from skillfs.server.reader import Reader
 from skillfs.server.rpc import add_lenient
@@ -47,6 +49,12 @@ SERVICES = tuple(pb.DESCRIPTOR.services_by_name[n].full_name for n in ("SkillRea
 MiB = 1024 * 1024
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+T = TypeVar("T")
+#: Store connections beyond the executor's threads: the HTTP side's threads and the health
+#: check use the store too, so no thread ever waits on the pool (docs/server.md).
+POOL_EXTRA = 48
+#: Seconds between two writes of the views' usage counts.
+USAGE_INTERVAL = 5.0
 
 
 class ServerConfig(BaseModel):
@@ -64,11 +72,13 @@ class ServerConfig(BaseModel):
     health_interval: float = 1.0
     #: Seconds in-flight calls get to finish on shutdown.
     grace: float = 10.0
-    max_workers: int = 128
-    #: Open Watch streams allowed, in all and per token (default: max_workers/2 and /4;
-    #: beyond them a Watch is answered UNAVAILABLE, so unary calls always have threads).
-    max_watches: int | None = None
-    max_watches_per_token: int | None = None
+    #: Threads for blocking store calls (the one executor); the store's connection pool
+    #: (Redis) is sized from it, max_workers + POOL_EXTRA, so no thread waits on the pool.
+    max_workers: int = 64
+    #: Calls in flight (streams included) before gRPC answers RESOURCE_EXHAUSTED itself;
+    #: default: every cap's streams plus 4 unary calls per thread.
+    max_concurrent_rpcs: int | None = None
+    caps: Caps = Caps()
     max_message_mib: int = 16
 
 
@@ -78,29 +88,63 @@ class SkillfsServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.tokens = Tokens(config.tokens)
-        self.store = open_store(config.store)
+        self.store = open_store(sized_store_url(config.store, config.max_workers + POOL_EXTRA))
         self.metrics = Metrics()
-        watches = watch_limits(config.max_workers, config.max_watches, config.max_watches_per_token)
-        self.backend = Backend(self.store, self.tokens, self.metrics, watches)
-        self.health = health.HealthServicer(experimental_non_blocking=True)
+        self.backend = Backend(
+            self.store, self.tokens, self.metrics, config.max_workers, config.caps
+        )
         self.started = time.time()
         self.serving = False
         self._mounts: dict[str, WsgiApp] = {}
         self._stop = threading.Event()
         self._stopped = threading.Event()
+        # gRPC runs on its own event loop in one thread (docs/server.md, "The serving model").
+        self._loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(
+            target=self._loop.run_forever, name="skillfs-grpc", daemon=True
+        )
+        self._loop_thread.start()
+        try:
+            self.health: health.HealthServicer = self._await(self._make_grpc())
+            self.grpc_port = self._bind_grpc(config)
+        except BaseException:  # a port taken, a TLS file unreadable: leave nothing running
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self.backend.executor.shutdown(wait=False)
+            self.store.close()
+            raise
+        self._http: ThreadingWSGIServer | None = None
+        self.http_port: int | None = None
+        if config.http:
+            self._http = self._make_http(config)
+            self.http_port = self._http.server_port
+            self.console = make_app(self.store, self.tokens)
+            self.mount("/", self.console)
+        self._await(self._health(False))
+
+    def _await(self, work: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run `work` on the gRPC event loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(work, self._loop).result(timeout)
+
+    async def _make_grpc(self) -> health.HealthServicer:
+        """The aio server (made on its loop) with the services, health and reflection."""
+        config = self.config
         limit = config.max_message_mib * MiB
-        self.grpc = grpc.server(
-            ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="skillfs-rpc"),
+        caps = config.caps
+        concurrent = config.max_concurrent_rpcs or (
+            caps.max_watches + caps.max_streams + 4 * config.max_workers
+        )
+        self.grpc = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", limit),
                 ("grpc.so_reuseport", 0),
             ],
-            maximum_concurrent_rpcs=config.max_workers * 4,
+            maximum_concurrent_rpcs=concurrent,
         )
         add_lenient(self.grpc, pb_grpc.add_SkillReaderServicer_to_server, Reader(self.backend))
         add_lenient(self.grpc, pb_grpc.add_SkillAdminServicer_to_server, Admin(self.backend))
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
+        servicer = QuietHealth()
+        health_pb2_grpc.add_HealthServicer_to_server(servicer, self.grpc)
         reflection.enable_server_reflection(
             (
                 *SERVICES,
@@ -109,15 +153,7 @@ class SkillfsServer:
             ),
             self.grpc,
         )
-        self.grpc_port = self._bind_grpc(config)
-        self._http: ThreadingWSGIServer | None = None
-        self.http_port: int | None = None
-        if config.http:
-            self._http = self._make_http(config)
-            self.http_port = self._http.server_port
-            self.console = make_app(self.store, self.tokens)
-            self.mount("/", self.console)
-        self._set_health(False)
+        return servicer
 
     # ------------------------------------------------------------------ binding
 
@@ -132,10 +168,14 @@ class SkillfsServer:
     def _bind_grpc(self, config: ServerConfig) -> int:
         pair = self._tls()
         port: int
-        if pair is None:
-            port = self.grpc.add_insecure_port(config.grpc)
-        else:
-            port = self.grpc.add_secure_port(config.grpc, grpc.ssl_server_credentials([pair]))
+        try:
+            if pair is None:
+                port = self.grpc.add_insecure_port(config.grpc)
+            else:
+                creds = grpc.ssl_server_credentials([pair])
+                port = self.grpc.add_secure_port(config.grpc, creds)
+        except RuntimeError:  # grpc.aio raises where the sync server answered 0
+            port = 0
         if port == 0:
             raise SkillfsError(f"cannot listen on {config.grpc} for gRPC: is the port taken?")
         return port
@@ -157,8 +197,7 @@ class SkillfsServer:
     # ------------------------------------------------------------------ life cycle
 
     def start(self) -> SkillfsServer:
-        self.grpc.start()
-        threading.Thread(target=self._health_loop, name="skillfs-health", daemon=True).start()
+        self._await(self._start_grpc())
         if self._http is not None:
             threading.Thread(
                 target=self._http.serve_forever, args=(0.05,), name="skillfs-http", daemon=True
@@ -173,6 +212,19 @@ class SkillfsServer:
         )
         return self
 
+    async def _start_grpc(self) -> None:
+        await self.grpc.start()
+        self.backend.hub.start()
+        self._health_task = asyncio.get_running_loop().create_task(self._health_loop())
+
+    async def _stop_grpc(self, grace: float) -> None:
+        """NOT_SERVING, end the watches, let calls in flight finish for `grace` seconds."""
+        await self.health.enter_graceful_shutdown()
+        self._health_task.cancel()
+        await self.backend.close()
+        await self.grpc.stop(grace)
+        await self.backend.run(self.backend.views.flush_usage)
+
     def stop(self, grace: float | None = None) -> None:
         """Graceful: report NOT_SERVING (load balancers stop sending), end watches, let calls
         in flight finish for up to `grace` seconds, then close the store."""
@@ -180,9 +232,10 @@ class SkillfsServer:
             self._stopped.wait()
             return
         self._stop.set()
-        self.health.enter_graceful_shutdown()
-        self.backend.close()
-        self.grpc.stop(self.config.grace if grace is None else grace).wait()
+        self._await(self._stop_grpc(self.config.grace if grace is None else grace))
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._loop_thread.join(5)
+        self.backend.executor.shutdown(wait=False, cancel_futures=True)
         if self._http is not None:
             self.console.close()  # ends the console's live-update streams
             self._http.shutdown()
@@ -200,35 +253,40 @@ class SkillfsServer:
             ready()
         self._stopped.wait()
 
-    def _set_health(self, up: bool) -> None:
+    async def _health(self, up: bool) -> None:
         status = (
             health_pb2.HealthCheckResponse.SERVING
             if up
             else (health_pb2.HealthCheckResponse.NOT_SERVING)
         )
         for name in ("", *SERVICES):
-            self.health.set(name, status)
+            await self.health.set(name, status)
         self.metrics.store_up.set(1 if up else 0)
         if up != self.serving:
             log.info("store %s", "up" if up else "down", extra={"store": self.store.url})
         self.serving = up
 
-    def _health_loop(self) -> None:
-        """SERVING while the store answers a ping; a check every `health_interval` seconds."""
+    async def _health_loop(self) -> None:
+        """SERVING while the store answers a ping; a check every `health_interval` seconds.
+        The views' usage counts are written from here too, every USAGE_INTERVAL seconds."""
+        flushed = time.monotonic()
         while True:
             try:
-                self.store.engine.ping()
+                await self.backend.run(self.store.engine.ping)
                 up = True
             except SkillfsError:
                 up = False
             except Exception:
                 log.exception("health check failed")
                 up = False
-            if self._stop.is_set():
-                return
-            self._set_health(up)
-            if self._stop.wait(self.config.health_interval):
-                return
+            await self._health(up)
+            if time.monotonic() - flushed >= USAGE_INTERVAL:
+                flushed = time.monotonic()
+                try:
+                    await self.backend.run(self.backend.views.flush_usage)
+                except Exception as exc:  # kept for the next try (UsageRecorder.flush)
+                    log.warning("usage not written: %s", exc)
+            await asyncio.sleep(self.config.health_interval)
 
     # ------------------------------------------------------------------ HTTP
 
@@ -294,6 +352,33 @@ class SkillfsServer:
             "<a class='btn ghost' href='/healthz'>/healthz</a></p>"
             "</div></div></body></html>"
         ).encode()
+
+
+class QuietHealth(health.HealthServicer):  # type: ignore[misc]  # untyped upstream
+    """grpc.health.v1 on grpc.aio; `List`, which upstream leaves unimplemented with an ERROR
+    traceback logged per call (any client could flood the log), answers UNIMPLEMENTED."""
+
+    async def List(self, request: object, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Health/List is not implemented")
+
+
+def sized_store_url(url: str, connections: int) -> str:
+    """A Redis store URL whose connection pool holds `connections` (unless the URL says);
+    other stores are not pooled that way and are returned as given."""
+    parts = urlsplit(url)
+    if not parts.scheme.startswith("redis"):
+        return url
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    if "max_connections" in query:
+        if int(query["max_connections"]) < connections:
+            raise SkillfsError(
+                f"the store URL's max_connections={query['max_connections']} is below the "
+                f"{connections} connections the server's threads may use: raise it, or drop "
+                "it and let the server size the pool (max_workers + POOL_EXTRA)"
+            )
+        return url
+    query["max_connections"] = str(connections)
+    return parts._replace(query=urlencode(query)).geturl()
 
 
 def _reply(start_response: Callable[..., Any], status: str, ctype: str, body: bytes) -> list[bytes]:

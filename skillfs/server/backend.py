@@ -1,117 +1,87 @@
-"""What the reader and admin services share: the store, the tokens, the caches of immutable
-things, the limits on open watches and the stop signal. The server holds no other state, so
-any number of servers can run over one store (docs/server.md)."""
+"""What the reader and admin services share: the store, the tokens, the one executor that
+blocking store calls run in, the hub and the views it feeds, the caches of immutable things
+and the caps on open streams. The server holds no other state, so any number of servers can
+run over one store (docs/server.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import threading
+import functools
 import time
-from collections import Counter, OrderedDict
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict
 
 from skillfs.auth import Principal, Tokens
-from skillfs.errors import InvalidPath
-from skillfs.model import Scope
-from skillfs.proto import skillfs_pb2 as pb
-from skillfs.runtime import Market, Skills, Snapshot
+from skillfs.server.hub import QUEUE, Hub
 from skillfs.server.metrics import Metrics
 from skillfs.server.proofs import BlobProofs, ManifestIndex
 from skillfs.server.rpc import Busy
+from skillfs.server.views import Views
 from skillfs.store import Store
 
-
-def view_scopes(view: pb.View) -> list[Scope]:
-    """The store scopes a requested view reads, lowest layer first."""
-    if not view.user_id:
-        raise InvalidPath("a view needs agent_id and user_id")
-    markets = [Scope.market(m) for m in view.markets]
-    return [*markets, Scope.shared(view.agent_id), Scope.user(view.agent_id, view.user_id)]
+T = TypeVar("T")
+MiB = 1024 * 1024
 
 
-class SkillsCache:
-    """One runtime `Skills` per (agent, user, markets) a caller asked for, shared by every call
-    for it, so the runtime's followers keep each current and a snapshot costs one revision
-    read. The least recently used are closed beyond `size`."""
+class Caps(BaseModel):
+    """The server's limits on what callers hold open (docs/server.md, "Limits"). A call over
+    one is answered RESOURCE_EXHAUSTED at once, naming the cap, and the `grpc://` engine
+    tries the next server."""
 
-    def __init__(self, store: Store, size: int = 512) -> None:
-        self._store = store
-        self._size = size
-        self._items: OrderedDict[tuple[str, str, tuple[str, ...]], Skills] = OrderedDict()
-        self._lock = threading.Lock()
+    model_config = ConfigDict(frozen=True)
 
-    def snapshot(self, view: pb.View) -> Snapshot:
-        key = (view.agent_id, view.user_id, tuple(view.markets))
-        with self._lock:
-            skills = self._items.get(key)
-            if skills is None:
-                skills = Skills(
-                    self._store, view.agent_id, view.user_id, [Market(m) for m in view.markets]
-                )
-                self._items[key] = skills
-                evicted = [
-                    self._items.popitem(last=False)[1] for _ in range(len(self._items) - self._size)
-                ]
-            else:
-                self._items.move_to_end(key)
-                evicted = []
-        for old in evicted:
-            old.close()
-        return skills.snapshot()
-
-    def close(self) -> None:
-        with self._lock:
-            items, self._items = list(self._items.values()), OrderedDict()
-        for skills in items:
-            skills.close()
+    #: Open Watch streams, in all and per token: a whole fleet on one token fits.
+    max_watches: int = 20_000
+    max_watches_per_token: int = 10_000
+    #: Other open streams (ReadFile, UploadBlob, Publish, ListBlobs), in all and per token:
+    #: each may buffer a file, so far fewer.
+    max_streams: int = 2_000
+    max_streams_per_token: int = 256
+    #: Events a Watch stream may have waiting before it is told to reload.
+    watch_queue: int = QUEUE
+    #: Estimated memory of the view caches (Snapshot, Prompt, LoadSkillThroughPath).
+    view_cache_mib: int = 256
 
 
-class WatchSlots:
-    """Open Watch streams, limited in all and per token. The server is a thread pool and each
-    open watch holds one of its threads, so without a limit watches could take every thread
-    and starve the unary calls (the per-step revision check) until they time out."""
+class Slots:
+    """Open streams of one kind, capped in all and per token."""
 
-    def __init__(self, total: int, per_token: int) -> None:
+    def __init__(self, kind: str, total: int, per_token: int, names: tuple[str, str]) -> None:
+        self.kind = kind
         self.total = max(1, total)
         self.per_token = max(1, min(per_token, self.total))
-        self._open = 0
+        self.names = names
+        self.open = 0
         self._by_token: Counter[str] = Counter()
-        self._lock = threading.Lock()
 
     @contextlib.contextmanager
     def hold(self, principal: Principal) -> Iterator[None]:
+        """One slot for the call's duration (only the event loop calls this: no lock)."""
         key = principal.token_sha256
-        with self._lock:
-            if self._open >= self.total:
-                raise Busy(
-                    f"this server is at its limit of open watches ({self.total}): "
-                    "retry later or on another server"
-                )
-            if self._by_token[key] >= self.per_token:
-                raise Busy(
-                    f"token {principal.name!r} is at its limit of open watches on this server "
-                    f"({self.per_token}): retry later or on another server"
-                )
-            self._open += 1
-            self._by_token[key] += 1
+        if self.open >= self.total:
+            raise Busy(
+                f"this server is at its cap of {self.total} open {self.kind} ({self.names[0]}): "
+                "retry later or on another server"
+            )
+        if self._by_token[key] >= self.per_token:
+            raise Busy(
+                f"token {principal.name!r} is at its cap of {self.per_token} open {self.kind} "
+                f"on this server ({self.names[1]}): retry later or on another server"
+            )
+        self.open += 1
+        self._by_token[key] += 1
         try:
             yield
         finally:
-            with self._lock:
-                self._open -= 1
-                self._by_token[key] -= 1
-                if not self._by_token[key]:
-                    del self._by_token[key]
-
-
-def watch_limits(
-    max_workers: int, total: int | None = None, per_token: int | None = None
-) -> tuple[int, int]:
-    """The Watch limits (all, per token) for a pool of `max_workers` threads: by default half
-    the threads for watches, a quarter for one token's, so unary calls always have threads."""
-    total = total if total is not None else max(1, max_workers // 2)
-    per_token = per_token if per_token is not None else max(1, max_workers // 4)
-    return total, per_token
+            self.open -= 1
+            self._by_token[key] -= 1
+            if not self._by_token[key]:
+                del self._by_token[key]
 
 
 class Backend:
@@ -120,22 +90,43 @@ class Backend:
         store: Store,
         tokens: Tokens,
         metrics: Metrics,
-        limits: tuple[int, int] = watch_limits(128),
+        threads: int = 64,
+        caps: Caps | None = None,
     ) -> None:
+        caps = caps or Caps()
         self.store = store
         self.engine = store.engine
         self.tokens = tokens
         self.metrics = metrics
+        self.caps = caps
         self.proofs = BlobProofs(tokens, ManifestIndex(store))
-        self.skills = SkillsCache(store)
-        self.watches = WatchSlots(*limits)
-        self.stopping = threading.Event()
+        #: The one pool of threads blocking store calls run in, no larger than the store's
+        #: connection pool (the server sizes that pool from the same setting).
+        self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="skillfs-store")
+        self.hub = Hub(self.engine, self.run, queue=caps.watch_queue)
+        self.views = Views(store, self.hub, caps.view_cache_mib * MiB)
+        self.watches = Slots(
+            "watches", caps.max_watches, caps.max_watches_per_token,
+            ("max_watches", "max_watches_per_token"),
+        )  # fmt: skip
+        self.streams = Slots(
+            "streams", caps.max_streams, caps.max_streams_per_token,
+            ("max_streams", "max_streams_per_token"),
+        )  # fmt: skip
+        self.stopping = asyncio.Event()
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` in the executor: the event loop never blocks on the store."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, functools.partial(fn, *args))
 
     def now(self, principal: Principal, given: float) -> float:
         """The caller's clock for global admins (tools, tests), the server's for others, so a
         writer cannot age another writer's blobs into GC or pin them forever."""
         return given if given and principal.is_global_admin else time.time()
 
-    def close(self) -> None:
+    async def close(self) -> None:
+        """End the streams (cleanly: clients resume elsewhere) and stop following."""
         self.stopping.set()
-        self.skills.close()
+        await self.hub.close()
+        await self.run(self.views.close)

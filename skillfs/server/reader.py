@@ -5,9 +5,8 @@ Every call is authorized by the token's grants (docs/server.md)."""
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import grpc
@@ -16,17 +15,21 @@ from skillfs.auth import Level, Principal
 from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import EMPTY
 from skillfs.errors import InvalidPath, PermissionDenied
-from skillfs.model import FileEntry, Revision, Scope, error_findings
+from skillfs.model import Change, FileEntry, Revision, Scope, error_findings
 from skillfs.names import check_domain, check_id, check_skill_name
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.runtime import Snapshot
-from skillfs.server.backend import Backend, view_scopes
+from skillfs.server.backend import Backend
+from skillfs.server.hub import Event, Stream, manifests_of
 from skillfs.server.rpc import allowed, bearer, check_sha, streaming, unary
+from skillfs.server.views import view_key, view_scopes
 from skillfs.skill_md import SKILL_MD
 
-#: A Watch stream re-checks for cancellation and shutdown at least this often (seconds).
+#: A Watch stream re-checks its token at least this often (seconds).
 WATCH_POLL = 1.0
+#: Reads of the log a Watch stream makes by itself to catch up to the hub, at most.
+CATCH_UP_ROUNDS = 16
 #: A Watch asking to wait at most this long is a catch-up read (the runtime's per-step
 #: `changes(..., 0)`), as short as any unary call: it does not count against the limits.
 SHORT_WATCH = 0.25
@@ -55,9 +58,10 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
         self.engine = backend.engine
 
     def _snapshot(self, principal: Principal, view: pb.View) -> Snapshot:
-        for scope in view_scopes(view):
+        key = view_key(view)
+        for scope in view_scopes(key):
             principal.require(Level.read, scope)
-        return self.backend.skills.snapshot(view)
+        return self.backend.views.snapshot(key)
 
     @unary
     def Snapshot(
@@ -129,14 +133,17 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
         return pb.RevisionsResponse(revisions=wire.revs_to_pb(self.engine.revisions(domains)))
 
     @streaming
-    def ReadFile(
+    async def ReadFile(
         self, request: pb.ReadFileRequest, context: grpc.ServicerContext, principal: Principal
-    ) -> Iterator[pb.FileChunk]:
-        for i, r in enumerate(request.ranges):
-            data = self._read(principal, r)
-            yield pb.FileChunk(range=i, data=data[: wire.PIECE])
-            for off in range(wire.PIECE, len(data), wire.PIECE):
-                yield pb.FileChunk(range=i, data=data[off : off + wire.PIECE])
+    ) -> AsyncIterator[pb.FileChunk]:
+        """One range at a time, read in the executor; a client that stops reading leaves the
+        stream waiting on the event loop, holding no thread (capped per token)."""
+        with self.backend.streams.hold(principal):
+            for i, r in enumerate(request.ranges):
+                data = await self.backend.run(self._read, principal, r)
+                yield pb.FileChunk(range=i, data=data[: wire.PIECE])
+                for off in range(wire.PIECE, len(data), wire.PIECE):
+                    yield pb.FileChunk(range=i, data=data[off : off + wire.PIECE])
 
     def _read(self, principal: Principal, r: pb.BlobRange) -> bytes:
         sha = check_sha(r.sha256)
@@ -170,75 +177,133 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
         return pb.PromptResponse(prompt=snap.prompt(), revisions=wire.revs_to_pb(snap.revisions))
 
     @streaming
-    def Watch(
+    async def Watch(
         self, request: pb.WatchRequest, context: grpc.ServicerContext, principal: Principal
-    ) -> Iterator[pb.WatchEvent]:
+    ) -> AsyncIterator[pb.WatchEvent]:
         domain = check_domain(request.domain)
         principal.require_domain(domain)
+        run = self.backend.run
         if request.HasField("since"):
             since = wire.rev_from_pb(request.since)
         else:
-            since = self.engine.revisions([domain])[domain] or EMPTY
+            since = (await run(self.engine.revisions, [domain]))[domain] or EMPTY
         wait = request.max_wait_seconds
-        short = 0 < wait <= SHORT_WATCH
-        with contextlib.nullcontext() if short else self.backend.watches.hold(principal):
-            yield from self._watch(request, context, principal, domain, since)
+        if 0 < wait <= SHORT_WATCH:  # a catch-up read, as short as a unary call: not held
+            batch = await run(self.engine.changes, domain, since, wait)
+            if batch:
+                yield self._event(principal, batch, {}, False)
+            return
+        with self.backend.watches.hold(principal):
+            stream = self.backend.hub.subscribe(domain, request.with_manifests)
+            try:
+                async for event in self._follow(stream, context, principal, since, wait):
+                    yield event
+            finally:
+                self.backend.hub.unsubscribe(stream)
 
-    def _watch(
+    async def _follow(
         self,
-        request: pb.WatchRequest,
+        stream: Stream,
         context: grpc.ServicerContext,
         principal: Principal,
-        domain: str,
         since: Revision,
-    ) -> Iterator[pb.WatchEvent]:
-        wait = request.max_wait_seconds
+        wait: float,
+    ) -> AsyncIterator[pb.WatchEvent]:
+        """The stream's events: what the log holds after `since` (read here until the hub's
+        events take over), then the hub's, each cut to what follows `since`; a stream the hub
+        had to drop events of is told to reload (a reset at the domain's revision)."""
+        domain = stream.domain
         quiet_until = time.monotonic() + wait if wait > 0 else None
-        while context.is_active() and not self.backend.stopping.is_set():
+        behind: Revision | None = since
+        while not stream.closed and not self.backend.stopping.is_set():
             timeout = WATCH_POLL
             if quiet_until is not None:
                 timeout = min(timeout, quiet_until - time.monotonic())
                 if timeout <= 0:
                     return
-            batch = self.engine.changes(domain, since, timeout)
-            # The token again, at every poll: a revoked token ends the stream
+            changes: Sequence[Change] = ()
+            manifests: dict[tuple[Scope, str, int], pb.ScopedManifest] = {}
+            if behind is not None:  # read the log up to the hub's position ourselves
+                changes = await self._catch_up(domain, behind)
+                behind = None
+                if changes and stream.manifests:
+                    manifests = await self.backend.run(manifests_of, self.engine, changes)
+            else:
+                event = await stream.next(timeout)
+                if stream.overflowed:
+                    stream.overflowed = False
+                    changes = await self._reset(domain)
+                elif event is not None:
+                    changes, manifests, behind = self._after(event, since)
+            # The token again, at every event and poll: a revoked token ends the stream
             # (UNAUTHENTICATED), narrowed grants apply to what is shown from now on.
             principal = self.backend.tokens.authenticate(bearer(context))
             principal.require_domain(domain)
-            if not batch:
+            if not changes:
                 continue
-            since = batch[-1].revision
-            shown = [
-                c
-                for c in batch
-                if c.op == "reset" or (c.scope is not None and principal.may(Level.read, c.scope))
-            ]
-            # Sent even when nothing is shown: `through` lets the follower move on without
-            # reloading (C3), and reveals nothing `Revisions` would not.
-            event = pb.WatchEvent(
-                changes=[wire.change_to_pb(c) for c in shown], through=wire.rev_to_pb(since)
-            )
-            if request.with_manifests:
-                event.manifests.extend(self._manifests_of(shown))
-            yield event
+            since = changes[-1].revision
+            yield self._event(principal, changes, manifests, stream.manifests)
             if quiet_until is not None:
                 quiet_until = time.monotonic() + wait
 
-    def _manifests_of(self, changes: Iterable[Any]) -> list[pb.ScopedManifest]:
-        """The manifest each put wrote, while it is still live: one load per scope."""
-        puts = [c for c in changes if c.op == "put" and c.scope is not None]
-        wanted: dict[Scope, dict[str, None]] = {}
-        for c in puts:
-            wanted.setdefault(c.scope, {})[c.skill] = None
-        live = {scope: self.engine.load_skills(scope, list(s)) for scope, s in wanted.items()}
-        out = []
-        for c in puts:
-            m = live[c.scope].get(c.skill)
-            if m is not None and m.version == c.version:
-                out.append(
-                    pb.ScopedManifest(scope=str(c.scope), manifest_json=wire.manifest_bytes(m))
-                )
+    @staticmethod
+    def _after(
+        event: Event, since: Revision
+    ) -> tuple[Sequence[Change], dict[tuple[Scope, str, int], pb.ScopedManifest], Revision | None]:
+        """What of `event` follows `since`: (changes, manifests, None), or ((), {}, since)
+        when the stream is behind the event's start and must read the log itself."""
+        b = event.before
+        if since.epoch == b.epoch and since.counter >= b.counter:
+            return [c for c in event.changes if c.revision.counter > since.counter or (
+                c.revision.epoch != since.epoch)], event.manifests, None  # fmt: skip
+        last = event.through
+        if since.epoch == last.epoch and since.counter >= last.counter:
+            return (), {}, None  # already there
+        return (), {}, since
+
+    async def _catch_up(self, domain: str, since: Revision) -> list[Change]:
+        """The log after `since` up to where it ends now, in a few reads."""
+        out: list[Change] = []
+        for _ in range(CATCH_UP_ROUNDS):
+            batch = await self.backend.run(self.engine.changes, domain, since, 0)
+            out += batch
+            if not batch or batch[-1].op == "reset":
+                break
+            since = batch[-1].revision
         return out
+
+    async def _reset(self, domain: str) -> list[Change]:
+        """A reset at the domain's revision: the follower reloads from there (C8)."""
+        rev = (await self.backend.run(self.engine.revisions, [domain]))[domain] or EMPTY
+        return [Change(revision=rev, op="reset")]
+
+    @staticmethod
+    def _event(
+        principal: Principal,
+        changes: Sequence[Change],
+        manifests: dict[tuple[Scope, str, int], pb.ScopedManifest],
+        with_manifests: bool,
+    ) -> pb.WatchEvent:
+        shown = [
+            c
+            for c in changes
+            if c.op == "reset" or (c.scope is not None and principal.may(Level.read, c.scope))
+        ]
+        # Sent even when nothing is shown: `through` lets the follower move on without
+        # reloading (C3), and reveals nothing `Revisions` would not.
+        event = pb.WatchEvent(
+            changes=[wire.change_to_pb(c) for c in shown],
+            through=wire.rev_to_pb(changes[-1].revision),
+        )
+        if with_manifests:
+            event.manifests.extend(
+                manifests[key]
+                for c in shown
+                if c.op == "put"
+                and c.scope is not None
+                and (key := (c.scope, c.skill or "", c.version or 0)) in manifests
+            )
+        return event
 
     @unary
     def History(

@@ -1,16 +1,19 @@
 """The plumbing every RPC of the server runs through: the caller's token, the request checked
 to be the method's message, the error raised turned into a status the client reads back as
-the same skillfs error (`skillfs.engines.grpc_wire`), and the call timed for /metrics."""
+the same skillfs error (`skillfs.engines.grpc_wire`), cut to a size gRPC can deliver, and the
+call timed for /metrics. Handlers run on grpc.aio's event loop; what blocks on the store runs
+in the backend's one bounded executor (docs/server.md, "The serving model")."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar, cast
 
 import grpc
 from pydantic import ValidationError
@@ -27,15 +30,31 @@ T = TypeVar("T")
 _SHA = re.compile(r"[0-9a-f]{64}")
 
 
+#: Error messages are cut to this many characters (gRPC refuses trailers over 16 KiB, and a
+#: message listing every skill id or every finding of a broken SKILL.md could exceed them).
+MAX_DETAILS = 4096
+#: Each trailing metadata value is cut to this many characters, for the same reason.
+MAX_META = 512
+
+
 class Busy(Exception):
-    """This server sheds the call (UNAVAILABLE without skillfs metadata): the client takes it
-    as a transport failure and tries the next server, or retries later."""
+    """This server sheds the call: a cap named in the message is reached. Answered
+    RESOURCE_EXHAUSTED without skillfs metadata, which the `grpc://` engine takes as "this
+    server is busy" and tries the next server (docs/server.md, "Limits")."""
 
 
-@contextlib.contextmanager
-def call(
-    tokens: Tokens, metrics: Metrics, method: str, context: grpc.ServicerContext
-) -> Iterator[Principal]:
+def summarized(text: str, limit: int = MAX_DETAILS) -> str:
+    """`text`, or its head and how much was left out, so that an error always fits in a
+    status a client can receive (gRPC's metadata limit is 16 KiB)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 60]}… ({len(text) - limit + 60} more characters left out)"
+
+
+@contextlib.asynccontextmanager
+async def call(
+    tokens: Tokens, metrics: Metrics, method: str, context: grpc.aio.ServicerContext
+) -> AsyncIterator[Principal]:
     """Authenticate, run the handler, and turn what it raised into a status (the message
     says what to do, trailing metadata names the skillfs error for the client)."""
     start = time.perf_counter()
@@ -50,13 +69,16 @@ def call(
         status, meta = wire.status_of(exc)
         failure = (status, meta, str(exc))
     except Busy as exc:  # no skillfs metadata: the client tries another server
-        status = grpc.StatusCode.UNAVAILABLE
+        status = grpc.StatusCode.RESOURCE_EXHAUSTED
         failure = (status, [], str(exc))
     except ValidationError as exc:  # a field that breaks the models' rules
         status, meta = wire.status_of(InvalidPath(""))
         failure = (status, meta, f"malformed request: {_first_error(exc)}")
+    except (asyncio.CancelledError, grpc.aio.AbortError):
+        status = grpc.StatusCode.CANCELLED  # the client went away, or the server stops
+        raise
     except Exception:
-        if not context.is_active():  # the client went away mid-stream
+        if context.done():  # the client went away mid-stream
             status = grpc.StatusCode.CANCELLED
             raise
         log.exception("internal error in %s", method, extra={"method": method, "token": who})
@@ -69,12 +91,12 @@ def call(
             log.info(
                 "%s failed: %s",
                 method,
-                failure[2],
+                summarized(failure[2], 400),
                 extra={"method": method, "code": status.name, "token": who},
             )
     if failure is not None:
-        context.set_trailing_metadata(failure[1])
-        context.abort(failure[0], failure[2])
+        trailers = tuple((k, summarized(v, MAX_META)) for k, v in failure[1])
+        await context.abort(failure[0], summarized(failure[2]), trailing_metadata=trailers)
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -101,7 +123,7 @@ def lenient(decode: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
 
 
 def add_lenient(
-    server: grpc.Server, add_to_server: Callable[[Any, Any], None], servicer: object
+    server: grpc.aio.Server, add_to_server: Callable[[Any, Any], None], servicer: object
 ) -> None:
     """Register a servicer (with its generated `add_..._to_server`) with lenient request
     decoders (see `Malformed`)."""
@@ -126,48 +148,75 @@ def add_lenient(
         server.add_registered_method_handlers(service, fixed)
 
 
-def _well_formed(request: Any) -> Any:
-    """The request, or for a client stream an iterator over its messages; INVALID_ARGUMENT
-    for a message that did not decode."""
+def well_formed(request: Any) -> Any:
+    """The request; INVALID_ARGUMENT for a message that did not decode."""
     if isinstance(request, Malformed):
         raise InvalidPath(f"malformed request: not the method's message ({request.error})")
-    if isinstance(request, Iterator):
-        return (_well_formed(m) for m in request)
     return request
 
 
-def bearer(context: grpc.ServicerContext) -> str | None:
+async def messages(request: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """A client stream's messages as they arrive, each checked by `well_formed`: nothing is
+    buffered here, so a handler can check each message before it reads the next."""
+    async for message in request:
+        yield well_formed(message)
+
+
+def bearer(context: grpc.aio.ServicerContext) -> str | None:
     """The token the call carries, if any."""
-    for key, value in context.invocation_metadata():
+    for key, value in context.invocation_metadata() or ():
         if key == "authorization":
             return value if isinstance(value, str) else value.decode()
     return None
 
 
-Method = Callable[[Any, Any, grpc.ServicerContext, Principal], T]
+Method = Callable[[Any, Any, Any, Principal], T]
 
 
-def unary(fn: Method[T]) -> Callable[[Any, Any, grpc.ServicerContext], T]:
-    """A unary (or client-streaming) handler of a servicer with a `backend`, run under `call`."""
+def unary(fn: Method[T]) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[T]]:
+    """A unary handler of a servicer with a `backend`: authorized on the event loop, its body
+    (which blocks on the store) run in the backend's one bounded executor."""
 
     @functools.wraps(fn)
-    def handler(self: Any, request: Any, context: grpc.ServicerContext) -> T:
+    async def handler(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
         backend = self.backend
-        with call(backend.tokens, backend.metrics, fn.__name__, context) as principal:
-            return fn(self, _well_formed(request), context, principal)
+        async with call(backend.tokens, backend.metrics, fn.__name__, context) as principal:
+            return cast(T, await backend.run(fn, self, well_formed(request), context, principal))
         raise AssertionError("unreachable: call() returns or aborts")
 
     return handler
 
 
-def streaming(fn: Method[Iterable[T]]) -> Callable[[Any, Any, grpc.ServicerContext], Iterator[T]]:
-    """A server-streaming handler of a servicer with a `backend`, run under `call`."""
+def asynchronous(
+    fn: Method[Awaitable[T]],
+) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[T]]:
+    """A client-streaming handler (a coroutine reading `messages(request)`), run under `call`;
+    it waits for messages on the event loop, so an idle stream holds no thread."""
 
     @functools.wraps(fn)
-    def handler(self: Any, request: Any, context: grpc.ServicerContext) -> Iterator[T]:
+    async def handler(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
         backend = self.backend
-        with call(backend.tokens, backend.metrics, fn.__name__, context) as principal:
-            yield from fn(self, _well_formed(request), context, principal)
+        async with call(backend.tokens, backend.metrics, fn.__name__, context) as principal:
+            return await fn(self, request, context, principal)
+        raise AssertionError("unreachable: call() returns or aborts")
+
+    return handler
+
+
+def streaming(
+    fn: Method[AsyncIterator[T]],
+) -> Callable[[Any, Any, grpc.aio.ServicerContext], AsyncIterator[T]]:
+    """A server-streaming handler (an async generator), run under `call`: a stream the client
+    does not read waits on the event loop, holding no thread."""
+
+    @functools.wraps(fn)
+    async def handler(
+        self: Any, request: Any, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[T]:
+        backend = self.backend
+        async with call(backend.tokens, backend.metrics, fn.__name__, context) as principal:
+            async for item in fn(self, well_formed(request), context, principal):
+                yield item
 
     return handler
 

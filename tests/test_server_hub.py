@@ -1,0 +1,213 @@
+"""The serving model of docs/server.md: one store follower per domain per server (the hub),
+fanned out to every Watch stream through its grants, bounded queues that turn overflow into a
+reset, views that start no thread and stop following when evicted, and threads and store
+connections that do not grow with the number of open streams."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import redis
+
+import skillfs
+from skillfs.engines.grpc_wire import manifest_from, rev_to_pb
+from skillfs.model import Change, Revision, Scope
+from skillfs.proto import skillfs_pb2 as pb
+from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.server.app import SkillfsServer
+from skillfs.server.backend import Caps
+from skillfs.server.hub import Event, Stream
+from support.grpc_servers import ADMIN, ALICE, BOB, running
+from tests.stores import url_for
+
+AGENT = "support-bot"
+DOMAIN = f"agents/{AGENT}"
+A = Scope.user(AGENT, "alice")
+B = Scope.user(AGENT, "bob")
+
+
+def md(name: str, text: str = "v1") -> bytes:
+    return f"---\nname: {name}\ndescription: {text}. Use when testing.\n---\n\n{text}\n".encode()
+
+
+def meta(token: str) -> list[tuple[str, str]]:
+    return [("authorization", f"Bearer {token}")]
+
+
+@pytest.fixture(params=["memory", "redis"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return url_for(request, request.param, tmp_path)
+
+
+def wait_until(check: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.01)
+
+
+class Counting:
+    """Counts a server engine's reads of the change log, by domain."""
+
+    def __init__(self, server: SkillfsServer) -> None:
+        engine = server.store.engine
+        self.calls: dict[str, int] = {}
+        original = engine.changes
+
+        def changes(domain: str, since: Revision, timeout: float) -> list[Change]:
+            self.calls[domain] = self.calls.get(domain, 0) + 1
+            return original(domain, since, timeout)
+
+        engine.changes = changes  # type: ignore[method-assign]
+
+
+def test_one_follower_per_domain_fans_out_through_grants(url: str, tmp_path: Path) -> None:
+    """200 streams on one domain, half alice's, half bob's: a publish in alice's scope reaches
+    every stream (bob's as `through` only), with its manifest, and the store's log is read
+    about once per publish, not once per stream."""
+    with running(url, tmp_path) as server:
+        address = f"127.0.0.1:{server.grpc_port}"
+        store = skillfs.open_store(f"grpc://{address}", token=ADMIN)
+        since = store.publish(A, "s", {"SKILL.md": md("s")}).revision
+        counting = Counting(server)
+        with grpc.insecure_channel(address) as ch:
+            stub = pb_grpc.SkillReaderStub(ch)
+            request = pb.WatchRequest(domain=DOMAIN, since=rev_to_pb(since), with_manifests=True)
+            streams = [
+                (token, stub.Watch(request, metadata=meta(token))) for token in [ALICE, BOB] * 100
+            ]
+            wait_until(lambda: server.backend.watches.open == 200)
+            time.sleep(0.1)  # every stream has read the log up to now by itself
+            before = counting.calls.get(DOMAIN, 0)
+            c = store.publish(A, "s", {"SKILL.md": md("s", "v2")})
+            for token, stream in streams:
+                event = next(stream)
+                assert event.through == rev_to_pb(c.revision)
+                if token == ALICE:
+                    assert [(x.skill, x.version) for x in event.changes] == [("s", 2)]
+                    assert manifest_from(event.manifests[0].manifest_json).version == 2
+                else:  # bob may not read alice's scope: only where the log is now
+                    assert not event.changes and not event.manifests
+                stream.cancel()
+            assert counting.calls.get(DOMAIN, 0) - before <= 3  # one per hub round, not 200
+            assert server.backend.hub.domains == [DOMAIN]
+        wait_until(lambda: server.backend.hub.domains == [])  # the last stream ended
+
+
+def test_a_stream_whose_queue_overflows_is_told_to_reload(tmp_path: Path) -> None:
+    """The hub never waits for a stream: a full queue is dropped and the stream answers a
+    reset at the domain's revision next (C8: told to reload), then follows on from there."""
+    stream = Stream(DOMAIN, False, size=2)
+    rev = Revision(epoch="e", counter=1)
+    for _ in range(3):
+        stream.offer(Event(rev, (Change(revision=rev, op="put"),), {}))
+    assert stream.overflowed and not stream.events
+
+    with running(f"memory://{time.time_ns()}", tmp_path) as server:
+        address = f"127.0.0.1:{server.grpc_port}"
+        store = skillfs.open_store(f"grpc://{address}", token=ADMIN)
+        c = store.publish(A, "s", {"SKILL.md": md("s")})
+        with grpc.insecure_channel(address) as ch:
+            stub = pb_grpc.SkillReaderStub(ch)
+            request = pb.WatchRequest(domain=DOMAIN, since=rev_to_pb(c.revision))
+            watch = stub.Watch(request, metadata=meta(ALICE))
+            wait_until(lambda: server.backend.watches.open == 1)
+            time.sleep(0.1)
+
+            async def overflow() -> None:
+                (held,) = server.backend.hub._domains[DOMAIN].streams
+                for _ in range(held.size + 1):
+                    held.offer(Event(c.revision, (), {}))
+
+            server._await(overflow())
+            event = next(watch)
+            assert [x.op for x in event.changes] == ["reset"]
+            assert event.through == rev_to_pb(c.revision)
+            c2 = store.publish(A, "s", {"SKILL.md": md("s", "v2")})
+            assert next(watch).through == rev_to_pb(c2.revision)  # and follows on
+            watch.cancel()
+
+
+def test_views_start_no_thread_and_eviction_stops_following(url: str, tmp_path: Path) -> None:
+    """Snapshots of 30 agents' views through a server whose view cache holds one: no
+    follower or usage thread is started, only the newest view's domains are followed, and
+    the threads are as many after as before."""
+    with running(url, tmp_path, caps=Caps(view_cache_mib=0)) as server:
+        address = f"127.0.0.1:{server.grpc_port}"
+        store = skillfs.open_store(f"grpc://{address}", token=ADMIN)
+        for i in range(30):
+            store.publish(Scope.shared(f"agent-{i}"), "s", {"SKILL.md": md("s")})
+        with grpc.insecure_channel(address) as ch:
+            stub = pb_grpc.SkillReaderStub(ch)
+            view = pb.View(agent_id="agent-0", user_id="u", markets=["m"])
+            stub.Snapshot(pb.SnapshotRequest(view=view), metadata=meta(ADMIN))
+            before = set(threading.enumerate())
+            for i in range(30):
+                view = pb.View(agent_id=f"agent-{i}", user_id="u", markets=["m"])
+                reply = stub.LoadSkillThroughPath(
+                    pb.LoadRequest(view=view, skill_id="s"), metadata=meta(ADMIN)
+                )
+                assert "v1" in reply.text
+            started = [t.name for t in set(threading.enumerate()) - before]
+            # none but the executor's (it starts its threads lazily, up to max_workers)
+            assert not [n for n in started if not n.startswith("skillfs-store")], started
+            assert len(server.backend.views) == 1
+            assert sorted(server.backend.views.followed) == ["agents/agent-29", "markets/m"]
+            wait_until(lambda: sorted(server.backend.hub.domains) == sorted(
+                server.backend.views.followed))  # fmt: skip
+            # the usage counted by the evicted views was written when they were evicted
+            assert store.usage("agent-3") == {("u", "s"): 1}
+
+
+@pytest.fixture
+def redis_only(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return url_for(request, "redis", tmp_path)
+
+
+def _clients(url: str) -> int:
+    client = redis.Redis.from_url(url.split("?")[0])
+    try:
+        return len(client.client_list())
+    finally:
+        client.close()
+
+
+@pytest.mark.slow
+def test_threads_and_store_connections_do_not_grow_with_streams(
+    redis_only: str, tmp_path: Path
+) -> None:
+    """1,000 open Watch streams cost the server no thread and no store connection each:
+    besides the executor (at most max_workers threads, one store connection each) the
+    process's threads are the same with 10 and with 1,000 streams, and so are the Redis
+    server's clients; one publish reaches all of them."""
+    with running(redis_only, tmp_path, max_workers=8) as server:
+        address = f"127.0.0.1:{server.grpc_port}"
+        store = skillfs.open_store(f"grpc://{address}", token=ADMIN)
+        since = store.publish(A, "s", {"SKILL.md": md("s")}).revision
+        request = pb.WatchRequest(domain=DOMAIN, since=rev_to_pb(since))
+        with grpc.insecure_channel(address) as ch:
+            stub = pb_grpc.SkillReaderStub(ch)
+            streams = [stub.Watch(request, metadata=meta(ALICE)) for _ in range(10)]
+            wait_until(lambda: server.backend.watches.open == 10)
+            time.sleep(0.3)
+            pool = server.backend.executor
+            threads = threading.active_count() - len(pool._threads)
+            clients = _clients(redis_only)
+            streams += [stub.Watch(request, metadata=meta(ALICE)) for _ in range(990)]
+            wait_until(lambda: server.backend.watches.open == 1000, timeout=60)
+            time.sleep(0.3)
+            # the executor starts its threads lazily, up to max_workers, whatever the load
+            assert threading.active_count() - len(pool._threads) == threads
+            assert len(pool._threads) <= 8
+            assert _clients(redis_only) <= clients + 8  # as many as executor threads at most
+            c = store.publish(A, "s", {"SKILL.md": md("s", "v2")})
+            for stream in streams:
+                assert next(stream).through == rev_to_pb(c.revision)
+            for stream in streams:
+                stream.cancel()
