@@ -25,8 +25,9 @@ from skillfs.engines import etcd_client as ec
 from skillfs.engines.base import EMPTY, CommitOp, VersionMismatch
 from skillfs.engines.etcd import EtcdEngine
 from skillfs.errors import InvalidPath, PermissionDenied, StoreUnavailable, TooLarge
-from skillfs.model import FileEntry, Manifest, Revision, Scope
+from skillfs.model import Manifest, Revision, Scope
 from support.servers import HOST, EtcdCluster, EtcdServer, free_port
+from tests import helpers
 from tests.helpers import skill_md
 
 ALICE = Scope.user("support-bot", "alice")
@@ -36,18 +37,8 @@ MiB = 1024 * 1024
 
 
 def manifest(skill: str, version: int, files: int = 1, commit_id: str = "c") -> Manifest:
-    """A manifest with `files` entries (about 110 bytes of JSON each); no blobs behind it."""
-    entries = {
-        f"references/file-{i:05d}.md": FileEntry(
-            sha256=hashlib.sha256(f"{skill}{i}".encode()).hexdigest(),
-            size=i,
-            mode=0o644,
-            mtime=1.0,
-        )
-        for i in range(files)
-    }
-    return Manifest(skill=skill, version=version, commit_id=commit_id, committed_at=time.time(),
-                    files=entries)  # fmt: skip
+    """tests/helpers.py's manifest with `files` entries (one by default) and this commit id."""
+    return helpers.manifest(skill, version, files=files).model_copy(update={"commit_id": commit_id})
 
 
 def raw_keys(client: etcd3.Etcd3Client, prefix: str = "") -> dict[str, bytes]:
