@@ -6,9 +6,11 @@ lookup never compares secrets byte by byte. A grant is `RESOURCE:LEVEL`:
     RESOURCE := "*" | "agent:" ID ["/shared" | "/user:" ID] | "market:" ID      ID := id | "*"
     LEVEL    := "read" | "write" | "admin"        (each includes the ones before it)
 
-Receipts are HMACs over (token, blob, size) under a key every server of one deployment shares
-(from the tokens config): a server that sees one knows that this token uploaded those bytes
-or was shown the blob in a manifest it may read, whichever server it talked to then.
+Receipts are HMACs over (token, blob, size, time issued) under a key every server of one
+deployment shares (from the tokens config): a server that sees one knows that this token
+uploaded those bytes or was shown the blob in a manifest it may read, whichever server it
+talked to then. A receipt proves that for RECEIPT_TTL after it was issued, no longer, so an
+upload never committed cannot be kept from GC by touching it with its receipt forever.
 """
 
 from __future__ import annotations
@@ -271,6 +273,8 @@ class Tokens:
     config would keep a token the operator meant to revoke."""
 
     RECHECK_SECONDS = 2.0
+    #: Seconds a receipt proves its upload (docs/server.md, "Blobs and hashes").
+    RECEIPT_TTL = 24 * 3600.0
 
     def __init__(self, path: Path | None = None, text: str | None = None) -> None:
         if path is None and text is None:
@@ -287,6 +291,8 @@ class Tokens:
         #: Why the file is not in force (deleted, unparsable), while every token is refused.
         self.failure: str | None = None
         self._config = TokenConfig.parse(text) if text else self._load()
+        #: The clock receipts are issued and checked by.
+        self.clock = time.time
 
     @staticmethod
     def _file_stamp(path: Path) -> tuple[int, ...]:
@@ -350,12 +356,25 @@ class Tokens:
             raise Unauthenticated("unknown or revoked token: ask an operator for a valid one")
         return principal
 
-    def receipt(self, principal: Principal, sha: str, size: int) -> bytes:
-        msg = f"{principal.token_sha256}\0{sha}\0{size}".encode()
-        return hmac.new(self.config.receipt_key, msg, hashlib.sha256).digest()
+    def receipt(
+        self, principal: Principal, sha: str, size: int, issued: int | None = None
+    ) -> bytes:
+        """A receipt issued now (or at `issued`): the time in 8 bytes, then the HMAC."""
+        when = int(self.clock()) if issued is None else issued
+        msg = f"{principal.token_sha256}\0{sha}\0{size}\0{when}".encode()
+        return (
+            when.to_bytes(8, "big")
+            + hmac.new(self.config.receipt_key, msg, hashlib.sha256).digest()
+        )
 
     def check_receipt(self, principal: Principal, sha: str, size: int, receipt: bytes) -> bool:
-        return bool(receipt) and hmac.compare_digest(self.receipt(principal, sha, size), receipt)
+        """Whether the receipt is this token's for the blob, issued within RECEIPT_TTL."""
+        if len(receipt) != 40:
+            return False
+        issued = int.from_bytes(receipt[:8], "big")
+        return self.clock() - issued <= self.RECEIPT_TTL and hmac.compare_digest(
+            self.receipt(principal, sha, size, issued), receipt
+        )
 
 
 def tokens_document(entries: Iterable[tuple[str, str, list[str]]], receipt_key: str) -> str:

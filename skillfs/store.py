@@ -38,7 +38,7 @@ from skillfs.skill_md import SKILL_MD, inspect_skill
 from skillfs.store_blobs import Blobs
 from skillfs.store_commit import Prepared, already_committed, file_table, next_op, refuse_errors
 from skillfs.store_gc import GcReport, HistoryPolicy, gc, prune
-from skillfs.store_limits import Limits
+from skillfs.store_limits import Limits, check_usage
 from skillfs.store_watch import follow_changes
 
 log = logging.getLogger(__name__)
@@ -475,6 +475,8 @@ class Store:
     # ------------------------------------------------------------------ usage
 
     def record_usage(self, agent: str, counts: Mapping[tuple[str, str], int]) -> None:
+        """Add load counts keyed by (user, skill id), each checked by `check_usage`."""
+        check_usage(counts)
         if counts:
             self.engine.add_usage(check_id("agent", agent), counts)
 

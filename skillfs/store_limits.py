@@ -7,6 +7,7 @@ client built, to the same rules."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -15,6 +16,9 @@ from skillfs.errors import InvalidPath, TooLarge
 from skillfs.model import MTIME_MAX, MTIME_MIN, FileEntry
 
 SCRIPT_SUFFIXES = (".sh", ".bash", ".py", ".rb", ".pl", ".js", ".mjs")
+#: The most loads one usage batch may add to one counter: far more than a worker counts
+#: between two flushes, far below where the stored counters saturate (USAGE_MAX).
+USAGE_BATCH_MAX = 10**9
 
 
 def default_mode(path: str, data: bytes) -> int:
@@ -76,3 +80,15 @@ def check_file_table(limits: Limits, skill: str, entries: Mapping[str, FileEntry
             parent = parent.rsplit("/", 1)[0]
             if parent in entries:
                 raise InvalidPath(f"{skill}: {parent!r} is a file, so {path!r} cannot be inside it")
+
+
+def check_usage(counts: Mapping[tuple[str, str], Any]) -> None:
+    """A usage batch: each count a whole number from 0 to USAGE_BATCH_MAX, else nothing of it
+    is recorded (the stored counters saturate rather than overflow; docs/consistency.md)."""
+    for (user, skill), n in counts.items():
+        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= USAGE_BATCH_MAX:
+            error = TooLarge if isinstance(n, int) and n > 0 else InvalidPath
+            raise error(
+                f"usage count {n!r} of skill {skill!r} (user {user!r}): give a whole number "
+                f"from 0 to {USAGE_BATCH_MAX} per batch; nothing was recorded"
+            )

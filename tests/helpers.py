@@ -6,10 +6,11 @@ tests/runtime_helpers.py (workers' skills, a counting engine, a Git remote).
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 
-from skillfs.model import Manifest
+from skillfs.model import FileEntry, Manifest
 
 DESCRIPTION = "Does things. Use when testing."
 
@@ -35,13 +36,22 @@ def skill_md(
     return f"---\nname: {name}\ndescription: {text}\n---\n{heading}{body}{end}".encode()
 
 
-def manifest(skill: str, version: int, deleted: bool = False) -> Manifest:
-    """A manifest of `version` with no files and a fresh commit id, for engine-level tests."""
+def manifest(skill: str, version: int, deleted: bool = False, files: int = 0) -> Manifest:
+    """A manifest of `version` with a fresh commit id and `files` entries (about 120 bytes of
+    JSON each, no blobs behind them), for engine-level tests."""
     return Manifest(
         skill=skill,
         version=version,
         commit_id=uuid.uuid4().hex,
         committed_at=time.time(),
         deleted=deleted,
-        files={},
+        files={
+            f"references/file-{i:05d}.md": FileEntry(
+                sha256=hashlib.sha256(f"{skill}{i}".encode()).hexdigest(),
+                size=i,
+                mode=0o644,
+                mtime=1.0,
+            )
+            for i in range(files)
+        },
     )

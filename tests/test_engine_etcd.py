@@ -18,13 +18,16 @@ from typing import Any
 import etcd3
 import grpc
 import pytest
+from etcd3 import etcdrpc
 
 import skillfs
+from skillfs.engines import etcd_client as ec
 from skillfs.engines.base import EMPTY, CommitOp, VersionMismatch
 from skillfs.engines.etcd import EtcdEngine
 from skillfs.errors import InvalidPath, PermissionDenied, StoreUnavailable, TooLarge
-from skillfs.model import FileEntry, Manifest, Revision, Scope
+from skillfs.model import Manifest, Revision, Scope
 from support.servers import HOST, EtcdCluster, EtcdServer, free_port
+from tests import helpers
 from tests.helpers import skill_md
 
 ALICE = Scope.user("support-bot", "alice")
@@ -34,18 +37,8 @@ MiB = 1024 * 1024
 
 
 def manifest(skill: str, version: int, files: int = 1, commit_id: str = "c") -> Manifest:
-    """A manifest with `files` entries (about 110 bytes of JSON each); no blobs behind it."""
-    entries = {
-        f"references/file-{i:05d}.md": FileEntry(
-            sha256=hashlib.sha256(f"{skill}{i}".encode()).hexdigest(),
-            size=i,
-            mode=0o644,
-            mtime=1.0,
-        )
-        for i in range(files)
-    }
-    return Manifest(skill=skill, version=version, commit_id=commit_id, committed_at=time.time(),
-                    files=entries)  # fmt: skip
+    """tests/helpers.py's manifest with `files` entries (one by default) and this commit id."""
+    return helpers.manifest(skill, version, files=files).model_copy(update={"commit_id": commit_id})
 
 
 def raw_keys(client: etcd3.Etcd3Client, prefix: str = "") -> dict[str, bytes]:
@@ -219,6 +212,110 @@ def test_commit_over_the_request_limit_is_too_large(engine: EtcdEngine) -> None:
     with pytest.raises(TooLarge, match="--max-request-bytes"):
         engine.commit("agents/support-bot", big)
     assert engine.load_scope(ALICE) == {}
+
+
+def test_touch_of_many_blobs_fits_the_op_limit(engine: EtcdEngine) -> None:
+    """touch_blobs nests one transaction per blob, and etcd counts the nested operation
+    against --max-txn-ops too: 300 blobs must be cut into batches that fit."""
+    shas = [hashlib.sha256(b"%d" % i).hexdigest() for i in range(300)]
+    for sha in shas[:250]:
+        engine.put_blob(sha, [b"x"], now=1.0)
+    assert engine.touch_blobs(shas, now=2.0) == set(shas[:250])
+
+
+def test_a_skill_of_many_files_publishes_on_etcd(etcd_url: str) -> None:
+    with skillfs.open_store(etcd_url) as store:
+        files = {f"references/r{i}.md": b"%d" % i for i in range(300)}
+        store.publish(ALICE, "big", {"SKILL.md": skill_md("big"), **files})
+        files["references/r7.md"] = b"changed"
+        assert store.publish(ALICE, "big", {"SKILL.md": skill_md("big"), **files}).version == 2
+        assert store.read(ALICE, "big", "references/r7.md") == b"changed"
+
+
+def test_every_batched_request_fits_both_limits(engine: EtcdEngine) -> None:
+    """Each request the engine sends stays under the op and byte limits by construction."""
+    sent: list[Any] = []
+    real = engine._etcd.rpc
+
+    def txn(request: Any) -> Any:
+        sent.append(request)
+        return real(lambda ep, t, md: ep.kv.Txn(request, timeout=t, metadata=md))
+
+    engine._etcd.txn = txn  # type: ignore[method-assign]
+    shas = [hashlib.sha256(b"%d" % i).hexdigest() for i in range(400)]
+    engine.touch_blobs(shas, now=1.0)
+    engine.get_chunks([(s, 0) for s in shas])
+    engine.revisions([f"agents/a{i:03d}{'x' * 100}" for i in range(300)])
+    engine.add_usage("bot", {("u" * 128, f"skill-{i}-{'s' * 50}"): 1 for i in range(300)})
+    engine.drop_history(ALICE, "s", list(range(1, 400)))
+    assert len(sent) > 10
+    for request in sent:
+        assert ec.txn_ops(request) <= ec.MAX_TXN_OPS
+        assert request.ByteSize() <= ec.MAX_REQUEST_BYTES - ec.ENVELOPE
+
+
+def test_packed_cuts_by_bytes_as_well_as_ops(engine: EtcdEngine) -> None:
+    etcd = engine._etcd
+    sizes = [len(b) for b in etcd.packed([b"k" * 100_000] * 40, len)]
+    assert sum(sizes) == 40 and max(sizes) <= etcd.request_budget // 100_008
+    assert [len(b) for b in etcd.packed(list(range(300)), lambda _: 1, reserve_ops=1)] == [
+        127,
+        127,
+        46,
+    ]
+
+
+def test_a_request_over_etcds_limits_is_a_bug_report_at_once(etcd_server: EtcdServer) -> None:
+    """A cluster whose limits are lower than the engine was told (here: the URL claims 1,000
+    operations): etcd's INVALID_ARGUMENT is no outage, so it is not retried for retry_for."""
+    e = EtcdEngine(ns_url(etcd_server.url) + "&max_txn_ops=1000", retry_for=10)
+    started = time.monotonic()
+    with pytest.raises(ec.RequestOverLimit, match=r"too many operations.*report it") as caught:
+        e.revisions([f"agents/a{i}" for i in range(300)])
+    assert not isinstance(caught.value, StoreUnavailable)
+    assert time.monotonic() - started < 2
+    with skillfs.open_store(ns_url(etcd_server.url) + "&max_txn_ops=1000") as store:
+        started = time.monotonic()
+        with pytest.raises(ec.RequestOverLimit):
+            store.domain_revisions([f"agents/a{i}" for i in range(300)])
+        assert time.monotonic() - started < 2
+    e.close()
+
+
+def test_a_request_over_the_limits_is_never_sent(engine: EtcdEngine) -> None:
+    request = etcdrpc.TxnRequest(success=[ec.get_op(b"k%d" % i) for i in range(129)])
+    with pytest.raises(ec.RequestOverLimit, match="129 operations"):
+        engine._etcd.txn(request)
+
+
+def test_limit_options_in_the_url(etcd_server: EtcdServer) -> None:
+    e = EtcdEngine(f"{etcd_server.url}?max_txn_ops=1024&max_request_bytes=10485760")
+    assert e.max_ops == 511 and e.max_manifest_bytes > 4 * MiB
+    with pytest.raises(InvalidPath, match=r"max_request_bytes=1000 .* at least"):
+        EtcdEngine(f"{etcd_server.url}?max_request_bytes=1000")
+
+
+def test_a_skill_that_can_be_created_can_be_updated(engine: EtcdEngine) -> None:
+    """Creation and update have the same limit: a manifest fits half a request, so the update,
+    which also moves the old manifest to history, always fits."""
+    low, high = 1000, 20_000  # the most files that fit, but for the digits of their time
+    while low + 1 < high:
+        mid = (low + high) // 2
+        fits = len(manifest("s", 1, files=mid).model_dump_json()) < engine.max_manifest_bytes - 100
+        low, high = (mid, high) if fits else (low, mid)
+    most = low
+    engine.commit(
+        "agents/support-bot",
+        [CommitOp(scope=ALICE, manifest=manifest("s", 1, files=most), expect=0)],
+    )
+    for version in (2, 3):
+        op = CommitOp(scope=ALICE, manifest=manifest("s", version, files=most), expect=version - 1)
+        engine.commit("agents/support-bot", [op])
+    assert [m.version for m in engine.history(ALICE, "s")] == [2, 1]
+    over = CommitOp(scope=ALICE, manifest=manifest("t", 1, files=most + 100), expect=0)
+    with pytest.raises(TooLarge, match=r"per manifest.*update"):
+        engine.commit("agents/support-bot", [over])
+    assert set(engine.load_scope(ALICE)) == {"s"}
 
 
 # ----------------------------------------------------------------- paging

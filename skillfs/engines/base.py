@@ -15,7 +15,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict
 
-from skillfs.errors import InvalidPath, StoreUnavailable
+from skillfs.errors import InvalidPath, NotFound, StoreUnavailable
 from skillfs.model import Access, Change, Manifest, Revision, Scope
 
 MiB = 1024 * 1024
@@ -25,6 +25,9 @@ N = TypeVar("N", int, float)
 EMPTY = Revision(epoch="", counter=0)
 #: Change-log entries an engine keeps per domain unless its URL says `log_limit=`.
 LOG_LIMIT = 10_000
+#: A stored usage counter stops there (int64: SQLite's INTEGER, Redis's HINCRBY, the gRPC
+#: field) instead of overflowing (docs/consistency.md, "Limits").
+USAGE_MAX = 2**63 - 1
 
 
 class CommitOp(BaseModel):
@@ -45,6 +48,24 @@ class VersionMismatch(Exception):
         self.scope = scope
         self.skill = skill
         self.current = current
+
+
+def check_current(op: CommitOp, version: int, live: bool) -> None:
+    """What every engine's atomic step checks of each op, given the skill's current version
+    and whether that version is live (not a tombstone): the version the op expects (else
+    VersionMismatch), and that a deletion deletes something (else NotFound: a tombstone of
+    a skill that never existed, or a second one, would be written). Nothing is written."""
+    if version != op.expect:
+        raise VersionMismatch(op.scope, op.manifest.skill, version)
+    if op.manifest.deleted and not live:
+        raise NotFound(
+            f"skill {op.manifest.skill!r} does not exist in {op.scope}: nothing to delete"
+        )
+
+
+def saturated(count: int) -> int:
+    """A usage counter after an addition: it stays at USAGE_MAX rather than overflow."""
+    return min(count, USAGE_MAX)
 
 
 def redact(url: str) -> str:

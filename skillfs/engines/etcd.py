@@ -8,10 +8,9 @@ epochs and limits: docs/engine-etcd.md.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import urlsplit
 
 from etcd3 import etcdrpc
 from etcd3.etcdrpc import kv_pb2
@@ -23,17 +22,24 @@ from skillfs.engines.base import (
     MiB,
     UrlOptions,
     VersionMismatch,
+    check_current,
     must_reset,
     reset_to,
 )
+from skillfs.engines.etcd_usage import EtcdUsage
 from skillfs.errors import InvalidPath, StoreUnavailable, TooLarge
 from skillfs.model import Change, Manifest, Revision, Scope
 
-#: Seconds a usage batch's marker lives (see `add_usage`): far longer than its retries take.
-USAGE_MARK_TTL = 600
+#: What a manifest may not use of half the request budget: the keys and the rev key put
+#: beside it in a commit (docs/engine-etcd.md, "Limits").
+KEYS_RESERVE = 8 * 1024
 CHUNKS_PER_READ = 32  # chunk reads per transaction: responses stay under 32 MiB
 PARTIAL = b"partial "  # last-use value of a blob still being uploaded
 COMPLETE_BELOW = b"p"  # a complete blob's last-use value (decimal text) sorts below this
+
+
+#: The URL's options for the cluster's limits, when they differ from etcd's defaults.
+LIMITS_QUERY = ("max_txn_ops", "max_request_bytes")
 
 
 def _epoch(cluster_id: int, created: int) -> str:
@@ -56,8 +62,6 @@ class EtcdEngine(Engine):
     """etcd v3 through `EtcdClient`; see the module docstring."""
 
     chunk_size = 1 * MiB
-    #: A commit's success list holds 2 puts per op (manifest, history copy) plus the rev key.
-    max_ops = (ec.MAX_TXN_OPS - 1) // 2
 
     def __init__(
         self,
@@ -71,8 +75,14 @@ class EtcdEngine(Engine):
         super().__init__(url)
         if urlsplit(url).scheme != "etcd":
             raise InvalidPath(f"not an etcd URL: {self.url!r}; use etcd://host:port[,host:port]")
-        options = UrlOptions(url, ("prefix", "timeout", *ec.TLS_QUERY))
+        options = UrlOptions(url, ("prefix", "timeout", *LIMITS_QUERY, *ec.TLS_QUERY))
         self._prefix = options.get("prefix").encode()
+        request_bytes = options.number("max_request_bytes", int, ec.MAX_REQUEST_BYTES)
+        if request_bytes < self.chunk_size + 64 * 1024:
+            raise InvalidPath(
+                f"max_request_bytes={request_bytes} in {self.url}: a blob chunk is "
+                f"{self.chunk_size} bytes, so give at least {self.chunk_size + 64 * 1024}"
+            )
         self._etcd = ec.EtcdClient(
             url,
             {k: v for k, v in options.values.items() if k in ec.TLS_QUERY},
@@ -80,9 +90,16 @@ class EtcdEngine(Engine):
             retry_for=retry_for,
             page_size=page_size,
             max_response_bytes=max_response_bytes,
+            max_txn_ops=options.number("max_txn_ops", int, ec.MAX_TXN_OPS),
+            max_request_bytes=request_bytes,
         )
-        #: (lease id, time.monotonic() it expires) for usage-batch markers
-        self._usage_lease: tuple[int, float] | None = None
+        #: A commit's success list holds 2 puts per op (manifest, history copy) plus the rev
+        #: key; max_ops >= 1 needs max_txn_ops >= 3.
+        self.max_ops = max(1, (self._etcd.max_txn_ops - 1) // 2)
+        #: A manifest fits half a request, so an update (old and new manifest in one
+        #: transaction) fits whenever the creation did.
+        self.max_manifest_bytes = self._etcd.request_budget // 2 - KEYS_RESERVE
+        self._usage = EtcdUsage(self._etcd, self._prefix, self.url)
 
     # ------------------------------------------------------------------ keys
 
@@ -110,9 +127,9 @@ class EtcdEngine(Engine):
         """One nested transaction per blob: refresh last-use only where the blob is complete
         (its value sorts below b"p"; an absent key or a `partial` marker does not)."""
         stamp = repr(now).encode()
-        present: set[str] = set()
-        for part in ec.batches(list(dict.fromkeys(shas)), ec.MAX_TXN_OPS):
-            ops = [
+        touches = [
+            (
+                sha,
                 etcdrpc.RequestOp(
                     request_txn=etcdrpc.TxnRequest(
                         compare=[
@@ -125,13 +142,17 @@ class EtcdEngine(Engine):
                         ],
                         success=[ec.put_op(self._use_key(sha), stamp)],
                     )
-                )
-                for sha in part
-            ]
-            response = self._etcd.txn(etcdrpc.TxnRequest(success=ops))
+                ),
+            )
+            for sha in dict.fromkeys(shas)
+        ]
+        present: set[str] = set()
+        # etcd counts a nested transaction's own operation against the limit too
+        for part in self._etcd.packed(touches, lambda t: t[1].ByteSize(), reserve_ops=1):
+            response = self._etcd.txn(etcdrpc.TxnRequest(success=[op for _, op in part]))
             present.update(
                 sha
-                for sha, r in zip(part, response.responses, strict=True)
+                for (sha, _), r in zip(part, response.responses, strict=True)
                 if r.response_txn.succeeded
             )
         return present
@@ -232,6 +253,7 @@ class EtcdEngine(Engine):
         history, put the new ones and the rev key. A failed compare returns the current
         manifests in the same round trip, for the VersionMismatch the Store retries on."""
         keys = [self._manifest_key(op.scope, op.manifest.skill) for op in ops]
+        bodies = [self._manifest_body(op) for op in ops]
         current = self._etcd.get_many(keys)
         self._check_versions(ops, current)
         request = etcdrpc.TxnRequest(
@@ -248,29 +270,21 @@ class EtcdEngine(Engine):
                     for op, kv in zip(ops, current, strict=True)
                     if kv is not None
                 ),
-                *(
-                    ec.put_op(k, op.manifest.model_dump_json().encode())
-                    for k, op in zip(keys, ops, strict=True)
-                ),
+                *(ec.put_op(k, body) for k, body in zip(keys, bodies, strict=True)),
                 ec.put_op(self._rev_key(domain), ops[0].manifest.commit_id.encode(), prev_kv=True),
             ],
             failure=[ec.get_op(k) for k in keys],
         )
-        try:
-            response = self._etcd.txn(request)
-        except ec.RequestTooLarge as exc:
-            one = ops[0].manifest
-            fix = (
-                "commit fewer skills at once"
-                if len(ops) > 1
-                else f"{one.skill} lists {len(one.files)} files; an update carries the old "
-                "and the new file table, so keep a skill under about 5,000 files"
-            )
+        size = request.ByteSize()
+        if size > self._etcd.request_budget:
             raise TooLarge(
-                f"a commit of {len(ops)} skill(s) is one etcd transaction of "
-                f"{request.ByteSize()} bytes (new manifests and history copies), over the "
-                f"server's --max-request-bytes (1.5 MiB by default): {fix} ({exc})"
-            ) from exc
+                f"a commit of {len(ops)} skill(s) is one etcd transaction of {size} bytes (new "
+                f"manifests and the history copies of the old ones), over the limit of "
+                f"{self._etcd.request_budget} bytes per request (--max-request-bytes "
+                f"{self._etcd.max_request_bytes} less etcd's envelope): commit fewer skills at "
+                "once; nothing was written"
+            )
+        response = self._etcd.txn(request)
         if not response.succeeded:
             now = [ec.first_kv(r) for r in response.responses]
             self._check_versions(ops, now)
@@ -287,13 +301,29 @@ class EtcdEngine(Engine):
             epoch=_epoch(response.header.cluster_id, created), counter=response.header.revision
         )
 
+    def _manifest_body(self, op: CommitOp) -> bytes:
+        """The manifest's JSON, refused when over `max_manifest_bytes`: creation and update
+        have the same limit (docs/engine-etcd.md, "Limits")."""
+        body = op.manifest.model_dump_json().encode()
+        if len(body) > self.max_manifest_bytes:
+            m = op.manifest
+            raise TooLarge(
+                f"{op.scope}/{m.skill}: its manifest of {len(m.files)} files is {len(body)} "
+                f"bytes, over etcd's limit of {self.max_manifest_bytes} bytes per manifest "
+                "(half a request, so that an update, which also moves the old manifest to "
+                "history, fits whenever the creation did): keep fewer files or shorter paths "
+                "(a file costs about 130 bytes plus its path), or raise the cluster's "
+                "--max-request-bytes and give it as max_request_bytes= in the URL; nothing "
+                "was written"
+            )
+        return body
+
     @staticmethod
     def _check_versions(ops: Sequence[CommitOp], current: Sequence[Any]) -> None:
-        """VersionMismatch for the first op whose skill is not at the version it expects."""
+        """The rules of `check_current` for each op, given the keys' current values."""
         for op, kv in zip(ops, current, strict=True):
-            version = Manifest.from_json(kv.value).version if kv is not None else 0
-            if version != op.expect:
-                raise VersionMismatch(op.scope, op.manifest.skill, version)
+            m = Manifest.from_json(kv.value) if kv is not None else None
+            check_current(op, m.version if m else 0, m is not None and not m.deleted)
 
     def history(self, scope: Scope, skill: str) -> list[Manifest]:
         kvs = self._etcd.scan(self._history_prefix(scope, skill))
@@ -301,17 +331,16 @@ class EtcdEngine(Engine):
 
     def drop_history(self, scope: Scope, skill: str, versions: Sequence[int]) -> None:
         prefix = self._history_prefix(scope, skill)
-        for part in ec.batches(list(versions), ec.MAX_TXN_OPS):
-            self._etcd.txn(
-                etcdrpc.TxnRequest(success=[ec.delete_op(prefix + b"%010d" % v) for v in part])
-            )
+        deletes = [ec.delete_op(prefix + b"%010d" % v) for v in versions]
+        for part in self._etcd.packed(deletes, lambda op: op.ByteSize()):
+            self._etcd.txn(etcdrpc.TxnRequest(success=part))
 
     # ------------------------------------------------------------------ revisions and changes
 
     def revisions(self, domains: Sequence[str]) -> dict[str, Revision | None]:
         """All rev keys in one read-only transaction (linearizable, one round trip)."""
         out: dict[str, Revision | None] = {}
-        for part in ec.batches(list(domains), ec.MAX_TXN_OPS):
+        for part in self._etcd.packed(domains, lambda d: len(self._rev_key(d))):
             response = self._etcd.txn(
                 etcdrpc.TxnRequest(success=[ec.get_op(self._rev_key(d)) for d in part])
             )
@@ -417,74 +446,10 @@ class EtcdEngine(Engine):
     # ------------------------------------------------------------------ usage counters
 
     def add_usage(self, agent: str, counts: Mapping[tuple[str, str], int]) -> None:
-        """One counter key per (user, skill), bumped by compare-and-swap on its mod_revision;
-        a batch is one transaction per 127 keys, retried while others bump the same keys.
-
-        Exactly once: the transaction also puts a marker key unique to the batch (on a lease,
-        so markers expire by themselves), and a failed compare reads it back. When a retry
-        finds its own marker, an earlier attempt landed and only its answer was lost."""
-        prefix = self._usage_prefix(agent)
-        items = [
-            (prefix + f"{quote(user, safe='')}/{quote(skill, safe='')}".encode(), n)
-            for (user, skill), n in counts.items()
-            if n
-        ]
-        for part in ec.batches(items, ec.MAX_TXN_OPS - 1):  # the marker is one more op
-            try:
-                self._add_usage(agent, part, self._lease_for_marks())
-            except ec.LeaseGone:
-                self._usage_lease = None
-                self._add_usage(agent, part, self._lease_for_marks())
-
-    def _add_usage(self, agent: str, part: Sequence[tuple[bytes, int]], lease: int) -> None:
-        keys = [k for k, _ in part]
-        mark = self._key(f"usage/batches/{uuid.uuid4().hex}")
-        current = self._etcd.get_many(keys)
-        end = time.monotonic() + self._etcd.retry_for
-        while True:
-            request = etcdrpc.TxnRequest(
-                compare=[
-                    ec.mod_is(k, kv.mod_revision if kv is not None else 0)
-                    for k, kv in zip(keys, current, strict=True)
-                ],
-                success=[
-                    *(
-                        ec.put_op(k, b"%d" % (n + (int(kv.value) if kv is not None else 0)))
-                        for (k, n), kv in zip(part, current, strict=True)
-                    ),
-                    ec.put_op(mark, b"", lease=lease),
-                ],
-                failure=[*(ec.get_op(k) for k in keys), ec.get_op(mark)],
-            )
-            response = self._etcd.txn(request)
-            if response.succeeded or ec.first_kv(response.responses[-1]) is not None:
-                return  # done now, or by an attempt whose answer was lost
-            if time.monotonic() > end:
-                raise StoreUnavailable(
-                    f"usage counters of agent {agent} on {self.url} stayed contended for "
-                    f"{self._etcd.retry_for:.0f}s; retry"
-                )
-            current = [ec.first_kv(r) for r in response.responses[:-1]]
-
-    def _lease_for_marks(self) -> int:
-        """The lease of this engine's usage-batch markers: one grant serves many batches, and a
-        new one is granted when less than half of its time is left."""
-        ttl = max(USAGE_MARK_TTL, int(6 * self._etcd.retry_for))
-        held = self._usage_lease
-        if held is not None and held[1] - time.monotonic() > ttl / 2:
-            return held[0]
-        started = time.monotonic()
-        lease, granted = self._etcd.grant_lease(ttl)
-        self._usage_lease = (lease, started + granted)
-        return lease
+        self._usage.add(agent, counts)
 
     def usage(self, agent: str) -> dict[tuple[str, str], int]:
-        prefix = self._usage_prefix(agent)
-        out: dict[tuple[str, str], int] = {}
-        for kv in self._etcd.scan(prefix):
-            user, _, skill = kv.key[len(prefix) :].decode().partition("/")
-            out[(unquote(user), unquote(skill))] = int(kv.value)
-        return out
+        return self._usage.read(agent)
 
     # ------------------------------------------------------------------ life cycle
 

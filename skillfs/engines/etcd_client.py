@@ -18,13 +18,20 @@ from urllib.parse import unquote, urlsplit
 import grpc
 from etcd3 import etcdrpc
 
-from skillfs.engines.base import redact, unavailable_error
-from skillfs.errors import InvalidPath, PermissionDenied, StoreUnavailable, TooLarge
+from skillfs.engines.base import MiB, redact, unavailable_error
+from skillfs.errors import InvalidPath, PermissionDenied, SkillfsError, StoreUnavailable, TooLarge
 
 T = TypeVar("T")
 Metadata = tuple[tuple[str, str], ...] | None
 
 MAX_TXN_OPS = 128  # etcd's default --max-txn-ops, per compare/success/failure list
+MAX_REQUEST_BYTES = MiB * 3 // 2  # etcd's default --max-request-bytes
+#: What etcd wraps around a request before comparing its size with --max-request-bytes (its
+#: raft header), with room to spare: requests are built to stay this far under the limit.
+ENVELOPE = 4096
+#: Bytes counted per item of a batch on top of its own size: the protobuf framing of a list
+#: entry (a tag and a length).
+FRAMING = 8
 DEFAULT_PORT = 2379
 #: The URL's options for TLS (the others are the engine's).
 TLS_QUERY = ("cacert", "cert", "key", "tls")
@@ -44,8 +51,10 @@ class ResponseTooLarge(TooLarge):
     """A response was over our receive limit: page smaller."""
 
 
-class RequestTooLarge(TooLarge):
-    """etcd refused a request over its --max-request-bytes."""
+class RequestOverLimit(SkillfsError):
+    """A request over etcd's --max-txn-ops or --max-request-bytes. Requests are built to fit
+    (docs/engine-etcd.md, "Limits"), so this is a bug, or a cluster whose limits are lower
+    than the URL says: never a reason to retry."""
 
 
 class LeaseGone(StoreUnavailable):
@@ -67,9 +76,16 @@ def prefix_end(prefix: bytes) -> bytes:
     return bytes(p)
 
 
-def batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
+def txn_ops(request: Any) -> int:
+    """The operations etcd counts against --max-txn-ops for a transaction (its
+    checkTxnRequest): its longest list, plus the most any transaction nested in it counts."""
+    nested = [
+        txn_ops(op.request_txn)
+        for op in (*request.success, *request.failure)
+        if op.WhichOneof("request") == "request_txn"
+    ]
+    longest = max(len(request.compare), len(request.success), len(request.failure))
+    return longest + max(nested, default=0)
 
 
 def get_op(key: bytes) -> Any:
@@ -136,8 +152,14 @@ class EtcdClient:
         retry_for: float,
         page_size: int,
         max_response_bytes: int,
+        max_txn_ops: int = MAX_TXN_OPS,
+        max_request_bytes: int = MAX_REQUEST_BYTES,
     ) -> None:
         self.url = redact(url)
+        #: The cluster's limits (etcd's defaults unless the URL says otherwise): every
+        #: request is built to fit them, `packed` being the one place batches are cut.
+        self.max_txn_ops = max_txn_ops
+        self.max_request_bytes = max_request_bytes
         creds, _, hosts = urlsplit(url).netloc.rpartition("@")
         user, _, password = creds.partition(":")
         self._user = unquote(user) or None
@@ -256,8 +278,12 @@ class EtcdClient:
                 f"a response from {where} is over the receive limit of "
                 f"{self.max_response_bytes} bytes ({details}); raise max_response_bytes"
             )
-        if "request is too large" in details or "larger than max" in details:
-            return RequestTooLarge(f"{where} refused a request as too large ({details})")
+        if (
+            "request is too large" in details
+            or "larger than max" in details
+            or "too many operations" in details
+        ):
+            return self.over_limit(f"{where} refused it ({code.name}: {details})")
         if code == grpc.StatusCode.OUT_OF_RANGE and "compacted" in details:
             return Compacted(details)
         if "requested lease not found" in details:
@@ -276,17 +302,61 @@ class EtcdClient:
             "(etcdctl endpoint status, alarm list), then retry"
         )
 
+    @property
+    def request_budget(self) -> int:
+        """The bytes a request may take: --max-request-bytes less etcd's envelope."""
+        return self.max_request_bytes - ENVELOPE
+
+    def over_limit(self, what: str) -> RequestOverLimit:
+        return RequestOverLimit(
+            f"an etcd request is over the cluster's limits: {what}. skillfs builds every "
+            f"request for max_txn_ops={self.max_txn_ops} and max_request_bytes="
+            f"{self.max_request_bytes} (etcd's defaults unless the URL gives them): if the "
+            "cluster runs with lower --max-txn-ops or --max-request-bytes, give its values in "
+            "the URL; otherwise this is a bug in skillfs, please report it with this message"
+        )
+
+    def packed(
+        self,
+        items: Sequence[T],
+        size: Callable[[T], int],
+        *,
+        reserve_ops: int = 0,
+        reserve_bytes: int = 0,
+    ) -> Iterator[list[T]]:
+        """`items` cut into batches that each fit one transaction: at most `max_txn_ops` less
+        `reserve_ops` items (an item is one entry of each list it is in) and the request
+        budget less `reserve_bytes`, an item costing `size(item)` bytes. Every batched request
+        is cut here, so none is refused for its size (docs/engine-etcd.md, "Limits")."""
+        most = self.max_txn_ops - reserve_ops
+        budget = self.request_budget - reserve_bytes
+        batch: list[T] = []
+        used = 0
+        for item in items:
+            cost = size(item) + FRAMING
+            if batch and (len(batch) >= most or used + cost > budget):
+                yield batch
+                batch, used = [], 0
+            batch.append(item)
+            used += cost
+        if batch:
+            yield batch
+
     def txn(self, request: Any) -> Any:
+        """One transaction; one over the limits is refused here, before etcd sees it."""
+        ops, size = txn_ops(request), request.ByteSize()
+        if ops > self.max_txn_ops or size > self.request_budget:
+            raise self.over_limit(f"a transaction of {ops} operations and {size} bytes")
         return self.rpc(lambda ep, t, md: ep.kv.Txn(request, timeout=t, metadata=md))
 
     def range(self, request: Any) -> Any:
         return self.rpc(lambda ep, t, md: ep.kv.Range(request, timeout=t, metadata=md))
 
     def get_many(self, keys: Sequence[bytes], batch: int = MAX_TXN_OPS) -> list[Any]:
-        """The KeyValue (or None) of each key: one transaction per `batch` keys, split further
-        when a response would be over the receive limit."""
+        """The KeyValue (or None) of each key: one transaction per `batch` keys (fewer when
+        the limits say so), split further when a response would be over the receive limit."""
         out: list[Any] = []
-        for part in batches(keys, batch):
+        for part in self.packed(keys, len, reserve_ops=max(0, self.max_txn_ops - batch)):
             request = etcdrpc.TxnRequest(success=[get_op(k) for k in part])
             try:
                 response = self.txn(request)

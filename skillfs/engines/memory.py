@@ -11,9 +11,10 @@ from skillfs.engines.base import (
     LOG_LIMIT,
     CommitOp,
     Engine,
-    VersionMismatch,
+    check_current,
     must_reset,
     reset_to,
+    saturated,
 )
 from skillfs.model import Change, Manifest, Revision, Scope
 
@@ -73,9 +74,7 @@ class MemoryEngine(Engine):
         with self._lock:
             for op in ops:
                 cur = self._live[op.scope].get(op.manifest.skill)
-                current = cur.version if cur else 0
-                if current != op.expect:
-                    raise VersionMismatch(op.scope, op.manifest.skill, current)
+                check_current(op, cur.version if cur else 0, cur is not None and not cur.deleted)
             old = self._revs.get(domain)
             rev = Revision(
                 epoch=old.epoch if old else uuid.uuid4().hex,
@@ -140,7 +139,7 @@ class MemoryEngine(Engine):
     def add_usage(self, agent: str, counts: Mapping[tuple[str, str], int]) -> None:
         with self._lock:
             for key, n in counts.items():
-                self._usage[agent][key] += n
+                self._usage[agent][key] = saturated(self._usage[agent][key] + n)
 
     def usage(self, agent: str) -> dict[tuple[str, str], int]:
         with self._lock:

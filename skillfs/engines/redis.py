@@ -21,7 +21,15 @@ from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
 from skillfs.engines import redis_scripts as scripts
-from skillfs.engines.base import LOG_LIMIT, CommitOp, Engine, UrlOptions, VersionMismatch
+from skillfs.engines.base import (
+    LOG_LIMIT,
+    USAGE_MAX,
+    CommitOp,
+    Engine,
+    UrlOptions,
+    check_current,
+    saturated,
+)
 from skillfs.engines.redis_client import (
     SOCKET_TIMEOUT,
     Client,
@@ -116,6 +124,11 @@ class _Guard:
             raise self.engine.unavailable_error(exc) from exc
 
 
+def _overflowed(reply: object) -> bool:
+    """Whether a HINCRBY's reply is Redis refusing to go past a 64-bit integer."""
+    return isinstance(reply, rx.ResponseError) and "overflow" in str(reply)
+
+
 def _glob_escape(text: str) -> str:
     return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
 
@@ -123,6 +136,10 @@ def _glob_escape(text: str) -> str:
 class RedisEngine(Engine):
     """Redis standalone (`redis://`, `rediss://`), Cluster (`redis+cluster://`) or Sentinel
     (`redis+sentinel://`); options are passed on to the redis-py client."""
+
+    #: A commit is one Lua script, which blocks the server for every other client while it
+    #: runs: this bounds its work (docs/engine-redis.md, "Limits").
+    max_ops = 64
 
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url)
@@ -281,9 +298,9 @@ class RedisEngine(Engine):
             if self.cluster:  # the domain set has its own slot: add first, so listings never miss
                 self._client.sadd(self._domains_key, domain)
             result = self._run_commit(keys, args)
-        if result[0] == 0:
+        if result[0] != 1:  # the script applied `check_current`: raise what it found
             op = ops[int(result[1]) - 1]
-            raise VersionMismatch(op.scope, op.manifest.skill, int(result[2]))
+            check_current(op, int(result[2]), live=result[0] != 2)
         return Revision(epoch=result[2].decode(), counter=int(result[1]))
 
     def _run_commit(self, keys: list[str], args: list[str | int]) -> list[Any]:
@@ -413,11 +430,19 @@ class RedisEngine(Engine):
         if not counts:
             return
         key = self._usage_key(agent)
+        fields = [json.dumps([user, skill]) for user, skill in counts]
         with self._guard:
             pipe = self._client.pipeline(transaction=False)
-            for (user, skill), n in counts.items():
-                pipe.hincrby(key, json.dumps([user, skill]), n)
-            pipe.execute()
+            for field, n in zip(fields, counts.values(), strict=True):
+                pipe.hincrby(key, field, saturated(n))
+            done = pipe.execute(raise_on_error=False)
+            # HINCRBY refuses to overflow and changes nothing: the counter saturates instead
+            full = [f for f, r in zip(fields, done, strict=True) if _overflowed(r)]
+            for r in done:
+                if isinstance(r, Exception) and not _overflowed(r):
+                    raise r
+            if full:
+                self._client.hset(key, mapping=dict.fromkeys(full, USAGE_MAX))
 
     def usage(self, agent: str) -> dict[tuple[str, str], int]:
         with self._guard:

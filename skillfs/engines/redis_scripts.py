@@ -5,20 +5,38 @@ Redis Cluster too (docs/engine-redis.md, docs/design.md §3)."""
 # KEYS: rev, log, scopes[, domains], then per op: scope hash, history hash.
 # ARGV: fresh epoch, log limit, number of fixed keys, domain, then per op:
 #       skill, expected version, manifest JSON, scope, op, new version.
-# Reads and checks everything before the first write, so a mismatch writes nothing. The epoch
+# A manifest's version and deleted flag are read from the head of its JSON, which is written
+# in the model's field order (skill, version, commit_id, committed_at, deleted; a quote inside
+# a JSON string is always escaped, so the pattern cannot match inside one): decoding a large
+# manifest whole would cost the script ~10 ms per MB. Any other shape is decoded.
+# Reads and checks everything before the first write, so a mismatch ({0, op, version}) or a
+# deletion of a skill that is not live ({2, op, version}) writes nothing. The epoch
 # changes when the server's replication ID differs from the one the revision was written under:
 # after a failover or a restart this server's history may lack writes others saw, and counters
 # that overtook the lost ones must not look like the same revisions to a follower.
+_HEAD = (
+    """'^{"skill":"[^"]*","version":(%d+),"commit_id":".-",'"""
+    """ .. '"committed_at":[^,]*,"deleted":(%a+),'"""
+)
 COMMIT = """#!lua
 local nfixed = tonumber(ARGV[3])
 local n = (#KEYS - nfixed) / 2
 local olds = {}
+local function state(old)
+  local v, d = string.match(old, HEAD)
+  if not v then
+    local m = cjson.decode(old)
+    return m['version'], not m['deleted']
+  end
+  return tonumber(v), d == 'false'
+end
 for i = 1, n do
   local a = 4 + (i - 1) * 6
   local old = redis.call('HGET', KEYS[nfixed + 2 * i - 1], ARGV[a + 1])
-  local v = 0
-  if old then v = cjson.decode(old)['version'] end
+  local v, live = 0, false
+  if old then v, live = state(old) end
   if v ~= tonumber(ARGV[a + 2]) then return {0, i, v} end
+  if ARGV[a + 5] == 'remove' and not live then return {2, i, v} end
   olds[i] = {old, v}
 end
 local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
@@ -43,7 +61,7 @@ for i = 1, n do
 end
 if nfixed == 4 then redis.call('SADD', KEYS[4], ARGV[4]) end
 return {1, counter, epoch}
-"""
+""".replace("HEAD", _HEAD)
 
 # KEYS: rev, log. ARGV: since epoch, since counter, most commits to return.
 # Returns {0} (domain never written, `since` empty), {1, epoch, counter, entries}

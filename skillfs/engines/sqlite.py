@@ -18,12 +18,14 @@ from urllib.parse import unquote, urlsplit
 
 from skillfs.engines.base import (
     LOG_LIMIT,
+    USAGE_MAX,
     CommitOp,
     Engine,
     UrlOptions,
-    VersionMismatch,
+    check_current,
     must_reset,
     reset_to,
+    saturated,
 )
 from skillfs.engines.sqlite_file import SqliteFile
 from skillfs.errors import InvalidPath, StoreUnavailable
@@ -216,12 +218,11 @@ class SqliteEngine(Engine):
         with self._db.write() as conn:
             for op in ops:
                 row = conn.execute(
-                    "SELECT version FROM manifests WHERE scope = ? AND skill = ?",
+                    "SELECT version, json_extract(body, '$.deleted') FROM manifests"
+                    " WHERE scope = ? AND skill = ?",
                     (self._scope(op.scope), op.manifest.skill),
                 ).fetchone()
-                current = 0 if row is None else int(row[0])
-                if current != op.expect:
-                    raise VersionMismatch(op.scope, op.manifest.skill, current)
+                check_current(op, 0 if row is None else int(row[0]), row is not None and not row[1])
             rev = conn.execute(
                 "SELECT epoch, counter, log_size, trimmed FROM revisions WHERE domain = ?", (dkey,)
             ).fetchone()
@@ -392,8 +393,12 @@ class SqliteEngine(Engine):
         with self._db.write() as conn:
             conn.executemany(
                 "INSERT INTO usage (agent, user, skill, count) VALUES (?, ?, ?, ?)"
-                " ON CONFLICT (agent, user, skill) DO UPDATE SET count = count + excluded.count",
-                [(key, user, skill, n) for (user, skill), n in counts.items()],
+                " ON CONFLICT (agent, user, skill) DO UPDATE SET count = CASE"
+                " WHEN count > ? - excluded.count THEN ? ELSE count + excluded.count END",
+                [
+                    (key, user, skill, saturated(n), USAGE_MAX, USAGE_MAX)
+                    for (user, skill), n in counts.items()
+                ],
             )
 
     def usage(self, agent: str) -> dict[tuple[str, str], int]:

@@ -51,16 +51,11 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         if principal.reads_everything:
             present = self.engine.touch_blobs([check_sha(b.sha256) for b in request.blobs], now)
             return pb.TouchBlobsResponse(present=[pb.BlobProof(sha256=s) for s in sorted(present)])
-        proofs = self.backend.proofs
-        proven: dict[str, int] = {}
-        for b in request.blobs:
-            size = proofs.proven_size(principal, b)
-            if size is not None:
-                proven[b.sha256] = size
+        proven = {
+            p.sha256: p for b in request.blobs if (p := self.backend.proofs.proven(principal, b))
+        }
         present = self.engine.touch_blobs(list(proven), now) if proven else set()
-        return pb.TouchBlobsResponse(
-            present=proofs.receipts(principal, {s: proven[s] for s in present})
-        )
+        return pb.TouchBlobsResponse(present=[proven[s] for s in sorted(present)])
 
     @asynchronous
     async def UploadBlob(
@@ -87,6 +82,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
                     f"blob of {size} bytes: files may hold 0 to {limit} bytes "
                     "(Limits.max_file_size)"
                 )
+            self.backend.proofs.uploads.spend(principal, size)
             buf = bytearray()
             async for msg in incoming:
                 if msg.WhichOneof("part") != "data":
@@ -250,6 +246,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
                 total += len(f.path)
                 last = f.path
             buf = parts[f.path][0]
+            self.backend.proofs.uploads.spend(principal, len(f.data))
             buf += f.data
             total += len(f.data)
             if f.mode:

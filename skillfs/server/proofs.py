@@ -8,11 +8,14 @@ every scope ("*:read" and up) skip these proofs: there is nothing they could lea
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Mapping
 
 from skillfs.auth import Level, Principal, Tokens
 from skillfs.engines import grpc_wire as wire
-from skillfs.errors import NotFound, PermissionDenied
+from skillfs.engines.base import MiB
+from skillfs.errors import NotFound, PermissionDenied, TooLarge
 from skillfs.lru import Lru
 from skillfs.model import Manifest, Scope
 from skillfs.proto import skillfs_pb2 as pb
@@ -47,12 +50,46 @@ class ManifestIndex:
         return None if found is None else self.remember(scope, found)
 
 
+class UploadBudget:
+    """Bytes each token may upload per window (UploadBlob and Publish data), so one token
+    cannot fill the store with blobs it never commits faster than GC sweeps them. Global
+    admin tokens are not counted (docs/server.md, "Blobs and hashes")."""
+
+    #: Bytes a token may upload per window, and the window in seconds.
+    BYTES = 4 * 1024 * MiB
+    WINDOW = 3600.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._spent: dict[str, tuple[float, int]] = {}  # token hash -> (window start, bytes)
+
+    def spend(self, principal: Principal, size: int) -> None:
+        """Count `size` bytes against the token's window, or raise TooLarge (gRPC
+        RESOURCE_EXHAUSTED) before they are read when they would go over."""
+        if principal.is_global_admin:
+            return
+        now = time.monotonic()
+        with self._lock:
+            start, spent = self._spent.get(principal.token_sha256, (now, 0))
+            if now - start >= self.WINDOW:
+                start, spent = now, 0
+            if spent + size > self.BYTES:
+                wait = start + self.WINDOW - now
+                raise TooLarge(
+                    f"token {principal.name!r} has uploaded {spent} bytes in this window of "
+                    f"{self.WINDOW:.0f} s; {size} more would pass its budget of {self.BYTES} "
+                    f"bytes: retry in {wait:.0f} s, or ask an operator"
+                )
+            self._spent[principal.token_sha256] = (start, spent + size)
+
+
 class BlobProofs:
     """The checks of the rules above, over the tokens' receipt key and the manifest index."""
 
     def __init__(self, tokens: Tokens, index: ManifestIndex) -> None:
         self.tokens = tokens
         self.index = index
+        self.uploads = UploadBudget()
 
     def readable_size(self, principal: Principal, source: pb.Source, sha: str) -> int:
         """The size of blob `sha` in the manifest `source` names, which the caller may read."""
@@ -66,27 +103,26 @@ class BlobProofs:
             raise NotFound(f"{where} has no file with SHA-256 {sha}")
         return size
 
-    def proven_size(self, principal: Principal, proof: pb.BlobProof) -> int | None:
-        """The blob's size when the caller proved it may reference the blob, else None.
-        Either proof will do: a receipt made under an older receipt key (the tokens config
-        changed) is no proof, but the source sent along with it may still be."""
+    def proven(self, principal: Principal, proof: pb.BlobProof) -> pb.BlobProof | None:
+        """The proof to answer a touch with when the caller proved it may reference the blob
+        (its size, and a receipt), else None. Either proof will do: a receipt made under an
+        older receipt key (the tokens config changed) or too long ago is no proof, but the
+        source sent along with it may still be. A valid receipt is handed back as it is, so
+        touching a blob never extends the life of its receipt (auth.Tokens.RECEIPT_TTL); a
+        readable source earns a new one."""
         sha = check_sha(proof.sha256)
         if proof.receipt and self.tokens.check_receipt(principal, sha, proof.size, proof.receipt):
-            return int(proof.size)
+            return pb.BlobProof(sha256=sha, size=proof.size, receipt=proof.receipt)
         if proof.HasField("source") and proof.source.scope:
             scope = wire.scope_from(proof.source.scope)
             if not principal.may(Level.read, scope):
                 return None
             files = self.index.files(scope, proof.source.skill, proof.source.version)
-            return None if files is None else files.get(sha)
+            size = None if files is None else files.get(sha)
+            if size is not None:
+                receipt = self.tokens.receipt(principal, sha, size)
+                return pb.BlobProof(sha256=sha, size=size, receipt=receipt)
         return None
-
-    def receipts(self, principal: Principal, proven: Mapping[str, int]) -> list[pb.BlobProof]:
-        """Proofs of the blobs `proven` (SHA-256 -> size) the caller may send with a commit."""
-        return [
-            pb.BlobProof(sha256=s, size=n, receipt=self.tokens.receipt(principal, s, n))
-            for s, n in sorted(proven.items())
-        ]
 
     def require_proven(
         self, principal: Principal, m: Manifest, proofs: Mapping[str, pb.BlobProof]
@@ -96,8 +132,8 @@ class BlobProofs:
             return
         for path, e in m.files.items():
             proof = proofs.get(e.sha256)
-            size = None if proof is None else self.proven_size(principal, proof)
-            if size != e.size:
+            proven = None if proof is None else self.proven(principal, proof)
+            if proven is None or proven.size != e.size:
                 raise PermissionDenied(
                     f"{m.skill}/{path} names blob {e.sha256}, which this token neither "
                     "uploaded nor read from a manifest it may read: upload the file's bytes "
