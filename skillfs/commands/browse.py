@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.text import Text
 
 from skillfs.commands.common import (
@@ -25,14 +24,17 @@ from skillfs.commands.common import (
     iso,
     manifest_row,
     mode,
+    one_line,
     opened,
     out,
+    plain,
     print_patch,
+    print_table,
     scope_option,
+    shown,
     size,
     skill_only,
     status,
-    table,
     target_argument,
     version_option,
     when,
@@ -90,10 +92,10 @@ def _ls_domains(store: Store, as_json: bool) -> None:
         emit_json(rows)
         return
     if not rows:
-        out.print(f"store {escape(store.url)} holds no skills yet: try `skillfs import DIR`")
+        out.print(f"store {shown(store.url)} holds no skills yet: try `skillfs import DIR`")
         return
-    cells = [[row["kind"], escape(row["id"]), row["revision"]] for row in rows]
-    out.print(table(["kind", "id", "revision"], cells))
+    cells = [[row["kind"], shown(row["id"]), row["revision"]] for row in rows]
+    print_table(["kind", "id", "revision"], cells)
 
 
 def _ls_scopes(store: Store, agent: str, as_json: bool) -> None:
@@ -106,9 +108,9 @@ def _ls_scopes(store: Store, agent: str, as_json: bool) -> None:
     if as_json:
         emit_json([{"scope": str(s), "kind": s.kind, "user": s.user_id} for s in scopes])
         return
-    out.print(f"agent {escape(agent)} at revision {store.revision(agent)}")
-    cells = [[escape(str(s)), s.kind, escape(s.user_id or "")] for s in scopes]
-    out.print(table(["scope", "kind", "user"], cells))
+    out.print(f"agent {shown(agent)} at revision {store.revision(agent)}")
+    cells = [[shown(str(s)), s.kind, shown(s.user_id or "")] for s in scopes]
+    print_table(["scope", "kind", "user"], cells)
 
 
 def _ls_skills(store: Store, scope: Scope, as_json: bool) -> None:
@@ -122,17 +124,17 @@ def _ls_skills(store: Store, scope: Scope, as_json: bool) -> None:
         return
     cells = [
         [
-            escape(row["skill"]),
+            shown(row["skill"]),
             str(row["version"]),
             str(row["files"]),
             size(row["size"]),
             status(manifests[row["skill"]]),
-            escape(row["description"] or ""),
+            one_line(row["description"] or ""),
         ]
         for row in rows
     ]
     columns = ["skill", "version", "files", "size", "status", "description"]
-    out.print(table(columns, cells, right={"version", "files", "size"}, flexible="description"))
+    print_table(columns, cells, right={"version", "files", "size"}, flexible="description")
 
 
 def _ls_files(
@@ -147,9 +149,9 @@ def _ls_files(
     if as_json:
         emit_json(rows)
         return
-    out.print(f"{scope}/{escape(m.skill)} version {m.version}  {status(m)}")
-    cells = [[escape(p), size(e.size), mode(e), e.sha256[:12]] for p, e in entries.items()]
-    out.print(table(["path", "size", "mode", "sha256"], cells, right={"size"}))
+    out.print(f"{scope}/{shown(m.skill)} version {m.version}  {status(m)}")
+    cells = [[shown(p), size(e.size), mode(e), e.sha256[:12]] for p, e in entries.items()]
+    print_table(["path", "size", "mode", "sha256"], cells, right={"size"})
 
 
 def _select(m: Manifest, scope: Scope, path: str | None) -> dict[str, FileEntry]:
@@ -206,7 +208,7 @@ def history(
         for m in versions
     ]
     columns = ["version", "when", "commit", "files", "size", "status"]
-    out.print(table(columns, cells, right={"version", "files", "size"}))
+    print_table(columns, cells, right={"version", "files", "size"})
 
 
 @command("diff", BROWSE)
@@ -326,8 +328,10 @@ def _print_file_diff(entry: dict[str, Any]) -> None:
     a, b = entry["old"], entry["new"]
     out.print(
         Text(
-            f"{entry['status']} {entry['path']} (version {entry['from_version']} → "
-            f"{entry['to_version']})",
+            plain(
+                f"{entry['status']} {entry['path']} (version {entry['from_version']} → "
+                f"{entry['to_version']})"
+            ),
             style="bold",
         )
     )
@@ -359,7 +363,7 @@ def usage(
         emit_json(rows)
         return
     if not rows:
-        out.print(f"no usage recorded for agent {escape(agent)} yet")
+        out.print(f"no usage recorded for agent {shown(agent)} yet")
         return
-    cells = [[escape(str(r["user"])), escape(str(r["skill"])), str(r["count"])] for r in rows]
-    out.print(table(["user", "skill", "loads"], cells, right={"loads"}))
+    cells = [[shown(str(r["user"])), shown(str(r["skill"])), str(r["count"])] for r in rows]
+    print_table(["user", "skill", "loads"], cells, right={"loads"})

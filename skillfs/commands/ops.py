@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn
 
 from skillfs.commands.common import (
@@ -26,8 +25,10 @@ from skillfs.commands.common import (
     opened,
     out,
     parse_revision,
+    plain,
     print_findings,
-    table,
+    print_table,
+    shown,
 )
 from skillfs.model import Change, Revision, Scope
 from skillfs.names import check_id
@@ -113,9 +114,9 @@ def prompt(
             }
         )
         return
-    typer.echo(snap.prompt())
+    typer.echo(plain(snap.prompt(), multiline=True))
     for p in snap.problems:
-        err.print(f"[yellow]left out[/yellow] {escape(p.skill)} ({escape(p.source)}):")
+        err.print(f"[yellow]left out[/yellow] {shown(p.skill)} ({shown(p.source)}):")
         print_findings(p.errors, console=err)
 
 
@@ -133,8 +134,8 @@ def _warn_unknown(store: Store, revisions: Mapping[str, Revision | None]) -> Non
             known = ", ".join(store.markets()) or "none"
             what = f"market {ident!r}"
         err.print(
-            f"[yellow]warning:[/yellow] {escape(what)} has nothing in {escape(store.url)}: "
-            f"check the id ({kind} there: {escape(known)})"
+            f"[yellow]warning:[/yellow] {shown(what)} has nothing in {shown(store.url)}: "
+            f"check the id ({kind} there: {shown(known)})"
         )
 
 
@@ -218,7 +219,7 @@ def watch(
                     colour = "green" if change.op == "put" else "red"
                     out.print(
                         f"{change.revision}  [{colour}]{change.op:<6}[/{colour}] "
-                        f"{change.scope}/{escape(change.skill or '')}  version {change.version}"
+                        f"{change.scope}/{shown(change.skill or '')}  version {change.version}"
                     )
         except KeyboardInterrupt:
             err.print("stopped")
@@ -260,4 +261,4 @@ def gc(
         emit_json(data)
         return
     cells = [[key.replace("_", " "), str(value)] for key, value in data.items()]
-    out.print(table(["", "count"], cells, right={"count"}))
+    print_table(["", "count"], cells, right={"count"})

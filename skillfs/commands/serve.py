@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 
 from skillfs.auth import ENV_TOKENS
-from skillfs.commands.common import StoreOption, err, fail, out
+from skillfs.commands.common import StoreOption, err, fail, out, shown
 from skillfs.commands.transfer import read_source, skill_sources
 from skillfs.engines import DEFAULT_PATH, default_url
 from skillfs.errors import SkillfsError
@@ -128,7 +127,7 @@ def serve(
     except OSError as exc:  # the tokens file or a TLS file cannot be read
         where = f": {exc.filename}" if exc.filename else ""
         raise fail(f"{exc.strerror or exc}{where}") from None
-    server.serve(lambda: err.print(escape(ready_line(server)), highlight=False))
+    server.serve(lambda: err.print(shown(ready_line(server)), highlight=False))
 
 
 def _dev_tokens(path: Path) -> str:
@@ -211,16 +210,16 @@ def run_examples(
         grpc_url = f"grpc://{host}:{server.grpc_port}"
         console_url = f"http://{http.rpartition(':')[0]}:{server.http_port}/"
         scope = f"shared:{EXAMPLE_AGENT}"
-        out.print(f"store          {escape(server.store.url)}")
+        out.print(f"store          {shown(server.store.url)}")
         out.print(
-            f"examples       {escape(scope)}: "
+            f"examples       {shown(scope)}: "
             + (f"imported {', '.join(added)}" if added else "already there")
         )
         out.print(f"gRPC           {grpc_url}")
         out.print(f"console        {console_url}")
-        out.print(f"admin token    {admin}    (from {escape(str(tokens))})")
+        out.print(f"admin token    {admin}    (from {shown(str(tokens))})")
         out.print(
-            f"try            SKILLFS_TOKEN={admin} {escape(runnable())} ls --store {grpc_url} "
+            f"try            SKILLFS_TOKEN={admin} {shown(runnable())} ls --store {grpc_url} "
             f"--scope {scope}"
         )
         out.print("Ctrl-C stops the server.", style="dim")

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -41,6 +40,7 @@ from skillfs.commands.common import (
     opened,
     out,
     print_findings,
+    shown,
 )
 from skillfs.errors import InvalidPath, NotFound, TooLarge
 from skillfs.model import File, Finding, Manifest, Put, Scope, error_findings
@@ -250,7 +250,7 @@ def _summary(
     flagged = [r for r in rows if r["errors"] or r["warnings"]]
     for r in flagged:
         mark = "[red]✗[/red]" if r["errors"] else "[yellow]![/yellow]"
-        out.print(f"{mark} [bold]{escape(r['skill'])}[/bold]  [dim]{escape(r['source'])}[/dim]")
+        out.print(f"{mark} [bold]{shown(r['skill'])}[/bold]  [dim]{shown(r['source'])}[/dim]")
         print_findings(findings[r["skill"]])
     invalid = sum(bool(r["errors"]) for r in rows)
     if flagged:
