@@ -98,13 +98,22 @@ def _ls_domains(store: Store, as_json: bool) -> None:
     print_table(["kind", "id", "revision"], cells)
 
 
+def _nothing_in(store: Store, scope: Scope) -> str:
+    """Why a scope whose agent or market was never written is empty (most likely a typo), and
+    the ids there are, as `ls --agent` says it."""
+    if scope.kind == "market":
+        return f"market {scope.market_id!r} has no skills in {store.url}; markets: " + (
+            ", ".join(store.markets()) or "none"
+        )
+    return f"agent {scope.agent_id!r} has no skills in {store.url}; agents: " + (
+        ", ".join(store.agents()) or "none"
+    )
+
+
 def _ls_scopes(store: Store, agent: str, as_json: bool) -> None:
     scopes = store.scopes(agent)
     if not scopes:
-        raise NotFound(
-            f"agent {agent!r} has no skills in {store.url}; agents: "
-            + (", ".join(store.agents()) or "none")
-        )
+        raise NotFound(_nothing_in(store, Scope.shared(agent)))
     if as_json:
         emit_json([{"scope": str(s), "kind": s.kind, "user": s.user_id} for s in scopes])
         return
@@ -115,12 +124,16 @@ def _ls_scopes(store: Store, agent: str, as_json: bool) -> None:
 
 def _ls_skills(store: Store, scope: Scope, as_json: bool) -> None:
     manifests = store.manifests(scope)
+    if not manifests and store.revision(scope) is None:
+        raise NotFound(_nothing_in(store, scope))
     rows = [manifest_row(manifests[name]) for name in sorted(manifests)]
     if as_json:
         emit_json(rows)
         return
     if not rows:
-        out.print(f"{scope} holds no skills")
+        users = store.users(scope.agent_id) if scope.kind == "user" and scope.agent_id else []
+        others = f"; users of {scope.agent_id} with skills: {', '.join(users)}" if users else ""
+        out.print(f"{scope} holds no skills{shown(others)}")
         return
     cells = [
         [

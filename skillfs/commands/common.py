@@ -109,13 +109,16 @@ def interactive() -> bool:
     return sys.stdin.isatty()
 
 
-def confirmed(question: str, refused: str, yes: bool) -> None:
+def confirmed(question: str, refused: str, yes: bool, unattended: str | None = None) -> None:
     """Go on when `--yes` was given or a person answers yes; else fail with `refused`. Nobody
-    at a terminal is a no: a script must say --yes."""
+    at a terminal is a no: a script must say --yes, as `unattended` (one sentence, when the
+    default would not read as one) tells it."""
     if yes:
         return
     if not interactive():
-        raise fail(f"{refused}: no terminal to ask; pass --yes to go ahead without asking")
+        raise fail(
+            unattended or f"{refused}: no terminal to ask; pass --yes to go ahead without asking"
+        )
     if not typer.confirm(question):
         raise fail(refused)
 
@@ -193,7 +196,13 @@ def agent_option(help: str) -> Any:
 
 
 def version_option(help: str) -> Any:
-    return typer.Option("--version", "-v", min=1, metavar="N", show_default=False, help=help)
+    """`--version N`, without a short flag: `-v` reads as "verbose" (docs/cli.md)."""
+    return typer.Option("--version", min=1, metavar="N", show_default=False, help=help)
+
+
+def plural(n: int, noun: str) -> str:
+    """`1 error`, `2 errors`, `0 warnings`."""
+    return f"{n} {noun}{'s' * (n != 1)}"
 
 
 StoreOption = Annotated[

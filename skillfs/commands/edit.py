@@ -33,6 +33,7 @@ from skillfs.commands.common import (
     file_only,
     opened,
     out,
+    plural,
     print_findings,
     print_patch,
     shown,
@@ -274,11 +275,16 @@ def _save_loop(
         errors = error_findings(findings)
         if findings:
             warnings = len(findings) - len(errors)
-            out.print(f"{shown(skill)}: {len(errors)} error(s), {warnings} warning(s)")
+            counts = [plural(n, w) for n, w in ((len(errors), "error"), (warnings, "warning")) if n]
+            out.print(f"{shown(skill)}: {', '.join(counts)}")
             print_findings(findings)
         if errors and not force:
             spec = [f for f in errors if f.rule != "template-description"]
-            problems = [f"would break the Agent Skills spec ({len(spec)} error(s))"] if spec else []
+            problems = (
+                [f"would break the Agent Skills spec ({plural(len(spec), 'error')})"]
+                if spec
+                else []
+            )
             if len(spec) < len(errors):
                 problems.append("still has the template's placeholder description")
             choice = _ask(

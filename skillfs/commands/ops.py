@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Iterator, Mapping
@@ -48,8 +49,15 @@ def _ids(kind: str, values: list[str] | None) -> list[str]:
 def prompt(
     agent: AgentOption,
     user: Annotated[
-        str, typer.Option("--user", "-u", metavar="USER", show_default=False, help="User id.")
-    ],
+        str | None,
+        typer.Option(
+            "--user",
+            "-u",
+            metavar="USER",
+            show_default=False,
+            help="User id (default: none, the view of a user without skills of their own).",
+        ),
+    ] = None,
     markets: Annotated[
         list[str] | None,
         typer.Option(
@@ -75,8 +83,10 @@ def prompt(
 ) -> None:
     """The <available_skills> block a worker for (agent, user) would put in its prompt now.
 
-    Skills left out of the view (no usable SKILL.md) are listed on stderr."""
-    user = _ids("user", [user])[0]
+    Without --user, the shared view: the layers and the agent-shared scope, as a user with
+    no skills of their own sees them. Skills left out of the view (no usable SKILL.md) are
+    listed on stderr."""
+    users = _ids("user", [user] if user is not None else [])
     layers: list[LocalDir | Market] = [
         *(LocalDir(p) for p in local or []),
         *(Market(m) for m in _ids("market", markets)),
@@ -84,7 +94,7 @@ def prompt(
     # The store is left open: the runtime's watch threads may still be inside a store call
     # when Skills closes, and closing a SQLite store under them crashes the process.
     store = connect(store_url, token)
-    with Skills(store, agent, user, layers) as skills:
+    with Skills(store, agent, users[0] if users else _nobody(store, agent), layers) as skills:
         snap = skills.snapshot()
     _warn_unknown(store, snap.revisions)
     if as_json:
@@ -118,6 +128,13 @@ def prompt(
     for p in snap.problems:
         err.print(f"[yellow]left out[/yellow] {shown(p.skill)} ({shown(p.source)}):")
         print_findings(p.errors, console=err)
+
+
+def _nobody(store: Store, agent: str) -> str:
+    """A user id with no scope under `agent`: the runtime always puts a user's scope on top,
+    and an empty one adds nothing, which leaves the shared view."""
+    users = set(store.users(agent))
+    return next(u for u in (f"nobody{i or ''}" for i in itertools.count()) if u not in users)
 
 
 def _warn_unknown(store: Store, revisions: Mapping[str, Revision | None]) -> None:

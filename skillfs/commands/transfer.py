@@ -39,6 +39,7 @@ from skillfs.commands.common import (
     err,
     opened,
     out,
+    plural,
     print_findings,
     shown,
 )
@@ -196,7 +197,7 @@ def import_(
                     if not unchanged:
                         puts.append(Put(scope, source.name, dict(files)))
                 if puts:
-                    progress.update(task, description=f"committing {len(puts)} skill(s)")
+                    progress.update(task, description=f"committing {plural(len(puts), 'skill')}")
                     result = store.commit(puts)
                     commits.append(
                         {
@@ -287,8 +288,11 @@ def export(
     if directory.exists() and any(directory.iterdir()):
         confirmed(
             f"{directory} is not empty: replace the exported skills' directories in it?",
-            f"nothing exported: {directory} is not empty; pick an empty directory",
+            f"nothing exported: {directory} is not empty",
             yes,
+            unattended=f"nothing exported: {directory} is not empty and there is no terminal to "
+            "ask; pass --yes to replace the exported skills' directories in it, or export into "
+            "an empty directory",
         )
     with opened(store_url, token) as store:
         manifests = store.manifests(scope, skills)
