@@ -144,6 +144,36 @@ def test_ls_scope_skills(filled: str) -> None:
     assert "holds no skills" in ok(filled, "ls", "-s", "user:bot/bob").stdout
 
 
+def test_ls_deleted_finds_what_rollback_brings_back(filled: str) -> None:
+    before = time.time()
+    publish(filled, "shared:bot", "reviewer", {"SKILL.md": skill_md("reviewer", "v2\n")})
+    ok(filled, "rm", "reviewer", "-s", "shared:bot", "--yes")
+    assert [r["skill"] for r in as_json(filled, "ls", "-s", "shared:bot")] == ["broken"]
+    [row] = as_json(filled, "ls", "-s", "shared:bot", "--deleted")
+    assert {k: v for k, v in row.items() if k not in ("commit_id", "deleted_at")} == {
+        "skill": "reviewer",
+        "version": 3,
+        "last_version": 2,
+        "files": 1,
+        "size": len(skill_md("reviewer", "v2\n")),
+        "description": "Does reviewer things. Use when testing.",
+    }
+    assert datetime.fromisoformat(row["deleted_at"]).timestamp() >= before - 1
+    human = ok(filled, "ls", "-s", "shared:bot", "--deleted").stdout
+    assert human.splitlines()[1].split()[:2] == ["reviewer", datetime.now().strftime("%Y-%m-%d")]
+    assert "skillfs rollback SKILL --scope shared:bot --to RESTORE" in human
+    ok(filled, "rollback", "reviewer", "-s", "shared:bot", "--to", str(row["last_version"]))
+    assert as_json(filled, "ls", "-s", "shared:bot", "--deleted") == []
+    assert (
+        "shared:bot has no deleted skills"
+        in ok(filled, "ls", "-s", "shared:bot", "--deleted").stdout
+    )
+    assert "agent 'bto' has no skills" in error_line(
+        run(filled, "ls", "-s", "shared:bto", "--deleted")
+    )
+    assert "--deleted lists a scope's skills" in error_line(run(filled, "ls", "--deleted"), code=2)
+
+
 def test_ls_skill_files(filled: str) -> None:
     rows = as_json(filled, "ls", "-s", "shared:bot", "reviewer")
     assert [r["path"] for r in rows] == [

@@ -65,7 +65,7 @@ def test_tables_never_cut_names_or_numbers(url: str, how: str) -> None:
 
     skills = show("ls", "-s", "shared:bot")
     header, *rows = skills.splitlines()
-    assert header.split()[:5] == ["skill", "version", "files", "size", "status"]
+    assert header.split() == ["skill", "version", "files", "size", "status", "description"]
     assert len(rows) == 2, skills  # the description's newlines do not spill into more rows
     assert rows[1].split()[:5] == [LONG, "1", "2", "105.0", "KiB"]
     assert "Use when" in rows[1] and rows[1].rstrip().endswith("…")

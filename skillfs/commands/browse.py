@@ -59,6 +59,12 @@ def ls(
     ] = None,
     agent: Annotated[str | None, agent_option("List its scopes.")] = None,
     version: VersionOption = None,
+    deleted: Annotated[
+        bool,
+        typer.Option(
+            "--deleted", help="With --scope: the deleted skills, to bring back with rollback."
+        ),
+    ] = False,
     store_url: StoreOption = None,
     token: TokenOption = None,
     as_json: JsonOption = False,
@@ -66,12 +72,16 @@ def ls(
     """List agents and markets, an agent's scopes, a scope's skills, or a skill's files.
 
     No option: agents and markets. --agent A: its scopes. --scope S: its skills with version,
-    files, size and validity. --scope S SKILL (or SKILL/DIR, SKILL/FILE): files with size,
-    mode and SHA-256."""
+    files, size and validity; with --deleted, its deleted skills and the version to roll back
+    to. --scope S SKILL (or SKILL/DIR, SKILL/FILE): files with size, mode and SHA-256."""
     if target is not None and scope is None:
         raise typer.BadParameter("listing a skill needs --scope", param_hint="SKILL")
+    if deleted and (scope is None or target is not None):
+        raise typer.BadParameter("--deleted lists a scope's skills: give --scope S and no SKILL")
     with opened(store_url, token) as store:
-        if scope is not None and target is not None:
+        if scope is not None and deleted:
+            _ls_deleted(store, scope, as_json)
+        elif scope is not None and target is not None:
             _ls_files(store, scope, target, version, as_json)
         elif scope is not None:
             _ls_skills(store, scope, as_json)
@@ -148,6 +158,55 @@ def _ls_skills(store: Store, scope: Scope, as_json: bool) -> None:
     ]
     columns = ["skill", "version", "files", "size", "status", "description"]
     print_table(columns, cells, right={"version", "files", "size"}, flexible="description")
+
+
+def _ls_deleted(store: Store, scope: Scope, as_json: bool) -> None:
+    """The scope's tombstones, each with the last version that held files: what `rollback
+    --to` brings back (docs/cli.md)."""
+    tombstones = store.manifests(scope, deleted=True)
+    if not tombstones and store.revision(scope) is None:
+        raise NotFound(_nothing_in(store, scope))
+    rows: list[dict[str, Any]] = []
+    for name in sorted(tombstones):
+        tomb = tombstones[name]
+        last = next((m for m in store.history(scope, name) if not m.deleted), None)
+        rows.append(
+            {
+                "skill": name,
+                "version": tomb.version,
+                "commit_id": tomb.commit_id,
+                "deleted_at": iso(tomb.committed_at),
+                "last_version": last.version if last else None,
+                "files": len(last.files) if last else 0,
+                "size": last.size if last else 0,
+                "description": manifest_row(last)["description"] if last else None,
+            }
+        )
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        out.print(f"{scope} has no deleted skills")
+        return
+    cells = [
+        [
+            shown(row["skill"]),
+            when(tombstones[row["skill"]].committed_at),
+            str(row["version"]),
+            str(row["last_version"] or "none kept"),
+            str(row["files"]),
+            size(row["size"]),
+            one_line(row["description"] or ""),
+        ]
+        for row in rows
+    ]
+    columns = ["skill", "deleted", "version", "restore", "files", "size", "description"]
+    print_table(
+        columns, cells, right={"version", "restore", "files", "size"}, flexible="description"
+    )
+    out.print(
+        f"bring one back with: skillfs rollback SKILL --scope {scope} --to RESTORE", style="dim"
+    )
 
 
 def _ls_files(

@@ -370,9 +370,9 @@ def print_table(
 ) -> None:
     """A borderless table of rich-markup cells on stdout. Names and numbers are never cut (a
     cut name cannot be typed back, docs/cli.md): every column keeps its full width, and only
-    `flexible` (a description) is cut with … to the room the terminal leaves, at least 10
-    cells. When even that does not fit, the line is longer than the terminal, as rich would
-    otherwise shrink every column."""
+    `flexible` (a description) is cut with … to the room the terminal leaves, at least its
+    header and 10 cells. When even that does not fit, the line is longer than the terminal:
+    rich would otherwise shrink every column."""
     widths = [
         max([len(name), *(Text.from_markup(row[i]).cell_len for row in rows)])
         for i, name in enumerate(columns)
@@ -382,7 +382,7 @@ def print_table(
     for i, (name, width) in enumerate(zip(columns, widths, strict=True)):
         if name == flexible:
             room = out.width - (sum(widths) - width) - padding
-            widths[i] = width = min(width, max(room, 10))
+            widths[i] = width = min(width, max(room, len(name), 10))
         justify: JustifyMethod = "right" if name in right else "left"
         t.add_column(name, no_wrap=True, overflow="ellipsis", width=width, justify=justify)
     for row in rows:
