@@ -30,8 +30,10 @@ from skillfs.store import Store
 if TYPE_CHECKING:
     from skillfs.server.app import ServerConfig, SkillfsServer
 
-#: The agent whose shared scope `skillfs run` fills with the example skills.
-EXAMPLE_AGENT = "example-agent"
+#: The agent whose shared scope `skillfs run` fills with the example skills: the one the
+#: README's snippets and docs/cli.md's examples use, so what they publish shows in the
+#: console `make run` opens.
+EXAMPLE_AGENT = "support-bot"
 
 GrpcOption = Annotated[str, typer.Option("--grpc", metavar="HOST:PORT", help="The gRPC port.")]
 HttpOption = Annotated[
