@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from skillfs.commands import register
-from skillfs.commands.common import JsonOption, StoreOption, emit_json, fail, out
+from skillfs.commands.common import JsonOption, StoreOption, emit_json, fail, out, shown
 from skillfs.commands.helptext import Command, Group
 from skillfs.commands.serve import GrpcOption, HttpOption, run_examples, serve
 from skillfs.skill_md import ValidationReport, find_skill_dirs, validate_dir
@@ -70,11 +69,11 @@ def _print_reports(reports: Sequence[ValidationReport]) -> None:
         mark = "[green]✓[/green]" if r.valid else "[red]✗[/red]"
         if r.valid and r.warnings:
             mark = "[yellow]![/yellow]"
-        out.print(f"{mark} [bold]{escape(r.name or '?')}[/bold]  [dim]{escape(r.path)}[/dim]")
+        out.print(f"{mark} [bold]{shown(r.name or '?')}[/bold]  [dim]{shown(r.path)}[/dim]")
         for message in r.errors:
-            out.print(f"    [red]error[/red]    {escape(message)}")
+            out.print(f"    [red]error[/red]    {shown(message)}")
         for message in r.warnings:
-            out.print(f"    [yellow]warning[/yellow]  {escape(message)}")
+            out.print(f"    [yellow]warning[/yellow]  {shown(message)}")
     invalid = sum(not r.valid for r in reports)
     warned = sum(bool(r.warnings) for r in reports)
     out.print(
@@ -122,7 +121,7 @@ def run(
     """What `make run` starts: the server and its admin console on the local store, with the
     example skills and an admin token."""
     examples = _examples_dir()
-    out.print(f"Example skills in {escape(str(examples))}:")
+    out.print(f"Example skills in {shown(str(examples))}:")
     reports = _validate_paths([examples])
     _print_reports(reports)
     if any(not r.valid for r in reports):

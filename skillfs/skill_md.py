@@ -177,11 +177,15 @@ def _read_yaml(source: str) -> tuple[dict[str, Any] | None, list[Finding]]:
         mark = exc.problem_mark or exc.context_mark
         where = f" on line {mark.line + 1}" if mark is not None else ""
         problem = exc.problem or exc.context or "unreadable"
-        return None, [
-            finding(
-                "error", None, "yaml-syntax", f"frontmatter YAML syntax error{where}: {problem}"
-            )
-        ]
+        syntax = finding(
+            "error", None, "yaml-syntax", f"frontmatter YAML syntax error{where}: {problem}"
+        )
+        quoted, fixes = _quote_colon_values(source)
+        if fixes:  # the client guide's fallback: retry with those values quoted
+            data, findings = _read_yaml(quoted)
+            if all(f.rule != "yaml-syntax" for f in findings):  # it was the only problem
+                return data, fixes + findings
+        return None, [syntax]
     except yaml.YAMLError as exc:  # e.g. a control character the YAML reader refuses
         return None, [
             finding("error", None, "yaml-syntax", f"frontmatter YAML is unreadable: {exc}")
@@ -223,6 +227,47 @@ def _read_yaml(source: str) -> tuple[dict[str, Any] | None, list[Finding]]:
     if builder.errors:
         return None, builder.errors
     return data, builder.warnings
+
+
+#: A top-level `key: value` line whose plain value holds ': ' (or ends with ':'), which YAML
+#: reads as a nested mapping: `description: Use this skill when: ...`. Real collections
+#: write it often.
+_COLON_VALUE = re.compile(r"([A-Za-z0-9_-]+):[ \t]+([^\s\"'|>\[{&*!%@`#].*?:(?: .*)?)")
+
+
+def _quote_colon_values(source: str) -> tuple[str, list[Finding]]:
+    """`source` with each such value double-quoted, and an error finding for each: the Agent
+    Skills client guide's fallback, so the skill loads while operators see what to fix
+    (docs/validation.md). The value is read as YAML reads a plain scalar: its indented
+    continuation lines joined by spaces, a ` #` comment left out. Only unindented lines are
+    rewritten (they cannot be inside a block scalar), and no line moves."""
+    lines = source.split("\n")
+    findings = []
+    for i, line in enumerate(lines):
+        match = _COLON_VALUE.fullmatch(line.rstrip())
+        if match is None:
+            continue
+        end = i
+        while end + 1 < len(lines) and lines[end + 1][:1] == " " and lines[end + 1].strip():
+            end += 1
+        key, value = match.groups()
+        parts = [value, *(lines[j].strip() for j in range(i + 1, end + 1))]
+        text = " ".join(part.split(" #", 1)[0].strip() for part in parts)
+        escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+        lines[i] = f'{key}: "{escaped}"'
+        for j in range(i + 1, end + 1):  # now inside the quotes; blank, so no line moves
+            lines[j] = ""
+        findings.append(
+            finding(
+                "error",
+                key,
+                "yaml-unquoted-colon",
+                f"frontmatter YAML on line {i + 1} (field {show(key)}): the value holds ': '"
+                " without quotes, which YAML reads as a nested mapping and other agents skip"
+                f' the skill; it was read as if quoted: write {key}: "..."',
+            )
+        )
+    return "\n".join(lines), findings
 
 
 class _TooDeep(Exception):

@@ -307,14 +307,16 @@ class Store:
 
     # ------------------------------------------------------------------ reads
 
-    def manifests(self, scope: Scope, skills: Sequence[str] | None = None) -> dict[str, Manifest]:
-        """The live skills of a scope (or those of `skills` that exist), in one round trip."""
+    def manifests(
+        self, scope: Scope, skills: Sequence[str] | None = None, *, deleted: bool = False
+    ) -> dict[str, Manifest]:
+        """A scope's live skills (or those of `skills`) in one round trip; `deleted`: tombstones."""
         loaded = (
             self._retrying(self.engine.load_scope, scope)
             if skills is None
             else self._retrying(self.engine.load_skills, scope, list(skills))
         )
-        return {k: m for k, m in loaded.items() if not m.deleted}
+        return {k: m for k, m in loaded.items() if m.deleted == deleted}
 
     def manifest(self, scope: Scope, skill: str, version: int | None = None) -> Manifest:
         """The latest manifest, or the given version from history."""

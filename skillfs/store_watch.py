@@ -14,6 +14,40 @@ from skillfs.model import Change, Revision
 log = logging.getLogger(__name__)
 
 
+class Outage:
+    """One warning when a background loop starts failing and one when it recovers, instead of a
+    line per retry: a worker whose servers are all down would otherwise log one every two
+    seconds for as long as they are (each retry is logged at DEBUG). The recovery is logged at
+    the warning's level, so whoever saw the one sees the other."""
+
+    def __init__(self, logger: logging.Logger, what: str) -> None:
+        self._log = logger
+        self._what = what
+        self._since: float | None = None
+        self._failures = 0
+
+    def failed(self, exc: BaseException) -> None:
+        self._failures += 1
+        if self._since is not None:
+            self._log.debug("%s: %s; still retrying", self._what, exc)
+            return
+        self._since = time.monotonic()
+        self._log.warning(
+            "%s: %s; retrying in the background (one more line when it recovers)", self._what, exc
+        )
+
+    def recovered(self) -> None:
+        if self._since is None:
+            return
+        self._log.warning(
+            "%s: recovered after %.1fs and %d failed attempts",
+            self._what,
+            time.monotonic() - self._since,
+            self._failures,
+        )
+        self._since, self._failures = None, 0
+
+
 def follow_changes(
     engine: Engine,
     domain: str,
@@ -25,6 +59,7 @@ def follow_changes(
     """Changes after `since` in order; a store outage is logged and waited out, since a
     follower's caller wants the changes, not the outage (docs/design.md §3, C8)."""
     end = None if timeout is None else time.monotonic() + timeout
+    outage = Outage(log, f"follow {domain}")
     if since is None:
         since = engine.revisions([domain])[domain] or EMPTY
     while not (stop and stop.is_set()):
@@ -34,9 +69,10 @@ def follow_changes(
         try:
             batch = engine.changes(domain, since, wait)
         except StoreUnavailable as exc:
-            log.warning("follow %s: %s; retrying", domain, exc)
+            outage.failed(exc)
             time.sleep(min(wait, 0.5))
             continue
+        outage.recovered()
         for change in batch:
             since = change.revision
             if change.scope is not None or change.op == "reset":

@@ -106,6 +106,16 @@ def test_ls_agent_scopes(filled: str) -> None:
     assert "agent 'nobody' has no skills" in error_line(run(filled, "ls", "--agent", "nobody"))
 
 
+def test_ls_scope_of_an_unknown_agent_or_market_lists_those_there_are(filled: str) -> None:
+    line = error_line(run(filled, "ls", "--scope", "shared:bto"))
+    assert line == f"error: agent 'bto' has no skills in {filled}; agents: bot"
+    line = error_line(run(filled, "ls", "--scope", "market:taem", "--json"))
+    assert line == f"error: market 'taem' has no skills in {filled}; markets: team"
+    user = ok(filled, "ls", "--scope", "user:bot/alcie").stdout
+    assert user == "user:bot/alcie holds no skills; users of bot with skills: alice\n"
+    assert as_json(filled, "ls", "--scope", "user:bot/alcie") == []
+
+
 def test_ls_scope_skills(filled: str) -> None:
     rows = as_json(filled, "ls", "--scope", "shared:bot")
     assert [r["skill"] for r in rows] == ["broken", "reviewer"]
@@ -131,7 +141,37 @@ def test_ls_scope_skills(filled: str) -> None:
     human = ok(filled, "ls", "-s", "shared:bot", COLUMNS="150").stdout
     assert "✗ unusable (1 error)" in human and "✓" in human and "Does reviewer things" in human
     assert as_json(filled, "ls", "-s", "market:team")[0]["skill"] == "shared-tool"
-    assert "holds no skills" in ok(filled, "ls", "-s", "shared:other").stdout
+    assert "holds no skills" in ok(filled, "ls", "-s", "user:bot/bob").stdout
+
+
+def test_ls_deleted_finds_what_rollback_brings_back(filled: str) -> None:
+    before = time.time()
+    publish(filled, "shared:bot", "reviewer", {"SKILL.md": skill_md("reviewer", "v2\n")})
+    ok(filled, "rm", "reviewer", "-s", "shared:bot", "--yes")
+    assert [r["skill"] for r in as_json(filled, "ls", "-s", "shared:bot")] == ["broken"]
+    [row] = as_json(filled, "ls", "-s", "shared:bot", "--deleted")
+    assert {k: v for k, v in row.items() if k not in ("commit_id", "deleted_at")} == {
+        "skill": "reviewer",
+        "version": 3,
+        "last_version": 2,
+        "files": 1,
+        "size": len(skill_md("reviewer", "v2\n")),
+        "description": "Does reviewer things. Use when testing.",
+    }
+    assert datetime.fromisoformat(row["deleted_at"]).timestamp() >= before - 1
+    human = ok(filled, "ls", "-s", "shared:bot", "--deleted").stdout
+    assert human.splitlines()[1].split()[:2] == ["reviewer", datetime.now().strftime("%Y-%m-%d")]
+    assert "skillfs rollback SKILL --scope shared:bot --to RESTORE" in human
+    ok(filled, "rollback", "reviewer", "-s", "shared:bot", "--to", str(row["last_version"]))
+    assert as_json(filled, "ls", "-s", "shared:bot", "--deleted") == []
+    assert (
+        "shared:bot has no deleted skills"
+        in ok(filled, "ls", "-s", "shared:bot", "--deleted").stdout
+    )
+    assert "agent 'bto' has no skills" in error_line(
+        run(filled, "ls", "-s", "shared:bto", "--deleted")
+    )
+    assert "--deleted lists a scope's skills" in error_line(run(filled, "ls", "--deleted"), code=2)
 
 
 def test_ls_skill_files(filled: str) -> None:
@@ -178,8 +218,17 @@ def test_cat_a_version(filled: str) -> None:
     latest = ok(filled, "cat", "reviewer/SKILL.md", "-s", "shared:bot").stdout
     first = ok(filled, "cat", "reviewer/SKILL.md", "-s", "shared:bot", "--version", "1").stdout
     assert latest.endswith("v2\n") and first.endswith("1. one\n")
-    line = error_line(run(filled, "cat", "reviewer/SKILL.md", "-s", "shared:bot", "-v", "7"))
+    line = error_line(run(filled, "cat", "reviewer/SKILL.md", "-s", "shared:bot", "--version", "7"))
     assert "version 7 of shared:bot/reviewer is not kept" in line
+
+
+@pytest.mark.parametrize(
+    "args", [["ls", "reviewer"], ["cat", "reviewer/SKILL.md"], ["rm", "reviewer", "--yes"]]
+)
+def test_version_has_no_short_flag(filled: str, args: list[str]) -> None:
+    """`-v` reads as "verbose"; `--version N` is spelled out (docs/cli.md)."""
+    result = run(filled, *args, "-s", "shared:bot", "-v", "1")
+    assert "No such option: -v" in error_line(result, code=2)
 
 
 def test_cat_errors(filled: str) -> None:

@@ -233,6 +233,12 @@ def test_temporary_copies_are_removed_unless_they_hold_unsaved_text(
     missing = run(url, "edit", "reviewer/SKILL.md", "-s", "shared:bot", EDITOR="no-such-editor")
     assert error_line(missing).endswith("not found: set $EDITOR; nothing saved")
     assert _copies(edit_tmp) == []
+    unset = run(url, "edit", "reviewer/SKILL.md", "-s", "shared:bot", EDITOR="")
+    assert error_line(unset) == (  # not vi, waiting for keys with no terminal to type them
+        "error: no editor: $EDITOR is not set and there is no terminal for vi; set it, e.g. "
+        "EDITOR=nano or EDITOR='code --wait'; nothing saved"
+    )
+    assert _copies(edit_tmp) == []
     typed = editor(url, "reviewer/SKILL.md", steps=[{"replace": [["1. one", "1. x"]], "exit": 1}])
     assert "exited with status 1: nothing saved; your edit is kept in" in error_line(typed)
     kept = _kept_copy(typed)
@@ -296,7 +302,8 @@ def test_spec_violation_rejected_then_forced(url: str, editor: ScriptedEditor) -
     bad = [{"replace": [["name: reviewer", "name: Reviewer_2"]]}]
     result = editor(url, "reviewer/SKILL.md", steps=bad)
     line = error_line(result)
-    assert "not saved: reviewer would break the Agent Skills spec (2 error(s))" in line
+    assert "not saved: reviewer would break the Agent Skills spec (2 errors)" in line
+    assert "reviewer: 2 errors\n" in result.stdout  # counts in words, none of "0 warnings"
     assert "pass --force" in line
     assert "name 'Reviewer_2' must use only lowercase" in result.stdout  # the findings shown
     assert _version(url) == 1

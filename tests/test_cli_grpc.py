@@ -54,6 +54,10 @@ def test_admin_round_trip(url: str, tmp_path: Path) -> None:
     diff = as_json(url, "diff", "code-reviewer", "-s", "shared:support-bot", *admin)
     assert "+Checked over gRPC.\n" in diff[0]["diff"]
     ok(url, "rm", "code-reviewer", "-s", "shared:support-bot", "--yes", *admin)
+    deleted = as_json(url, "ls", "-s", "shared:support-bot", "--deleted", *admin)
+    assert [(d["skill"], d["version"], d["last_version"]) for d in deleted] == [
+        ("code-reviewer", 3, 2)
+    ]
     ok(url, "rollback", "code-reviewer", "-s", "shared:support-bot", "--to", "1", *admin)
     history = as_json(url, "history", "code-reviewer", "-s", "shared:support-bot", *admin)
     assert [(h["version"], h["deleted"]) for h in history] == [

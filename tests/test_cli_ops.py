@@ -65,6 +65,15 @@ def test_prompt_is_what_a_worker_sees(url: str) -> None:
     assert [(s["id"], s["source"]) for s in bob["skills"]] == [("reviewer", "shared:bot")]
 
 
+def test_prompt_without_a_user_is_the_shared_view(url: str) -> None:
+    publish(url, "shared:bot", "reviewer", {"SKILL.md": skill_md("reviewer")})
+    publish(url, "user:bot/alice", "notes", {"SKILL.md": skill_md("notes")})
+    publish(url, "user:bot/nobody", "mine", {"SKILL.md": skill_md("mine")})  # a real user
+    data = as_json(url, "prompt", "--agent", "bot")
+    assert [(s["id"], s["source"]) for s in data["skills"]] == [("reviewer", "shared:bot")]
+    assert "<name>reviewer</name>" in ok(url, "prompt", "--agent", "bot").stdout
+
+
 def test_prompt_with_a_local_layer(url: str, tmp_path: Path) -> None:
     local = tmp_path / "local" / "helper"
     local.mkdir(parents=True)
@@ -95,7 +104,6 @@ def test_prompt_bad_input(url: str) -> None:
     assert "invalid user id" in error_line(run(url, "prompt", "-a", "bot", "-u", "a/b"), code=2)
     text = error_line(run(url, "prompt", "-a", "bot", "-u", "x", "--market", "_no"), code=2)
     assert "invalid market id" in text
-    assert "Missing option '--user'" in error_line(run(url, "prompt", "-a", "bot"), code=2)
     line = error_line(run("redis://127.0.0.1:1/0", "prompt", "-a", "bot", "-u", "x"))
     assert "is unavailable" in line
 

@@ -195,7 +195,11 @@ def test_export_refuses_a_non_empty_directory(url: str, tmp_path: Path) -> None:
     (target / "one").mkdir()
     (target / "one" / "stale.md").write_text("old")
     line = error_line(run(url, "export", str(target), "-s", "shared:bot"))
-    assert "is not empty" in line and "no terminal to ask; pass --yes" in line
+    assert line == (
+        f"error: nothing exported: {target} is not empty and there is no terminal to ask; "
+        "pass --yes to replace the exported skills' directories in it, or export into an "
+        "empty directory"
+    )
     assert (target / "one" / "stale.md").exists()
     no = error_line(run(url, "export", str(target), "-s", "shared:bot", "--force"), code=2)
     assert "No such option: --force" in no  # --force means only "allow off-spec"
@@ -216,7 +220,7 @@ def test_export_into_a_non_empty_directory_asks_a_person(
     (target / "one").mkdir(parents=True)
     (target / "one" / "stale.md").write_text("old")
     line = error_line(run(url, "export", str(target), "-s", "shared:bot", input="n\n"))
-    assert line.endswith("nothing exported: " + f"{target} is not empty; pick an empty directory")
+    assert line == f"error: nothing exported: {target} is not empty"
     assert (target / "one" / "stale.md").exists()
     result = ok(url, "export", str(target), "-s", "shared:bot", input="y\n")
     assert "replace the exported skills' directories in it?" in result.stdout

@@ -72,7 +72,7 @@ def test_run_serves_the_examples_with_an_admin_token(tmp_path: Path) -> None:
         assert "imported" in printed["examples"]
         token = printed["admin token"].split()[0]
         store = skillfs.open_store(printed["gRPC"], token=token)
-        assert store.skills(Scope.shared("example-agent")) == EXAMPLES
+        assert store.skills(Scope.shared("support-bot")) == EXAMPLES
         console = urllib.request.urlopen(printed["console"], timeout=5).read().decode()
         assert "Sign in" in console  # the admin console, signed out
         status = urllib.request.urlopen(printed["console"] + "status", timeout=5).read().decode()

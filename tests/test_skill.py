@@ -208,6 +208,12 @@ CASES = [
     case("yaml-unclosed-quote", md("name: my-skill", 'description: "oops'), False, {"yaml-syntax"}),
     case("yaml-tab", md("name:\tmy-skill", f"description: {DESC}"), False, {"yaml-syntax"}),
     case(
+        "yaml-unquoted-colon",
+        md("name: my-skill", "description: Use this skill when: the user asks for a review"),
+        False,
+        {"yaml-unquoted-colon"},
+    ),
+    case(
         "yaml-control-char", md("name: my-skill", "description: bell \x07"), False, {"yaml-syntax"}
     ),
     case("yaml-duplicate-key", ok("name: my-skill"), False, {"yaml-duplicate-key"}),
@@ -409,6 +415,55 @@ def test_yaml_syntax_error_names_the_file_line() -> None:
     [f] = doc.findings
     assert (f.severity, f.rule) == ("error", "yaml-syntax")
     assert "line 4" in f.message
+
+
+UNQUOTED = [
+    # the issue's example
+    (
+        md("name: my-skill", "description: Use this skill when: the user asks for a review"),
+        "Use this skill when: the user asks for a review",
+    ),
+    # as real collections write it: a colon late, quotes and a backslash inside, a continuation
+    # line, a comment, then more fields
+    (
+        md(
+            "name: my-skill",
+            'description: Set up gbrain for this agent: install the "CLI", C:\\ paths,',
+            "  register MCP. (gstack)  # generated",
+            "license: MIT",
+            "metadata:",
+            "  triggers: setup",
+        ),
+        'Set up gbrain for this agent: install the "CLI", C:\\ paths, register MCP. (gstack)',
+    ),
+    (md("name: my-skill", "description: Use when:"), "Use when:"),
+]
+
+
+@pytest.mark.parametrize("skill_md, description", UNQUOTED)
+def test_an_unquoted_colon_is_read_as_if_quoted_and_reported(
+    skill_md: bytes, description: str
+) -> None:
+    """The Agent Skills client guide's fallback: the skill loads (a worker shows it) while
+    operators see an error finding saying how to fix it (docs/validation.md)."""
+    doc = parse_skill_md(skill_md)
+    assert doc.frontmatter is not None and doc.frontmatter["description"] == description
+    assert doc.frontmatter["name"] == "my-skill"
+    [f] = [f for f in doc.findings if f.severity == "error"]
+    assert (f.rule, f.field) == ("yaml-unquoted-colon", "description")
+    assert f.message.startswith("frontmatter YAML on line 3 (field 'description'): the value")
+    assert 'write description: "..."' in f.message
+
+
+def test_an_unquoted_colon_keeps_later_line_numbers() -> None:
+    doc = parse_skill_md(md("name: my-skill", "description: a: b", "  more", "name: again"))
+    assert doc.frontmatter is None  # the duplicate key is still an error, on its own line
+    assert any("lines 2 and 5" in f.message for f in doc.findings), doc.findings
+
+
+def test_an_unquoted_colon_in_a_block_scalar_is_left_alone() -> None:
+    doc = parse_skill_md(md("name: my-skill", "description: |", "  Use when: x", "bad: [1"))
+    assert doc.frontmatter is None and rules(doc) == {"yaml-syntax"}
 
 
 def test_duplicate_key_names_the_key_and_both_lines() -> None:

@@ -102,6 +102,26 @@ def test_warnings_alone_exit_0(tmp_path: Path) -> None:
     assert code == 0 and report["valid"] and len(report["warnings"]) == 1
 
 
+def test_an_unquoted_colon_fails_validate_but_reaches_workers(tmp_path: Path) -> None:
+    """docs/validation.md: other agents skip such a skill, so `validate` says error (exit 1);
+    the worker view reads it as if quoted (the client guide's fallback) and shows it."""
+    text = b"---\nname: c\ndescription: Use this skill when: the user asks.\n---\n\n# Body\n"
+    code, [report] = validate_json(skill(tmp_path / "skills", "c", text))
+    assert code == 1 and report["name"] == "c"
+    assert report["errors"] == [
+        "frontmatter YAML on line 3 (field 'description'): the value holds ': ' without quotes,"
+        " which YAML reads as a nested mapping and other agents skip the skill; it was read as"
+        ' if quoted: write description: "..."'
+    ]
+    url = f"sqlite:///{tmp_path / 'skills.db'}"
+    imported = runner.invoke(
+        app, ["import", str(tmp_path / "skills"), "-s", "shared:bot", "--store", url]
+    )
+    assert imported.exit_code == 0, imported.stderr
+    prompt = runner.invoke(app, ["prompt", "--agent", "bot", "--store", url])
+    assert "<description>Use this skill when: the user asks.</description>" in prompt.stdout
+
+
 def test_several_paths(tmp_path: Path) -> None:
     a, b = skill(tmp_path, "a"), skill(tmp_path / "group", "b")
     code, reports = validate_json(a, tmp_path / "group")
@@ -154,7 +174,7 @@ def test_help_metavars() -> None:
     assert "Usage: skillfs edit [OPTIONS] SKILL/PATH" in usage("edit")
     assert "Usage: skillfs rm [OPTIONS] SKILL[/PATH]" in usage("rm")
     assert "Usage: skillfs validate [OPTIONS] PATH..." in usage("validate")
-    assert re.search(r"--version\s+-v\s+N\s", usage("ls"))
+    assert re.search(r"--version\s+N\s", usage("ls")) and " -v " not in usage("ls")
     assert re.search(r"--json\s+Machine-readable", usage("ls"))  # a flag takes no value
     assert "admin console" in usage("run") and "admin console" in usage("serve")
 

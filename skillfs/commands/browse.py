@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.text import Text
 
 from skillfs.commands.common import (
@@ -25,14 +24,17 @@ from skillfs.commands.common import (
     iso,
     manifest_row,
     mode,
+    one_line,
     opened,
     out,
+    plain,
     print_patch,
+    print_table,
     scope_option,
+    shown,
     size,
     skill_only,
     status,
-    table,
     target_argument,
     version_option,
     when,
@@ -57,6 +59,12 @@ def ls(
     ] = None,
     agent: Annotated[str | None, agent_option("List its scopes.")] = None,
     version: VersionOption = None,
+    deleted: Annotated[
+        bool,
+        typer.Option(
+            "--deleted", help="With --scope: the deleted skills, to bring back with rollback."
+        ),
+    ] = False,
     store_url: StoreOption = None,
     token: TokenOption = None,
     as_json: JsonOption = False,
@@ -64,12 +72,16 @@ def ls(
     """List agents and markets, an agent's scopes, a scope's skills, or a skill's files.
 
     No option: agents and markets. --agent A: its scopes. --scope S: its skills with version,
-    files, size and validity. --scope S SKILL (or SKILL/DIR, SKILL/FILE): files with size,
-    mode and SHA-256."""
+    files, size and validity; with --deleted, its deleted skills and the version to roll back
+    to. --scope S SKILL (or SKILL/DIR, SKILL/FILE): files with size, mode and SHA-256."""
     if target is not None and scope is None:
         raise typer.BadParameter("listing a skill needs --scope", param_hint="SKILL")
+    if deleted and (scope is None or target is not None):
+        raise typer.BadParameter("--deleted lists a scope's skills: give --scope S and no SKILL")
     with opened(store_url, token) as store:
-        if scope is not None and target is not None:
+        if scope is not None and deleted:
+            _ls_deleted(store, scope, as_json)
+        elif scope is not None and target is not None:
             _ls_files(store, scope, target, version, as_json)
         elif scope is not None:
             _ls_skills(store, scope, as_json)
@@ -90,49 +102,111 @@ def _ls_domains(store: Store, as_json: bool) -> None:
         emit_json(rows)
         return
     if not rows:
-        out.print(f"store {escape(store.url)} holds no skills yet: try `skillfs import DIR`")
+        out.print(f"store {shown(store.url)} holds no skills yet: try `skillfs import DIR`")
         return
-    cells = [[row["kind"], escape(row["id"]), row["revision"]] for row in rows]
-    out.print(table(["kind", "id", "revision"], cells))
+    cells = [[row["kind"], shown(row["id"]), row["revision"]] for row in rows]
+    print_table(["kind", "id", "revision"], cells)
+
+
+def _nothing_in(store: Store, scope: Scope) -> str:
+    """Why a scope whose agent or market was never written is empty (most likely a typo), and
+    the ids there are, as `ls --agent` says it."""
+    if scope.kind == "market":
+        return f"market {scope.market_id!r} has no skills in {store.url}; markets: " + (
+            ", ".join(store.markets()) or "none"
+        )
+    return f"agent {scope.agent_id!r} has no skills in {store.url}; agents: " + (
+        ", ".join(store.agents()) or "none"
+    )
 
 
 def _ls_scopes(store: Store, agent: str, as_json: bool) -> None:
     scopes = store.scopes(agent)
     if not scopes:
-        raise NotFound(
-            f"agent {agent!r} has no skills in {store.url}; agents: "
-            + (", ".join(store.agents()) or "none")
-        )
+        raise NotFound(_nothing_in(store, Scope.shared(agent)))
     if as_json:
         emit_json([{"scope": str(s), "kind": s.kind, "user": s.user_id} for s in scopes])
         return
-    out.print(f"agent {escape(agent)} at revision {store.revision(agent)}")
-    cells = [[escape(str(s)), s.kind, escape(s.user_id or "")] for s in scopes]
-    out.print(table(["scope", "kind", "user"], cells))
+    out.print(f"agent {shown(agent)} at revision {store.revision(agent)}")
+    cells = [[shown(str(s)), s.kind, shown(s.user_id or "")] for s in scopes]
+    print_table(["scope", "kind", "user"], cells)
 
 
 def _ls_skills(store: Store, scope: Scope, as_json: bool) -> None:
     manifests = store.manifests(scope)
+    if not manifests and store.revision(scope) is None:
+        raise NotFound(_nothing_in(store, scope))
     rows = [manifest_row(manifests[name]) for name in sorted(manifests)]
     if as_json:
         emit_json(rows)
         return
     if not rows:
-        out.print(f"{scope} holds no skills")
+        users = store.users(scope.agent_id) if scope.kind == "user" and scope.agent_id else []
+        others = f"; users of {scope.agent_id} with skills: {', '.join(users)}" if users else ""
+        out.print(f"{scope} holds no skills{shown(others)}")
         return
     cells = [
         [
-            escape(row["skill"]),
+            shown(row["skill"]),
             str(row["version"]),
             str(row["files"]),
             size(row["size"]),
             status(manifests[row["skill"]]),
-            escape(row["description"] or ""),
+            one_line(row["description"] or ""),
         ]
         for row in rows
     ]
     columns = ["skill", "version", "files", "size", "status", "description"]
-    out.print(table(columns, cells, right={"version", "files", "size"}, flexible="description"))
+    print_table(columns, cells, right={"version", "files", "size"}, flexible="description")
+
+
+def _ls_deleted(store: Store, scope: Scope, as_json: bool) -> None:
+    """The scope's tombstones, each with the last version that held files: what `rollback
+    --to` brings back (docs/cli.md)."""
+    tombstones = store.manifests(scope, deleted=True)
+    if not tombstones and store.revision(scope) is None:
+        raise NotFound(_nothing_in(store, scope))
+    rows: list[dict[str, Any]] = []
+    for name in sorted(tombstones):
+        tomb = tombstones[name]
+        last = next((m for m in store.history(scope, name) if not m.deleted), None)
+        rows.append(
+            {
+                "skill": name,
+                "version": tomb.version,
+                "commit_id": tomb.commit_id,
+                "deleted_at": iso(tomb.committed_at),
+                "last_version": last.version if last else None,
+                "files": len(last.files) if last else 0,
+                "size": last.size if last else 0,
+                "description": manifest_row(last)["description"] if last else None,
+            }
+        )
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        out.print(f"{scope} has no deleted skills")
+        return
+    cells = [
+        [
+            shown(row["skill"]),
+            when(tombstones[row["skill"]].committed_at),
+            str(row["version"]),
+            str(row["last_version"] or "none kept"),
+            str(row["files"]),
+            size(row["size"]),
+            one_line(row["description"] or ""),
+        ]
+        for row in rows
+    ]
+    columns = ["skill", "deleted", "version", "restore", "files", "size", "description"]
+    print_table(
+        columns, cells, right={"version", "restore", "files", "size"}, flexible="description"
+    )
+    out.print(
+        f"bring one back with: skillfs rollback SKILL --scope {scope} --to RESTORE", style="dim"
+    )
 
 
 def _ls_files(
@@ -147,9 +221,9 @@ def _ls_files(
     if as_json:
         emit_json(rows)
         return
-    out.print(f"{scope}/{escape(m.skill)} version {m.version}  {status(m)}")
-    cells = [[escape(p), size(e.size), mode(e), e.sha256[:12]] for p, e in entries.items()]
-    out.print(table(["path", "size", "mode", "sha256"], cells, right={"size"}))
+    out.print(f"{scope}/{shown(m.skill)} version {m.version}  {status(m)}")
+    cells = [[shown(p), size(e.size), mode(e), e.sha256[:12]] for p, e in entries.items()]
+    print_table(["path", "size", "mode", "sha256"], cells, right={"size"})
 
 
 def _select(m: Manifest, scope: Scope, path: str | None) -> dict[str, FileEntry]:
@@ -206,7 +280,7 @@ def history(
         for m in versions
     ]
     columns = ["version", "when", "commit", "files", "size", "status"]
-    out.print(table(columns, cells, right={"version", "files", "size"}))
+    print_table(columns, cells, right={"version", "files", "size"})
 
 
 @command("diff", BROWSE)
@@ -326,8 +400,10 @@ def _print_file_diff(entry: dict[str, Any]) -> None:
     a, b = entry["old"], entry["new"]
     out.print(
         Text(
-            f"{entry['status']} {entry['path']} (version {entry['from_version']} → "
-            f"{entry['to_version']})",
+            plain(
+                f"{entry['status']} {entry['path']} (version {entry['from_version']} → "
+                f"{entry['to_version']})"
+            ),
             style="bold",
         )
     )
@@ -359,7 +435,7 @@ def usage(
         emit_json(rows)
         return
     if not rows:
-        out.print(f"no usage recorded for agent {escape(agent)} yet")
+        out.print(f"no usage recorded for agent {shown(agent)} yet")
         return
-    cells = [[escape(str(r["user"])), escape(str(r["skill"])), str(r["count"])] for r in rows]
-    out.print(table(["user", "skill", "loads"], cells, right={"loads"}))
+    cells = [[shown(str(r["user"])), shown(str(r["skill"])), str(r["count"])] for r in rows]
+    print_table(["user", "skill", "loads"], cells, right={"loads"})

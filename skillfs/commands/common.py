@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import sys
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ from urllib.parse import urlsplit
 import typer
 from rich.console import Console, JustifyMethod
 from rich.markup import escape
+from rich.segment import Segment, Segments
 from rich.table import Table
 from rich.text import Text
 
@@ -70,9 +72,35 @@ def command(name: str, panel: str) -> Callable[[Callable[P, R]], Callable[P, R]]
     return decorate
 
 
+#: What a terminal acts on instead of showing: C0 and C1 control characters (ESC starts the
+#: escape sequences that recolour, move the cursor or retitle the window), DEL, and the
+#: bidirectional overrides that reorder what a reader sees. Newline and tab are handled apart.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def plain(text: str, *, multiline: bool = False) -> str:
+    """`text` safe to print: skill names, descriptions and paths come from whoever wrote the
+    skill, so their control characters are dropped (docs/cli.md, "What the CLI prints").
+    Newlines and tabs become spaces unless `multiline`."""
+    if not multiline:
+        text = text.replace("\n", " ").replace("\t", " ")
+    return _CONTROL.sub("", text)
+
+
+def shown(text: str) -> str:
+    """`plain(text)` as literal rich markup: what every printer puts around stored text."""
+    return escape(plain(text))
+
+
+def one_line(text: str) -> str:
+    """A description for a table cell: `shown`, with runs of whitespace (newlines of a block
+    scalar included) collapsed to one space, so a row stays one line."""
+    return escape(" ".join(plain(text).split()))
+
+
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print `message` as one red line on stderr; raise the returned Exit."""
-    err.print(f"[red]error:[/red] {escape(message)}")
+    err.print(f"[red]error:[/red] {shown(message)}")
     return typer.Exit(code=code)
 
 
@@ -81,20 +109,29 @@ def interactive() -> bool:
     return sys.stdin.isatty()
 
 
-def confirmed(question: str, refused: str, yes: bool) -> None:
+def confirmed(question: str, refused: str, yes: bool, unattended: str | None = None) -> None:
     """Go on when `--yes` was given or a person answers yes; else fail with `refused`. Nobody
-    at a terminal is a no: a script must say --yes."""
+    at a terminal is a no: a script must say --yes, as `unattended` (one sentence, when the
+    default would not read as one) tells it."""
     if yes:
         return
     if not interactive():
-        raise fail(f"{refused}: no terminal to ask; pass --yes to go ahead without asking")
+        raise fail(
+            unattended or f"{refused}: no terminal to ask; pass --yes to go ahead without asking"
+        )
     if not typer.confirm(question):
         raise fail(refused)
 
 
+#: What json.dumps(ensure_ascii=False) leaves raw that a terminal still acts on (CSI is \x9b).
+_C1 = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
 def emit_json(data: Any) -> None:
-    """JSON on stdout, untouched by rich (no wrapping, no colour), for scripts."""
-    typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    """JSON on stdout, untouched by rich (no wrapping, no colour), for scripts. The data is
+    exact; the characters a terminal would act on are written as \\u escapes."""
+    text = json.dumps(data, indent=2, ensure_ascii=False)  # escapes C0 controls as \\u00XX
+    typer.echo(_C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
 
 # ------------------------------------------------------------------------- argument types
@@ -159,7 +196,13 @@ def agent_option(help: str) -> Any:
 
 
 def version_option(help: str) -> Any:
-    return typer.Option("--version", "-v", min=1, metavar="N", show_default=False, help=help)
+    """`--version N`, without a short flag: `-v` reads as "verbose" (docs/cli.md)."""
+    return typer.Option("--version", min=1, metavar="N", show_default=False, help=help)
+
+
+def plural(n: int, noun: str) -> str:
+    """`1 error`, `2 errors`, `0 warnings`."""
+    return f"{n} {noun}{'s' * (n != 1)}"
 
 
 StoreOption = Annotated[
@@ -315,32 +358,38 @@ def print_findings(findings: Sequence[Finding], console: Console = out) -> None:
     """One line each, errors first."""
     for f in sorted(findings, key=lambda f: f.severity != "error"):
         colour = "red" if f.severity == "error" else "yellow"
-        console.print(f"    [{colour}]{f.severity:<8}[/{colour}] {escape(f.message)}")
+        console.print(f"    [{colour}]{f.severity:<8}[/{colour}] {shown(f.message)}")
 
 
-def table(
+def print_table(
     columns: Sequence[str],
     rows: Sequence[Sequence[str]],
     *,
     right: Collection[str] = (),
     flexible: str | None = None,
-) -> Table:
-    """A borderless table of rich-markup cells. Every column keeps its full width except
-    `flexible`, which is cut with … to fit the terminal (rich would shrink them all)."""
+) -> None:
+    """A borderless table of rich-markup cells on stdout. Names and numbers are never cut (a
+    cut name cannot be typed back, docs/cli.md): every column keeps its full width, and only
+    `flexible` (a description) is cut with … to the room the terminal leaves, at least its
+    header and 10 cells. When even that does not fit, the line is longer than the terminal:
+    rich would otherwise shrink every column."""
     widths = [
         max([len(name), *(Text.from_markup(row[i]).cell_len for row in rows)])
         for i, name in enumerate(columns)
     ]
+    padding = 2 * len(columns)  # each column is padded by one cell on both sides
     t = Table(box=None)
-    for name, width in zip(columns, widths, strict=True):
-        if name == flexible:  # the room the others leave; each column is padded by 1 both sides
-            room = out.width - (sum(widths) - width) - 2 * len(columns)
-            width = min(width, max(room, 10))
+    for i, (name, width) in enumerate(zip(columns, widths, strict=True)):
+        if name == flexible:
+            room = out.width - (sum(widths) - width) - padding
+            widths[i] = width = min(width, max(room, len(name), 10))
         justify: JustifyMethod = "right" if name in right else "left"
         t.add_column(name, no_wrap=True, overflow="ellipsis", width=width, justify=justify)
     for row in rows:
         t.add_row(*row)
-    return t
+    # rich caps a table at the terminal's width; render it at its own width instead
+    lines = out.render_lines(t, out.options.update_width(max(out.width, sum(widths) + padding)))
+    out.print(Segments([s for line in lines for s in (*line, Segment.line())]), end="", crop=False)
 
 
 def print_patch(patch: str) -> None:
@@ -352,4 +401,4 @@ def print_patch(patch: str) -> None:
             style = {"+": "green", "-": "red", "@": "cyan"}[line[0]]
         else:
             style = ""
-        out.print(Text(line, style=style))
+        out.print(Text(plain(line, multiline=True), style=style))

@@ -12,7 +12,6 @@ from enum import StrEnum
 from typing import Annotated, cast
 
 import typer
-from rich.markup import escape
 
 import skillfs.commands.common as common
 from skillfs.commands.common import (
@@ -34,8 +33,10 @@ from skillfs.commands.common import (
     file_only,
     opened,
     out,
+    plural,
     print_findings,
     print_patch,
+    shown,
     skill_only,
     target_argument,
     version_option,
@@ -152,11 +153,11 @@ def _describe(scope: Scope, skill: str, path: str, base: _Base, latest: _Base) -
         label = f"shared version {base.shared.version}"
         read = f"the {label} (no override yet)"
     if latest.manifest is None:
-        out.print(f"[yellow]{scope}/{escape(skill)} was deleted since you read {read}[/yellow]")
+        out.print(f"[yellow]{scope}/{shown(skill)} was deleted since you read {read}[/yellow]")
         return
     m = latest.manifest
     out.print(
-        f"[yellow]{scope}/{escape(skill)} changed since you read {read}: now "
+        f"[yellow]{scope}/{shown(skill)} changed since you read {read}: now "
         f"version {m.version}, saved {when(m.committed_at)} (commit {m.commit_id[:12]})[/yellow]"
     )
     paths = sorted(base.files.keys() | latest.files.keys())
@@ -164,11 +165,11 @@ def _describe(scope: Scope, skill: str, path: str, base: _Base, latest: _Base) -
         a, b = base.files.get(p), latest.files.get(p)
         what = "added" if a is None else "removed" if b is None else "modified"
         if a is None or b is None or (a.data, a.mode) != (b.data, b.mode):
-            out.print(f"    {what:<9} {escape(p)}")
+            out.print(f"    {what:<9} {shown(p)}")
     if path in base.files and path in latest.files:
         before, after = base.text(path), latest.text(path)
         if before != after:
-            out.print(f"their change to {escape(path)}:")
+            out.print(f"their change to {shown(path)}:")
             print_patch(unified(before, after, label, f"version {m.version}"))
 
 
@@ -208,8 +209,8 @@ def edit(
                 ) from None
         if base.shared is not None:
             out.print(
-                f"creating {escape(scope.user_id or '')}'s override of "
-                f"{Scope.shared(scope.agent_id or '')}/{escape(skill)} (shared version "
+                f"creating {shown(scope.user_id or '')}'s override of "
+                f"{Scope.shared(scope.agent_id or '')}/{shown(skill)} (shared version "
                 f"{base.shared.version}): saving copies it into {scope} with your edit"
             )
         original = (
@@ -242,8 +243,8 @@ def edit(
         else ""
     )
     out.print(
-        f"[green]saved[/green] {scope}/{escape(skill)}/{escape(path)}: version "
-        f"{result.version} (revision {result.revision}){escape(override)}"
+        f"[green]saved[/green] {scope}/{shown(skill)}/{shown(path)}: version "
+        f"{result.version} (revision {result.revision}){shown(override)}"
     )
 
 
@@ -274,11 +275,16 @@ def _save_loop(
         errors = error_findings(findings)
         if findings:
             warnings = len(findings) - len(errors)
-            out.print(f"{escape(skill)}: {len(errors)} error(s), {warnings} warning(s)")
+            counts = [plural(n, w) for n, w in ((len(errors), "error"), (warnings, "warning")) if n]
+            out.print(f"{shown(skill)}: {', '.join(counts)}")
             print_findings(findings)
         if errors and not force:
             spec = [f for f in errors if f.rule != "template-description"]
-            problems = [f"would break the Agent Skills spec ({len(spec)} error(s))"] if spec else []
+            problems = (
+                [f"would break the Agent Skills spec ({plural(len(spec), 'error')})"]
+                if spec
+                else []
+            )
             if len(spec) < len(errors):
                 problems.append("still has the template's placeholder description")
             choice = _ask(
@@ -303,7 +309,7 @@ def _save_loop(
         theirs = latest.files.get(path)
         if (old.data if old else None) == (theirs.data if theirs else None) and latest.manifest:
             out.print(
-                f"{escape(path)} itself is unchanged there: saving your edit on version "
+                f"{shown(path)} itself is unchanged there: saving your edit on version "
                 f"{latest.version}"
             )
             base = latest
@@ -399,7 +405,7 @@ def rm(
                     "pass --force to remove it anyway",
                 )
             result = store.publish(scope, target.skill, files, expected_version=m.version)
-    _report(f"removed {scope}/{escape(str(target))}", scope, target, result, as_json)
+    _report(f"removed {scope}/{shown(str(target))}", scope, target, result, as_json)
 
 
 @command("rollback", EDIT)
@@ -429,7 +435,7 @@ def rollback(
         result = store.rollback(
             scope, skill, to, expected_version=current.version if current else 0
         )
-    message = f"rolled {scope}/{escape(target.skill)} back to version {to}"
+    message = f"rolled {scope}/{shown(target.skill)} back to version {to}"
     _report(message, scope, target, result, as_json)
 
 

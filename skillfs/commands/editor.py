@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 from pathlib import Path, PurePosixPath
 
+from skillfs.commands import common
 from skillfs.commands.common import fail
 
 
@@ -43,7 +44,14 @@ class EditorCopy:
         return f"nothing saved; {self.kept}" if self.unsaved() else "nothing saved"
 
     def edit(self) -> bytes:
-        editor = os.environ.get("EDITOR") or "vi"
+        editor = os.environ.get("EDITOR")
+        if not editor:
+            if not common.interactive():  # vi with no terminal waits for keys nobody types
+                raise fail(
+                    "no editor: $EDITOR is not set and there is no terminal for vi; set it, "
+                    f"e.g. EDITOR=nano or EDITOR='code --wait'; {self.not_saved()}"
+                )
+            editor = "vi"
         try:
             code = subprocess.run([*shlex.split(editor), str(self.path)], check=False).returncode
         except FileNotFoundError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Iterator, Mapping
@@ -9,7 +10,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn
 
 from skillfs.commands.common import (
@@ -26,8 +26,10 @@ from skillfs.commands.common import (
     opened,
     out,
     parse_revision,
+    plain,
     print_findings,
-    table,
+    print_table,
+    shown,
 )
 from skillfs.model import Change, Revision, Scope
 from skillfs.names import check_id
@@ -47,8 +49,15 @@ def _ids(kind: str, values: list[str] | None) -> list[str]:
 def prompt(
     agent: AgentOption,
     user: Annotated[
-        str, typer.Option("--user", "-u", metavar="USER", show_default=False, help="User id.")
-    ],
+        str | None,
+        typer.Option(
+            "--user",
+            "-u",
+            metavar="USER",
+            show_default=False,
+            help="User id (default: none, the view of a user without skills of their own).",
+        ),
+    ] = None,
     markets: Annotated[
         list[str] | None,
         typer.Option(
@@ -74,8 +83,10 @@ def prompt(
 ) -> None:
     """The <available_skills> block a worker for (agent, user) would put in its prompt now.
 
-    Skills left out of the view (no usable SKILL.md) are listed on stderr."""
-    user = _ids("user", [user])[0]
+    Without --user, the shared view: the layers and the agent-shared scope, as a user with
+    no skills of their own sees them. Skills left out of the view (no usable SKILL.md) are
+    listed on stderr."""
+    users = _ids("user", [user] if user is not None else [])
     layers: list[LocalDir | Market] = [
         *(LocalDir(p) for p in local or []),
         *(Market(m) for m in _ids("market", markets)),
@@ -83,7 +94,7 @@ def prompt(
     # The store is left open: the runtime's watch threads may still be inside a store call
     # when Skills closes, and closing a SQLite store under them crashes the process.
     store = connect(store_url, token)
-    with Skills(store, agent, user, layers) as skills:
+    with Skills(store, agent, users[0] if users else _nobody(store, agent), layers) as skills:
         snap = skills.snapshot()
     _warn_unknown(store, snap.revisions)
     if as_json:
@@ -113,10 +124,17 @@ def prompt(
             }
         )
         return
-    typer.echo(snap.prompt())
+    typer.echo(plain(snap.prompt(), multiline=True))
     for p in snap.problems:
-        err.print(f"[yellow]left out[/yellow] {escape(p.skill)} ({escape(p.source)}):")
+        err.print(f"[yellow]left out[/yellow] {shown(p.skill)} ({shown(p.source)}):")
         print_findings(p.errors, console=err)
+
+
+def _nobody(store: Store, agent: str) -> str:
+    """A user id with no scope under `agent`: the runtime always puts a user's scope on top,
+    and an empty one adds nothing, which leaves the shared view."""
+    users = set(store.users(agent))
+    return next(u for u in (f"nobody{i or ''}" for i in itertools.count()) if u not in users)
 
 
 def _warn_unknown(store: Store, revisions: Mapping[str, Revision | None]) -> None:
@@ -133,8 +151,8 @@ def _warn_unknown(store: Store, revisions: Mapping[str, Revision | None]) -> Non
             known = ", ".join(store.markets()) or "none"
             what = f"market {ident!r}"
         err.print(
-            f"[yellow]warning:[/yellow] {escape(what)} has nothing in {escape(store.url)}: "
-            f"check the id ({kind} there: {escape(known)})"
+            f"[yellow]warning:[/yellow] {shown(what)} has nothing in {shown(store.url)}: "
+            f"check the id ({kind} there: {shown(known)})"
         )
 
 
@@ -218,7 +236,7 @@ def watch(
                     colour = "green" if change.op == "put" else "red"
                     out.print(
                         f"{change.revision}  [{colour}]{change.op:<6}[/{colour}] "
-                        f"{change.scope}/{escape(change.skill or '')}  version {change.version}"
+                        f"{change.scope}/{shown(change.skill or '')}  version {change.version}"
                     )
         except KeyboardInterrupt:
             err.print("stopped")
@@ -260,4 +278,4 @@ def gc(
         emit_json(data)
         return
     cells = [[key.replace("_", " "), str(value)] for key, value in data.items()]
-    out.print(table(["", "count"], cells, right={"count"}))
+    print_table(["", "count"], cells, right={"count"})

@@ -6,20 +6,21 @@ commands start fast."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
 import shlex
 import shutil
+import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 
 from skillfs.auth import ENV_TOKENS
-from skillfs.commands.common import StoreOption, err, fail, out
+from skillfs.commands.common import StoreOption, err, fail, out, shown
 from skillfs.commands.transfer import read_source, skill_sources
 from skillfs.engines import DEFAULT_PATH, default_url
 from skillfs.errors import SkillfsError
@@ -27,10 +28,12 @@ from skillfs.model import Scope
 from skillfs.store import Store
 
 if TYPE_CHECKING:
-    from skillfs.server.app import SkillfsServer
+    from skillfs.server.app import ServerConfig, SkillfsServer
 
-#: The agent whose shared scope `skillfs run` fills with the example skills.
-EXAMPLE_AGENT = "example-agent"
+#: The agent whose shared scope `skillfs run` fills with the example skills: the one the
+#: README's snippets and docs/cli.md's examples use, so what they publish shows in the
+#: console `make run` opens.
+EXAMPLE_AGENT = "support-bot"
 
 GrpcOption = Annotated[str, typer.Option("--grpc", metavar="HOST:PORT", help="The gRPC port.")]
 HttpOption = Annotated[
@@ -56,6 +59,45 @@ def _url(scheme: str, host_port: str, port: int | None) -> str:
     if host in ("", "0.0.0.0", "::", "[::]"):
         host = "localhost"
     return f"{scheme}://{host}:{port}"
+
+
+def _check_free(address: str, what: str, option: str) -> None:
+    """Fail with one line when another process listens on `address` (docs/cli.md): gRPC's own
+    bind error is a C-core log line and a traceback. Port 0 (any free port) needs no check;
+    other bind errors are left to the server to report."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    if not port.isdigit() or int(port) == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.create_server((host, int(port)), family=family):
+            pass
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise fail(
+                f"cannot listen on {address} for {what}: the port is in use; stop what holds "
+                f"it, or pick another port with {option} HOST:PORT"
+            ) from None
+
+
+def _server(config: ServerConfig) -> SkillfsServer:
+    """The server over `config`, or one line on stderr saying why not (exit 1)."""
+    from skillfs.server.app import SkillfsServer
+
+    _check_free(config.grpc, "gRPC", "--grpc")
+    if config.http:
+        _check_free(config.http, "HTTP", "--http")
+    try:
+        return SkillfsServer(config)
+    except SkillfsError as exc:
+        raise fail(str(exc)) from None
+    except OSError as exc:  # the tokens file or a TLS file cannot be read
+        where = f": {exc.filename}" if exc.filename else ""
+        raise fail(f"{exc.strerror or exc}{where}") from None
+    except RuntimeError as exc:  # grpcio: "Failed to bind to address HOST:PORT; set ..."
+        reason = str(exc).split(";")[0]
+        raise fail(f"cannot listen on {config.grpc} for gRPC: {reason}") from None
 
 
 def ready_line(server: SkillfsServer) -> str:
@@ -110,7 +152,7 @@ def serve(
 
     Stateless: run as many as you like over one store. Logs are JSON lines on stderr; one
     plain line says where it listens once it serves."""
-    from skillfs.server.app import ServerConfig, SkillfsServer, setup_logging
+    from skillfs.server.app import ServerConfig, setup_logging
 
     if tokens is None and not os.environ.get(ENV_TOKENS):
         raise fail(NO_TOKENS)
@@ -125,14 +167,8 @@ def serve(
         grace=grace,
         max_workers=max_workers,
     )
-    try:
-        server = SkillfsServer(config)
-    except SkillfsError as exc:
-        raise fail(str(exc)) from None
-    except OSError as exc:  # the tokens file or a TLS file cannot be read
-        where = f": {exc.filename}" if exc.filename else ""
-        raise fail(f"{exc.strerror or exc}{where}") from None
-    server.serve(lambda: err.print(escape(ready_line(server)), highlight=False))
+    server = _server(config)
+    server.serve(lambda: err.print(shown(ready_line(server)), highlight=False))
 
 
 def _dev_tokens(path: Path) -> str:
@@ -197,15 +233,15 @@ def run_examples(
     http: HttpOption = "127.0.0.1:7080",
 ) -> None:
     """Start a server on the local store with the example skills; print where and how."""
-    from skillfs.server.app import ServerConfig, SkillfsServer, setup_logging
+    from skillfs.server.app import ServerConfig, setup_logging
 
     setup_logging("warning")
     url = store or default_url()
     tokens = DEFAULT_PATH.parent / "tokens.json"
     admin = _dev_tokens(tokens)
     config = ServerConfig(store=url, grpc=grpc, http=http, tokens=tokens)
+    server = _server(config)
     try:
-        server = SkillfsServer(config)
         added = _import_examples(server.store, examples)
     except SkillfsError as exc:
         raise fail(str(exc)) from None
@@ -215,16 +251,16 @@ def run_examples(
         grpc_url = f"grpc://{host}:{server.grpc_port}"
         console_url = f"http://{http.rpartition(':')[0]}:{server.http_port}/"
         scope = f"shared:{EXAMPLE_AGENT}"
-        out.print(f"store          {escape(server.store.url)}")
+        out.print(f"store          {shown(server.store.url)}")
         out.print(
-            f"examples       {escape(scope)}: "
+            f"examples       {shown(scope)}: "
             + (f"imported {', '.join(added)}" if added else "already there")
         )
         out.print(f"gRPC           {grpc_url}")
         out.print(f"console        {console_url}")
-        out.print(f"admin token    {admin}    (from {escape(str(tokens))})")
+        out.print(f"admin token    {admin}    (from {shown(str(tokens))})")
         out.print(
-            f"try            SKILLFS_TOKEN={admin} {escape(runnable())} ls --store {grpc_url} "
+            f"try            SKILLFS_TOKEN={admin} {shown(runnable())} ls --store {grpc_url} "
             f"--scope {scope}"
         )
         out.print("Ctrl-C stops the server.", style="dim")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,7 +17,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -40,7 +40,9 @@ from skillfs.commands.common import (
     err,
     opened,
     out,
+    plural,
     print_findings,
+    shown,
 )
 from skillfs.errors import InvalidPath, NotFound, TooLarge
 from skillfs.model import File, Finding, Manifest, Put, Scope, error_findings
@@ -58,17 +60,58 @@ DEFAULT_BATCH = 64
 
 @dataclass(frozen=True)
 class SkillSource:
-    """A skill directory on disk and its files (relative POSIX path -> absolute path)."""
+    """A skill directory on disk: its files (relative POSIX path -> the path to read, a
+    followed link's target) and what was skipped (relative path -> why)."""
 
     name: str
     root: Path
     files: dict[str, Path]
     size: int
+    skipped: dict[str, str]
 
 
-def skill_sources(directory: Path, limits: Limits) -> list[SkillSource]:
+#: What `lstat` may find that is not a regular file, as a person calls it.
+_KINDS = {
+    stat.S_IFIFO: "a named pipe (FIFO)",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFDIR: "a directory",
+}
+
+
+def _kind(mode: int) -> str:
+    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def _to_read(path: Path, inside: tuple[Path, ...], follow: bool) -> Path | str:
+    """The path to read for `path`, or why it is skipped (docs/cli.md, "import"). Only regular
+    files are read: a link to ~/.ssh/id_rsa would upload the operator's key where agents read
+    it, a FIFO would block the import and /dev/zero would fill memory. A symbolic link is read
+    only with `follow` and when it leads to a regular file inside the imported directory."""
+    st = path.lstat()
+    if stat.S_ISREG(st.st_mode):
+        return path
+    if not stat.S_ISLNK(st.st_mode):
+        return f"{_kind(st.st_mode)}, not a regular file"
+    target = Path(os.path.realpath(path))
+    if not follow:
+        return f"a symbolic link (to {target}); --follow-symlinks reads links inside DIRECTORY"
+    if not any(target.is_relative_to(d) for d in inside):
+        return f"a symbolic link to {target}, outside the imported directory"
+    try:
+        mode = target.lstat().st_mode
+    except OSError:
+        return f"a broken symbolic link (to {target})"
+    return target if stat.S_ISREG(mode) else f"a symbolic link to {_kind(mode)} ({target})"
+
+
+def skill_sources(
+    directory: Path, limits: Limits, follow_symlinks: bool = False
+) -> list[SkillSource]:
     """Every skill DIRECTORY holds (itself when it is one), checked against the path rules and
-    the store's size limits before anything is written."""
+    the store's size limits before anything is written; what is not a regular file is
+    skipped (see `_to_read`)."""
     found = [d for d in find_skill_dirs(directory) if (d / SKILL_MD).is_file()]
     if not found:
         raise NotFound(f"no skill in {directory}: no SKILL.md in it or in any directory below")
@@ -83,12 +126,24 @@ def skill_sources(directory: Path, limits: Limits) -> list[SkillSource]:
             )
         by_name[name] = root
         files: dict[str, Path] = {}
+        skipped: dict[str, str] = {}
         total = 0
+        inside = (directory.resolve(), root.resolve())  # a linked skill: its own directory
         for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS)
+            here = Path(dirpath)
+            links = sorted(d for d in dirnames if (here / d).is_symlink())
+            for d in links:  # os.walk lists them and does not enter them
+                rel = (here / d).relative_to(root).as_posix()
+                skipped[rel] = "a symbolic link to a directory; directories are not followed"
+            dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS and d not in links)
             for filename in sorted(filenames):
-                path = Path(dirpath) / filename
+                path = here / filename
                 rel = normalize_path(path.relative_to(root).as_posix())
+                readable = _to_read(path, inside, follow_symlinks)
+                if isinstance(readable, str):
+                    skipped[rel] = readable
+                    continue
+                path = readable
                 n = path.stat().st_size
                 if n > limits.max_file_size:
                     raise TooLarge(
@@ -103,15 +158,29 @@ def skill_sources(directory: Path, limits: Limits) -> list[SkillSource]:
                 f"{limits.max_files} files, {limits.max_skill_size} bytes per skill; "
                 "nothing was imported"
             )
-        sources.append(SkillSource(name, root, files, total))
+        sources.append(SkillSource(name, root, files, total, skipped))
     return sources
+
+
+def _read(path: Path) -> tuple[bytes, os.stat_result]:
+    """A file's bytes and status, opened without following a link or blocking on a pipe, and
+    refused unless it is (still) a regular file: it may have been swapped since it was listed."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with open(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidPath(
+                f"{path} became {_kind(st.st_mode)} while it was imported: the import stopped "
+                "there; re-run it"
+            )
+        return f.read(), st
 
 
 def read_source(source: SkillSource) -> dict[str, File]:
     files = {}
     for rel, path in source.files.items():
-        st = path.stat()
-        files[rel] = File(path.read_bytes(), mode=st.st_mode & 0o777, mtime=st.st_mtime)
+        data, st = _read(path)
+        files[rel] = File(data, mode=st.st_mode & 0o777, mtime=st.st_mtime)
     return files
 
 
@@ -160,6 +229,13 @@ def import_(
             help=f"Skills per commit (default: the store's limit, else {DEFAULT_BATCH}).",
         ),
     ] = None,
+    follow_symlinks: Annotated[
+        bool,
+        typer.Option(
+            "--follow-symlinks",
+            help="Read symbolic links to regular files inside DIRECTORY (others are skipped).",
+        ),
+    ] = False,
     store_url: StoreOption = None,
     token: TokenOption = None,
     as_json: JsonOption = False,
@@ -167,9 +243,20 @@ def import_(
     """Store every skill below DIRECTORY in a scope, bytes and modes kept.
 
     Skills that break the spec are stored anyway, their findings recorded and listed below;
-    skills whose files are unchanged are not written again."""
+    skills whose files are unchanged are not written again. Only regular files are read:
+    symbolic links (unless --follow-symlinks), pipes and devices are skipped with a warning."""
     with opened(store_url, token, create=True) as store:
-        sources = skill_sources(directory, store.limits)
+        sources = skill_sources(directory, store.limits, follow_symlinks)
+        skipped = [
+            {"skill": s.name, "path": path, "reason": why}
+            for s in sources
+            for path, why in s.skipped.items()
+        ]
+        for row in skipped:
+            err.print(
+                f"[yellow]warning:[/yellow] skipped {shown(row['skill'])}/{shown(row['path'])}: "
+                f"{shown(row['reason'])}"
+            )
         check_write(store, scope)  # the grant to ask for, before any upload
         limit = store.max_ops
         size = batch or limit or DEFAULT_BATCH
@@ -196,7 +283,7 @@ def import_(
                     if not unchanged:
                         puts.append(Put(scope, source.name, dict(files)))
                 if puts:
-                    progress.update(task, description=f"committing {len(puts)} skill(s)")
+                    progress.update(task, description=f"committing {plural(len(puts), 'skill')}")
                     result = store.commit(puts)
                     commits.append(
                         {
@@ -209,7 +296,14 @@ def import_(
                         rows[name]["version"] = version
                 progress.advance(task, sum(s.size for s in chunk))
     if as_json:
-        emit_json({"scope": str(scope), "commits": commits, "skills": list(rows.values())})
+        emit_json(
+            {
+                "scope": str(scope),
+                "commits": commits,
+                "skills": list(rows.values()),
+                "skipped": skipped,
+            }
+        )
     else:
         _summary(scope, list(rows.values()), commits, findings)
 
@@ -250,7 +344,7 @@ def _summary(
     flagged = [r for r in rows if r["errors"] or r["warnings"]]
     for r in flagged:
         mark = "[red]✗[/red]" if r["errors"] else "[yellow]![/yellow]"
-        out.print(f"{mark} [bold]{escape(r['skill'])}[/bold]  [dim]{escape(r['source'])}[/dim]")
+        out.print(f"{mark} [bold]{shown(r['skill'])}[/bold]  [dim]{shown(r['source'])}[/dim]")
         print_findings(findings[r["skill"]])
     invalid = sum(bool(r["errors"]) for r in rows)
     if flagged:
@@ -287,8 +381,11 @@ def export(
     if directory.exists() and any(directory.iterdir()):
         confirmed(
             f"{directory} is not empty: replace the exported skills' directories in it?",
-            f"nothing exported: {directory} is not empty; pick an empty directory",
+            f"nothing exported: {directory} is not empty",
             yes,
+            unattended=f"nothing exported: {directory} is not empty and there is no terminal to "
+            "ask; pass --yes to replace the exported skills' directories in it, or export into "
+            "an empty directory",
         )
     with opened(store_url, token) as store:
         manifests = store.manifests(scope, skills)

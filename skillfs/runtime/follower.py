@@ -28,6 +28,7 @@ from skillfs.runtime.cut import Key, find_cut
 from skillfs.runtime.layers import LayerSkills
 from skillfs.runtime.per_store import PerStore
 from skillfs.store import Store
+from skillfs.store_watch import Outage
 
 log = logging.getLogger(__name__)
 
@@ -281,14 +282,16 @@ class Follower:
         """Follow the change log until stopped. Errors are logged and retried, never fatal:
         a dead watch would leave every step to catch up by itself."""
         delay = 0.05
+        outage = Outage(log, f"follow {self.domain}")
         while not stop.is_set():
             try:
                 self._follow_once()
                 delay = 0.05
+                outage.recovered()
             except Exception as exc:
                 if stop.is_set():
                     return  # closed while waiting: the store may be closed under it
-                log.warning("follow %s: %s; retrying in %.2fs", self.domain, exc, delay)
+                outage.failed(exc)
                 stop.wait(delay)
                 delay = min(delay * 2, 2.0)
 
