@@ -204,7 +204,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             h = first.header
             allowed(principal, Level.write, h.scope)
             skill = check_skill_name(h.skill)
-            parts = await self._gather(skill, incoming)
+            parts = await self._gather(skill, incoming, principal)
         principal = self.backend.tokens.authenticate(bearer(context))
         scope = allowed(principal, Level.write, h.scope)
         files = {p: File(bytes(d), mode=m) for p, (d, m) in parts.items()}
@@ -222,7 +222,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         return _result(result)
 
     async def _gather(
-        self, skill: str, incoming: AsyncIterator[pb.PublishRequest]
+        self, skill: str, incoming: AsyncIterator[pb.PublishRequest], principal: Principal
     ) -> dict[str, tuple[bytearray, int | None]]:
         limits = self.store.limits
         parts: dict[str, tuple[bytearray, int | None]] = {}
