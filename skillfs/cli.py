@@ -18,7 +18,7 @@ from skillfs.commands import register
 from skillfs.commands.common import JsonOption, StoreOption, emit_json, fail, out, shown
 from skillfs.commands.helptext import Command, Group
 from skillfs.commands.serve import GrpcOption, HttpOption, run_examples, serve
-from skillfs.skill_md import ValidationReport, find_skill_dirs, validate_dir
+from skillfs.skill_dirs import ValidationReport, find_skill_dirs, validate_dir
 
 app = typer.Typer(
     name="skillfs",

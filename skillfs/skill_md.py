@@ -6,18 +6,15 @@ decides whether an error rejects the skill. The rules themselves live in skillfs
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Iterator, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import yaml
 from frontmatter.default_handlers import YAMLHandler
 from pydantic import BaseModel, ConfigDict
 
-from skillfs.model import Finding, error_findings
-from skillfs.names import is_hidden_dir
+from skillfs.model import Finding
 from skillfs.validation import check_frontmatter, finding, show
 
 SKILL_MD = "SKILL.md"
@@ -51,16 +48,6 @@ class SkillDoc(BaseModel):
     frontmatter: dict[str, Any] | None
     body: str
     findings: list[Finding]
-
-
-class ValidationReport(BaseModel):
-    """One skill directory's verdict, as `skillfs validate --json` prints it."""
-
-    path: str
-    name: str | None
-    valid: bool
-    errors: list[str]
-    warnings: list[str]
 
 
 def parse_skill_md(data: bytes) -> SkillDoc:
@@ -380,103 +367,6 @@ def inspect_skill(
             finding(worst, None, "more-findings", f"and {left} more findings like these"),
         ]
     return doc.frontmatter, findings
-
-
-class _DiskFiles(Mapping[str, bytes]):
-    """A directory's files by relative POSIX path, each read only when asked for."""
-
-    def __init__(self, root: Path) -> None:
-        self._root = root
-        self._paths: list[str] = []
-        for dirpath, _dirs, names in os.walk(root):  # symlinked directories are not followed
-            rel = Path(dirpath).relative_to(root)
-            self._paths += sorted((rel / n).as_posix() for n in names)
-        self._known = set(self._paths)
-
-    def __getitem__(self, path: str) -> bytes:
-        if path not in self._known:
-            raise KeyError(path)
-        return (self._root / path).read_bytes()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._paths)
-
-    def __len__(self) -> int:
-        return len(self._paths)
-
-    def __contains__(self, path: object) -> bool:
-        return path in self._known
-
-
-def validate_dir(path: Path) -> ValidationReport:
-    """Validate one skill directory on disk; its directory name is the one the name must equal."""
-    frontmatter: dict[str, Any] | None = None
-    if not path.is_dir():
-        findings = [
-            finding(
-                "error",
-                None,
-                "not-a-directory",
-                f"{path} is not a directory: a skill is a directory holding a SKILL.md",
-            )
-        ]
-    else:
-        # abspath, not resolve: `validate .` names the directory, and a symlink keeps its own name.
-        directory = Path(os.path.abspath(path)).name
-        try:
-            frontmatter, findings = inspect_skill(directory, _DiskFiles(path))
-        except OSError as exc:
-            findings = [finding("error", None, "unreadable", f"cannot read {path}: {exc}")]
-    name = frontmatter.get("name") if frontmatter is not None else None
-    errors = [f.message for f in error_findings(findings)]
-    return ValidationReport(
-        path=str(path),
-        name=name if isinstance(name, str) else None,
-        valid=not errors,
-        errors=errors,
-        warnings=[f.message for f in findings if f.severity == "warning"],
-    )
-
-
-def find_skill_dirs(path: Path) -> list[Path]:
-    """The skill directories PATH names: itself when it holds a SKILL.md, else every skill below it
-    (not entering `_*`/`.*` directories, nor a skill's own sub-directories). A directory that is
-    neither a skill nor holds one is returned too, so that validating it reports the missing
-    SKILL.md instead of passing over it in silence. A SKILL.md file stands for its directory."""
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist")
-    if path.is_file():
-        return [path.parent if path.name == SKILL_MD else path]
-    if (path / SKILL_MD).is_file():
-        return [path]
-    found, has_skill = _walk(path, {path.resolve()})
-    return found if has_skill else [path]
-
-
-def _walk(directory: Path, seen: set[Path]) -> tuple[list[Path], bool]:
-    """The skills below `directory` plus the topmost sub-directories holding none, and whether
-    any skill was found (a directory with no skill anywhere below is reported as itself)."""
-    try:
-        children = [c for c in directory.iterdir() if c.is_dir() and not is_hidden_dir(c.name)]
-    except OSError:
-        return [], False
-    # Real directories before symlinks, so a skill linked from elsewhere is found by its own name.
-    children.sort(key=lambda c: (c.is_symlink(), c.name))
-    found: list[Path] = []
-    has_skill = False
-    for child in children:
-        real = child.resolve()
-        if real in seen:  # a symlink loop, or a second link to a directory already seen
-            continue
-        seen.add(real)
-        if (child / SKILL_MD).is_file():
-            found.append(child)
-            has_skill = True
-            continue
-        below, child_has_skill = _walk(child, seen)
-        found += below if child_has_skill else [child]
-        has_skill = has_skill or child_has_skill
-    return found, has_skill
 
 
 def skill_template(name: str, description: str = TEMPLATE_DESCRIPTION) -> bytes:

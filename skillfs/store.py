@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 from skillfs.engines import open_engine
-from skillfs.engines.base import CommitOp, Engine, MiB, VersionMismatch
+from skillfs.engines.base import Engine, MiB, VersionMismatch
 from skillfs.errors import Conflict, InvalidPath, NotFound, StoreUnavailable, TooLarge
 from skillfs.model import (
     Access,
@@ -37,7 +37,7 @@ from skillfs.names import check_domain, check_id, check_skill_name, is_hidden_di
 from skillfs.skill_md import SKILL_MD, inspect_skill
 from skillfs.store_blobs import Blobs
 from skillfs.store_commit import Prepared, already_committed, file_table, next_op, refuse_errors
-from skillfs.store_gc import GcReport, HistoryPolicy, gc, prune
+from skillfs.store_gc import GcReport, HistoryPolicy, gc, prune, prune_after_commit
 from skillfs.store_limits import Limits, check_usage
 from skillfs.store_watch import follow_changes
 
@@ -251,7 +251,7 @@ class Store:
                     raise
                 time.sleep(min(0.05 * 2**attempt, 1.0))
                 continue
-            self._prune_after_commit(ops)
+            prune_after_commit(self.engine, self.history_policy, self.clock(), ops)
             return CommitResult(
                 revision=revision,
                 commit_id=commit_id,
@@ -276,21 +276,6 @@ class Store:
                 delay = min(delay * 2, 1.0)
 
     # ------------------------------------------------------------------ history retention
-
-    def _prune_after_commit(self, ops: Sequence[CommitOp]) -> None:
-        """Amortized: a skill's history grows by one per version, so reading it once every
-        `keep_versions` versions keeps it within twice the policy at 1/keep_versions of a
-        read per publish (gc() applies the policy to every skill)."""
-        keep = max(self.history_policy.keep_versions, 1)
-        for op in ops:
-            older = op.manifest.version - 1
-            if older > self.history_policy.keep_versions and older % keep == 0:
-                try:
-                    self.prune(op.scope, op.manifest.skill)
-                except StoreUnavailable as exc:
-                    log.warning(
-                        "history retention skipped for %s/%s: %s", op.scope, op.manifest.skill, exc
-                    )
 
     def prune(self, scope: Scope, skill: str) -> int:
         """Apply this store's history policy to one skill now; how many versions it dropped."""

@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import logging
+from collections.abc import Callable, Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from skillfs.engines.base import Engine
+from skillfs.engines.base import CommitOp, Engine
+from skillfs.errors import StoreUnavailable
 from skillfs.model import Scope
+
+log = logging.getLogger(__name__)
 
 
 class HistoryPolicy(BaseModel):
@@ -73,3 +77,21 @@ def gc(
         blobs_deleted=deleted,
         history_dropped=dropped,
     )
+
+
+def prune_after_commit(
+    engine: Engine, policy: HistoryPolicy, now: float, ops: Sequence[CommitOp]
+) -> None:
+    """Retention after a commit, amortized: a skill's history grows by one per version, so
+    reading it once every `keep_versions` versions keeps it within twice the policy at
+    1/keep_versions of a read per publish (gc() applies the policy to every skill)."""
+    keep = max(policy.keep_versions, 1)
+    for op in ops:
+        older = op.manifest.version - 1
+        if older > policy.keep_versions and older % keep == 0:
+            try:
+                prune(engine, policy, now, op.scope, op.manifest.skill)
+            except StoreUnavailable as exc:
+                log.warning(
+                    "history retention skipped for %s/%s: %s", op.scope, op.manifest.skill, exc
+                )

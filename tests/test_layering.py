@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 # and may import each other.
 LAYERS: list[set[str]] = [
     {"names", "errors", "lru"},
-    {"model", "skill_md", "validation"},
+    {"model", "skill_md", "skill_dirs", "validation"},
     {"engines", "proto"},
     {"store", "store_limits", "store_commit", "store_blobs", "store_gc", "store_watch", "auth"},
     {"runtime", "fs"},

@@ -47,7 +47,8 @@ from skillfs.commands.common import (
 from skillfs.errors import InvalidPath, NotFound, TooLarge
 from skillfs.model import File, Finding, Manifest, Put, Scope, error_findings
 from skillfs.names import check_skill_name, normalize_path
-from skillfs.skill_md import SKILL_MD, find_skill_dirs, inspect_skill
+from skillfs.skill_dirs import find_skill_dirs
+from skillfs.skill_md import SKILL_MD, inspect_skill
 from skillfs.store_blobs import sha256
 from skillfs.store_limits import Limits
 
