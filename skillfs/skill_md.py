@@ -1,4 +1,5 @@
-"""The skill model: read a SKILL.md, inspect a skill directory, validate skills on disk.
+"""The skill model: read a SKILL.md and inspect a skill's files (skill_dirs.py finds and
+validates skill directories on disk).
 
 Bad content never raises here: it becomes findings (docs/design.md §7), and each surface
 decides whether an error rejects the skill. The rules themselves live in skillfs.validation.
