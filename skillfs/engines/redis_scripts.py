@@ -4,7 +4,8 @@ Redis Cluster too (docs/engine-redis.md, docs/design.md §3)."""
 
 # KEYS: rev, log, scopes[, domains], then per op: scope hash, history hash.
 # ARGV: fresh epoch, log limit, number of fixed keys, domain, then per op:
-#       skill, expected version, manifest JSON, scope, op, new version.
+#       skill, expected version, manifest JSON, scope, op, new version; then, in Cluster, the
+#       channel the domain is published on once committed (wakes `changes_many`).
 # Reads and checks everything before the first write, so a mismatch writes nothing. The epoch
 # changes when the server's replication ID differs from the one the revision was written under:
 # after a failover or a restart this server's history may lack writes others saw, and counters
@@ -42,6 +43,8 @@ for i = 1, n do
   redis.call('SADD', KEYS[3], ARGV[a + 4])
 end
 if nfixed == 4 then redis.call('SADD', KEYS[4], ARGV[4]) end
+local channel = ARGV[5 + n * 6]
+if channel then redis.call('PUBLISH', channel, ARGV[4]) end
 return {1, counter, epoch}
 """
 
