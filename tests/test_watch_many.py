@@ -114,6 +114,29 @@ def test_a_trimmed_log_means_reset(
 # ----------------------------------------------------------------- one connection, one thread
 
 
+def follow_all(
+    store: skillfs.Store, since: dict[str, Revision]
+) -> tuple[Watcher, dict[str, list[int]]]:
+    """A Watcher over every domain of `since`, recording the versions it sees per domain."""
+    got: dict[str, list[int]] = {}
+    watcher = Watcher(
+        store.engine,
+        lambda d, s, changes, t: got.setdefault(d, []).extend(c.version or 0 for c in changes),
+        poll=0.5,
+    )
+    for d, r in since.items():
+        watcher.add(d, r)
+    return watcher, got
+
+
+def versions_seen(got: dict[str, list[int]]) -> dict[str, list[int]]:
+    """`got` once every agent has one change (or after 10 s)."""
+    deadline = time.monotonic() + 10
+    while sum(map(len, got.values())) < len(AGENTS) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return got
+
+
 def _redis_clients(admin: Any, name: str) -> int:
     return sum(1 for c in admin.client_list() if c.get("name") == name)
 
@@ -133,23 +156,13 @@ def test_redis_follows_50_agents_over_one_connection(
     since = {f"agents/{a}": publish(store, a, "s", 0) for a in AGENTS}
     threads = threading.active_count()
     before = sum(_redis_clients(a, "skillfs-watch-many") for a in admins)
-    got: dict[str, list[int]] = {}
-    watcher = Watcher(
-        store.engine,
-        lambda d, s, changes, t: got.setdefault(d, []).extend(c.version or 0 for c in changes),
-        poll=0.5,
-    )
-    for d, r in since.items():
-        watcher.add(d, r)
+    watcher, got = follow_all(store, since)
     time.sleep(0.3)  # the watcher waits now
     during = sum(_redis_clients(a, "skillfs-watch-many") for a in admins)
     writer = skillfs.open_store(url.replace("skillfs-watch-many", "skillfs-writer"))
     for a in AGENTS:
         publish(writer, a, "s", 1)
-    deadline = time.monotonic() + 10
-    while sum(map(len, got.values())) < len(AGENTS) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert got == {f"agents/{a}": [2] for a in AGENTS}
+    assert versions_seen(got) == {f"agents/{a}": [2] for a in AGENTS}
     after = sum(_redis_clients(a, "skillfs-watch-many") for a in admins)
     nodes = len(admins)
     # one connection per server (a Cluster adds its notice subscriber), not one per agent;
@@ -182,14 +195,7 @@ def test_etcd_follows_50_agents_on_one_watch_stream(etcd_server: EtcdServer, etc
     streams = _etcd_metric(etcd_server, "etcd_debugging_mvcc_watch_stream_total")
     watchers = _etcd_metric(etcd_server, "etcd_debugging_mvcc_watcher_total")
     threads = threading.active_count()
-    got: dict[str, list[int]] = {}
-    watcher = Watcher(
-        store.engine,
-        lambda d, s, changes, t: got.setdefault(d, []).extend(c.version or 0 for c in changes),
-        poll=0.5,
-    )
-    for d, r in since.items():
-        watcher.add(d, r)
+    watcher, got = follow_all(store, since)
     time.sleep(1.2)  # domains added while the watcher waited join at its next wait
     assert _etcd_metric(etcd_server, "etcd_debugging_mvcc_watch_stream_total") - streams == 1
     assert _etcd_metric(etcd_server, "etcd_debugging_mvcc_watcher_total") - watchers == 50
@@ -197,10 +203,7 @@ def test_etcd_follows_50_agents_on_one_watch_stream(etcd_server: EtcdServer, etc
     assert threading.active_count() - threads <= 4
     for a in AGENTS:
         publish(store, a, "s", 1)
-    deadline = time.monotonic() + 10
-    while sum(map(len, got.values())) < len(AGENTS) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert got == {f"agents/{a}": [2] for a in AGENTS}
+    assert versions_seen(got) == {f"agents/{a}": [2] for a in AGENTS}
     engine = store.engine
     assert isinstance(engine, EtcdEngine) and engine._log.watch.streams_opened == 1
     watcher.close()
