@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from skillfs.engines.base import CommitOp, Engine
 from skillfs.errors import StoreUnavailable
-from skillfs.model import Scope
+from skillfs.model import Manifest, Scope
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +32,15 @@ class GcReport(BaseModel):
     history_dropped: int
 
 
+def _to_drop(policy: HistoryPolicy, now: float, history: Sequence[Manifest]) -> list[int]:
+    """The versions of a history (newest first) the policy no longer keeps."""
+    cutoff = now - policy.keep_days * 86400
+    return [m.version for m in history[policy.keep_versions :] if m.committed_at < cutoff]
+
+
 def prune(engine: Engine, policy: HistoryPolicy, now: float, scope: Scope, skill: str) -> int:
     """Drop the versions of a skill the policy no longer keeps; how many were dropped."""
-    history = engine.history(scope, skill)
-    cutoff = now - policy.keep_days * 86400
-    drop = [m.version for m in history[policy.keep_versions :] if m.committed_at < cutoff]
+    drop = _to_drop(policy, now, engine.history(scope, skill))
     if drop:
         engine.drop_history(scope, skill, drop)
     return len(drop)
@@ -51,15 +55,29 @@ def gc(
     progress: Callable[[str, int], None] | None = None,
 ) -> GcReport:
     """Mark every blob a live or kept manifest references, then sweep the rest that no
-    publisher touched since the mark started minus `grace` (re-checked atomically)."""
+    publisher touched since the mark started minus `grace` (re-checked atomically).
+
+    The mark reads each scope whole: its live manifests, then the history of all its skills
+    (`Engine.scope_history`, one round trip where the store allows), so its round trips grow
+    with the scopes and with what it drops, not with the skills. The sweep reads the blob
+    index in pages (`blob_shas`) and deletes only the unreferenced blobs, one call each."""
     started = clock()
     referenced: set[str] = set()
     dropped = 0
     for domain in domains:
         for scope in engine.scopes(domain):
-            for skill, live in engine.load_scope(scope).items():
-                dropped += prune(engine, policy, clock(), scope, skill)
-                for m in [live, *engine.history(scope, skill)]:
+            live = engine.load_scope(scope)
+            histories = engine.scope_history(scope, sorted(live))
+            now = clock()
+            for skill, current in live.items():
+                history = histories.get(skill, [])
+                drop = _to_drop(policy, now, history)
+                if drop:
+                    engine.drop_history(scope, skill, drop)
+                    dropped += len(drop)
+                    gone = set(drop)
+                    history = [m for m in history if m.version not in gone]
+                for m in [current, *history]:
                     referenced.update(e.sha256 for e in m.files.values())
                 if progress:
                     progress("mark", 1)

@@ -1,11 +1,12 @@
-"""Following a domain's change log (C8), for `Store.follow` and `Store.follow_domain`."""
+"""Following change logs (C8): one domain for `Store.follow` and `Store.follow_domain`,
+many over one store connection for `Store.follow_many` and `Watcher` (docs/design.md §6.1)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from skillfs.engines.base import EMPTY, Engine
 from skillfs.errors import StoreUnavailable
@@ -77,3 +78,117 @@ def follow_changes(
             since = change.revision
             if change.scope is not None or change.op == "reset":
                 yield change  # else changes the token may not see (grpc://): skip them
+
+
+#: What a `Watcher` calls for each followed domain after each wait: `(domain, since,
+#: changes, started)`, the changes after `since` (empty: nothing new as of `started`, a
+#: `time.monotonic()` before the look). It returns the revision to follow on from (None:
+#: from the last change), so a caller whose own state moved meanwhile can say where it is.
+OnChanges = Callable[[str, Revision, list[Change], float], "Revision | None"]
+
+
+class Watcher:
+    """Follows many domains over one store connection, on one thread, with the engine's
+    `changes_many` (Redis: one XREAD over every stream; etcd: one watch stream). Add and
+    remove domains at any time; a domain added while the thread waits is looked at when
+    that wait ends (after at most `poll` seconds), from the revision it was added at, so
+    nothing is skipped. Store outages are logged and waited out (C8)."""
+
+    def __init__(self, engine: Engine, on_changes: OnChanges, *, poll: float = 1.0) -> None:
+        self.engine = engine
+        self.poll = poll
+        self._on_changes = on_changes
+        self._since: dict[str, Revision] = {}
+        self._lock = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    @property
+    def domains(self) -> list[str]:
+        with self._lock:
+            return sorted(self._since)
+
+    def add(self, domain: str, since: Revision | None = None) -> None:
+        """Follow `domain` from `since` (None: from now; again: move it to `since`)."""
+        if since is None:
+            since = self.engine.revisions([domain])[domain] or EMPTY
+        with self._lock:
+            self._since[domain] = since
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(
+                    target=self._run, name=f"skillfs-watch {self.engine.url}", daemon=True
+                )
+                self._thread.start()
+            self._lock.notify_all()
+
+    def remove(self, domain: str) -> None:
+        with self._lock:
+            self._since.pop(domain, None)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._since.clear()
+            self._lock.notify_all()
+
+    def _run(self) -> None:
+        delay = 0.05
+        while True:
+            with self._lock:
+                self._lock.wait_for(lambda: self._closed or bool(self._since))
+                if self._closed:
+                    return
+                since = dict(self._since)
+            started = time.monotonic()
+            try:
+                found = self.engine.changes_many(since, self.poll)
+                delay = 0.05
+            except Exception as exc:  # StoreUnavailable, or a closed engine under us
+                with self._lock:
+                    if self._closed:
+                        return
+                log.warning("watch %s: %s; retrying in %.2fs", self.engine.url, exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            for domain, rev in since.items():
+                changes = found.get(domain, [])
+                try:
+                    after = self._on_changes(domain, rev, changes, started)
+                except Exception:
+                    log.exception("watch %s: handling %s failed", self.engine.url, domain)
+                    continue
+                after = after or (changes[-1].revision if changes else rev)
+                with self._lock:
+                    if self._since.get(domain) is rev:  # else removed or moved meanwhile
+                        self._since[domain] = after
+
+
+def follow_many(
+    engine: Engine,
+    since: Mapping[str, Revision | None],
+    timeout: float | None,
+    poll: float,
+    stop: threading.Event | None,
+) -> Iterator[tuple[str, Change]]:
+    """`follow_changes` of many domains over one connection: `(domain, change)` pairs, each
+    domain's in order with nothing skipped (C8)."""
+    end = None if timeout is None else time.monotonic() + timeout
+    missing = [d for d, r in since.items() if r is None]
+    now = engine.revisions(missing) if missing else {}
+    at = {d: r if r is not None else (now[d] or EMPTY) for d, r in since.items()}
+    while not (stop and stop.is_set()):
+        wait = poll if end is None else min(poll, end - time.monotonic())
+        if wait <= 0:
+            return
+        try:
+            found = engine.changes_many(at, wait)
+        except StoreUnavailable as exc:
+            log.warning("follow %d domains: %s; retrying", len(at), exc)
+            time.sleep(min(wait, 0.5))
+            continue
+        for domain, batch in found.items():
+            for change in batch:
+                at[domain] = change.revision
+                if change.scope is not None or change.op == "reset":
+                    yield domain, change

@@ -105,8 +105,10 @@ def test_physical_layout(etcd_url: str, server_client: etcd3.Etcd3Client) -> Non
     assert keys["usage/agents/support-bot/alice/code-reviewer"] == b"2"
     assert keys["usage/agents/support-bot//s"] == b"1"
     assert store.usage("support-bot") == {("alice", "code-reviewer"): 2, ("", "s"): 1}
+    assert keys["domains"] == b"1"  # the domain index is complete (the store started with it)
+    assert keys["domains/agents/support-bot"] == keys["domains/markets/team"] == b""
     tops = {k.split("/", 1)[0] for k in keys}
-    assert tops == {"agents", "markets", "history", "blobs", "usage"}
+    assert tops == {"agents", "markets", "history", "blobs", "usage", "domains"}
     # the revision is the store's own mod_revision of the rev key; the epoch names the cluster
     _, meta = server_client.get("agents/support-bot/rev")
     rev = store.revision("support-bot")
@@ -576,9 +578,9 @@ def test_compaction_means_reset(
 ) -> None:
     scope = Scope.shared("a")
     r1 = engine.commit("agents/a", [CommitOp(scope=scope, manifest=manifest("x", 1), expect=0)])
-    r2 = engine.commit("agents/a", [CommitOp(scope=scope, manifest=manifest("x", 2), expect=1)])
     engine.commit("agents/b", [CommitOp(scope=Scope.shared("b"), manifest=manifest("y", 1),
                                         expect=0)])  # fmt: skip
+    r2 = engine.commit("agents/a", [CommitOp(scope=scope, manifest=manifest("x", 2), expect=1)])
     assert [c.version for c in engine.changes("agents/a", r1, timeout=1)] == [2]
     _, meta = server_client.get("agents/b/rev")
     server_client.compact(meta.mod_revision, physical=True)

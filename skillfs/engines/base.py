@@ -8,6 +8,7 @@ consistency contract only through `commit`, which must be one atomic step.
 from __future__ import annotations
 
 import contextlib
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TypeVar
@@ -28,6 +29,8 @@ LOG_LIMIT = 10_000
 #: A stored usage counter stops there (int64: SQLite's INTEGER, Redis's HINCRBY, the gRPC
 #: field) instead of overflowing (docs/consistency.md, "Limits").
 USAGE_MAX = 2**63 - 1
+#: Longest pause of the default `changes_many` between two looks at its domains.
+MANY_POLL = 0.05
 
 
 class CommitOp(BaseModel):
@@ -205,6 +208,13 @@ class Engine(ABC):
     def drop_history(self, scope: Scope, skill: str, versions: Sequence[int]) -> None:
         """Forget these versions of a skill's history (retention)."""
 
+    def scope_history(self, scope: Scope, skills: Sequence[str]) -> dict[str, list[Manifest]]:
+        """`history` of several skills of one scope (GC's mark phase), newest first; skills
+        without history are left out. One round trip where the store allows; this default
+        asks per skill."""
+        out = {skill: self.history(scope, skill) for skill in skills}
+        return {skill: found for skill, found in out.items() if found}
+
     # --- revisions and the change log
 
     @abstractmethod
@@ -219,6 +229,29 @@ class Engine(ABC):
         to `since`, the epoch differs or the counter went back — also when the domain is
         gone (wiped, restored, failed over to an empty replica) while `since` is not EMPTY:
         then the reset carries EMPTY."""
+
+    def changes_many(
+        self, since: Mapping[str, Revision], timeout: float
+    ) -> dict[str, list[Change]]:
+        """`changes` of many domains at once: for each domain of `since` that has changes
+        after its revision (or a reset), those changes; waits up to `timeout` seconds for the
+        first change of any, and answers `{}` when there is none. One store connection
+        whatever the number of domains where the engine allows (Redis: one XREAD over their
+        streams; etcd: one watch stream); this default looks at each domain in turn, then
+        sleeps a little, for engines without a better way."""
+        deadline = time.monotonic() + timeout
+        delay = 0.002
+        while True:
+            out = {}
+            for domain, rev in since.items():
+                found = self.changes(domain, rev, 0)
+                if found:
+                    out[domain] = found
+            left = deadline - time.monotonic()
+            if out or left <= 0:
+                return out
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, MANY_POLL)
 
     # --- listings
 

@@ -7,15 +7,14 @@ epochs and limits: docs/engine-etcd.md.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 from etcd3 import etcdrpc
-from etcd3.etcdrpc import kv_pb2
 
 from skillfs.engines import etcd_client as ec
+from skillfs.engines import etcd_watch
 from skillfs.engines.base import (
     CommitOp,
     Engine,
@@ -23,8 +22,6 @@ from skillfs.engines.base import (
     UrlOptions,
     VersionMismatch,
     check_current,
-    must_reset,
-    reset_to,
 )
 from skillfs.engines.etcd_usage import EtcdUsage
 from skillfs.errors import InvalidPath, StoreUnavailable, TooLarge
@@ -41,17 +38,8 @@ COMPLETE_BELOW = b"p"  # a complete blob's last-use value (decimal text) sorts b
 #: The URL's options for the cluster's limits, when they differ from etcd's defaults.
 LIMITS_QUERY = ("max_txn_ops", "max_request_bytes")
 
-
-def _epoch(cluster_id: int, created: int) -> str:
-    """An epoch names one history of a domain: this cluster, this creation of the rev key."""
-    return f"{cluster_id:016x}-{created}"
-
-
-def _revision(cluster_id: int, rev_kv: Any) -> Revision | None:
-    """A domain's revision from its rev key (None: the key is absent)."""
-    if rev_kv is None:
-        return None
-    return Revision(epoch=_epoch(cluster_id, rev_kv.create_revision), counter=rev_kv.mod_revision)
+_epoch = etcd_watch.epoch
+_revision = etcd_watch.revision
 
 
 def _stamp(value: bytes) -> float:
@@ -100,6 +88,8 @@ class EtcdEngine(Engine):
         #: transaction) fits whenever the creation did.
         self.max_manifest_bytes = self._etcd.request_budget // 2 - KEYS_RESERVE
         self._usage = EtcdUsage(self._etcd, self._prefix, self.url)
+        self._log = etcd_watch.ChangeLog(self._etcd, self._key)
+        self._indexed: set[str] = set()  # domains this engine put in the domain index
 
     # ------------------------------------------------------------------ keys
 
@@ -252,6 +242,7 @@ class EtcdEngine(Engine):
         compare each key's mod_revision with what was read, copy the old manifests to
         history, put the new ones and the rev key. A failed compare returns the current
         manifests in the same round trip, for the VersionMismatch the Store retries on."""
+        self._index(domain)
         keys = [self._manifest_key(op.scope, op.manifest.skill) for op in ops]
         bodies = [self._manifest_body(op) for op in ops]
         current = self._etcd.get_many(keys)
@@ -329,6 +320,17 @@ class EtcdEngine(Engine):
         kvs = self._etcd.scan(self._history_prefix(scope, skill))
         return [Manifest.from_json(kv.value) for kv in reversed(kvs)]
 
+    def scope_history(self, scope: Scope, skills: Sequence[str]) -> dict[str, list[Manifest]]:
+        """One paged range read of the scope's history keys (`history/<scope>/<skill>/<v>`)."""
+        prefix = self._key(f"history/{scope.prefix}")
+        wanted = set(skills)
+        out: dict[str, list[Manifest]] = {}
+        for kv in reversed(self._etcd.scan(prefix)):  # newest version first
+            skill = kv.key[len(prefix) :].decode().rpartition("/")[0]
+            if skill in wanted:
+                out.setdefault(skill, []).append(Manifest.from_json(kv.value))
+        return out
+
     def drop_history(self, scope: Scope, skill: str, versions: Sequence[int]) -> None:
         prefix = self._history_prefix(scope, skill)
         deletes = [ec.delete_op(prefix + b"%010d" % v) for v in versions]
@@ -349,89 +351,33 @@ class EtcdEngine(Engine):
                 out[domain] = _revision(cluster, ec.first_kv(r))
         return out
 
-    def _read_rev(self, domain: str) -> tuple[Revision | None, int]:
-        """The domain's revision and the store's revision at the time of reading it."""
-        response = self._etcd.range(etcdrpc.RangeRequest(key=self._rev_key(domain)))
-        kv = response.kvs[0] if response.kvs else None
-        return _revision(response.header.cluster_id, kv), response.header.revision
-
     def changes(self, domain: str, since: Revision, timeout: float) -> list[Change]:
-        """etcd's MVCC history is the log: a watch on the domain's keys from the revision
-        after `since` replays what the log still holds, then waits for new commits."""
-        deadline = time.monotonic() + timeout
-        prefix = self._key(f"{domain}/")
-        while True:
-            current, store_revision = self._read_rev(domain)
-            if must_reset(current, since):
-                return reset_to(current)
-            behind = current is not None and current.counter > since.counter
-            if behind:  # the log holds what we need now: read it even when timeout is 0
-                start, wait_until = (
-                    since.counter + 1,
-                    max(deadline, time.monotonic() + self._etcd.timeout),
-                )
-            elif time.monotonic() < deadline:
-                # Nothing of this domain changed up to store_revision: wait from just after
-                # it, so a compaction of older, unrelated revisions is no reason to reset.
-                start, wait_until = store_revision + 1, deadline
-            else:
-                return []
-            watched = self._etcd.watch(prefix, start, wait_until)
-            if watched is None:
-                return self._reset(domain, since)
-            cluster, events = watched
-            out: list[Change] = []
-            for event in events:
-                change = self._change(domain, prefix, cluster, since, event)
-                if change == "reset":
-                    return self._reset(domain, since)
-                if change is not None:
-                    out.append(change)
-            if out or not events or time.monotonic() >= deadline:
-                return out
+        """Caught up by range reads, waiting on the engine's one watch stream; see
+        `skillfs.engines.etcd_watch`."""
+        return self._log.changes_many({domain: since}, timeout).get(domain, [])
 
-    def _reset(self, domain: str, since: Revision) -> list[Change]:
-        """The log no longer reaches back to `since` (compacted, or a key deleted): reload,
-        unless the domain was never written and `since` is EMPTY."""
-        current, _ = self._read_rev(domain)
-        if current is None and since.epoch == "":
-            return []
-        return reset_to(current)
-
-    def _change(
-        self, domain: str, prefix: bytes, cluster: int, since: Revision, event: Any
-    ) -> Change | Literal["reset"] | None:
-        """One watch event as a Change; a deleted key or a recreated rev key means reset."""
-        if event.type == kv_pb2.Event.DELETE:
-            return "reset"
-        kv = event.kv
-        rest = kv.key[len(prefix) :].decode()
-        if rest == "rev":
-            return "reset" if _epoch(cluster, kv.create_revision) != since.epoch else None
-        kind, _, ident = domain.partition("/")
-        if kind == "markets" and rest.startswith("skills/"):
-            scope = Scope.market(ident)
-        elif rest.startswith("shared/skills/"):
-            scope = Scope.shared(ident)
-        elif rest.startswith("users/") and rest.count("/") >= 3:
-            scope = Scope.user(ident, rest.split("/", 2)[1])
-        else:
-            return None
-        m = Manifest.from_json(kv.value)
-        return Change(
-            revision=Revision(epoch=since.epoch, counter=kv.mod_revision),
-            op="remove" if m.deleted else "put",
-            scope=scope,
-            skill=m.skill,
-            version=m.version,
-        )
+    def changes_many(
+        self, since: Mapping[str, Revision], timeout: float
+    ) -> dict[str, list[Change]]:
+        return self._log.changes_many(since, timeout)
 
     # ------------------------------------------------------------------ listings
 
     def domains(self) -> list[str]:
+        """The domain index (`domains/<domain>`, keys only): one range per 256 domains."""
+        found = etcd_watch.indexed_domains(self._etcd, self._key)
+        if found is not None:
+            return found
         agents = [f"agents/{a}" for a in self._etcd.children(self._key("agents/"))]
         markets = [f"markets/{m}" for m in self._etcd.children(self._key("markets/"))]
-        return sorted(agents + markets)
+        return etcd_watch.build_index(self._etcd, self._key, sorted(agents + markets))
+
+    def _index(self, domain: str) -> None:
+        """Put the domain in the index before its first commit by this engine (so a listing
+        never misses a domain with a commit; it may show one whose only commit failed)."""
+        if domain not in self._indexed:
+            self._etcd.txn(etcd_watch.index_request(self._key, domain))
+            self._indexed.add(domain)
 
     def scopes(self, domain: str) -> list[Scope]:
         kind, _, ident = domain.partition("/")
@@ -458,4 +404,5 @@ class EtcdEngine(Engine):
         self._etcd.range(etcdrpc.RangeRequest(key=self._key("rev"), count_only=True))
 
     def close(self) -> None:
+        self._log.close()
         self._etcd.close()

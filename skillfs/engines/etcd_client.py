@@ -220,6 +220,15 @@ class EtcdClient:
         """The endpoint calls go to now (they move to the next one when it fails)."""
         return self.endpoints[self._current].target
 
+    @property
+    def endpoint_index(self) -> int:
+        """The index in `endpoints` of `endpoint` (where a long-lived watch stream opens)."""
+        return self._current
+
+    def metadata(self, ep: _Endpoint) -> Metadata:
+        """The auth metadata of a call to `ep` that `rpc` does not run (a watch stream)."""
+        return self._metadata(ep, self.timeout)
+
     # ------------------------------------------------------------------ calls
 
     def _metadata(self, ep: _Endpoint, timeout: float) -> Metadata:

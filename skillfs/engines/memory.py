@@ -118,6 +118,20 @@ class MemoryEngine(Engine):
             self._lock.wait_for(lambda: self._after(domain, since), timeout)
             return self._after(domain, since)
 
+    def changes_many(
+        self, since: Mapping[str, Revision], timeout: float
+    ) -> dict[str, list[Change]]:
+        def found() -> dict[str, list[Change]]:
+            return {d: c for d, r in since.items() if (c := self._after(d, r))}
+
+        with self._lock:
+            self._lock.wait_for(found, timeout)
+            return found()
+
+    def scope_history(self, scope: Scope, skills: Sequence[str]) -> dict[str, list[Manifest]]:
+        with self._lock:
+            return {s: list(h) for s in skills if (h := self._history.get((scope, s)))}
+
     def _after(self, domain: str, since: Revision) -> list[Change]:
         rev = self._revs.get(domain)
         log = self._log.get(domain)

@@ -21,6 +21,7 @@ from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
 from skillfs.engines import redis_scripts as scripts
+from skillfs.engines import redis_watch
 from skillfs.engines.base import (
     LOG_LIMIT,
     USAGE_MAX,
@@ -45,8 +46,8 @@ WAIT_TIMEOUT_MS = 1000
 #: The URL's options for the engine; the others go to redis-py.
 _OWN_QUERY = ("prefix", "wait", "wait_timeout", "log_limit")
 #: Commits a `changes()` call returns at most; the caller asks again from the last one.
-CHANGES_BATCH = 100
-_MAX_SEQ = 18446744073709551615  # the largest sequence part of a stream entry ID
+CHANGES_BATCH = redis_watch.CHANGES_BATCH
+_MAX_SEQ = redis_watch.MAX_SEQ
 #: Error replies redis-py has no class for that mean "not now" rather than "wrong": too few
 #: replicas (min-replicas-to-write), a long script running, writes stopped because the last
 #: RDB save failed (stop-writes-on-bgsave-error). Other ResponseErrors are raised as is.
@@ -161,6 +162,7 @@ class RedisEngine(Engine):
         self._rev_keys: dict[str, str] = {}
         self._lock = threading.Lock()
         self._conn: _Connected | None = None
+        self._wake = redis_watch.Wake(self)  # Cluster: the change notices, started when used
         # XREAD BLOCK must return before the socket times out.
         self.socket_timeout = float(
             passed.get("socket_timeout") or kwargs.get("socket_timeout") or SOCKET_TIMEOUT
@@ -294,6 +296,8 @@ class RedisEngine(Engine):
                 m.skill, op.expect, m.model_dump_json(), str(op.scope),
                 "remove" if m.deleted else "put", m.version,
             ]  # fmt: skip
+        if self.cluster:  # after the ops: the channel that wakes `changes_many`'s waiters
+            args.append(self._wake.channel)
         with self._guard:
             if self.cluster:  # the domain set has its own slot: add first, so listings never miss
                 self._client.sadd(self._domains_key, domain)
@@ -343,6 +347,21 @@ class RedisEngine(Engine):
             raw = cast(dict[bytes, bytes], self._client.hgetall(self._history_key(scope, skill)))
         return [Manifest.from_json(raw[v]) for v in sorted(raw, key=int, reverse=True)]
 
+    def scope_history(self, scope: Scope, skills: Sequence[str]) -> dict[str, list[Manifest]]:
+        """One pipeline of HGETALLs: one round trip (a scope's keys share one slot)."""
+        if not skills:
+            return {}
+        with self._guard:
+            pipe = self._client.pipeline(transaction=False)
+            for skill in skills:
+                pipe.hgetall(self._history_key(scope, skill))
+            rows = cast(list[dict[bytes, bytes]], pipe.execute())
+        return {
+            skill: [Manifest.from_json(raw[v]) for v in sorted(raw, key=int, reverse=True)]
+            for skill, raw in zip(skills, rows, strict=True)
+            if raw
+        }
+
     def drop_history(self, scope: Scope, skill: str, versions: Sequence[int]) -> None:
         if versions:
             with self._guard:
@@ -390,6 +409,13 @@ class RedisEngine(Engine):
             with self._guard:
                 self._client.xread({keys[1]: f"{since.counter}-{_MAX_SEQ}"}, count=1,
                                    block=max(1, int(block * 1000)))  # fmt: skip
+
+    def changes_many(
+        self, since: Mapping[str, Revision], timeout: float
+    ) -> dict[str, list[Change]]:
+        """One pipelined look, then one blocking XREAD over every stream (Cluster: a wait
+        for the commit script's notice); see `skillfs.engines.redis_watch`."""
+        return redis_watch.changes_many(self, since, timeout)
 
     @staticmethod
     def _parse_changes(result: list[Any]) -> list[Change]:
@@ -460,5 +486,6 @@ class RedisEngine(Engine):
             self._client.ping()
 
     def close(self) -> None:
+        self._wake.close()
         if self._conn is not None:
             self._conn.client.close()

@@ -4,7 +4,8 @@ Redis Cluster too (docs/engine-redis.md, docs/design.md §3)."""
 
 # KEYS: rev, log, scopes[, domains], then per op: scope hash, history hash.
 # ARGV: fresh epoch, log limit, number of fixed keys, domain, then per op:
-#       skill, expected version, manifest JSON, scope, op, new version.
+#       skill, expected version, manifest JSON, scope, op, new version; then, in Cluster, the
+#       channel the domain is published on once committed (wakes `changes_many`).
 # A manifest's version and deleted flag are read from the head of its JSON, which is written
 # in the model's field order (skill, version, commit_id, committed_at, deleted; a quote inside
 # a JSON string is always escaped, so the pattern cannot match inside one): decoding a large
@@ -60,6 +61,8 @@ for i = 1, n do
   redis.call('SADD', KEYS[3], ARGV[a + 4])
 end
 if nfixed == 4 then redis.call('SADD', KEYS[4], ARGV[4]) end
+local channel = ARGV[5 + n * 6]
+if channel then redis.call('PUBLISH', channel, ARGV[4]) end
 return {1, counter, epoch}
 """.replace("HEAD", _HEAD)
 

@@ -293,6 +293,19 @@ class SqliteEngine(Engine):
         )
         return [Manifest.from_json(body) for (body,) in rows]
 
+    def scope_history(self, scope: Scope, skills: Sequence[str]) -> dict[str, list[Manifest]]:
+        """One query over the scope's history (GC reads whole scopes)."""
+        wanted = set(skills)
+        out: dict[str, list[Manifest]] = {}
+        rows = self._db.query(
+            "SELECT skill, body FROM history WHERE scope = ? ORDER BY skill, version DESC",
+            (self._scope(scope),),
+        )
+        for skill, body in rows:
+            if skill in wanted:
+                out.setdefault(skill, []).append(Manifest.from_json(body))
+        return out
+
     def drop_history(self, scope: Scope, skill: str, versions: Sequence[int]) -> None:
         key = self._scope(scope)
         with self._db.write() as conn:
@@ -324,19 +337,24 @@ class SqliteEngine(Engine):
         return out
 
     def changes(self, domain: str, since: Revision, timeout: float) -> list[Change]:
+        return self.changes_many({domain: since}, timeout).get(domain, [])
+
+    def changes_many(
+        self, since: Mapping[str, Revision], timeout: float
+    ) -> dict[str, list[Change]]:
         """Polls `PRAGMA data_version`, which moves when any other connection (another
         thread or process) commits; commits of this engine wake the wait at once."""
         deadline = time.monotonic() + timeout
         delay = 0.002
         while True:
             seen = self._db.data_version()
-            found = self._after(domain, since)
+            found = {d: c for d, r in since.items() if (c := self._after(d, r))}
             if found:
                 return found
             while self._db.data_version() == seen:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return []
+                    return {}
                 with self._committed:
                     self._committed.wait(min(delay, left))
                 delay = min(delay * 2, POLL)

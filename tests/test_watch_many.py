@@ -1,0 +1,337 @@
+"""Following many domains over one store connection (`Engine.changes_many`, `Watcher`,
+`follow_many`), etcd's catch-up by range reads, the domain index and GC's round trips
+(docs/design.md §6.1; issue 12)."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+from etcd3 import etcdrpc
+
+import skillfs
+from skillfs.engines import etcd_client as ec
+from skillfs.engines.base import EMPTY, Engine
+from skillfs.engines.etcd import EtcdEngine
+from skillfs.model import Change, Revision, Scope
+from skillfs.store_watch import Watcher, follow_many
+from support.servers import EtcdServer, RedisCluster, RedisServer
+from tests.stores import url_for
+
+AGENTS = [f"a{i:02d}" for i in range(50)]
+
+
+def files(name: str, n: int) -> dict[str, bytes]:
+    return {"SKILL.md": f"---\nname: {name}\ndescription: v{n}\n---\nbody {n}\n".encode()}
+
+
+def publish(store: skillfs.Store, agent: str, skill: str, n: int) -> Revision:
+    return store.publish(Scope.shared(agent), skill, files(skill, n)).revision
+
+
+# ----------------------------------------------------------------- every engine
+
+
+def test_follow_many_keeps_each_domains_order(store: skillfs.Store, other: skillfs.Store) -> None:
+    agents = ["x", "y", "z"]
+    start = {f"agents/{a}": publish(store, a, "s", 0) for a in agents}
+    expected: dict[str, list[tuple[str, int, Revision]]] = {d: [] for d in start}
+    for n in range(1, 4):
+        for a in agents:
+            expected[f"agents/{a}"].append(("s", n + 1, publish(store, a, "s", n)))
+    got: dict[str, list[tuple[str, int, Revision]]] = {d: [] for d in start}
+    for domain, change in follow_many(other.engine, start, 10, 1.0, None):
+        got[domain].append((change.skill or "", change.version or 0, change.revision))
+        if sum(map(len, got.values())) == 9:
+            break
+    assert got == expected
+
+
+def test_changes_many_waits_for_any_domain(store: skillfs.Store, other: skillfs.Store) -> None:
+    since = {f"agents/{a}": publish(store, a, "s", 0) for a in ("p", "q", "r")}
+    assert other.engine.changes_many(since, 0.2) == {}
+    later: list[Revision] = []
+    timer = threading.Timer(0.2, lambda: later.append(publish(store, "q", "s", 1)))
+    timer.start()
+    t0 = time.monotonic()
+    found = other.engine.changes_many(since, 10)
+    timer.join()
+    assert time.monotonic() - t0 < 5
+    assert list(found) == ["agents/q"] and [c.revision for c in found["agents/q"]] == later
+    # a stranger's revision is a reset, answered at once
+    stranger = {"agents/p": Revision(epoch="not-this-store", counter=1)}
+    assert other.engine.changes_many(stranger, 5)["agents/p"][0].op == "reset"
+
+
+def test_watcher_follows_added_domains_and_stops_on_remove(store: skillfs.Store) -> None:
+    seen: dict[str, list[int]] = {}
+    done = threading.Event()
+
+    def on_changes(domain: str, since: Revision, changes: list[Change], started: float) -> None:
+        seen.setdefault(domain, []).extend(c.version or 0 for c in changes)
+        if seen.get("agents/m") == [2, 3] and seen.get("agents/n") == [2]:
+            done.set()
+
+    watcher = Watcher(store.engine, on_changes, poll=0.2)
+    try:
+        for a in ("m", "n", "o"):
+            watcher.add(f"agents/{a}", publish(store, a, "s", 0))
+        watcher.remove("agents/o")
+        publish(store, "m", "s", 1)
+        publish(store, "n", "s", 1)
+        publish(store, "o", "s", 1)
+        publish(store, "m", "s", 2)
+        assert done.wait(10), seen
+        assert watcher.domains == ["agents/m", "agents/n"]
+        assert seen.get("agents/o", []) == []
+    finally:
+        watcher.close()
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "redis"])
+def test_a_trimmed_log_means_reset(
+    request: pytest.FixtureRequest, engine: str, tmp_path: Any
+) -> None:
+    url = url_for(request, engine, tmp_path)
+    url += ("&" if "?" in url else "?") + "log_limit=2"
+    store = skillfs.open_store(url)
+    since = {"agents/t": publish(store, "t", "s", 0), "agents/u": publish(store, "u", "s", 0)}
+    for n in range(1, 260 if engine == "redis" else 5):  # Redis trims whole nodes of 100
+        publish(store, "t", "s", n)
+    publish(store, "u", "s", 1)
+    found = store.engine.changes_many(since, 1)
+    assert found["agents/t"][0].op == "reset"
+    assert [c.version for c in found["agents/u"]] == [2]
+    store.close()
+
+
+# ----------------------------------------------------------------- one connection, one thread
+
+
+def follow_all(
+    store: skillfs.Store, since: dict[str, Revision]
+) -> tuple[Watcher, dict[str, list[int]]]:
+    """A Watcher over every domain of `since`, recording the versions it sees per domain."""
+    got: dict[str, list[int]] = {}
+    watcher = Watcher(
+        store.engine,
+        lambda d, s, changes, t: got.setdefault(d, []).extend(c.version or 0 for c in changes),
+        poll=0.5,
+    )
+    for d, r in since.items():
+        watcher.add(d, r)
+    return watcher, got
+
+
+def versions_seen(got: dict[str, list[int]]) -> dict[str, list[int]]:
+    """`got` once every agent has one change (or after 10 s)."""
+    deadline = time.monotonic() + 10
+    while sum(map(len, got.values())) < len(AGENTS) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return got
+
+
+def _redis_clients(admin: Any, name: str) -> int:
+    return sum(1 for c in admin.client_list() if c.get("name") == name)
+
+
+@pytest.mark.parametrize("topology", ["redis", "redis-cluster"])
+def test_redis_follows_50_agents_over_one_connection(
+    request: pytest.FixtureRequest, topology: str, tmp_path: Any
+) -> None:
+    url = url_for(request, topology, tmp_path) + "&client_name=skillfs-watch-many"
+    server = request.getfixturevalue("redis_server" if topology == "redis" else "redis_cluster")
+    admins: list[redis.Redis] = (
+        [server.client()]
+        if isinstance(server, RedisServer)
+        else [n.client() for n in cast_cluster(server).nodes]
+    )
+    store = skillfs.open_store(url)
+    since = {f"agents/{a}": publish(store, a, "s", 0) for a in AGENTS}
+    threads = threading.active_count()
+    before = sum(_redis_clients(a, "skillfs-watch-many") for a in admins)
+    watcher, got = follow_all(store, since)
+    time.sleep(0.3)  # the watcher waits now
+    during = sum(_redis_clients(a, "skillfs-watch-many") for a in admins)
+    writer = skillfs.open_store(url.replace("skillfs-watch-many", "skillfs-writer"))
+    for a in AGENTS:
+        publish(writer, a, "s", 1)
+    assert versions_seen(got) == {f"agents/{a}": [2] for a in AGENTS}
+    after = sum(_redis_clients(a, "skillfs-watch-many") for a in admins)
+    nodes = len(admins)
+    # one connection per server (a Cluster adds its notice subscriber), not one per agent;
+    # measured: standalone 1 before, 1 during; Cluster 3 before (one per node), 5 during
+    assert during <= nodes + 2 and after <= nodes + 2, (before, during, after)
+    extra = threading.active_count() - threads
+    assert extra <= 2, extra  # the watcher (and, in Cluster, the notice subscriber)
+    watcher.close()
+    store.close()
+    writer.close()
+    for a in admins:
+        a.close()
+
+
+def cast_cluster(server: Any) -> RedisCluster:
+    return server  # type: ignore[no-any-return]
+
+
+def _etcd_metric(server: EtcdServer, name: str) -> float:
+    with urllib.request.urlopen(f"http://{server.endpoint}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise AssertionError(f"no {name} in etcd's metrics")
+
+
+def test_etcd_follows_50_agents_on_one_watch_stream(etcd_server: EtcdServer, etcd_url: str) -> None:
+    store = skillfs.open_store(etcd_url)
+    since = {f"agents/{a}": publish(store, a, "s", 0) for a in AGENTS}
+    streams = _etcd_metric(etcd_server, "etcd_debugging_mvcc_watch_stream_total")
+    watchers = _etcd_metric(etcd_server, "etcd_debugging_mvcc_watcher_total")
+    threads = threading.active_count()
+    watcher, got = follow_all(store, since)
+    time.sleep(1.2)  # domains added while the watcher waited join at its next wait
+    assert _etcd_metric(etcd_server, "etcd_debugging_mvcc_watch_stream_total") - streams == 1
+    assert _etcd_metric(etcd_server, "etcd_debugging_mvcc_watcher_total") - watchers == 50
+    # the watcher, the stream reader, gRPC's request sender and channel poller: not per domain
+    assert threading.active_count() - threads <= 4
+    for a in AGENTS:
+        publish(store, a, "s", 1)
+    assert versions_seen(got) == {f"agents/{a}": [2] for a in AGENTS}
+    engine = store.engine
+    assert isinstance(engine, EtcdEngine) and engine._log.watch.streams_opened == 1
+    watcher.close()
+    store.close()
+
+
+# ----------------------------------------------------------------- etcd: catch-up, index
+
+
+def test_etcd_catch_up_reads_ranges_not_a_past_watch(etcd_url: str) -> None:
+    store = skillfs.open_store(etcd_url)
+    engine = store.engine
+    times = []
+    for n in range(20):
+        old = publish(store, "fast", "s", n)
+        new = publish(store, "fast", "s", n + 1000)
+        t0 = time.perf_counter()
+        got = engine.changes("agents/fast", old, 5)
+        times.append(time.perf_counter() - t0)
+        assert [c.revision for c in got] == [new]
+    assert statistics.median(times) < 0.05, times  # a watch from `old` waits ~100 ms
+    store.close()
+
+
+def test_etcd_catch_up_rebuilds_every_version_in_order(etcd_url: str) -> None:
+    store = skillfs.open_store(etcd_url)
+    since = publish(store, "v", "keep", 0)
+    shared, alice = Scope.shared("v"), Scope.user("v", "alice")
+    revs = [store.publish(shared, "a", files("a", 1)).revision]
+    revs.append(store.publish(alice, "a", files("a", 1)).revision)
+    revs.append(store.commit([skillfs.Put(shared, "a", files("a", 2)),
+                              skillfs.Put(shared, "b", files("b", 1))]).revision)  # fmt: skip
+    store.delete(shared, "a")
+    found = store.engine.changes("agents/v", since, 1)
+    got = [(c.op, str(c.scope), c.skill, c.version) for c in found]
+    assert got == [
+        ("put", str(shared), "a", 1), ("put", str(alice), "a", 1), ("put", str(shared), "a", 2),
+        ("put", str(shared), "b", 1), ("remove", str(shared), "a", 3),
+    ]  # fmt: skip
+    store.close()
+
+
+def test_etcd_agents_read_one_index(etcd_url: str) -> None:
+    store = skillfs.open_store(etcd_url)
+    for a in AGENTS[:20]:
+        store.publish(Scope.shared(a), "s", files("s", 1))
+    engine = store.engine
+    assert isinstance(engine, EtcdEngine)
+    calls = count_rpcs(engine)
+    assert store.agents() == AGENTS[:20]
+    assert len(calls) == 1  # one transaction: the index's marker and its first page
+    # a store written before the index existed: the first listing walks the keys, builds it
+    prefix = engine._key("domains")
+    engine._etcd.txn(etcdrpc.TxnRequest(success=[ec.delete_op(prefix, ec.prefix_end(prefix))]))
+    assert store.agents() == AGENTS[:20]
+    calls.clear()
+    assert store.agents() == AGENTS[:20] and len(calls) == 1
+    store.close()
+
+
+def count_rpcs(engine: EtcdEngine) -> list[int]:
+    calls: list[int] = []
+    real = engine._etcd.rpc
+
+    def counted(fn: Any, deadline: float | None = None) -> Any:
+        calls.append(1)
+        return real(fn, deadline)
+
+    engine._etcd.rpc = counted  # type: ignore[method-assign]
+    return calls
+
+
+# ----------------------------------------------------------------- GC's round trips
+
+
+def count_calls(engine: Engine) -> list[str]:
+    """Count the engine's primitives (each one round trip or one page) as GC calls them."""
+    calls: list[str] = []
+    for name in ("domains", "scopes", "load_scope", "scope_history", "history",
+                 "drop_history", "delete_blob_if_idle", "load_skills"):  # fmt: skip
+        real: Callable[..., Any] = getattr(engine, name)
+
+        def wrapped(*args: Any, _real: Callable[..., Any] = real, _name: str = name) -> Any:
+            calls.append(_name)
+            return _real(*args)
+
+        setattr(engine, name, wrapped)
+    real_shas = engine.blob_shas
+
+    def shas() -> Any:
+        calls.append("blob_shas")
+        return real_shas()
+
+    engine.blob_shas = shas  # type: ignore[method-assign]
+    return calls
+
+
+@pytest.mark.parametrize("engine", ["memory", "sqlite", "redis", "etcd"])
+def test_gc_round_trips_grow_with_scopes_not_skills(
+    request: pytest.FixtureRequest, engine: str, tmp_path: Any
+) -> None:
+    counts = []
+    for skills in (10, 100):
+        store = skillfs.open_store(url_for(request, engine, tmp_path / str(skills)))
+        for scope in (Scope.shared("g"), Scope.user("g", "u1"), Scope.user("g", "u2")):
+            puts = [skillfs.Put(scope, f"s{i}", files("same", 1)) for i in range(skills)]
+            for i in range(0, skills, 50):
+                store.commit(puts[i : i + 50])
+            store.publish(scope, "s0", files("same", 2))  # some history
+        calls = count_calls(store.engine)
+        rpcs = count_rpcs(store.engine) if isinstance(store.engine, EtcdEngine) else []
+        report = store.gc(grace=0)
+        assert report.blobs_deleted == 0 and report.blobs_referenced == 2
+        counts.append((len(calls), len(rpcs)))
+        store.close()
+    assert counts[0] == counts[1], counts  # 3 scopes each time: 10x the skills, same calls
+    assert counts[1][0] <= 2 + 3 * 2 + 1, counts  # domains, scopes, 2 per scope, the index
+
+
+def test_gc_still_prunes_history_in_batches(store: skillfs.Store) -> None:
+    scope = Scope.shared("h")
+    for n in range(4):
+        store.commit([skillfs.Put(scope, s, files(s, n)) for s in ("a", "b")])
+    store.history_policy = skillfs.HistoryPolicy(keep_versions=1, keep_days=0)
+    report = store.gc(grace=0)
+    assert report.history_dropped == 4  # versions 1 and 2 of each; version 3 kept
+    assert [m.version for m in store.history(scope, "a")] == [4, 3]  # the live one first
+
+
+def test_follow_many_from_empty(store: skillfs.Store) -> None:
+    assert store.engine.changes_many({"agents/none": EMPTY}, 0.1) == {}
