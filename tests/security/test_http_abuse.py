@@ -85,31 +85,27 @@ def test_sign_in_redirects_only_to_this_site(base: str, target: str) -> None:
 # ---------------------------------------------------------------------- bodies
 
 
+def answered_at_once(port: int, head: str, body: bytes, status: int) -> None:
+    """The server answers `status` within 3 s, while the body it was promised never comes."""
+    started = time.monotonic()
+    answer = raw_request(port, head, body, timeout=5)
+    assert answer.startswith(f"HTTP/1.1 {status}".encode()), answer[:200]
+    assert time.monotonic() - started < 3
+
+
 def test_anonymous_post_is_refused_before_its_body_is_read(served: ServerProcess) -> None:
     """A POST announcing 32 MiB (under the upload limit) without a session: refused at once,
     not after the server read (and buffered) what the client chose to send."""
-    started = time.monotonic()
-    answer = raw_request(
-        served.http_port,
+    head = (
         "POST /agents/support-bot/shared/skills/ HTTP/1.1\nHost: 127.0.0.1\n"
-        "Content-Type: multipart/form-data; boundary=x\nContent-Length: 33554432\n",
-        b"--x\r\n",
-        timeout=5,
+        "Content-Type: multipart/form-data; boundary=x\nContent-Length: 33554432\n"
     )
-    assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
-    assert time.monotonic() - started < 3
+    answered_at_once(served.http_port, head, b"--x\r\n", 401)
 
 
 def test_negative_content_length_is_refused(served: ServerProcess) -> None:
-    started = time.monotonic()
-    answer = raw_request(
-        served.http_port,
-        "POST /login HTTP/1.1\nHost: 127.0.0.1\nContent-Length: -1\n",
-        b"token=x",
-        timeout=5,
-    )
-    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
-    assert time.monotonic() - started < 3
+    head = "POST /login HTTP/1.1\nHost: 127.0.0.1\nContent-Length: -1\n"
+    answered_at_once(served.http_port, head, b"token=x", 400)
 
 
 def test_sign_in_body_is_capped(served: ServerProcess) -> None:
