@@ -91,8 +91,15 @@ def wait_health(address: str, want: str, timeout: float = 20.0) -> None:
 class ServerProcess:
     """`skillfs serve` over a store in its own process, as a deployment runs it."""
 
-    def __init__(self, store_url: str, directory: Path, tokens: Path | None = None) -> None:
+    def __init__(
+        self,
+        store_url: str,
+        directory: Path,
+        tokens: Path | None = None,
+        args: tuple[str, ...] = (),
+    ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
+        self.args = args  # more options of `skillfs serve` (--tls-cert, ...)
         self.directory = directory
         self.store_url = store_url
         self.tokens = tokens or write_tokens(directory)
@@ -116,6 +123,7 @@ class ServerProcess:
                     "--http", f"127.0.0.1:{self.http_port}",
                     "--tokens", str(self.tokens),
                     "--grace", "2",
+                    *self.args,
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -1,5 +1,6 @@
-"""The admin console through WSGI calls: sign-in, CSRF, escaping, strictness, conflicts, zips,
-renames, overrides, rollback, the user view, live updates and error pages.
+"""The admin console through ASGI calls (Starlette's test client): sign-in, CSRF, escaping,
+strictness, conflicts, zips, renames, overrides, rollback, the user view, live updates and
+error pages.
 
 The browser flows are in test_console_browser.py; these run in milliseconds and pin down what
 the server side promises whatever the page's JavaScript does.
@@ -17,10 +18,10 @@ from collections.abc import Iterator
 from html import unescape
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit
-from wsgiref.util import setup_testing_defaults
+from urllib.parse import urlencode
 
 import pytest
+from starlette.testclient import TestClient
 
 import skillfs
 from skillfs.auth import Tokens, tokens_document
@@ -40,9 +41,9 @@ GOOD_MD = b"---\nname: greeter\ndescription: Greets people politely.\n---\n\n# G
 
 
 class Reply:
-    def __init__(self, status: str, headers: list[tuple[str, str]], body: bytes) -> None:
-        self.status = int(status.split()[0])
-        self.headers = headers
+    def __init__(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        self.status = status
+        self.headers = headers  # names in lower case, as the ASGI server sends them
         self.body = body
 
     @property
@@ -57,12 +58,16 @@ class Reply:
 
 
 class Client:
-    """Drives a WSGI app like a browser: cookies kept, redirects followed on request."""
+    """Drives the ASGI app like a browser: cookies kept, redirects followed on request."""
 
     def __init__(self, app: Console) -> None:
         self.app = app
+        self.http = TestClient(app, follow_redirects=False)
         self.cookies: dict[str, str] = {}
         self.csrf = ""
+
+    def cookie_header(self) -> dict[str, str]:
+        return {"Cookie": "; ".join(f"{k}={v}" for k, v in self.cookies.items())}
 
     def request(
         self,
@@ -74,28 +79,16 @@ class Client:
         headers: dict[str, str] | None = None,
         follow: bool = True,
     ) -> Reply:
-        parts = urlsplit(url)
-        environ: dict[str, Any] = {
-            "REQUEST_METHOD": method,
-            "PATH_INFO": parts.path.encode().decode("latin-1"),
-            "QUERY_STRING": parts.query,
-            "CONTENT_LENGTH": str(len(body)),
-            "CONTENT_TYPE": content_type,
-            "wsgi.input": io.BytesIO(body),
-            "HTTP_COOKIE": "; ".join(f"{k}={v}" for k, v in self.cookies.items()),
-        }
-        for k, v in (headers or {}).items():
-            environ["HTTP_" + k.upper().replace("-", "_")] = v
-        setup_testing_defaults(environ)
-        got: dict[str, Any] = {}
-
-        def start_response(status: str, hdrs: list[tuple[str, str]]) -> None:
-            got["status"], got["headers"] = status, hdrs
-
-        chunks = self.app(environ, start_response)
-        reply = Reply(got["status"], got["headers"], b"".join(chunks))
+        sent = {**self.cookie_header(), **(headers or {})}
+        if content_type:
+            sent["Content-Type"] = content_type
+        self.http.cookies.clear()  # this client keeps its own, to see what the app sets
+        got = self.http.request(method, url, content=body, headers=sent)
+        reply = Reply(
+            got.status_code, [(k.lower(), v) for k, v in got.headers.multi_items()], got.content
+        )
         for k, v in reply.headers:
-            if k == "Set-Cookie":
+            if k == "set-cookie":
                 name, _, rest = v.partition("=")
                 value = rest.split(";", 1)[0]
                 if "Max-Age=0" in v:
@@ -242,7 +235,7 @@ def test_sign_in_never_redirects_off_site(app: Console) -> None:
         follow=False,
     )
     assert r.header("Location") == "/"
-    session = next(v for k, v in r.headers if k == "Set-Cookie" and "skillfs_session=" in v)
+    session = next(v for k, v in r.headers if k == "set-cookie" and "skillfs_session=" in v)
     assert "HttpOnly" in session and "SameSite=Lax" in session
 
 
@@ -784,33 +777,38 @@ def test_user_view_shows_the_runtime_prompt(client: Client, store: skillfs.Store
 # ---------------------------------------------------------------------- live updates
 
 
+def sse_events(chunks: Iterator[bytes]) -> Iterator[str]:
+    """The events (and comments) of a Server-Sent Events body, one at a time as they come."""
+    buffer = ""
+    for chunk in chunks:
+        buffer += chunk.decode()
+        while "\n\n" in buffer:
+            event, buffer = buffer.split("\n\n", 1)
+            yield event + "\n\n"
+
+
 def test_events_stream_revisions_as_they_commit(
     client: Client, app: Console, store: skillfs.Store
 ) -> None:
-    environ: dict[str, Any] = {
-        "REQUEST_METHOD": "GET",
-        "PATH_INFO": "/events",
-        "QUERY_STRING": "domain=agents/support-bot",
-        "HTTP_COOKIE": "; ".join(f"{k}={v}" for k, v in client.cookies.items()),
-    }
-    setup_testing_defaults(environ)
-    stream = iter(app(environ, lambda status, headers: None))
-    assert next(stream) == b"retry: 3000\n\n"
-    first = next(stream).decode()
-    assert first.startswith("event: revision")
+    url = "/events?domain=agents/support-bot"
+    with client.http.stream("GET", url, headers=client.cookie_header()) as r:
+        stream = sse_events(r.iter_raw())
+        assert next(stream) == "retry: 3000\n\n"
+        first = next(stream)
+        assert first.startswith("event: revision")
 
-    def write_soon() -> None:
-        store.publish(SHARED, "greeter", {"SKILL.md": GOOD_MD})
+        def write_soon() -> None:
+            store.publish(SHARED, "greeter", {"SKILL.md": GOOD_MD})
 
-    threading.Timer(0.2, write_soon).start()
-    change = next(stream).decode()
-    assert change.startswith("event: change")
-    data = json.loads(change.split("data: ", 1)[1])
-    assert data["skill"] == "greeter" and data["op"] == "put" and data["scope"] == str(SHARED)
-    revision = store.revision(AGENT)
-    assert revision is not None and data["revision"]["counter"] == revision.counter
-    app.close()
-    assert b"".join(stream) in (b"", b": keep-alive\n\n")  # ends once the console closes
+        threading.Timer(0.2, write_soon).start()
+        change = next(stream)
+        assert change.startswith("event: change")
+        data = json.loads(change.split("data: ", 1)[1])
+        assert data["skill"] == "greeter" and data["op"] == "put" and data["scope"] == str(SHARED)
+        revision = store.revision(AGENT)
+        assert revision is not None and data["revision"]["counter"] == revision.counter
+        app.close()
+        assert "".join(stream) in ("", ": keep-alive\n\n")  # ends once the console closes
 
 
 @pytest.mark.parametrize("engine", ["sqlite", "redis", "etcd"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, Request, expect, sync_playwright
 
 import skillfs
 from skillfs.console import ConsoleServer, make_app, serve
@@ -77,16 +78,39 @@ def page(browser: Browser, console: ConsoleServer) -> Iterator[Page]:
     context.set_default_timeout(10_000)
     pg = context.new_page()
     pg.on("dialog", lambda dialog: dialog.accept())  # confirm() and leave-page prompts
-    errors: list[str] = []
-    pg.on("pageerror", lambda exc: errors.append(str(exc)))
-    pg.on(
-        "console",
-        lambda msg: errors.append(msg.text) if "Content Security Policy" in msg.text else None,
-    )
+    errors = watch_errors(pg)
     sign_in(pg)
     yield pg
     context.close()
-    assert not errors, errors  # no script errors, nothing blocked by the CSP
+    assert not errors, errors  # no script or console error, no failed request
+
+
+def watch_errors(page: Page) -> list[str]:
+    """Every script error, console error (a CSP violation, an invalid `pattern`…) and failed
+    request of the page, as the test's failures. Pages the story answers with an error status
+    on purpose (a 401 for a wrong token, a 409 conflict, a 422 refusal) make the browser log
+    that status; those are the page's answer, not a failure, and are left out."""
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(f"script error: {exc}"))
+
+    def console(msg: ConsoleMessage) -> None:
+        answered = re.fullmatch(
+            r"Failed to load resource: the server responded with a status of (401|409|422) .*",
+            msg.text,
+        )
+        if msg.type == "error" and not answered:
+            errors.append(f"console error: {msg.text} at {msg.location.get('url')}")
+
+    def failed(request: Request) -> None:
+        # ERR_ABORTED is the browser cancelling a request itself: a page left while its
+        # favicon or live stream loads, a navigation that became a download (/raw/, /zip).
+        # Faults of the server or the network have other codes (ERR_EMPTY_RESPONSE, ...).
+        if request.failure != "net::ERR_ABORTED":
+            errors.append(f"request failed: {request.url} {request.failure}")
+
+    page.on("console", console)
+    page.on("requestfailed", failed)
+    return errors
 
 
 def sign_in(page: Page) -> None:
@@ -358,6 +382,7 @@ def test_served_by_skillfs_serve(browser: Browser, tmp_path: Path) -> None:
         context = browser.new_context(base_url=f"http://127.0.0.1:{server.http_port}")
         page = context.new_page()
         page.on("dialog", lambda dialog: dialog.accept())
+        errors = watch_errors(page)
         page.goto("/")
         page.fill("#token", ALICE)  # may write alice's scope, only read the shared one
         page.click("button[type=submit]")
@@ -371,6 +396,7 @@ def test_served_by_skillfs_serve(browser: Browser, tmp_path: Path) -> None:
         page.click("#save")
         expect(page.locator(".flash.ok")).to_contain_text("is now version 2")
         context.close()
+        assert not errors, errors
         client = skillfs.open_store(f"grpc://127.0.0.1:{server.grpc_port}", token=ALICE)
         try:
             with skillfs.Skills(client, AGENT, "alice") as skills:

@@ -20,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 import skillfs
-from support.grpc_servers import ALICE, BOB, READER
+from support.grpc_servers import ALICE, BOB, READER, running
 from tests.mcp_helpers import (
     AGENT,
     digest,
@@ -158,3 +158,26 @@ def test_alice_cannot_read_bobs_files(store: skillfs.Store) -> None:
                 assert names == ["secret"]  # a reader of every scope picks the user
 
     anyio.run(main)
+
+
+def test_skillfs_serve_answers_mcp_at_slash_mcp(tmp_path: Path) -> None:
+    """The endpoint on a real server's HTTP port, with the same tokens as its gRPC port:
+    alice lists her skills and reads one, a publish shows at her next list."""
+    url = f"sqlite:///{tmp_path}/skills.db"
+    alice = skillfs.Scope.user(AGENT, "alice")
+    with skillfs.open_store(url) as store:
+        store.publish(alice, "first", {"SKILL.md": md("first")})
+        with running(url, tmp_path) as server:
+
+            async def main() -> None:
+                async with sdk_client(f"http://127.0.0.1:{server.http_port}/mcp", ALICE) as c:
+                    listed = await sdk_list_skills(c.session)
+                    assert [s["frontmatter"]["name"] for s in listed["skills"]] == ["first"]
+                    read = await c.read_resource("skill://first/SKILL.md")
+                    assert content_bytes(read.contents) == md("first")
+                    store.publish(alice, "second", {"SKILL.md": md("second")})
+                    listed = await sdk_list_skills(c.session)
+                    names = sorted(s["frontmatter"]["name"] for s in listed["skills"])
+                    assert names == ["first", "second"]
+
+            anyio.run(main)

@@ -4,6 +4,7 @@ metrics and status, TLS, reflection, and the committed generated code is current
 from __future__ import annotations
 
 import filecmp
+import re
 import ssl
 import subprocess
 import sys
@@ -12,10 +13,12 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
+import httpx
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
@@ -71,7 +74,13 @@ def test_http_port_status_metrics_and_probes(server: SkillfsServer) -> None:
     assert "skillfs_grpc_request_seconds_bucket" in metrics and "skillfs_store_up 1.0" in metrics
     assert "process_cpu_seconds_total" in metrics
     page = urllib.request.urlopen(f"{base}/status", timeout=5).read().decode()
-    assert "skillfs server" in page and server.store.url in page
+    assert "skillfs server" in page and "answering" in page
+    assert server.store.url not in page  # the store is named to signed-in operators only
+    with httpx.Client(base_url=base, follow_redirects=True) as operator:
+        form = operator.get("/login").text
+        nonce = re.search(r'name="nonce" value="([^"]+)"', form)
+        assert nonce and operator.post("/login", data={"nonce": nonce[1], "token": ADMIN})
+        assert server.store.url in operator.get("/status").text
     assert "<link rel='stylesheet' href='/static/console.css'>" in page  # the console's look
     assert "class='table'" in page and "class='topbar'" in page
     css = urllib.request.urlopen(f"{base}/static/console.css", timeout=5)
@@ -84,13 +93,14 @@ def test_http_port_status_metrics_and_probes(server: SkillfsServer) -> None:
         urllib.request.urlopen(f"{base}/static/nope.css", timeout=5)
     assert err.value.code == 404
 
-    # another app mounted under a prefix takes precedence over the console at /
-    def console(environ: dict[str, object], start: Callable[..., object]) -> list[bytes]:
-        start("200 OK", [("Content-Type", "text/plain")])
-        return [f"{environ['SCRIPT_NAME']} {environ['PATH_INFO']}".encode()]
+    # another ASGI app mounted under a prefix takes precedence over the console at /
+    async def console(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        body = f"{scope['root_path']} {scope['path']}".encode()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body})
 
     server.mount("/console", console)
-    assert urllib.request.urlopen(f"{base}/console/x", timeout=5).read() == b"/console /x"
+    assert urllib.request.urlopen(f"{base}/console/x", timeout=5).read() == b"/console /console/x"
 
 
 @pytest.mark.slow

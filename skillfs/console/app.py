@@ -1,51 +1,66 @@
-"""The console's WSGI application: sign-in, CSRF, dispatch, rendering and error pages.
+"""The console's ASGI application: sign-in, CSRF, dispatch, rendering and error pages.
 
-The pages live in `skillfs.console.pages`, found through the table in `skillfs.console.routes`;
-this module owns what every request goes through, so no page can forget the session check, the
-CSRF check or escaping.
+Built on Starlette (docs/console.md, "The HTTP stack"): its router holds the table of
+`skillfs.console.routes`, its request parses forms and uploads, and every route has a body
+limit. This module owns what every request goes through, so no page can forget the session
+check (made before any body is read), the CSRF check or escaping. Pages are synchronous and
+call the store, so they run in the console's bounded thread pool, never on the event loop.
 """
 
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import mimetypes
 import secrets
-import threading
-import time
-from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
+from http import HTTPStatus
 from importlib import resources
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, unquote
 
 import jinja2
+from starlette.applications import Starlette
+from starlette.datastructures import FormData, MutableHeaders
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Send
+from starlette.types import Scope as AsgiScope
 
 from skillfs.auth import Tokens, tokens_document
-from skillfs.console import routes, urls
+from skillfs.console import filters, urls
 from skillfs.console.archive import ZipLimits
-from skillfs.console.call import FLASH_COOKIE, Call
-from skillfs.console.session import COOKIE, LOGIN_COOKIE, SESSION_SECONDS, Sessions
-from skillfs.console.web import HTTPError, Request, Response, WSGIEnviron, redirect
+from skillfs.console.call import (
+    FLASH_COOKIE,
+    Call,
+    HTTPError,
+    limit_body,
+    redirect,
+    set_cookie,
+)
+from skillfs.console.routes import PAGES, Body, Page, args_of
+from skillfs.console.session import COOKIE, Session, Sessions
+from skillfs.console.signin import SignIn
+from skillfs.console.skill_files import MAX_EDIT_BYTES
+from skillfs.console.streams import LiveStreams, Pool
 from skillfs.errors import InvalidPath, NotFound, SkillfsError, StoreUnavailable
-from skillfs.model import Revision
 from skillfs.names import check_skill_name
 from skillfs.store import Store
 
 log = logging.getLogger(__name__)
 
-StartResponse = Callable[..., Any]
-
-SECURITY_HEADERS = [
-    (
-        "Content-Security-Policy",
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
         "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
-        "connect-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+        "connect-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
     ),
-    ("X-Content-Type-Options", "nosniff"),
-    ("Referrer-Policy", "same-origin"),
-    ("X-Frame-Options", "DENY"),
-]
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",
+}
 
 #: What an operator reads above a store error's message, by the HTTP status its class carries.
 _TITLES = {
@@ -56,9 +71,41 @@ _TITLES = {
     413: "Too large",
 }
 
+#: Threads for pages: keep it below the store's connection pool (a Redis pool's
+#: max_connections), so a burst waits for a thread rather than for a connection.
+DEFAULT_THREADS = 16
+#: Live-update streams open at once (one per open console page).
+DEFAULT_STREAMS = 64
+#: Body limits by route kind (docs/console.md, "Limits"). A form may carry the editor's text
+#: (up to MAX_EDIT_BYTES, URL-encoded); routes that read no body accept next to none.
+SMALL_BODY = 16 * 1024
+FORM_BODY = 4 * MAX_EDIT_BYTES
+#: Fields and files of one form, and the size of one text field of a multipart form.
+MAX_FIELDS, MAX_FILES, MAX_PART = 64, 4, 1024 * 1024
+
+
+class SecurityHeaders:
+    """The console's headers on every response: a strict CSP, nosniff, no framing and, unless
+    a response says otherwise, no-store."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                if "cache-control" not in headers:
+                    headers["Cache-Control"] = "no-store"
+                for name, value in SECURITY_HEADERS.items():
+                    headers[name] = value
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
 
 class Console:
-    """The admin console as a WSGI application (mount it at `/` of an HTTP server)."""
+    """The admin console as an ASGI application (mount it at `/` of an HTTP server)."""
 
     def __init__(
         self,
@@ -66,14 +113,18 @@ class Console:
         tokens: Tokens,
         *,
         max_upload: int = 64 * 1024 * 1024,
+        threads: int = DEFAULT_THREADS,
+        max_streams: int = DEFAULT_STREAMS,
     ) -> None:
         self.store = store
         self.tokens = tokens
         self.sessions = Sessions(tokens)
         self.max_upload = max_upload
         self.zip_limits = ZipLimits(max_total_bytes=store.limits.max_skill_size)
-        #: Set by `close()`: live-update streams end so a server can shut down.
-        self.stopping = threading.Event()
+        #: Where pages run (they call the store, which blocks).
+        self.pool = Pool(threads, "skillfs-console")
+        #: Live-update streams: their own pool and cap; `close()` ends them.
+        self.live = LiveStreams(max_streams)
         self.env = jinja2.Environment(
             loader=jinja2.PackageLoader("skillfs.console", "templates"),
             autoescape=True,
@@ -81,143 +132,244 @@ class Console:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.env.globals.update(
-            urls=urls,
-            title="skillfs",
-            store_url=store.url,
-        )
+        self.env.globals.update(urls=urls, title="skillfs")
         self.env.filters.update(
-            size=human_size, when=when, ago=ago, mode=file_mode, rev=rev_text, plural=plural
+            size=filters.human_size,
+            when=filters.when,
+            ago=filters.ago,
+            mode=filters.file_mode,
+            rev=filters.rev_text,
+            plural=filters.plural,
         )
+        #: Request-body limits by route kind (docs/console.md, "Limits").
+        self.body_limits: dict[Body, int] = {
+            "none": SMALL_BODY,
+            "form": FORM_BODY,
+            "json": FORM_BODY,
+            "upload": max_upload,
+        }
+        self.signin = SignIn(self.sessions, self.render)
+        self.app = Starlette(
+            routes=self._routes(),
+            middleware=[Middleware(SecurityHeaders)],
+            exception_handlers={
+                HTTPException: self._http_exception,
+                HTTPError: self._http_error,
+            },
+        )
+
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        """Routes see the path without its trailing slash (the console's links carry one),
+        pages the path as asked."""
+        if scope["type"] == "http":
+            path = scope["path"]
+            scope = {**scope, "skillfs.path": path}
+            if len(path) > 1 and path.endswith("/"):
+                scope["path"] = path.rstrip("/") or "/"
+        await self.app(scope, receive, send)
 
     def close(self) -> None:
-        self.stopping.set()
+        """End the live-update streams and stop taking work, so a server can shut down."""
+        self.live.close()
+        self.pool.close()
 
-    # ------------------------------------------------------------------ WSGI
+    async def ready(self, timeout: float = 1.0) -> bool:
+        """Whether a page would get a thread within `timeout` seconds (for /readyz)."""
+        return await self.pool.probe(timeout)
 
-    def __call__(self, environ: WSGIEnviron, start_response: StartResponse) -> Iterable[bytes]:
-        started = time.monotonic()
-        try:
-            req = Request(environ, self.max_upload)
-            resp = self._dispatch(req)
-        except HTTPError as exc:
-            resp = self.error_page(exc.status, exc.title, exc.message, exc.hint)
-        status = resp.status_line()
-        headers = list(resp.headers)
-        if not any(k == "Cache-Control" for k, _ in headers):
-            headers.append(("Cache-Control", "no-store"))
-        start_response(status, headers + SECURITY_HEADERS)
-        log.debug(
-            "%s %s -> %s in %.1f ms",
-            environ.get("REQUEST_METHOD"),
-            environ.get("PATH_INFO"),
-            status,
-            (time.monotonic() - started) * 1000,
-        )
-        return resp.iterable()
+    # ------------------------------------------------------------------ routing
 
-    def _dispatch(self, req: Request) -> Response:
-        if req.path == "/favicon.ico":
-            return self._static("favicon.svg")
-        if req.path.startswith("/static/"):
-            return self._static(req.path.removeprefix("/static/"))
-        if req.path == "/login":
-            return self._login(req)
-        session = self.sessions.check(req.cookies.get(COOKIE))
-        if session is None:
-            if req.method == "GET" and not req.path.startswith(("/api/", "/events")):
-                return redirect("/login?next=" + quote(req.path))
-            raise HTTPError(401, "Signed out", "your session ended: sign in again")
-        if req.method == "POST":
-            sent = req.form.get("csrf") or req.header("X-CSRF-Token") or ""
-            if not hmac.compare_digest(sent, session.csrf):
-                raise HTTPError(
-                    403,
-                    "Form expired",
-                    "this form was not issued by your current session (CSRF check failed)",
-                    "Go back, reload the page and submit again.",
-                )
+    def _routes(self) -> list[Route]:
+        routes = [
+            Route("/favicon.ico", self._favicon),
+            Route("/static/{name}", self._static),
+            Route("/login", self.signin.login, methods=["GET", "POST"]),
+            Route("/logout", self._logout, methods=["POST"]),
+        ]
+        for page in PAGES:
+            for path, make in page.paths():
+                routes.append(Route(path, self._endpoint(page, make), methods=[page.method]))
+        return routes
+
+    def _endpoint(self, page: Page, make: Any) -> Any:
+        async def endpoint(request: Request) -> Response:
+            cookie = request.cookies.get(COOKIE)
+            session = self.sessions.check(cookie)  # before any byte of the body is read
+            if session is None:
+                return self._signed_out(request)
+            form, body = FormData(), None
+            try:
+                if request.method == "POST":
+                    request = limit_body(request, self.body_limits[page.body])
+                    form, body = await self._read_body(request, page.body)
+                    if not self._csrf_ok(request, form, session):
+                        return self._csrf_failed()
+                call = self._call(request, session, cookie, form, body)
+                return await self.pool.run(self._dispatch, call, page, make)
+            except HTTPError as exc:
+                return self.error_page(exc.status, exc.title, exc.message, exc.hint)
+            finally:
+                await form.close()
+
+        return endpoint
+
+    def _call(
+        self,
+        request: Request,
+        session: Session,
+        cookie: str | None,
+        form: FormData | None = None,
+        body: Any = None,
+    ) -> Call:
         call = Call(
-            req,
+            request,
             session,
             self.store,
             self.render,
+            form=form or FormData(),
+            json=body,
             zip_limits=self.zip_limits,
-            stopping=self.stopping,
+            live=self.live,
+            recheck=lambda: self.sessions.check(cookie),
         )
-        flash = req.cookies.get(FLASH_COOKIE)
-        page = req.method == "GET" and not req.path.startswith(("/api/", "/events"))
-        if flash and page:
+        flash = request.cookies.get(FLASH_COOKIE)
+        path = call.path
+        if flash and request.method == "GET" and not path.startswith(("/api/", "/events")):
             call.flash = unquote(flash)[:500]
+        return call
+
+    async def _read_body(self, request: Request, kind: Body) -> tuple[FormData, Any]:
+        ctype = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if ctype == "application/json":
+            raw = await request.body()
+            try:
+                return FormData(), json.loads(raw or b"null")
+            except ValueError as exc:
+                raise HTTPError(
+                    400, "Bad request", f"the JSON body does not parse: {exc}"
+                ) from None
+        if ctype in ("application/x-www-form-urlencoded", "multipart/form-data"):
+            files = MAX_FILES if kind == "upload" else 0
+            # a URL-encoded field may be the editor's whole text; the body's limit bounds it
+            part = MAX_PART if ctype == "multipart/form-data" else self.body_limits[kind]
+            form = request.form(max_files=files, max_fields=MAX_FIELDS, max_part_size=part)
+            return await form, None
+        return FormData(), None
+
+    @staticmethod
+    def _csrf_ok(request: Request, form: FormData, session: Session) -> bool:
+        sent = form.get("csrf") or request.headers.get("x-csrf-token") or ""
+        return isinstance(sent, str) and hmac.compare_digest(sent.encode(), session.csrf.encode())
+
+    def _csrf_failed(self) -> Response:
+        return self.error_page(
+            403,
+            "Form expired",
+            "this form was not issued by your current session (CSRF check failed)",
+            "Go back, reload the page and submit again.",
+        )
+
+    def _signed_out(self, request: Request) -> Response:
+        path = str(request.scope.get("skillfs.path", request.url.path))
+        if request.method in ("GET", "HEAD") and not path.startswith(("/api/", "/events")):
+            return redirect("/login?next=" + quote(path))
+        return self.error_page(401, "Signed out", "your session ended: sign in again")
+
+    def _dispatch(self, call: Call, page: Page, make: Any) -> Response:
+        """A page's response, or the error page of what it raised (runs in the pool)."""
         try:
-            resp = self._route(call)
+            resp = page.handler(call, **args_of(dict(call.request.path_params), make))
         except HTTPError as exc:
             resp = self.error_page(exc.status, exc.title, exc.message, exc.hint, call)
         except SkillfsError as exc:
             resp = self.store_error(exc, call)
         except Exception:
-            log.exception("console: %s %s failed", req.method, req.path)
+            log.exception("console: %s %s failed", call.method, call.path)
             resp = self.error_page(
                 500,
                 "Something broke",
                 "the console hit an unexpected error; it is logged",
                 "",
-                call=call,
+                call,
             )
-        if call.flash is not None and not any(
-            k == "Set-Cookie" and v.startswith(FLASH_COOKIE + "=") for k, v in resp.headers
-        ):
-            resp.set_cookie(FLASH_COOKIE, "", secure=req.secure, max_age=0)
+        flash_set = any(
+            k == b"set-cookie" and v.startswith(FLASH_COOKIE.encode() + b"=")
+            for k, v in resp.raw_headers
+        )
+        if call.flash is not None and not flash_set:
+            set_cookie(resp, FLASH_COOKIE, "", secure=call.secure, max_age=0)
         return resp
 
-    def _route(self, call: Call) -> Response:
-        req = call.req
-        if req.path == "/logout":
-            if req.method != "POST":
-                raise HTTPError(405, "Method not allowed", "sign out with the button")
-            resp = redirect("/login")
-            resp.set_cookie(COOKIE, "", secure=req.secure, max_age=0)
-            return resp
-        return routes.route(call)
-
-    # ------------------------------------------------------------------ sign-in
-
-    def _login(self, req: Request) -> Response:
-        target = _safe_next(req.query.get("next") or req.form.get("next") or "/")
-        if req.method == "POST":
-            if not self.sessions.login_nonce_ok(
-                req.cookies.get(LOGIN_COOKIE), req.form.get("nonce")
-            ):
-                return self._login_form(req, target, "The sign-in form expired: try again.", 403)
-            cookie = self.sessions.sign_in(req.form.get("token", ""))
-            if cookie is None:
-                return self._login_form(
-                    req,
-                    target,
-                    "Unknown or revoked token. Ask an operator for an admin token.",
-                    401,
-                )
-            resp = redirect(target)
-            resp.set_cookie(COOKIE, cookie, secure=req.secure, max_age=SESSION_SECONDS)
-            resp.set_cookie(LOGIN_COOKIE, "", secure=req.secure, max_age=0)
-            return resp
-        if self.sessions.check(req.cookies.get(COOKIE)) is not None:
-            return redirect(target)
-        return self._login_form(req, target, None, 200)
-
-    def _login_form(self, req: Request, target: str, error: str | None, status: int) -> Response:
-        # Reuse the pending nonce: a second tab (or the favicon request) must not void this form.
-        nonce = req.cookies.get(LOGIN_COOKIE) or secrets.token_urlsafe(16)
-        resp = self.render("login.html", status, call=None, nonce=nonce, next=target, error=error)
-        resp.set_cookie(LOGIN_COOKIE, nonce, secure=req.secure, max_age=3600)
+    async def _logout(self, request: Request) -> Response:
+        cookie = request.cookies.get(COOKIE)
+        session = self.sessions.check(cookie)
+        if session is None:
+            return self._signed_out(request)
+        request = limit_body(request, SMALL_BODY)
+        form = await request.form(max_files=0, max_fields=MAX_FIELDS)
+        if not self._csrf_ok(request, form, session):
+            return self._csrf_failed()
+        self.sessions.sign_out(cookie)  # this cookie is void here, wherever copies of it are
+        resp = redirect("/login")
+        set_cookie(resp, COOKIE, "", secure=request.url.scheme == "https", max_age=0)
         return resp
+
+    async def _http_error(self, request: Request, exc: Exception) -> Response:
+        """An error page raised outside a page (a body over its limit at sign-in, say)."""
+        assert isinstance(exc, HTTPError)
+        return self.error_page(exc.status, exc.title, exc.message, exc.hint)
+
+    async def _http_exception(self, request: Request, exc: Exception) -> Response:
+        """Starlette's own refusals (no such page, wrong method, body over its limit, a form
+        that does not parse) as the console's error pages."""
+        assert isinstance(exc, HTTPException)
+        status, path = exc.status_code, str(request.scope.get("skillfs.path", request.url.path))
+        title, message, hint = HTTPStatus(status).phrase, str(exc.detail), ""
+        cookie = request.cookies.get(COOKIE)
+        session = self.sessions.check(cookie)
+        if status == 404:
+            if session is None:
+                return self._signed_out(request)
+            title, message, hint = "Not found", f"there is no page at {path}", ""
+            hint = "Start again from the agents."
+        elif status == 405:
+            title = "Method not allowed"
+            only_read = "GET" in (exc.headers or {}).get("Allow", "")
+            message = (
+                "this page is only read" if only_read else "this action needs a form submission"
+            )
+        if session is None:
+            return self.error_page(status, title, message, hint)
+        call = self._call(request, session, cookie)
+        return await self.pool.run(self.error_page, status, title, message, hint, call)
+
+    # ------------------------------------------------------------------ static files
+
+    async def _favicon(self, request: Request) -> Response:
+        return self._static_file("favicon.svg")
+
+    async def _static(self, request: Request) -> Response:
+        return self._static_file(str(request.path_params["name"]))
+
+    def _static_file(self, name: str) -> Response:
+        resource = resources.files("skillfs.console").joinpath("static", name)
+        if name.startswith(".") or not resource.is_file():
+            return self.error_page(404, "Not found", f"no static file {name!r}")
+        ctype = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        if ctype.startswith("text/") or ctype == "application/javascript":
+            ctype += "; charset=utf-8"
+        return Response(
+            resource.read_bytes(),
+            media_type=ctype,
+            headers={"Cache-Control": "public, max-age=300"},
+        )
 
     # ------------------------------------------------------------------ rendering
 
     def render(self, template: str, status: int = 200, **context: Any) -> Response:
         context.setdefault("domain", None)
         context.setdefault("revision", None)
-        return Response(self.env.get_template(template).render(**context), status=status)
+        return HTMLResponse(self.env.get_template(template).render(**context), status_code=status)
 
     def error_page(
         self,
@@ -242,7 +394,7 @@ class Console:
     def store_error(self, exc: SkillfsError, call: Call) -> Response:
         """A store error as the page an operator can act on. Only a refused form (a POST)
         says that nothing was written: a page that was only read wrote nothing anyway."""
-        posted = call.req.method == "POST"
+        posted = call.method == "POST"
         if isinstance(exc, StoreUnavailable):
             return self.error_page(
                 503,
@@ -263,7 +415,7 @@ class Console:
     def _history_link(self, call: Call) -> list[tuple[str, str]]:
         """On a skill's page that found nothing (a version no longer kept, a file not in it):
         a link to the skill's history page, which lists the versions there are."""
-        parsed = urls.parse_scope(call.req.path.strip("/").split("/"))
+        parsed = urls.parse_scope(call.path.strip("/").split("/"))
         if parsed is None or not parsed[1] or not parsed[1][0]:
             return []
         scope, rest = parsed
@@ -276,21 +428,6 @@ class Console:
             return []
         return [(f"History of {skill}", urls.skill_url(scope, skill, "history"))]
 
-    def _static(self, name: str) -> Response:
-        if "/" in name or name.startswith("."):
-            raise HTTPError(404, "Not found", f"no static file {name!r}")
-        resource = resources.files("skillfs.console").joinpath("static", name)
-        if not resource.is_file():
-            raise HTTPError(404, "Not found", f"no static file {name!r}")
-        ctype = mimetypes.guess_type(name)[0] or "application/octet-stream"
-        if ctype.startswith("text/") or ctype == "application/javascript":
-            ctype += "; charset=utf-8"
-        return Response(
-            resource.read_bytes(),
-            content_type=ctype,
-            headers=[("Cache-Control", "public, max-age=300")],
-        )
-
 
 def make_app(
     store: Store,
@@ -298,6 +435,8 @@ def make_app(
     *,
     admin_token: str | None = None,
     max_upload: int = 64 * 1024 * 1024,
+    threads: int = DEFAULT_THREADS,
+    max_streams: int = DEFAULT_STREAMS,
 ) -> Console:
     """The console over `store`, signing in with the server's tokens (their grants decide what
     each operator may read and write); or, without a tokens config, one `admin_token` that may
@@ -308,49 +447,4 @@ def make_app(
         tokens = Tokens(
             text=tokens_document([("admin", admin_token, ["*:admin"])], secrets.token_hex(16))
         )
-    return Console(store, tokens, max_upload=max_upload)
-
-
-def _safe_next(target: str) -> str:
-    """Only local paths: a sign-in link must not send the operator to another site."""
-    parts = urlsplit(target)
-    if parts.scheme or parts.netloc or not target.startswith("/") or target.startswith("//"):
-        return "/"
-    return target
-
-
-# ---------------------------------------------------------------------- template filters
-
-
-def human_size(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
-
-
-def when(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def ago(ts: float) -> str:
-    seconds = max(0, int(time.time() - ts))
-    for span, unit in ((86400, "d"), (3600, "h"), (60, "min")):
-        if seconds >= span:
-            return f"{seconds // span} {unit} ago"
-    return "just now" if seconds < 10 else f"{seconds} s ago"
-
-
-def plural(n: int, noun: str) -> str:
-    """The count and the noun: 1 file, 2 files, 0 files."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-def file_mode(mode: int) -> str:
-    return f"{mode & 0o777:o}"
-
-
-def rev_text(rev: Revision | None) -> str:
-    return "—" if rev is None else str(rev.counter)
+    return Console(store, tokens, max_upload=max_upload, threads=threads, max_streams=max_streams)

@@ -1,25 +1,72 @@
 """One signed-in request as the pages see it: what they read, check and render with.
 
 It holds what pages need and nothing of the application, so the pages never import
-`skillfs.console.app` (which imports them through the route table).
+`skillfs.console.app` (which imports them through the route table). Pages run in the
+console's thread pool (docs/console.md, "The HTTP stack"), so the request's body is already
+read and parsed when a `Call` is made: a page never waits on the network.
 """
 
 from __future__ import annotations
 
-import threading
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Literal, Protocol, cast
 from urllib.parse import quote
+
+from starlette.datastructures import FormData, QueryParams, UploadFile
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.types import Message
 
 from skillfs.auth import Level
 from skillfs.console.archive import ZipLimits
 from skillfs.console.permissions import Permissions
 from skillfs.console.session import Session
-from skillfs.console.web import HTTPError, Request, Response, redirect
+from skillfs.console.streams import LiveStreams
 from skillfs.errors import SkillfsError
 from skillfs.model import Scope
 from skillfs.store import Store
 
 FLASH_COOKIE = "skillfs_flash"
+
+
+class HTTPError(Exception):
+    """An error page: status, a short title and a message that says what to do."""
+
+    def __init__(self, status: int, title: str, message: str = "", hint: str = "") -> None:
+        super().__init__(message or title)
+        self.status = status
+        self.title = title
+        self.message = message
+        self.hint = hint
+
+
+def too_large(limit: int, size: str = "") -> HTTPError:
+    said = f"{size} bytes" if size else "larger"
+    return HTTPError(
+        413,
+        "Upload too large",
+        f"the request is {said}; this console accepts at most {limit} bytes here",
+        "Nothing was written. Split the upload, or raise the console's max_upload setting.",
+    )
+
+
+def limit_body(request: Request, limit: int) -> Request:
+    """The request with its body capped at `limit` bytes: refused at once when its
+    Content-Length says more, else as soon as more arrives (docs/console.md, "Limits")."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise too_large(limit, declared if declared.isdigit() else "")
+    receive, seen = request.receive, 0
+
+    async def counted() -> Message:
+        nonlocal seen
+        message = await receive()
+        seen += len(message.get("body", b""))
+        if seen > limit:
+            raise too_large(limit)
+        return message
+
+    return Request(request.scope, counted)
 
 
 class Render(Protocol):
@@ -28,30 +75,91 @@ class Render(Protocol):
     def __call__(self, template: str, status: int = 200, **context: Any) -> Response: ...
 
 
+def redirect(location: str) -> Response:
+    """After a form or to the canonical URL of a page: 303, so the browser follows with GET."""
+    return RedirectResponse(location, status_code=303)
+
+
+def set_cookie(
+    resp: Response, name: str, value: str, *, secure: bool, max_age: int | None = None
+) -> None:
+    """Every console cookie: HttpOnly, SameSite=Lax, whole site; Secure over HTTPS."""
+    # "Lax" as browsers and the cookie RFC spell it; Starlette's hint lists it in lower case
+    lax = cast(Literal["lax"], "Lax")
+    resp.set_cookie(
+        name, value, max_age=max_age, path="/", secure=secure, httponly=True, samesite=lax
+    )
+
+
 class Call:
     """One signed-in request: what every page handler gets."""
 
     def __init__(
         self,
-        req: Request,
+        request: Request,
         session: Session,
         store: Store,
         render: Render,
         *,
+        form: FormData,
+        json: Any,
         zip_limits: ZipLimits,
-        stopping: threading.Event,
+        live: LiveStreams,
+        recheck: Callable[[], Session | None],
     ) -> None:
-        self.req = req
+        self.request = request
         self.session = session
         self.store = store
         self._render = render
+        self.form = form
+        #: The parsed body of a JSON POST (the validation API), else None.
+        self.json = json
         #: How large an imported zip may be.
         self.zip_limits = zip_limits
-        #: Set when the console closes: live-update streams end.
-        self.stopping = stopping
+        #: The pool and limits of live-update streams (pages/live.py).
+        self.live = live
+        #: The session of this request's cookie as of now (None once it ended): long
+        #: streams ask again before each event.
+        self.recheck = recheck
         self.flash: str | None = None
         #: What this token may do: pages and templates ask it before offering an action.
         self.can = Permissions(session.principal)
+
+    # ------------------------------------------------------------------ the request
+
+    @property
+    def path(self) -> str:
+        """The path as asked (routing saw it without its trailing slash)."""
+        scope = self.request.scope
+        return str(scope.get("skillfs.path", scope["path"]))
+
+    @property
+    def method(self) -> str:
+        return self.request.method
+
+    @property
+    def secure(self) -> bool:
+        return self.request.url.scheme == "https"
+
+    @property
+    def query(self) -> QueryParams:
+        return self.request.query_params
+
+    def field(self, name: str, default: str = "") -> str:
+        """A text field of the posted form (a file field reads as empty)."""
+        value = self.form.get(name)
+        return value if isinstance(value, str) else default
+
+    def fields(self) -> dict[str, str]:
+        """The posted text fields, last value of each."""
+        return {k: v for k, v in self.form.items() if isinstance(v, str)}
+
+    def file(self, name: str) -> UploadFile | None:
+        """A posted file; None when the form sent none (a file input left empty)."""
+        value = self.form.get(name)
+        return value if isinstance(value, UploadFile) and value.filename else None
+
+    # ------------------------------------------------------------------ grants
 
     @property
     def principal_name(self) -> str:
@@ -62,6 +170,8 @@ class Call:
 
     def require_domain(self, domain: str) -> None:
         self.session.principal.require_domain(domain)
+
+    # ------------------------------------------------------------------ answers
 
     def render(self, template: str, status: int = 200, **context: Any) -> Response:
         if "nav" not in context:
@@ -88,12 +198,12 @@ class Call:
     def done(self, location: str, message: str) -> Response:
         """Redirect after a successful POST, with a message for the next page."""
         resp = redirect(location)
-        resp.set_cookie(FLASH_COOKIE, quote(message), secure=self.req.secure, max_age=60)
+        set_cookie(resp, FLASH_COOKIE, quote(message, safe=""), secure=self.secure, max_age=60)
         return resp
 
     def form_int(self, name: str) -> int:
         try:
-            return int(self.req.form.get(name, ""))
+            return int(self.field(name))
         except ValueError:
             raise HTTPError(
                 400, "Bad request", f"the form field {name!r} must be a number"
@@ -101,7 +211,7 @@ class Call:
 
     def version_arg(self, name: str) -> int | None:
         """A version number from the query string; None when it is not given."""
-        value = self.req.query.get(name, "")
+        value = self.query.get(name, "")
         if not value:
             return None
         try:
@@ -112,7 +222,7 @@ class Call:
     def no_page(self) -> HTTPError:
         """The 404 for a URL that names no page."""
         return HTTPError(
-            404, "Not found", f"there is no page at {self.req.path}", "Start again from the agents."
+            404, "Not found", f"there is no page at {self.path}", "Start again from the agents."
         )
 
     def nav(self) -> dict[str, list[str]]:

@@ -1,107 +1,96 @@
-"""Which page answers which URL: one table of (method, pattern, handler).
+"""Which page answers which URL: one table of (method, path, handler, body limit).
 
-URLs mirror the store's logical keys (docs/console.md, "Pages"). A pattern is the path's
-segments: a literal, `{name}` for one segment, `{path*}` for the rest (maybe none), and a
-leading `{scope}` for a scope's key prefix (`agents/A/shared/skills`, `agents/A/users/U/skills`,
-`markets/M/skills`). The segments become the handler's keyword arguments, checked first.
+URLs mirror the store's logical keys (docs/console.md, "Pages"). Paths are Starlette's
+(`{name}` one segment, `{path:path}` the rest) written without the trailing slash the
+console's links carry (the application drops it before routing, so both answer), and a
+leading `{scope}` stands for a scope's key prefix: `agents/A/shared/skills`,
+`agents/A/users/U/skills` or `markets/M/skills`. The segments become the handler's keyword
+arguments, checked first (`scope` built from them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal
 
-from skillfs.console import urls
-from skillfs.console.call import Call
+from starlette.responses import Response
+
 from skillfs.console.pages import agents, editor, files, history, lifecycle, live, skill, worker
-from skillfs.console.web import HTTPError, Response
+from skillfs.model import Scope
 from skillfs.names import check_id, check_skill_name
 
 Handler = Callable[..., Response]
+#: Which request-body limit a route has (docs/console.md, "Limits"): none read, a form
+#: (the editor's text included), a JSON edit to validate, or an upload.
+Body = Literal["none", "form", "json", "upload"]
 
 #: How each named segment is checked before a handler sees it.
-_CHECKS: dict[str, Callable[[str], str]] = {
+CHECKS: dict[str, Callable[[str], str]] = {
     "agent": lambda v: check_id("agent", v),
     "user": lambda v: check_id("user", v),
     "market": lambda v: check_id("market", v),
     "skill": check_skill_name,
 }
 
+#: A scope's key prefix as a path, and the scope its segments name.
+SCOPE_PATHS: dict[str, Callable[[dict[str, str]], Scope]] = {
+    "/agents/{agent}/shared/skills": lambda a: Scope.shared(a.pop("agent")),
+    "/agents/{agent}/users/{user}/skills": lambda a: Scope.user(a.pop("agent"), a.pop("user")),
+    "/markets/{market}/skills": lambda a: Scope.market(a.pop("market")),
+}
+
 
 @dataclass(frozen=True)
-class Route:
+class Page:
     method: str
-    pattern: str
+    path: str
     handler: Handler
+    body: Body = "none"
 
-    def match(self, segments: list[str]) -> dict[str, Any] | None:
-        """The handler's arguments when the path fits the pattern (unchecked), else None."""
-        pattern = self.pattern.split("/") if self.pattern else []
-        args: dict[str, Any] = {}
-        if pattern[:1] == ["{scope}"]:
-            parsed = urls.parse_scope(segments)
-            if parsed is None:
-                return None
-            args["scope"], segments = parsed
-            pattern = pattern[1:]
-        for i, part in enumerate(pattern):
-            if part == "{path*}":
-                args["path"] = "/".join(segments[i:])
-                return args
-            if i >= len(segments):
-                return None
-            if part.startswith("{"):
-                args[part.strip("{}")] = segments[i]
-            elif part != segments[i]:
-                return None
-        return args if len(segments) == len(pattern) else None
+    def paths(self) -> list[tuple[str, Callable[[dict[str, str]], Scope] | None]]:
+        """The Starlette paths of this page, each with how its segments make the scope."""
+        if not self.path.startswith("/{scope}"):
+            return [(self.path, None)]
+        rest = self.path.removeprefix("/{scope}")
+        return [(prefix + rest, make) for prefix, make in SCOPE_PATHS.items()]
 
 
-ROUTES = [
-    Route("GET", "", agents.home),
-    Route("GET", "events", live.events),
-    Route("POST", "api/validate", editor.api_validate),
-    Route("GET", "agents", agents.open_agent),
-    Route("GET", "agents/{agent}", agents.agent_page),
-    Route("GET", "agents/{agent}/users", agents.open_user),
-    Route("GET", "agents/{agent}/shared", agents.to_agent),
-    Route("GET", "agents/{agent}/users/{user}", worker.worker_page),
-    Route("GET", "markets/{market}", agents.to_market),
-    Route("GET", "{scope}", agents.scope_page),
-    Route("POST", "{scope}", lifecycle.scope_post),
-    Route("GET", "{scope}/{skill}", skill.skill_page),
-    Route("GET", "{scope}/{skill}/files/{path*}", editor.editor_page),
-    Route("POST", "{scope}/{skill}/save", editor.save),
-    Route("GET", "{scope}/{skill}/raw/{path*}", files.download),
-    Route("GET", "{scope}/{skill}/zip", files.download_zip),
-    Route("POST", "{scope}/{skill}/upload", files.upload),
-    Route("POST", "{scope}/{skill}/rmfile", files.remove_file),
-    Route("GET", "{scope}/{skill}/history", history.history_page),
-    Route("GET", "{scope}/{skill}/diff", history.diff_page),
-    Route("POST", "{scope}/{skill}/rollback", history.rollback),
-    Route("POST", "{scope}/{skill}/delete", lifecycle.delete),
-    Route("POST", "{scope}/{skill}/rename", lifecycle.rename),
-    Route("POST", "{scope}/{skill}/override", lifecycle.override),
+def args_of(
+    params: dict[str, str], make_scope: Callable[[dict[str, str]], Scope] | None
+) -> dict[str, object]:
+    """A handler's keyword arguments from the path's segments, each checked."""
+    checked: dict[str, str] = {k: CHECKS[k](v) if k in CHECKS else v for k, v in params.items()}
+    if make_scope is None:
+        return dict(checked)
+    scope = make_scope(checked)  # takes its segments out of `checked`
+    return {"scope": scope, **checked}
+
+
+PAGES = [
+    Page("GET", "/", agents.home),
+    Page("GET", "/events", live.events),
+    Page("POST", "/api/validate", editor.api_validate, "json"),
+    Page("GET", "/agents", agents.open_agent),
+    Page("GET", "/agents/{agent}", agents.agent_page),
+    Page("GET", "/agents/{agent}/users", agents.open_user),
+    Page("GET", "/agents/{agent}/shared", agents.to_agent),
+    Page("GET", "/agents/{agent}/users/{user}", worker.worker_page),
+    Page("GET", "/markets/{market}", agents.to_market),
+    Page("GET", "/{scope}", agents.scope_page),
+    Page("POST", "/{scope}", lifecycle.scope_post, "upload"),
+    Page("GET", "/{scope}/{skill}", skill.skill_page),
+    Page("GET", "/{scope}/{skill}/files", editor.editor_page),
+    Page("GET", "/{scope}/{skill}/files/{path:path}", editor.editor_page),
+    Page("POST", "/{scope}/{skill}/save", editor.save, "form"),
+    Page("GET", "/{scope}/{skill}/raw/{path:path}", files.download),
+    Page("GET", "/{scope}/{skill}/zip", files.download_zip),
+    Page("POST", "/{scope}/{skill}/upload", files.upload, "upload"),
+    Page("POST", "/{scope}/{skill}/rmfile", files.remove_file, "form"),
+    Page("GET", "/{scope}/{skill}/history", history.history_page),
+    Page("GET", "/{scope}/{skill}/diff", history.diff_page),
+    Page("POST", "/{scope}/{skill}/rollback", history.rollback, "form"),
+    Page("POST", "/{scope}/{skill}/delete", lifecycle.delete, "form"),
+    Page("POST", "/{scope}/{skill}/rename", lifecycle.rename, "form"),
+    Page("POST", "/{scope}/{skill}/override", lifecycle.override, "form"),
 ]
-
-
-def route(call: Call) -> Response:
-    """The response of the page the request's method and path name."""
-    path = call.req.path.strip("/")
-    segments = path.split("/") if path else []
-    methods: list[str] = []
-    for r in ROUTES:
-        args = r.match(segments)
-        if args is None:
-            continue
-        if r.method != call.req.method:
-            methods.append(r.method)
-            continue
-        checked = {k: _CHECKS[k](v) if k in _CHECKS else v for k, v in args.items()}
-        return r.handler(call, **checked)
-    if not methods:
-        raise call.no_page()
-    if "GET" in methods:
-        raise HTTPError(405, "Method not allowed", "this page is only read")
-    raise HTTPError(405, "Method not allowed", "this action needs a form submission")

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from starlette.responses import Response
+
 from skillfs.console.call import Call
-from skillfs.console.web import Response
 
 
 def forced(call: Call) -> bool:
     """Whether the operator chose "Do it anyway": the write is then not strict."""
-    return call.req.form.get("force") == "1"
+    return call.field("force") == "1"
 
 
 def confirm(
@@ -20,7 +21,7 @@ def confirm(
 ) -> Response:
     """The "this breaks the spec" page: the findings and a button that repeats the request
     with `force` set, so only an explicit second click stores an off-spec skill."""
-    fields = {k: v for k, v in call.req.form.items() if k not in ("csrf", "force")}
+    fields = {k: v for k, v in call.fields().items() if k not in ("csrf", "force")}
     return call.render(
         "confirm.html", 422, action=action, heading=title, problems=problems, fields=fields
     )

@@ -10,19 +10,16 @@ answers), liveness only the process.
 from __future__ import annotations
 
 import asyncio
-import html
 import json
 import logging
 import signal
-import ssl
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit
-from wsgiref.simple_server import make_server
 
 import grpc
 from grpc_health.v1 import _async as health
@@ -32,12 +29,13 @@ from pydantic import BaseModel, ConfigDict
 
 from skillfs.auth import Tokens
 from skillfs.console import make_app
-from skillfs.console.web import QuietHandler, ThreadingWSGIServer
 from skillfs.errors import SkillfsError
+from skillfs.mcp.http import McpHttp
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.admin import Admin
 from skillfs.server.backend import Backend, Caps
+from skillfs.server.http import ASGIApp, HttpPort
 from skillfs.server.metrics import Metrics
 from skillfs.server.reader import Reader
 from skillfs.server.rpc import add_lenient
@@ -48,7 +46,6 @@ log = logging.getLogger("skillfs.server")
 SERVICES = tuple(pb.DESCRIPTOR.services_by_name[n].full_name for n in ("SkillReader", "SkillAdmin"))
 MiB = 1024 * 1024
 
-WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 T = TypeVar("T")
 #: Store connections beyond the executor's threads: the HTTP side's threads and the health
 #: check use the store too, so no thread ever waits on the pool (docs/server.md).
@@ -95,7 +92,6 @@ class SkillfsServer:
         )
         self.started = time.time()
         self.serving = False
-        self._mounts: dict[str, WsgiApp] = {}
         self._stop = threading.Event()
         self._stopped = threading.Event()
         # gRPC runs on its own event loop in one thread (docs/server.md, "The serving model").
@@ -112,13 +108,19 @@ class SkillfsServer:
             self.backend.executor.shutdown(wait=False)
             self.store.close()
             raise
-        self._http: ThreadingWSGIServer | None = None
+        self.http: HttpPort | None = None
         self.http_port: int | None = None
         if config.http:
-            self._http = self._make_http(config)
-            self.http_port = self._http.server_port
             self.console = make_app(self.store, self.tokens)
-            self.mount("/", self.console)
+            self.mcp = McpHttp(self.store, self.tokens)
+            self.http = HttpPort(
+                self,
+                self.console,
+                services=SERVICES,
+                mounts={"/mcp": self.mcp},
+                lifespans=[self.mcp.lifespan],
+            )
+            self.http_port = self._listen_http(self.http, config)
         self._await(self._health(False))
 
     def _await(self, work: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
@@ -180,28 +182,25 @@ class SkillfsServer:
             raise SkillfsError(f"cannot listen on {config.grpc} for gRPC: is the port taken?")
         return port
 
-    def _make_http(self, config: ServerConfig) -> ThreadingWSGIServer:
+    def _listen_http(self, http: HttpPort, config: ServerConfig) -> int:
         host, _, port = (config.http or "").rpartition(":")
         try:
-            httpd = make_server(
-                host or "127.0.0.1", int(port), self._wsgi, ThreadingWSGIServer, QuietHandler
+            return http.listen(
+                host or "127.0.0.1",
+                int(port),
+                certfile=config.tls_cert,
+                keyfile=config.tls_key,
+                grace=config.grace,
             )
         except OSError as exc:
             raise SkillfsError(f"cannot listen on {config.http} for HTTP: {exc}") from exc
-        if config.tls_cert and config.tls_key:
-            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            ctx.load_cert_chain(config.tls_cert, config.tls_key)
-            httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
-        return httpd
 
     # ------------------------------------------------------------------ life cycle
 
     def start(self) -> SkillfsServer:
         self._await(self._start_grpc())
-        if self._http is not None:
-            threading.Thread(
-                target=self._http.serve_forever, args=(0.05,), name="skillfs-http", daemon=True
-            ).start()
+        if self.http is not None:
+            self.http.start()
         log.info(
             "serving",
             extra={
@@ -236,10 +235,8 @@ class SkillfsServer:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._loop_thread.join(5)
         self.backend.executor.shutdown(wait=False, cancel_futures=True)
-        if self._http is not None:
-            self.console.close()  # ends the console's live-update streams
-            self._http.shutdown()
-            self._http.server_close()
+        if self.http is not None:
+            self.http.stop(self.config.grace if grace is None else grace)
         self.store.close()
         log.info("stopped", extra={"grpc_port": self.grpc_port})
         self._stopped.set()
@@ -290,68 +287,10 @@ class SkillfsServer:
 
     # ------------------------------------------------------------------ HTTP
 
-    def mount(self, prefix: str, app: WsgiApp) -> None:
-        """Serve a WSGI app under `prefix` on the HTTP port (the prefix moves to SCRIPT_NAME);
-        `/metrics`, `/healthz`, `/readyz` and `/status` answer before any mounted app."""
-        self._mounts[prefix.rstrip("/")] = app
-
-    def _wsgi(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO") or "/"
-        if path == "/metrics":
-            return _reply(
-                start_response, "200 OK", "text/plain; version=0.0.4", self.metrics.exposition()
-            )
-        if path == "/healthz":
-            return _reply(start_response, "200 OK", "text/plain", b"ok\n")
-        if path == "/readyz":
-            if self.serving:
-                return _reply(start_response, "200 OK", "text/plain", b"ready\n")
-            return _reply(
-                start_response, "503 Service Unavailable", "text/plain", b"store unavailable\n"
-            )
-        if path == "/status":
-            return _reply(start_response, "200 OK", "text/html; charset=utf-8", self._status_page())
-        for prefix in sorted(self._mounts, key=len, reverse=True):
-            if path == prefix or path.startswith(prefix + "/"):
-                environ["SCRIPT_NAME"] = environ.get("SCRIPT_NAME", "") + prefix
-                environ["PATH_INFO"] = path[len(prefix) :]
-                return self._mounts[prefix](environ, start_response)
-        return _reply(start_response, "404 Not Found", "text/plain", b"not found\n")
-
-    def _status_page(self) -> bytes:
-        rows = {
-            "store": self.store.url,
-            "store status": "answering" if self.serving else "NOT answering",
-            "gRPC": f"port {self.grpc_port} ({'TLS' if self.config.tls_cert else 'plaintext'})",
-            "uptime": f"{time.time() - self.started:.0f} s",
-            "services": ", ".join(SERVICES),
-            "console": "at / (sign in with an admin token)",
-        }
-        body = "".join(
-            f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows.items()
-        )
-        badge = "ok" if self.serving else "error"
-        # The console's stylesheet (the console is mounted at / of this port), so the page
-        # looks like the rest of what an operator sees here.
-        return (
-            "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-            "<title>Status · skillfs server</title>"
-            "<link rel='icon' href='/static/favicon.svg' type='image/svg+xml'>"
-            "<link rel='stylesheet' href='/static/console.css'></head><body>"
-            "<header class='topbar'><a class='brand' href='/'><span class='logo' "
-            "aria-hidden='true'></span>skillfs<span class='brand-sub'>server</span></a>"
-            f"<div class='store'>{html.escape(self.store.url)}</div></header>"
-            "<div class='login-wrap'><div class='card error-card'>"
-            f"<h1>skillfs server <span class='badge {badge}'>"
-            f"{'serving' if self.serving else 'store down'}</span></h1>"
-            f"<table class='table'>{body}</table>"
-            "<p><a class='btn primary' href='/'>Console</a> "
-            "<a class='btn ghost' href='/metrics'>/metrics</a> "
-            "<a class='btn ghost' href='/readyz'>/readyz</a> "
-            "<a class='btn ghost' href='/healthz'>/healthz</a></p>"
-            "</div></div></body></html>"
-        ).encode()
+    def mount(self, prefix: str, app: ASGIApp) -> None:
+        """Serve an ASGI app under `prefix` on the HTTP port (skillfs/server/http.py)."""
+        if self.http is not None:
+            self.http.mount(prefix, app)
 
 
 class QuietHealth(health.HealthServicer):  # type: ignore[misc]  # untyped upstream
@@ -379,11 +318,6 @@ def sized_store_url(url: str, connections: int) -> str:
         return url
     query["max_connections"] = str(connections)
     return parts._replace(query=urlencode(query)).geturl()
-
-
-def _reply(start_response: Callable[..., Any], status: str, ctype: str, body: bytes) -> list[bytes]:
-    start_response(status, [("Content-Type", ctype), ("Content-Length", str(len(body)))])
-    return [body]
 
 
 class JsonFormatter(logging.Formatter):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from starlette.responses import Response
+
 from skillfs.auth import Level
 from skillfs.console import urls
-from skillfs.console.call import Call
-from skillfs.console.web import Response, redirect
+from skillfs.console.call import Call, redirect
 from skillfs.errors import NotFound
 from skillfs.model import Manifest, Scope
 from skillfs.names import check_id
@@ -50,7 +51,7 @@ def home(call: Call) -> Response:
 
 def open_agent(call: Call) -> Response:
     """The "open an agent by id" form."""
-    agent = call.req.query.get("agent")
+    agent = call.query.get("agent")
     if not agent:
         raise call.no_page()
     return redirect(urls.scope_url(Scope.shared(agent.strip())))
@@ -58,7 +59,7 @@ def open_agent(call: Call) -> Response:
 
 def open_user(call: Call, agent: str) -> Response:
     """The "what does user … see" form; without a user, the agent's page."""
-    user = call.req.query.get("user")
+    user = call.query.get("user")
     if not user:
         return redirect(urls.agent_url(agent))
     return redirect(urls.user_url(agent, check_id("user", user.strip())))

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from starlette.responses import JSONResponse, Response
+
 from skillfs.auth import Level
 from skillfs.console import urls
-from skillfs.console.call import Call
+from skillfs.console.call import Call, HTTPError, redirect
 from skillfs.console.diff import FileDiff, as_text, diff_manifests, diff_text
 from skillfs.console.findings import (
     ShownFinding,
@@ -18,17 +20,19 @@ from skillfs.console.findings import (
 )
 from skillfs.console.skill_files import MAX_EDIT_BYTES, file_tree, with_file
 from skillfs.console.strict import forced
-from skillfs.console.web import HTTPError, Response, json_response, redirect
 from skillfs.errors import Conflict, InvalidPath, InvalidSkill
 from skillfs.model import Finding, Manifest, Scope, error_findings
 from skillfs.names import check_skill_name, normalize_path
 from skillfs.skill_md import SKILL_MD
 
+#: The largest frontmatter the validation API parses: YAML parsing is what costs CPU.
+MAX_FRONTMATTER_BYTES = 64 * 1024
 
-def editor_page(call: Call, scope: Scope, skill: str, path: str) -> Response:
+
+def editor_page(call: Call, scope: Scope, skill: str, path: str = "") -> Response:
     call.require(Level.read, scope)
     if not path:
-        chosen = call.req.query.get("path")  # the "new text file" form
+        chosen = call.query.get("path")  # the "new text file" form
         target = normalize_path(chosen) if chosen else SKILL_MD
         return redirect(urls.skill_url(scope, skill, "files", target))
     path = normalize_path(path)
@@ -85,8 +89,8 @@ def render_editor(
 
 def _edit_text(call: Call) -> bytes:
     """The textarea's text with the file's own line endings (browsers send CRLF)."""
-    text = call.req.form.get("content", "").replace("\r\n", "\n")
-    if call.req.form.get("newline") == "crlf":
+    text = call.field("content").replace("\r\n", "\n")
+    if call.field("newline") == "crlf":
         text = text.replace("\n", "\r\n")
     return text.encode("utf-8")
 
@@ -94,7 +98,7 @@ def _edit_text(call: Call) -> bytes:
 def save(call: Call, scope: Scope, skill: str) -> Response:
     """Save one file on top of the version the operator loaded; a conflict shows what changed."""
     call.require(Level.write, scope)
-    path = normalize_path(call.req.form.get("path", ""))
+    path = normalize_path(call.field("path"))
     base, expected = call.form_int("base"), call.form_int("expected")
     data = _edit_text(call)
     loaded = call.store.manifest(scope, skill, version=base)
@@ -161,9 +165,26 @@ def _conflict(
     )
 
 
+def _too_large_to_check(content: str, path: str) -> str | None:
+    """Why an edit is too large to validate as you type, if it is: any token that may read a
+    scope may call the validation API, so its cost is capped (docs/console.md, "Limits")."""
+    size = len(content.encode("utf-8"))
+    if size > MAX_EDIT_BYTES:
+        return f"the text is {size} bytes; files over {MAX_EDIT_BYTES} bytes are not checked here"
+    if path == SKILL_MD and content.startswith("---"):
+        end = content.find("\n---", 3)
+        head = len(content[: end if end >= 0 else len(content)].encode("utf-8"))
+        if head > MAX_FRONTMATTER_BYTES:
+            return (
+                f"the frontmatter is over {MAX_FRONTMATTER_BYTES} bytes, too large to check "
+                "as you type; the store checks it when you save"
+            )
+    return None
+
+
 def api_validate(call: Call) -> Response:
     """Findings for an edit in progress: the loaded version with one file replaced."""
-    body = call.req.json
+    body = call.json
     if not isinstance(body, dict):
         raise HTTPError(400, "Bad request", "send a JSON object")
     try:
@@ -172,13 +193,16 @@ def api_validate(call: Call) -> Response:
         path = normalize_path(str(body.get("path", "")))
         base = int(body.get("base", 0))
     except (InvalidPath, ValueError, TypeError) as exc:
-        return json_response({"error": str(exc)}, 400)
+        return JSONResponse({"error": str(exc)}, 400)
     call.require(Level.read, scope)
     content = str(body.get("content", ""))
+    too_large = _too_large_to_check(content, path)
+    if too_large:
+        return JSONResponse({"error": too_large}, 413)
     m = call.store.manifest(scope, skill, version=base)
     findings = findings_of(call.store, skill, with_file(m, path, content.encode("utf-8")))
     errors = len(error_findings(findings))
-    return json_response(
+    return JSONResponse(
         {
             "findings": [
                 f.__dict__ for f in shown(findings, content if path == SKILL_MD else None)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import re
 from urllib.parse import quote
 
+from starlette.responses import Response
+
 from skillfs.auth import Level
 from skillfs.console import urls
 from skillfs.console.archive import write_zip
-from skillfs.console.call import Call
+from skillfs.console.call import Call, HTTPError
 from skillfs.console.skill_files import with_file
 from skillfs.console.strict import confirm, forced
-from skillfs.console.web import HTTPError, Response
 from skillfs.errors import InvalidPath, InvalidSkill, NotFound
 from skillfs.model import File, FileEntry, Scope
 from skillfs.names import normalize_path
@@ -33,32 +34,29 @@ def download_zip(call: Call, scope: Scope, skill: str) -> Response:
 
 def _attachment(data: bytes, filename: str) -> Response:
     ascii_name = re.sub(r"[^A-Za-z0-9._-]", "_", filename) or "file"
+    disposition = f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(filename)}"
     return Response(
         data,
-        content_type="application/octet-stream",
-        headers=[
-            (
-                "Content-Disposition",
-                f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(filename)}",
-            ),
-            ("Content-Length", str(len(data))),
-        ],
+        media_type="application/octet-stream",
+        headers={"Content-Disposition": disposition},
     )
 
 
 def upload(call: Call, scope: Scope, skill: str) -> Response:
     """Add or replace a file (binary or text) from the browser."""
     call.require(Level.write, scope)
-    got = call.req.files.get("file")
+    got = call.file("file")
     if got is None:
         raise HTTPError(400, "No file", "choose a file to upload")
-    target = call.req.form.get("path", "").strip() or (
-        call.req.form.get("dir", "").strip().strip("/") + "/" + got.filename.rsplit("/", 1)[-1]
+    data = got.file.read()  # spooled by the form parser; the body's limit bounds it
+    name = (got.filename or "").rsplit("/", 1)[-1]
+    target = call.field("path").strip() or (
+        call.field("dir").strip().strip("/") + "/" + name
     ).lstrip("/")
     path = normalize_path(target)
     expected = call.form_int("expected")
     m = call.store.manifest(scope, skill, version=expected)
-    files = with_file(m, path, got.data)
+    files = with_file(m, path, data)
     try:
         result = call.store.publish(
             scope, skill, files, expected_version=expected, strict=not forced(call)
@@ -75,13 +73,13 @@ def upload(call: Call, scope: Scope, skill: str) -> Response:
         )
     return call.done(
         urls.skill_url(scope, skill),
-        f"Uploaded {path} ({len(got.data)} bytes): {skill} is now version {result.version}",
+        f"Uploaded {path} ({len(data)} bytes): {skill} is now version {result.version}",
     )
 
 
 def remove_file(call: Call, scope: Scope, skill: str) -> Response:
     call.require(Level.write, scope)
-    path = normalize_path(call.req.form.get("path", ""))
+    path = normalize_path(call.field("path"))
     expected = call.form_int("expected")
     m = call.store.manifest(scope, skill, version=expected)
     files: dict[str, File | FileEntry] = dict(m.files)  # kept by reference

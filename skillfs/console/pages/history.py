@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from starlette.responses import Response
+
 from skillfs.auth import Level
 from skillfs.console import urls
 from skillfs.console.call import Call
 from skillfs.console.diff import diff_manifests
 from skillfs.console.strict import confirm, forced
-from skillfs.console.web import Response
 from skillfs.errors import InvalidSkill
 from skillfs.model import Manifest, Scope
 
@@ -28,7 +29,7 @@ def diff_page(call: Call, scope: Scope, skill: str) -> Response:
     b = call.version_arg("b") or versions[0]
     right = call.store.manifest(scope, skill, version=b)
     left_scope = scope
-    if call.req.query.get("base") == "shared" and scope.kind == "user" and scope.agent_id:
+    if call.query.get("base") == "shared" and scope.kind == "user" and scope.agent_id:
         left_scope = Scope.shared(scope.agent_id)
         call.require(Level.read, left_scope)
         left: Manifest | None = call.store.manifest(left_scope, skill)

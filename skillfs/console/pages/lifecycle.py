@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import re
 
+from starlette.responses import Response
+
 from skillfs.auth import Level
 from skillfs.console import urls
 from skillfs.console.archive import read_zip
-from skillfs.console.call import Call
+from skillfs.console.call import Call, HTTPError, redirect
 from skillfs.console.diff import as_text
 from skillfs.console.findings import findings_of
 from skillfs.console.strict import confirm, forced
-from skillfs.console.web import HTTPError, Response, redirect
 from skillfs.errors import Conflict, InvalidSkill
 from skillfs.model import File, FileEntry, Put, Remove, Scope, error_findings
 from skillfs.names import check_id, check_skill_name
@@ -21,7 +22,7 @@ from skillfs.skill_md import SKILL_MD, skill_template
 
 def scope_post(call: Call, scope: Scope) -> Response:
     """The scope page's forms: **New skill** and **Upload zip**."""
-    op = call.req.form.get("op")
+    op = call.field("op")
     if op == "new":
         return create(call, scope)
     if op == "import":
@@ -31,8 +32,8 @@ def scope_post(call: Call, scope: Scope) -> Response:
 
 def create(call: Call, scope: Scope) -> Response:
     call.require(Level.write, scope)
-    name = check_skill_name(call.req.form.get("name", "").strip())
-    description = call.req.form.get("description", "").strip()
+    name = check_skill_name(call.field("name").strip())
+    description = call.field("description").strip()
     files = {SKILL_MD: File(skill_template(name, description))}
     try:
         result = call.store.publish(scope, name, files, expected_version=0, strict=not forced(call))
@@ -54,11 +55,11 @@ def create(call: Call, scope: Scope) -> Response:
 
 def import_zip(call: Call, scope: Scope) -> Response:
     call.require(Level.write, scope)
-    got = call.req.files.get("archive")
+    got = call.file("archive")
     if got is None:
         raise HTTPError(400, "No file", "choose a .zip file holding a skill directory")
-    skills = read_zip(got.data, call.zip_limits, call.req.form.get("name", "").strip())
-    replace = call.req.form.get("replace") == "1"
+    skills = read_zip(got.file.read(), call.zip_limits, call.field("name").strip())
+    replace = call.field("replace") == "1"
     try:
         result = call.store.commit(
             [
@@ -121,7 +122,7 @@ def renamed_skill_md(data: bytes, old: str, new: str) -> bytes:
 def rename(call: Call, scope: Scope, skill: str) -> Response:
     """New name and removal of the old one in one commit, so no worker sees both or neither."""
     call.require(Level.write, scope)
-    new = check_skill_name(call.req.form.get("new_name", "").strip())
+    new = check_skill_name(call.field("new_name").strip())
     expected = call.form_int("expected")
     if new == skill:
         return redirect(urls.skill_url(scope, skill))
@@ -158,7 +159,7 @@ def override(call: Call, scope: Scope, skill: str) -> Response:
     if scope.kind != "shared" or scope.agent_id is None:
         raise HTTPError(400, "Bad request", "overrides are made from an agent's shared skills")
     call.require(Level.read, scope)
-    user = check_id("user", call.req.form.get("user", "").strip())
+    user = check_id("user", call.field("user").strip())
     target = Scope.user(scope.agent_id, user)
     call.require(Level.write, target)
     m = call.store.manifest(scope, skill, version=call.form_int("expected"))

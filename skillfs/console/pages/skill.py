@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from starlette.responses import Response
+
 from skillfs.auth import Level
 from skillfs.console.call import Call
 from skillfs.console.findings import shown, skill_md_text, stored_findings
 from skillfs.console.pages.agents import MAX_USERS_LISTED
 from skillfs.console.skill_files import file_tree
-from skillfs.console.web import Response
 from skillfs.errors import NotFound
 from skillfs.model import Manifest, Scope
 

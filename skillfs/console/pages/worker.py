@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from starlette.responses import Response
+
 from skillfs.auth import Level
 from skillfs.console.call import Call
-from skillfs.console.web import Response
 from skillfs.model import Scope
 from skillfs.runtime import Market, Skills
 
@@ -17,7 +18,7 @@ def worker_page(call: Call, agent: str, user: str) -> Response:
     call.require(Level.read, own)
     call.require(Level.read, shared)
     all_markets = [m for m in call.store.markets() if call.can.read(Scope.market(m))]
-    chosen = [m for m in call.req.query_lists.get("market", []) if m in all_markets]
+    chosen = [m for m in call.query.getlist("market") if m in all_markets]
     with Skills(call.store, agent, user, layers=[Market(m) for m in chosen]) as skills:
         snap = skills.snapshot()
     return call.render(

@@ -65,6 +65,11 @@
       live.classList.remove("connected");
       live.title = "Live updates paused: " + JSON.parse(ev.data).message;
     });
+    source.addEventListener("signed-out", function () {
+      source.close();  // the session ended: reconnecting would only be refused
+      live.classList.remove("connected");
+      live.title = "Live updates ended: your session ended, sign in again";
+    });
     source.addEventListener("revision", function (ev) {
       live.classList.add("connected");
       setRev(JSON.parse(ev.data).revision);
@@ -175,12 +180,17 @@
         scope: body.dataset.scope, skill: body.dataset.skill,
         path: form.elements.path.value, base: Number(form.elements.base.value), content: area.value,
       }),
-    }).then(function (r) { return r.ok ? r.json() : Promise.reject(r.status); })
+    }).then(function (r) {
+      if (r.ok) return r.json();
+      return r.json().then(function (e) { return Promise.reject(e.error); },
+                           function () { return Promise.reject(r.status); });
+    })
       .then(function (result) { if (mine === seq) showFindings(result); })
-      .catch(function () {
+      .catch(function (why) {
         if (mine !== seq) return;
         statusEl.className = "check-status meh";
-        statusEl.textContent = "could not check (the store may be down)";
+        statusEl.textContent = typeof why === "string" ? "not checked: " + why
+          : "could not check (the store may be down)";
       });
   }
 
