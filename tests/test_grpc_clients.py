@@ -275,8 +275,9 @@ def test_a_server_over_its_concurrent_call_limit_is_failed_over(tmp_path: Path) 
     meta = [("authorization", f"Bearer {ADMIN}")]
 
     def stalled() -> Iterator[pb.UploadBlobRequest]:
-        release.wait(30)
+        # the header first, so the call is surely open on the server, then nothing more
         yield pb.UploadBlobRequest(header=pb.UploadBlobHeader(sha256="0" * 64, size=1))
+        release.wait(30)
 
     with grpc.insecure_channel(f"127.0.0.1:{busy.grpc_port}") as ch:
         admin = pb_grpc.SkillAdminStub(ch)
