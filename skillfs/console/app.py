@@ -74,8 +74,9 @@ _TITLES = {
 #: Threads for pages: keep it below the store's connection pool (a Redis pool's
 #: max_connections), so a burst waits for a thread rather than for a connection.
 DEFAULT_THREADS = 16
-#: Live-update streams open at once (one per open console page).
-DEFAULT_STREAMS = 64
+#: Live-update streams open at once (one per open console page). A stream holds no thread and
+#: no store connection while it waits (one follower feeds them all), only a socket and a queue.
+DEFAULT_STREAMS = 1_000
 #: Body limits by route kind (docs/console.md, "Limits"). A form may carry the editor's text
 #: (up to MAX_EDIT_BYTES, URL-encoded); routes that read no body accept next to none.
 SMALL_BODY = 16 * 1024
@@ -124,7 +125,7 @@ class Console:
         #: Where pages run (they call the store, which blocks).
         self.pool = Pool(threads, "skillfs-console")
         #: Live-update streams: their own pool and cap; `close()` ends them.
-        self.live = LiveStreams(max_streams)
+        self.live = LiveStreams(store, max_streams)
         self.env = jinja2.Environment(
             loader=jinja2.PackageLoader("skillfs.console", "templates"),
             autoescape=True,

@@ -1,20 +1,27 @@
-"""The console's two bounded thread pools: one for pages, one for live-update streams.
+"""The console's bounded thread pools and its one follower of the store for live updates.
 
 Pages call the store, which blocks, so they run in a pool sized below the store's connection
 pool: a burst of requests queues for a thread instead of opening connections the store does
-not have. A live-update stream waits on the store's change log for seconds at a time, so
-streams wait in a pool of their own, capped, and never take the threads pages need
-(docs/console.md, "The HTTP stack").
+not have. Live-update streams hold neither a thread nor a store connection while they wait:
+one `Watcher` follows every domain some stream shows, over one store connection, and hands
+each stream its domain's changes through a bounded queue on the event loop. A stream takes a
+thread of a small pool of its own only to read a revision (docs/console.md, "The HTTP stack").
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from typing import TypeVar
+from contextlib import contextmanager, suppress
+from typing import Literal, TypeVar
+
+from skillfs.engines.base import EMPTY
+from skillfs.model import Change, Revision
+from skillfs.store import Store
+from skillfs.store_watch import Watcher
 
 T = TypeVar("T")
 
@@ -43,39 +50,162 @@ class Pool:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
-class LiveStreams:
-    """Open live-update streams: at most `limit` at once, each waiting in this pool."""
+#: What a stream is handed instead of changes it fell too far behind to be given.
+Overflow = Literal["overflow"]
+OVERFLOW: Overflow = "overflow"
 
-    def __init__(self, limit: int) -> None:
+
+class Subscription:
+    """One stream's queue of its domain's changes, on the stream's event loop. At most `limit`
+    wait: a stream that falls further behind is handed `OVERFLOW` instead and reads its
+    revision again (C8's reset); the follower never waits for a stream."""
+
+    def __init__(self, domain: str, limit: int) -> None:
+        self.domain = domain
         self.limit = limit
-        self.pool = Pool(limit, "skillfs-live")
+        self.stopped = False
+        self._loop = asyncio.get_running_loop()
+        self._ready = asyncio.Event()
+        self._pending: deque[Change | Overflow] = deque()
+
+    def offer(self, changes: list[Change]) -> None:
+        """Queue `changes` (from the follower's thread)."""
+        with suppress(RuntimeError):  # the event loop is closed: no one reads this stream
+            self._loop.call_soon_threadsafe(self._take, changes)
+
+    def stop(self) -> None:
+        """End the stream's wait (from any thread)."""
+        self.stopped = True
+        with suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._ready.set)
+
+    def _take(self, changes: list[Change]) -> None:
+        if self._pending and self._pending[0] == OVERFLOW:
+            return  # the stream reads its revision again, which covers these
+        if len(self._pending) + len(changes) > self.limit:
+            self._pending.clear()
+            self._pending.append(OVERFLOW)
+        else:
+            self._pending.extend(changes)
+        self._ready.set()
+
+    async def next(self, timeout: float) -> Change | Overflow | None:
+        """The next change, `OVERFLOW`, or None after `timeout` seconds (or once stopped)."""
+        if not self._pending and not self.stopped:
+            self._ready.clear()
+            try:
+                await asyncio.wait_for(self._ready.wait(), timeout)
+            except TimeoutError:
+                return None
+        if self.stopped or not self._pending:
+            return None
+        return self._pending.popleft()
+
+
+class Feed:
+    """The console's one follower of the store: a `Watcher` over every domain some open
+    stream shows (one store connection in all, on one thread), whose changes go to each
+    stream of the domain. A domain nobody shows any more is no longer followed."""
+
+    def __init__(self, store: Store, *, poll: float = 1.0) -> None:
+        self.store = store
+        self._watcher = Watcher(store.engine, self._on_changes, poll=poll)
+        self._subs: dict[str, set[Subscription]] = {}
+        self._lock = threading.Lock()  # guards _subs; never held over a store call
+        self._adding = threading.Lock()  # one subscribe at a time: its revision read, its add
+
+    def subscribe(self, sub: Subscription) -> Revision | None:
+        """Hand `sub` every change of its domain from now on; the domain's revision, read
+        after that, so what the stream shows next is after it (blocks: call it in a pool).
+        A change at or before the revision may still come: the stream skips it."""
+        domain = sub.domain
+        with self._adding:
+            with self._lock:
+                subs = self._subs.setdefault(domain, set())
+                new = not subs
+                subs.add(sub)
+            try:
+                rev = self.store.domain_revisions([domain])[domain]
+            except BaseException:
+                self.unsubscribe(sub)
+                raise
+            if new:
+                self._watcher.add(domain, rev or EMPTY)
+            return rev
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        """Never blocks on the store (the event loop calls it)."""
+        with self._lock:
+            subs = self._subs.get(sub.domain)
+            if subs is None or sub not in subs:
+                return
+            subs.discard(sub)
+            if not subs:
+                del self._subs[sub.domain]
+                self._watcher.remove(sub.domain)
+
+    @property
+    def domains(self) -> list[str]:
+        """The domains followed now."""
+        return self._watcher.domains
+
+    def _on_changes(
+        self, domain: str, since: Revision, changes: list[Change], started: float
+    ) -> Revision | None:
+        if changes:
+            with self._lock:
+                subs = list(self._subs.get(domain, ()))
+            for sub in subs:
+                sub.offer(changes)
+        return None
+
+    def close(self) -> None:
+        self._watcher.close()
+
+
+class LiveStreams:
+    """Open live-update streams: at most `limit` at once, all fed by one `Feed`; `pool` reads
+    a stream's revision when it opens and after a reset."""
+
+    #: Changes a stream may have waiting before it reads its revision again instead.
+    QUEUE = 64
+    #: Threads that read revisions for streams (each one store call at a time).
+    THREADS = 4
+
+    def __init__(self, store: Store, limit: int) -> None:
+        self.limit = limit
+        self.pool = Pool(self.THREADS, "skillfs-live")
+        self.feed = Feed(store)
         #: Set by `close()`: every stream ends.
         self.stopping = threading.Event()
         self._slots = threading.BoundedSemaphore(limit)
-        self._open: set[threading.Event] = set()
+        self._open: set[Subscription] = set()
         self._lock = threading.Lock()
 
     @contextmanager
-    def slot(self) -> Iterator[threading.Event | None]:
-        """A stream's place: its stop event (set when it ends or the console closes), or
-        None when `limit` streams are open already."""
+    def slot(self, domain: str) -> Iterator[Subscription | None]:
+        """A stream's place (call it on the stream's event loop): its subscription, not yet
+        subscribed (`feed.subscribe` it in the pool), stopped when the block ends or the
+        console closes; None when `limit` streams are open already."""
         if self.stopping.is_set() or not self._slots.acquire(blocking=False):
             yield None
             return
-        stop = threading.Event()
+        sub = Subscription(domain, self.QUEUE)
         with self._lock:
-            self._open.add(stop)
+            self._open.add(sub)
         try:
-            yield stop
+            yield sub
         finally:
-            stop.set()  # the store wait in the pool ends within its poll
+            sub.stop()
+            self.feed.unsubscribe(sub)
             with self._lock:
-                self._open.discard(stop)
+                self._open.discard(sub)
             self._slots.release()
 
     def close(self) -> None:
         self.stopping.set()
         with self._lock:
-            for stop in self._open:
-                stop.set()
+            for sub in self._open:
+                sub.stop()
+        self.feed.close()
         self.pool.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -17,11 +18,15 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import skillfs
 from skillfs.auth import tokens_document
+from skillfs.engines.base import CommitOp
+from skillfs.errors import InvalidPath, NotFound, PermissionDenied, TooLarge
 from skillfs.model import Scope
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from support.grpc_servers import ADMIN, ALICE, BOB, TOKENS, ServerProcess
+from tests.helpers import manifest
 from tests.stores import url_for
+from tests.test_manifest_integrity import _plant, deep_dict
 
 AGENT = "support-bot"
 A = Scope.user(AGENT, "alice")
@@ -263,3 +268,38 @@ def test_a_publish_opened_before_revocation_cannot_commit_after_it(
     admin = skillfs.open_store(f"grpc://{server.address}", token=ADMIN)
     assert "late" not in admin.skills(A)
     json.loads(server.tokens.read_text())  # the config stayed readable throughout
+
+
+def test_a_user_token_cannot_break_its_scope_or_the_counters(server: ServerProcess) -> None:
+    """What one writer of one user's scope tried in the adversarial session, through the
+    engine-level Commit and RecordUsage a grpc:// client sends: each is refused by the server
+    with the error it is, nothing is written, and the scope and the counters stay readable."""
+    alice = skillfs.open_store(f"grpc://{server.address}", token=ALICE)
+    admin = skillfs.open_store(f"grpc://{server.address}", token=ADMIN)
+    try:
+        alice.publish(A, "good", {"SKILL.md": md("good")})
+        before = admin.revision(AGENT)
+        with pytest.raises(InvalidPath):  # JSON has no NaN: it reaches the server as null
+            _plant(alice, "bad", mtime=math.nan)
+        with pytest.raises(InvalidPath, match="is not a time"):
+            _plant(alice, "bad", mtime=1e308)  # breaks materialize() and export later
+        with pytest.raises(InvalidPath):
+            _plant(alice, "deep", frontmatter=deep_dict(220))  # would never parse again
+        forged = Scope.model_construct(kind="user", agent_id=AGENT, user_id="alice/x")
+        op = CommitOp.model_construct(scope=forged, manifest=manifest("f", 1), expect=0)
+        with pytest.raises((InvalidPath, PermissionDenied)):  # an id with "/"
+            alice.engine.commit(A.domain, [op])
+        ghost = CommitOp(scope=A, manifest=manifest("ghost", 1, deleted=True), expect=0)
+        with pytest.raises(NotFound):  # no tombstone of what never existed
+            alice.engine.commit(A.domain, [ghost])
+        many = [skillfs.Put(A, f"s{i}", {"SKILL.md": md(f"s{i}")}) for i in range(65)]
+        with pytest.raises(TooLarge):  # over max_ops (64 on Redis, 63 on etcd): bounded work
+            alice.commit(many)
+        with pytest.raises(TooLarge, match="nothing was recorded"):
+            alice.engine.add_usage(AGENT, {("alice", "good"): 2**62})
+        assert admin.revision(AGENT) == before
+        assert sorted(admin.manifests(A)) == ["good"] and admin.manifests(A)["good"].usable
+        assert admin.usage(AGENT) == {}
+    finally:
+        alice.close()
+        admin.close()

@@ -1,6 +1,10 @@
 """The HTTP port of a real `skillfs serve` under abuse (issues 10 and 15): redirects, bodies,
 the live-update stream's grants, TLS and idle connections, sign-out, readiness, and what an
-anonymous visitor learns. Every loop is bounded in count and time; traffic stays on 127.0.0.1.
+anonymous visitor learns. What involves the store (live updates and revocation, readiness,
+anonymous POSTs, sign-out, what a visitor learns of the store) runs against a server on
+SQLite, Redis and etcd (`on_store`: one server per module and store); the rest, which never
+reaches the store, on SQLite (`served`). Every loop is bounded in count and time; traffic
+stays on 127.0.0.1 (docs/security.md lists what each test covers).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from tests.security.http_clients import (
     signed_in,
     threads_of,
 )
+from tests.stores import url_for
 from tests.test_server_health import self_signed
 
 AGENT = "support-bot"
@@ -56,6 +61,36 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 @pytest.fixture
 def base(served: ServerProcess) -> str:
     return f"http://127.0.0.1:{served.http_port}"
+
+
+#: The token `test_live_updates_end_when_the_token_is_revoked` revokes (on `on_store`'s
+#: server only, whose tokens file holds it).
+CAROL = "test-carol-token-0123456789abcdef"
+CAROL_GRANTS = ["agent:support-bot/user:carol:write", "agent:support-bot/shared:read"]
+STORES = ["sqlite", "redis", "etcd"]
+
+
+@pytest.fixture(scope="module", params=STORES)
+def on_store(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """A real `skillfs serve` on each store, shared by the module's tests of that store."""
+    directory = tmp_path_factory.mktemp(f"http-abuse-{request.param}")
+    url = url_for(request, request.param, directory)
+    store = skillfs.open_store(url)
+    store.publish(SHARED, "code-reviewer", {"SKILL.md": md("code-reviewer")})
+    store.close()
+    tokens = directory / "tokens.json"
+    tokens.write_text(
+        tokens_document([*TOKENS, ("carol", CAROL, CAROL_GRANTS)], receipt_key="test-receipt-key")
+    )
+    with ServerProcess(url, directory / "srv", tokens=tokens) as srv:
+        yield srv
+
+
+@pytest.fixture
+def store_base(on_store: ServerProcess) -> str:
+    return f"http://127.0.0.1:{on_store.http_port}"
 
 
 # ---------------------------------------------------------------------- redirects
@@ -93,14 +128,14 @@ def answered_at_once(port: int, head: str, body: bytes, status: int) -> None:
     assert time.monotonic() - started < 3
 
 
-def test_anonymous_post_is_refused_before_its_body_is_read(served: ServerProcess) -> None:
+def test_anonymous_post_is_refused_before_its_body_is_read(on_store: ServerProcess) -> None:
     """A POST announcing 32 MiB (under the upload limit) without a session: refused at once,
     not after the server read (and buffered) what the client chose to send."""
     head = (
         "POST /agents/support-bot/shared/skills/ HTTP/1.1\nHost: 127.0.0.1\n"
         "Content-Type: multipart/form-data; boundary=x\nContent-Length: 33554432\n"
     )
-    answered_at_once(served.http_port, head, b"--x\r\n", 401)
+    answered_at_once(on_store.http_port, head, b"--x\r\n", 401)
 
 
 def test_negative_content_length_is_refused(served: ServerProcess) -> None:
@@ -185,11 +220,13 @@ def test_validate_api_refuses_work_too_large_to_check(base: str) -> None:
 # ---------------------------------------------------------------------- live updates
 
 
-def test_live_updates_show_only_scopes_the_token_reads(base: str, served: ServerProcess) -> None:
+def test_live_updates_show_only_scopes_the_token_reads(
+    store_base: str, on_store: ServerProcess
+) -> None:
     """Alice's token reads the shared scope and her own: a skill of bob's moves the revision
     but is never named on her stream."""
-    store = skillfs.open_store(served.store_url)
-    with closing(signed_in(base, ALICE)) as alice:
+    store = skillfs.open_store(on_store.store_url)
+    with closing(signed_in(store_base, ALICE)) as alice:
         events = Events(alice, f"agents/{AGENT}")
         try:
             events.until("event: revision")
@@ -206,33 +243,33 @@ def test_live_updates_show_only_scopes_the_token_reads(base: str, served: Server
             store.close()
 
 
-def test_live_updates_end_when_the_token_is_revoked(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'skills.db'}"
-    with ServerProcess(url, tmp_path / "srv") as srv:
-        base = f"http://127.0.0.1:{srv.http_port}"
-        store = skillfs.open_store(url)
-        alice = signed_in(base, ALICE)
-        events = Events(alice, f"agents/{AGENT}")
-        try:
-            events.until("event: revision")
-            revoked = tokens_document(
-                [t for t in TOKENS if t[0] != "alice"], receipt_key="test-receipt-key"
-            )
-            fresh = srv.tokens.with_suffix(".new")
-            fresh.write_text(revoked)
-            os.replace(fresh, srv.tokens)
-            time.sleep(2.5)  # the server re-reads its tokens within two seconds
-            after = f"after-revocation-{uuid.uuid4().hex[:6]}"
-            store.publish(Scope.user(AGENT, "alice"), after, {"SKILL.md": md(after)})
-            seen = events.until("signed-out", timeout=15)
-            assert seen and "signed-out" in seen[-1], seen
-            assert not [e for e in seen if after in e], seen
-            assert events.next(5) is None  # the stream ended
-            assert alice.get("/", follow_redirects=False).status_code == 303
-        finally:
-            events.close()
-            alice.close()
-            store.close()
+def test_live_updates_end_when_the_token_is_revoked(
+    store_base: str, on_store: ServerProcess
+) -> None:
+    """Carol's stream is open when her token leaves the tokens file: it says `signed-out`
+    and ends, naming nothing committed after, and her session no longer opens a page."""
+    srv = on_store
+    store = skillfs.open_store(srv.store_url)
+    carol = signed_in(store_base, CAROL)
+    events = Events(carol, f"agents/{AGENT}")
+    try:
+        events.until("event: revision")
+        revoked = tokens_document(TOKENS, receipt_key="test-receipt-key")  # without carol
+        fresh = srv.tokens.with_suffix(".new")
+        fresh.write_text(revoked)
+        os.replace(fresh, srv.tokens)
+        time.sleep(2.5)  # the server re-reads its tokens within two seconds
+        after = f"after-revocation-{uuid.uuid4().hex[:6]}"
+        store.publish(Scope.user(AGENT, "carol"), after, {"SKILL.md": md(after)})
+        seen = events.until("signed-out", timeout=15)
+        assert seen and "signed-out" in seen[-1], seen
+        assert not [e for e in seen if after in e], seen
+        assert events.next(5) is None  # the stream ended
+        assert carol.get("/", follow_redirects=False).status_code == 303
+    finally:
+        events.close()
+        carol.close()
+        store.close()
 
 
 # ---------------------------------------------------------------------- connections
@@ -295,12 +332,13 @@ def test_idle_connections_hold_no_threads(served: ServerProcess, base: str) -> N
 # ---------------------------------------------------------------------- sessions and readiness
 
 
-def test_sign_out_ends_the_session_on_the_server(base: str) -> None:
-    operator = signed_in(base, ADMIN)
+def test_sign_out_ends_the_session_on_the_server(store_base: str) -> None:
+    operator = signed_in(store_base, ADMIN)
     stolen = operator.cookies["skillfs_session"]
     r = operator.post("/logout", data={"csrf": csrf_of(operator)})
     assert r.status_code == 303 and r.headers["location"] == "/login"
-    with httpx.Client(base_url=base, timeout=5, cookies={"skillfs_session": stolen}) as replay:
+    stolen_cookie = {"skillfs_session": stolen}
+    with httpx.Client(base_url=store_base, timeout=5, cookies=stolen_cookie) as replay:
         assert replay.get("/").status_code == 303  # to the sign-in page
         assert replay.get("/events", params={"domain": f"agents/{AGENT}"}).status_code == 401
     operator.close()
@@ -310,10 +348,14 @@ def test_sign_out_ends_the_session_on_the_server(base: str) -> None:
 PINNED = 40
 
 
-def test_readiness_fails_while_every_page_thread_is_pinned(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", STORES)
+def test_readiness_fails_while_every_page_thread_is_pinned(
+    request: pytest.FixtureRequest, tmp_path: Path, engine: str
+) -> None:
     """In process, so the store can be made to hang: every console thread then waits on it,
     and /readyz says so although the store's health check is fine."""
-    with running(f"memory://{uuid.uuid4().hex}", tmp_path, health_interval=0.1) as server:
+    url = url_for(request, engine, tmp_path)
+    with running(url, tmp_path / "srv", health_interval=0.1) as server:
         base = f"http://127.0.0.1:{server.http_port}"
         release = threading.Event()
         agents = server.store.agents
@@ -340,12 +382,15 @@ def test_readiness_fails_while_every_page_thread_is_pinned(tmp_path: Path) -> No
 # ---------------------------------------------------------------------- what anyone sees
 
 
-def test_anonymous_visitors_do_not_learn_the_store(base: str, served: ServerProcess) -> None:
-    path = served.store_url.removeprefix("sqlite:///")
-    with httpx.Client(base_url=base, timeout=5, follow_redirects=True) as visitor:
+def test_anonymous_visitors_do_not_learn_the_store(
+    store_base: str, on_store: ServerProcess
+) -> None:
+    scheme, _, rest = on_store.store_url.partition("://")
+    where = rest.lstrip("/").split("?")[0].split(",")[0]  # the SQLite path, or host:port
+    with httpx.Client(base_url=store_base, timeout=5, follow_redirects=True) as visitor:
         for url in ("/", "/login", "/status", "/nowhere", "/agents/support-bot/"):
             page = visitor.get(url).text
-            assert path not in page and "sqlite" not in page, url
+            assert where not in page and f"{scheme}:" not in page, url
         assert "answering" in visitor.get("/status").text  # up or down, nothing more
-    with closing(signed_in(base, READER)) as operator:
-        assert path in operator.get("/status").text
+    with closing(signed_in(store_base, READER)) as operator:
+        assert where in operator.get("/status").text

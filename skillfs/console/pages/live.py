@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -21,7 +20,6 @@ from skillfs.console.call import Call
 from skillfs.errors import SkillfsError
 from skillfs.model import Change, Revision
 from skillfs.names import check_domain
-from skillfs.store import Store
 
 #: How often a live-update stream sends a comment, so proxies and the browser keep it open;
 #: also the longest a stream goes without checking its session again.
@@ -40,17 +38,15 @@ def _rev(rev: Revision | None) -> dict[str, Any] | None:
     return None if rev is None else {"epoch": rev.epoch, "counter": rev.counter}
 
 
-def _next_change(
-    store: Store, domain: str, since: Revision | None, stop: threading.Event
-) -> Change | None:
-    """The first change after `since`, or None after a keep-alive's wait (runs in the pool)."""
-    for change in store.follow_domain(domain, since, timeout=KEEPALIVE_SECONDS, stop=stop):
-        return change
-    return None
+def _after(change: Change, rev: Revision | None) -> bool:
+    """Whether `change` comes after `rev` (a stream may be handed one it already showed)."""
+    if rev is None or change.op == "reset" or change.revision.epoch != rev.epoch:
+        return True
+    return change.revision.counter > rev.counter
 
 
 def events(call: Call) -> Response:
-    """The stream of one domain's changes, fed by `store.follow_domain`."""
+    """The stream of one domain's changes, fed by the console's one follower (`Feed`)."""
     domain = call.query.get("domain", "")
     check_domain(domain)
     call.require_domain(domain)
@@ -60,36 +56,43 @@ def events(call: Call) -> Response:
         return store.domain_revisions([domain])[domain]
 
     async def stream() -> AsyncIterator[bytes]:
-        with live.slot() as stop:
-            if stop is None:
+        with live.slot(domain) as sub:
+            if sub is None:
                 yield f"retry: {BUSY_RETRY_MS}\n\n".encode()
                 yield _sse("trouble", {"message": "too many live pages open; retrying later"})
                 return
             yield b"retry: 3000\n\n"
             rev: Revision | None = None
+            subscribed = False
             fresh = True  # read the revision (at the start, and after a reset)
-            while not stop.is_set():
+            while not sub.stopped:
                 session = recheck()
                 if session is None:
                     yield _sse("signed-out", {"message": "your session ended: sign in again"})
                     return
-                try:
-                    if fresh:
-                        rev = await live.pool.run(current)
-                        fresh = False
-                        yield _sse("revision", {"revision": _rev(rev)})
+                if fresh:
+                    try:
+                        if subscribed:
+                            rev = await live.pool.run(current)
+                        else:
+                            rev = await live.pool.run(live.feed.subscribe, sub)
+                            subscribed = True
+                    except SkillfsError as exc:
+                        yield _sse("trouble", {"message": str(exc)})
+                        await asyncio.sleep(TROUBLE_PAUSE)
                         continue
-                    change = await live.pool.run(_next_change, store, domain, rev, stop)
-                except SkillfsError as exc:
-                    yield _sse("trouble", {"message": str(exc)})
-                    fresh = True
-                    await asyncio.sleep(TROUBLE_PAUSE)
+                    fresh = False
+                    yield _sse("revision", {"revision": _rev(rev)})
                     continue
+                change = await sub.next(KEEPALIVE_SECONDS)
                 if change is None:
-                    yield b": keep-alive\n\n"
+                    if not sub.stopped:
+                        yield b": keep-alive\n\n"
                     continue
-                if change.op == "reset":
-                    fresh = True  # the log cannot say what changed: read the revision again
+                if isinstance(change, str) or change.op == "reset":  # OVERFLOW, or a reset:
+                    fresh = True  # what changed is not known: read the revision again
+                    continue
+                if not _after(change, rev):
                     continue
                 rev = change.revision
                 session = recheck()  # the grants as of now, not as of the wait's start
