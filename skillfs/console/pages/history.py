@@ -6,10 +6,10 @@ from starlette.responses import Response
 
 from skillfs.auth import Level
 from skillfs.console import urls
-from skillfs.console.call import Call
+from skillfs.console.call import Call, HTTPError
 from skillfs.console.diff import diff_manifests
 from skillfs.console.strict import confirm, forced
-from skillfs.errors import InvalidSkill
+from skillfs.errors import Conflict, InvalidSkill
 from skillfs.model import Manifest, Scope
 
 
@@ -70,4 +70,48 @@ def rollback(call: Call, scope: Scope, skill: str) -> Response:
         urls.skill_url(scope, skill, "history"),
         f"Rolled {skill} back to the files of version {version}: it is now version "
         f"{result.version}",
+    )
+
+
+def restore(call: Call, scope: Scope, skill: str) -> Response:
+    """A deleted skill back: a new version with the files of the last version that held any
+    (strict, as every console write). `deleted` names the tombstone the operator saw: when
+    the skill changed since, nothing is written."""
+    call.require(Level.write, scope)
+    seen = call.form_int("deleted")
+    history = call.store.history(scope, skill)
+    if not history or not history[0].deleted or history[0].version != seen:
+        now = f"is at version {history[0].version}" if history else "has no history"
+        raise HTTPError(
+            409,
+            "The skill changed",
+            f"{skill} {now}, not the deletion (version {seen}) you saw",
+            "Nothing was written. Look at its page and history, then decide again.",
+        )
+    last = next((h for h in history if not h.deleted and h.files), None)
+    if last is None:
+        raise HTTPError(
+            404,
+            "Nothing to restore",
+            f"no kept version of {skill} holds files",
+            "Its older versions are no longer kept: create it again.",
+        )
+    try:
+        result = call.store.rollback(
+            scope, skill, last.version, expected_version=0, strict=not forced(call)
+        )
+    except InvalidSkill as exc:
+        return confirm(
+            call,
+            urls.skill_url(scope, skill, "restore"),
+            f"Version {last.version} of {skill} breaks the spec",
+            {skill: exc.findings},
+        )
+    except Conflict:
+        raise HTTPError(
+            409, "The skill exists again", f"{skill} was re-created meanwhile: nothing restored"
+        ) from None
+    return call.done(
+        urls.skill_url(scope, skill),
+        f"Restored {skill} from version {last.version}: it is now version {result.version}",
     )
