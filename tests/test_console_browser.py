@@ -263,13 +263,16 @@ def test_edit_validate_save_conflict_rollback_override(
     conflict = page.locator("#conflict")
     expect(conflict).to_contain_text("changed while you were editing")
     expect(conflict).to_contain_text("Understand the goal")  # their change, in the diff
-    assert editor_text(page) == mine  # nothing the operator typed is lost
+    expect(conflict).to_contain_text("merged with theirs")
+    merged = mine.replace("Understand the intent", "Understand the goal")
+    assert editor_text(page) == merged  # their line and mine, nothing lost
     assert "Understand the goal" in store.read(SHARED, skill, "SKILL.md").decode()
 
-    # Resolve knowingly: overwrite with my text on top of their version.
-    page.click("#overwrite")
+    # Resolve: save the merged text on top of their version.
+    expect(page.locator("#save")).to_have_text("Save merged text")
+    page.click("#save")
     expect(page.locator(".flash.ok")).to_contain_text(f"is now version {v1 + 3}")
-    assert store.read(SHARED, skill, "SKILL.md").decode() == mine
+    assert store.read(SHARED, skill, "SKILL.md").decode() == merged
 
     # Roll back to the first version from the history page.
     page.click("a.btn >> text=History")

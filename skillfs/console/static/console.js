@@ -212,18 +212,43 @@
     });
   }
 
+  // Prose is soft-wrapped (.editor.wrap): a line may take several rows, so each number's
+  // height is measured on a hidden copy of the text as wide as the textarea's.
+  const wraps = area.closest(".editor").classList.contains("wrap");
+  let mirror = null;
+
+  function lineHeights(texts) {
+    if (!mirror) { mirror = el("div", "gutter-mirror"); mirror.setAttribute("aria-hidden", "true"); body.appendChild(mirror); }
+    const style = getComputedStyle(area);
+    mirror.style.width = (area.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight)) + "px";
+    const frag = document.createDocumentFragment();
+    texts.forEach(function (t) { frag.appendChild(el("div", "", t || "\u200b")); });
+    mirror.replaceChildren(frag);
+    return Array.from(mirror.children, function (d) { return d.offsetHeight; });
+  }
+
   function renderGutter(force) {
-    const lines = area.value.split("\n").length;
-    if (lines === shownLines && !force) return;
+    const texts = area.value.split("\n");
+    const lines = texts.length;
+    if (lines === shownLines && !force && !wraps) return;
     shownLines = lines;
+    const heights = wraps && lines <= 20000 ? lineHeights(texts) : null;
     const frag = document.createDocumentFragment();
     for (let i = 1; i <= lines; i++) {
       const line = el("div", marks[i] || "", String(i));
       if (marks[i]) line.title = "see the validation findings";
+      if (heights && heights[i - 1] > 20) line.style.height = heights[i - 1] + "px";
       frag.appendChild(line);
     }
     gutter.replaceChildren(frag);
     gutter.scrollTop = area.scrollTop;
+  }
+  if (wraps) {
+    let pending = 0;
+    window.addEventListener("resize", function () {
+      cancelAnimationFrame(pending);
+      pending = requestAnimationFrame(function () { renderGutter(true); });
+    });
   }
 
   function goToLine(n) {
@@ -293,7 +318,7 @@
 
   area.addEventListener("input", function () {
     renderGutter(false);
-    dirtyEl.hidden = area.value === original;
+    dirtyEl.hidden = area.value === original && !document.getElementById("conflict");
     clearTimeout(timer);
     timer = setTimeout(validate, 450);
   });
