@@ -963,51 +963,74 @@ def test_editor_wraps_prose_and_lists_errors_first(client: Client, store: skillf
     assert severities == sorted(severities)  # every error before any warning
 
 
-def test_conflict_merges_both_edits(client: Client, store: skillfs.Store) -> None:
+def _edit_after_theirs(
+    client: Client, store: skillfs.Store, theirs: tuple[str, str], mine: tuple[str, str]
+) -> tuple[Reply, str, str, int]:
+    """Someone commits code-reviewer's SKILL.md with `theirs` replaced; the operator, who loaded
+    the version before, then saves it with `mine` replaced. The reply, the loaded text, the
+    operator's text and the version now current."""
     loaded = store.manifest(SHARED, "code-reviewer")
     original = md_text(store, "code-reviewer")
-    theirs = original.replace("## Steps", "## Steps (theirs)")
+    their_text = original.replace(*theirs)
     store.publish(
-        SHARED, "code-reviewer", {**example_files("code-reviewer"), "SKILL.md": theirs.encode()}
+        SHARED,
+        "code-reviewer",
+        {**example_files("code-reviewer"), "SKILL.md": their_text.encode()},
     )
-    mine = original.replace("# Code reviewer", "# Code reviewer (mine)")
-    r = _save(client, "code-reviewer", mine, loaded.version)
+    my_text = original.replace(*mine)
+    return (
+        _save(client, "code-reviewer", my_text, loaded.version),
+        original,
+        my_text,
+        (loaded.version + 1),
+    )
+
+
+def _editor_text(reply: Reply) -> str:
+    """The editor's text in a page (the newline after <textarea> is not part of it)."""
+    html = reply.text.split('id="content"', 1)[1].split(">", 1)[1].split("</textarea>")[0]
+    return unescape(html).removeprefix("\n")
+
+
+def test_conflict_merges_both_edits(client: Client, store: skillfs.Store) -> None:
+    r, original, _, current = _edit_after_theirs(
+        client,
+        store,
+        ("## Steps", "## Steps (theirs)"),
+        ("# Code reviewer", "# Code reviewer (mine)"),
+    )
     assert r.status == 409 and "merged with theirs" in r.text
     merged = original.replace("## Steps", "## Steps (theirs)").replace(
         "# Code reviewer", "# Code reviewer (mine)"
     )
-    editor = unescape(r.text.split('id="content"', 1)[1].split(">", 1)[1].split("</textarea>")[0])
-    assert editor == "\n" + merged  # the newline after <textarea> is not part of the text
+    assert _editor_text(r) == merged
     assert ">Save merged text<" in r.text and ">Save<" not in r.text  # no plain Save
-    current = str(loaded.version + 1)
-    r = _save(client, "code-reviewer", merged, int(current))
+    r = _save(client, "code-reviewer", merged, current)
     assert r.status == 200 and md_text(store, "code-reviewer") == merged
 
 
 def test_conflict_on_the_same_lines_has_markers_and_overwrite_keeps_mine(
     client: Client, store: skillfs.Store
 ) -> None:
-    loaded = store.manifest(SHARED, "code-reviewer")
-    original = md_text(store, "code-reviewer")
-    theirs = original.replace("# Code reviewer", "# Code reviewer (theirs)")
-    store.publish(
-        SHARED, "code-reviewer", {**example_files("code-reviewer"), "SKILL.md": theirs.encode()}
+    r, original, mine, current = _edit_after_theirs(
+        client,
+        store,
+        ("# Code reviewer", "# Code reviewer (theirs)"),
+        ("# Code reviewer", "# Code reviewer (mine)"),
     )
-    mine = original.replace("# Code reviewer", "# Code reviewer (mine)")
-    r = _save(client, "code-reviewer", mine, loaded.version)
+    theirs = original.replace("# Code reviewer", "# Code reviewer (theirs)")
     text = unescape(r.text)
     assert r.status == 409 and "the same lines" in text
     assert "<<<<<<< your edit\n# Code reviewer (mine)\n=======\n# Code reviewer (theirs)\n" in text
-    assert f">>>>>>> version {loaded.version + 1}" in text
+    assert f">>>>>>> version {current}" in text
     assert 'name="mine"' in r.text and "Overwrite with my text" in r.text
-    with_markers = r.text.split('id="content"', 1)[1].split(">", 1)[1].split("</textarea>")[0]
-    current = loaded.version + 1
+    with_markers = _editor_text(r)
     # saving the markers is refused (Save anyway offered), and nothing is written
-    refused = _save(client, "code-reviewer", unescape(with_markers)[1:], current)
+    refused = _save(client, "code-reviewer", with_markers, current)
     assert refused.status == 422 and "conflict markers" in refused.text
     assert "Save anyway" in refused.text and md_text(store, "code-reviewer") == theirs
     # Overwrite with my text: the operator's own text, as typed before the merge
-    r = _save(client, "code-reviewer", unescape(with_markers)[1:], current, use="mine", mine=mine)
+    r = _save(client, "code-reviewer", with_markers, current, use="mine", mine=mine)
     assert r.status == 200 and md_text(store, "code-reviewer") == mine
 
 

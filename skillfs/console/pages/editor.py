@@ -113,28 +113,11 @@ def save(call: Call, scope: Scope, skill: str) -> Response:
     loaded = call.store.manifest(scope, skill, version=base)
     files = with_file(loaded, path, data)
     text = data.decode("utf-8")
-    if has_markers(text) and not forced(call):
-        return render_editor(
-            call,
-            scope,
-            loaded,
-            path,
-            text,
-            findings=shown(
-                findings_of(call.store, skill, files), text if path == SKILL_MD else None
-            ),
-            base=base,
-            expected=expected,
-            status=422,
-            needs_force=True,
-            markers=True,
-        )
-    try:
-        result = call.store.publish(
-            scope, skill, files, expected_version=expected, strict=not forced(call)
-        )
-    except InvalidSkill:
-        findings = findings_of(call.store, skill, files)  # the warnings too
+
+    def refused(markers: bool) -> Response:
+        """The editor again with the text kept, its findings (the warnings too) and **Save
+        anyway**: the spec refused it, or it still holds conflict markers."""
+        findings = findings_of(call.store, skill, files)
         return render_editor(
             call,
             scope,
@@ -146,7 +129,17 @@ def save(call: Call, scope: Scope, skill: str) -> Response:
             expected=expected,
             status=422,
             needs_force=True,
+            markers=markers,
         )
+
+    if has_markers(text) and not forced(call):
+        return refused(markers=True)
+    try:
+        result = call.store.publish(
+            scope, skill, files, expected_version=expected, strict=not forced(call)
+        )
+    except InvalidSkill:
+        return refused(markers=False)
     except Conflict:
         return _conflict(call, scope, loaded, path, text, findings_of(call.store, skill, files))
     return call.done(

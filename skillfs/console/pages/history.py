@@ -10,7 +10,7 @@ from skillfs.console.call import Call, HTTPError
 from skillfs.console.diff import diff_manifests
 from skillfs.console.strict import confirm, forced
 from skillfs.errors import Conflict, InvalidSkill
-from skillfs.model import Manifest, Scope
+from skillfs.model import CommitResult, Manifest, Scope
 
 
 def history_page(call: Call, scope: Scope, skill: str) -> Response:
@@ -54,23 +54,32 @@ def diff_page(call: Call, scope: Scope, skill: str) -> Response:
 def rollback(call: Call, scope: Scope, skill: str) -> Response:
     call.require(Level.write, scope)
     version = call.form_int("version")
-    expected = call.form_int("expected")
-    try:
-        result = call.store.rollback(
-            scope, skill, version, expected_version=expected, strict=not forced(call)
-        )
-    except InvalidSkill as exc:
-        return confirm(
-            call,
-            urls.skill_url(scope, skill, "rollback"),
-            f"Version {version} of {skill} breaks the spec",
-            {skill: exc.findings},
-        )
+    result = _roll_back(call, scope, skill, version, call.form_int("expected"), "rollback")
+    if isinstance(result, Response):
+        return result
     return call.done(
         urls.skill_url(scope, skill, "history"),
         f"Rolled {skill} back to the files of version {version}: it is now version "
         f"{result.version}",
     )
+
+
+def _roll_back(
+    call: Call, scope: Scope, skill: str, version: int, expected: int, action: str
+) -> CommitResult | Response:
+    """A new version with the files of `version`, strict unless forced: the commit, or the
+    "breaks the spec" page whose **Do it anyway** posts to `action` again."""
+    try:
+        return call.store.rollback(
+            scope, skill, version, expected_version=expected, strict=not forced(call)
+        )
+    except InvalidSkill as exc:
+        return confirm(
+            call,
+            urls.skill_url(scope, skill, action),
+            f"Version {version} of {skill} breaks the spec",
+            {skill: exc.findings},
+        )
 
 
 def restore(call: Call, scope: Scope, skill: str) -> Response:
@@ -97,20 +106,13 @@ def restore(call: Call, scope: Scope, skill: str) -> Response:
             "Its older versions are no longer kept: create it again.",
         )
     try:
-        result = call.store.rollback(
-            scope, skill, last.version, expected_version=0, strict=not forced(call)
-        )
-    except InvalidSkill as exc:
-        return confirm(
-            call,
-            urls.skill_url(scope, skill, "restore"),
-            f"Version {last.version} of {skill} breaks the spec",
-            {skill: exc.findings},
-        )
+        result = _roll_back(call, scope, skill, last.version, 0, "restore")
     except Conflict:
         raise HTTPError(
             409, "The skill exists again", f"{skill} was re-created meanwhile: nothing restored"
         ) from None
+    if isinstance(result, Response):
+        return result
     return call.done(
         urls.skill_url(scope, skill),
         f"Restored {skill} from version {last.version}: it is now version {result.version}",
