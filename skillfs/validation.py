@@ -42,6 +42,22 @@ def kind(value: object) -> str:
     return type(value).__name__
 
 
+def suggest_name(raw: str) -> str | None:
+    """The valid skill name closest to `raw` (`Refund Policy` -> `refund-policy`): accents
+    dropped, lowercase, every run of other characters one hyphen, at most MAX_NAME
+    characters. None when nothing of `raw` is left; `raw` itself when it is valid."""
+    text = unicodedata.normalize("NFKD", unicodedata.normalize("NFKC", raw))
+    text = "".join(c for c in text if not unicodedata.combining(c)).lower()
+    out: list[str] = []
+    for c in text:
+        if c.isalnum() and c == c.lower():  # what _check_name accepts
+            out.append(c)
+        elif out and out[-1] != "-":
+            out.append("-")
+    name = "".join(out).strip("-")[:MAX_NAME].rstrip("-")
+    return name or None
+
+
 def check_frontmatter(frontmatter: Mapping[str, Any], directory: str) -> list[Finding]:
     """Every spec finding about the frontmatter of the skill stored in `directory`."""
     findings = [

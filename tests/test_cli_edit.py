@@ -13,8 +13,8 @@ from typer.testing import Result
 
 import skillfs
 from skillfs.commands import common
-from skillfs.commands.text import has_markers, merge3
 from skillfs.errors import StoreUnavailable
+from skillfs.text_merge import has_markers, merge3
 from tests.cli_helpers import REPO, as_json, error_line, ok, process, publish, run, skill_md
 from tests.stores import url_for
 

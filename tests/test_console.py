@@ -833,3 +833,236 @@ def test_save_and_conflict_on_real_engines(
     finally:
         app.close()
         real.close()
+
+
+# ---------------------------------------------------------------------- long lists (issue 15)
+
+
+def _many(store: skillfs.Store, scope: Scope, n: int) -> None:
+    """`n` small skills, `skill-00000`…, one commit."""
+    store.commit(
+        [
+            skillfs.Put(
+                scope,
+                f"skill-{i:05d}",
+                {
+                    "SKILL.md": File(
+                        f"---\nname: skill-{i:05d}\ndescription: Task {i % 7}.\n---\n".encode()
+                    )
+                },
+            )
+            for i in range(n)
+        ]
+    )
+
+
+def _rows(html: str, table: str) -> list[str]:
+    """The skill links of one table of a page."""
+    part = html.split(f'id="{table}"', 1)[1].split("</table>", 1)[0]
+    return re.findall(r'class="skill-link" href="[^"]+">([^<]+)<', part)
+
+
+def test_scope_page_is_paged_and_filtered_on_the_server(
+    client: Client, store: skillfs.Store
+) -> None:
+    _many(store, SHARED, 250)  # and the two examples: 252 skills
+    first = client.get("/" + SHARED.prefix)
+    assert len(_rows(first.text, "skills")) == 100
+    assert "1–100 of 252 skills" in first.text and "page 1 of 3" in first.text
+    assert 'href="?page=2"' in first.text and 'data-filter="skills"' in first.text
+    last = client.get("/" + SHARED.prefix + "?page=3")
+    assert _rows(last.text, "skills")[-1] == "skill-00249" and "201–252 of 252" in last.text
+    assert len(_rows(client.get("/" + SHARED.prefix + "?page=99").text, "skills")) == 52
+    assert len(_rows(client.get("/" + SHARED.prefix + "?page=x").text, "skills")) == 100
+    # ?q= matches every word in the name or the description, over all pages
+    found = client.get("/" + SHARED.prefix + "?q=task+3.")
+    names = _rows(found.text, "skills")
+    assert len(names) == 36 and all(int(n[-5:]) % 7 == 3 for n in names)
+    assert "matching “task 3.”" in unescape(found.text) and "Search all 252 skills" in found.text
+    assert "page=2" not in found.text  # one page of matches
+    none = client.get("/" + SHARED.prefix + "?q=nothing-like-this")
+    assert "No skill matches" in unescape(none.text) and "none of the 252" in none.text
+    assert _rows(client.get(f"/agents/{AGENT}/?q=reviewer").text, "skills") == ["code-reviewer"]
+
+
+def test_sidebar_and_agents_page_are_capped(client: Client, store: skillfs.Store) -> None:
+    for i in range(30):
+        store.publish(Scope.shared(f"agent-{i:02d}"), "x", {"SKILL.md": GOOD_MD})
+    page = client.get("/agents/agent-29/")
+    sidebar = page.text.split('class="sidebar"', 1)[1].split("</nav>", 1)[0]
+    assert sidebar.count('class="nav-item') == 13  # 12, and the page's own agent
+    assert 'nav-item active" href="/agents/agent-29/"' in sidebar
+    assert "all 31 agents…" in sidebar and 'name="q"' in sidebar
+    home = client.get("/?q=agent-1")
+    assert home.text.count('class="card agent-card"') == 10  # agent-10 … agent-19
+
+
+def test_deleted_skills_listed_with_restore(client: Client, store: skillfs.Store) -> None:
+    m = store.manifest(SHARED, "release-notes")
+    store.delete(SHARED, "release-notes", expected_version=m.version)
+    page = client.get("/" + SHARED.prefix)
+    assert 'id="deleted"' in page.text and "Deleted skills" in page.text
+    section = page.text.split('id="deleted"', 1)[1]
+    assert f'href="{skill_url("release-notes")}"' in section  # the deleted skill's own page
+    assert f"v{m.version + 1}" in section and "UTC" in section  # when, as which version
+    assert f'action="{skill_url("release-notes", "restore")}"' in section
+    stale = client.post(skill_url("release-notes", "restore"), {"deleted": str(m.version)})
+    assert stale.status == 409 and "release-notes" not in store.skills(SHARED)
+    r = client.post(skill_url("release-notes", "restore"), {"deleted": str(m.version + 1)})
+    assert r.status == 200 and f"Restored release-notes from version {m.version}" in r.text
+    restored = store.manifest(SHARED, "release-notes")
+    assert restored.version == m.version + 2 and set(restored.files) == set(m.files)
+    assert 'id="deleted"' not in client.get("/" + SHARED.prefix).text
+    # a reader sees the list without the button
+    store.delete(SHARED, "release-notes")
+    reader = Client(client.app)
+    reader.sign_in(READER)
+    listed = reader.get("/" + SHARED.prefix)
+    assert "Deleted skills" in listed.text and "/restore" not in listed.text
+
+
+def test_restore_is_strict(client: Client, store: skillfs.Store) -> None:
+    store.publish(SHARED, "Bad_One", {"SKILL.md": b"---\nname: Bad_One\ndescription: d\n---\n"})
+    store.delete(SHARED, "Bad_One")
+    tomb = store.history(SHARED, "Bad_One")[0].version
+    r = client.post(skill_url("Bad_One", "restore"), {"deleted": str(tomb)})
+    assert r.status == 422 and "Do it anyway" in r.text and "Bad_One" not in store.skills(SHARED)
+    r = client.post(skill_url("Bad_One", "restore"), {"deleted": str(tomb), "force": "1"})
+    assert r.status == 200 and "Bad_One" in store.skills(SHARED)
+
+
+def test_skill_page_folds_directories_and_names_files_in_full(
+    client: Client, store: skillfs.Store
+) -> None:
+    files = example_files("code-reviewer")
+    long = "references/" + "a-very-long-reference-name-" * 3 + ".md"
+    files.update({f"references/r{i:02d}.md": File(b"r\n") for i in range(40)})
+    files[long] = File(b"x\n")
+    store.publish(SHARED, "code-reviewer", files)
+    page = client.get(skill_url("code-reviewer")).text
+    assert 'id="files" data-tree data-folded' in page  # over 30 files: folded at first
+    assert 'data-dir="references"' in page and "42 files" in page
+    assert f'data-in="references" data-path="{long}"' in page and f'title="{long}"' in page
+    assert 'data-filter="files"' in page
+    editor = client.get(skill_url("code-reviewer", "files/" + long)).text
+    assert f'data-keep="{long}"' in editor and f'title="{long}"' in editor
+
+
+def test_editor_wraps_prose_and_lists_errors_first(client: Client, store: skillfs.Store) -> None:
+    md = client.get(skill_url("code-reviewer", "files/SKILL.md")).text
+    assert 'wrap="soft"' in md and 'class="editor wrap"' in md
+    script = client.get(skill_url("code-reviewer", "files/scripts/diff-stats.sh")).text
+    assert 'wrap="off"' in script and 'class="editor"' in script
+    m = store.manifest(SHARED, "code-reviewer")
+    bad = "---\nname: code-reviewer\ndescription: ok\nfoo: 1\nname2: x\n---\n"
+    r = _save(
+        client, "code-reviewer", bad.replace("name: code-reviewer", "name: Bad_Name"), m.version
+    )
+    severities = re.findall(r'<li class="finding (error|warning)"', r.text)
+    assert "error" in severities and "warning" in severities
+    assert severities == sorted(severities)  # every error before any warning
+
+
+def _edit_after_theirs(
+    client: Client, store: skillfs.Store, theirs: tuple[str, str], mine: tuple[str, str]
+) -> tuple[Reply, str, str, int]:
+    """Someone commits code-reviewer's SKILL.md with `theirs` replaced; the operator, who loaded
+    the version before, then saves it with `mine` replaced. The reply, the loaded text, the
+    operator's text and the version now current."""
+    loaded = store.manifest(SHARED, "code-reviewer")
+    original = md_text(store, "code-reviewer")
+    their_text = original.replace(*theirs)
+    store.publish(
+        SHARED,
+        "code-reviewer",
+        {**example_files("code-reviewer"), "SKILL.md": their_text.encode()},
+    )
+    my_text = original.replace(*mine)
+    return (
+        _save(client, "code-reviewer", my_text, loaded.version),
+        original,
+        my_text,
+        (loaded.version + 1),
+    )
+
+
+def _editor_text(reply: Reply) -> str:
+    """The editor's text in a page (the newline after <textarea> is not part of it)."""
+    html = reply.text.split('id="content"', 1)[1].split(">", 1)[1].split("</textarea>")[0]
+    return unescape(html).removeprefix("\n")
+
+
+def test_conflict_merges_both_edits(client: Client, store: skillfs.Store) -> None:
+    r, original, _, current = _edit_after_theirs(
+        client,
+        store,
+        ("## Steps", "## Steps (theirs)"),
+        ("# Code reviewer", "# Code reviewer (mine)"),
+    )
+    assert r.status == 409 and "merged with theirs" in r.text
+    merged = original.replace("## Steps", "## Steps (theirs)").replace(
+        "# Code reviewer", "# Code reviewer (mine)"
+    )
+    assert _editor_text(r) == merged
+    assert ">Save merged text<" in r.text and ">Save<" not in r.text  # no plain Save
+    r = _save(client, "code-reviewer", merged, current)
+    assert r.status == 200 and md_text(store, "code-reviewer") == merged
+
+
+def test_conflict_on_the_same_lines_has_markers_and_overwrite_keeps_mine(
+    client: Client, store: skillfs.Store
+) -> None:
+    r, original, mine, current = _edit_after_theirs(
+        client,
+        store,
+        ("# Code reviewer", "# Code reviewer (theirs)"),
+        ("# Code reviewer", "# Code reviewer (mine)"),
+    )
+    theirs = original.replace("# Code reviewer", "# Code reviewer (theirs)")
+    text = unescape(r.text)
+    assert r.status == 409 and "the same lines" in text
+    assert "<<<<<<< your edit\n# Code reviewer (mine)\n=======\n# Code reviewer (theirs)\n" in text
+    assert f">>>>>>> version {current}" in text
+    assert 'name="mine"' in r.text and "Overwrite with my text" in r.text
+    with_markers = _editor_text(r)
+    # saving the markers is refused (Save anyway offered), and nothing is written
+    refused = _save(client, "code-reviewer", with_markers, current)
+    assert refused.status == 422 and "conflict markers" in refused.text
+    assert "Save anyway" in refused.text and md_text(store, "code-reviewer") == theirs
+    # Overwrite with my text: the operator's own text, as typed before the merge
+    r = _save(client, "code-reviewer", with_markers, current, use="mine", mine=mine)
+    assert r.status == 200 and md_text(store, "code-reviewer") == mine
+
+
+def test_bad_new_name_suggests_a_valid_one(client: Client, store: skillfs.Store) -> None:
+    form = {"op": "new", "name": "Refund Policy", "description": "Explains refunds."}
+    r = client.post("/" + SHARED.prefix, form)
+    assert r.status == 422 and "Do it anyway" in r.text
+    assert "Use “refund-policy”" in unescape(r.text)
+    assert '<input type="hidden" name="name" value="refund-policy">' in r.text
+    assert "Refund Policy" not in store.skills(SHARED)
+    r = client.post("/" + SHARED.prefix, {**form, "name": "refund-policy"})
+    assert r.status == 200 and "refund-policy" in store.skills(SHARED)
+    renamed = client.post(
+        skill_url("refund-policy", "rename"), {"new_name": "Refunds!", "expected": "1"}
+    )
+    assert renamed.status == 422 and "Use “refunds”" in unescape(renamed.text)
+
+
+def test_suggest_name() -> None:
+    from skillfs.validation import suggest_name
+
+    assert suggest_name("Refund Policy") == "refund-policy"
+    assert suggest_name("Café  Menu!") == "cafe-menu"
+    assert suggest_name("Code_Reviewer") == "code-reviewer"
+    assert suggest_name("refund-policy") == "refund-policy"
+    assert suggest_name("--") is None
+    assert len(suggest_name("a" * 80) or "") == 64
+
+
+def test_markets_are_not_under_agents(client: Client, store: skillfs.Store) -> None:
+    market = Scope.market("team")
+    store.publish(market, "code-reviewer", example_files("code-reviewer"))
+    for url in ("/markets/team/skills/", "/markets/team/skills/code-reviewer/"):
+        crumbs = client.get(url).text.split('class="crumbs"', 1)[1].split("</div>", 1)[0]
+        assert 'href="/#markets">Markets</a>' in crumbs and ">Agents<" not in crumbs

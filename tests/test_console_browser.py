@@ -24,7 +24,7 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, Request, expect, 
 
 import skillfs
 from skillfs.console import ConsoleServer, make_app, serve
-from skillfs.model import Scope
+from skillfs.model import File, Scope
 from tests.test_console import example_files
 
 CHROMIUM = "/usr/bin/chromium"
@@ -263,13 +263,16 @@ def test_edit_validate_save_conflict_rollback_override(
     conflict = page.locator("#conflict")
     expect(conflict).to_contain_text("changed while you were editing")
     expect(conflict).to_contain_text("Understand the goal")  # their change, in the diff
-    assert editor_text(page) == mine  # nothing the operator typed is lost
+    expect(conflict).to_contain_text("merged with theirs")
+    merged = mine.replace("Understand the intent", "Understand the goal")
+    assert editor_text(page) == merged  # their line and mine, nothing lost
     assert "Understand the goal" in store.read(SHARED, skill, "SKILL.md").decode()
 
-    # Resolve knowingly: overwrite with my text on top of their version.
-    page.click("#overwrite")
+    # Resolve: save the merged text on top of their version.
+    expect(page.locator("#save")).to_have_text("Save merged text")
+    page.click("#save")
     expect(page.locator(".flash.ok")).to_contain_text(f"is now version {v1 + 3}")
-    assert store.read(SHARED, skill, "SKILL.md").decode() == mine
+    assert store.read(SHARED, skill, "SKILL.md").decode() == merged
 
     # Roll back to the first version from the history page.
     page.click("a.btn >> text=History")
@@ -403,3 +406,122 @@ def test_served_by_skillfs_serve(browser: Browser, tmp_path: Path) -> None:
                 assert "## Alice's steps" in skills.snapshot().load("code-reviewer")
         finally:
             client.close()
+
+
+@pytest.fixture
+def other_page(browser: Browser, console: ConsoleServer) -> Iterator[Page]:
+    """A second operator's browser, signed in with the same token."""
+    context = browser.new_context(base_url=console.url, viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(10_000)
+    pg = context.new_page()
+    pg.on("dialog", lambda dialog: dialog.accept())
+    errors = watch_errors(pg)
+    sign_in(pg)
+    yield pg
+    context.close()
+    assert not errors, errors
+
+
+def test_filter_box_and_folding(page: Page, store: skillfs.Store) -> None:
+    files = dict(example_files("code-reviewer"))
+    files["SKILL.md"] = File(files["SKILL.md"].data.replace(b"code-reviewer", b"big-skill"))
+    for folder in ("references", "scripts", "assets/img"):
+        files.update({f"{folder}/part-{i:02d}.md": File(b"x\n") for i in range(12)})
+    files["references/needle-in-the-haystack.md"] = File(b"found\n")
+    store.publish(SHARED, "big-skill", files)
+
+    # The skill page: over 30 files, so its directories start folded; a click unfolds one.
+    page.goto(f"/{SHARED.prefix}big-skill/")
+    needle = page.locator("tr[data-path='references/needle-in-the-haystack.md']")
+    expect(needle).to_be_hidden()
+    expect(page.locator("tr[data-path='SKILL.md']")).to_be_visible()
+    page.click("tr[data-dir='references'] .folder")
+    expect(needle).to_be_visible()
+    expect(page.locator("tr[data-dir='references'] .folder")).to_have_attribute(
+        "aria-expanded", "true"
+    )
+    expect(page.locator("tr[data-path='scripts/part-00.md']")).to_be_hidden()
+    # Filtering shows the matching files (and their directories) whatever is folded.
+    page.click("button[data-fold='files'][data-open='0']")
+    expect(needle).to_be_hidden()
+    page.fill("#filter-files", "needle")
+    expect(needle).to_be_visible()
+    expect(page.locator("tr[data-dir='references']")).to_be_visible()
+    expect(page.locator("tr[data-dir='scripts']")).to_be_hidden()
+    expect(page.locator("[data-filter-count='files']")).to_have_text("1 of 40 shown")
+    page.fill("#filter-files", "")
+    expect(needle).to_be_hidden()  # folded again
+    title = needle.locator("a.file-link").get_attribute("title")
+    assert title == "references/needle-in-the-haystack.md"  # the full name on hover
+
+    # The scope page: typing filters the rows shown; Enter asks the server (?q=).
+    page.goto(f"/{SHARED.prefix}")
+    rows = page.locator("#skills tbody tr")
+    page.fill("#filter-skills", "big")
+    expect(rows.filter(has_text="big-skill")).to_be_visible()
+    expect(rows.filter(has_text="release-notes")).to_be_hidden()
+    page.press("#filter-skills", "Enter")
+    expect(page).to_have_url(re.compile(r"\?q=big$"))
+    expect(rows).to_have_count(1)
+    page.click("text=Clear")
+    expect(rows.filter(has_text="release-notes")).to_be_visible()
+
+
+def test_deleted_skills_are_listed_and_restored(page: Page, store: skillfs.Store) -> None:
+    files = dict(example_files("release-notes"))
+    files["SKILL.md"] = File(files["SKILL.md"].data.replace(b"release-notes", b"old-notes"))
+    v = store.publish(SHARED, "old-notes", files).version
+    store.delete(SHARED, "old-notes", expected_version=v)
+    page.goto(f"/{SHARED.prefix}")
+    row = page.locator("#deleted-skills tr", has_text="old-notes")
+    expect(row).to_contain_text(f"v{v + 1}")
+    expect(row).to_contain_text("UTC")
+    # its own page (what was deleted, Restore version N) is one click away
+    row.locator("a.skill-link").click()
+    expect(page.locator("h1")).to_contain_text("deleted")
+    expect(page.locator("text=Restore version")).to_be_visible()
+    page.go_back()
+    page.locator("#deleted-skills tr", has_text="old-notes").locator("text=Restore").click()
+    expect(page.locator(".flash.ok")).to_contain_text(f"Restored old-notes from version {v}")
+    expect(page.locator("h1")).to_contain_text("old-notes")
+    assert store.manifest(SHARED, "old-notes").version == v + 2
+    page.goto(f"/{SHARED.prefix}")
+    expect(page.locator("#deleted-skills tr", has_text="old-notes")).to_have_count(0)
+
+
+def test_two_operators_edit_the_same_lines_and_merge(
+    page: Page, other_page: Page, store: skillfs.Store
+) -> None:
+    skill = "sql-query-helper"
+    url = f"/{SHARED.prefix}{skill}/files/SKILL.md"
+    page.goto(url)
+    other_page.goto(url)
+    original = editor_text(page)
+    heading = next(line for line in original.split("\n") if line.startswith("# "))
+
+    # The first operator saves; the second, who loaded the same version, saves after.
+    first = original.replace(heading, heading + " (first)")
+    set_editor(page, first)
+    page.click("#save")
+    expect(page.locator(".flash.ok")).to_contain_text("Saved SKILL.md")
+    second = original.replace(heading, heading + " (second)")
+    set_editor(other_page, second)
+    other_page.click("#save")
+
+    # The second save shows the merge: both headings between conflict markers.
+    expect(other_page.locator("#conflict")).to_contain_text("the same lines")
+    merged = editor_text(other_page)
+    assert f"<<<<<<< your edit\n{heading} (second)\n=======\n{heading} (first)\n" in merged
+    expect(other_page.locator("#save")).to_have_text("Save merged text")
+    expect(other_page.locator("#overwrite")).to_have_text("Overwrite with my text")
+    # Saving the markers as they are is refused, and nothing is written.
+    other_page.click("#save")
+    expect(other_page.locator("#rejected")).to_contain_text("conflict markers")
+    assert store.read(SHARED, skill, "SKILL.md").decode() == first
+
+    # Resolving the markers and saving keeps both operators' words.
+    resolved = original.replace(heading, heading + " (first and second)")
+    set_editor(other_page, resolved)
+    other_page.click("#save")
+    expect(other_page.locator(".flash.ok")).to_contain_text("Saved SKILL.md")
+    assert store.read(SHARED, skill, "SKILL.md").decode() == resolved

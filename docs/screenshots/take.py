@@ -67,6 +67,9 @@ def seed(store: skillfs.Store) -> None:
             b"customer-friendly tone.\n---\n\n# Tone of voice\n\nShort sentences. No jargon.\n"
         },
     )
+    old = b"---\nname: faq-answers\ndescription: Answers the FAQ (now the help center).\n---\n"
+    store.publish(SHARED, "faq-answers", {"SKILL.md": old})
+    store.delete(SHARED, "faq-answers")  # listed under "Deleted skills" with Restore
     store.publish(
         Scope.market("team"),
         "sql-query-helper",
@@ -108,6 +111,8 @@ def main() -> None:
                 page.click("button[type=submit]")
                 page.goto(f"/agents/{AGENT}/")
                 shoot(page, "agent")
+                page.goto(f"/{SHARED.prefix}")
+                shoot(page, "scope", full=True)
                 skill = f"/{SHARED.prefix}code-reviewer/"
                 page.goto(skill)
                 shoot(page, "skill")

@@ -43,12 +43,13 @@ from skillfs.commands.common import (
     when,
 )
 from skillfs.commands.editor import EditorCopy
-from skillfs.commands.text import has_markers, merge3, unified
+from skillfs.commands.text import unified
 from skillfs.errors import Conflict, InvalidSkill, NotFound, SkillfsError
 from skillfs.model import CommitResult, File, Finding, Manifest, Scope, error_findings
 from skillfs.skill_md import SKILL_MD, TEMPLATE_DESCRIPTION, inspect_skill, skill_template
 from skillfs.store import Store
 from skillfs.store_commit import refuse_errors
+from skillfs.text_merge import has_markers, merge3
 
 
 class OnConflict(StrEnum):

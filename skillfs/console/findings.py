@@ -28,9 +28,11 @@ class ShownFinding:
 
 
 def shown(findings: list[Finding], text: str | None) -> list[ShownFinding]:
+    """Findings as the pages list them: errors first, then warnings, each in the order found."""
+    ordered = sorted(findings, key=lambda f: f.severity != "error")
     return [
         ShownFinding(f.severity, f.rule, f.message, finding_line(f, text) if text else None)
-        for f in findings
+        for f in ordered
     ]
 
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from starlette.responses import Response
 
 from skillfs.console.call import Call
+from skillfs.validation import suggest_name
 
 
 def forced(call: Call) -> bool:
@@ -17,11 +18,29 @@ def forced(call: Call) -> bool:
 
 
 def confirm(
-    call: Call, action: str, title: str, problems: Mapping[str, Sequence[object]]
+    call: Call,
+    action: str,
+    title: str,
+    problems: Mapping[str, Sequence[object]],
+    name_field: str = "",
 ) -> Response:
     """The "this breaks the spec" page: the findings and a button that repeats the request
-    with `force` set, so only an explicit second click stores an off-spec skill."""
+    with `force` set, so only an explicit second click stores an off-spec skill. With
+    `name_field` (the form field holding a new skill's name), a name the spec refuses gets a
+    first button that repeats the request with the valid name it suggests instead."""
     fields = {k: v for k, v in call.fields().items() if k not in ("csrf", "force")}
+    suggestion = None
+    if name_field:
+        name = fields.get(name_field, "").strip()
+        better = suggest_name(name)
+        if better and better != name:
+            suggestion = (name_field, better)
     return call.render(
-        "confirm.html", 422, action=action, heading=title, problems=problems, fields=fields
+        "confirm.html",
+        422,
+        action=action,
+        heading=title,
+        problems=problems,
+        fields=fields,
+        suggestion=suggestion,
     )

@@ -7,6 +7,7 @@ from starlette.responses import Response
 from skillfs.auth import Level
 from skillfs.console import urls
 from skillfs.console.call import Call, redirect
+from skillfs.console.paging import paged
 from skillfs.errors import NotFound
 from skillfs.model import Manifest, Scope
 from skillfs.names import check_id
@@ -16,11 +17,15 @@ MAX_USERS_LISTED = 200
 
 
 def home(call: Call) -> Response:
+    """The agents and markets, 100 of each at a time (`?q=` filters both by id)."""
     nav = call.nav()
-    domains = [f"agents/{a}" for a in nav["agents"]] + [f"markets/{m}" for m in nav["markets"]]
+    agent_page = paged(nav["agents"], call.query, lambda a: (a,))
+    market_page = paged(nav["markets"], call.query, lambda m: (m,), param="markets_page")
+    domains = [f"agents/{a}" for a in agent_page.items]
+    domains += [f"markets/{m}" for m in market_page.items]
     revisions = call.store.domain_revisions(domains) if domains else {}
     agents = []
-    for agent in nav["agents"]:
+    for agent in agent_page.items:
         shared = Scope.shared(agent)
         count = len(call.store.manifests(shared)) if call.can.read(shared) else None
         # only the users whose skills this token may read: a count of the others is a leak
@@ -43,10 +48,17 @@ def home(call: Call) -> Response:
             "skills": len(call.store.manifests(Scope.market(market))),
             "revision": revisions.get(f"markets/{market}"),
         }
-        for market in nav["markets"]
+        for market in market_page.items
         if call.can.read(Scope.market(market))
     ]
-    return call.render("home.html", nav=nav, agents=agents, markets=markets)
+    return call.render(
+        "home.html",
+        nav=nav,
+        agents=agents,
+        markets=markets,
+        agent_page=agent_page,
+        market_page=market_page,
+    )
 
 
 def open_agent(call: Call) -> Response:
@@ -87,11 +99,13 @@ def agent_page(call: Call, agent: str) -> Response:
         own = call.store.manifests(scope)
         overrides = sorted(s for s in own if skills is not None and s in skills)
         users.append({"id": user, "scope": scope, "skills": len(own), "overrides": overrides})
+    page = paged(sorted((skills or {}).values(), key=lambda m: m.skill), call.query, _described)
     return call.render(
         "agent.html",
         agent=agent,
         shared=shared,
-        skills=sorted((skills or {}).values(), key=lambda m: m.skill),
+        skills=page.items,
+        page=page,
         can_read_shared=skills is not None,
         users=users,
         more_users=max(0, len(readable) - MAX_USERS_LISTED),
@@ -100,17 +114,26 @@ def agent_page(call: Call, agent: str) -> Response:
     )
 
 
+def _described(m: Manifest) -> tuple[str, object]:
+    """What the filter box matches a skill by: its name and description."""
+    return m.skill, (m.frontmatter or {}).get("description", "")
+
+
 def scope_page(call: Call, scope: Scope) -> Response:
+    """A scope's skills 100 at a time (`?q=` filters, `?page=` pages), and its deleted ones."""
     call.require(Level.read, scope)
     manifests = call.store.manifests(scope)
+    page = paged(sorted(manifests.values(), key=lambda m: m.skill), call.query, _described)
     shared: dict[str, Manifest] = {}
     if scope.kind == "user" and scope.agent_id is not None:
         base = Scope.shared(scope.agent_id)
         if call.can.read(base):
-            shared = call.store.manifests(base, sorted(manifests))
+            shared = call.store.manifests(base, [m.skill for m in page.items])
+    tombstones = sorted(
+        call.store.manifests(scope, deleted=True).values(),
+        key=lambda m: (-m.committed_at, m.skill),
+    )
+    deleted = paged(tombstones, call.query, lambda m: (m.skill,), param="deleted_page")
     return call.render_scope(
-        "scope.html",
-        scope,
-        skills=sorted(manifests.values(), key=lambda m: m.skill),
-        shared=shared,
+        "scope.html", scope, skills=page.items, page=page, shared=shared, deleted=deleted
     )

@@ -21,10 +21,13 @@ from skillfs.console.findings import (
 from skillfs.console.skill_files import MAX_EDIT_BYTES, file_tree, with_file
 from skillfs.console.strict import forced
 from skillfs.errors import Conflict, InvalidPath, InvalidSkill
-from skillfs.model import Finding, Manifest, Scope, error_findings
+from skillfs.model import FileEntry, Finding, Manifest, Scope, error_findings
 from skillfs.names import check_skill_name, normalize_path
 from skillfs.skill_md import SKILL_MD
+from skillfs.text_merge import has_markers, merge3
 
+#: Files edited as prose, soft-wrapped; any other file keeps its lines as they are (code).
+PROSE_SUFFIXES = (".md", ".markdown", ".mdx", ".txt", ".rst")
 #: The largest frontmatter the validation API parses: YAML parsing is what costs CPU.
 MAX_FRONTMATTER_BYTES = 64 * 1024
 
@@ -66,6 +69,7 @@ def render_editor(
     expected: int,
     status: int = 200,
     needs_force: bool = False,
+    markers: bool = False,
     conflict: dict[str, Any] | None = None,
 ) -> Response:
     newline = "crlf" if content and "\r\n" in content else "lf"
@@ -82,14 +86,19 @@ def render_editor(
         base=base,
         expected=expected,
         needs_force=needs_force,
+        markers=markers,
         conflict=conflict,
+        prose=path.lower().endswith(PROSE_SUFFIXES),
         tree=file_tree(sorted(set(m.files) | {path})),
     )
 
 
 def _edit_text(call: Call) -> bytes:
-    """The textarea's text with the file's own line endings (browsers send CRLF)."""
-    text = call.field("content").replace("\r\n", "\n")
+    """The text to save with the file's own line endings (browsers send CRLF): the editor's,
+    or after a conflict, with **Overwrite with my text**, the operator's own edit as it was
+    before the merge."""
+    field = "mine" if call.field("use") == "mine" else "content"
+    text = call.field(field).replace("\r\n", "\n")
     if call.field("newline") == "crlf":
         text = text.replace("\n", "\r\n")
     return text.encode("utf-8")
@@ -104,12 +113,11 @@ def save(call: Call, scope: Scope, skill: str) -> Response:
     loaded = call.store.manifest(scope, skill, version=base)
     files = with_file(loaded, path, data)
     text = data.decode("utf-8")
-    try:
-        result = call.store.publish(
-            scope, skill, files, expected_version=expected, strict=not forced(call)
-        )
-    except InvalidSkill:
-        findings = findings_of(call.store, skill, files)  # the warnings too
+
+    def refused(markers: bool) -> Response:
+        """The editor again with the text kept, its findings (the warnings too) and **Save
+        anyway**: the spec refused it, or it still holds conflict markers."""
+        findings = findings_of(call.store, skill, files)
         return render_editor(
             call,
             scope,
@@ -121,7 +129,17 @@ def save(call: Call, scope: Scope, skill: str) -> Response:
             expected=expected,
             status=422,
             needs_force=True,
+            markers=markers,
         )
+
+    if has_markers(text) and not forced(call):
+        return refused(markers=True)
+    try:
+        result = call.store.publish(
+            scope, skill, files, expected_version=expected, strict=not forced(call)
+        )
+    except InvalidSkill:
+        return refused(markers=False)
     except Conflict:
         return _conflict(call, scope, loaded, path, text, findings_of(call.store, skill, files))
     return call.done(
@@ -134,35 +152,56 @@ def save(call: Call, scope: Scope, skill: str) -> Response:
 def _conflict(
     call: Call, scope: Scope, loaded: Manifest, path: str, text: str, findings: list[Finding]
 ) -> Response:
-    """The editor again, with the operator's text and what changed since the loaded version."""
+    """The editor again, after someone else committed: when they changed this file too, it
+    holds the three-way merge of their text and the operator's (conflict markers where both
+    changed the same lines, as `skillfs edit --on-conflict reopen`); the operator's own text
+    stays in the form for **Overwrite with my text**."""
     current = call.store.manifests(scope, [loaded.skill]).get(loaded.skill)
     diffs = diff_manifests(call.store, loaded, current)
     mine = loaded.files.get(path)
     theirs = current.files.get(path) if current else None
+    same_file = current is not None and (mine.sha256 if mine else None) != (
+        theirs.sha256 if theirs else None
+    )
+    their_text = _text_of(call, theirs)
     yours = None
-    if theirs is not None and theirs.size <= MAX_EDIT_BYTES:
-        their_text = as_text(call.store.read_entry(theirs))
-        if their_text is not None:
-            yours = FileDiff(path, "modified", theirs, None, lines=diff_text(their_text, text))
+    if their_text is not None and theirs is not None:
+        yours = FileDiff(path, "modified", theirs, None, lines=diff_text(their_text, text))
+    content, clean = text, True
+    base_text = _text_of(call, mine) if mine else ""
+    if same_file and current is not None and base_text is not None and their_text is not None:
+        content, clean = merge3(base_text, text, their_text, f"version {current.version}")
+    elif same_file:
+        clean = False  # not text on one side: no merge, the operator's text as it was
     conflict = {
         "loaded": loaded,
         "current": current,
         "diffs": diffs,
         "yours": yours,
-        "same_file": (mine.sha256 if mine else None) != (theirs.sha256 if theirs else None),
+        "same_file": same_file,
+        "merged": content != text,
+        "clean": clean,
+        "mine": text,
     }
     return render_editor(
         call,
         scope,
         current or loaded,
         path,
-        text,
+        content,
         findings=shown(findings, text if path == SKILL_MD else None),
         base=current.version if current else loaded.version,
         expected=current.version if current else 0,
         status=409,
         conflict=conflict,
     )
+
+
+def _text_of(call: Call, entry: FileEntry | None) -> str | None:
+    """A stored file's text; None when it is missing, binary or too large to edit here."""
+    if entry is None or entry.size > MAX_EDIT_BYTES:
+        return None
+    return as_text(call.store.read_entry(entry))
 
 
 def _too_large_to_check(content: str, path: str) -> str | None:

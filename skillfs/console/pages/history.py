@@ -6,11 +6,11 @@ from starlette.responses import Response
 
 from skillfs.auth import Level
 from skillfs.console import urls
-from skillfs.console.call import Call
+from skillfs.console.call import Call, HTTPError
 from skillfs.console.diff import diff_manifests
 from skillfs.console.strict import confirm, forced
-from skillfs.errors import InvalidSkill
-from skillfs.model import Manifest, Scope
+from skillfs.errors import Conflict, InvalidSkill
+from skillfs.model import CommitResult, Manifest, Scope
 
 
 def history_page(call: Call, scope: Scope, skill: str) -> Response:
@@ -54,20 +54,66 @@ def diff_page(call: Call, scope: Scope, skill: str) -> Response:
 def rollback(call: Call, scope: Scope, skill: str) -> Response:
     call.require(Level.write, scope)
     version = call.form_int("version")
-    expected = call.form_int("expected")
+    result = _roll_back(call, scope, skill, version, call.form_int("expected"), "rollback")
+    if isinstance(result, Response):
+        return result
+    return call.done(
+        urls.skill_url(scope, skill, "history"),
+        f"Rolled {skill} back to the files of version {version}: it is now version "
+        f"{result.version}",
+    )
+
+
+def _roll_back(
+    call: Call, scope: Scope, skill: str, version: int, expected: int, action: str
+) -> CommitResult | Response:
+    """A new version with the files of `version`, strict unless forced: the commit, or the
+    "breaks the spec" page whose **Do it anyway** posts to `action` again."""
     try:
-        result = call.store.rollback(
+        return call.store.rollback(
             scope, skill, version, expected_version=expected, strict=not forced(call)
         )
     except InvalidSkill as exc:
         return confirm(
             call,
-            urls.skill_url(scope, skill, "rollback"),
+            urls.skill_url(scope, skill, action),
             f"Version {version} of {skill} breaks the spec",
             {skill: exc.findings},
         )
+
+
+def restore(call: Call, scope: Scope, skill: str) -> Response:
+    """A deleted skill back: a new version with the files of the last version that held any
+    (strict, as every console write). `deleted` names the tombstone the operator saw: when
+    the skill changed since, nothing is written."""
+    call.require(Level.write, scope)
+    seen = call.form_int("deleted")
+    history = call.store.history(scope, skill)
+    if not history or not history[0].deleted or history[0].version != seen:
+        now = f"is at version {history[0].version}" if history else "has no history"
+        raise HTTPError(
+            409,
+            "The skill changed",
+            f"{skill} {now}, not the deletion (version {seen}) you saw",
+            "Nothing was written. Look at its page and history, then decide again.",
+        )
+    last = next((h for h in history if not h.deleted and h.files), None)
+    if last is None:
+        raise HTTPError(
+            404,
+            "Nothing to restore",
+            f"no kept version of {skill} holds files",
+            "Its older versions are no longer kept: create it again.",
+        )
+    try:
+        result = _roll_back(call, scope, skill, last.version, 0, "restore")
+    except Conflict:
+        raise HTTPError(
+            409, "The skill exists again", f"{skill} was re-created meanwhile: nothing restored"
+        ) from None
+    if isinstance(result, Response):
+        return result
     return call.done(
-        urls.skill_url(scope, skill, "history"),
-        f"Rolled {skill} back to the files of version {version}: it is now version "
-        f"{result.version}",
+        urls.skill_url(scope, skill),
+        f"Restored {skill} from version {last.version}: it is now version {result.version}",
     )

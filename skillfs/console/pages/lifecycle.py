@@ -39,7 +39,11 @@ def create(call: Call, scope: Scope) -> Response:
         result = call.store.publish(scope, name, files, expected_version=0, strict=not forced(call))
     except InvalidSkill as exc:
         return confirm(
-            call, urls.scope_url(scope), f"{name} would break the spec", {name: exc.findings}
+            call,
+            urls.scope_url(scope),
+            f"{name} would break the spec",
+            {name: exc.findings},
+            name_field="name",
         )
     except Conflict:
         raise HTTPError(
@@ -144,6 +148,7 @@ def rename(call: Call, scope: Scope, skill: str) -> Response:
             urls.skill_url(scope, skill, "rename"),
             f"{new} would break the spec",
             {new: exc.findings},
+            name_field="new_name",
         )
     except Conflict as exc:
         if exc.skill == new:

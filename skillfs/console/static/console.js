@@ -53,6 +53,103 @@
     });
   });
 
+  // ------------------------------------------------------------ folding directories, filtering lists
+  // A tree ([data-tree]) has directory rows (data-dir, their path) and rows inside one
+  // (data-in, the directory's path); a folded directory hides every row below it.
+  const folded = new Map();  // tree element -> Set of folded directory paths
+
+  function inFolded(set, dir) {
+    for (const f of set) { if (dir === f || dir.startsWith(f + "/")) return true; }
+    return false;
+  }
+
+  function applyTree(tree) {
+    const set = folded.get(tree);
+    tree.querySelectorAll("[data-row]").forEach(function (row) {
+      row.hidden = inFolded(set, row.dataset.in || "");
+      if (row.dataset.dir !== undefined) {
+        const btn = row.querySelector(".folder");
+        if (btn) btn.setAttribute("aria-expanded", String(!set.has(row.dataset.dir)));
+      }
+    });
+  }
+
+  function foldAll(tree, open) {
+    const set = new Set();
+    if (!open) {
+      const keep = tree.dataset.keep || "";
+      tree.querySelectorAll("[data-dir]").forEach(function (row) {
+        const dir = row.dataset.dir;
+        if (!(keep === dir || keep.startsWith(dir + "/"))) set.add(dir);
+      });
+    }
+    folded.set(tree, set);
+    applyTree(tree);
+  }
+
+  document.querySelectorAll("[data-tree]").forEach(function (tree) {
+    folded.set(tree, new Set());
+    if (tree.dataset.folded !== undefined) foldAll(tree, false);
+    tree.addEventListener("click", function (ev) {
+      const btn = ev.target.closest(".folder");
+      const row = btn && btn.closest("[data-dir]");
+      if (!row) return;
+      const set = folded.get(tree);
+      if (set.has(row.dataset.dir)) set.delete(row.dataset.dir); else set.add(row.dataset.dir);
+      applyTree(tree);
+    });
+  });
+  document.querySelectorAll("[data-fold]").forEach(function (btn) {
+    btn.addEventListener("click", function () {
+      const tree = document.getElementById(btn.dataset.fold);
+      if (tree) foldAll(tree, btn.dataset.open === "1");
+    });
+  });
+
+  // A filter box ([data-filter] names the list) hides the rows shown that do not hold every
+  // word typed; in a tree, a directory stays while a file below it matches. Enter asks the
+  // server for every match of a paged list; a box over a list that is not paged stays local.
+  document.querySelectorAll("input[data-filter]").forEach(function (input) {
+    const list = document.getElementById(input.dataset.filter);
+    const count = document.querySelector("[data-filter-count='" + input.dataset.filter + "']");
+    if (!list) return;
+    const form = input.closest("form");
+    if (form && form.dataset.local !== undefined) {
+      form.addEventListener("submit", function (ev) { ev.preventDefault(); });
+    }
+    input.addEventListener("input", function () {
+      const words = input.value.toLowerCase().split(/\s+/).filter(Boolean);
+      const rows = Array.from(list.querySelectorAll("[data-row]"));
+      const hit = function (text) {
+        const t = text.toLowerCase();
+        return words.every(function (w) { return t.indexOf(w) >= 0; });
+      };
+      if (!words.length) {
+        rows.forEach(function (r) { r.hidden = false; });
+        if (folded.has(list)) applyTree(list);
+        if (count) count.textContent = "";
+        return;
+      }
+      let shown = 0, files = 0;
+      const dirsHit = new Set();
+      rows.forEach(function (r) {
+        if (r.dataset.dir !== undefined) return;
+        files++;
+        const ok = hit(r.dataset.path || r.textContent);
+        r.hidden = !ok;
+        if (ok) {
+          shown++;
+          const parts = (r.dataset.in || "").split("/");
+          for (let i = 1; i <= parts.length; i++) dirsHit.add(parts.slice(0, i).join("/"));
+        }
+      });
+      rows.forEach(function (r) {
+        if (r.dataset.dir !== undefined) r.hidden = !dirsHit.has(r.dataset.dir);
+      });
+      if (count) count.textContent = shown + " of " + files + " shown";
+    });
+  });
+
   // ------------------------------------------------------------ live revision (Server-Sent Events)
   const live = document.getElementById("live");
   if (live && window.EventSource) {
@@ -115,18 +212,43 @@
     });
   }
 
+  // Prose is soft-wrapped (.editor.wrap): a line may take several rows, so each number's
+  // height is measured on a hidden copy of the text as wide as the textarea's.
+  const wraps = area.closest(".editor").classList.contains("wrap");
+  let mirror = null;
+
+  function lineHeights(texts) {
+    if (!mirror) { mirror = el("div", "gutter-mirror"); mirror.setAttribute("aria-hidden", "true"); body.appendChild(mirror); }
+    const style = getComputedStyle(area);
+    mirror.style.width = (area.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight)) + "px";
+    const frag = document.createDocumentFragment();
+    texts.forEach(function (t) { frag.appendChild(el("div", "", t || "\u200b")); });
+    mirror.replaceChildren(frag);
+    return Array.from(mirror.children, function (d) { return d.offsetHeight; });
+  }
+
   function renderGutter(force) {
-    const lines = area.value.split("\n").length;
-    if (lines === shownLines && !force) return;
+    const texts = area.value.split("\n");
+    const lines = texts.length;
+    if (lines === shownLines && !force && !wraps) return;
     shownLines = lines;
+    const heights = wraps && lines <= 20000 ? lineHeights(texts) : null;
     const frag = document.createDocumentFragment();
     for (let i = 1; i <= lines; i++) {
       const line = el("div", marks[i] || "", String(i));
       if (marks[i]) line.title = "see the validation findings";
+      if (heights && heights[i - 1] > 20) line.style.height = heights[i - 1] + "px";
       frag.appendChild(line);
     }
     gutter.replaceChildren(frag);
     gutter.scrollTop = area.scrollTop;
+  }
+  if (wraps) {
+    let pending = 0;
+    window.addEventListener("resize", function () {
+      cancelAnimationFrame(pending);
+      pending = requestAnimationFrame(function () { renderGutter(true); });
+    });
   }
 
   function goToLine(n) {
@@ -196,7 +318,7 @@
 
   area.addEventListener("input", function () {
     renderGutter(false);
-    dirtyEl.hidden = area.value === original;
+    dirtyEl.hidden = area.value === original && !document.getElementById("conflict");
     clearTimeout(timer);
     timer = setTimeout(validate, 450);
   });
