@@ -184,6 +184,13 @@ class Manifest(BaseModel):
     frontmatter: dict[str, Any] | None = None
     findings: list[Finding] = Field(default_factory=list)
     files: dict[str, FileEntry]
+    #: Who made this version and why (docs/governance.md): a token's name on a server,
+    #: `actor=` / `$SKILLFS_ACTOR` / `user@host` elsewhere, `agent:A/U` for an agent's own.
+    actor: str = ""
+    message: str = ""
+    #: Switched off (docs/governance.md): a skill-shaped hole at its layer, files kept.
+    disabled: bool = False
+    disabled_reason: str = ""
 
     @property
     def usable(self) -> bool:
@@ -254,6 +261,25 @@ class Change(BaseModel):
     scope: Scope | None = None
     skill: str | None = None
     version: int | None = None
+    #: Who made the change and why (the manifest's `actor` and `message`).
+    actor: str | None = None
+    message: str | None = None
+
+
+class AuditEntry(BaseModel):
+    """One kept version of a skill as `Store.audit` lists it: what happened, by whom, why."""
+
+    model_config = ConfigDict(frozen=True)
+
+    scope: Scope
+    skill: str
+    version: int
+    #: publish, delete, disable, enable (derived from the version before it).
+    action: str
+    actor: str
+    message: str
+    committed_at: float
+    commit_id: str
 
 
 class CommitResult(BaseModel):

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import inspect
 import logging
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 from skillfs.engines import open_engine
@@ -22,7 +21,6 @@ from skillfs.engines.base import Engine, MiB, VersionMismatch
 from skillfs.errors import Conflict, InvalidPath, NotFound, StoreUnavailable, TooLarge
 from skillfs.model import (
     Access,
-    Change,
     CommitResult,
     File,
     FileEntry,
@@ -30,24 +28,25 @@ from skillfs.model import (
     Manifest,
     Put,
     Remove,
-    Revision,
     Scope,
 )
-from skillfs.names import check_domain, check_id, check_skill_name, is_hidden_dir, normalize_path
+from skillfs.names import check_id, check_skill_name, is_hidden_dir, normalize_path
 from skillfs.skill_md import SKILL_MD, inspect_skill
 from skillfs.store_blobs import Blobs
 from skillfs.store_commit import Prepared, already_committed, file_table, next_op, refuse_errors
 from skillfs.store_gc import GcReport, HistoryPolicy, gc, prune, prune_after_commit
+from skillfs.store_governance import Governance, check_message
 from skillfs.store_limits import Limits, check_usage
-from skillfs.store_watch import follow_changes
+from skillfs.store_watch import Following
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 P = ParamSpec("P")
 
 
-class Store:
-    """The public API of docs/design.md §2 over any engine."""
+class Store(Following, Governance):
+    """The public API of docs/design.md §2 over any engine; governed change (disable,
+    audit, ...) from `Governance` (docs/governance.md)."""
 
     def __init__(
         self,
@@ -59,8 +58,10 @@ class Store:
         blob_cache_bytes: int = 64 * MiB,
         retry_for: float = 10.0,
         clock: Callable[[], float] = time.time,
+        actor: str | None = None,
     ) -> None:
         self.engine = engine
+        self.actor = actor
         self.limits = limits or Limits()
         self.history_policy = history_policy or HistoryPolicy()
         self.gc_grace = gc_grace
@@ -102,10 +103,16 @@ class Store:
         *,
         commit_id: str | None = None,
         strict: bool = False,
+        actor: str | None = None,
+        message: str = "",
     ) -> CommitResult:
         """Replace a skill's whole file set (one-skill `commit`)."""
         return self.commit(
-            [Put(scope, skill, dict(files), expected_version)], commit_id=commit_id, strict=strict
+            [Put(scope, skill, dict(files), expected_version)],
+            commit_id=commit_id,
+            strict=strict,
+            actor=actor,
+            message=message,
         )
 
     def delete(
@@ -115,8 +122,15 @@ class Store:
         expected_version: int | None = None,
         *,
         commit_id: str | None = None,
+        actor: str | None = None,
+        message: str = "",
     ) -> CommitResult:
-        return self.commit([Remove(scope, skill, expected_version)], commit_id=commit_id)
+        return self.commit(
+            [Remove(scope, skill, expected_version)],
+            commit_id=commit_id,
+            actor=actor,
+            message=message,
+        )
 
     def rollback(
         self,
@@ -126,6 +140,8 @@ class Store:
         expected_version: int | None = None,
         *,
         strict: bool = False,
+        actor: str | None = None,
+        message: str = "",
     ) -> CommitResult:
         """Publish a new version whose files equal those of `version`."""
         old = self.manifest(scope, skill, version=version)
@@ -133,7 +149,11 @@ class Store:
             raise NotFound(
                 f"version {version} of {scope}/{skill} is a deletion: pick another version"
             )
-        return self.publish(scope, skill, dict(old.files), expected_version, strict=strict)
+        message = message or f"rollback to version {version}"
+        return self.publish(
+            scope, skill, dict(old.files), expected_version, strict=strict, actor=actor,
+            message=message,
+        )  # fmt: skip
 
     def commit(
         self,
@@ -141,11 +161,14 @@ class Store:
         *,
         commit_id: str | None = None,
         strict: bool = False,
+        actor: str | None = None,
+        message: str = "",
     ) -> CommitResult:
         """Several skills of one agent (or one market), all or nothing (docs/design.md §2).
 
         `strict` is the admin surfaces' policy (docs/design.md §7): a skill with error findings
-        is refused with InvalidSkill carrying them, before anything is uploaded."""
+        is refused with InvalidSkill carrying them, before anything is uploaded. `actor` and
+        `message` say who made the change and why (default: this store's `actor`)."""
         domain = self.check_commit([(ch.scope, ch.skill) for ch in changes])
         for ch in changes:
             if is_hidden_dir(ch.skill) and isinstance(ch, Put) and not ch.files:
@@ -156,7 +179,11 @@ class Store:
             None if isinstance(ch, Remove) else file_table(self.limits, ch, blobs, now)
             for ch in changes
         ]
-        prepared = [self._prepare(ch, t, blobs) for ch, t in zip(changes, tables, strict=True)]
+        who = {"actor": self.who(actor), "message": check_message(message)}
+        prepared = [
+            self._prepare(ch, t, blobs).model_copy(update=who)
+            for ch, t in zip(changes, tables, strict=True)
+        ]
         if strict:
             for p in prepared:
                 refuse_errors(p.skill, p.findings)
@@ -379,66 +406,6 @@ class Store:
     def put_blob(self, sha: str, data: bytes, now: float) -> None:
         """Store one blob's bytes, already hashed to `sha`, in the engine's chunks."""
         self._blobs.put(sha, data, now)
-
-    # ------------------------------------------------------------------ revisions and watch
-
-    # An agent's skills and a market's live in one domain each ("agents/A", "markets/M"); the
-    # public methods take an agent id or a Scope (whose domain is meant), and the *_domain
-    # forms take a domain string, for callers that hold domains (the runtime, the console).
-
-    @staticmethod
-    def _domain_of(target: str | Scope) -> str:
-        """The domain of an agent (by id) or of a scope."""
-        if isinstance(target, Scope):
-            return target.domain
-        if "/" in target:
-            raise InvalidPath(
-                f"{target!r} is not an agent id: give a Scope, or a domain to "
-                "domain_revisions() or follow_domain()"
-            )
-        return f"agents/{check_id('agent', target)}"
-
-    def revision(self, target: str | Scope) -> Revision | None:
-        """The revision of an agent (by id) or of a scope's domain; None if never written."""
-        domain = self._domain_of(target)
-        return self._retrying(self.engine.revisions, [domain])[domain]
-
-    def revisions(self, targets: Sequence[str | Scope]) -> dict[str, Revision | None]:
-        """Several agents' or scopes' revisions read together, keyed by domain."""
-        return self.domain_revisions([self._domain_of(t) for t in targets])
-
-    def domain_revisions(self, domains: Sequence[str]) -> dict[str, Revision | None]:
-        """Several domains' revisions read together (C3's one round trip)."""
-        return self._retrying(self.engine.revisions, [check_domain(d) for d in domains])
-
-    def follow(
-        self,
-        target: str | Scope,
-        since: Revision | None = None,
-        *,
-        timeout: float | None = None,
-        poll: float = 1.0,
-        stop: threading.Event | None = None,
-    ) -> Iterator[Change]:
-        """Changes after `since` in order (C8); a `reset` change means reload from scratch.
-
-        Without `since`, follows from now. Stops after `timeout` seconds or when `stop` is set;
-        runs forever otherwise."""
-        return self.follow_domain(
-            self._domain_of(target), since, timeout=timeout, poll=poll, stop=stop
-        )
-
-    def follow_domain(
-        self,
-        domain: str,
-        since: Revision | None = None,
-        *,
-        timeout: float | None = None,
-        poll: float = 1.0,
-        stop: threading.Event | None = None,
-    ) -> Iterator[Change]:
-        """`follow` of a domain ("agents/A", "markets/M")."""
-        return follow_changes(self.engine, check_domain(domain), since, timeout, poll, stop)
 
     # ------------------------------------------------------------------ listings
 

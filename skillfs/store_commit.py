@@ -4,7 +4,8 @@ reading back as written, and the report of a retried commit that had already lan
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import PydanticSerializationError
@@ -25,11 +26,15 @@ from skillfs.names import normalize_path
 from skillfs.store_blobs import Retrying, sha256
 from skillfs.store_limits import Limits, check_file, check_file_table, default_mode
 
+#: A governance edit (docs/governance.md): given the skill's current manifest (None when it
+#: has none, or a tombstone), the fields of its next one; raises when the edit does not apply.
+Edit = Callable[[Manifest | None], dict[str, Any]]
+
 
 class Prepared(BaseModel):
     """One change of a commit after validation, before versions are known."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     scope: Scope
     skill: str
@@ -37,6 +42,11 @@ class Prepared(BaseModel):
     files: dict[str, FileEntry] | None  # None: remove
     frontmatter: dict[str, object] | None = None
     findings: list[Finding] = []
+    actor: str = ""
+    message: str = ""
+    #: Instead of `files`: the next manifest's fields from the current one, asked again
+    #: at every attempt, so a retried commit never writes over a concurrent one.
+    edit: Edit | None = None
 
 
 def file_table(
@@ -98,17 +108,27 @@ def next_op(p: Prepared, cur: Manifest | None, commit_id: str, now: float) -> Co
                 skill=p.skill,
                 current_version=cur_version if live else 0,
             )
-    if p.files is None and not live:
+    if p.edit is not None:
+        fields = p.edit(cur if live else None)
+    elif p.files is None and not live:
         raise NotFound(f"skill {p.skill!r} does not exist in {p.scope}: nothing to delete")
+    else:  # a new file set keeps the kill switch as it was (enable is its own step)
+        fields = {
+            "deleted": p.files is None,
+            "frontmatter": p.frontmatter,
+            "findings": p.findings,
+            "files": p.files or {},
+        }
+        if cur is not None and live and p.files is not None:
+            fields.update(disabled=cur.disabled, disabled_reason=cur.disabled_reason)
     manifest = Manifest(
         skill=p.skill,
         version=cur_version + 1,
         commit_id=commit_id,
         committed_at=now,
-        deleted=p.files is None,
-        frontmatter=p.frontmatter,
-        findings=p.findings,
-        files=p.files or {},
+        actor=p.actor,
+        message=p.message,
+        **fields,
     )
     return CommitOp(scope=p.scope, manifest=storable(p.scope, manifest), expect=cur_version)
 

@@ -6,13 +6,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from skillfs.engines.base import EMPTY, Engine
-from skillfs.errors import StoreUnavailable
-from skillfs.model import Change, Revision
+from skillfs.errors import InvalidPath, StoreUnavailable
+from skillfs.model import Change, Revision, Scope
+from skillfs.names import check_domain, check_id
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class Outage:
@@ -192,3 +196,72 @@ def follow_many(
                 at[domain] = change.revision
                 if change.scope is not None or change.op == "reset":
                     yield domain, change
+
+
+class Following:
+    """`Store`'s revisions and watch (C3's one round trip, C8), over its engine."""
+
+    if TYPE_CHECKING:
+        engine: Engine
+
+        def _retrying(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T: ...
+
+    # ------------------------------------------------------------------ revisions and watch
+
+    # An agent's skills and a market's live in one domain each ("agents/A", "markets/M"); the
+    # public methods take an agent id or a Scope (whose domain is meant), and the *_domain
+    # forms take a domain string, for callers that hold domains (the runtime, the console).
+
+    @staticmethod
+    def _domain_of(target: str | Scope) -> str:
+        """The domain of an agent (by id) or of a scope."""
+        if isinstance(target, Scope):
+            return target.domain
+        if "/" in target:
+            raise InvalidPath(
+                f"{target!r} is not an agent id: give a Scope, or a domain to "
+                "domain_revisions() or follow_domain()"
+            )
+        return f"agents/{check_id('agent', target)}"
+
+    def revision(self, target: str | Scope) -> Revision | None:
+        """The revision of an agent (by id) or of a scope's domain; None if never written."""
+        domain = self._domain_of(target)
+        return self._retrying(self.engine.revisions, [domain])[domain]
+
+    def revisions(self, targets: Sequence[str | Scope]) -> dict[str, Revision | None]:
+        """Several agents' or scopes' revisions read together, keyed by domain."""
+        return self.domain_revisions([self._domain_of(t) for t in targets])
+
+    def domain_revisions(self, domains: Sequence[str]) -> dict[str, Revision | None]:
+        """Several domains' revisions read together (C3's one round trip)."""
+        return self._retrying(self.engine.revisions, [check_domain(d) for d in domains])
+
+    def follow(
+        self,
+        target: str | Scope,
+        since: Revision | None = None,
+        *,
+        timeout: float | None = None,
+        poll: float = 1.0,
+        stop: threading.Event | None = None,
+    ) -> Iterator[Change]:
+        """Changes after `since` in order (C8); a `reset` change means reload from scratch.
+
+        Without `since`, follows from now. Stops after `timeout` seconds or when `stop` is set;
+        runs forever otherwise."""
+        return self.follow_domain(
+            self._domain_of(target), since, timeout=timeout, poll=poll, stop=stop
+        )
+
+    def follow_domain(
+        self,
+        domain: str,
+        since: Revision | None = None,
+        *,
+        timeout: float | None = None,
+        poll: float = 1.0,
+        stop: threading.Event | None = None,
+    ) -> Iterator[Change]:
+        """`follow` of a domain ("agents/A", "markets/M")."""
+        return follow_changes(self.engine, check_domain(domain), since, timeout, poll, stop)

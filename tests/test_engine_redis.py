@@ -59,7 +59,7 @@ def raw(redis_server: RedisServer) -> Iterator[redis.Redis]:
 
 
 def test_physical_layout_matches_the_doc(redis_url: str, raw: redis.Redis) -> None:
-    store = skillfs.open_store(redis_url + "?prefix=t1/")
+    store = skillfs.open_store(redis_url + "?prefix=t1/", actor="tester")
     store.publish(ALICE, "code-reviewer", {"SKILL.md": skill_md("code-reviewer")})
     store.publish(ALICE, "code-reviewer", {"SKILL.md": skill_md("code-reviewer", "v2")})
     store.publish(SHARED, "greeter", {"SKILL.md": skill_md("greeter")})
@@ -100,7 +100,8 @@ def test_physical_layout_matches_the_doc(redis_url: str, raw: redis.Redis) -> No
     log = raw.xrange("t1/agents/{support-bot}/log") or []
     assert [i for i, _ in log] == [b"1-0", b"2-0", b"3-0"]
     assert log[0][1] == {b"scope": b"user:support-bot/alice", b"skill": b"code-reviewer",
-                         b"op": b"put", b"version": b"1"}  # fmt: skip
+                         b"op": b"put", b"version": b"1", b"actor": b"tester",
+                         b"message": b""}  # fmt: skip
     assert raw.smembers("t1/agents/{support-bot}/scopes") == {
         b"user:support-bot/alice",
         b"shared:support-bot",

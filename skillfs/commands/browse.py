@@ -276,11 +276,13 @@ def history(
             str(len(m.files)),
             size(m.size),
             "[dim]deleted[/dim]" if m.deleted else status(m),
+            shown(m.actor),
+            one_line(m.message),
         ]
         for m in versions
     ]
-    columns = ["version", "when", "commit", "files", "size", "status"]
-    print_table(columns, cells, right={"version", "files", "size"})
+    columns = ["version", "when", "commit", "files", "size", "status", "actor", "message"]
+    print_table(columns, cells, right={"version", "files", "size"}, flexible="message")
 
 
 @command("diff", BROWSE)

@@ -325,6 +325,9 @@ def status(m: Manifest) -> str:
     """Validity at a glance: usable or not, and how many findings."""
     errors = len(m.errors)
     warnings = len(m.findings) - errors
+    if m.disabled:
+        why = f": {one_line(m.disabled_reason)}" if m.disabled_reason else ""
+        return f"[yellow]⏻ disabled{why}[/yellow]"
     if not m.usable:
         return f"[red]✗ unusable ({errors} error{'s' * (errors != 1)})[/red]"
     if errors:
@@ -344,6 +347,10 @@ def manifest_row(m: Manifest) -> dict[str, Any]:
         "commit_id": m.commit_id,
         "committed_at": iso(m.committed_at),
         "deleted": m.deleted,
+        "disabled": m.disabled,
+        "disabled_reason": m.disabled_reason or None,
+        "actor": m.actor or None,
+        "message": m.message or None,
         "files": len(m.files),
         "size": m.size,
         "usable": m.usable,

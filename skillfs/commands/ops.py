@@ -118,6 +118,8 @@ def prompt(
                         "skill": p.skill,
                         "source": p.source,
                         "errors": [f.message for f in p.errors],
+                        "disabled": p.disabled is not None,
+                        "disabled_reason": p.disabled or None,
                     }
                     for p in snap.problems
                 ],
@@ -126,6 +128,10 @@ def prompt(
         return
     typer.echo(plain(snap.prompt(), multiline=True))
     for p in snap.problems:
+        if p.disabled is not None:
+            why = f": {shown(p.disabled)}" if p.disabled else ""
+            err.print(f"[yellow]disabled[/yellow] {shown(p.skill)} ({shown(p.source)}){why}")
+            continue
         err.print(f"[yellow]left out[/yellow] {shown(p.skill)} ({shown(p.source)}):")
         print_findings(p.errors, console=err)
 

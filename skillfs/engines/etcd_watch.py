@@ -284,6 +284,8 @@ def rebuild(
                 scope=scope,
                 skill=skill,
                 version=version,
+                actor=m.actor,
+                message=m.message,
             )
             out.append((at, kv.key, change))
     out.sort(key=lambda item: (item[0], item[1]))

@@ -148,6 +148,8 @@ def change_to_pb(change: Change) -> pb.Change:
         scope=str(change.scope) if change.scope else "",
         skill=change.skill or "",
         version=change.version or 0,
+        actor=change.actor or "",
+        message=change.message or "",
     )
 
 
@@ -158,6 +160,8 @@ def change_from_pb(msg: pb.Change) -> Change:
         scope=Scope.parse(msg.scope) if msg.scope else None,
         skill=msg.skill or None,
         version=msg.version or None,
+        actor=msg.actor or None,
+        message=msg.message or None,
     )
 
 

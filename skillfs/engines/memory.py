@@ -94,6 +94,8 @@ class MemoryEngine(Engine):
                         scope=op.scope,
                         skill=m.skill,
                         version=m.version,
+                        actor=m.actor,
+                        message=m.message,
                     )
                 )
             self._lock.notify_all()

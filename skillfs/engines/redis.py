@@ -294,7 +294,7 @@ class RedisEngine(Engine):
             keys += [self._skills_key(op.scope), self._history_key(op.scope, m.skill)]
             args += [
                 m.skill, op.expect, m.model_dump_json(), str(op.scope),
-                "remove" if m.deleted else "put", m.version,
+                "remove" if m.deleted else "put", m.version, m.actor, m.message,
             ]  # fmt: skip
         if self.cluster:  # after the ops: the channel that wakes `changes_many`'s waiters
             args.append(self._wake.channel)
@@ -431,6 +431,7 @@ class RedisEngine(Engine):
                 revision=Revision(epoch=epoch, counter=int(entry_id.split(b"-")[0])),
                 op=f[b"op"].decode(), scope=Scope.parse(f[b"scope"].decode()),
                 skill=f[b"skill"].decode(), version=int(f[b"version"]),
+                actor=f.get(b"actor", b"").decode(), message=f.get(b"message", b"").decode(),
             ))  # fmt: skip
         return out
 

@@ -32,7 +32,7 @@ local function state(old)
   return tonumber(v), d == 'false'
 end
 for i = 1, n do
-  local a = 4 + (i - 1) * 6
+  local a = 4 + (i - 1) * 8
   local old = redis.call('HGET', KEYS[nfixed + 2 * i - 1], ARGV[a + 1])
   local v, live = 0, false
   if old then v, live = state(old) end
@@ -51,17 +51,18 @@ counter = counter + 1
 local c = string.format('%d', counter)
 redis.call('HSET', KEYS[1], 'epoch', epoch, 'counter', c, 'replid', replid)
 for i = 1, n do
-  local a = 4 + (i - 1) * 6
+  local a = 4 + (i - 1) * 8
   if olds[i][1] then
     redis.call('HSET', KEYS[nfixed + 2 * i], string.format('%d', olds[i][2]), olds[i][1])
   end
   redis.call('HSET', KEYS[nfixed + 2 * i - 1], ARGV[a + 1], ARGV[a + 3])
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], c .. '-' .. (i - 1),
-             'scope', ARGV[a + 4], 'skill', ARGV[a + 1], 'op', ARGV[a + 5], 'version', ARGV[a + 6])
+             'scope', ARGV[a + 4], 'skill', ARGV[a + 1], 'op', ARGV[a + 5], 'version', ARGV[a + 6],
+             'actor', ARGV[a + 7], 'message', ARGV[a + 8])
   redis.call('SADD', KEYS[3], ARGV[a + 4])
 end
 if nfixed == 4 then redis.call('SADD', KEYS[4], ARGV[4]) end
-local channel = ARGV[5 + n * 6]
+local channel = ARGV[5 + n * 8]
 if channel then redis.call('PUBLISH', channel, ARGV[4]) end
 return {1, counter, epoch}
 """.replace("HEAD", _HEAD)

@@ -33,7 +33,7 @@ from skillfs.model import Change, Manifest, Revision, Scope
 from skillfs.names import check_domain
 
 #: The schema this code writes; `PRAGMA user_version` of the file.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: Seconds a statement waits for another writer's lock before StoreUnavailable.
 TIMEOUT = 5.0
 #: Longest sleep between two checks for other processes' commits while `changes` waits.
@@ -60,6 +60,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         " PRIMARY KEY (domain, key)) WITHOUT ROWID",
         "CREATE TABLE usage (agent TEXT NOT NULL, user TEXT NOT NULL, skill TEXT NOT NULL,"
         " count INTEGER NOT NULL, PRIMARY KEY (agent, user, skill)) WITHOUT ROWID",
+    ),
+    2: (  # who made each change and why (docs/governance.md)
+        "ALTER TABLE changes ADD COLUMN actor TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE changes ADD COLUMN message TEXT NOT NULL DEFAULT ''",
     ),
 }
 
@@ -246,8 +250,8 @@ class SqliteEngine(Engine):
                     (dkey, skey, str(op.scope)),
                 )
                 conn.execute(
-                    "INSERT INTO changes (domain, counter, pos, op, scope, skill, version)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO changes (domain, counter, pos, op, scope, skill, version,"
+                    " actor, message) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         dkey,
                         counter,
@@ -256,6 +260,8 @@ class SqliteEngine(Engine):
                         str(op.scope),
                         m.skill,
                         m.version,
+                        m.actor,
+                        m.message,
                     ),
                 )
             log_size += len(ops)
@@ -372,7 +378,7 @@ class SqliteEngine(Engine):
             if row is None or (epoch == since.epoch and counter == since.counter):
                 return []
             rows = conn.execute(
-                "SELECT counter, op, scope, skill, version FROM changes"
+                "SELECT counter, op, scope, skill, version, actor, message FROM changes"
                 " WHERE domain = ? AND counter > ? ORDER BY counter, pos",
                 (dkey, since.counter),
             ).fetchall()
@@ -384,8 +390,10 @@ class SqliteEngine(Engine):
                 scope=scopes[s],
                 skill=skill,
                 version=version,
+                actor=actor,
+                message=message,
             )
-            for c, op, s, skill, version in rows
+            for c, op, s, skill, version, actor, message in rows
         ]
 
     # ------------------------------------------------------------------ listings

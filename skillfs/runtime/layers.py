@@ -43,6 +43,8 @@ class Problem:
     skill: str
     source: str
     findings: tuple[Finding, ...]
+    #: Left out because it is disabled there (docs/governance.md): the reason, maybe "".
+    disabled: str | None = None
 
     @property
     def errors(self) -> list[Finding]:
@@ -104,7 +106,8 @@ def merge(
     """Lowest layer first; a usable skill shadows the whole same-named skill below it.
 
     An unusable skill (no SKILL.md with name and description) is left out and shadows
-    nothing, so a half-written override never hides the working skill below it."""
+    nothing, so a half-written override never hides the working skill below it. A disabled
+    skill is a hole: it shadows its name and contributes nothing (docs/governance.md)."""
     winners: dict[str, SkillInfo] = {}
     problems: list[Problem] = []
     for layer, skills in layers:
@@ -112,6 +115,10 @@ def merge(
         for skill in sorted(skills.manifests):
             m = skills.manifests[skill]
             if is_hidden_dir(skill) or m.deleted:
+                continue
+            if m.disabled:
+                winners.pop(skill, None)
+                problems.append(Problem(skill, layer.label, (), disabled=m.disabled_reason))
                 continue
             if not m.usable:
                 problems.append(Problem(skill, layer.label, tuple(m.findings)))

@@ -177,7 +177,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
     def _derived(self, m: Manifest, principal: Principal) -> Manifest:
         """Frontmatter and findings as the server reads them from SKILL.md (a client cannot
         make a skill look valid), and the server's clock unless a global admin commits."""
-        update: dict[str, Any] = {}
+        update: dict[str, Any] = {"actor": principal.name}  # a client cannot claim another
         if not principal.is_global_admin:
             update["committed_at"] = time.time()
         if not m.deleted:
@@ -217,6 +217,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
                 expected(h),
                 commit_id=h.commit_id or None,
                 strict=not h.force,
+                actor=principal.name,
             )
         )
         return _result(result)
@@ -270,7 +271,9 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         scope = allowed(principal, Level.write, request.scope)
         commit_id = request.commit_id or None
         return _result(
-            self.store.delete(scope, request.skill, expected(request), commit_id=commit_id)
+            self.store.delete(
+                scope, request.skill, expected(request), commit_id=commit_id, actor=principal.name
+            )
         )
 
     @unary
@@ -279,7 +282,9 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
     ) -> pb.CommitResult:
         scope = allowed(principal, Level.write, request.scope)
         return _result(
-            self.store.rollback(scope, request.skill, request.version, expected(request))
+            self.store.rollback(
+                scope, request.skill, request.version, expected(request), actor=principal.name
+            )
         )
 
     @unary

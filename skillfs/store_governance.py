@@ -1,0 +1,289 @@
+"""Governed change (docs/governance.md, DESIGN §9): who made each version and why, the audit
+that lists them, and the kill switch (disable / enable). `Store` takes these methods from
+`Governance`; each operation is one commit of `Store._commit` (C1), so it is seen at the
+next step (C3) like any publish."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from skillfs.errors import InvalidPath, NotFound
+from skillfs.model import AuditEntry, CommitResult, Manifest, Scope
+from skillfs.names import check_skill_name, is_hidden_dir
+from skillfs.store_commit import Edit, Prepared
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from skillfs.engines.base import Engine
+
+#: The longest actor name and commit message kept (longer ones are refused, not cut).
+ACTOR_MAX, MESSAGE_MAX = 256, 4096
+
+
+def default_actor() -> str:
+    """`$SKILLFS_ACTOR`, else `user@host`: who a commit made from here is by."""
+    named = os.environ.get("SKILLFS_ACTOR", "").strip()
+    if named:
+        return check_actor(named)
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):
+        user = "unknown"
+    return check_actor(f"{user}@{socket.gethostname()}")
+
+
+def check_actor(actor: str) -> str:
+    if not isinstance(actor, str) or not actor.strip() or len(actor) > ACTOR_MAX:
+        raise InvalidPath(f"invalid actor {actor!r}: give 1-{ACTOR_MAX} characters")
+    if any(ord(c) < 32 for c in actor):
+        raise InvalidPath(f"invalid actor {actor!r}: no control characters")
+    return actor.strip()
+
+
+def agent_actor(agent_id: str, user_id: str) -> str:
+    """The actor of an agent's own writes for one user."""
+    return f"agent:{agent_id}/{user_id}"
+
+
+def check_message(message: str | None) -> str:
+    if message is None:
+        return ""
+    if not isinstance(message, str) or len(message) > MESSAGE_MAX:
+        raise InvalidPath(f"a commit message is text of at most {MESSAGE_MAX} characters")
+    return message
+
+
+def action(m: Manifest, before: Manifest | None) -> str:
+    """What a version did, from the version before it."""
+    if m.deleted:
+        return "delete"
+    if before is not None and not before.deleted and before.disabled != m.disabled:
+        return "disable" if m.disabled else "enable"
+    if m.disabled and not m.files:
+        return "disable"
+    return "publish"
+
+
+class Governance:
+    """The governed-change operations of `Store` (docs/governance.md)."""
+
+    if TYPE_CHECKING:
+        engine: Engine
+        actor: str | None
+
+        def _retrying(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
+
+        def _commit(
+            self, domain: str, prepared: list[Prepared], commit_id: str
+        ) -> CommitResult: ...
+
+        def markets(self) -> list[str]: ...
+
+        def scopes(self, target: str | Scope) -> list[Scope]: ...
+
+    def who(self, actor: str | None = None) -> str:
+        """The actor a commit is recorded by: `actor`, else the store's, else the default."""
+        if actor is not None:
+            return check_actor(actor)
+        return check_actor(self.actor) if self.actor else default_actor()
+
+    def _edit(
+        self,
+        scope: Scope,
+        skill: str,
+        edit: Edit,
+        *,
+        expected_version: int | None = None,
+        actor: str | None = None,
+        message: str | None = None,
+    ) -> CommitResult:
+        """One commit that rewrites one skill's manifest by `edit` (retried on races)."""
+        scope.check()
+        check_skill_name(skill)
+        prepared = Prepared(
+            scope=scope,
+            skill=skill,
+            expected_version=expected_version,
+            files=None,
+            actor=self.who(actor),
+            message=check_message(message),
+            edit=edit,
+        )
+        return self._commit(scope.domain, [prepared], uuid.uuid4().hex)
+
+    # ------------------------------------------------------------------ disable / enable
+
+    def disable(
+        self,
+        scope: Scope,
+        skill: str,
+        reason: str = "",
+        *,
+        expected_version: int | None = None,
+        actor: str | None = None,
+    ) -> CommitResult:
+        """Switch a skill off without deleting it: its files and history stay, and the entry
+        shadows its name and contributes nothing (a skill-shaped hole at its layer). In a
+        user's scope a skill the user sees from the shared scope or a market is hidden from
+        that user alone, by an entry with no files."""
+        reason = check_message(reason)
+        if is_hidden_dir(skill):
+            raise InvalidPath(f"{skill!r} is not a skill: only skills can be disabled")
+        below = self._hideable(scope, skill)
+
+        def edit(cur: Manifest | None) -> dict[str, Any]:
+            if cur is None and not below:
+                raise NotFound(self._unknown(scope, skill))
+            if cur is not None and cur.disabled:
+                raise InvalidPath(f"{scope}/{skill} is already disabled: enable it first")
+            base = _fields(cur) if cur is not None else {"files": {}}
+            return {**base, "disabled": True, "disabled_reason": reason}
+
+        return self._edit(
+            scope,
+            skill,
+            edit,
+            expected_version=expected_version,
+            actor=actor,
+            message=reason or "disabled",
+        )
+
+    def enable(
+        self,
+        scope: Scope,
+        skill: str,
+        *,
+        expected_version: int | None = None,
+        actor: str | None = None,
+        message: str = "",
+    ) -> CommitResult:
+        """Switch a disabled skill back on; a user's hiding entry (no files) is removed, so
+        the user sees the skill from below again."""
+
+        def edit(cur: Manifest | None) -> dict[str, Any]:
+            if cur is None:
+                raise NotFound(self._unknown(scope, skill))
+            if not cur.disabled:
+                raise InvalidPath(f"{scope}/{skill} is not disabled: nothing to enable")
+            if not cur.files:  # a hole: enabling removes it
+                return {"deleted": True, "files": {}}
+            return {**_fields(cur), "disabled": False, "disabled_reason": ""}
+
+        return self._edit(
+            scope,
+            skill,
+            edit,
+            expected_version=expected_version,
+            actor=actor,
+            message=message or "enabled",
+        )
+
+    def _hideable(self, scope: Scope, skill: str) -> bool:
+        """Whether a user's scope may hide `skill` it does not hold: the agent's shared scope
+        or some market has it."""
+        if scope.kind != "user" or scope.agent_id is None:
+            return False
+        shared = self._retrying(self.engine.load_skills, Scope.shared(scope.agent_id), [skill])
+        if _present(shared.get(skill)):
+            return True
+        for market in self.markets():
+            found = self._retrying(self.engine.load_skills, Scope.market(market), [skill])
+            if _present(found.get(skill)):
+                return True
+        return False
+
+    def _unknown(self, scope: Scope, skill: str) -> str:
+        live = self._retrying(self.engine.load_scope, scope)
+        names = sorted(k for k, m in live.items() if not m.deleted and not is_hidden_dir(k))
+        where = " (nor its agent's shared scope or any market)" if scope.kind == "user" else ""
+        return f"skill {skill!r} does not exist in {scope}{where}; skills there: " + (
+            ", ".join(names[:50]) or "none"
+        )
+
+    # ------------------------------------------------------------------ audit
+
+    def audit(
+        self,
+        target: str | Scope,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        actor: str | None = None,
+        skill: str | None = None,
+        limit: int = 1000,
+    ) -> list[AuditEntry]:
+        """Every kept version of an agent's (by id or domain) or a scope's skills committed
+        in [since, until], newest first: what each did, who made it and why. Filtered by
+        `actor` and `skill`; at most `limit` entries. Read from manifests and their history
+        (kept by the history policy), not from the bounded change log."""
+        scopes = _scopes_of(target) or self.scopes(_agent_of(str(target)))
+        out: list[AuditEntry] = []
+        for scope in scopes:
+            live = self._retrying(self.engine.load_scope, scope)
+            names = [skill] if skill is not None else sorted(live)
+            older = self._retrying(self.engine.scope_history, scope, names)
+            for name in names:
+                versions = ([live[name]] if name in live else []) + older.get(name, [])
+                for i, m in enumerate(versions):
+                    entry = _entry(scope, m, versions[i + 1] if i + 1 < len(versions) else None)
+                    if _wanted(entry, since, until, actor):
+                        out.append(entry)
+        out.sort(key=lambda e: (e.committed_at, e.version), reverse=True)
+        return out[:limit]
+
+
+def _scopes_of(target: str | Scope) -> list[Scope]:
+    """The scopes a scope or market target names by itself (an agent's are listed)."""
+    if isinstance(target, Scope):
+        return [target]
+    if target.startswith("markets/"):
+        return [Scope.market(target.split("/", 1)[1])]
+    return []
+
+
+def _agent_of(target: str) -> str:
+    """An agent id from an agent id or its domain (`agents/A`)."""
+    if target.startswith("agents/"):
+        return target.split("/", 1)[1]
+    return target
+
+
+def _entry(scope: Scope, m: Manifest, before: Manifest | None) -> AuditEntry:
+    return AuditEntry(
+        scope=scope,
+        skill=m.skill,
+        version=m.version,
+        action=action(m, before),
+        actor=m.actor,
+        message=m.message,
+        committed_at=m.committed_at,
+        commit_id=m.commit_id,
+    )
+
+
+def _wanted(e: AuditEntry, since: float | None, until: float | None, actor: str | None) -> bool:
+    return (
+        (since is None or e.committed_at >= since)
+        and (until is None or e.committed_at <= until)
+        and (actor is None or e.actor == actor)
+    )
+
+
+def _present(m: Manifest | None) -> bool:
+    return m is not None and not m.deleted
+
+
+def _fields(cur: Manifest) -> dict[str, Any]:
+    """The content of the current manifest, carried into the next version."""
+    return {
+        "frontmatter": cur.frontmatter,
+        "findings": cur.findings,
+        "files": cur.files,
+        "disabled": cur.disabled,
+        "disabled_reason": cur.disabled_reason,
+    }

@@ -1,0 +1,253 @@
+"""Governed change (docs/governance.md): actor and message on every commit, the audit, and
+disable / enable, on every engine and topology (the `store` fixture) and through a worker's
+view."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import skillfs
+from skillfs import Scope
+from skillfs.errors import Conflict, InvalidPath, NotFound
+from skillfs.store_governance import default_actor
+from support import grpc_servers
+from tests.cli_helpers import as_json, error_line, ok, run
+from tests.helpers import skill_md
+from tests.stores import url_for
+
+ALICE = Scope.user("support-bot", "alice")
+BOB = Scope.user("support-bot", "bob")
+SHARED = Scope.shared("support-bot")
+MARKET = Scope.market("team")
+
+
+def actor_of(store: skillfs.Store, claimed: str) -> str:
+    """Who a commit made as `claimed` is recorded by: a skillfs server takes the token's name
+    (the test servers' admin token is named "admin"), whatever the client claims."""
+    return "admin" if store.url.startswith("grpc") else claimed
+
+
+def files(name: str, body: str = "body") -> dict[str, bytes]:
+    return {"SKILL.md": skill_md(name, body=body), "references/r.md": b"ref\n"}
+
+
+def view(store: skillfs.Store, user: str, **kw: object) -> list[str]:
+    with skillfs.Skills(store, "support-bot", user, **kw) as sk:  # type: ignore[arg-type]
+        return [s.id for s in sk.snapshot().skills]
+
+
+# ----------------------------------------------------------------- actor and message
+
+
+def test_actor_and_message_in_manifest_history_and_change_log(store: skillfs.Store) -> None:
+    since = store.publish(SHARED, "other", files("other")).revision
+    store.publish(SHARED, "a", files("a"), actor="ops@example", message="first")
+    store.publish(SHARED, "a", files("a", "v2"), actor="ops@example", message="second")
+    store.delete(SHARED, "a", actor="ops@example", message="gone")
+    who = actor_of(store, "ops@example")
+    history = store.history(SHARED, "a")
+    assert [(m.actor, m.message) for m in history] == [
+        (who, "gone"),
+        (who, "second"),
+        (who, "first"),
+    ]
+    changes = list(store.follow("support-bot", since, timeout=0.2))
+    assert [(c.op, c.actor, c.message) for c in changes] == [
+        ("put", who, "first"),
+        ("put", who, "second"),
+        ("remove", who, "gone"),
+    ]
+
+
+def test_actor_defaults(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SKILLFS_ACTOR", "ci-pipeline")
+    assert default_actor() == "ci-pipeline"
+    with skillfs.open_store(store_url) as store:
+        store.publish(SHARED, "a", files("a"))
+        assert store.manifest(SHARED, "a").actor == actor_of(store, "ci-pipeline")
+    with skillfs.open_store(store_url, actor="release-bot") as store:
+        store.publish(SHARED, "b", files("b"))
+        assert store.manifest(SHARED, "b").actor == actor_of(store, "release-bot")
+    monkeypatch.delenv("SKILLFS_ACTOR")
+    assert "@" in default_actor()
+    with pytest.raises(InvalidPath):
+        skillfs.open_store(store_url, actor="x\ny").publish(SHARED, "c", files("c"))
+
+
+def test_audit_newest_first_filtered(store: skillfs.Store) -> None:
+    store.publish(SHARED, "a", files("a"), actor="ann", message="add a")
+    store.publish(ALICE, "b", files("b"), actor="bea", message="add b")
+    mid = time.time()
+    time.sleep(0.01)
+    store.publish(SHARED, "a", files("a", "2"), actor="bea", message="fix a")
+    store.disable(SHARED, "a", reason="broken", actor="ann")
+    entries = store.audit("support-bot")
+    assert [(e.skill, e.version, e.action, e.message) for e in entries] == [
+        ("a", 3, "disable", "broken"),
+        ("a", 2, "publish", "fix a"),
+        ("b", 1, "publish", "add b"),
+        ("a", 1, "publish", "add a"),
+    ]
+    assert entries[2].scope == ALICE
+    assert [e.version for e in store.audit("support-bot", since=mid)] == [3, 2]
+    assert [e.version for e in store.audit("support-bot", until=mid)] == [1, 1]
+    assert [e.skill for e in store.audit("support-bot", skill="b")] == ["b"]
+    assert [e.skill for e in store.audit(ALICE)] == ["b"]
+    if not store.url.startswith("grpc"):
+        assert [e.version for e in store.audit("support-bot", actor="bea")] == [2, 1]
+    assert store.audit("agents/support-bot", limit=1)[0].version == 3
+    store.publish(MARKET, "m", files("m"), message="market")
+    assert [e.message for e in store.audit("markets/team")] == ["market"]
+
+
+# ----------------------------------------------------------------- disable / enable
+
+
+def test_disable_keeps_files_and_history_and_leaves_the_view(store: skillfs.Store) -> None:
+    store.publish(SHARED, "a", files("a"))
+    store.publish(SHARED, "b", files("b"))
+    assert view(store, "alice") == ["a", "b"]
+    r = store.disable(SHARED, "a", reason="leaks secrets")
+    m = store.manifest(SHARED, "a")
+    assert (m.version, m.disabled, m.disabled_reason) == (r.version, True, "leaks secrets")
+    assert set(m.files) == {"SKILL.md", "references/r.md"}
+    assert store.read(SHARED, "a", "references/r.md") == b"ref\n"
+    assert view(store, "alice") == ["b"]  # next step (C3)
+    store.publish(SHARED, "a", files("a", "fixed"))  # a fix keeps the kill switch on
+    assert store.manifest(SHARED, "a").disabled
+    assert view(store, "alice") == ["b"]
+    store.enable(SHARED, "a")
+    m = store.manifest(SHARED, "a")
+    assert not m.disabled and m.version == r.version + 2
+    assert b"fixed" in store.read(SHARED, "a", "SKILL.md")
+    assert view(store, "alice") == ["a", "b"]
+    assert [e.action for e in store.audit(SHARED, skill="a")] == [
+        "enable",
+        "publish",
+        "disable",
+        "publish",
+    ]
+
+
+def test_disable_in_a_user_scope_hides_a_shared_skill_from_that_user_alone(
+    store: skillfs.Store,
+) -> None:
+    store.publish(SHARED, "a", files("a"))
+    store.publish(MARKET, "m", files("m"))
+    store.disable(ALICE, "a", reason="not for alice")
+    store.disable(ALICE, "m")
+    hole = store.manifest(ALICE, "a")
+    assert hole.disabled and hole.files == {} and hole.disabled_reason == "not for alice"
+    layers = [skillfs.Market("team")]
+    assert view(store, "alice", layers=layers) == []
+    assert view(store, "bob", layers=layers) == ["a", "m"]
+    store.enable(ALICE, "a")
+    assert view(store, "alice", layers=layers) == ["a"]
+    with pytest.raises(NotFound):
+        store.manifest(ALICE, "a")  # the hole is gone, not an empty skill
+
+
+def test_a_disabled_lower_layer_does_not_hide_a_higher_one(store: skillfs.Store) -> None:
+    store.publish(SHARED, "a", files("a", "shared"))
+    store.publish(ALICE, "a", files("a", "alice's"))
+    store.disable(SHARED, "a")
+    assert view(store, "alice") == ["a"]
+    assert view(store, "bob") == []
+
+
+def test_disable_bad_input_writes_nothing(store: skillfs.Store) -> None:
+    store.publish(SHARED, "a", files("a"))
+    rev = store.revision("support-bot")
+    with pytest.raises(NotFound, match="'nope' does not exist"):
+        store.disable(SHARED, "nope")
+    with pytest.raises(NotFound, match="nor its agent's shared scope"):
+        store.disable(ALICE, "nope")
+    with pytest.raises(InvalidPath, match="not disabled"):
+        store.enable(SHARED, "a")
+    with pytest.raises(NotFound):
+        store.enable(ALICE, "a")
+    with pytest.raises(InvalidPath, match="not a skill"):
+        store.disable(SHARED, "_drafts")
+    assert store.revision("support-bot") == rev
+    store.disable(SHARED, "a")
+    rev = store.revision("support-bot")
+    with pytest.raises(InvalidPath, match="already disabled"):
+        store.disable(SHARED, "a")
+    with pytest.raises(Conflict):
+        store.enable(SHARED, "a", expected_version=1)
+    assert store.revision("support-bot") == rev
+
+
+# ----------------------------------------------------------------- the CLI
+
+
+@pytest.fixture(params=["sqlite", "grpc"])
+def cli_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    url = url_for(request, request.param, tmp_path)
+    skillfs.open_store(url).close()
+    return url
+
+
+def test_cli_disable_enable_ls_prompt_and_audit(cli_url: str) -> None:
+    with skillfs.open_store(cli_url) as store:
+        store.publish(SHARED, "a", files("a"))
+        store.publish(SHARED, "b", files("b"))
+    env = {"SKILLFS_ACTOR": "oncall"}
+    done = as_json(cli_url, "disable", "a", "-s", "shared:support-bot", "-r", "leaks")
+    assert done["version"] == 2
+    rows = {r["skill"]: r for r in as_json(cli_url, "ls", "-s", "shared:support-bot")}
+    assert rows["a"]["disabled"] and rows["a"]["disabled_reason"] == "leaks"
+    assert not rows["b"]["disabled"]
+    assert "disabled: leaks" in ok(cli_url, "ls", "-s", "shared:support-bot").stdout
+    prompt = ok(cli_url, "prompt", "-a", "support-bot", "-u", "alice")
+    assert "<name>b</name>" in prompt.stdout and "<name>a</name>" not in prompt.stdout
+    assert "disabled a (shared:support-bot): leaks" in prompt.stderr
+    ok(cli_url, "disable", "b", "-s", "user:support-bot/alice", **env)
+    shown = as_json(cli_url, "prompt", "-a", "support-bot", "-u", "alice")
+    assert shown["skills"] == [] and {p["skill"] for p in shown["left_out"]} == {"a", "b"}
+    assert [s["id"] for s in as_json(cli_url, "prompt", "-a", "support-bot", "-u", "bob")[
+        "skills"
+    ]] == ["b"]  # fmt: skip
+    ok(cli_url, "enable", "a", "-s", "shared:support-bot", **env)
+    entries = as_json(cli_url, "audit", "-a", "support-bot")
+    assert [(e["skill"], e["action"]) for e in entries] == [
+        ("a", "enable"),
+        ("b", "disable"),
+        ("a", "disable"),
+        ("b", "publish"),
+        ("a", "publish"),
+    ]
+    oncall = "admin" if cli_url.startswith("grpc") else "oncall"
+    assert entries[0]["actor"] == oncall
+    assert entries[1]["scope"] == "user:support-bot/alice"
+    mine = as_json(cli_url, "audit", "-a", "support-bot", "--actor", oncall)
+    assert len(mine) == (5 if cli_url.startswith("grpc") else 2)
+    table = ok(cli_url, "audit", "-s", "shared:support-bot", "--skill", "a").stdout
+    assert "enable" in table and "leaks" in table
+    assert oncall in ok(cli_url, "history", "a", "-s", "shared:support-bot").stdout
+    line = error_line(run(cli_url, "enable", "b", "-s", "shared:support-bot"))
+    assert "not disabled" in line
+    line = error_line(run(cli_url, "disable", "nope", "-s", "shared:support-bot"))
+    assert "'nope' does not exist" in line
+    assert error_line(run(cli_url, "audit"), 1).endswith("--market NAME")
+    assert "ISO 8601" in error_line(run(cli_url, "audit", "-a", "x", "--since", "soon"), 2)
+
+
+def test_grpc_client_cannot_claim_another_actor(tmp_path: Path) -> None:
+    server = grpc_servers.in_process(f"memory://{uuid.uuid4().hex}", tmp_path)
+    try:
+        url = f"grpc://127.0.0.1:{server.grpc_port}"
+        with skillfs.open_store(url, token=grpc_servers.ALICE, actor="admin") as alice:
+            alice.publish(ALICE, "a", files("a"), actor="root", message="mine")
+            alice.disable(ALICE, "a", actor="root")
+            assert [(m.actor, m.message) for m in alice.history(ALICE, "a")] == [
+                ("alice", "disabled"),
+                ("alice", "mine"),
+            ]
+            assert [e.actor for e in alice.audit(ALICE)] == ["alice", "alice"]
+    finally:
+        server.stop(0)
