@@ -71,3 +71,58 @@ def test_50_agents_cost_what_one_agent_costs(
     store.close()
     writer.close()
     admin.close()
+
+
+def test_a_grpc_worker_follows_50_agents_with_one_call(tmp_path: Path) -> None:
+    """Over grpc://, the process's one watch asks the server about all 50 agents in one
+    WatchMany call (one watch slot, not 50 Watch streams), and each publish reaches its
+    worker's cache; an idle call costs the server no store read of its own (the hub, which
+    follows the domains anyway, tells it of changes)."""
+    from support.grpc_servers import ADMIN, running
+
+    with running("memory://fleet-grpc", tmp_path) as server:
+        address = f"grpc://127.0.0.1:{server.grpc_port}"
+        writer = skillfs.open_store(address, token=ADMIN)
+        for a in AGENTS:
+            writer.publish(Scope.shared(a), "s", {"SKILL.md": md("s", 1)})
+        store = skillfs.open_store(address, token=ADMIN)
+        calls: list[int] = []
+        many = store.engine.changes_many
+
+        def counted(since: Any, timeout: float) -> Any:
+            calls.append(len(since))
+            return many(since, timeout)
+
+        store.engine.changes_many = counted  # type: ignore[method-assign]
+        workers = [Skills(store, a, "alice") for a in AGENTS]
+        _settle(workers)
+        # the server runs in this process too: count the worker's watch threads by name
+        watching = [t.name for t in threading.enumerate() if t.name.startswith("skillfs-watch")]
+        assert watching == [f"skillfs-watch {store.url}"]
+        assert server.backend.watches.open <= 1  # one WatchMany out, not a Watch per agent
+        assert max(calls) == 50
+        served: list[str] = []
+        engine = server.store.engine
+        for name in ("revisions", "changes", "changes_many", "load_scope", "load_skills"):
+            original = getattr(engine, name)
+
+            def count(*args: Any, _name: str = name, _fn: Any = original) -> Any:
+                if not threading.current_thread().name.startswith("skillfs-hub"):
+                    served.append(_name)
+                return _fn(*args)
+
+            setattr(engine, name, count)
+        asked = len(calls)
+        time.sleep(2.5)
+        assert len(calls) - asked >= 2  # the worker's watch asked again every second...
+        # ...and the server answered each call from its hub's events, reading nothing
+        assert served == []
+        revs = {a: writer.publish(Scope.shared(a), "s", {"SKILL.md": md("s", 2)}).revision
+                for a in AGENTS[:5]}  # fmt: skip
+        for w in workers[:5]:
+            assert w.followers[0].wait_for(revs[w.agent_id], 10), w.agent_id
+        assert all("Version 2" in w.snapshot().prompt() for w in workers[:5])
+        for w in workers:
+            w.close()
+        store.close()
+        writer.close()

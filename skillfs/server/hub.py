@@ -38,6 +38,8 @@ WAIT = 30.0
 SHORT_WAIT = 0.5
 #: Waits out at once, at most: a long one and a short one.
 MAX_WAITS = 2
+#: Seconds the hub keeps following a domain after its last subscriber left.
+LINGER = 2.0
 #: First pause after a failed wait (doubling up to 2 s).
 RETRY = 0.02
 #: Events a stream may have waiting; one more drops them and tells the stream to reload.
@@ -103,6 +105,8 @@ class _Domain:
     since: Revision | None = None
     streams: set[Stream] = field(default_factory=set)
     sinks: list[Sink] = field(default_factory=list)
+    #: `loop.time()` when its last subscriber left (None: it has some).
+    idle_since: float | None = None
 
 
 class Hub:
@@ -137,7 +141,15 @@ class Hub:
 
     @property
     def domains(self) -> list[str]:
-        return list(self._domains)
+        """The domains with subscribers (the hub follows the others for `LINGER` seconds
+        more, for the next WatchMany call of a client that follows them)."""
+        return [n for n, d in self._domains.items() if d.idle_since is None]
+
+    def position(self, domain: str) -> Revision | None:
+        """The revision the hub has followed `domain` to (None: not followed yet); a stream
+        subscribed now gets an event for every change after it."""
+        d = self._domains.get(domain)
+        return None if d is None else d.since
 
     def start(self) -> None:
         """Start following (on the running loop)."""
@@ -170,7 +182,9 @@ class Hub:
 
     def subscribe(self, domain: str, manifests: bool) -> Stream:
         stream = Stream(domain, manifests, self.queue)
-        self._domains.setdefault(domain, _Domain()).streams.add(stream)
+        d = self._domains.setdefault(domain, _Domain())
+        d.streams.add(stream)
+        d.idle_since = None
         self._poke()
         return stream
 
@@ -188,7 +202,9 @@ class Hub:
         self._call(lambda: self._remove_sink(domain, sink))
 
     def _add_sink(self, domain: str, sink: Sink) -> None:
-        self._domains.setdefault(domain, _Domain()).sinks.append(sink)
+        d = self._domains.setdefault(domain, _Domain())
+        d.sinks.append(sink)
+        d.idle_since = None
         self._poke()
 
     def _remove_sink(self, domain: str, sink: Sink) -> None:
@@ -211,8 +227,18 @@ class Hub:
             loop.call_soon_threadsafe(fn)
 
     def _drop_if_idle(self, name: str, d: _Domain) -> None:
-        if not d.streams and not d.sinks:
-            del self._domains[name]
+        """Stop following a domain `LINGER` seconds after its last subscriber left, unless
+        another came: a grpc:// client's next WatchMany then finds the hub there."""
+        if not d.streams and not d.sinks and self._loop is not None:
+            d.idle_since = self._loop.time()
+            self._loop.call_later(LINGER, self._poke)
+
+    def _purge(self) -> None:
+        assert self._loop is not None
+        now = self._loop.time()
+        for name, d in list(self._domains.items()):
+            if d.idle_since is not None and now - d.idle_since >= LINGER * 0.99:
+                del self._domains[name]
 
     def _poke(self) -> None:
         if self._wake is not None:
@@ -225,6 +251,7 @@ class Hub:
         assert self._wake is not None
         delay = RETRY
         while True:
+            self._purge()
             if not self._domains and not self._waits:
                 self._wake.clear()
                 await self._wake.wait()
