@@ -96,12 +96,21 @@ class Watcher:
     `changes_many` (Redis: one XREAD over every stream; etcd: one watch stream). Add and
     remove domains at any time; a domain added while the thread waits is looked at when
     that wait ends (after at most `poll` seconds), from the revision it was added at, so
-    nothing is skipped. Store outages are logged and waited out (C8)."""
+    nothing is skipped. The thread ends when the last domain is removed and starts again
+    with the next one. Store outages are logged once and waited out (C8)."""
 
-    def __init__(self, engine: Engine, on_changes: OnChanges, *, poll: float = 1.0) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        on_changes: OnChanges,
+        *,
+        poll: float = 1.0,
+        logger: logging.Logger | None = None,
+    ) -> None:
         self.engine = engine
         self.poll = poll
         self._on_changes = on_changes
+        self._log = logger or log
         self._since: dict[str, Revision] = {}
         self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -111,6 +120,11 @@ class Watcher:
     def domains(self) -> list[str]:
         with self._lock:
             return sorted(self._since)
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The thread following the domains now (None while there are none)."""
+        return self._thread
 
     def add(self, domain: str, since: Revision | None = None) -> None:
         """Follow `domain` from `since` (None: from now; again: move it to `since`)."""
@@ -137,35 +151,47 @@ class Watcher:
 
     def _run(self) -> None:
         delay = 0.05
+        outage = Outage(self._log, f"watch {self.engine.url}")
         while True:
             with self._lock:
-                self._lock.wait_for(lambda: self._closed or bool(self._since))
-                if self._closed:
+                if self._closed or not self._since:
+                    self._thread = None  # `add` starts another
                     return
                 since = dict(self._since)
             started = time.monotonic()
             try:
                 found = self.engine.changes_many(since, self.poll)
-                delay = 0.05
             except Exception as exc:  # StoreUnavailable, or a closed engine under us
                 with self._lock:
                     if self._closed:
+                        self._thread = None
                         return
-                log.warning("watch %s: %s; retrying in %.2fs", self.engine.url, exc, delay)
+                outage.failed(exc)
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
+            failed = False
             for domain, rev in since.items():
+                with self._lock:
+                    if self._since.get(domain) is not rev:
+                        continue  # removed or moved meanwhile: the next wait looks from there
                 changes = found.get(domain, [])
                 try:
                     after = self._on_changes(domain, rev, changes, started)
-                except Exception:
-                    log.exception("watch %s: handling %s failed", self.engine.url, domain)
+                except Exception as exc:  # the store failed under the handler: again, later
+                    outage.failed(exc)
+                    failed = True
                     continue
                 after = after or (changes[-1].revision if changes else rev)
                 with self._lock:
                     if self._since.get(domain) is rev:  # else removed or moved meanwhile
                         self._since[domain] = after
+            if failed:
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+            else:
+                delay = 0.05
+                outage.recovered()
 
 
 def follow_many(

@@ -16,6 +16,7 @@ import skillfs
 from skillfs import Market, Scope, Skills
 from skillfs.engines.base import Engine
 from skillfs.errors import StoreUnavailable
+from skillfs.runtime.follower import watch_for
 from tests.runtime_helpers import CountingEngine, counting_store, md, memory_store
 
 SHARED = Scope.shared("bot")
@@ -284,12 +285,13 @@ def test_closing_every_worker_stops_the_watch() -> None:
     store = memory_store()
     a, b = Skills(store, "bot", "alice"), Skills(store, "bot", "bob")
     a.snapshot(), b.snapshot()
-    follower = a.followers[0]
-    thread = follower._thread
-    assert thread is not None and thread.is_alive()
+    watcher = watch_for(store).watcher
+    thread = watcher.thread
+    assert thread is not None and thread.is_alive() and watcher.domains == ["agents/bot"]
     a.close()
-    assert follower._thread is thread
+    assert watcher.thread is thread and watcher.domains == ["agents/bot"]
     b.close()
+    assert watcher.domains == []
     thread.join(3.0)
     assert not thread.is_alive()
     with Skills(store, "bot", "alice") as again:  # and it starts again when needed

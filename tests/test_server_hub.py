@@ -197,13 +197,14 @@ def test_threads_and_store_connections_do_not_grow_with_streams(
             wait_until(lambda: server.backend.watches.open == 10)
             time.sleep(0.3)
             pool = server.backend.executor
-            threads = threading.active_count() - len(pool._threads)
+            threads = set(threading.enumerate())
             clients = _clients(redis_only)
             streams += [stub.Watch(request, metadata=meta(ALICE)) for _ in range(990)]
             wait_until(lambda: server.backend.watches.open == 1000, timeout=60)
             time.sleep(0.3)
             # the executor starts its threads lazily, up to max_workers, whatever the load
-            assert threading.active_count() - len(pool._threads) == threads
+            # (a thread of an earlier test's server may end meanwhile: count new ones only)
+            assert not set(threading.enumerate()) - threads - set(pool._threads)
             assert len(pool._threads) <= 8
             assert _clients(redis_only) <= clients + 8  # as many as executor threads at most
             c = store.publish(A, "s", {"SKILL.md": md("s", "v2")})
@@ -211,3 +212,58 @@ def test_threads_and_store_connections_do_not_grow_with_streams(
                 assert next(stream).through == rev_to_pb(c.revision)
             for stream in streams:
                 stream.cancel()
+
+
+class AllCalls:
+    """Counts the server's calls of its engine that follow or read domains, as they start
+    (not the health check's `ping`, which answers readiness probes whatever the hub does)."""
+
+    METHODS = ("revisions", "changes", "changes_many", "load_scope", "load_skills")
+
+    def __init__(self, server: SkillfsServer) -> None:
+        engine = server.store.engine
+        self.calls: list[str] = []
+        for name in self.METHODS:
+            original = getattr(engine, name)
+
+            def counted(*args: Any, _name: str = name, _original: Any = original) -> Any:
+                self.calls.append(_name)
+                return _original(*args)
+
+            setattr(engine, name, counted)
+
+
+def test_the_hub_makes_no_store_call_while_nothing_changes(url: str, tmp_path: Path) -> None:
+    """The hub waits on every followed domain with one blocking call (`changes_many`), woken
+    by a change: a second of quiet costs the server no store call at all (the hub polled the
+    revisions every 20 ms before: about 50 calls a second); a domain added during that wait
+    is followed at once, and a publish in either domain reaches its stream."""
+    other = "agents/other-bot"
+    with running(url, tmp_path) as server:
+        address = f"127.0.0.1:{server.grpc_port}"
+        store = skillfs.open_store(f"grpc://{address}", token=ADMIN)
+        since = store.publish(A, "s", {"SKILL.md": md("s")}).revision
+        counting = AllCalls(server)
+        with grpc.insecure_channel(address) as ch:
+            stub = pb_grpc.SkillReaderStub(ch)
+            first = stub.Watch(
+                pb.WatchRequest(domain=DOMAIN, since=rev_to_pb(since)), metadata=meta(ADMIN)
+            )
+            wait_until(lambda: server.backend.hub.domains == [DOMAIN])
+            time.sleep(0.3)  # the stream caught up, the hub waits
+            before = len(counting.calls)
+            time.sleep(1.0)
+            idle = counting.calls[before:]
+            assert idle == [], idle
+            # a domain added while the hub waits: followed within the short wait
+            second = stub.Watch(pb.WatchRequest(domain=other), metadata=meta(ADMIN))
+            wait_until(lambda: sorted(server.backend.hub.domains) == sorted([DOMAIN, other]))
+            time.sleep(0.2)
+            t0 = time.monotonic()
+            c = store.publish(Scope.shared("other-bot"), "t", {"SKILL.md": md("t")})
+            assert next(second).through == rev_to_pb(c.revision)
+            assert time.monotonic() - t0 < 2.0
+            c = store.publish(A, "s", {"SKILL.md": md("s", "v2")})
+            assert next(first).through == rev_to_pb(c.revision)
+            first.cancel()
+            second.cancel()

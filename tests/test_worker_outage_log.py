@@ -22,14 +22,15 @@ RECOVERED = r"follow agents/bot: recovered after [0-9.]+s and [0-9]+ failed atte
 
 def _break(store: skillfs.Store, down: threading.Event) -> None:
     """The engine's change log fails while `down` is set, as over grpc:// with no server."""
-    changes = store.engine.changes
+    for name in ("changes", "changes_many"):
+        original = getattr(store.engine, name)
 
-    def failing(*args: Any, **kwargs: Any) -> Any:
-        if down.is_set():
-            raise StoreUnavailable(DOWN)
-        return changes(*args, **kwargs)
+        def failing(*args: Any, original: Any = original, **kwargs: Any) -> Any:
+            if down.is_set():
+                raise StoreUnavailable(DOWN)
+            return original(*args, **kwargs)
 
-    store.engine.changes = failing  # type: ignore[method-assign]
+        setattr(store.engine, name, failing)
 
 
 def _messages(caplog: pytest.LogCaptureFixture, logger: str) -> list[str]:
@@ -49,7 +50,7 @@ def test_a_worker_logs_an_outage_once_and_its_end(caplog: pytest.LogCaptureFixtu
         retries = [r for r in caplog.records if r.levelno == logging.DEBUG and DOWN in r.message]
         assert len(retries) >= 3  # they happened, at DEBUG
         assert _messages(caplog, "skillfs.runtime.follower") == [
-            f"follow agents/bot: {DOWN}; retrying in the background (one more line when it "
+            f"watch {store.url}: {DOWN}; retrying in the background (one more line when it "
             "recovers)"
         ]
         down.clear()
@@ -58,7 +59,7 @@ def test_a_worker_logs_an_outage_once_and_its_end(caplog: pytest.LogCaptureFixtu
             assert time.monotonic() < deadline, caplog.text
             time.sleep(0.05)
     _, recovered = _messages(caplog, "skillfs.runtime.follower")
-    assert re.fullmatch(RECOVERED, recovered), recovered
+    assert re.fullmatch(RECOVERED.replace("follow agents/bot", f"watch {store.url}"), recovered)
 
 
 def test_store_follow_logs_an_outage_once(caplog: pytest.LogCaptureFixture) -> None:

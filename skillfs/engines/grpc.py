@@ -11,7 +11,9 @@ last seen in (sent along with reads and touches) and the receipt the server gave
 or touch (sent along with commits). Both are small, bounded LRUs.
 
 `changes()` may end with a change that names no scope or skill: it stands for changes in
-scopes the token may not read, and only moves the follower's revision (C3).
+scopes the token may not read, and only moves the follower's revision (C3). `changes_many()`
+asks about every domain in one WatchMany call, so a worker following many agents holds one
+watch slot on the server, not one Watch stream per agent.
 """
 
 from __future__ import annotations
@@ -109,6 +111,8 @@ class GrpcEngine(Engine):
         self._seen: Lru[str, tuple[Scope, str, int]] = Lru(200_000)
         #: sha256 -> (size, receipt) from the server's answers to uploads and touches.
         self._receipts: Lru[str, tuple[int, bytes]] = Lru(200_000)
+        #: False once a server answered that it has no WatchMany (an older one).
+        self._many = True
 
     # ------------------------------------------------------------------ calls
 
@@ -336,6 +340,39 @@ class GrpcEngine(Engine):
                 stream.cancel()
 
         return self._run(first)
+
+    def changes_many(
+        self, since: Mapping[str, Revision], timeout: float
+    ) -> dict[str, list[Change]]:
+        """One WatchMany call for every domain (one watch slot on the server, however many
+        agents this process follows); a server that predates it is asked domain by domain."""
+        if not since or not self._many:
+            return super().changes_many(since, timeout)
+        wait = max(timeout, 0.0)
+        request = pb.WatchManyRequest(
+            domains=[pb.DomainSince(domain=d, since=wire.rev_to_pb(r)) for d, r in since.items()],
+            max_wait_seconds=wait,
+        )
+
+        def call(server: _Server) -> pb.WatchManyResponse | None:
+            try:
+                return server.reader.WatchMany(request, metadata=self._metadata, timeout=wait + 30)
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    return None
+                raise
+
+        reply = self._run(call)
+        if reply is None:
+            self._many = False
+            return super().changes_many(since, timeout)
+        return {
+            e.domain: _with_through(
+                [wire.change_from_pb(c) for c in e.event.changes],
+                wire.rev_from_pb(e.event.through) if e.event.HasField("through") else None,
+            )
+            for e in reply.events
+        }
 
     # ------------------------------------------------------------------ listings and usage
 

@@ -76,6 +76,11 @@ class SkillReaderStub:
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.WatchRequest.SerializeToString,
                 response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.WatchEvent.FromString,
                 _registered_method=True)
+        self.WatchMany = channel.unary_unary(
+                '/skillfs.v1.SkillReader/WatchMany',
+                request_serializer=skillfs_dot_v1_dot_skillfs__pb2.WatchManyRequest.SerializeToString,
+                response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.WatchManyResponse.FromString,
+                _registered_method=True)
         self.History = channel.unary_unary(
                 '/skillfs.v1.SkillReader/History',
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.HistoryRequest.SerializeToString,
@@ -150,6 +155,12 @@ class SkillReaderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchMany(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def History(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -218,6 +229,11 @@ def add_SkillReaderServicer_to_server(servicer, server):
                     servicer.Watch,
                     request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.WatchRequest.FromString,
                     response_serializer=skillfs_dot_v1_dot_skillfs__pb2.WatchEvent.SerializeToString,
+            ),
+            'WatchMany': grpc.unary_unary_rpc_method_handler(
+                    servicer.WatchMany,
+                    request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.WatchManyRequest.FromString,
+                    response_serializer=skillfs_dot_v1_dot_skillfs__pb2.WatchManyResponse.SerializeToString,
             ),
             'History': grpc.unary_unary_rpc_method_handler(
                     servicer.History,
@@ -457,6 +473,33 @@ class SkillReader:
             '/skillfs.v1.SkillReader/Watch',
             skillfs_dot_v1_dot_skillfs__pb2.WatchRequest.SerializeToString,
             skillfs_dot_v1_dot_skillfs__pb2.WatchEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchMany(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/skillfs.v1.SkillReader/WatchMany',
+            skillfs_dot_v1_dot_skillfs__pb2.WatchManyRequest.SerializeToString,
+            skillfs_dot_v1_dot_skillfs__pb2.WatchManyResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -8,8 +8,9 @@ edit never reloads this user's scope. A new epoch, or a revision that went back,
 everything and reloads (C5). Whatever was loaded, the cache is replaced only by manifests
 proven to be exactly the domain's state at the revision they are labelled with
 (`cut.find_cut`), so a step never holds half of a commit nor anything committed after its
-revision (C4). Between snapshots a background thread follows the change log and does the
-same, then warms the store's blob cache with the files that changed.
+revision (C4). Between snapshots the process's one watch of the store (a `Watcher`: one
+thread and one store connection for every domain followed) hands each follower its changes,
+and the follower does the same, then warms the store's blob cache with the files that changed.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from skillfs.runtime.cut import Key, find_cut
 from skillfs.runtime.layers import LayerSkills
 from skillfs.runtime.per_store import PerStore
 from skillfs.store import Store
-from skillfs.store_watch import Outage
+from skillfs.store_watch import Watcher
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class Follower:
     ) -> None:
         self.store = store
         self.domain = domain
-        self.watch_timeout = watch_timeout
+        self._watch_timeout = watch_timeout
         #: False: no watch thread; whoever follows the log (the server's hub) calls `feed`.
         self.background = background
         self._empty = LayerSkills({}, store)  # the store reads its layers' files
@@ -77,10 +78,21 @@ class Follower:
         self._refs: Counter[Scope] = Counter()
         self._prefetch: list[Manifest] = []
         self._ready: Revision | None = None  # the revision whose changed files are warm
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
+        self._watch: _Watch | None = None  # the store's watch, while it follows this domain
         #: `time.monotonic()` as of which the cache was known current (for max_staleness).
         self.verified_at = -float("inf")
+
+    @property
+    def watch_timeout(self) -> float:
+        """The longest wait of the watch: how often it confirms the cache when nothing moves."""
+        return self._watch_timeout
+
+    @watch_timeout.setter
+    def watch_timeout(self, seconds: float) -> None:
+        self._watch_timeout = seconds
+        watch = self._watch
+        if watch is not None:
+            watch.watcher.poll = min(watch.watcher.poll, seconds)
 
     @property
     def revision(self) -> Revision | None:
@@ -95,21 +107,19 @@ class Follower:
     # ------------------------------------------------------------------ tracking
 
     def track(self, scope: Scope) -> None:
-        """Serve `scope` from this process; starts the watch with the first scope."""
+        """Serve `scope` from this process; the store's watch follows the domain from the
+        first scope on."""
         with self._lock:
             self._refs[scope] += 1
-            if self.background and (self._thread is None or not self._thread.is_alive()):
-                self._stop = threading.Event()
-                self._thread = threading.Thread(
-                    target=self._watch,
-                    args=(self._stop,),
-                    name=f"skillfs-follow {self.domain}",
-                    daemon=True,
-                )
-                self._thread.start()
+            if not self.background or self._watch is not None:
+                return
+            watch = self._watch = watch_for(self.store)
+            since = self._cache.revision or EMPTY
+        watch.follow(self, since)
 
     def untrack(self, scope: Scope) -> None:
-        """Stop serving `scope` (its cache is dropped); the watch ends with the last scope."""
+        """Stop serving `scope` (its cache is dropped); the watch of the domain ends with the
+        last scope."""
         with self._lock:
             self._refs[scope] -= 1
             if self._refs[scope] > 0:
@@ -119,9 +129,9 @@ class Follower:
             if scope in cache.scopes:
                 rest = {s: v for s, v in cache.scopes.items() if s != scope}
                 self._cache = _Cache(cache.revision, rest, cache.observed_at)
-            if not self._refs:
-                self._stop.set()
-                self._thread = None
+            watch, self._watch = (self._watch, None) if not self._refs else (None, self._watch)
+        if watch is not None:
+            watch.unfollow(self)
 
     # ------------------------------------------------------------------ the snapshot path
 
@@ -276,36 +286,20 @@ class Follower:
             into.extend(page)
         raise StoreUnavailable(f"{self.domain}: the change log did not reach {upto}; retry")
 
-    # ------------------------------------------------------------------ the background watch
+    # ------------------------------------------------------------------ the watch
 
-    def _watch(self, stop: threading.Event) -> None:
-        """Follow the change log until stopped. Errors are logged and retried, never fatal:
-        a dead watch would leave every step to catch up by itself."""
-        delay = 0.05
-        outage = Outage(log, f"follow {self.domain}")
-        while not stop.is_set():
-            try:
-                self._follow_once()
-                delay = 0.05
-                outage.recovered()
-            except Exception as exc:
-                if stop.is_set():
-                    return  # closed while waiting: the store may be closed under it
-                outage.failed(exc)
-                stop.wait(delay)
-                delay = min(delay * 2, 2.0)
-
-    def _follow_once(self) -> None:
-        cache = self._cache
-        started = time.monotonic()
-        changes = self.store.engine.changes(
-            self.domain, cache.revision or EMPTY, self.watch_timeout
-        )
+    def on_watch(self, since: Revision, changes: list[Change], started: float) -> Revision:
+        """The store's watch found `changes` after `since` (none: nothing new as of
+        `started`); returns the revision to watch on from. Errors propagate: the watch logs
+        them and asks again, and the per-step revision check keeps every step correct."""
         with self._lock:
-            if self._cache is cache:  # else a snapshot moved it meanwhile: ask from there
+            cache = self._cache
+            if _same(cache.revision or EMPTY, since):  # else a snapshot moved it: go on from there
                 self._apply(cache, changes, changes)
                 self.verified_at = max(self.verified_at, started)
+            after = self._cache.revision or EMPTY
         self._done()
+        return after
 
     def feed(self, before: Revision, changes: Sequence[Change]) -> None:
         """Bring the cache to the end of `changes`, the log after `before` that someone else
@@ -379,7 +373,40 @@ class Follower:
             self._changed.wait_for(lambda: not _same(self._ready, seen), timeout)
 
 
+class _Watch:
+    """The one `Watcher` of a store object in this process, handing each followed domain's
+    changes to its follower: one thread and one store connection however many agents and
+    markets the process follows (docs/design.md §6.1)."""
+
+    def __init__(self, store: Store, _name: str) -> None:
+        self._followers: dict[str, Follower] = {}
+        self.watcher = Watcher(store.engine, self._on_changes, logger=log)
+
+    def follow(self, follower: Follower, since: Revision) -> None:
+        self._followers[follower.domain] = follower
+        # the watch confirms each cache at least as often as its most demanding follower asks
+        self.watcher.poll = min(self.watcher.poll, follower.watch_timeout)
+        self.watcher.add(follower.domain, since)
+
+    def unfollow(self, follower: Follower) -> None:
+        if self._followers.get(follower.domain) is follower:
+            del self._followers[follower.domain]
+            self.watcher.remove(follower.domain)
+
+    def _on_changes(
+        self, domain: str, since: Revision, changes: list[Change], started: float
+    ) -> Revision | None:
+        follower = self._followers.get(domain)
+        return None if follower is None else follower.on_watch(since, changes, started)
+
+
 _followers: PerStore[Follower] = PerStore(Follower)
+_watches: PerStore[_Watch] = PerStore(_Watch)
+
+
+def watch_for(store: Store) -> _Watch:
+    """The one watch of this store object in this process (a forked child starts its own)."""
+    return _watches.get(store, "")
 
 
 def follower_for(store: Store, domain: str) -> Follower:

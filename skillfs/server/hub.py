@@ -1,12 +1,15 @@
 """The hub: one follower of the store's change log per domain per server, whatever the number
 of Watch streams and views that want the domain (docs/server.md, "The serving model").
 
-One asyncio task follows every domain that has a subscriber: each round it reads the
-revisions of all of them in one store call and the change log of those that moved, in the
-server's executor. Each batch becomes one `Event`, with the manifests its puts wrote loaded
-once (when any subscriber wants them), offered to every subscribed stream's bounded queue —
-a full queue is dropped and its stream told to reload, so the hub never waits — and handed
-to every sink (the views' followers, docs/design.md §6.1).
+One asyncio task follows every domain that has a subscriber with one blocking wait over all
+of them (`Engine.changes_many`: on Redis one XREAD, on etcd one watch stream), run in one of
+the hub's two threads and woken when any domain changes: while nothing changes the hub makes
+no store call. A domain added during a long wait gets a second, short wait over every domain,
+so it is followed within about `SHORT_WAIT` seconds; never more than two waits are out. Each
+batch becomes one `Event`, with the manifests its puts wrote loaded once (when any subscriber
+wants them), offered to every subscribed stream's bounded queue — a full queue is dropped and
+its stream told to reload, so the hub never waits — and handed to every sink (the views'
+followers, docs/design.md §6.1).
 """
 
 from __future__ import annotations
@@ -14,9 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import queue as queues
+import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import EMPTY, Engine
@@ -26,8 +32,16 @@ from skillfs.proto import skillfs_pb2 as pb
 
 log = logging.getLogger("skillfs.server")
 
-#: Seconds between two reads of the followed domains' revisions.
-POLL = 0.02
+#: The longest wait of the hub on the store while nothing changes (seconds).
+WAIT = 30.0
+#: A wait begun while another is out (a domain was added) ends after this long.
+SHORT_WAIT = 0.5
+#: Waits out at once, at most: a long one and a short one.
+MAX_WAITS = 2
+#: Seconds the hub keeps following a domain after its last subscriber left.
+LINGER = 2.0
+#: First pause after a failed wait (doubling up to 2 s).
+RETRY = 0.02
 #: Events a stream may have waiting; one more drops them and tells the stream to reload.
 QUEUE = 64
 
@@ -91,33 +105,63 @@ class _Domain:
     since: Revision | None = None
     streams: set[Stream] = field(default_factory=set)
     sinks: list[Sink] = field(default_factory=list)
+    #: `loop.time()` when its last subscriber left (None: it has some).
+    idle_since: float | None = None
 
 
 class Hub:
     """The followed domains and their subscribers; every method runs on the event loop
     except `add_sink`/`remove_sink`, which any thread may call."""
 
-    def __init__(self, engine: Engine, run: Run, queue: int = QUEUE, poll: float = POLL) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        run: Run,
+        queue: int = QUEUE,
+        wait: float = WAIT,
+        short_wait: float = SHORT_WAIT,
+    ) -> None:
         self.engine = engine
         self.run = run
         self.queue = queue
-        self.poll = poll
+        self.wait = wait
+        self.short_wait = short_wait
         self._domains: dict[str, _Domain] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._feeding: set[asyncio.Future[None]] = set()
-        self.follow_calls = 0  # store reads of the log, for tests and /metrics
+        #: The waits out, each with the revisions it waits from.
+        self._waits: dict[asyncio.Future[dict[str, list[Change]]], dict[str, Revision]] = {}
+        #: The wait out that started from every domain's revision as it is now, if any.
+        self._current: asyncio.Future[dict[str, list[Change]]] | None = None
+        self._jobs: queues.SimpleQueue[Callable[[], None] | None] = queues.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self.follow_calls = 0  # store calls of the hub, for tests and /metrics
 
     @property
     def domains(self) -> list[str]:
-        return list(self._domains)
+        """The domains with subscribers (the hub follows the others for `LINGER` seconds
+        more, for the next WatchMany call of a client that follows them)."""
+        return [n for n, d in self._domains.items() if d.idle_since is None]
+
+    def position(self, domain: str) -> Revision | None:
+        """The revision the hub has followed `domain` to (None: not followed yet); a stream
+        subscribed now gets an event for every change after it."""
+        d = self._domains.get(domain)
+        return None if d is None else d.since
 
     def start(self) -> None:
         """Start following (on the running loop)."""
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._task = self._loop.create_task(self._follow(), name="skillfs-hub")
+        for i in range(MAX_WAITS):  # the waits' threads, for good: they do not come and go
+            thread = threading.Thread(
+                target=_serve, args=(self._jobs,), name=f"skillfs-hub-{i}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
 
     async def close(self) -> None:
         """End every stream (they end cleanly, clients resume elsewhere) and stop following."""
@@ -125,6 +169,12 @@ class Hub:
             for s in d.streams:
                 s.close()
         self._domains.clear()
+        for wait in self._waits:
+            wait.cancel()  # its thread ends with its wait, or when the store closes
+        self._waits.clear()
+        for _ in self._threads:
+            self._jobs.put(None)
+        self._threads = []
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -132,7 +182,9 @@ class Hub:
 
     def subscribe(self, domain: str, manifests: bool) -> Stream:
         stream = Stream(domain, manifests, self.queue)
-        self._domains.setdefault(domain, _Domain()).streams.add(stream)
+        d = self._domains.setdefault(domain, _Domain())
+        d.streams.add(stream)
+        d.idle_since = None
         self._poke()
         return stream
 
@@ -150,7 +202,9 @@ class Hub:
         self._call(lambda: self._remove_sink(domain, sink))
 
     def _add_sink(self, domain: str, sink: Sink) -> None:
-        self._domains.setdefault(domain, _Domain()).sinks.append(sink)
+        d = self._domains.setdefault(domain, _Domain())
+        d.sinks.append(sink)
+        d.idle_since = None
         self._poke()
 
     def _remove_sink(self, domain: str, sink: Sink) -> None:
@@ -173,8 +227,18 @@ class Hub:
             loop.call_soon_threadsafe(fn)
 
     def _drop_if_idle(self, name: str, d: _Domain) -> None:
-        if not d.streams and not d.sinks:
-            del self._domains[name]
+        """Stop following a domain `LINGER` seconds after its last subscriber left, unless
+        another came: a grpc:// client's next WatchMany then finds the hub there."""
+        if not d.streams and not d.sinks and self._loop is not None:
+            d.idle_since = self._loop.time()
+            self._loop.call_later(LINGER, self._poke)
+
+    def _purge(self) -> None:
+        assert self._loop is not None
+        now = self._loop.time()
+        for name, d in list(self._domains.items()):
+            if d.idle_since is not None and now - d.idle_since >= LINGER * 0.99:
+                del self._domains[name]
 
     def _poke(self) -> None:
         if self._wake is not None:
@@ -183,33 +247,101 @@ class Hub:
     # ------------------------------------------------------------------ following
 
     async def _follow(self) -> None:
-        """Read every followed domain's log, forever; a store error is logged and retried."""
+        """Follow every domain, forever; a store error is logged and retried."""
         assert self._wake is not None
-        delay = self.poll
+        delay = RETRY
         while True:
-            if not self._domains:
+            self._purge()
+            if not self._domains and not self._waits:
                 self._wake.clear()
                 await self._wake.wait()
-            since = {n: d.since for n, d in self._domains.items()}
+                continue
             try:
-                found = await self.run(_read, self.engine, since)
-                delay = self.poll
+                await self._start_new()
+                delay = RETRY
             except SkillfsError as exc:
                 log.warning("hub: %s; retrying in %.2fs", exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
-            self.follow_calls += 1
-            assert isinstance(found, dict)
-            for name, (before, changes) in found.items():
-                d = self._domains.get(name)
-                if d is None or d.since is not since[name]:
-                    continue  # dropped, or re-subscribed meanwhile: read again next round
-                d.since = changes[-1].revision if changes else before
-                await self._publish(d, Event(before, tuple(changes), {}))
+            if self._domains and self._current is None and len(self._waits) < MAX_WAITS:
+                since = {n: d.since for n, d in self._domains.items() if d.since is not None}
+                timeout = self.short_wait if self._waits else self.wait
+                wait = self._in_thread(self.engine.changes_many, since, timeout)
+                self._waits[wait] = since
+                self._current = wait
+                self.follow_calls += 1
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.poll)
+            woken: asyncio.Future[Any] = asyncio.ensure_future(self._wake.wait())
+            try:
+                await asyncio.wait([*self._waits, woken], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                woken.cancel()
+            for wait in [w for w in self._waits if w.done()]:
+                if not await self._ended(wait):
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+
+    async def _start_new(self) -> None:
+        """Read where newly followed domains are (one store call) and tell their streams."""
+        new = [n for n, d in self._domains.items() if d.since is None]
+        if not new:
+            return
+        revisions = await self.run(self.engine.revisions, new)
+        self.follow_calls += 1
+        assert isinstance(revisions, dict)
+        for name in new:
+            d = self._domains.get(name)
+            if d is not None and d.since is None:
+                d.since = revisions[name] or EMPTY
+                self._current = None  # the wait out does not cover it
+                await self._publish(d, Event(d.since, (), {}))
+
+    async def _ended(self, wait: asyncio.Future[dict[str, list[Change]]]) -> bool:
+        """Publish what a wait found; False when it failed."""
+        since = self._waits.pop(wait)
+        if wait is self._current:
+            self._current = None
+        try:
+            found = wait.result()
+        except Exception as exc:  # StoreUnavailable, or the store closed under it
+            log.warning("hub: %s", exc)
+            return False
+        for name, changes in found.items():
+            d = self._domains.get(name)
+            if d is None or d.since is not since[name] or not changes:
+                continue  # dropped, re-subscribed or moved on meanwhile: read again
+            d.since = changes[-1].revision
+            self._current = None  # the waits out start before this: wait from here
+            await self._publish(d, Event(since[name], tuple(changes), {}))
+        return True
+
+    def _in_thread(
+        self, fn: Callable[..., dict[str, list[Change]]], *args: object
+    ) -> asyncio.Future[dict[str, list[Change]]]:
+        """`fn(*args)` in one of the hub's own `MAX_WAITS` daemon threads (not the executor:
+        a wait may last `WAIT` seconds, and must not hold up the server's shutdown)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[dict[str, list[Change]]] = loop.create_future()
+
+        def settle(result: object, error: BaseException | None) -> None:
+            if future.done():  # cancelled by `close`
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)  # type: ignore[arg-type]  # fn's result
+
+        def work() -> None:
+            try:
+                result, error = fn(*args), None
+            except BaseException as exc:  # handed to the hub's task
+                result, error = None, exc
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+                loop.call_soon_threadsafe(settle, result, error)
+
+        self._jobs.put(work)
+        return future
 
     async def _publish(self, d: _Domain, event: Event) -> None:
         if event.changes and any(s.manifests for s in d.streams):
@@ -237,24 +369,10 @@ class Hub:
         task.add_done_callback(self._feeding.discard)
 
 
-def _read(
-    engine: Engine, since: dict[str, Revision | None]
-) -> dict[str, tuple[Revision, list[Change]]]:
-    """The log of every domain whose revision moved since its `since`, as (before, changes);
-    a domain seen for the first time gets (its revision, []). Two store reads at most: the
-    revisions of all in one call, then the log of the moved ones."""
-    current = engine.revisions(list(since))
-    out: dict[str, tuple[Revision, list[Change]]] = {}
-    for name, rev in current.items():
-        before = since[name]
-        now = rev or EMPTY
-        if before is None:
-            out[name] = (now, [])
-        elif now.epoch != before.epoch or now.counter != before.counter:
-            changes = engine.changes(name, before, 0)
-            if changes:
-                out[name] = (before, changes)
-    return out
+def _serve(jobs: queues.SimpleQueue[Callable[[], None] | None]) -> None:
+    """A thread of the hub: run its waits until told to stop (None)."""
+    while (job := jobs.get()) is not None:
+        job()
 
 
 def manifests_of(

@@ -5,6 +5,7 @@ Every call is authorized by the token's grants (docs/server.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -22,7 +23,15 @@ from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.runtime import Snapshot
 from skillfs.server.backend import Backend
 from skillfs.server.hub import Event, Stream, manifests_of
-from skillfs.server.rpc import allowed, bearer, check_sha, streaming, unary
+from skillfs.server.rpc import (
+    allowed,
+    asynchronous,
+    bearer,
+    check_sha,
+    streaming,
+    unary,
+    well_formed,
+)
 from skillfs.server.views import view_key, view_scopes
 from skillfs.skill_md import SKILL_MD
 
@@ -33,6 +42,13 @@ CATCH_UP_ROUNDS = 16
 #: A Watch asking to wait at most this long is a catch-up read (the runtime's per-step
 #: `changes(..., 0)`), as short as any unary call: it does not count against the limits.
 SHORT_WATCH = 0.25
+#: Domains one WatchMany call may name, and the longest it waits (the client asks again).
+MAX_WATCH_MANY = 10_000
+MANY_WAIT = 30.0
+
+
+def _same(a: Revision | None, b: Revision) -> bool:
+    return a is not None and a.epoch == b.epoch and a.counter == b.counter
 
 
 def _view_skill(s: Any) -> pb.ViewSkill:
@@ -200,6 +216,100 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
                     yield event
             finally:
                 self.backend.hub.unsubscribe(stream)
+
+    @asynchronous
+    async def WatchMany(
+        self, request: pb.WatchManyRequest, context: grpc.ServicerContext, principal: Principal
+    ) -> pb.WatchManyResponse:
+        """`Engine.changes_many` for grpc:// clients: one call, one watch slot, however many
+        domains. It waits on the hub's events (subscribed for the call), reading the store
+        only for domains the hub is not at: an idle call costs no store call."""
+        request = well_formed(request)
+        if len(request.domains) > MAX_WATCH_MANY:
+            raise InvalidPath(
+                f"WatchMany names {len(request.domains)} domains: at most {MAX_WATCH_MANY}"
+            )
+        since: dict[str, Revision] = {}
+        unset: list[str] = []
+        for d in request.domains:
+            domain = check_domain(d.domain)
+            principal.require_domain(domain)
+            if d.HasField("since"):
+                since[domain] = wire.rev_from_pb(d.since)
+            else:
+                unset.append(domain)
+        run, hub = self.backend.run, self.backend.hub
+        if unset:  # from now, as Watch does
+            now = await run(self.engine.revisions, unset)
+            since.update({d: now[d] or EMPTY for d in unset})
+        wait = min(max(request.max_wait_seconds, 0.0), MANY_WAIT)
+        if wait <= SHORT_WATCH:  # a look, as short as any unary call: not held
+            return self._many(principal, await run(self.engine.changes_many, since, wait))
+        with self.backend.watches.hold(principal):
+            wake = asyncio.Event()
+            streams = {d: hub.subscribe(d, False) for d in since}
+            for stream in streams.values():
+                stream.wake = wake  # one wake for all of them
+            try:
+                found = await self._many_wait(streams, since, wake, wait)
+            finally:
+                for stream in streams.values():
+                    hub.unsubscribe(stream)
+        principal = self.backend.tokens.authenticate(bearer(context))
+        for domain in found:
+            principal.require_domain(domain)
+        return self._many(principal, found)
+
+    async def _many_wait(
+        self,
+        streams: dict[str, Stream],
+        since: dict[str, Revision],
+        wake: asyncio.Event,
+        wait: float,
+    ) -> dict[str, list[Change]]:
+        hub, run = self.backend.hub, self.backend.run
+        behind = {d: r for d, r in since.items() if not _same(hub.position(d), r)}
+        found = await run(self.engine.changes_many, behind, 0) if behind else {}
+        deadline = time.monotonic() + wait
+        while not found and not self.backend.stopping.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            wake.clear()
+            if not any(s.events or s.overflowed or s.closed for s in streams.values()):
+                try:
+                    await asyncio.wait_for(wake.wait(), left)
+                except TimeoutError:
+                    break
+            behind = {}
+            for domain, stream in streams.items():
+                if stream.closed:
+                    return found
+                if stream.overflowed:
+                    found[domain] = await self._reset(domain)
+                    continue
+                at, changes = since[domain], list[Change]()
+                while stream.events:
+                    got, _, late = self._after(stream.events.popleft(), at)
+                    if late is not None:
+                        behind[domain] = since[domain]
+                        break
+                    changes += got
+                    at = changes[-1].revision if changes else at
+                if changes and domain not in behind:
+                    found[domain] = changes
+            if behind:
+                found.update(await run(self.engine.changes_many, behind, 0))
+        return found
+
+    def _many(self, principal: Principal, found: dict[str, list[Change]]) -> pb.WatchManyResponse:
+        return pb.WatchManyResponse(
+            events=[
+                pb.DomainEvent(domain=d, event=self._event(principal, changes, {}, False))
+                for d, changes in found.items()
+                if changes
+            ]
+        )
 
     async def _follow(
         self,

@@ -1,0 +1,130 @@
+"""A worker process following many agents (docs/design.md §6.1): one watch thread and one store
+connection for all of them, whatever their number (issue 12)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import skillfs
+from skillfs import Scope, Skills
+from skillfs.runtime.follower import watch_for
+from tests.stores import url_for
+
+AGENTS = [f"a{i:02d}" for i in range(50)]
+
+
+def md(name: str, n: int) -> bytes:
+    return f"---\nname: {name}\ndescription: Version {n}. Use when testing.\n---\nv{n}\n".encode()
+
+
+def _clients(admin: Any, name: str) -> int:
+    return sum(1 for c in admin.client_list() if c.get("name") == name)
+
+
+def _settle(workers: list[Skills]) -> None:
+    """Every worker's follower current, and the watch back in its wait."""
+    revs = [w.snapshot().revisions[f"agents/{w.agent_id}"] for w in workers]
+    for w, rev in zip(workers, revs, strict=True):
+        assert rev is not None and w.followers[0].wait_for(rev, 10)
+    time.sleep(0.5)
+
+
+def test_50_agents_cost_what_one_agent_costs(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """`Skills` for 50 agents in one process: the same threads and Redis connections as for
+    one (measured before this change: +50 threads, +50 connections), and a publish for each
+    agent still reaches its worker's cache through the one watch."""
+    base = url_for(request, "redis", tmp_path)
+    admin = request.getfixturevalue("redis_server").client()
+    writer = skillfs.open_store(base)
+    for a in AGENTS:
+        writer.publish(Scope.shared(a), "s", {"SKILL.md": md("s", 1)})
+    store = skillfs.open_store(base + "&client_name=skillfs-fleet-worker")
+    threads0 = set(threading.enumerate())
+    one = [Skills(store, AGENTS[0], "alice")]
+    _settle(one)
+    threads1, conns1 = set(threading.enumerate()), _clients(admin, "skillfs-fleet-worker")
+    fifty = one + [Skills(store, a, "alice") for a in AGENTS[1:]]
+    _settle(fifty)
+    threads50, conns50 = set(threading.enumerate()), _clients(admin, "skillfs-fleet-worker")
+    # measured: 1 thread over the process's own, 2 connections (the per-step reads and the
+    # watch's blocking XREAD), for 1 agent and for 50 alike (threads of earlier tests may
+    # end meanwhile: count the ones that appeared)
+    assert [t.name for t in threads1 - threads0] == [f"skillfs-watch {store.url}"]
+    assert not threads50 - threads1, threads50 - threads1
+    assert conns50 <= conns1 <= 2, (conns1, conns50)
+    assert watch_for(store).watcher.domains == sorted(f"agents/{a}" for a in AGENTS)
+    revs = {
+        a: writer.publish(Scope.shared(a), "s", {"SKILL.md": md("s", 2)}).revision for a in AGENTS
+    }
+    for w in fifty:  # pushed by the one watch, not pulled by a step
+        assert w.followers[0].wait_for(revs[w.agent_id], 10), w.agent_id
+    assert not set(threading.enumerate()) - threads50
+    assert all("Version 2" in w.snapshot().prompt() for w in fifty)  # C3 as ever
+    for w in fifty:
+        w.close()
+    store.close()
+    writer.close()
+    admin.close()
+
+
+def test_a_grpc_worker_follows_50_agents_with_one_call(tmp_path: Path) -> None:
+    """Over grpc://, the process's one watch asks the server about all 50 agents in one
+    WatchMany call (one watch slot, not 50 Watch streams), and each publish reaches its
+    worker's cache; an idle call costs the server no store read of its own (the hub, which
+    follows the domains anyway, tells it of changes)."""
+    from support.grpc_servers import ADMIN, running
+
+    with running("memory://fleet-grpc", tmp_path) as server:
+        address = f"grpc://127.0.0.1:{server.grpc_port}"
+        writer = skillfs.open_store(address, token=ADMIN)
+        for a in AGENTS:
+            writer.publish(Scope.shared(a), "s", {"SKILL.md": md("s", 1)})
+        store = skillfs.open_store(address, token=ADMIN)
+        calls: list[int] = []
+        many = store.engine.changes_many
+
+        def counted(since: Any, timeout: float) -> Any:
+            calls.append(len(since))
+            return many(since, timeout)
+
+        store.engine.changes_many = counted  # type: ignore[method-assign]
+        workers = [Skills(store, a, "alice") for a in AGENTS]
+        _settle(workers)
+        # the server runs in this process too: count the worker's watch threads by name
+        names = [t.name for t in threading.enumerate()]
+        assert names.count(f"skillfs-watch {store.url}") == 1  # other tests' stores aside
+        assert not [n for n in names if n.startswith("skillfs-follow")]
+        assert server.backend.watches.open <= 1  # one WatchMany out, not a Watch per agent
+        assert max(calls) == 50
+        served: list[str] = []
+        engine = server.store.engine
+        for name in ("revisions", "changes", "changes_many", "load_scope", "load_skills"):
+            original = getattr(engine, name)
+
+            def count(*args: Any, _name: str = name, _fn: Any = original) -> Any:
+                if not threading.current_thread().name.startswith("skillfs-hub"):
+                    served.append(_name)
+                return _fn(*args)
+
+            setattr(engine, name, count)
+        asked = len(calls)
+        time.sleep(2.5)
+        assert len(calls) - asked >= 2  # the worker's watch asked again every second...
+        # ...and the server answered each call from its hub's events, reading nothing
+        assert served == []
+        revs = {a: writer.publish(Scope.shared(a), "s", {"SKILL.md": md("s", 2)}).revision
+                for a in AGENTS[:5]}  # fmt: skip
+        for w in workers[:5]:
+            assert w.followers[0].wait_for(revs[w.agent_id], 10), w.agent_id
+        assert all("Version 2" in w.snapshot().prompt() for w in workers[:5])
+        for w in workers:
+            w.close()
+        store.close()
+        writer.close()
