@@ -5,7 +5,6 @@ Watch with manifests) answering as the runtime does."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -271,17 +270,13 @@ def test_a_server_over_its_concurrent_call_limit_is_failed_over(tmp_path: Path) 
     store_url = f"memory://{uuid.uuid4().hex}"
     busy = in_process(store_url, tmp_path / "busy", max_concurrent_rpcs=4)
     idle = in_process(store_url, tmp_path / "idle")
-    release = threading.Event()
     meta = [("authorization", f"Bearer {ADMIN}")]
 
-    def stalled() -> Iterator[pb.UploadBlobRequest]:
-        # the header first, so the call is surely open on the server, then nothing more
-        yield pb.UploadBlobRequest(header=pb.UploadBlobHeader(sha256="0" * 64, size=1))
-        release.wait(30)
-
     with grpc.insecure_channel(f"127.0.0.1:{busy.grpc_port}") as ch:
-        admin = pb_grpc.SkillAdminStub(ch)
-        held = [admin.UploadBlob.future(stalled(), metadata=meta) for _ in range(4)]
+        # four Watch streams that wait for changes hold the limit: a server-streaming call
+        # is open on the server as soon as its one request arrives
+        watch = pb_grpc.SkillReaderStub(ch).Watch
+        held = [watch(pb.WatchRequest(domain=f"agents/{AGENT}"), metadata=meta) for _ in range(4)]
         reader = pb_grpc.SkillReaderStub(ch)
         try:
             deadline = time.monotonic() + 30  # generous: a loaded machine is slow to open them
@@ -303,9 +298,8 @@ def test_a_server_over_its_concurrent_call_limit_is_failed_over(tmp_path: Path) 
             for _ in range(6):  # round-robin: some calls go to the busy server first
                 assert client.revision(AGENT) is None
         finally:
-            release.set()
-            for f in held:
-                f.cancel()
+            for stream in held:
+                stream.cancel()
             busy.stop(0)
             idle.stop(0)
 
