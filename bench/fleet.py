@@ -45,7 +45,7 @@ import threading
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -78,6 +78,10 @@ MAX_PROCS = 8
 REACH_TARGET_MS = 200.0
 STEP_TARGET_MS = 10.0
 CPU_TARGET = 1.5
+#: Steps starting this many seconds after a publish's acknowledgement are not "quiet".
+QUIET_AFTER = 2.0
+#: Seconds over which the server's CPU is sampled with the streams open and nothing changing.
+IDLE_SAMPLE = 3.0
 
 BEFORE = {  # issue 12's measurements of the thread-pool server, quoted as "before"
     "streams": "refused past 32 per token (the Watch cap: max_workers / 4)",
@@ -308,6 +312,7 @@ class Streams:
     refused_sample: list[str]
     fanout: list[float]  # ms from the publish's acknowledgement to each stream's event
     fanout_streams: int
+    idle_cpu: list[float]  # the server's CPU (% of a core) at each sample, nothing changing
 
 
 def bench_streams(ctx: Any, srv: Server, size: Size) -> Streams:
@@ -325,6 +330,7 @@ def bench_streams(ctx: Any, srv: Server, size: Size) -> Streams:
         conns.append(here)
         procs.append(p)
     refused, sample, opened = 0, [], 0
+    idle: list[float] = []  # the server's CPU (% of a core) with the streams open, idle
     try:
         for total in size.streams:
             more = total - opened
@@ -336,6 +342,9 @@ def bench_streams(ctx: Any, srv: Server, size: Size) -> Streams:
                 sample += errs
             opened = total
             time.sleep(1.0)
+            cpu0, t0 = cpu_seconds(pid), time.monotonic()
+            time.sleep(IDLE_SAMPLE)
+            idle.append(100 * (cpu_seconds(pid) - cpu0) / (time.monotonic() - t0))
             samples.append((total, threads(pid), rss_mib(pid)))
             print(
                 f"  streams {total}: threads {samples[-1][1]}, refused {refused}", file=sys.stderr
@@ -356,7 +365,7 @@ def bench_streams(ctx: Any, srv: Server, size: Size) -> Streams:
             p.join(20)
             if p.is_alive():
                 p.kill()
-    return Streams(samples, refused, sample[:3], fanout, len(fanout))
+    return Streams(samples, refused, sample[:3], fanout, len(fanout), idle)
 
 
 # --------------------------------------------------------------------------- 2. CPU per call
@@ -546,10 +555,17 @@ def workers_main(url: str, users: Sequence[str], conn: Connection) -> None:
                     else:
                         missed += 1
                 c3.append((shown, missed, none))
+            acks = [acked for _, _, acked in publishes]
+            quiet = [
+                s.ms
+                for s in steps
+                if s.ok and not any(0 <= s.started - a < QUIET_AFTER for a in acks)
+            ]
             conn.send(
                 (
                     "stopped",
                     [s.ms for s in steps if s.ok],
+                    quiet,
                     sum(not s.ok for s in steps),
                     errors[:3],
                     c3,
@@ -575,6 +591,7 @@ class Workers:
     c3_shown: int
     c3_missed: int
     c3_no_step: int
+    quiet: list[float] = field(default_factory=list)  # steps not just after a publish
     threads: list[int] = field(default_factory=list)
     rss: list[float] = field(default_factory=list)
     store_conns: list[int] = field(default_factory=list)
@@ -632,8 +649,9 @@ def bench_workers(ctx: Any, srv: Server, size: Size) -> Workers:
         for c in conns:
             c.send(("stop", since))
         for c in conns:
-            _, steps, failed, errors, c3 = c.recv()
+            _, steps, quiet, failed, errors, c3 = c.recv()
             result.steps += steps
+            result.quiet += quiet
             result.failed += failed
             result.errors += errors
             for shown, missed, none in c3:
@@ -879,6 +897,15 @@ def table(results: Sequence[Result], size: Size) -> str:
         common.row("server RSS (MiB) at streams open", cells(stream_rss)),
         common.row("RSS per stream (0 → last)", cells(per_stream)),
         common.row(
+            "server CPU with the streams open, nothing changing (% of a core)",
+            cells(
+                lambda r: ", ".join(
+                    f"{n:,}: {c:.0f} %"
+                    for (n, _, _), c in zip(r.streams.samples[1:], r.streams.idle_cpu, strict=True)
+                )
+            ),
+        ),
+        common.row(
             "a publish's event on every stream, from its ack (p50 / p99)",
             cells(lambda r: f"{dist(r.streams.fanout)} on {r.streams.fanout_streams:,} streams"),
         ),
@@ -886,6 +913,10 @@ def table(results: Sequence[Result], size: Size) -> str:
         common.row(f"**2. {size.workers:,} workers, a step a second**", ("" for _ in results)),
         common.row("steps", cells(step_count)),
         common.row("step `snapshot()` + `prompt()` (p50 / p99)", cells(steps)),
+        common.row(
+            f"steps not within {QUIET_AFTER:.0f} s after a publish (p50 / p99)",
+            cells(lambda r: f"{dist(r.workers.quiet)} ({len(r.workers.quiet):,} steps)"),
+        ),
         common.row("before (issue 12)", (BEFORE["steps"] for _ in results)),
         common.row(
             f"a publish in every worker's cache, from its ack ({size.publishes} publishes; "
@@ -984,6 +1015,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--quick", action="store_true", help="a small run for development")
     parser.add_argument("--workers", type=int, help="workers (default 1000, quick 20)")
+    parser.add_argument("--streams", type=int, help="Watch streams (default 10000, quick 50)")
+    parser.add_argument("--procs", type=int, help=f"load processes (default {MAX_PROCS})")
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--echo", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--reply", help=argparse.SUPPRESS)
@@ -995,7 +1028,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     raise_nofile()
     size = QUICK if args.quick else FULL
     if args.workers:
-        size = Size(**{**size.__dict__, "workers": args.workers})
+        size = replace(size, workers=args.workers)
+    if args.streams:
+        size = replace(size, streams=(args.streams // 10, args.streams // 2, args.streams))
+    if args.procs:
+        size = replace(size, procs=args.procs)
     assert size.procs <= MAX_PROCS
     names = [e.strip() for e in args.engines.split(",") if e.strip()]
     results = []
