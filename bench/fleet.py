@@ -43,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Sequence
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field, replace
@@ -80,6 +81,12 @@ STEP_TARGET_MS = 10.0
 CPU_TARGET = 1.5
 #: Steps starting this many seconds after a publish's acknowledgement are not "quiet".
 QUIET_AFTER = 2.0
+#: Streams a load process opens at once, then pauses OPEN_PAUSE seconds (8 processes: 1,000
+#: streams/s). gRPC's core cancels calls that arrive faster than the server's event loop takes
+#: them (`grpc.server.max_pending_requests`, 1,000, hard limit 3,000: "CANCELLED"), which
+#: `skillfs serve` does not raise; a burst of 2,500 on one channel loses ~300.
+OPEN_BATCH = 25
+OPEN_PAUSE = 0.2
 #: Seconds over which the server's CPU is sampled with the streams open and nothing changing.
 IDLE_SAMPLE = 3.0
 
@@ -284,8 +291,10 @@ async def _streams(address: str, since_hex: str, conn: Connection) -> None:
     while True:
         cmd = await loop.run_in_executor(None, conn.recv)
         if cmd[0] == "open":
-            for _ in range(cmd[1]):
+            for i in range(cmd[1]):
                 tasks.append(asyncio.create_task(hold()))
+                if i % OPEN_BATCH == OPEN_BATCH - 1:  # a ramp, not one burst (see OPEN_BATCH)
+                    await asyncio.sleep(OPEN_PAUSE)
             await until(lambda: confirmed + len(errors) >= len(tasks), 120)
             conn.send(("opened", confirmed, errors[:5], len(errors)))
         elif cmd[0] == "await":
@@ -593,6 +602,9 @@ class Workers:
     c3_no_step: int
     quiet: list[float] = field(default_factory=list)  # steps not just after a publish
     threads: list[int] = field(default_factory=list)
+    server_cpu: float = 0.0  # % of a core over the measured run
+    load_cpu: float = 0.0  # the load processes', % of a core
+    calls: dict[str, float] = field(default_factory=dict)  # gRPC calls/s by method
     rss: list[float] = field(default_factory=list)
     store_conns: list[int] = field(default_factory=list)
 
@@ -617,6 +629,8 @@ def bench_workers(ctx: Any, srv: Server, size: Size) -> Workers:
             c.recv()
         time.sleep(size.warmup)
         since = time.monotonic()
+        calls0, cpu0 = srv.calls(), cpu_seconds(srv.pid)
+        load0 = sum(cpu_seconds(p.pid) for p in procs if p.pid is not None)
         result = Workers(size.workers, size.seconds, setup_errors, [], 0, [], [], [], 0, 0, 0, 0)
         gap = size.seconds / size.publishes
         for k in range(size.publishes):
@@ -646,6 +660,12 @@ def bench_workers(ctx: Any, srv: Server, size: Size) -> Workers:
             )
         while time.monotonic() < since + size.seconds:
             time.sleep(0.05)
+        elapsed = time.monotonic() - since
+        result.server_cpu = 100 * (cpu_seconds(srv.pid) - cpu0) / elapsed
+        load1 = sum(cpu_seconds(p.pid) for p in procs if p.pid is not None)
+        result.load_cpu = 100 * (load1 - load0) / elapsed
+        calls1 = srv.calls()
+        result.calls = {m: (n - calls0.get(m, 0)) / elapsed for m, n in calls1.items()}
         for c in conns:
             c.send(("stop", since))
         for c in conns:
@@ -779,6 +799,19 @@ class Server:
     def store_conns(self) -> int:
         return sockets_to(self.pid, self.store_port)
 
+    def calls(self) -> dict[str, float]:
+        """gRPC calls served so far by method (`skillfs_grpc_requests_total` at /metrics)."""
+        url = f"http://127.0.0.1:{self.process.http_port}/metrics"
+        with urllib.request.urlopen(url, timeout=30) as reply:
+            text = reply.read().decode()
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith("skillfs_grpc_requests_total{"):
+                labels, value = line.rsplit(" ", 1)
+                method = labels.split('method="', 1)[1].split('"', 1)[0]
+                out[method] = out.get(method, 0.0) + float(value)
+        return out
+
     def redis_clients(self) -> int | None:
         """Clients Redis counts (`CLIENT LIST`), this benchmark's own connection left out."""
         if self.redis is None:
@@ -893,6 +926,10 @@ def table(results: Sequence[Result], size: Size) -> str:
             "streams open / refused",
             cells(lambda r: f"{r.streams.samples[-1][0]:,} / {r.streams.refused}"),
         ),
+        common.row(
+            "why refused (a sample)",
+            cells(lambda r: "; ".join(sorted(set(r.streams.refused_sample))) or "-"),
+        ),
         common.row("server threads at streams open", cells(stream_threads)),
         common.row("server RSS (MiB) at streams open", cells(stream_rss)),
         common.row("RSS per stream (0 → last)", cells(per_stream)),
@@ -928,6 +965,20 @@ def table(results: Sequence[Result], size: Size) -> str:
         ),
         common.row("before (issue 12)", (BEFORE["reach"] for _ in results)),
         common.row("next step after the ack shows it (C3)", cells(c3)),
+        common.row(
+            "CPU during the run, % of a core: server / the load processes",
+            cells(lambda r: f"{r.workers.server_cpu:.0f} % / {r.workers.load_cpu:.0f} %"),
+        ),
+        common.row(
+            "gRPC calls/s the server answered during the run, by method",
+            cells(
+                lambda r: ", ".join(
+                    f"{m} {n:,.0f}"
+                    for m, n in sorted(r.workers.calls.items(), key=lambda x: -x[1])
+                    if n >= 0.5
+                )
+            ),
+        ),
         common.row(
             "server threads during the run (min–max)",
             cells(lambda r: f"{min(r.workers.threads)}–{max(r.workers.threads)}"),
