@@ -568,16 +568,18 @@ def workers_main(url: str, users: Sequence[str], conn: Connection) -> None:
             errors = [e for w in workers for e in w.errors]
             c3 = []
             for counter, version, acked in publishes:
-                shown = missed = none = 0
+                shown = stale = failed = none = 0
                 for w in workers:
                     nxt = next((s for s in w.steps if s.started > acked), None)
                     if nxt is None:
                         none += 1
-                    elif nxt.ok and nxt.counter >= counter and nxt.version >= version:
+                    elif not nxt.ok:  # an error, not a snapshot: no C3 claim either way
+                        failed += 1
+                    elif nxt.counter >= counter and nxt.version >= version:
                         shown += 1
-                    else:
-                        missed += 1
-                c3.append((shown, missed, none))
+                    else:  # a snapshot without the acknowledged publish: C3 broken
+                        stale += 1
+                c3.append((shown, stale, failed, none))
             acks = [acked for _, _, acked in publishes]
             quiet = [
                 s.ms
@@ -612,8 +614,9 @@ class Workers:
     reach_all: list[float]  # ms, the last worker per publish
     unreached: int
     c3_shown: int
-    c3_missed: int
+    c3_missed: int  # snapshots that did not show the acknowledged publish
     c3_no_step: int
+    c3_failed: int = 0  # first steps after a publish that raised instead
     quiet: list[float] = field(default_factory=list)  # steps not just after a publish
     threads: list[int] = field(default_factory=list)
     server_cpu: float = 0.0  # % of a core over the measured run
@@ -688,9 +691,10 @@ def bench_workers(ctx: Any, srv: Server, size: Size) -> Workers:
             result.quiet += quiet
             result.failed += failed
             result.errors += errors
-            for shown, missed, none in c3:
+            for shown, missed, failed_first, none in c3:
                 result.c3_shown += shown
                 result.c3_missed += missed
+                result.c3_failed += failed_first
                 result.c3_no_step += none
     finally:
         for p in procs:
@@ -925,7 +929,9 @@ def table(results: Sequence[Result], size: Size) -> str:
         checked = w.c3_shown + w.c3_missed
         pct = 100 * w.c3_shown / checked if checked else 0
         extra = f"; {w.c3_no_step} without a step after it" if w.c3_no_step else ""
-        return f"{w.c3_shown:,} of {checked:,} ({pct:.1f} %){extra}"
+        if w.c3_failed:
+            extra += f"; {w.c3_failed} whose next step raised (not counted)"
+        return f"{w.c3_shown:,} of {checked:,} snapshots ({pct:.1f} %){extra}"
 
     def views_line(r: Result, what: str) -> str:
         v = r.views
