@@ -321,6 +321,8 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
     ) -> pb.Empty:
         agent = check_id("agent", request.agent_id)
         counts: dict[tuple[str, str], int] = {}
+        times: dict[tuple[str, str], float] = {}
+        now = time.time()
         for c in request.counts:
             scope = Scope.user(agent, c.user_id) if c.user_id else Scope.shared(agent)
             principal.require(Level.read, scope)
@@ -328,7 +330,9 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
                 raise InvalidPath(f"usage count {c.count} of {c.skill!r} must be positive")
             key = (c.user_id, check_skill_name(c.skill))
             counts[key] = counts.get(key, 0) + c.count
-        self.store.record_usage(agent, counts)
+            # a client's clock may be ahead: a time never passes the server's (kept forward)
+            times[key] = max(times.get(key, 0.0), min(c.last_used, now) if c.last_used > 0 else now)
+        self.store.record_usage(agent, counts, times)
         return pb.Empty()
 
     @unary
