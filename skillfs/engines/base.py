@@ -17,7 +17,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict
 
 from skillfs.errors import InvalidPath, NotFound, StoreUnavailable
-from skillfs.model import Access, Change, Manifest, Revision, Scope, UsageStat
+from skillfs.model import Access, AuditEntry, Change, Manifest, Revision, Scope, UsageStat
 
 MiB = 1024 * 1024
 N = TypeVar("N", int, float)
@@ -283,6 +283,22 @@ class Engine(ABC):
     def usage(self, agent: str) -> dict[tuple[str, str], int]:
         """Load counts of an agent keyed by (user, skill id)."""
         return {key: stat.count for key, stat in self.usage_detail(agent).items()}
+
+    # --- audit
+
+    def audit(
+        self,
+        target: str,
+        *,
+        since: float | None,
+        until: float | None,
+        actor: str | None,
+        skill: str | None,
+        limit: int,
+    ) -> list[AuditEntry] | None:
+        """`Store.audit` answered by the engine in one call (a skillfs server, within its
+        token's read grants), or None: the store reads it from manifests and their history."""
+        return None
 
     # --- access
 

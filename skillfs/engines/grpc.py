@@ -30,7 +30,7 @@ from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import CommitOp, Engine, UrlOptions
 from skillfs.errors import InvalidPath, StoreUnavailable
 from skillfs.lru import Lru
-from skillfs.model import Access, Change, Manifest, Revision, Scope, UsageStat
+from skillfs.model import Access, AuditEntry, Change, Manifest, Revision, Scope, UsageStat
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 
@@ -367,6 +367,21 @@ class GrpcEngine(Engine):
     def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         reply = self._admin("Usage", pb.UsageRequest(agent_id=agent))
         return {(c.user_id, c.skill): UsageStat(c.count, c.last_used) for c in reply.counts}
+
+    def audit(
+        self,
+        target: str,
+        *,
+        since: float | None,
+        until: float | None,
+        actor: str | None,
+        skill: str | None,
+        limit: int,
+    ) -> list[AuditEntry] | None:
+        request = pb.AuditRequest(
+            target=target, since=since, until=until, actor=actor, skill=skill, limit=limit
+        )
+        return [wire.audit_from_pb(e) for e in self._read("Audit", request).entries]
 
     # ------------------------------------------------------------------ access and life cycle
 

@@ -33,6 +33,8 @@ CATCH_UP_ROUNDS = 16
 #: A Watch asking to wait at most this long is a catch-up read (the runtime's per-step
 #: `changes(..., 0)`), as short as any unary call: it does not count against the limits.
 SHORT_WATCH = 0.25
+#: The most entries one Audit call returns.
+AUDIT_MAX = 10_000
 
 
 def _view_skill(s: Any) -> pb.ViewSkill:
@@ -334,6 +336,33 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
             times[key] = max(times.get(key, 0.0), min(c.last_used, now) if c.last_used > 0 else now)
         self.store.record_usage(agent, counts, times)
         return pb.Empty()
+
+    @unary
+    def Audit(
+        self, request: pb.AuditRequest, context: grpc.ServicerContext, principal: Principal
+    ) -> pb.AuditResponse:
+        if not 0 <= request.limit <= AUDIT_MAX:
+            raise InvalidPath(f"audit limit {request.limit}: give 1 to {AUDIT_MAX} (0: 1000)")
+        entries = self.store.audit_scopes(
+            self._audit_scopes(principal, request.target),
+            since=request.since if request.HasField("since") else None,
+            until=request.until if request.HasField("until") else None,
+            actor=request.actor if request.HasField("actor") else None,
+            skill=check_skill_name(request.skill) if request.HasField("skill") else None,
+            limit=request.limit or 1000,
+        )
+        return pb.AuditResponse(entries=[wire.audit_to_pb(e) for e in entries])
+
+    def _audit_scopes(self, principal: Principal, target: str) -> list[Scope]:
+        """The scopes an audit target names that the token may read: one scope or market
+        only with read on it; of an agent, those of its scopes the token may read."""
+        if ":" in target:
+            return [allowed(principal, Level.read, target)]
+        if target.startswith("markets/"):
+            return [allowed(principal, Level.read, "market:" + target.split("/", 1)[1])]
+        domain = check_domain(target if target.startswith("agents/") else f"agents/{target}")
+        principal.require_domain(domain)
+        return [s for s in self.engine.scopes(domain) if principal.may(Level.read, s)]
 
     @unary
     def Access(
