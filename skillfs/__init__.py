@@ -15,6 +15,7 @@ from skillfs.model import (
     Remove,
     Revision,
     Scope,
+    UsageStat,
 )
 from skillfs.runtime import FsspecDir, GitRepo, LocalDir, Market, PromptOptions, Skills, Snapshot
 from skillfs.store import Store, open_store
@@ -43,6 +44,7 @@ __all__ = [
     "Skills",
     "Snapshot",
     "Store",
+    "UsageStat",
     "default_url",
     "errors",
     "open_store",

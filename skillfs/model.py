@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -280,6 +281,26 @@ class AuditEntry(BaseModel):
     message: str
     committed_at: float
     commit_id: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UsageStat:
+    """How often something was loaded and when last (seconds since the epoch; 0.0: before
+    last-used times were recorded). `Store.usage_detail` gives one per (user, skill)."""
+
+    count: int
+    last_used: float
+
+
+def usage_by_skill(detail: dict[tuple[str, str], UsageStat]) -> dict[str, UsageStat]:
+    """Per skill, over its users: the counts summed (saturating), the latest last use."""
+    out: dict[str, UsageStat] = {}
+    for (_, skill), stat in detail.items():
+        had = out.get(skill, UsageStat(0, 0.0))
+        out[skill] = UsageStat(
+            min(had.count + stat.count, 2**63 - 1), max(had.last_used, stat.last_used)
+        )
+    return out
 
 
 class CommitResult(BaseModel):

@@ -29,6 +29,8 @@ from skillfs.model import (
     Put,
     Remove,
     Scope,
+    UsageStat,
+    usage_by_skill,
 )
 from skillfs.names import check_id, check_skill_name, is_hidden_dir, normalize_path
 from skillfs.skill_md import SKILL_MD, inspect_skill
@@ -428,15 +430,33 @@ class Store(Following, Governance):
 
     # ------------------------------------------------------------------ usage
 
-    def record_usage(self, agent: str, counts: Mapping[tuple[str, str], int]) -> None:
-        """Add load counts keyed by (user, skill id), each checked by `check_usage`."""
-        check_usage(counts)
+    def record_usage(
+        self,
+        agent: str,
+        counts: Mapping[tuple[str, str], int],
+        last_used: Mapping[tuple[str, str], float] | None = None,
+    ) -> None:
+        """Add load counts keyed by (user, skill id), each checked by `check_usage`, and the
+        time of each key's latest load (seconds since the epoch; now where not given). A
+        stored last-used time only moves forward."""
+        check_usage(counts, last_used)
         if counts:
-            self.engine.add_usage(check_id("agent", agent), counts)
+            now, times = time.time(), last_used or {}
+            stamped = {key: times.get(key) or now for key in counts}
+            self.engine.add_usage(check_id("agent", agent), counts, stamped)
 
     def usage(self, agent: str) -> dict[tuple[str, str], int]:
         """Load counts keyed by (user, skill id)."""
         return self._retrying(self.engine.usage, check_id("agent", agent))
+
+    def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
+        """Load count and last-used time keyed by (user, skill id) (last_used 0.0: loaded
+        only before last-used times were recorded)."""
+        return self._retrying(self.engine.usage_detail, check_id("agent", agent))
+
+    def usage_by_skill(self, agent: str) -> dict[str, UsageStat]:
+        """Per skill id over its users: the counts summed, the latest last use."""
+        return usage_by_skill(self.usage_detail(agent))
 
 
 #: The keyword options `Store` takes (the rest of open_store's options go to the engine).

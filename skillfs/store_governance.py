@@ -220,8 +220,28 @@ class Governance:
         """Every kept version of an agent's (by id or domain) or a scope's skills committed
         in [since, until], newest first: what each did, who made it and why. Filtered by
         `actor` and `skill`; at most `limit` entries. Read from manifests and their history
-        (kept by the history policy), not from the bounded change log."""
+        (kept by the history policy), not from the bounded change log. A skillfs server
+        (`grpc://`) answers it in one call, within its token's read grants."""
+        wanted: dict[str, Any] = {
+            "since": since, "until": until, "actor": actor, "skill": skill, "limit": limit
+        }  # fmt: skip
+        remote = self._retrying(self.engine.audit, str(target), **wanted)
+        if remote is not None:
+            return list(remote)
         scopes = _scopes_of(target) or self.scopes(_agent_of(str(target)))
+        return self.audit_scopes(scopes, **wanted)
+
+    def audit_scopes(
+        self,
+        scopes: list[Scope],
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        actor: str | None = None,
+        skill: str | None = None,
+        limit: int = 1000,
+    ) -> list[AuditEntry]:
+        """`audit` of these scopes, read from their manifests and history."""
         out: list[AuditEntry] = []
         for scope in scopes:
             live = self._retrying(self.engine.load_scope, scope)

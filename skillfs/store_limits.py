@@ -6,6 +6,7 @@ client built, to the same rules."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -82,9 +83,18 @@ def check_file_table(limits: Limits, skill: str, entries: Mapping[str, FileEntry
                 raise InvalidPath(f"{skill}: {parent!r} is a file, so {path!r} cannot be inside it")
 
 
-def check_usage(counts: Mapping[tuple[str, str], Any]) -> None:
-    """A usage batch: each count a whole number from 0 to USAGE_BATCH_MAX, else nothing of it
-    is recorded (the stored counters saturate rather than overflow; docs/consistency.md)."""
+def check_usage(
+    counts: Mapping[tuple[str, str], Any], last_used: Mapping[tuple[str, str], Any] | None = None
+) -> None:
+    """A usage batch: each count a whole number from 0 to USAGE_BATCH_MAX, each last-used time
+    a finite number of seconds from 0, else nothing of it is recorded (the stored counters
+    saturate rather than overflow; docs/consistency.md)."""
+    for (user, skill), t in (last_used or {}).items():
+        if not isinstance(t, int | float) or isinstance(t, bool) or not 0 <= t < math.inf:
+            raise InvalidPath(
+                f"last-used time {t!r} of skill {skill!r} (user {user!r}): give seconds since "
+                "the epoch; nothing was recorded"
+            )
     for (user, skill), n in counts.items():
         if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= USAGE_BATCH_MAX:
             error = TooLarge if isinstance(n, int) and n > 0 else InvalidPath

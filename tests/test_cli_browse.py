@@ -446,10 +446,12 @@ def test_diff_after_delete(filled: str) -> None:
 def test_usage(filled: str) -> None:
     with skillfs.open_store(filled) as store:
         store.record_usage("bot", {("alice", "reviewer"): 3, ("bob", "notes"): 5})
-    assert as_json(filled, "usage", "--agent", "bot") == [
-        {"user": "bob", "skill": "notes", "count": 5},
-        {"user": "alice", "skill": "reviewer", "count": 3},
+    rows = as_json(filled, "usage", "--agent", "bot")
+    assert [(r["user"], r["skill"], r["count"]) for r in rows] == [
+        ("bob", "notes", 5),
+        ("alice", "reviewer", 3),
     ]
+    assert all(r["last_used"] for r in rows)
     assert "reviewer" in ok(filled, "usage", "-a", "bot").stdout
     assert "no usage recorded" in ok(filled, "usage", "-a", "other").stdout
 

@@ -102,8 +102,9 @@ def test_physical_layout(etcd_url: str, server_client: etcd3.Etcd3Client) -> Non
     assert keys["markets/team/rev"] == cm.commit_id.encode()
     assert keys[f"blobs/{sha}/0"] == skill_md("code-reviewer", "two")
     assert float(keys[f"blobs/{sha}"]) > 0
-    assert keys["usage/agents/support-bot/alice/code-reviewer"] == b"2"
-    assert keys["usage/agents/support-bot//s"] == b"1"
+    count, when = keys["usage/agents/support-bot/alice/code-reviewer"].split(b" ")
+    assert count == b"2" and float(when) == store.usage_detail("support-bot")[("", "s")].last_used
+    assert keys["usage/agents/support-bot//s"].startswith(b"1 ")
     assert store.usage("support-bot") == {("alice", "code-reviewer"): 2, ("", "s"): 1}
     assert keys["domains"] == b"1"  # the domain index is complete (the store started with it)
     assert keys["domains/agents/support-bot"] == keys["domains/markets/team"] == b""

@@ -78,6 +78,7 @@ def test_physical_layout_matches_the_doc(redis_url: str, raw: redis.Redis) -> No
         "t1/agents/{support-bot}/log": "stream",
         "t1/agents/{support-bot}/scopes": "set",
         "t1/agents/{support-bot}/usage": "hash",
+        "t1/agents/{support-bot}/usage/at": "hash",
         "t1/agents/{support-bot}/users/alice/skills": "hash",
         "t1/agents/{support-bot}/users/alice/history/code-reviewer": "hash",
         "t1/agents/{support-bot}/shared/skills": "hash",

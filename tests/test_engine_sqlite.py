@@ -162,9 +162,10 @@ def test_physical_layout(db: Path) -> None:
         ),
         ("tenant1/markets/team", "tenant1/markets/team/skills/", "market:team"),
     ]
-    assert q("SELECT * FROM usage").fetchall() == [
+    assert q("SELECT agent, user, skill, count FROM usage").fetchall() == [
         ("tenant1/agents/support-bot", "alice", "code-reviewer", 5)
     ]
+    assert q("SELECT last_used FROM usage").fetchone()[0] > 0
     raw.close()
 
 

@@ -251,3 +251,47 @@ def test_grpc_client_cannot_claim_another_actor(tmp_path: Path) -> None:
             assert [e.actor for e in alice.audit(ALICE)] == ["alice", "alice"]
     finally:
         server.stop(0)
+
+
+def test_grpc_audit_is_one_call_within_the_tokens_read_grants(tmp_path: Path) -> None:
+    server = grpc_servers.in_process(f"memory://{uuid.uuid4().hex}", tmp_path)
+    try:
+        url = f"grpc://127.0.0.1:{server.grpc_port}"
+        with skillfs.open_store(url, token=grpc_servers.ADMIN) as admin:
+            admin.publish(SHARED, "s", files("s"), message="shared")
+            admin.publish(ALICE, "a", files("a"), message="alice's")
+            admin.publish(BOB, "b", files("b"), message="bob's")
+            admin.publish(MARKET, "m", files("m"), message="market")
+            everything = admin.audit("support-bot")
+            assert {(str(e.scope), e.message) for e in everything} == {
+                (str(SHARED), "shared"),
+                (str(ALICE), "alice's"),
+                (str(BOB), "bob's"),
+            }
+            assert [e.skill for e in admin.audit("markets/team")] == ["m"]
+        with skillfs.open_store(url, token=grpc_servers.ALICE) as alice:
+            calls: list[str] = []
+            engine = alice.engine
+            real = engine._read  # type: ignore[attr-defined]
+
+            def counted(method: str, *args: object, **kw: object) -> object:
+                calls.append(method)
+                return real(method, *args, **kw)
+
+            engine._read = counted  # type: ignore[attr-defined]
+            mine = alice.audit("support-bot")
+            assert calls == ["Audit"]  # one call, no listing or manifest reads
+            assert {(str(e.scope), e.skill) for e in mine} == {
+                (str(SHARED), "s"),
+                (str(ALICE), "a"),
+            }
+            assert mine == [e for e in everything if e.scope != BOB]  # the same entries, in order
+            assert [e.skill for e in alice.audit("support-bot", skill="a", actor="admin")] == ["a"]
+            assert alice.audit("support-bot", until=0.0) == []
+            assert [e.skill for e in alice.audit(SHARED)] == ["s"]
+            with pytest.raises(skillfs.errors.PermissionDenied):
+                alice.audit(BOB)
+            with pytest.raises(skillfs.errors.PermissionDenied):
+                alice.audit("other-agent")
+    finally:
+        server.stop(0)

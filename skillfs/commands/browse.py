@@ -41,7 +41,7 @@ from skillfs.commands.common import (
 )
 from skillfs.commands.text import unified
 from skillfs.errors import NotFound
-from skillfs.model import FileEntry, Manifest, Scope
+from skillfs.model import FileEntry, Manifest, Scope, UsageStat, usage_by_skill
 from skillfs.store import Store
 
 VersionOption = Annotated[int | None, version_option("A kept version (default: latest).")]
@@ -422,16 +422,27 @@ def _print_file_diff(entry: dict[str, Any]) -> None:
 @command("usage", BROWSE)
 def usage(
     agent: AgentOption,
+    by_skill: Annotated[
+        bool,
+        typer.Option("--by-skill", help="One row per skill: loads summed over its users."),
+    ] = False,
     store_url: StoreOption = None,
     token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """How often workers loaded each skill, per user, most used first."""
+    """How often workers loaded each skill and when last, per user (--by-skill: per skill),
+    most used first."""
     with opened(store_url, token) as store:
-        counts = store.usage(agent)
-    rows = [
-        {"user": user, "skill": skill, "count": n}
-        for (user, skill), n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        detail = store.usage_detail(agent)
+    stats: dict[tuple[str, str], UsageStat] = (
+        {("", name): st for name, st in usage_by_skill(detail).items()} if by_skill else detail
+    )
+    ranked = sorted(stats.items(), key=lambda kv: (-kv[1].count, kv[0]))
+    rows: list[dict[str, Any]] = [
+        ({} if by_skill else {"user": user})
+        | {"skill": skill, "count": st.count}
+        | {"last_used": iso(st.last_used) if st.last_used else None}
+        for (user, skill), st in ranked
     ]
     if as_json:
         emit_json(rows)
@@ -439,5 +450,10 @@ def usage(
     if not rows:
         out.print(f"no usage recorded for agent {shown(agent)} yet")
         return
-    cells = [[shown(str(r["user"])), shown(str(r["skill"])), str(r["count"])] for r in rows]
-    print_table(["user", "skill", "loads"], cells, right={"loads"})
+    cells = [
+        ([] if by_skill else [shown(user)])
+        + [shown(skill), str(st.count), when(st.last_used) if st.last_used else "unknown"]
+        for (user, skill), st in ranked
+    ]
+    header = ([] if by_skill else ["user"]) + ["skill", "loads", "last used"]
+    print_table(header, cells, right={"loads"})

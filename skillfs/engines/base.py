@@ -17,7 +17,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict
 
 from skillfs.errors import InvalidPath, NotFound, StoreUnavailable
-from skillfs.model import Access, Change, Manifest, Revision, Scope
+from skillfs.model import Access, AuditEntry, Change, Manifest, Revision, Scope, UsageStat
 
 MiB = 1024 * 1024
 N = TypeVar("N", int, float)
@@ -266,12 +266,39 @@ class Engine(ABC):
     # --- usage counters (batched by the runtime)
 
     @abstractmethod
-    def add_usage(self, agent: str, counts: Mapping[tuple[str, str], int]) -> None:
-        """Add load counts keyed by (user, skill id)."""
+    def add_usage(
+        self,
+        agent: str,
+        counts: Mapping[tuple[str, str], int],
+        last_used: Mapping[tuple[str, str], float] | None = None,
+    ) -> None:
+        """Add load counts keyed by (user, skill id), and move each key's last-used time to
+        `last_used[key]` when that is later (never backwards; a key without one keeps its
+        time)."""
 
     @abstractmethod
+    def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
+        """Load count and last-used time of an agent keyed by (user, skill id)."""
+
     def usage(self, agent: str) -> dict[tuple[str, str], int]:
         """Load counts of an agent keyed by (user, skill id)."""
+        return {key: stat.count for key, stat in self.usage_detail(agent).items()}
+
+    # --- audit
+
+    def audit(
+        self,
+        target: str,
+        *,
+        since: float | None,
+        until: float | None,
+        actor: str | None,
+        skill: str | None,
+        limit: int,
+    ) -> list[AuditEntry] | None:
+        """`Store.audit` answered by the engine in one call (a skillfs server, within its
+        token's read grants), or None: the store reads it from manifests and their history."""
+        return None
 
     # --- access
 

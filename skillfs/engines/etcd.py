@@ -25,7 +25,7 @@ from skillfs.engines.base import (
 )
 from skillfs.engines.etcd_usage import EtcdUsage
 from skillfs.errors import InvalidPath, StoreUnavailable, TooLarge
-from skillfs.model import Change, Manifest, Revision, Scope
+from skillfs.model import Change, Manifest, Revision, Scope, UsageStat
 
 #: What a manifest may not use of half the request budget: the keys and the rev key put
 #: beside it in a commit (docs/engine-etcd.md, "Limits").
@@ -391,10 +391,15 @@ class EtcdEngine(Engine):
 
     # ------------------------------------------------------------------ usage counters
 
-    def add_usage(self, agent: str, counts: Mapping[tuple[str, str], int]) -> None:
-        self._usage.add(agent, counts)
+    def add_usage(
+        self,
+        agent: str,
+        counts: Mapping[tuple[str, str], int],
+        last_used: Mapping[tuple[str, str], float] | None = None,
+    ) -> None:
+        self._usage.add(agent, counts, last_used or {})
 
-    def usage(self, agent: str) -> dict[tuple[str, str], int]:
+    def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         return self._usage.read(agent)
 
     # ------------------------------------------------------------------ life cycle

@@ -1,6 +1,7 @@
-"""The etcd engine's usage counters (docs/engine-etcd.md, "Usage counters"): one decimal key
-per (agent, user, skill), bumped by compare-and-swap, each batch counted exactly once through
-a marker key on a lease, each counter saturating at USAGE_MAX."""
+"""The etcd engine's usage counters (docs/engine-etcd.md, "Usage counters"): one key per
+(agent, user, skill) holding `COUNT LAST_USED` (decimal; a key written before last-used times
+holds only the count), bumped by compare-and-swap, each batch counted exactly once through a
+marker key on a lease, each counter saturating at USAGE_MAX, each time only moving forward."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ from etcd3 import etcdrpc
 from skillfs.engines import etcd_client as ec
 from skillfs.engines.base import saturated
 from skillfs.errors import StoreUnavailable
+from skillfs.model import UsageStat
 
 #: Seconds a usage batch's marker lives: far longer than its retries take.
 USAGE_MARK_TTL = 600
-#: Bytes a counter costs in a batch besides its key three times (compare, put, read back).
-_COUNTER_BYTES = 64
+#: Bytes a counter costs in a batch besides its key three times (compare, put, read back):
+#: its value (a count and a time) twice and the framing.
+_COUNTER_BYTES = 96
 
 
 class EtcdUsage:
@@ -34,7 +37,12 @@ class EtcdUsage:
     def _agent_prefix(self, agent: str) -> bytes:
         return self._prefix + f"usage/agents/{agent}/".encode()
 
-    def add(self, agent: str, counts: Mapping[tuple[str, str], int]) -> None:
+    def add(
+        self,
+        agent: str,
+        counts: Mapping[tuple[str, str], int],
+        last_used: Mapping[tuple[str, str], float],
+    ) -> None:
         """One transaction per batch `EtcdClient.packed` cuts (the marker is one more op),
         retried while others bump the same keys.
 
@@ -43,7 +51,10 @@ class EtcdUsage:
         finds its own marker, an earlier attempt landed and only its answer was lost."""
         prefix = self._agent_prefix(agent)
         items = [
-            (prefix + f"{quote(user, safe='')}/{quote(skill, safe='')}".encode(), n)
+            (
+                prefix + f"{quote(user, safe='')}/{quote(skill, safe='')}".encode(),
+                UsageStat(n, last_used.get((user, skill), 0.0)),
+            )
             for (user, skill), n in counts.items()
             if n
         ]
@@ -60,7 +71,7 @@ class EtcdUsage:
                 self._lease = None
                 self._add(agent, part, self._lease_for_marks())
 
-    def _add(self, agent: str, part: Sequence[tuple[bytes, int]], lease: int) -> None:
+    def _add(self, agent: str, part: Sequence[tuple[bytes, UsageStat]], lease: int) -> None:
         keys = [k for k, _ in part]
         mark = self._prefix + f"usage/batches/{uuid.uuid4().hex}".encode()
         current = self._etcd.get_many(keys)
@@ -73,7 +84,7 @@ class EtcdUsage:
                 ],
                 success=[
                     *(
-                        ec.put_op(k, b"%d" % saturated(n + (int(kv.value) if kv else 0)))
+                        ec.put_op(k, _encode(_plus(_decode(kv.value) if kv else None, n)))
                         for (k, n), kv in zip(part, current, strict=True)
                     ),
                     ec.put_op(mark, b"", lease=lease),
@@ -102,10 +113,25 @@ class EtcdUsage:
         self._lease = (lease, started + granted)
         return lease
 
-    def read(self, agent: str) -> dict[tuple[str, str], int]:
+    def read(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         prefix = self._agent_prefix(agent)
-        out: dict[tuple[str, str], int] = {}
+        out: dict[tuple[str, str], UsageStat] = {}
         for kv in self._etcd.scan(prefix):
             user, _, skill = kv.key[len(prefix) :].decode().partition("/")
-            out[(unquote(user), unquote(skill))] = saturated(int(kv.value))
+            out[(unquote(user), unquote(skill))] = _decode(kv.value)
         return out
+
+
+def _decode(value: bytes) -> UsageStat:
+    count, _, when = value.partition(b" ")
+    return UsageStat(saturated(int(count)), float(when) if when else 0.0)
+
+
+def _encode(stat: UsageStat) -> bytes:
+    return b"%d %r" % (stat.count, stat.last_used) if stat.last_used else b"%d" % stat.count
+
+
+def _plus(held: UsageStat | None, add: UsageStat) -> UsageStat:
+    if held is None:
+        return UsageStat(saturated(add.count), add.last_used)
+    return UsageStat(saturated(held.count + add.count), max(held.last_used, add.last_used))

@@ -32,7 +32,7 @@ from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import CommitOp, Engine, UrlOptions
 from skillfs.errors import InvalidPath, StoreUnavailable
 from skillfs.lru import Lru
-from skillfs.model import Access, Change, Manifest, Revision, Scope
+from skillfs.model import Access, AuditEntry, Change, Manifest, Revision, Scope, UsageStat
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 
@@ -383,18 +383,42 @@ class GrpcEngine(Engine):
         reply = self._admin("ListScopes", pb.ListScopesRequest(domain=domain))
         return [Scope.parse(s) for s in reply.scopes]
 
-    def add_usage(self, agent: str, counts: Mapping[tuple[str, str], int]) -> None:
+    def add_usage(
+        self,
+        agent: str,
+        counts: Mapping[tuple[str, str], int],
+        last_used: Mapping[tuple[str, str], float] | None = None,
+    ) -> None:
+        times = last_used or {}
         self._read(
             "RecordUsage",
             pb.RecordUsageRequest(
                 agent_id=agent,
-                counts=[pb.UsageCount(user_id=u, skill=s, count=n) for (u, s), n in counts.items()],
+                counts=[
+                    pb.UsageCount(user_id=u, skill=s, count=n, last_used=times.get((u, s), 0.0))
+                    for (u, s), n in counts.items()
+                ],
             ),
         )
 
-    def usage(self, agent: str) -> dict[tuple[str, str], int]:
+    def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         reply = self._admin("Usage", pb.UsageRequest(agent_id=agent))
-        return {(c.user_id, c.skill): c.count for c in reply.counts}
+        return {(c.user_id, c.skill): UsageStat(c.count, c.last_used) for c in reply.counts}
+
+    def audit(
+        self,
+        target: str,
+        *,
+        since: float | None,
+        until: float | None,
+        actor: str | None,
+        skill: str | None,
+        limit: int,
+    ) -> list[AuditEntry] | None:
+        request = pb.AuditRequest(
+            target=target, since=since, until=until, actor=actor, skill=skill, limit=limit
+        )
+        return [wire.audit_from_pb(e) for e in self._read("Audit", request).entries]
 
     # ------------------------------------------------------------------ access and life cycle
 

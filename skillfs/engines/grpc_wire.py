@@ -27,7 +27,7 @@ from skillfs.errors import (
     StoreUnavailable,
     TooLarge,
 )
-from skillfs.model import Change, Manifest, Revision, Scope
+from skillfs.model import AuditEntry, Change, Manifest, Revision, Scope
 from skillfs.proto import skillfs_pb2 as pb
 
 #: Messages carrying file data are split at this size (gRPC's default limit is 4 MiB).
@@ -162,6 +162,23 @@ def change_from_pb(msg: pb.Change) -> Change:
         version=msg.version or None,
         actor=msg.actor or None,
         message=msg.message or None,
+    )
+
+
+def audit_to_pb(e: AuditEntry) -> pb.AuditRecord:
+    return pb.AuditRecord(**e.model_dump(exclude={"scope"}), scope=str(e.scope))
+
+
+def audit_from_pb(msg: pb.AuditRecord) -> AuditEntry:
+    return AuditEntry(
+        scope=Scope.parse(msg.scope),
+        skill=msg.skill,
+        version=msg.version,
+        action=msg.action,
+        actor=msg.actor,
+        message=msg.message,
+        committed_at=msg.committed_at,
+        commit_id=msg.commit_id,
     )
 
 

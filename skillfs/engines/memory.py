@@ -16,7 +16,7 @@ from skillfs.engines.base import (
     reset_to,
     saturated,
 )
-from skillfs.model import Change, Manifest, Revision, Scope
+from skillfs.model import Change, Manifest, Revision, Scope, UsageStat
 
 
 class MemoryEngine(Engine):
@@ -29,7 +29,7 @@ class MemoryEngine(Engine):
         self._history: dict[tuple[Scope, str], list[Manifest]] = defaultdict(list)
         self._revs: dict[str, Revision] = {}
         self._log: dict[str, deque[Change]] = defaultdict(lambda: deque(maxlen=LOG_LIMIT))
-        self._usage: dict[str, dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
+        self._usage: dict[str, dict[tuple[str, str], UsageStat]] = defaultdict(dict)
 
     def touch_blobs(self, shas: Sequence[str], now: float) -> set[str]:
         with self._lock:
@@ -152,12 +152,22 @@ class MemoryEngine(Engine):
         with self._lock:
             return sorted((s for s in self._live if s.domain == domain), key=str)
 
-    def add_usage(self, agent: str, counts: Mapping[tuple[str, str], int]) -> None:
+    def add_usage(
+        self,
+        agent: str,
+        counts: Mapping[tuple[str, str], int],
+        last_used: Mapping[tuple[str, str], float] | None = None,
+    ) -> None:
+        times = last_used or {}
         with self._lock:
+            held = self._usage[agent]
             for key, n in counts.items():
-                self._usage[agent][key] = saturated(self._usage[agent][key] + n)
+                had = held.get(key, UsageStat(0, 0.0))
+                held[key] = UsageStat(
+                    saturated(had.count + n), max(had.last_used, times.get(key, 0.0))
+                )
 
-    def usage(self, agent: str) -> dict[tuple[str, str], int]:
+    def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         with self._lock:
             return dict(self._usage.get(agent, {}))
 

@@ -7,7 +7,6 @@ durability settings and the limits are in docs/engine-redis.md.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
@@ -21,15 +20,13 @@ from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
 from skillfs.engines import redis_scripts as scripts
-from skillfs.engines import redis_watch
+from skillfs.engines import redis_usage, redis_watch
 from skillfs.engines.base import (
     LOG_LIMIT,
-    USAGE_MAX,
     CommitOp,
     Engine,
     UrlOptions,
     check_current,
-    saturated,
 )
 from skillfs.engines.redis_client import (
     SOCKET_TIMEOUT,
@@ -39,7 +36,7 @@ from skillfs.engines.redis_client import (
     client_query,
 )
 from skillfs.errors import InvalidPath, PermissionDenied, ReplicationTimeout
-from skillfs.model import Change, Manifest, Revision, Scope
+from skillfs.model import Change, Manifest, Revision, Scope, UsageStat
 from skillfs.names import check_domain
 
 WAIT_TIMEOUT_MS = 1000
@@ -123,11 +120,6 @@ class _Guard:
             isinstance(exc, rx.ResponseError) and _is_transient(exc)
         ):
             raise self.engine.unavailable_error(exc) from exc
-
-
-def _overflowed(reply: object) -> bool:
-    """Whether a HINCRBY's reply is Redis refusing to go past a 64-bit integer."""
-    return isinstance(reply, rx.ResponseError) and "overflow" in str(reply)
 
 
 def _glob_escape(text: str) -> str:
@@ -453,32 +445,18 @@ class RedisEngine(Engine):
     def _usage_key(self, agent: str) -> str:
         return f"{self._domain_key(f'agents/{agent}')}/usage"
 
-    def add_usage(self, agent: str, counts: Mapping[tuple[str, str], int]) -> None:
-        if not counts:
-            return
-        key = self._usage_key(agent)
-        fields = [json.dumps([user, skill]) for user, skill in counts]
+    def add_usage(
+        self,
+        agent: str,
+        counts: Mapping[tuple[str, str], int],
+        last_used: Mapping[tuple[str, str], float] | None = None,
+    ) -> None:
         with self._guard:
-            pipe = self._client.pipeline(transaction=False)
-            for field, n in zip(fields, counts.values(), strict=True):
-                pipe.hincrby(key, field, saturated(n))
-            done = pipe.execute(raise_on_error=False)
-            # HINCRBY refuses to overflow and changes nothing: the counter saturates instead
-            full = [f for f, r in zip(fields, done, strict=True) if _overflowed(r)]
-            for r in done:
-                if isinstance(r, Exception) and not _overflowed(r):
-                    raise r
-            if full:
-                self._client.hset(key, mapping=dict.fromkeys(full, USAGE_MAX))
+            redis_usage.add(self._client, self._usage_key(agent), counts, last_used or {})
 
-    def usage(self, agent: str) -> dict[tuple[str, str], int]:
+    def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         with self._guard:
-            raw = cast(dict[bytes, bytes], self._client.hgetall(self._usage_key(agent)))
-        out: dict[tuple[str, str], int] = {}
-        for field, n in raw.items():
-            user, skill = json.loads(field)
-            out[(user, skill)] = int(n)
-        return out
+            return redis_usage.read(self._client, self._usage_key(agent))
 
     # ------------------------------------------------------------------ life cycle
 

@@ -29,11 +29,11 @@ from skillfs.engines.base import (
 )
 from skillfs.engines.sqlite_file import SqliteFile
 from skillfs.errors import InvalidPath, StoreUnavailable
-from skillfs.model import Change, Manifest, Revision, Scope
+from skillfs.model import Change, Manifest, Revision, Scope, UsageStat
 from skillfs.names import check_domain
 
 #: The schema this code writes; `PRAGMA user_version` of the file.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Seconds a statement waits for another writer's lock before StoreUnavailable.
 TIMEOUT = 5.0
 #: Longest sleep between two checks for other processes' commits while `changes` waits.
@@ -64,6 +64,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: (  # who made each change and why (docs/governance.md)
         "ALTER TABLE changes ADD COLUMN actor TEXT NOT NULL DEFAULT ''",
         "ALTER TABLE changes ADD COLUMN message TEXT NOT NULL DEFAULT ''",
+    ),
+    3: (  # when each (user, skill) was last used; 0: before this was recorded
+        "ALTER TABLE usage ADD COLUMN last_used REAL NOT NULL DEFAULT 0",
     ),
 }
 
@@ -414,25 +417,32 @@ class SqliteEngine(Engine):
 
     # ------------------------------------------------------------------ usage counters
 
-    def add_usage(self, agent: str, counts: Mapping[tuple[str, str], int]) -> None:
+    def add_usage(
+        self,
+        agent: str,
+        counts: Mapping[tuple[str, str], int],
+        last_used: Mapping[tuple[str, str], float] | None = None,
+    ) -> None:
         key = self._domain(f"agents/{agent}")
+        times, caps = last_used or {}, (USAGE_MAX, USAGE_MAX)
         with self._db.write() as conn:
             conn.executemany(
-                "INSERT INTO usage (agent, user, skill, count) VALUES (?, ?, ?, ?)"
+                "INSERT INTO usage (agent, user, skill, count, last_used) VALUES (?, ?, ?, ?, ?)"
                 " ON CONFLICT (agent, user, skill) DO UPDATE SET count = CASE"
-                " WHEN count > ? - excluded.count THEN ? ELSE count + excluded.count END",
+                " WHEN count > ? - excluded.count THEN ? ELSE count + excluded.count END,"
+                " last_used = max(last_used, excluded.last_used)",
                 [
-                    (key, user, skill, saturated(n), USAGE_MAX, USAGE_MAX)
+                    (key, user, skill, saturated(n), times.get((user, skill), 0.0), *caps)
                     for (user, skill), n in counts.items()
                 ],
             )
 
-    def usage(self, agent: str) -> dict[tuple[str, str], int]:
+    def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         rows = self._db.query(
-            "SELECT user, skill, count FROM usage WHERE agent = ?",
+            "SELECT user, skill, count, last_used FROM usage WHERE agent = ?",
             (self._domain(f"agents/{agent}"),),
         )
-        return {(user, skill): n for user, skill, n in rows}
+        return {(user, skill): UsageStat(n, float(t)) for user, skill, n, t in rows}
 
     # ------------------------------------------------------------------ life cycle
 

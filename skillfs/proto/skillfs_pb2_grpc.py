@@ -91,6 +91,11 @@ class SkillReaderStub:
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.RecordUsageRequest.SerializeToString,
                 response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.Empty.FromString,
                 _registered_method=True)
+        self.Audit = channel.unary_unary(
+                '/skillfs.v1.SkillReader/Audit',
+                request_serializer=skillfs_dot_v1_dot_skillfs__pb2.AuditRequest.SerializeToString,
+                response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.AuditResponse.FromString,
+                _registered_method=True)
         self.Access = channel.unary_unary(
                 '/skillfs.v1.SkillReader/Access',
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.AccessRequest.SerializeToString,
@@ -173,6 +178,13 @@ class SkillReaderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Audit(self, request, context):
+        """Who changed what and why (docs/governance.md), in the scopes the token may read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Access(self, request, context):
         """Any token may ask what it may do in a scope (before it asks anyone to type an edit).
         """
@@ -244,6 +256,11 @@ def add_SkillReaderServicer_to_server(servicer, server):
                     servicer.RecordUsage,
                     request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.RecordUsageRequest.FromString,
                     response_serializer=skillfs_dot_v1_dot_skillfs__pb2.Empty.SerializeToString,
+            ),
+            'Audit': grpc.unary_unary_rpc_method_handler(
+                    servicer.Audit,
+                    request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.AuditRequest.FromString,
+                    response_serializer=skillfs_dot_v1_dot_skillfs__pb2.AuditResponse.SerializeToString,
             ),
             'Access': grpc.unary_unary_rpc_method_handler(
                     servicer.Access,
@@ -554,6 +571,33 @@ class SkillReader:
             '/skillfs.v1.SkillReader/RecordUsage',
             skillfs_dot_v1_dot_skillfs__pb2.RecordUsageRequest.SerializeToString,
             skillfs_dot_v1_dot_skillfs__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Audit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/skillfs.v1.SkillReader/Audit',
+            skillfs_dot_v1_dot_skillfs__pb2.AuditRequest.SerializeToString,
+            skillfs_dot_v1_dot_skillfs__pb2.AuditResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,6 +1,8 @@
-"""Usage counts per (user, skill), kept in memory and written to the store in batches.
+"""Usage counts and last-used times per (user, skill), kept in memory and written to the store
+in batches.
 
-Counting a load must not cost the reasoning step a round trip, so `add` only bumps a counter;
+Counting a load must not cost the reasoning step a round trip, so `add` only bumps a counter
+and notes the time;
 a background thread writes the batch every `interval` seconds (sooner once `max_pending` loads
 are waiting) and at interpreter exit. A batch the store refused is kept for the next try.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+import time
 from collections import Counter
 
 from skillfs.errors import StoreUnavailable
@@ -20,7 +23,7 @@ log = logging.getLogger(__name__)
 
 
 class UsageRecorder:
-    """The batched load counter of one agent in one process."""
+    """The batched load counter (and last-used clock) of one agent in one process."""
 
     def __init__(
         self,
@@ -38,6 +41,8 @@ class UsageRecorder:
         self.interval = interval
         self.max_pending = max_pending
         self._counts: Counter[tuple[str, str]] = Counter()
+        #: the time of each key's latest load in this batch
+        self._times: dict[tuple[str, str], float] = {}
         self._pending = 0
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
@@ -45,9 +50,11 @@ class UsageRecorder:
         self._thread: threading.Thread | None = None
 
     def add(self, user: str, skill: str) -> None:
-        """Count one load; never touches the store."""
+        """Count one load at this time; never touches the store."""
+        now = time.time()
         with self._lock:
             self._counts[(user, skill)] += 1
+            self._times[(user, skill)] = max(now, self._times.get((user, skill), 0.0))
             self._pending += 1
             if self._thread is None and self.background:
                 self._thread = threading.Thread(
@@ -62,15 +69,18 @@ class UsageRecorder:
         with self._flush_lock:
             with self._lock:
                 counts, self._counts, self._pending = self._counts, Counter(), 0
+                times, self._times = self._times, {}
             if not counts:
                 return
             try:
-                self.store.record_usage(self.agent, dict(counts))
+                self.store.record_usage(self.agent, dict(counts), times)
             except StoreUnavailable as exc:
                 log.warning("usage of %s not recorded yet: %s", self.agent, exc)
                 with self._lock:
                     self._counts.update(counts)
                     self._pending += counts.total()
+                    for key, t in times.items():
+                        self._times[key] = max(t, self._times.get(key, 0.0))
 
     def _run(self) -> None:
         while True:

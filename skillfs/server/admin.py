@@ -326,8 +326,8 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         principal.require_agent_admin(agent)
         return pb.UsageResponse(
             counts=[
-                pb.UsageCount(user_id=u, skill=s, count=n)
-                for (u, s), n in sorted(self.store.usage(agent).items())
+                pb.UsageCount(user_id=u, skill=s, count=n.count, last_used=n.last_used)
+                for (u, s), n in sorted(self.store.usage_detail(agent).items())
             ]
         )
 

@@ -51,6 +51,10 @@ def _same(a: Revision | None, b: Revision) -> bool:
     return a is not None and a.epoch == b.epoch and a.counter == b.counter
 
 
+#: The most entries one Audit call returns.
+AUDIT_MAX = 10_000
+
+
 def _view_skill(s: Any) -> pb.ViewSkill:
     return pb.ViewSkill(
         id=s.id,
@@ -431,6 +435,8 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
     ) -> pb.Empty:
         agent = check_id("agent", request.agent_id)
         counts: dict[tuple[str, str], int] = {}
+        times: dict[tuple[str, str], float] = {}
+        now = time.time()
         for c in request.counts:
             scope = Scope.user(agent, c.user_id) if c.user_id else Scope.shared(agent)
             principal.require(Level.read, scope)
@@ -438,8 +444,37 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
                 raise InvalidPath(f"usage count {c.count} of {c.skill!r} must be positive")
             key = (c.user_id, check_skill_name(c.skill))
             counts[key] = counts.get(key, 0) + c.count
-        self.store.record_usage(agent, counts)
+            # a client's clock may be ahead: a time never passes the server's (kept forward)
+            times[key] = max(times.get(key, 0.0), min(c.last_used, now) if c.last_used > 0 else now)
+        self.store.record_usage(agent, counts, times)
         return pb.Empty()
+
+    @unary
+    def Audit(
+        self, request: pb.AuditRequest, context: grpc.ServicerContext, principal: Principal
+    ) -> pb.AuditResponse:
+        if not 0 <= request.limit <= AUDIT_MAX:
+            raise InvalidPath(f"audit limit {request.limit}: give 1 to {AUDIT_MAX} (0: 1000)")
+        entries = self.store.audit_scopes(
+            self._audit_scopes(principal, request.target),
+            since=request.since if request.HasField("since") else None,
+            until=request.until if request.HasField("until") else None,
+            actor=request.actor if request.HasField("actor") else None,
+            skill=check_skill_name(request.skill) if request.HasField("skill") else None,
+            limit=request.limit or 1000,
+        )
+        return pb.AuditResponse(entries=[wire.audit_to_pb(e) for e in entries])
+
+    def _audit_scopes(self, principal: Principal, target: str) -> list[Scope]:
+        """The scopes an audit target names that the token may read: one scope or market
+        only with read on it; of an agent, those of its scopes the token may read."""
+        if ":" in target:
+            return [allowed(principal, Level.read, target)]
+        if target.startswith("markets/"):
+            return [allowed(principal, Level.read, "market:" + target.split("/", 1)[1])]
+        domain = check_domain(target if target.startswith("agents/") else f"agents/{target}")
+        principal.require_domain(domain)
+        return [s for s in self.engine.scopes(domain) if principal.may(Level.read, s)]
 
     @unary
     def Access(

@@ -1,0 +1,99 @@
+"""Usage with last-used times (docs/governance.md, "Usage and last use"): per (user, skill) a
+count and the latest time of use that never moves backwards, on every engine and topology
+(the `store` fixture), the runtime's recorder, the SQLite schema migration, and the CLI."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+import skillfs
+from skillfs import UsageStat
+from skillfs.commands.common import iso
+from skillfs.engines.sqlite import MIGRATIONS
+from skillfs.errors import InvalidPath
+from skillfs.runtime.usage import UsageRecorder
+from tests.cli_helpers import as_json, ok
+from tests.stores import url_for
+
+BOT = "support-bot"
+
+
+def test_last_used_moves_forward_only(store: skillfs.Store) -> None:
+    t = time.time() - 1000  # in the past: a server never takes a time past its own clock
+    store.record_usage(BOT, {("alice", "a"): 2, ("bob", "a"): 1}, {("alice", "a"): t})
+    store.record_usage(BOT, {("alice", "a"): 3, ("alice", "b"): 1}, {("alice", "a"): t - 500})
+    before = time.time()
+    detail = store.usage_detail(BOT)
+    assert detail[("alice", "a")] == UsageStat(5, t)  # the older batch did not move it back
+    assert t + 900 < detail[("bob", "a")].last_used <= before  # no time given: now
+    store.record_usage(BOT, {("alice", "a"): 1}, {("alice", "a"): t + 10.25})
+    assert store.usage_detail(BOT)[("alice", "a")] == UsageStat(6, t + 10.25)
+    assert store.usage(BOT) == {("alice", "a"): 6, ("bob", "a"): 1, ("alice", "b"): 1}
+    per_skill = store.usage_by_skill(BOT)
+    assert per_skill["a"].count == 7
+    assert per_skill["a"].last_used == detail[("bob", "a")].last_used  # the latest of users
+    assert per_skill["b"].count == 1
+    assert store.usage_detail("nobody") == {}
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -1.0, "soon", True])
+def test_bad_last_used_records_nothing(store: skillfs.Store, bad: object) -> None:
+    with pytest.raises(InvalidPath, match="last-used time"):
+        store.record_usage(BOT, {("alice", "a"): 1}, {("alice", "a"): bad})  # type: ignore[dict-item]
+    assert store.usage_detail(BOT) == {}
+
+
+def test_recorder_records_the_time_of_use(store: skillfs.Store) -> None:
+    recorder = UsageRecorder(store, BOT, background=False)
+    t0 = time.time()
+    recorder.add("alice", "a")
+    recorder.add("alice", "a")
+    t1 = time.time()
+    recorder.flush()
+    stat = store.usage_detail(BOT)[("alice", "a")]
+    assert stat.count == 2 and t0 <= stat.last_used <= max(t1, time.time())
+
+
+def test_sqlite_file_of_schema_2_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    raw = sqlite3.connect(path)
+    for version in (1, 2):
+        for statement in MIGRATIONS[version]:
+            raw.execute(statement)
+    raw.execute("INSERT INTO usage VALUES ('agents/support-bot', 'alice', 'a', 4)")
+    raw.execute("PRAGMA user_version=2")
+    raw.commit()
+    raw.close()
+    with skillfs.open_store(f"sqlite:///{path}") as store:
+        assert store.usage_detail(BOT) == {("alice", "a"): UsageStat(4, 0.0)}
+        store.record_usage(BOT, {("alice", "a"): 1}, {("alice", "a"): 1000.5})
+        assert store.usage_detail(BOT) == {("alice", "a"): UsageStat(5, 1000.5)}
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "grpc"])
+def test_cli_usage_per_user_and_per_skill(
+    request: pytest.FixtureRequest, tmp_path: Path, engine: str
+) -> None:
+    url = url_for(request, engine, tmp_path)
+    t = 1_700_000_000.0
+    with skillfs.open_store(url) as store:
+        store.record_usage(BOT, {("alice", "a"): 3, ("bob", "b"): 5}, {("alice", "a"): t})
+        store.record_usage(BOT, {("bob", "a"): 1}, {("bob", "a"): t + 60})
+        bob_b = store.usage_detail(BOT)[("bob", "b")].last_used
+    assert as_json(url, "usage", "--agent", BOT) == [
+        {"user": "bob", "skill": "b", "count": 5, "last_used": iso(bob_b)},
+        {"user": "alice", "skill": "a", "count": 3, "last_used": "2023-11-14T22:13:20+00:00"},
+        {"user": "bob", "skill": "a", "count": 1, "last_used": "2023-11-14T22:14:20+00:00"},
+    ]
+    assert as_json(url, "usage", "--agent", BOT, "--by-skill") == [
+        {"skill": "b", "count": 5, "last_used": iso(bob_b)},
+        {"skill": "a", "count": 4, "last_used": "2023-11-14T22:14:20+00:00"},
+    ]
+    table = ok(url, "usage", "-a", BOT).stdout
+    assert "last used" in table and "2023-11-1" in table
+    assert "user" not in ok(url, "usage", "-a", BOT, "--by-skill").stdout.splitlines()[0]
