@@ -129,7 +129,9 @@ def test_streams_share_one_follower_and_a_slow_one_is_told_to_reload() -> None:
             await live.pool.run(live.feed.subscribe, a)
             await live.pool.run(live.feed.subscribe, b)
             assert live.feed.domains == [f"agents/{AGENT}"]
-            for i in range(LiveStreams.QUEUE + 1):  # nobody reads b meanwhile
+            # nobody reads b meanwhile; one change past the overflow, because the loop runs
+            # the streams' deliveries in order: once a has change QUEUE + 2, b has had QUEUE + 1
+            for i in range(LiveStreams.QUEUE + 2):
                 await live.pool.run(store.publish, SHARED, f"s{i}", {"SKILL.md": md(f"s{i}")})
                 first = await a.next(5)
                 assert first is not None and not isinstance(first, str)
