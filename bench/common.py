@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import grpc
+
 if TYPE_CHECKING:
     import etcd3
     import redis
@@ -154,3 +156,16 @@ def write_docs(script: str, section: str, path: Path = DOCS) -> None:
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     path.write_text(text)
+
+
+def wait_port(address: str) -> None:
+    """Wait (up to 30 s) until a gRPC server answers at `address`."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with grpc.insecure_channel(address) as ch:
+            try:
+                grpc.channel_ready_future(ch).result(timeout=1)
+                return
+            except grpc.FutureTimeoutError:
+                pass
+    raise RuntimeError(f"{address} did not come up")

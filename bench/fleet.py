@@ -229,18 +229,6 @@ def echo_main(port: int, reply_hex: str) -> None:
     asyncio.run(serve())
 
 
-def _wait_port(address: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with grpc.insecure_channel(address) as ch:
-            try:
-                grpc.channel_ready_future(ch).result(timeout=1)
-                return
-            except grpc.FutureTimeoutError:
-                pass
-    raise RuntimeError(f"{address} did not come up")
-
-
 def _meta(token: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),)
 
@@ -861,7 +849,7 @@ def start_echo(srv: Server, stack: ExitStack) -> Echoes:
     proc = subprocess.Popen([*argv, "--reply", reply.SerializeToString().hex()], cwd=ROOT)
     stack.callback(proc.wait, 10)
     stack.callback(proc.kill)
-    _wait_port(f"127.0.0.1:{port}")
+    common.wait_port(f"127.0.0.1:{port}")
     return Echoes(proc.pid, f"127.0.0.1:{port}")
 
 

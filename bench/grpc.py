@@ -66,18 +66,6 @@ def echo_server(port: int) -> None:
     server.wait_for_termination()
 
 
-def _wait_port(address: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with grpc.insecure_channel(address) as ch:
-            try:
-                grpc.channel_ready_future(ch).result(timeout=1)
-                return
-            except grpc.FutureTimeoutError:
-                pass
-    raise RuntimeError(f"{address} did not come up")
-
-
 def throughput(call: Callable[[], object], seconds: float) -> tuple[float, float]:
     """Calls per second over THREADS threads for `seconds`, and the p50 latency in µs."""
     for _ in range(200):
@@ -118,7 +106,7 @@ def run(seconds: float, n: int) -> str:
                                 cwd=ROOT)  # fmt: skip
         server = ServerProcess(redis_server.url, Path(tmp) / "skillfs").start()
         try:
-            _wait_port(f"127.0.0.1:{echo_port}")
+            common.wait_port(f"127.0.0.1:{echo_port}")
             admin = skillfs.open_store(f"grpc://{server.address}", token=ADMIN)
             md = b"---\nname: s\ndescription: A bench skill. Use when benchmarking.\n---\n"
             admin.publish(SCOPE, "s", {"SKILL.md": md, "data.bin": FILE})

@@ -228,6 +228,16 @@ TokenOption = Annotated[
 ]
 ScopeOption = Annotated[Scope, scope_option("shared:AGENT, user:AGENT/USER or market:NAME.")]
 AgentOption = Annotated[str, agent_option("Agent id.")]
+#: The market layers of a worker's view, for the commands that show one (prompt, mcp).
+MarketsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--market",
+        metavar="NAME",
+        show_default=False,
+        help="A market layer, lowest first (repeatable).",
+    ),
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 #: `--force` means one thing in every command: allow a result that breaks the Agent Skills spec.
 ForceOption = Annotated[

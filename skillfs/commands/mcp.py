@@ -7,7 +7,14 @@ from typing import Annotated
 
 import typer
 
-from skillfs.commands.common import AgentOption, StoreOption, TokenOption, command, connect
+from skillfs.commands.common import (
+    AgentOption,
+    MarketsOption,
+    StoreOption,
+    TokenOption,
+    command,
+    connect,
+)
 
 
 @command("mcp", "Serve")
@@ -16,15 +23,7 @@ def mcp(
     user: Annotated[
         str, typer.Option("--user", "-u", metavar="USER", show_default=False, help="User id.")
     ],
-    markets: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--market",
-            metavar="NAME",
-            show_default=False,
-            help="A market layer, lowest first (repeatable).",
-        ),
-    ] = None,
+    markets: MarketsOption = None,
     store_url: StoreOption = None,
     token: TokenOption = None,
 ) -> None:

@@ -16,6 +16,7 @@ from skillfs.commands.common import (
     OPERATE,
     AgentOption,
     JsonOption,
+    MarketsOption,
     StoreOption,
     TokenOption,
     agent_option,
@@ -58,15 +59,7 @@ def prompt(
             help="User id (default: none, the view of a user without skills of their own).",
         ),
     ] = None,
-    markets: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--market",
-            metavar="NAME",
-            show_default=False,
-            help="A market layer, lowest first (repeatable).",
-        ),
-    ] = None,
+    markets: MarketsOption = None,
     local: Annotated[
         list[Path] | None,
         typer.Option(
