@@ -89,8 +89,9 @@ class Stream:
         self.closed = True
         self.wake.set()
 
-    async def next(self, timeout: float) -> Event | None:
-        """The next event, or None after `timeout` seconds, on overflow or once closed."""
+    async def next(self, timeout: float | None) -> Event | None:
+        """The next event, or None after `timeout` seconds (None: no limit), when woken
+        without one (`Hub.wake_all`), on overflow or once closed."""
         if not self.events and not self.overflowed and not self.closed:
             self.wake.clear()
             try:
@@ -187,6 +188,12 @@ class Hub:
         d.idle_since = None
         self._poke()
         return stream
+
+    def wake_all(self) -> None:
+        """Wake every stream without an event (it checks its token again)."""
+        for d in self._domains.values():
+            for s in d.streams:
+                s.wake.set()
 
     def unsubscribe(self, stream: Stream) -> None:
         d = self._domains.get(stream.domain)

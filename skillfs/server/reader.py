@@ -35,8 +35,6 @@ from skillfs.server.rpc import (
 from skillfs.server.views import view_key, view_scopes
 from skillfs.skill_md import SKILL_MD
 
-#: A Watch stream re-checks its token at least this often (seconds).
-WATCH_POLL = 1.0
 #: Reads of the log a Watch stream makes by itself to catch up to the hub, at most.
 CATCH_UP_ROUNDS = 16
 #: A Watch asking to wait at most this long is a catch-up read (the runtime's per-step
@@ -45,6 +43,13 @@ SHORT_WATCH = 0.25
 #: Domains one WatchMany call may name, and the longest it waits (the client asks again).
 MAX_WATCH_MANY = 10_000
 MANY_WAIT = 30.0
+
+
+Manifests = dict[tuple[Scope, str, int], pb.ScopedManifest]
+
+
+def _key(c: Change) -> tuple[Scope | None, str, int]:
+    return (c.scope, c.skill or "", c.version or 0)
 
 
 def _same(a: Revision | None, b: Revision) -> bool:
@@ -211,7 +216,10 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
         if 0 < wait <= SHORT_WATCH:  # a catch-up read, as short as a unary call: not held
             batch = await run(self.engine.changes, domain, since, wait)
             if batch:
-                yield self._event(principal, batch, {}, False)
+                loaded: Manifests = {}
+                if request.with_manifests and any(c.op == "put" for c in batch):
+                    loaded = await run(manifests_of, self.engine, batch)
+                yield self._event(principal, batch, loaded, request.with_manifests)
             return
         with self.backend.watches.hold(principal):
             stream = self.backend.hub.subscribe(domain, request.with_manifests)
@@ -247,22 +255,37 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
             now = await run(self.engine.revisions, unset)
             since.update({d: now[d] or EMPTY for d in unset})
         wait = min(max(request.max_wait_seconds, 0.0), MANY_WAIT)
+        with_manifests = request.with_manifests
+        manifests: Manifests = {}
         if wait <= SHORT_WATCH:  # a look, as short as any unary call: not held
-            return self._many(principal, await run(self.engine.changes_many, since, wait))
-        with self.backend.watches.hold(principal):
-            wake = asyncio.Event()
-            streams = {d: hub.subscribe(d, False) for d in since}
-            for stream in streams.values():
-                stream.wake = wake  # one wake for all of them
-            try:
-                found = await self._many_wait(streams, since, wake, wait)
-            finally:
+            found = await run(self.engine.changes_many, since, wait)
+        else:
+            with self.backend.watches.hold(principal):
+                wake = asyncio.Event()
+                streams = {d: hub.subscribe(d, with_manifests) for d in since}
                 for stream in streams.values():
-                    hub.unsubscribe(stream)
-        principal = self.backend.tokens.authenticate(bearer(context))
-        for domain in found:
-            principal.require_domain(domain)
-        return self._many(principal, found)
+                    stream.wake = wake  # one wake for all of them
+                try:
+                    found = await self._many_wait(streams, since, wake, wait, manifests)
+                finally:
+                    for stream in streams.values():
+                        hub.unsubscribe(stream)
+            principal = self.backend.tokens.authenticate(bearer(context))
+            for domain in found:
+                principal.require_domain(domain)
+        if with_manifests:  # what the hub's events did not carry (reads of the log)
+            missing = [c for changes in found.values() for c in changes if _key(c) not in manifests]
+            if any(c.op == "put" for c in missing):
+                manifests.update(await run(manifests_of, self.engine, missing))
+        return pb.WatchManyResponse(
+            events=[
+                pb.DomainEvent(
+                    domain=d, event=self._event(principal, changes, manifests, with_manifests)
+                )
+                for d, changes in found.items()
+                if changes
+            ]
+        )
 
     async def _many_wait(
         self,
@@ -270,6 +293,7 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
         since: dict[str, Revision],
         wake: asyncio.Event,
         wait: float,
+        manifests: Manifests,
     ) -> dict[str, list[Change]]:
         hub, run = self.backend.hub, self.backend.run
         behind = {d: r for d, r in since.items() if not _same(hub.position(d), r)}
@@ -294,26 +318,18 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
                     continue
                 at, changes = since[domain], list[Change]()
                 while stream.events:
-                    got, _, late = self._after(stream.events.popleft(), at)
+                    got, carried, late = self._after(stream.events.popleft(), at)
                     if late is not None:
                         behind[domain] = since[domain]
                         break
                     changes += got
+                    manifests.update(carried)
                     at = changes[-1].revision if changes else at
                 if changes and domain not in behind:
                     found[domain] = changes
             if behind:
                 found.update(await run(self.engine.changes_many, behind, 0))
         return found
-
-    def _many(self, principal: Principal, found: dict[str, list[Change]]) -> pb.WatchManyResponse:
-        return pb.WatchManyResponse(
-            events=[
-                pb.DomainEvent(domain=d, event=self._event(principal, changes, {}, False))
-                for d, changes in found.items()
-                if changes
-            ]
-        )
 
     async def _follow(
         self,
@@ -330,13 +346,13 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
         quiet_until = time.monotonic() + wait if wait > 0 else None
         behind: Revision | None = since
         while not stream.closed and not self.backend.stopping.is_set():
-            timeout = WATCH_POLL
+            timeout = None  # woken by an event, or when the tokens config changes
             if quiet_until is not None:
-                timeout = min(timeout, quiet_until - time.monotonic())
+                timeout = quiet_until - time.monotonic()
                 if timeout <= 0:
                     return
             changes: Sequence[Change] = ()
-            manifests: dict[tuple[Scope, str, int], pb.ScopedManifest] = {}
+            manifests: Manifests = {}
             if behind is not None:  # read the log up to the hub's position ourselves
                 changes = await self._catch_up(domain, behind)
                 behind = None
@@ -349,7 +365,8 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
                     changes = await self._reset(domain)
                 elif event is not None:
                     changes, manifests, behind = self._after(event, since)
-            # The token again, at every event and poll: a revoked token ends the stream
+            # The token again, at every event and whenever the tokens config changed (the
+            # backend wakes every stream then): a revoked token ends the stream
             # (UNAUTHENTICATED), narrowed grants apply to what is shown from now on.
             principal = self.backend.tokens.authenticate(bearer(context))
             principal.require_domain(domain)
