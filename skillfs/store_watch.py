@@ -105,11 +105,12 @@ class Watcher:
         engine: Engine,
         on_changes: OnChanges,
         *,
-        poll: float = 1.0,
+        poll: float | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
         self.engine = engine
-        self.poll = poll
+        #: The longest wait (default: the engine's `watch_wait`).
+        self.poll = engine.watch_wait if poll is None else poll
         self._on_changes = on_changes
         self._log = logger or log
         self._since: dict[str, Revision] = {}

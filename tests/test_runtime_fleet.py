@@ -76,9 +76,9 @@ def test_50_agents_cost_what_one_agent_costs(
 
 def test_a_grpc_worker_follows_50_agents_with_one_call(tmp_path: Path) -> None:
     """Over grpc://, the process's one watch asks the server about all 50 agents in one
-    WatchMany call (one watch slot, not 50 Watch streams), and each publish reaches its
-    worker's cache; an idle call costs the server no store read of its own (the hub, which
-    follows the domains anyway, tells it of changes)."""
+    WatchMany call (one watch slot, not 50 Watch streams) that waits while nothing changes,
+    and each publish reaches its worker's cache with the manifest the event carried; an idle
+    call costs the server no store read of its own."""
     from support.grpc_servers import ADMIN, running
 
     with running("memory://fleet-grpc", tmp_path) as server:
@@ -116,13 +116,26 @@ def test_a_grpc_worker_follows_50_agents_with_one_call(tmp_path: Path) -> None:
             setattr(engine, name, count)
         asked = len(calls)
         time.sleep(2.5)
-        assert len(calls) - asked >= 2  # the worker's watch asked again every second...
-        # ...and the server answered each call from its hub's events, reading nothing
+        # the worker's one WatchMany waits (Engine.watch_wait, 25 s on grpc://): no call a
+        # second while nothing changes...
+        assert len(calls) - asked <= 1
+        # ...and the server reads nothing for it: the hub, which follows the domains anyway,
+        # tells it of changes
         assert served == []
+        loads: list[str] = []
+        for name in ("load_scope", "load_skills"):
+            original = getattr(store.engine, name)
+
+            def load(*args: Any, _name: str = name, _fn: Any = original) -> Any:
+                loads.append(_name)
+                return _fn(*args)
+
+            setattr(store.engine, name, load)
         revs = {a: writer.publish(Scope.shared(a), "s", {"SKILL.md": md("s", 2)}).revision
                 for a in AGENTS[:5]}  # fmt: skip
         for w in workers[:5]:
             assert w.followers[0].wait_for(revs[w.agent_id], 10), w.agent_id
+        assert loads == []  # the events carried the changed manifests: no GetManifests
         assert all("Version 2" in w.snapshot().prompt() for w in workers[:5])
         for w in workers:
             w.close()

@@ -20,6 +20,7 @@ from skillfs.auth import Principal, Tokens
 from skillfs.server.hub import QUEUE, Hub
 from skillfs.server.metrics import Metrics
 from skillfs.server.proofs import BlobProofs, ManifestIndex
+from skillfs.server.revisions import SharedReads
 from skillfs.server.rpc import Busy
 from skillfs.server.views import Views
 from skillfs.store import Store
@@ -108,6 +109,7 @@ class Backend:
         #: connection pool (the server sizes that pool from the same setting).
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="skillfs-store")
         self.hub = Hub(self.engine, self.run, queue=caps.watch_queue)
+        self.shared_reads = SharedReads(lambda domains: self.run(self.engine.revisions, domains))
         self.views = Views(store, self.hub, caps.view_cache_mib * MiB)
         self.watches = Slots(
             "watches", caps.max_watches, caps.max_watches_per_token,
