@@ -141,3 +141,51 @@ def test_a_grpc_worker_follows_50_agents_with_one_call(tmp_path: Path) -> None:
             w.close()
         store.close()
         writer.close()
+
+
+def test_a_grpc_worker_of_one_agent_keeps_one_watch_stream_across_publishes(
+    tmp_path: Path,
+) -> None:
+    """Following one domain over grpc://, the worker's watch keeps its Watch stream open from
+    one publish to the next (a message per publish, no call per publish), and each event
+    carries the manifest, so the worker loads nothing itself."""
+    from support.grpc_servers import ADMIN, running
+
+    with running("memory://fleet-one", tmp_path) as server:
+        address = f"grpc://127.0.0.1:{server.grpc_port}"
+        writer = skillfs.open_store(address, token=ADMIN)
+        shared = Scope.shared("solo")
+        writer.publish(shared, "s", {"SKILL.md": md("s", 1)})
+        store = skillfs.open_store(address, token=ADMIN)
+        worker = Skills(store, "solo", "alice")
+        follower = worker.followers[0]
+        first = writer.publish(shared, "s", {"SKILL.md": md("s", 2)}).revision
+        worker.snapshot()
+        assert follower.wait_for(first, 10)
+        hub = server.backend.hub
+        subscribed: list[str] = []
+        subscribe = hub.subscribe
+
+        def counted(domain: str, manifests: bool) -> Any:
+            subscribed.append(domain)
+            return subscribe(domain, manifests)
+
+        hub.subscribe = counted  # type: ignore[method-assign]
+        loads: list[str] = []
+        for name in ("load_scope", "load_skills"):
+            original = getattr(store.engine, name)
+
+            def load(*args: Any, _name: str = name, _fn: Any = original) -> Any:
+                loads.append(_name)
+                return _fn(*args)
+
+            setattr(store.engine, name, load)
+        for n in range(3, 8):
+            rev = writer.publish(shared, "s", {"SKILL.md": md("s", n)}).revision
+            assert follower.wait_for(rev, 10), n
+        assert subscribed == []  # the stream open before the publishes carried all five
+        assert loads == []
+        assert server.backend.watches.open == 1
+        worker.close()
+        store.close()
+        writer.close()

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -31,9 +30,10 @@ import grpc
 
 from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import CommitOp, Engine, UrlOptions
+from skillfs.engines.grpc_watch import GrpcWatching
 from skillfs.errors import InvalidPath, StoreUnavailable
 from skillfs.lru import Lru
-from skillfs.model import Access, AuditEntry, Change, Manifest, Revision, Scope, UsageStat
+from skillfs.model import Access, AuditEntry, Manifest, Revision, Scope, UsageStat
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 
@@ -42,9 +42,7 @@ R = TypeVar("R")
 
 #: A server that failed to answer is tried last for this long (seconds).
 DOWN_FOR = 1.0
-#: Manifests carried by watch events kept for `known_manifest` (the latest of each skill is
-#: what a follower asks for, so a few per skill a process follows).
-PUSHED = 4096
+
 _CHANNEL_OPTIONS = [
     # A name that resolves to several servers (a headless Kubernetes Service) is balanced too.
     ("grpc.lb_policy_name", "round_robin"),
@@ -56,18 +54,6 @@ _CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 20_000),
     ("grpc.keepalive_timeout_ms", 5_000),
 ]
-
-
-def _with_through(changes: list[Change], through: Revision | None) -> list[Change]:
-    """A watch event's changes, ending with a change without scope or skill at `through` when
-    the server left out later changes the token may not read: following it moves the revision
-    and reloads nothing (C3)."""
-    if through is None or (changes and changes[-1].op == "reset"):
-        return changes
-    last = changes[-1].revision if changes else None
-    if last is None or (last.epoch == through.epoch and last.counter < through.counter):
-        changes.append(Change(revision=through, op="put"))
-    return changes
 
 
 class _Server:
@@ -82,7 +68,7 @@ class _Server:
         self.down_until = 0.0
 
 
-class GrpcEngine(Engine):
+class GrpcEngine(GrpcWatching, Engine):
     """One or more skillfs servers, balanced and failed over by this client."""
 
     def __init__(
@@ -115,14 +101,7 @@ class GrpcEngine(Engine):
         self._seen: Lru[str, tuple[Scope, str, int]] = Lru(200_000)
         #: sha256 -> (size, receipt) from the server's answers to uploads and touches.
         self._receipts: Lru[str, tuple[int, bytes]] = Lru(200_000)
-        #: False once a server answered that it has no WatchMany (an older one).
-        self._many = True
-        #: (scope, skill, version) -> the manifest a watch event carried (`known_manifest`).
-        self._pushed: Lru[tuple[Scope, str, int], Manifest] = Lru(PUSHED)
-        #: The WatchMany call each thread waits in, to end early (`interrupt_wait`); a thread
-        #: interrupted while not waiting ends its next wait at once.
-        self._waiting: dict[int, grpc.Future | None] = {}
-        self._waiting_lock = threading.Lock()
+        self._init_watching()
 
     # ------------------------------------------------------------------ calls
 
@@ -332,102 +311,6 @@ class GrpcEngine(Engine):
         reply = self._read("Revisions", pb.RevisionsRequest(domains=list(domains)))
         return wire.revs_from_pb(domains, reply.revisions)
 
-    def changes(self, domain: str, since: Revision, timeout: float) -> list[Change]:
-        """The first batch of a Watch stream that ends after `timeout` quiet seconds; the
-        manifests it carries are kept for `known_manifest` (a follower's catch-up then loads
-        nothing)."""
-        wait = max(timeout, 0.001)
-        request = pb.WatchRequest(
-            domain=domain, since=wire.rev_to_pb(since), max_wait_seconds=wait, with_manifests=True
-        )
-
-        def first(server: _Server) -> list[Change]:
-            stream = server.reader.Watch(request, metadata=self._metadata, timeout=wait + 30)
-            try:
-                for event in stream:
-                    for m in event.manifests:
-                        self._took(m)
-                    return _with_through(
-                        [wire.change_from_pb(c) for c in event.changes],
-                        wire.rev_from_pb(event.through) if event.HasField("through") else None,
-                    )
-                return []
-            finally:
-                stream.cancel()
-
-        return self._run(first)
-
-    #: A watch's wait is one WatchMany call the server holds (below its 30 s limit), ended
-    #: early by `interrupt_wait` when the watch adds a domain.
-    watch_wait = 25.0
-
-    def changes_many(
-        self, since: Mapping[str, Revision], timeout: float
-    ) -> dict[str, list[Change]]:
-        """One WatchMany call for every domain (one watch slot on the server, however many
-        agents this process follows), its events carrying the changed manifests, kept for
-        `known_manifest`: a publish costs the fleet's followers no GetManifests each. A
-        server that predates WatchMany is asked domain by domain."""
-        if not since or not self._many:
-            return super().changes_many(since, timeout)
-        wait = max(timeout, 0.0)
-        request = pb.WatchManyRequest(
-            domains=[pb.DomainSince(domain=d, since=wire.rev_to_pb(r)) for d, r in since.items()],
-            max_wait_seconds=wait,
-            with_manifests=True,
-        )
-        me = threading.get_ident()
-
-        def call(server: _Server) -> pb.WatchManyResponse | None:
-            future = server.reader.WatchMany.future(
-                request, metadata=self._metadata, timeout=wait + 30
-            )
-            with self._waiting_lock:
-                interrupted = me in self._waiting
-                self._waiting[me] = future
-            try:
-                if interrupted:
-                    future.cancel()
-                return future.result()
-            except grpc.FutureCancelledError:  # interrupt_wait: nothing yet
-                return pb.WatchManyResponse()
-            except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                    return None
-                raise
-            finally:
-                with self._waiting_lock:
-                    self._waiting.pop(me, None)
-
-        reply = self._run(call)
-        if reply is None:
-            self._many = False
-            return super().changes_many(since, timeout)
-        out = {}
-        for e in reply.events:
-            for m in e.event.manifests:
-                self._took(m)
-            out[e.domain] = _with_through(
-                [wire.change_from_pb(c) for c in e.event.changes],
-                wire.rev_from_pb(e.event.through) if e.event.HasField("through") else None,
-            )
-        return out
-
-    def _took(self, scoped: pb.ScopedManifest) -> None:
-        scope = Scope.parse(scoped.scope)
-        m = self._manifests(scope, [scoped.manifest_json])[0]
-        self._pushed.put((scope, m.skill, m.version), m)
-
-    def interrupt_wait(self, thread: int) -> None:
-        with self._waiting_lock:
-            future = self._waiting.get(thread)
-            self._waiting[thread] = future
-        if future is not None:
-            future.cancel()
-
-    def known_manifest(self, scope: Scope, skill: str, version: int) -> Manifest | None:
-        return self._pushed.get((scope, skill, version))
-
     # ------------------------------------------------------------------ listings and usage
 
     def domains(self) -> list[str]:
@@ -491,5 +374,6 @@ class GrpcEngine(Engine):
         self._read("Ping", pb.PingRequest(), timeout=5.0)
 
     def close(self) -> None:
+        self._close_watches()
         for server in self._servers:
             server.channel.close()

@@ -70,8 +70,11 @@ class Watching:
             return
         with self.backend.watches.hold(principal):
             stream = self.backend.hub.subscribe(domain, request.with_manifests)
+            # where the hub is already at `since`, its events from now on are all there is
+            # to send: no read of the log (a grpc:// worker's watch reopening its stream)
+            behind = None if _same(self.backend.hub.position(domain), since) else since
             try:
-                async for event in self._follow(stream, context, principal, since, wait):
+                async for event in self._follow(stream, context, principal, since, behind, wait):
                     yield event
             finally:
                 self.backend.hub.unsubscribe(stream)
@@ -184,6 +187,7 @@ class Watching:
         context: grpc.ServicerContext,
         principal: Principal,
         since: Revision,
+        behind: Revision | None,
         wait: float,
     ) -> AsyncIterator[pb.WatchEvent]:
         """The stream's events: what the log holds after `since` (read here until the hub's
@@ -191,7 +195,6 @@ class Watching:
         had to drop events of is told to reload (a reset at the domain's revision)."""
         domain = stream.domain
         quiet_until = time.monotonic() + wait if wait > 0 else None
-        behind: Revision | None = since
         while not stream.closed and not self.backend.stopping.is_set():
             timeout = None  # woken by an event, or when the tokens config changes
             if quiet_until is not None:
