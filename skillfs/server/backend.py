@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from skillfs.auth import Principal, Tokens
+from skillfs.model import Manifest, Scope
 from skillfs.server.hub import QUEUE, Hub
 from skillfs.server.metrics import Metrics
 from skillfs.server.proofs import BlobProofs, ManifestIndex
@@ -30,6 +31,10 @@ MiB = 1024 * 1024
 #: Seconds between two looks at the tokens config for open Watch streams: a revoked token's
 #: stream ends within this plus the config's own re-check interval (`Tokens.RECHECK_SECONDS`).
 TOKENS_CHECK = 1.0
+#: What `seen` reads into the blob cache of a published manifest: its files up to this size,
+#: this many bytes in all (as a worker's follower prefetches them, runtime/follower.py).
+WARM_FILE_BYTES = 256 * 1024
+WARM_BYTES = 8 * MiB
 
 
 class Caps(BaseModel):
@@ -108,7 +113,7 @@ class Backend:
         #: The one pool of threads blocking store calls run in, no larger than the store's
         #: connection pool (the server sizes that pool from the same setting).
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="skillfs-store")
-        self.hub = Hub(self.engine, self.run, queue=caps.watch_queue)
+        self.hub = Hub(self.engine, self.run, queue=caps.watch_queue, seen=self.seen)
         self.shared_reads = SharedReads(lambda domains: self.run(self.engine.revisions, domains))
         self.views = Views(store, self.hub, caps.view_cache_mib * MiB)
         self.watches = Slots(
@@ -121,6 +126,20 @@ class Backend:
         )  # fmt: skip
         self.stopping = asyncio.Event()
         self._tokens_task: asyncio.Task[None] | None = None
+
+    def seen(self, scope: Scope, m: Manifest) -> None:
+        """A manifest a publish just wrote (the hub loaded it for its events): index it for
+        blob proofs and read its small files into the blob cache, so the fleet's prefetching
+        ReadFile calls that follow are answered from memory on the event loop."""
+        self.proofs.index.remember(scope, m)
+        budget = WARM_BYTES
+        small = []
+        for e in m.files.values():
+            if e.size <= WARM_FILE_BYTES and e.size <= budget:
+                small.append(e)
+                budget -= e.size
+        if small:
+            self.store.read_entries(small)
 
     def start(self) -> None:
         """Start the hub and the check of the tokens config (on the running loop)."""

@@ -139,24 +139,38 @@ class Reader(Watching, pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # ge
     async def ReadFile(
         self, request: pb.ReadFileRequest, context: grpc.ServicerContext, principal: Principal
     ) -> AsyncIterator[pb.FileChunk]:
-        """One range at a time, read in the executor; a client that stops reading leaves the
-        stream waiting on the event loop, holding no thread (capped per token)."""
+        """One range at a time: from the blob cache on the event loop when the manifest and
+        the blob are in memory (a fleet prefetching a publish's files), else read in the
+        executor; a client that stops reading leaves the stream waiting on the event loop,
+        holding no thread (capped per token)."""
         with self.backend.streams.hold(principal):
             for i, r in enumerate(request.ranges):
-                data = await self.backend.run(self._read, principal, r)
+                data = self._read(principal, r, True)
+                if data is None:
+                    data = await self.backend.run(self._read, principal, r)
+                assert data is not None  # only a cached_only read may miss
                 yield pb.FileChunk(range=i, data=data[: wire.PIECE])
                 for off in range(wire.PIECE, len(data), wire.PIECE):
                     yield pb.FileChunk(range=i, data=data[off : off + wire.PIECE])
 
-    def _read(self, principal: Principal, r: pb.BlobRange) -> bytes:
+    def _read(
+        self, principal: Principal, r: pb.BlobRange, cached_only: bool = False
+    ) -> bytes | None:
+        """A range's bytes; with `cached_only`, None unless memory holds all it needs."""
         sha = check_sha(r.sha256)
         if r.offset < 0 or r.length < 0:
             raise InvalidPath(f"invalid range of {sha}: offset and length must not be negative")
         end = r.offset + r.length if r.length else None
         if r.HasField("source") and r.source.scope:
-            size = self.backend.proofs.readable_size(principal, r.source, sha)
+            size = self.backend.proofs.readable_size(principal, r.source, sha, cached_only)
+            if size is None:
+                return None
             entry = FileEntry.model_construct(sha256=sha, size=size, mode=0, mtime=0.0)
+            if cached_only:
+                return self.store.read_cached(entry, r.offset, end)
             return self.store.read_entry(entry, r.offset, end)
+        if cached_only:
+            return None
         if not principal.reads_everything:
             raise PermissionDenied(
                 f"token {principal.name!r} must name the manifest a hash comes from "
