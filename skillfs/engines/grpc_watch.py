@@ -30,6 +30,10 @@ R = TypeVar("R")
 #: Manifests carried by watch events kept for `known_manifest` (the latest of each skill is
 #: what a follower asks for, so a few per skill a process follows).
 PUSHED = 4096
+#: A wait of one domain at least this long keeps its stream for the next wait (a process's
+#: `Watcher`); shorter ones (`Store.follow(poll=1)`) are one call each, as they may be the
+#: last of a caller that stops iterating.
+HOLD_MIN = 5.0
 
 
 def with_through(changes: list[Change], through: Revision | None) -> list[Change]:
@@ -151,13 +155,13 @@ class GrpcWatching:
     def changes_many(
         self, since: Mapping[str, Revision], timeout: float
     ) -> dict[str, list[Change]]:
-        """One domain: the thread's held Watch stream (opened if need be); several: one
-        WatchMany call (one watch slot on the server, however many agents this process
+        """One domain, waited for long: the thread's held Watch stream (opened if need be);
+        otherwise one WatchMany call (one watch slot on the server, however many agents this process
         follows). A server that predates WatchMany is asked domain by domain."""
         me = threading.get_ident()
         with self._lock:
             held = self._held.pop(me, None)
-        if len(since) == 1 and timeout > 0:
+        if len(since) == 1 and timeout >= HOLD_MIN:
             ((domain, rev),) = since.items()
             return self._one(domain, rev, timeout, held)
         if held is not None:
