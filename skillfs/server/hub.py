@@ -62,6 +62,8 @@ class Event:
     before: Revision
     changes: tuple[Change, ...]
     manifests: dict[tuple[Scope, str, int], pb.ScopedManifest]
+    #: The message each principal's streams are sent (the reader's `_shown`).
+    shown: dict[tuple[int, bool], tuple[Any, pb.WatchEvent]] = field(default_factory=dict)
 
     @property
     def through(self) -> Revision:

@@ -203,6 +203,7 @@ class Watching:
                     return
             changes: Sequence[Change] = ()
             manifests: Manifests = {}
+            event = None
             if behind is not None:  # read the log up to the hub's position ourselves
                 changes = await self._catch_up(domain, behind)
                 behind = None
@@ -223,7 +224,10 @@ class Watching:
             if not changes:
                 continue
             since = changes[-1].revision
-            yield self._event(principal, changes, manifests, stream.manifests)
+            if event is not None and changes is event.changes:
+                yield self._shown(event, principal, stream.manifests)
+            else:
+                yield self._event(principal, changes, manifests, stream.manifests)
             if quiet_until is not None:
                 quiet_until = time.monotonic() + wait
 
@@ -234,6 +238,8 @@ class Watching:
         """What of `event` follows `since`: (changes, manifests, None), or ((), {}, since)
         when the stream is behind the event's start and must read the log itself."""
         b = event.before
+        if since.epoch == b.epoch and since.counter == b.counter:
+            return event.changes, event.manifests, None  # all of it (`_shown` may reuse it)
         if since.epoch == b.epoch and since.counter >= b.counter:
             return [c for c in event.changes if c.revision.counter > since.counter or (
                 c.revision.epoch != since.epoch)], event.manifests, None  # fmt: skip
@@ -241,6 +247,18 @@ class Watching:
         if since.epoch == last.epoch and since.counter >= last.counter:
             return (), {}, None  # already there
         return (), {}, since
+
+    def _shown(self, event: Event, principal: Principal, with_manifests: bool) -> pb.WatchEvent:
+        """`_event` of a whole hub event, built once per principal and kept on the event: a
+        fleet's streams on one token share one message (its bytes are still sent to each).
+        Keyed by the principal object, which a new tokens config replaces."""
+        key = (id(principal), with_manifests)
+        kept = event.shown.get(key)
+        if kept is not None and kept[0] is principal:
+            return kept[1]
+        message = self._event(principal, event.changes, event.manifests, with_manifests)
+        event.shown[key] = (principal, message)
+        return message
 
     async def _catch_up(self, domain: str, since: Revision) -> list[Change]:
         """The log after `since` up to where it ends now, in a few reads."""
