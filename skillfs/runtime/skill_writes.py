@@ -1,0 +1,333 @@
+"""Agent-written skills (docs/governance.md, "Agent-written skills"): the `propose_skill` and
+`skill_manage` tools a worker offers when `Skills(..., skill_writes=)` is on.
+
+They write to the worker's own user scope, as `agent:<agentId>/<userId>`: as drafts for an
+operator to review (`"draft"`), or live (`"live"`, seen at the next step, C3). Each call is
+one commit; whatever is wrong with it — a name, a path, the SKILL.md, a size, a concurrent
+writer, the store — comes back as error text the model can act on, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, get_args
+
+from skillfs.errors import InvalidPath, InvalidSkill, NotFound, SkillfsError, StoreUnavailable
+from skillfs.model import CommitResult, File, FileEntry, Finding, Manifest, Scope, error_findings
+from skillfs.names import check_skill_name, is_hidden_dir, normalize_path
+from skillfs.runtime.layers import SkillInfo
+from skillfs.skill_md import SKILL_MD, inspect_skill
+from skillfs.store import Store
+from skillfs.store_governance import agent_actor
+
+WriteMode = Literal["draft", "live"]
+ToolStyle = Literal["openai", "anthropic"]
+WRITE_TOOL_NAMES = ("propose_skill", "skill_manage")
+ACTIONS = ("create", "edit", "write_file", "delete_file", "delete")
+
+#: A file the tools write: bytes new from the model, or a stored one kept by reference.
+Files = dict[str, File | bytes | FileEntry]
+
+
+def check_mode(mode: str | None) -> WriteMode | None:
+    """`skill_writes` as given to `Skills`: None (off), "draft" or "live"."""
+    if mode is None or mode in get_args(WriteMode):
+        return mode  # type: ignore[return-value]  # one of WriteMode's values, checked
+    raise InvalidPath(
+        f"skill_writes={mode!r}: give None (no write tools), 'draft' (agents propose drafts "
+        "for review) or 'live' (agents publish to their user's scope)"
+    )
+
+
+def write_tool_specs(mode: WriteMode) -> list[tuple[str, str, dict[str, Any]]]:
+    """(name, description, JSON schema) of the write tools in `mode`."""
+    where = (
+        "as a draft for an operator to review: it is not among your skills until approved"
+        if mode == "draft"
+        else "to this user's own skills, live: it is among your skills from the next step"
+    )
+    text = {"type": "string"}
+    return [
+        (
+            "propose_skill",
+            f"Write a whole skill, new or replacing one of the same name, {where}. Give "
+            "every file: SKILL.md is required and starts with YAML frontmatter whose `name` "
+            "is the skill name and whose `description` says when to use it.",
+            {
+                "type": "object",
+                "properties": {
+                    "name": {
+                        **text,
+                        "description": "The skill name: lowercase letters, digits and "
+                        "hyphens, e.g. 'release-notes'.",
+                    },
+                    "files": {
+                        "type": "object",
+                        "additionalProperties": text,
+                        "description": "Every file of the skill as path -> text, e.g. "
+                        '{"SKILL.md": "---\\nname: ...", "references/guide.md": "..."}.',
+                    },
+                    "message": {**text, "description": "Why: one line for the reviewer."},
+                },
+                "required": ["name", "files"],
+                "additionalProperties": False,
+            },
+        ),
+        (
+            "skill_manage",
+            f"Change one skill, {where}. Actions: 'create' (a new skill; content is its "
+            "SKILL.md), 'edit' (replace SKILL.md, or the existing file at path, with "
+            "content), 'write_file' (add or replace the file at path), 'delete_file' (the "
+            "file at path), 'delete' (the whole skill).",
+            {
+                "type": "object",
+                "properties": {
+                    "action": {"type": "string", "enum": list(ACTIONS)},
+                    "name": {**text, "description": "The skill name."},
+                    "path": {
+                        **text,
+                        "description": "A file inside the skill, e.g. 'references/guide.md' "
+                        "(edit: default SKILL.md).",
+                    },
+                    "content": {**text, "description": "The file's whole new text."},
+                    "message": {**text, "description": "Why: one line for the history."},
+                },
+                "required": ["action", "name"],
+                "additionalProperties": False,
+            },
+        ),
+    ]
+
+
+def shape(spec: tuple[str, str, dict[str, Any]], style: ToolStyle) -> dict[str, Any]:
+    """OpenAI Chat Completions' function tool, or Anthropic Messages' tool."""
+    name, description, schema = spec
+    if style == "anthropic":
+        return {"name": name, "description": description, "input_schema": schema}
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": schema},
+    }
+
+
+class SkillWriter:
+    """The write tools of one (agent, user): what they may write, where, and as whom."""
+
+    def __init__(self, store: Store, agent_id: str, user_id: str, mode: WriteMode) -> None:
+        self.store = store
+        self.mode = mode
+        self.scope = Scope.user(agent_id, user_id)
+        self.actor = agent_actor(agent_id, user_id)
+        self._tools = {
+            style: [shape(t, style) for t in write_tool_specs(mode)]
+            for style in get_args(ToolStyle)
+        }
+
+    def tools(self, style: ToolStyle) -> list[dict[str, Any]]:
+        """The tool definitions; equal at every step (prompt caches stay warm)."""
+        return copy.deepcopy(self._tools[style])
+
+    def call(
+        self,
+        name: str,
+        args: Mapping[str, Any],
+        view: Mapping[str, SkillInfo],
+        read: Callable[[str, str], bytes],
+    ) -> str:
+        """Run a write tool; JSON text, or `Error: ...` text. `view` is the step's skills by
+        id and `read(skill, path)` its files (a skill from a lower layer is the base of the
+        user's copy)."""
+        try:
+            if name == "propose_skill":
+                return self._propose(args)
+            action = _choice(args, "action", ACTIONS)
+            return self._manage(action, args, view, read)
+        except StoreUnavailable as exc:
+            return (
+                f"Error: {name}: the skill store is unavailable ({exc}); nothing was "
+                "written; try again later"
+            )
+        except (SkillfsError, ValueError) as exc:
+            return f"Error: {name}: {exc}"
+
+    # ------------------------------------------------------------------ the tools
+
+    def _propose(self, args: Mapping[str, Any]) -> str:
+        name = _name(args)
+        files = args.get("files")
+        if not isinstance(files, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in files.items()
+        ):
+            raise InvalidPath(
+                "argument 'files' must be an object of path -> text, e.g. "
+                '{"SKILL.md": "---\\nname: ' + name + '\\ndescription: ...\\n---\\n..."}'
+            )
+        table: Files = {_path(p): v.encode() for p, v in files.items()}
+        if SKILL_MD not in table:
+            raise InvalidPath(f"files of {name!r} have no SKILL.md: every skill needs one")
+        cur = self._own(name)
+        return self._write("propose_skill", name, table, cur, _message(args))
+
+    def _manage(
+        self,
+        action: str,
+        args: Mapping[str, Any],
+        view: Mapping[str, SkillInfo],
+        read: Callable[[str, str], bytes],
+    ) -> str:
+        name = _name(args)
+        cur = self._own(name)
+        seen = view.get(name)
+        if action == "create":
+            if cur is not None or seen is not None:
+                raise InvalidPath(
+                    f"skill {name!r} already exists: use action 'edit' or 'write_file' to "
+                    "change it, or pick another name"
+                )
+            files: Files = {SKILL_MD: _text(args, "content").encode()}
+            return self._write(action, name, files, None, _message(args))
+        if action == "delete":
+            return self._delete(name, cur, seen, _message(args))
+        base = self._base(name, cur, seen, read)
+        if action == "edit":
+            path = _path(args.get("path") or SKILL_MD)
+            if path not in base:
+                raise NotFound(
+                    f"skill {name!r} has no file {path!r} to edit (files: "
+                    f"{', '.join(sorted(base))}): use action 'write_file' to add one"
+                )
+            base[path] = _text(args, "content").encode()
+        elif action == "write_file":
+            base[_path(_text(args, "path"))] = _text(args, "content").encode()
+        else:  # delete_file
+            path = _path(_text(args, "path"))
+            if path == SKILL_MD:
+                raise InvalidPath("SKILL.md cannot be deleted: delete the skill instead")
+            if base.pop(path, None) is None:
+                raise NotFound(
+                    f"skill {name!r} has no file {path!r} (files: {', '.join(sorted(base))})"
+                )
+        return self._write(action, name, base, cur, _message(args))
+
+    # ------------------------------------------------------------------ reading and writing
+
+    def _own(self, name: str) -> Manifest | None:
+        """The user's own live entry of `name`, read now (its version guards the write)."""
+        cur = self.store.manifests(self.scope, [name]).get(name)
+        if cur is not None and cur.disabled:
+            why = f" ({cur.disabled_reason})" if cur.disabled_reason else ""
+            raise InvalidPath(
+                f"skill {name!r} is disabled for this user by an operator{why}: the agent "
+                "cannot change it"
+            )
+        return cur
+
+    def _base(
+        self,
+        name: str,
+        cur: Manifest | None,
+        seen: SkillInfo | None,
+        read: Callable[[str, str], bytes],
+    ) -> Files:
+        """The files an edit starts from: the user's own, else the skill as the step sees
+        it from a lower layer (the user's copy overrides it, docs/design.md §5)."""
+        if cur is not None:
+            return dict(cur.files)
+        if seen is None:
+            raise NotFound(
+                f"skill {name!r} does not exist: use action 'create' or propose_skill to "
+                "write a new one"
+            )
+        if seen.scope is not None:  # a store layer: its files by reference
+            return dict(seen.files)
+        return {p: File(read(name, p), mode=e.mode) for p, e in seen.files.items()}
+
+    def _write(
+        self, action: str, name: str, files: Files, cur: Manifest | None, message: str
+    ) -> str:
+        findings = self._check(name, files)
+        message = message or f"{action} by {self.actor}"
+        expected = cur.version if cur is not None else 0
+        result = self.store.publish(
+            self.scope, name, files, expected, strict=True, actor=self.actor, message=message
+        )
+        return self._done(action, name, result, findings, "live")
+
+    def _delete(self, name: str, cur: Manifest | None, seen: SkillInfo | None, message: str) -> str:
+        if cur is None:
+            where = f"it comes from {seen.source}, not" if seen is not None else "it is not in"
+            raise NotFound(f"skill {name!r} cannot be deleted: {where} this user's own skills")
+        result = self.store.delete(
+            self.scope, name, cur.version, actor=self.actor, message=message or "deleted"
+        )
+        return self._done("delete", name, result, [], "deleted")
+
+    def _check(self, name: str, files: Files) -> list[Finding]:
+        """The skill's findings; one with errors (broken YAML, a name that is not the
+        directory's, ...) is refused before anything is written."""
+        skill_md = files[SKILL_MD]
+        if isinstance(skill_md, FileEntry):
+            data = self.store.read_entry(skill_md)
+        else:
+            data = skill_md.data if isinstance(skill_md, File) else skill_md
+        _, findings = inspect_skill(name, {SKILL_MD: data})
+        errors = error_findings(findings)
+        if errors:
+            raise InvalidSkill(
+                f"nothing was written: {name}/SKILL.md breaks the Agent Skills spec: "
+                + "; ".join(e.message for e in errors),
+                list(errors),
+            )
+        return findings
+
+    def _done(
+        self, action: str, name: str, result: CommitResult, findings: list[Finding], status: str
+    ) -> str:
+        return json.dumps(
+            {
+                "ok": True,
+                "action": action,
+                "skill": name,
+                "status": status,
+                "version": result.versions.get(name),
+                "scope": str(self.scope),
+                "findings": [
+                    {"severity": f.severity, "rule": f.rule, "message": f.message} for f in findings
+                ],
+            }
+        )
+
+
+def _name(args: Mapping[str, Any]) -> str:
+    name = _text(args, "name")
+    check_skill_name(name)
+    if is_hidden_dir(name):
+        raise InvalidPath(f"invalid skill name {name!r}: a name cannot start with '_' or '.'")
+    return name
+
+
+def _path(path: object) -> str:
+    if not isinstance(path, str):
+        raise InvalidPath(f"argument 'path' must be a string, got {path!r}")
+    return normalize_path(path)
+
+
+def _text(args: Mapping[str, Any], key: str) -> str:
+    value = args.get(key)
+    if not isinstance(value, str):
+        raise InvalidPath(f"argument {key!r} must be a string, got {value!r}")
+    return value
+
+
+def _message(args: Mapping[str, Any]) -> str:
+    value = args.get("message")
+    return "" if value is None else _text(args, "message")
+
+
+def _choice(args: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> str:
+    value = args.get(key)
+    if value not in allowed:
+        raise InvalidPath(f"argument {key!r} must be one of {', '.join(allowed)}; got {value!r}")
+    return str(value)
