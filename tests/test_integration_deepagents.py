@@ -104,6 +104,7 @@ def test_backend_operations_and_writes_as_commits() -> None:
     assert backend.edit("/guide/references/style.md", "kind", "brief").error is None
     copied = store.manifest(ALICE, "guide")  # copy-on-write into alice's scope, one commit
     assert sorted(copied.files) == ["SKILL.md", "references/style.md"]
+    assert copied.actor == "agent:bot/alice"  # an agent's own write (docs/governance.md)
     assert store.read(ALICE, "guide", "references/style.md") == b"be brief\n"
     assert store.read(SHARED, "guide", "references/style.md") == b"be kind\n"
     assert backend.write("/guide/notes.md", "mine").error is None

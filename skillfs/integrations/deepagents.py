@@ -11,8 +11,8 @@ Every call takes a fresh snapshot (one store round trip when nothing changed, do
 so a file the agent reads is the current one at every step. deepagents' `SkillsMiddleware`
 caches the skills list in the thread's state (langchain-ai/deepagents#5416); `fresh_skills`
 clears that cache so the list is read again at the next invoke. Writes are commits to the
-user's scope: a skill the user sees from a lower layer is copied there first (the per-user
-override of docs/design.md §5).
+user's scope by `agent:<agentId>/<userId>` (docs/governance.md): a skill the user sees from a
+lower layer is copied there first (the per-user override of docs/design.md §5).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from skillfs.errors import SkillfsError
 from skillfs.model import File, FileEntry, Scope
 from skillfs.names import normalize_path
 from skillfs.runtime import Skills, Snapshot
+from skillfs.store_governance import agent_actor
 
 
 def fresh_skills(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -174,7 +175,11 @@ class SkillfsBackend(BackendProtocol):
             files[rel] = new if isinstance(new, bytes) else new.encode("utf-8")
             mine = base is not None and base.scope == self.scope
             self.skills.store.publish(
-                self.scope, skill, files, base.version if mine and base else None
+                self.scope,
+                skill,
+                files,
+                base.version if mine and base else None,
+                actor=agent_actor(self.skills.agent_id, self.skills.user_id),
             )
         except (SkillfsError, ValueError) as exc:
             return str(exc)
