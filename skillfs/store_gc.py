@@ -79,6 +79,8 @@ def gc(
                     history = [m for m in history if m.version not in gone]
                 for m in [current, *history]:
                     referenced.update(e.sha256 for e in m.files.values())
+                    if m.candidate is not None:  # a staged version is referenced too
+                        referenced.update(e.sha256 for e in m.candidate.files.values())
                 if progress:
                     progress("mark", 1)
     seen = deleted = 0
