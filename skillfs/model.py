@@ -289,6 +289,12 @@ class Manifest(BaseModel):
     def size(self) -> int:
         return sum(e.size for e in self.files.values())
 
+    def all_files(self) -> list[tuple[str, FileEntry]]:
+        """Every (path, entry) the manifest references: its files, then its staged
+        candidate's (what GC keeps, and what a server's blob proofs cover)."""
+        staged = self.candidate.files.items() if self.candidate is not None else ()
+        return [*self.files.items(), *staged]
+
 
 @functools.total_ordering
 class Revision(BaseModel):

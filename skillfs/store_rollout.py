@@ -73,7 +73,7 @@ class Rollouts:
         version stays for everyone else (a new skill: nobody else sees it). The files are
         checked, inspected and uploaded exactly as `publish` does. Staging again replaces
         the candidate and its rule."""
-        rule = _rule(scope, rollout)
+        rule = check_rule(scope, rollout)
         self.check_commit([(scope, skill)])
         if is_hidden_dir(skill):
             raise InvalidPath(f"{skill!r} is not a skill: only skills can be staged")
@@ -122,7 +122,7 @@ class Rollouts:
         reached: every environment and user still listed, the fraction not lower (the
         buckets are stable, so a higher fraction only adds users). To narrow, abort and
         stage again."""
-        rule = _rule(scope, rollout)
+        rule = check_rule(scope, rollout)
 
         def edit(cur: Manifest | None) -> dict[str, Any]:
             c = self._candidate(scope, skill, cur, "widen")
@@ -226,7 +226,7 @@ class Rollouts:
         return cur.candidate
 
 
-def _rule(scope: Scope, rollout: Rollout) -> Rollout:
+def check_rule(scope: Scope, rollout: Rollout) -> Rollout:
     """The rule checked for `scope`: in a user's scope only that user ever sees the skill,
     so `users` may name no one else (a fraction buckets that one user)."""
     if not isinstance(rollout, Rollout):
