@@ -32,6 +32,8 @@ LAYERS: list[set[str]] = [
         "store_gc",
         "store_watch",
         "store_governance",
+        "store_side",
+        "store_drafts",
         "auth",
     },
     {"runtime", "fs"},
