@@ -43,6 +43,7 @@ from skillfs.names import (
 from skillfs.skill_md import SKILL_MD, inspect_skill
 from skillfs.store_blobs import Blobs
 from skillfs.store_commit import Prepared, already_committed, file_table, next_op, refuse_errors
+from skillfs.store_drafts import Drafts
 from skillfs.store_gc import GcReport, HistoryPolicy, gc, prune, prune_after_commit
 from skillfs.store_governance import Governance, check_message
 from skillfs.store_limits import Limits, check_usage
@@ -54,9 +55,10 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
-class Store(Following, Governance, SideEntries):
+class Store(Following, Governance, SideEntries, Drafts):
     """The public API of docs/design.md §2 over any engine; governed change (disable,
-    audit, ...) from `Governance`, archive / restore from `SideEntries` (docs/governance.md)."""
+    audit, ...) from `Governance`, archive / restore from `SideEntries`, propose / approve / reject
+    from `Drafts` (docs/governance.md)."""
 
     def __init__(
         self,
@@ -195,10 +197,12 @@ class Store(Following, Governance, SideEntries):
             for ch in changes
         ]
         who = {"actor": self.who(actor), "message": check_message(message)}
-        prepared = [
-            self._prepare(ch, t, blobs).model_copy(update=who)
-            for ch, t in zip(changes, tables, strict=True)
-        ]
+        prepared = self._based(
+            [
+                self._prepare(ch, t, blobs).model_copy(update=who)
+                for ch, t in zip(changes, tables, strict=True)
+            ]
+        )
         if strict:
             for p in prepared:
                 refuse_errors(p.skill, p.findings)
