@@ -32,14 +32,23 @@ from skillfs.model import (
     UsageStat,
     usage_by_skill,
 )
-from skillfs.names import check_id, check_skill_name, is_hidden_dir, normalize_path
+from skillfs.names import (
+    SIDE_DIRS,
+    check_entry,
+    check_id,
+    entry_name,
+    is_hidden_dir,
+    normalize_path,
+)
 from skillfs.skill_md import SKILL_MD, inspect_skill
 from skillfs.store_blobs import Blobs
 from skillfs.store_commit import Prepared, already_committed, file_table, next_op, refuse_errors
+from skillfs.store_drafts import Drafts
 from skillfs.store_gc import GcReport, HistoryPolicy, gc, prune, prune_after_commit
 from skillfs.store_governance import Governance, check_message
 from skillfs.store_limits import Limits, check_usage
 from skillfs.store_rollout import Rollouts
+from skillfs.store_side import SideEntries
 from skillfs.store_watch import Following
 
 log = logging.getLogger(__name__)
@@ -47,9 +56,10 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
-class Store(Following, Governance, Rollouts):
+class Store(Following, Governance, Rollouts, SideEntries, Drafts):
     """The public API of docs/design.md §2 over any engine; governed change (disable,
-    audit, ...) from `Governance`, staged rollout from `Rollouts` (docs/governance.md)."""
+    audit, ...) from `Governance`, staged rollout from `Rollouts`, archive / restore from
+    `SideEntries`, propose / approve / reject from `Drafts` (docs/governance.md)."""
 
     def __init__(
         self,
@@ -179,12 +189,16 @@ class Store(Following, Governance, Rollouts):
     def _prepared(
         self, changes: Sequence[Put | Remove], *, strict: bool, actor: str | None, message: str
     ) -> list[Prepared]:
-        """Everything a commit does before its atomic step: files checked against the limits,
-        hashed and inspected, the strict policy applied, the new blobs uploaded. A staged
-        candidate (`store_rollout`) is prepared here too."""
+        """Everything a commit (or a staged candidate, `store_rollout`) does before its atomic
+        step: files checked, hashed and inspected, the strict policy applied, blobs uploaded."""
         for ch in changes:
             if is_hidden_dir(ch.skill) and isinstance(ch, Put) and not ch.files:
                 raise InvalidPath(f"skill {ch.skill!r} has no files")
+            if ch.skill in SIDE_DIRS and isinstance(ch, Put):
+                raise InvalidPath(
+                    f"{ch.skill!r} holds one entry per skill: write {ch.skill}/<name> "
+                    "(docs/governance.md)"
+                )
         now = self.clock()
         blobs: dict[str, bytes] = {}  # the new bytes of every Put, uploaded together
         tables = [
@@ -196,6 +210,7 @@ class Store(Following, Governance, Rollouts):
             self._prepare(ch, t, blobs).model_copy(update=who)
             for ch, t in zip(changes, tables, strict=True)
         ]
+        prepared = self._based(prepared)  # a draft records its live skill's version
         if strict:
             for p in prepared:
                 refuse_errors(p.skill, p.findings)
@@ -217,7 +232,7 @@ class Store(Following, Governance, Rollouts):
                 raise InvalidPath(
                     f"one commit spans one agent or one market: {scope} is not in {domain}"
                 )
-            check_skill_name(skill)
+            check_entry(skill)
             if (scope, skill) in seen:
                 raise InvalidPath(f"{scope}/{skill} appears twice in one commit")
             seen.add((scope, skill))
@@ -256,7 +271,7 @@ class Store(Following, Governance, Rollouts):
         entry = files.get(SKILL_MD)
         if entry is not None:
             texts[SKILL_MD] = (unstored or {}).get(entry.sha256) or self.read_entry(entry)
-        return inspect_skill(skill, texts)
+        return inspect_skill(entry_name(skill), texts)
 
     def _commit(self, domain: str, prepared: list[Prepared], commit_id: str) -> CommitResult:
         deadline = time.monotonic() + self.retry_for
@@ -343,7 +358,7 @@ class Store(Following, Governance, Rollouts):
 
     def manifest(self, scope: Scope, skill: str, version: int | None = None) -> Manifest:
         """The latest manifest, or the given version from history."""
-        check_skill_name(skill)
+        check_entry(skill)
         live = self._retrying(self.engine.load_skills, scope, [skill]).get(skill)
         if version is None or (live is not None and live.version == version):
             if live is None or live.deleted:
@@ -362,7 +377,7 @@ class Store(Following, Governance, Rollouts):
         )
 
     def _no_skill(self, scope: Scope, skill: str) -> str:
-        names = sorted(self.manifests(scope))
+        names = self.skills(scope)
         listing = ", ".join(names[:50]) + (" …" if len(names) > 50 else "") if names else "none"
         return f"skill {skill!r} does not exist in {scope}; skills there: {listing}"
 
@@ -435,7 +450,9 @@ class Store(Following, Governance, Rollouts):
         return sorted(s.user_id for s in self.scopes(agent) if s.user_id is not None)
 
     def skills(self, scope: Scope) -> list[str]:
-        return sorted(self.manifests(scope))
+        """A scope's live skills; its drafts and archived skills (`_drafts/`, `.archive/`) are
+        not skills (docs/design.md §1)."""
+        return sorted(k for k in self.manifests(scope) if not is_hidden_dir(k))
 
     # ------------------------------------------------------------------ usage
 
