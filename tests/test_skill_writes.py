@@ -159,7 +159,7 @@ def test_editing_a_shared_skill_writes_the_users_copy(store: Store) -> None:
 
 BAD: list[tuple[str, dict[str, Any], str]] = [
     ("propose_skill", {"name": "Bad/Name", "files": {"SKILL.md": "x"}}, "invalid skill directory"),
-    ("propose_skill", {"name": "_drafts", "files": {"SKILL.md": "x"}}, "cannot start with '_'"),
+    ("propose_skill", {"name": "_drafts", "files": {"SKILL.md": "x"}}, "starting with '_' or '.'"),
     ("propose_skill", {"name": "a", "files": ["SKILL.md"]}, "'files' must be an object"),
     ("propose_skill", {"name": "a", "files": {"README.md": "x"}}, "have no SKILL.md"),
     (
@@ -181,7 +181,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     (
         "skill_manage",
         {"action": "create", "name": "faq", "content": text("faq")},
-        "already exists: use action 'edit'",
+        "cannot be created: it exists; use action 'edit'",
     ),
     ("skill_manage", {"action": "rename", "name": "faq"}, "'action' must be one of create"),
     ("skill_manage", {"action": "create", "name": "new"}, "'content' must be a string"),
@@ -296,3 +296,72 @@ def test_files_of_a_disk_layer_are_copied_by_content(tmp_path: Path) -> None:
     m = store.manifest(ALICE, "local")
     assert sorted(m.files) == ["SKILL.md", "b.md", "run.sh"] and m.files["run.sh"].mode == 0o755
     assert store.read_entry(m.files["run.sh"]) == b"#!/bin/sh\n"
+
+
+# ------------------------------------------------------------------ draft mode
+
+
+def test_draft_propose_is_a_pending_draft_in_no_view(store: Store) -> None:
+    store.publish(SHARED, "faq", {"SKILL.md": md("faq", "The old answers.")})
+    skills = Skills(store, "bot", "alice", skill_writes="draft")
+    snap = skills.snapshot()
+    assert "draft for an operator to review" in snap.tools()[-2]["function"]["description"]
+    before = counter(store)
+    files = {"SKILL.md": text("faq", "The new answers.")}
+    result = ok(snap.call_tool("propose_skill", {"name": "faq", "files": files, "message": "why"}))
+    assert result["status"] == "draft" and result["draft"] == "_drafts/faq"
+    assert result["version"] == 1 and "not among your skills" in result["note"]
+    assert counter(store) == before + 1
+    for user in ("alice", "bob"):  # a draft is in no view
+        assert Skills(store, "bot", user).snapshot().skill("faq").description == "The old answers."
+    [draft] = store.drafts(ALICE)
+    assert (draft.name, draft.version, draft.message) == ("faq", 1, "why")
+    assert draft.actor == actor_of(store) and draft.base_version == 0
+    # the next write is the draft's next version, from the draft's files
+    again = skills.snapshot().call_tool(
+        "skill_manage", {"action": "write_file", "name": "faq", "path": "a.md", "content": "a"}
+    )
+    assert ok(again)["version"] == 2
+    draft_files = store.manifest(ALICE, "_drafts/faq").files
+    assert sorted(draft_files) == ["SKILL.md", "a.md"]
+    assert store.read_entry(draft_files["SKILL.md"]) == files["SKILL.md"].encode()
+    store.approve(ALICE, "faq", actor="operator")
+    nxt = skills.snapshot()
+    assert nxt.skill("faq").description == "The new answers."  # alice's own copy, live
+    assert Skills(store, "bot", "bob").snapshot().skill("faq").description == "The old answers."
+    assert store.drafts(ALICE) == []
+
+
+def test_draft_manage_create_edit_and_withdraw(store: Store) -> None:
+    skills = Skills(store, "bot", "alice", skill_writes="draft")
+
+    def call(**args: Any) -> str:
+        return skills.snapshot().call_tool("skill_manage", args)
+
+    assert ok(call(action="create", name="notes", content=text("notes")))["status"] == "draft"
+    assert "a draft of it is pending review" in call(
+        action="create", name="notes", content=text("notes")
+    )
+    assert ok(call(action="edit", name="notes", content=text("notes", "Better.")))["version"] == 2
+    assert not skills.snapshot().skills
+    withdrawn = ok(call(action="delete", name="notes", message="not needed after all"))
+    assert withdrawn["status"] == "withdrawn"
+    assert store.drafts(ALICE) == []
+    assert store.audit(ALICE, skill="_drafts/notes")[0].action == "reject"
+    refused = call(action="delete", name="notes")
+    assert "no pending draft to withdraw; deleting a live skill is an operator's" in refused
+    store.publish(ALICE, "mine", {"SKILL.md": md("mine")})
+    before = counter(store)
+    assert "an operator's decision" in call(action="delete", name="mine")
+    assert counter(store) == before and store.manifest(ALICE, "mine").version == 1
+
+
+def test_draft_edit_of_a_disabled_skill_is_a_proposal(store: Store) -> None:
+    """A kill switch stops live writes; a draft only proposes, for an operator to decide."""
+    store.publish(ALICE, "faq", {"SKILL.md": md("faq")})
+    store.disable(ALICE, "faq", reason="wrong")
+    skills = Skills(store, "bot", "alice", skill_writes="draft")
+    fixed = {"action": "edit", "name": "faq", "content": text("faq", "Fixed.")}
+    assert ok(skills.snapshot().call_tool("skill_manage", fixed))["status"] == "draft"
+    live = Skills(store, "bot", "alice", skill_writes="live").snapshot()
+    assert "disabled for this user by an operator (wrong)" in live.call_tool("skill_manage", fixed)

@@ -12,11 +12,12 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from skillfs.errors import InvalidPath, InvalidSkill, NotFound, SkillfsError, StoreUnavailable
-from skillfs.model import CommitResult, File, FileEntry, Finding, Manifest, Scope, error_findings
-from skillfs.names import check_skill_name, is_hidden_dir, normalize_path
+from skillfs.model import File, FileEntry, Finding, Manifest, Scope, error_findings
+from skillfs.names import check_live_name, draft_entry, normalize_path
 from skillfs.runtime.layers import SkillInfo
 from skillfs.skill_md import SKILL_MD, inspect_skill
 from skillfs.store import Store
@@ -167,8 +168,7 @@ class SkillWriter:
         table: Files = {_path(p): v.encode() for p, v in files.items()}
         if SKILL_MD not in table:
             raise InvalidPath(f"files of {name!r} have no SKILL.md: every skill needs one")
-        cur = self._own(name)
-        return self._write("propose_skill", name, table, cur, _message(args))
+        return self._write("propose_skill", self._state(name, None), table, _message(args))
 
     def _manage(
         self,
@@ -177,20 +177,20 @@ class SkillWriter:
         view: Mapping[str, SkillInfo],
         read: Callable[[str, str], bytes],
     ) -> str:
-        name = _name(args)
-        cur = self._own(name)
-        seen = view.get(name)
+        at = self._state(_name(args), view)
+        name = at.name
         if action == "create":
-            if cur is not None or seen is not None:
+            if at.own is not None or at.seen is not None or at.draft is not None:
+                what = "a draft of it is pending review" if at.draft else "it exists"
                 raise InvalidPath(
-                    f"skill {name!r} already exists: use action 'edit' or 'write_file' to "
-                    "change it, or pick another name"
+                    f"skill {name!r} cannot be created: {what}; use action 'edit' or "
+                    "'write_file' to change it, or pick another name"
                 )
             files: Files = {SKILL_MD: _text(args, "content").encode()}
-            return self._write(action, name, files, None, _message(args))
+            return self._write(action, at, files, _message(args))
         if action == "delete":
-            return self._delete(name, cur, seen, _message(args))
-        base = self._base(name, cur, seen, read)
+            return self._delete(at, _message(args))
+        base = self._base(at, read)
         if action == "edit":
             path = _path(args.get("path") or SKILL_MD)
             if path not in base:
@@ -209,60 +209,83 @@ class SkillWriter:
                 raise NotFound(
                     f"skill {name!r} has no file {path!r} (files: {', '.join(sorted(base))})"
                 )
-        return self._write(action, name, base, cur, _message(args))
+        return self._write(action, at, base, _message(args))
 
     # ------------------------------------------------------------------ reading and writing
 
-    def _own(self, name: str) -> Manifest | None:
-        """The user's own live entry of `name`, read now (its version guards the write)."""
-        cur = self.store.manifests(self.scope, [name]).get(name)
-        if cur is not None and cur.disabled:
-            why = f" ({cur.disabled_reason})" if cur.disabled_reason else ""
+    def _state(self, name: str, view: Mapping[str, SkillInfo] | None) -> _State:
+        """The user's own live entry of `name` and its pending draft, read now in one round
+        trip (their versions guard the write), and the skill as the step sees it."""
+        entry = draft_entry(name)
+        held = self.store.manifests(self.scope, [name, entry])
+        own, draft = held.get(name), held.get(entry)
+        if self.mode == "live" and own is not None and own.disabled:
+            why = f" ({own.disabled_reason})" if own.disabled_reason else ""
             raise InvalidPath(
                 f"skill {name!r} is disabled for this user by an operator{why}: the agent "
                 "cannot change it"
             )
-        return cur
+        seen = view.get(name) if view is not None else None
+        return _State(name, own, draft if self.mode == "draft" else None, seen)
 
-    def _base(
-        self,
-        name: str,
-        cur: Manifest | None,
-        seen: SkillInfo | None,
-        read: Callable[[str, str], bytes],
-    ) -> Files:
-        """The files an edit starts from: the user's own, else the skill as the step sees
-        it from a lower layer (the user's copy overrides it, docs/design.md §5)."""
-        if cur is not None:
-            return dict(cur.files)
-        if seen is None:
+    def _base(self, at: _State, read: Callable[[str, str], bytes]) -> Files:
+        """The files an edit starts from: the pending draft (draft mode), else the user's
+        own skill, else the skill as the step sees it from a lower layer (the user's copy
+        overrides it, docs/design.md §5)."""
+        for held in (at.draft, at.own):
+            if held is not None:
+                return dict(held.files)
+        if at.seen is None:
             raise NotFound(
-                f"skill {name!r} does not exist: use action 'create' or propose_skill to "
+                f"skill {at.name!r} does not exist: use action 'create' or propose_skill to "
                 "write a new one"
             )
-        if seen.scope is not None:  # a store layer: its files by reference
-            return dict(seen.files)
-        return {p: File(read(name, p), mode=e.mode) for p, e in seen.files.items()}
+        if at.seen.scope is not None:  # a store layer: its files by reference
+            return dict(at.seen.files)
+        return {p: File(read(at.name, p), mode=e.mode) for p, e in at.seen.files.items()}
 
-    def _write(
-        self, action: str, name: str, files: Files, cur: Manifest | None, message: str
-    ) -> str:
-        findings = self._check(name, files)
+    def _write(self, action: str, at: _State, files: Files, message: str) -> str:
+        """One commit: the draft's next version, or the user's skill's."""
+        findings = self._check(at.name, files)
         message = message or f"{action} by {self.actor}"
-        expected = cur.version if cur is not None else 0
-        result = self.store.publish(
-            self.scope, name, files, expected, strict=True, actor=self.actor, message=message
-        )
-        return self._done(action, name, result, findings, "live")
+        who = {"actor": self.actor, "message": message}
+        if self.mode == "draft":
+            expected = at.draft.version if at.draft is not None else 0
+            result = self.store.propose(
+                self.scope, at.name, files, expected_version=expected, strict=True, **who
+            )
+            version = result.versions.get(draft_entry(at.name))
+            return self._done(action, at.name, version, findings, "draft")
+        expected = at.own.version if at.own is not None else 0
+        result = self.store.publish(self.scope, at.name, files, expected, strict=True, **who)
+        return self._done(action, at.name, result.versions.get(at.name), findings, "live")
 
-    def _delete(self, name: str, cur: Manifest | None, seen: SkillInfo | None, message: str) -> str:
-        if cur is None:
+    def _delete(self, at: _State, message: str) -> str:
+        """Live: delete the user's own skill. Draft: withdraw the pending draft; deleting a
+        live skill is an operator's decision."""
+        if self.mode == "draft":
+            if at.draft is None:
+                raise NotFound(
+                    f"skill {at.name!r} has no pending draft to withdraw; deleting a live "
+                    "skill is an operator's decision: say so in your answer instead"
+                )
+            result = self.store.reject(
+                self.scope,
+                at.name,
+                message or "withdrawn by the agent",
+                expected_version=at.draft.version,
+                actor=self.actor,
+            )
+            return self._done("delete", at.name, result.versions.get(draft_entry(at.name)),
+                              [], "withdrawn")  # fmt: skip
+        if at.own is None:
+            seen = at.seen
             where = f"it comes from {seen.source}, not" if seen is not None else "it is not in"
-            raise NotFound(f"skill {name!r} cannot be deleted: {where} this user's own skills")
+            raise NotFound(f"skill {at.name!r} cannot be deleted: {where} this user's own skills")
         result = self.store.delete(
-            self.scope, name, cur.version, actor=self.actor, message=message or "deleted"
+            self.scope, at.name, at.own.version, actor=self.actor, message=message or "deleted"
         )
-        return self._done("delete", name, result, [], "deleted")
+        return self._done("delete", at.name, result.versions.get(at.name), [], "deleted")
 
     def _check(self, name: str, files: Files) -> list[Finding]:
         """The skill's findings; one with errors (broken YAML, a name that is not the
@@ -283,29 +306,40 @@ class SkillWriter:
         return findings
 
     def _done(
-        self, action: str, name: str, result: CommitResult, findings: list[Finding], status: str
+        self, action: str, name: str, version: int | None, findings: list[Finding], status: str
     ) -> str:
-        return json.dumps(
-            {
-                "ok": True,
-                "action": action,
-                "skill": name,
-                "status": status,
-                "version": result.versions.get(name),
-                "scope": str(self.scope),
-                "findings": [
-                    {"severity": f.severity, "rule": f.rule, "message": f.message} for f in findings
-                ],
-            }
-        )
+        out: dict[str, Any] = {
+            "ok": True,
+            "action": action,
+            "skill": name,
+            "status": status,
+            "version": version,
+            "scope": str(self.scope),
+            "findings": [
+                {"severity": f.severity, "rule": f.rule, "message": f.message} for f in findings
+            ],
+        }
+        if status == "draft":
+            out["draft"] = draft_entry(name)
+            out["note"] = (
+                "an operator reviews the draft: it is not among your skills until approved"
+            )
+        return json.dumps(out)
+
+
+@dataclass(frozen=True)
+class _State:
+    """What a write starts from: the user's own live entry, its pending draft (draft mode),
+    and the skill as the step sees it."""
+
+    name: str
+    own: Manifest | None
+    draft: Manifest | None
+    seen: SkillInfo | None
 
 
 def _name(args: Mapping[str, Any]) -> str:
-    name = _text(args, "name")
-    check_skill_name(name)
-    if is_hidden_dir(name):
-        raise InvalidPath(f"invalid skill name {name!r}: a name cannot start with '_' or '.'")
-    return name
+    return check_live_name(_text(args, "name"))
 
 
 def _path(path: object) -> str:
