@@ -321,9 +321,7 @@ class SkillWriter:
         }
         if status == "draft":
             out["draft"] = draft_entry(name)
-            out["note"] = (
-                "an operator reviews the draft: it is not among your skills until approved"
-            )
+            out["note"] = "an operator reviews it: it is not among your skills until approved"
         return json.dumps(out)
 
 
