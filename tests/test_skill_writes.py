@@ -25,7 +25,7 @@ ALICE = Scope.user("bot", "alice")
 DOMAIN = "agents/bot"
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "grpc"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     s = skillfs.open_store(url_for(request, request.param, tmp_path))
     yield s
