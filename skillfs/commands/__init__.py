@@ -12,6 +12,7 @@ def register(app: typer.Typer) -> None:
     """Add every store command to `app`."""
     from skillfs.commands import (  # noqa: F401  (they register)
         browse,
+        drafts,
         edit,
         govern,
         mcp,
@@ -19,8 +20,9 @@ def register(app: typer.Typer) -> None:
         rollout,
         transfer,
     )
-    from skillfs.commands.common import COMMANDS
+    from skillfs.commands.common import COMMANDS, EDIT
     from skillfs.commands.helptext import Command
 
     for name, panel, function in COMMANDS:
         app.command(name, rich_help_panel=panel, cls=Command)(function)
+    app.add_typer(drafts.app, rich_help_panel=EDIT)

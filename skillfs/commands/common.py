@@ -53,20 +53,27 @@ class Registered(NamedTuple):
 COMMANDS: list[Registered] = []
 
 
+def guarded(function: Callable[P, R]) -> Callable[P, R]:
+    """The command, with the errors an operator can act on turned into one red line."""
+
+    @functools.wraps(function)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return function(*args, **kwargs)
+        except SkillfsError as exc:
+            raise fail(str(exc)) from None
+        except OSError as exc:  # local files: import/export directories, the editor
+            where = f": {exc.filename}" if exc.filename else ""
+            raise fail(f"{exc.strerror or exc}{where}") from None
+
+    return run
+
+
 def command(name: str, panel: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """Register a store command, turning the errors an operator can act on into one red line."""
+    """Register a store command (`guarded`)."""
 
     def decorate(function: Callable[P, R]) -> Callable[P, R]:
-        @functools.wraps(function)
-        def run(*args: P.args, **kwargs: P.kwargs) -> R:
-            try:
-                return function(*args, **kwargs)
-            except SkillfsError as exc:
-                raise fail(str(exc)) from None
-            except OSError as exc:  # local files: import/export directories, the editor
-                where = f": {exc.filename}" if exc.filename else ""
-                raise fail(f"{exc.strerror or exc}{where}") from None
-
+        run = guarded(function)
         COMMANDS.append(Registered(name, panel, run))
         return run
 
