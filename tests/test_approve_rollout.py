@@ -90,3 +90,25 @@ def test_an_agents_draft_approved_into_shared_records_both_actors(tmp_path: Path
         (ALICE, "_drafts/faq", "approve", "operator"),
     }  # one commit: the same time
     assert (audit[2].action, audit[2].actor) == ("propose", "agent:bot/alice")
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "grpc"])
+def test_cli_approves_a_users_draft_into_shared_as_a_canary(
+    request: pytest.FixtureRequest, tmp_path: Path, engine: str
+) -> None:
+    from tests.cli_helpers import as_json, error_line, ok, run
+    from tests.stores import url_for
+
+    url = url_for(request, engine, tmp_path)
+    with skillfs.open_store(url) as store:
+        store.propose(ALICE, "faq", {"SKILL.md": md("faq", "New.")})
+    mine = ("-s", "user:bot/alice")
+    bad = run(url, "drafts", "approve", "faq", *mine, "--fraction", "1.5")
+    assert "invalid rollout fraction 1.5" in error_line(bad)
+    line = ok(url, "drafts", "approve", "faq", *mine, "--into", "shared:bot", "--fraction", "0.1")
+    assert "approved faq as a canary for 10 % in shared:bot" in line.stdout
+    with skillfs.open_store(url) as store:
+        m = store.manifest(SHARED, "faq")
+        assert m.candidate is not None and m.candidate.rollout == Rollout(fraction=0.1)
+        assert store.drafts(ALICE) == []
+    assert as_json(url, "drafts", "ls", *mine) == []
