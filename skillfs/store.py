@@ -39,6 +39,7 @@ from skillfs.store_commit import Prepared, already_committed, file_table, next_o
 from skillfs.store_gc import GcReport, HistoryPolicy, gc, prune, prune_after_commit
 from skillfs.store_governance import Governance, check_message
 from skillfs.store_limits import Limits, check_usage
+from skillfs.store_rollout import Rollouts
 from skillfs.store_watch import Following
 
 log = logging.getLogger(__name__)
@@ -46,9 +47,9 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
-class Store(Following, Governance):
+class Store(Following, Governance, Rollouts):
     """The public API of docs/design.md §2 over any engine; governed change (disable,
-    audit, ...) from `Governance` (docs/governance.md)."""
+    audit, ...) from `Governance`, staged rollout from `Rollouts` (docs/governance.md)."""
 
     def __init__(
         self,
@@ -172,6 +173,15 @@ class Store(Following, Governance):
         is refused with InvalidSkill carrying them, before anything is uploaded. `actor` and
         `message` say who made the change and why (default: this store's `actor`)."""
         domain = self.check_commit([(ch.scope, ch.skill) for ch in changes])
+        prepared = self._prepared(changes, strict=strict, actor=actor, message=message)
+        return self._commit(domain, prepared, commit_id or uuid.uuid4().hex)
+
+    def _prepared(
+        self, changes: Sequence[Put | Remove], *, strict: bool, actor: str | None, message: str
+    ) -> list[Prepared]:
+        """Everything a commit does before its atomic step: files checked against the limits,
+        hashed and inspected, the strict policy applied, the new blobs uploaded. A staged
+        candidate (`store_rollout`) is prepared here too."""
         for ch in changes:
             if is_hidden_dir(ch.skill) and isinstance(ch, Put) and not ch.files:
                 raise InvalidPath(f"skill {ch.skill!r} has no files")
@@ -191,8 +201,7 @@ class Store(Following, Governance):
                 refuse_errors(p.skill, p.findings)
         refs = {e.sha256 for t in tables if t for e in t.values()} - blobs.keys()
         self._blobs.upload(blobs, refs, now)
-        commit_id = commit_id or uuid.uuid4().hex
-        return self._commit(domain, prepared, commit_id)
+        return prepared
 
     def check_commit(self, targets: Sequence[tuple[Scope, str]], domain: str | None = None) -> str:
         """The shape every commit must have, whoever built it: at least one skill, each once,

@@ -59,11 +59,21 @@ def check_message(message: str | None) -> str:
 
 
 def action(m: Manifest, before: Manifest | None) -> str:
-    """What a version did, from the version before it."""
+    """What a version did, from the version before it (a staged rollout's steps included:
+    docs/governance.md)."""
+    was = before if before is not None and not before.deleted else None
     if m.deleted:
-        return "delete"
-    if before is not None and not before.deleted and before.disabled != m.disabled:
+        staged_only = was is not None and was.candidate is not None and not was.files
+        return "abort" if staged_only else "delete"
+    if was is not None and was.disabled != m.disabled:
         return "disable" if m.disabled else "enable"
+    old = was.candidate if was is not None else None
+    if m.candidate is not None and (old is None or old.commit_id != m.candidate.commit_id):
+        return "stage"
+    if m.candidate is not None and old is not None and old.rollout != m.candidate.rollout:
+        return "widen"
+    if m.candidate is None and old is not None:
+        return "promote" if m.files == old.files else "abort"
     if m.disabled and not m.files:
         return "disable"
     return "publish"
@@ -101,6 +111,7 @@ class Governance:
         expected_version: int | None = None,
         actor: str | None = None,
         message: str | None = None,
+        commit_id: str | None = None,
     ) -> CommitResult:
         """One commit that rewrites one skill's manifest by `edit` (retried on races)."""
         scope.check()
@@ -114,7 +125,7 @@ class Governance:
             message=check_message(message),
             edit=edit,
         )
-        return self._commit(scope.domain, [prepared], uuid.uuid4().hex)
+        return self._commit(scope.domain, [prepared], commit_id or uuid.uuid4().hex)
 
     # ------------------------------------------------------------------ disable / enable
 
@@ -141,7 +152,7 @@ class Governance:
                 raise NotFound(self._unknown(scope, skill))
             if cur is not None and cur.disabled:
                 raise InvalidPath(f"{scope}/{skill} is already disabled: enable it first")
-            base = _fields(cur) if cur is not None else {"files": {}}
+            base = carried(cur) if cur is not None else {"files": {}}
             return {**base, "disabled": True, "disabled_reason": reason}
 
         return self._edit(
@@ -172,7 +183,7 @@ class Governance:
                 raise InvalidPath(f"{scope}/{skill} is not disabled: nothing to enable")
             if not cur.files:  # a hole: enabling removes it
                 return {"deleted": True, "files": {}}
-            return {**_fields(cur), "disabled": False, "disabled_reason": ""}
+            return {**carried(cur), "disabled": False, "disabled_reason": ""}
 
         return self._edit(
             scope,
@@ -298,7 +309,7 @@ def _present(m: Manifest | None) -> bool:
     return m is not None and not m.deleted
 
 
-def _fields(cur: Manifest) -> dict[str, Any]:
+def carried(cur: Manifest) -> dict[str, Any]:
     """The content of the current manifest, carried into the next version."""
     return {
         "frontmatter": cur.frontmatter,
@@ -306,4 +317,5 @@ def _fields(cur: Manifest) -> dict[str, Any]:
         "files": cur.files,
         "disabled": cur.disabled,
         "disabled_reason": cur.disabled_reason,
+        "candidate": cur.candidate,
     }

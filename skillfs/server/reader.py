@@ -68,6 +68,7 @@ def _view_skill(s: Any) -> pb.ViewSkill:
             for p, e in sorted(s.files.items())
         ],
         shadows=list(s.shadows),
+        candidate=s.candidate,
     )
 
 
