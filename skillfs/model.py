@@ -257,6 +257,12 @@ class Manifest(BaseModel):
     #: A staged version and who gets it (docs/governance.md); absent from the stored JSON
     #: when None, so manifests without one keep their bytes and size.
     candidate: Candidate | None = Field(default=None, exclude_if=lambda v: v is None)
+    #: A draft's (`_drafts/<name>`, docs/governance.md): the live skill's version it was
+    #: proposed against, 0 when there was none; approve refuses once the live skill moved.
+    base_version: int | None = None
+    #: The governed operation that wrote this version, when not a publish or a delete
+    #: (approve, reject, archive, restore): what the audit reports.
+    operation: str = ""
 
     @property
     def usable(self) -> bool:
