@@ -5,6 +5,7 @@ server's view RPCs taking the environment."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from pathlib import Path
 
@@ -21,6 +22,8 @@ from skillfs.rollout import bucket, effective, gets_candidate
 from support import grpc_servers
 from tests.cli_helpers import as_json, error_line, ok, run
 from tests.helpers import skill_md
+from tests.runtime_helpers import counting_store
+from tests.test_runtime_freshness import settle
 
 AGENT = "support-bot"
 SHARED = Scope.shared(AGENT)
@@ -182,6 +185,27 @@ def test_bad_input_writes_nothing(store: skillfs.Store) -> None:
     with pytest.raises(Conflict):
         store.promote(SHARED, "s", expected_version=1)
     assert store.revision(AGENT) == before
+
+
+def test_an_unchanged_step_with_a_candidate_is_one_round_trip() -> None:
+    """The rule is evaluated on the manifests the worker holds: with candidates staged in
+    the shared scope and a market, an unchanged step still reads the revisions and nothing
+    else (docs/governance.md)."""
+    store, counter = counting_store()
+    store.publish(SHARED, "s", files("s", "live"))
+    store.stage(SHARED, "s", files("s", "canary"), Rollout(users=["bob"]))
+    store.publish(MARKET, "m", files("m", "live"))
+    store.stage(MARKET, "m", files("m", "canary"), Rollout(environments=["prod"]))
+    skills = skillfs.Skills(store, AGENT, "bob", [skillfs.Market("team")], environment="prod")
+    first = skills.snapshot()
+    assert [(s.id, s.candidate) for s in first.skills] == [("m", True), ("s", True)]
+    settle(skills)
+    counter.clear()
+    me = threading.get_ident()
+    for _ in range(20):
+        assert skills.snapshot() is first
+    assert counter.names(me) == ["revisions"] * 20
+    skills.close()
 
 
 # ----------------------------------------------------------------- the rule
