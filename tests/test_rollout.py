@@ -9,6 +9,7 @@ import threading
 import uuid
 from pathlib import Path
 
+import anyio
 import grpc
 import pytest
 
@@ -363,3 +364,40 @@ def test_grpc_server_vouches_for_the_candidate(tmp_path: Path) -> None:
             assert again.version == m.version and again.candidate == m.candidate
     finally:
         server.stop(0)
+
+
+# ----------------------------------------------------------------- MCP
+
+
+def test_mcp_views_take_the_environment() -> None:
+    """An MCP session's view is (agent, user, markets, environment): from the query string or
+    the X-Skillfs-Environment header over HTTP, fixed for stdio."""
+    from mcp import Client
+
+    from skillfs.auth import Tokens
+    from skillfs.mcp import ViewKey, Views, build_server
+    from skillfs.mcp.http import view_for
+    from tests.mcp_helpers import sdk_list_skills, tokens_text
+
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    store.publish(SHARED, "s", {"SKILL.md": skill_md("s", description="Live one.")})
+    staged = {"SKILL.md": skill_md("s", description="Candidate one.")}
+    store.stage(SHARED, "s", staged, Rollout(environments=["prod"]))
+
+    async def described(environment: str) -> list[str]:
+        key = ViewKey(AGENT, "alice", (), environment)
+        async with Client(build_server(Views(store, lambda ctx: key))) as c:
+            page = await sdk_list_skills(c.session)
+            return [s["frontmatter"]["description"] for s in page["skills"]]
+
+    async def main() -> None:
+        assert await described("") == ["Live one."]
+        assert await described("prod") == ["Candidate one."]
+
+    anyio.run(main)
+    alice = Tokens(text=tokens_text()).authenticate(f"Bearer {grpc_servers.ALICE}")
+    assert view_for(alice, {}, "environment=prod").environment == "prod"
+    assert view_for(alice, {"x-skillfs-environment": "staging"}, "").environment == "staging"
+    assert view_for(alice, {}, "").environment == ""
+    with pytest.raises(InvalidPath, match="environment"):
+        view_for(alice, {}, "environment=_bad")
