@@ -97,10 +97,15 @@ def test_abort_and_a_skill_that_was_only_staged(store: skillfs.Store) -> None:
     with skillfs.Skills(store, AGENT, "u") as sk:
         assert not sk.snapshot().problems
     assert seen(store, "u", "prod") == {"s": "live", "new": "fresh"}
+    store.disable(SHARED, "new", reason="hold")  # the kill switch keeps the candidate
+    assert seen(store, "u", "prod") == {"s": "live"}
+    store.enable(SHARED, "new")
+    assert seen(store, "u", "prod") == {"s": "live", "new": "fresh"}
     store.abort(SHARED, "new")  # never live: deleted, history kept
     assert "new" not in store.skills(SHARED)
-    assert [m.version for m in store.history(SHARED, "new")] == [2, 1]
-    assert [e.action for e in store.audit(SHARED, skill="new")] == ["abort", "stage"]
+    assert [m.version for m in store.history(SHARED, "new")] == [4, 3, 2, 1]
+    actions = [e.action for e in store.audit(SHARED, skill="new")]
+    assert actions == ["abort", "enable", "disable", "stage"]
 
 
 def test_candidates_in_markets_user_scopes_and_under_the_kill_switch(
