@@ -232,6 +232,7 @@ def test_fraction_over_ten_thousand_users_and_widening_keeps_everyone_in() -> No
     # each skill draws its own sample, and the bucket is stable (a pure hash)
     assert reached(0.1, "other") != reached(0.1)
     assert bucket(SHARED, "s", "user-1") == bucket(SHARED, "s", "user-1")
+    assert Rollout(users=["b", "a", "b"]) == Rollout(users=["a", "b"])  # one rule, one form
     assert bucket(SHARED, "s", "user-1") != bucket(ALICE, "s", "user-1")
 
 
