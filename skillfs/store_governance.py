@@ -186,7 +186,7 @@ class Governance:
                 raise NotFound(self._unknown(scope, skill))
             if not cur.disabled:
                 raise InvalidPath(f"{scope}/{skill} is not disabled: nothing to enable")
-            if not cur.files:  # a hole: enabling removes it
+            if not cur.files and cur.candidate is None:  # a hole: enabling removes it
                 return {"deleted": True, "files": {}}
             return {**carried(cur), "disabled": False, "disabled_reason": ""}
 
