@@ -106,6 +106,10 @@ def test_abort_and_a_skill_that_was_only_staged(store: skillfs.Store) -> None:
     assert [m.version for m in store.history(SHARED, "new")] == [4, 3, 2, 1]
     actions = [e.action for e in store.audit(SHARED, skill="new")]
     assert actions == ["abort", "enable", "disable", "stage"]
+    # the operation is recorded, not inferred: a candidate with the live files aborted
+    store.stage(SHARED, "s", files("s", "live"), Rollout(fraction=0.5))
+    store.abort(SHARED, "s")
+    assert [e.action for e in store.audit(SHARED, skill="s")][:2] == ["abort", "stage"]
 
 
 def test_candidates_in_markets_user_scopes_and_under_the_kill_switch(
