@@ -29,13 +29,10 @@ from skillfs.model import (
     Put,
     Remove,
     Scope,
-    UsageStat,
-    usage_by_skill,
 )
 from skillfs.names import (
     SIDE_DIRS,
     check_entry,
-    check_id,
     entry_name,
     is_hidden_dir,
     normalize_path,
@@ -46,9 +43,10 @@ from skillfs.store_commit import Prepared, already_committed, file_table, next_o
 from skillfs.store_drafts import Drafts
 from skillfs.store_gc import GcReport, HistoryPolicy, gc, prune, prune_after_commit
 from skillfs.store_governance import Governance, check_message
-from skillfs.store_limits import Limits, check_usage
+from skillfs.store_limits import Limits
 from skillfs.store_rollout import Rollouts
 from skillfs.store_side import SideEntries
+from skillfs.store_usage import Usage
 from skillfs.store_watch import Following
 
 log = logging.getLogger(__name__)
@@ -56,10 +54,11 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
-class Store(Following, Governance, Rollouts, SideEntries, Drafts):
+class Store(Following, Governance, Rollouts, SideEntries, Drafts, Usage):
     """The public API of docs/design.md §2 over any engine; governed change (disable,
     audit, ...) from `Governance`, staged rollout from `Rollouts`, archive / restore from
-    `SideEntries`, propose / approve / reject from `Drafts` (docs/governance.md)."""
+    `SideEntries`, propose / approve / reject from `Drafts`, usage counts from `Usage`
+    (docs/governance.md)."""
 
     def __init__(
         self,
@@ -453,36 +452,6 @@ class Store(Following, Governance, Rollouts, SideEntries, Drafts):
         """A scope's live skills; its drafts and archived skills (`_drafts/`, `.archive/`) are
         not skills (docs/design.md §1)."""
         return sorted(k for k in self.manifests(scope) if not is_hidden_dir(k))
-
-    # ------------------------------------------------------------------ usage
-
-    def record_usage(
-        self,
-        agent: str,
-        counts: Mapping[tuple[str, str], int],
-        last_used: Mapping[tuple[str, str], float] | None = None,
-    ) -> None:
-        """Add load counts keyed by (user, skill id), each checked by `check_usage`, and the
-        time of each key's latest load (seconds since the epoch; now where not given). A
-        stored last-used time only moves forward."""
-        check_usage(counts, last_used)
-        if counts:
-            now, times = time.time(), last_used or {}
-            stamped = {key: times.get(key) or now for key in counts}
-            self.engine.add_usage(check_id("agent", agent), counts, stamped)
-
-    def usage(self, agent: str) -> dict[tuple[str, str], int]:
-        """Load counts keyed by (user, skill id)."""
-        return self._retrying(self.engine.usage, check_id("agent", agent))
-
-    def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
-        """Load count and last-used time keyed by (user, skill id) (last_used 0.0: loaded
-        only before last-used times were recorded)."""
-        return self._retrying(self.engine.usage_detail, check_id("agent", agent))
-
-    def usage_by_skill(self, agent: str) -> dict[str, UsageStat]:
-        """Per skill id over its users: the counts summed, the latest last use."""
-        return usage_by_skill(self.usage_detail(agent))
 
 
 #: The keyword options `Store` takes (the rest of open_store's options go to the engine).

@@ -23,7 +23,7 @@ from skillfs.names import (
     draft_entry,
 )
 from skillfs.store_commit import Edit, Prepared
-from skillfs.store_governance import carried as fields_of
+from skillfs.store_governance import carried as content_of
 from skillfs.store_governance import check_message
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ class SideEntries:
                     skill=entry,
                     current_version=cur.version,
                 )
-            return {**fields_of(carried.taken), "operation": "archive"}
+            return {**content_of(carried.taken), "operation": "archive"}
 
         return self._moves(
             scope,
@@ -190,7 +190,7 @@ class SideEntries:
                     skill=name,
                     current_version=cur.version,
                 )
-            return {**fields_of(carried.taken), "operation": "restore"}
+            return {**content_of(carried.taken), "operation": "restore"}
 
         return self._moves(
             scope,

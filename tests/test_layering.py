@@ -32,6 +32,7 @@ LAYERS: list[set[str]] = [
         "store_gc",
         "store_watch",
         "store_governance",
+        "store_usage",
         "store_rollout",
         "store_side",
         "store_drafts",
