@@ -36,6 +36,7 @@ from skillfs.names import check_id, check_skill_name, is_hidden_dir, normalize_p
 from skillfs.skill_md import SKILL_MD, inspect_skill
 from skillfs.store_blobs import Blobs
 from skillfs.store_commit import Prepared, already_committed, file_table, next_op, refuse_errors
+from skillfs.store_curate import Curation
 from skillfs.store_gc import GcReport, HistoryPolicy, gc, prune, prune_after_commit
 from skillfs.store_governance import Governance, check_message
 from skillfs.store_limits import Limits, check_usage
@@ -46,9 +47,9 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
-class Store(Following, Governance):
+class Store(Following, Governance, Curation):
     """The public API of docs/design.md §2 over any engine; governed change (disable,
-    audit, ...) from `Governance` (docs/governance.md)."""
+    audit, ...) from `Governance`, curation from `Curation` (docs/governance.md)."""
 
     def __init__(
         self,
