@@ -48,8 +48,6 @@ class Curation:
 
         def agents(self) -> list[str]: ...
 
-        def scopes(self, target: str | Scope) -> list[Scope]: ...
-
         def manifests(
             self, scope: Scope, skills: Sequence[str] | None = None, *, deleted: bool = False
         ) -> dict[str, Manifest]: ...
@@ -102,7 +100,7 @@ class Curation:
         at = self.clock() if now is None else now
         skills = [
             (scope, m)
-            for scope in self.scopes(domain)
+            for scope in self._retrying(self.engine.scopes, domain)
             for m in sorted(self.manifests(scope).values(), key=lambda m: m.skill)
             if _curatable(m)
         ]
@@ -113,10 +111,10 @@ class Curation:
             stat = uses(scope, m.skill)
             since = idle(m, stat, at)[0]
             if at - since >= cutoff:
-                verdict = f"idle over {format_duration(cutoff)}, archive"
+                verdict = f"to archive (idle {format_duration(cutoff)} or more)"
                 to_archive.append(curated(scope, m, stat, at, verdict))
             elif at - since >= stale:
-                verdict = f"idle over {format_duration(stale)}, stale"
+                verdict = f"stale (idle {format_duration(stale)} or more)"
                 stale_list.append(curated(scope, m, stat, at, verdict))
         report = CurationReport(
             domain=domain,
