@@ -192,6 +192,12 @@ class Manifest(BaseModel):
     #: Switched off (docs/governance.md): a skill-shaped hole at its layer, files kept.
     disabled: bool = False
     disabled_reason: str = ""
+    #: A draft's (`_drafts/<name>`, docs/governance.md): the live skill's version it was
+    #: proposed against, 0 when there was none; approve refuses once the live skill moved.
+    base_version: int | None = None
+    #: The governed operation that wrote this version, when not a publish or a delete
+    #: (approve, reject, archive, restore): what the audit reports.
+    operation: str = ""
 
     @property
     def usable(self) -> bool:

@@ -32,7 +32,14 @@ from skillfs.model import (
     UsageStat,
     usage_by_skill,
 )
-from skillfs.names import check_id, check_skill_name, is_hidden_dir, normalize_path
+from skillfs.names import (
+    SIDE_DIRS,
+    check_entry,
+    check_id,
+    entry_name,
+    is_hidden_dir,
+    normalize_path,
+)
 from skillfs.skill_md import SKILL_MD, inspect_skill
 from skillfs.store_blobs import Blobs
 from skillfs.store_commit import Prepared, already_committed, file_table, next_op, refuse_errors
@@ -40,6 +47,7 @@ from skillfs.store_curate import Curation
 from skillfs.store_gc import GcReport, HistoryPolicy, gc, prune, prune_after_commit
 from skillfs.store_governance import Governance, check_message
 from skillfs.store_limits import Limits, check_usage
+from skillfs.store_side import SideEntries
 from skillfs.store_watch import Following
 
 log = logging.getLogger(__name__)
@@ -47,9 +55,10 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
-class Store(Following, Governance, Curation):
+class Store(Following, Governance, SideEntries, Curation):
     """The public API of docs/design.md §2 over any engine; governed change (disable,
-    audit, ...) from `Governance`, curation from `Curation` (docs/governance.md)."""
+    audit, ...) from `Governance`, archive / restore from `SideEntries`, curation from
+    `Curation` (docs/governance.md)."""
 
     def __init__(
         self,
@@ -176,6 +185,11 @@ class Store(Following, Governance, Curation):
         for ch in changes:
             if is_hidden_dir(ch.skill) and isinstance(ch, Put) and not ch.files:
                 raise InvalidPath(f"skill {ch.skill!r} has no files")
+            if ch.skill in SIDE_DIRS and isinstance(ch, Put):
+                raise InvalidPath(
+                    f"{ch.skill!r} holds one entry per skill: write {ch.skill}/<name> "
+                    "(docs/governance.md)"
+                )
         now = self.clock()
         blobs: dict[str, bytes] = {}  # the new bytes of every Put, uploaded together
         tables = [
@@ -209,7 +223,7 @@ class Store(Following, Governance, Curation):
                 raise InvalidPath(
                     f"one commit spans one agent or one market: {scope} is not in {domain}"
                 )
-            check_skill_name(skill)
+            check_entry(skill)
             if (scope, skill) in seen:
                 raise InvalidPath(f"{scope}/{skill} appears twice in one commit")
             seen.add((scope, skill))
@@ -248,7 +262,7 @@ class Store(Following, Governance, Curation):
         entry = files.get(SKILL_MD)
         if entry is not None:
             texts[SKILL_MD] = (unstored or {}).get(entry.sha256) or self.read_entry(entry)
-        return inspect_skill(skill, texts)
+        return inspect_skill(entry_name(skill), texts)
 
     def _commit(self, domain: str, prepared: list[Prepared], commit_id: str) -> CommitResult:
         deadline = time.monotonic() + self.retry_for
@@ -335,7 +349,7 @@ class Store(Following, Governance, Curation):
 
     def manifest(self, scope: Scope, skill: str, version: int | None = None) -> Manifest:
         """The latest manifest, or the given version from history."""
-        check_skill_name(skill)
+        check_entry(skill)
         live = self._retrying(self.engine.load_skills, scope, [skill]).get(skill)
         if version is None or (live is not None and live.version == version):
             if live is None or live.deleted:
@@ -354,7 +368,7 @@ class Store(Following, Governance, Curation):
         )
 
     def _no_skill(self, scope: Scope, skill: str) -> str:
-        names = sorted(self.manifests(scope))
+        names = self.skills(scope)
         listing = ", ".join(names[:50]) + (" …" if len(names) > 50 else "") if names else "none"
         return f"skill {skill!r} does not exist in {scope}; skills there: {listing}"
 
@@ -427,7 +441,9 @@ class Store(Following, Governance, Curation):
         return sorted(s.user_id for s in self.scopes(agent) if s.user_id is not None)
 
     def skills(self, scope: Scope) -> list[str]:
-        return sorted(self.manifests(scope))
+        """A scope's live skills; its drafts and archived skills (`_drafts/`, `.archive/`) are
+        not skills (docs/design.md §1)."""
+        return sorted(k for k in self.manifests(scope) if not is_hidden_dir(k))
 
     # ------------------------------------------------------------------ usage
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from skillfs.errors import InvalidPath, NotFound
 from skillfs.model import AuditEntry, CommitResult, Manifest, Scope
-from skillfs.names import check_skill_name, is_hidden_dir
+from skillfs.names import DRAFTS, check_entry, is_hidden_dir
 from skillfs.store_commit import Edit, Prepared
 
 if TYPE_CHECKING:
@@ -59,7 +59,12 @@ def check_message(message: str | None) -> str:
 
 
 def action(m: Manifest, before: Manifest | None) -> str:
-    """What a version did, from the version before it."""
+    """What a version did, from the version before it: the operation it records (approve,
+    reject, archive, restore), a draft's "propose", else from the version before it."""
+    if m.operation:
+        return m.operation
+    if not m.deleted and m.skill.startswith(DRAFTS + "/"):
+        return "propose"
     if m.deleted:
         return "delete"
     if before is not None and not before.deleted and before.disabled != m.disabled:
@@ -104,7 +109,7 @@ class Governance:
     ) -> CommitResult:
         """One commit that rewrites one skill's manifest by `edit` (retried on races)."""
         scope.check()
-        check_skill_name(skill)
+        check_entry(skill)
         prepared = Prepared(
             scope=scope,
             skill=skill,

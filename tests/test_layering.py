@@ -33,6 +33,8 @@ LAYERS: list[set[str]] = [
         "store_watch",
         "store_governance",
         "store_curate",
+        "store_side",
+        "store_drafts",
         "auth",
     },
     {"runtime", "fs"},

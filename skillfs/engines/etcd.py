@@ -318,7 +318,10 @@ class EtcdEngine(EtcdLeases, Engine):
             check_current(op, m.version if m else 0, m is not None and not m.deleted)
 
     def history(self, scope: Scope, skill: str) -> list[Manifest]:
-        kvs = self._etcd.scan(self._history_prefix(scope, skill))
+        """The keys right under `history/<scope>/<skill>/`: those of a legacy `_drafts`
+        manifest's prefix also hold its entries' (`_drafts/<name>/<v>`), which are not its."""
+        prefix = self._history_prefix(scope, skill)
+        kvs = [kv for kv in self._etcd.scan(prefix) if b"/" not in kv.key[len(prefix) :]]
         return [Manifest.from_json(kv.value) for kv in reversed(kvs)]
 
     def scope_history(self, scope: Scope, skills: Sequence[str]) -> dict[str, list[Manifest]]:

@@ -18,7 +18,7 @@ from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import CommitOp
 from skillfs.errors import InvalidPath, NotFound, PermissionDenied, TooLarge
 from skillfs.model import CommitResult, File, Manifest, Scope
-from skillfs.names import check_domain, check_id, check_skill_name, normalize_path
+from skillfs.names import check_domain, check_entry, check_id, normalize_path
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.backend import Backend
@@ -159,7 +159,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
 
     def _checked(self, scope: Scope, m: Manifest, expect: int) -> Manifest:
         """A manifest a client built, held to the rules `Store` applies before a commit."""
-        check_skill_name(m.skill)
+        check_entry(m.skill)
         where = f"{scope}/{m.skill}"
         if expect < 0 or m.version != expect + 1:
             raise InvalidPath(f"{where}: version {m.version} must be the expected {expect} + 1")
@@ -203,7 +203,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
                 raise InvalidPath("Publish: send the header (scope, skill) first, then the files")
             h = first.header
             allowed(principal, Level.write, h.scope)
-            skill = check_skill_name(h.skill)
+            skill = check_entry(h.skill)
             parts = await self._gather(skill, incoming, principal)
         principal = self.backend.tokens.authenticate(bearer(context))
         scope = allowed(principal, Level.write, h.scope)
@@ -292,7 +292,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         self, request: pb.DropHistoryRequest, context: grpc.ServicerContext, principal: Principal
     ) -> pb.Empty:
         scope = wire.scope_from(request.scope)
-        skill = check_skill_name(request.skill)
+        skill = check_entry(request.skill)
         if principal.may(Level.admin, scope):
             self.engine.drop_history(scope, skill, list(request.versions))
         else:
