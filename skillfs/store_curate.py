@@ -151,7 +151,8 @@ class Curation:
         kind, _, ident = domain.partition("/")
         if kind == "markets":
             merged: dict[str, UsageStat] = {}
-            for agent in self.agents():
+            known = self._retrying(self.engine.usage_agents)
+            for agent in known if known is not None else self.agents():
                 for skill, stat in usage_by_skill(self.usage_detail(agent)).items():
                     had = merged.get(skill, UsageStat(0, 0.0))
                     merged[skill] = UsageStat(

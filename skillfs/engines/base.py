@@ -299,6 +299,12 @@ class Engine(ABC):
     def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         """Load count and last-used time of an agent keyed by (user, skill id)."""
 
+    def usage_agents(self) -> list[str] | None:
+        """Every agent with usage recorded, sorted (one that only loads market skills holds no
+        skill of its own, so `domains` misses it); None where the store cannot list them (a
+        skillfs server): callers then take the agents that hold skills."""
+        return None
+
     def usage(self, agent: str) -> dict[tuple[str, str], int]:
         """Load counts of an agent keyed by (user, skill id)."""
         return {key: stat.count for key, stat in self.usage_detail(agent).items()}

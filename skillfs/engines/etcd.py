@@ -406,6 +406,9 @@ class EtcdEngine(EtcdLeases, Engine):
     def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         return self._usage.read(agent)
 
+    def usage_agents(self) -> list[str]:
+        return sorted(self._etcd.children(self._key("usage/agents/")))
+
     # ------------------------------------------------------------------ life cycle
 
     def ping(self) -> None:

@@ -175,6 +175,10 @@ class MemoryEngine(Engine):
         with self._lock:
             return dict(self._usage.get(agent, {}))
 
+    def usage_agents(self) -> list[str]:
+        with self._lock:
+            return sorted(agent for agent, held in self._usage.items() if held)
+
     def acquire_lease(self, name: str, holder: str, ttl: float) -> bool:
         ms = check_lease(name, holder, ttl)
         with self._lock:

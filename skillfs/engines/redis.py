@@ -458,6 +458,10 @@ class RedisEngine(redis_lease.RedisLeases, Engine):
         with self._guard:
             return redis_usage.read(self._client, self._usage_key(agent))
 
+    def usage_agents(self) -> list[str]:
+        with self._guard:
+            return redis_usage.agents(self._client, self.prefix, _glob_escape(self.prefix))
+
     # ------------------------------------------------------------------ life cycle
 
     def ping(self) -> None:

@@ -446,6 +446,13 @@ class SqliteEngine(sqlite_lease.SqliteLeases, Engine):
         )
         return {(user, skill): UsageStat(n, float(t)) for user, skill, n, t in rows}
 
+    def usage_agents(self) -> list[str]:
+        start, end = self._range(self._domain("agents/"))
+        rows = self._db.query(
+            "SELECT DISTINCT agent FROM usage WHERE agent >= ? AND agent < ?", (start, end)
+        )
+        return sorted(agent[len(start) :] for (agent,) in rows)
+
     # ------------------------------------------------------------------ life cycle
 
     def ping(self) -> None:
