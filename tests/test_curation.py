@@ -16,7 +16,6 @@ import pytest
 
 import skillfs
 from skillfs import Scope
-from skillfs.curation import CurationReport
 from skillfs.durations import parse_duration
 from skillfs.errors import InvalidPath, NotFound
 from skillfs.similarity import jaccard, shingles, similar_pairs
@@ -77,7 +76,7 @@ def fleet(store: skillfs.Store, store_url: str) -> Iterator[skillfs.Store]:
     yield store
 
 
-def _names(items: list[skillfs.curation.CuratedSkill]) -> list[str]:
+def _names(items: list[skillfs.CuratedSkill]) -> list[str]:
     return [f"{i.scope}/{i.skill}" for i in items]
 
 
@@ -105,7 +104,7 @@ def test_report(fleet: skillfs.Store) -> None:
     assert pair.body_similarity == pytest.approx(25 / 27, abs=0.001)
     assert pair.reason == "SKILL.md bodies 93% alike; merge them or tell them apart"
     assert fleet.skills(SHARED) == ["deploy", "off", "review", "review-copy", "today"]  # a report
-    assert CurationReport.model_validate_json(report.model_dump_json()) == report
+    assert skillfs.CurationReport.model_validate_json(report.model_dump_json()) == report
     assert fleet.curate(f"agents/{BOT}", now=NOW) == report  # by domain; deterministic
 
 

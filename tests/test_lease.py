@@ -4,11 +4,14 @@ by themselves, renewed and released only by their holder — on every engine and
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
+import redis
 
 import skillfs
 from skillfs.errors import InvalidPath
@@ -88,3 +91,25 @@ def test_grpc_refuses_leases(tmp_path: Path, request: pytest.FixtureRequest) -> 
             store.engine.renew_lease("curate", "a", 1.0)
         with pytest.raises(InvalidPath, match="not supported over grpc://"):
             store.engine.release_lease("curate", "a")
+
+
+def test_lease_keys_where_the_docs_say(redis_url: str, etcd_url: str, tmp_path: Path) -> None:
+    """docs/engine-redis.md, engine-etcd.md, engine-sqlite.md: `P leases/{name}` (Redis, with
+    the store's TTL), `P leases/name` on an etcd lease, a `leases` row (SQLite)."""
+    raw = redis.Redis.from_url(redis_url)
+    with skillfs.open_store(redis_url + "?prefix=t1/") as store:
+        assert store.engine.acquire_lease("curate", "srv-1", 30)
+    assert raw.get("t1/leases/{curate}") == b"srv-1"
+    assert 29_000 < cast(int, raw.pttl("t1/leases/{curate}")) <= 30_000
+    raw.close()
+    with skillfs.open_store(etcd_url + "?prefix=t1/") as store:
+        assert store.engine.acquire_lease("curate", "srv-1", 30)
+        (kv,) = store.engine._etcd.get_many([b"t1/leases/curate"])  # type: ignore[attr-defined]
+        assert kv.value == b"srv-1" and kv.lease != 0
+    db = tmp_path / "skills.db"
+    with skillfs.open_store(f"sqlite:///{db}?prefix=t1/") as store:
+        before = time.time()
+        assert store.engine.acquire_lease("curate", "srv-1", 30)
+    with sqlite3.connect(db) as conn:
+        ((key, holder, expires),) = conn.execute("SELECT key, holder, expires FROM leases")
+    assert (key, holder) == ("t1/leases/curate", "srv-1") and expires >= before + 30
