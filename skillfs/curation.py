@@ -5,6 +5,7 @@ the report; the console and `skillfs curate` show it."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
@@ -19,6 +20,10 @@ DUPLICATE_THRESHOLD = 0.8
 #: Shingle sizes: descriptions are short, so single words; bodies by runs of three words,
 #: so reordered paragraphs still match but a shared vocabulary alone does not.
 DESCRIPTION_SHINGLE, BODY_SHINGLE = 1, 3
+#: How a skill sorts: by scope, then name.
+Ref = tuple[str, str]
+#: At most this many near-duplicate pairs are listed (most alike first); all are counted.
+DUPLICATES_MAX = 1000
 
 
 class SkillRef(BaseModel):
@@ -77,7 +82,10 @@ class CurationReport(BaseModel):
     stale: list[CuratedSkill]
     #: Idle for archive_after or more: archived when applied.
     to_archive: list[CuratedSkill]
+    #: Near-duplicate pairs, most alike first: at most DUPLICATES_MAX of them.
     duplicates: list[DuplicatePair]
+    #: How many near-duplicate pairs there are in all (listed or not).
+    duplicates_total: int
     #: Applied only: archived now.
     archived: list[CuratedSkill] = []
     #: Applied only: to archive but left in place, the reason says why (used meanwhile, ...).
@@ -125,18 +133,59 @@ def near_duplicates(
     descriptions: Sequence[str],
     bodies: Sequence[str],
     threshold: float = DUPLICATE_THRESHOLD,
-) -> list[DuplicatePair]:
-    """The pairs of `skills` whose descriptions or bodies are at least `threshold` alike,
-    most alike first, then by scope and name (the same input gives the same list)."""
+    limit: int = DUPLICATES_MAX,
+) -> tuple[list[DuplicatePair], int]:
+    """The pairs of `skills` whose descriptions or bodies are at least `threshold` alike, at
+    most `limit` of them, most alike first, then by scope and name (the same input gives the
+    same list); and how many pairs there are in all.
+
+    Skills of identical text are compared once, as a group: a thousand users' identical
+    copies cost one comparison, and their half a million pairs are counted, not listed."""
     descs = [shingles(d, DESCRIPTION_SHINGLE) for d in descriptions]
     texts = [shingles(b, BODY_SHINGLE) for b in bodies]
-    by_desc = similar_pairs(descs, threshold)
-    by_body = similar_pairs(texts, threshold)
+    groups: dict[tuple[frozenset[str], frozenset[str]], list[int]] = {}
+    for i, key in enumerate(zip(descs, texts, strict=True)):
+        groups.setdefault(key, []).append(i)
+    keys = list(groups)
+    members = [sorted(groups[k], key=lambda i: _order(skills[i])) for k in keys]
+    by_desc = similar_pairs([k[0] for k in keys], threshold)
+    by_body = similar_pairs([k[1] for k in keys], threshold)
+    found = [
+        (by_desc.get((u, v)) or jaccard(keys[u][0], keys[v][0]),
+         by_body.get((u, v)) or jaccard(keys[u][1], keys[v][1]), u, v)
+        for u, v in set(by_desc) | set(by_body)
+    ]  # fmt: skip
+    for u, (desc, body) in enumerate(keys):
+        alike = (jaccard(desc, desc), jaccard(body, body))  # 1.0 unless empty
+        if len(members[u]) > 1 and max(alike) >= threshold:
+            found.append((*alike, u, u))
+
+    def rank(f: tuple[float, float, int, int]) -> tuple[float, float, Ref, Ref]:
+        first, second = skills[members[f[2]][0]], skills[members[f[3]][0]]
+        return -max(f[0], f[1]), -min(f[0], f[1]), _order(first), _order(second)
+
+    found.sort(key=rank)
+    total = sum(
+        len(members[u]) * (len(members[u]) - 1) // 2
+        if u == v
+        else len(members[u]) * len(members[v])
+        for _, _, u, v in found
+    )
+    listed = itertools.islice(
+        (
+            (d, b, i, j)
+            for d, b, u, v in found
+            for i, j in (
+                itertools.combinations(members[u], 2)
+                if u == v
+                else itertools.product(members[u], members[v])
+            )
+        ),
+        limit,
+    )
     out = []
-    for i, j in sorted(set(by_desc) | set(by_body)):
-        d = by_desc.get((i, j)) or jaccard(descs[i], descs[j])
-        b = by_body.get((i, j)) or jaccard(texts[i], texts[j])
-        a, other = sorted((skills[i], skills[j]), key=lambda r: (str(r.scope), r.skill))
+    for d, b, i, j in listed:
+        a, other = sorted((skills[i], skills[j]), key=_order)
         out.append(
             DuplicatePair(
                 a=a,
@@ -147,8 +196,12 @@ def near_duplicates(
             )
         )
     out.sort(key=lambda p: (-max(p.description_similarity, p.body_similarity),
-                            str(p.a.scope), p.a.skill, str(p.b.scope), p.b.skill))  # fmt: skip
-    return out
+                            _order(p.a), _order(p.b)))  # fmt: skip
+    return out, total
+
+
+def _order(ref: SkillRef) -> Ref:
+    return str(ref.scope), ref.skill
 
 
 def _why(a: SkillRef, b: SkillRef, desc: float, body: float, threshold: float) -> str:

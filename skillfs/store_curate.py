@@ -116,6 +116,7 @@ class Curation:
             elif at - since >= stale:
                 verdict = f"stale (idle {format_duration(stale)} or more)"
                 stale_list.append(curated(scope, m, stat, at, verdict))
+        duplicates, total = self._duplicates(skills, duplicate_threshold)
         report = CurationReport(
             domain=domain,
             now=at,
@@ -125,7 +126,8 @@ class Curation:
             skills=len(skills),
             stale=stale_list,
             to_archive=to_archive,
-            duplicates=self._duplicates(skills, duplicate_threshold),
+            duplicates=duplicates,
+            duplicates_total=total,
         )
         if dry_run:
             return report
@@ -172,9 +174,9 @@ class Curation:
 
     def _duplicates(
         self, skills: Sequence[tuple[Scope, Manifest]], threshold: float
-    ) -> list[DuplicatePair]:
-        """Near-duplicate pairs among the enabled skills (descriptions from the manifests,
-        bodies from SKILL.md, read in one batch)."""
+    ) -> tuple[list[DuplicatePair], int]:
+        """Near-duplicate pairs (and how many in all) among the enabled skills (descriptions
+        from the manifests, bodies from SKILL.md, read in one batch)."""
         enabled = [(s, m) for s, m in skills if not m.disabled and SKILL_MD in m.files]
         texts = self.read_entries([m.files[SKILL_MD] for _, m in enabled])
         bodies = [parse_skill_md(texts[m.files[SKILL_MD].sha256]).body for _, m in enabled]

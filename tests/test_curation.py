@@ -16,6 +16,7 @@ import pytest
 
 import skillfs
 from skillfs import Scope
+from skillfs.curation import SkillRef, near_duplicates
 from skillfs.durations import parse_duration
 from skillfs.errors import InvalidPath, NotFound
 from skillfs.similarity import jaccard, shingles, similar_pairs
@@ -99,6 +100,7 @@ def test_report(fleet: skillfs.Store) -> None:
     assert why["off"].disabled and "disabled (superseded)" in why["off"].reason
     assert why["review-copy"].idle_seconds == pytest.approx(200 * DAY, abs=5)
     (pair,) = report.duplicates
+    assert report.duplicates_total == 1
     assert (pair.a.skill, pair.b.skill) == ("review", "review-copy")
     assert pair.description_similarity == pytest.approx(5 / 7, abs=0.001)  # under 0.8
     assert pair.body_similarity == pytest.approx(25 / 27, abs=0.001)
@@ -216,6 +218,21 @@ def test_near_duplicates_are_deterministic(fleet: skillfs.Store) -> None:
         {"deploy the", "the service", "service then", "then watch"}
     )
     assert shingles("one", 3) == frozenset({"one"}) and shingles("", 3) == frozenset()
+
+
+def test_identical_copies_are_counted_not_all_listed() -> None:
+    refs = [SkillRef(scope=Scope.user(BOT, f"u{i:02}"), skill="copy") for i in range(30)]
+    refs.append(SkillRef(scope=SHARED, skill="other"))
+    descs = ["Reviews code"] * 30 + ["Something else entirely"]
+    bodies = [REVIEW] * 30 + ["Unrelated words here."]
+    pairs, total = near_duplicates(refs, descs, bodies, limit=10)
+    assert total == 30 * 29 // 2 and len(pairs) == 10
+    assert [(p.a.scope.user_id, p.b.scope.user_id) for p in pairs[:3]] == [
+        ("u00", "u01"), ("u00", "u02"), ("u00", "u03")
+    ]  # fmt: skip
+    assert all(p.reason.endswith("(the same name: an override that may no longer differ)")
+               for p in pairs)  # fmt: skip
+    assert near_duplicates(refs[::-1], descs[::-1], bodies[::-1], limit=10) == (pairs, total)
 
 
 @pytest.mark.parametrize(

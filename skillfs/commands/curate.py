@@ -102,8 +102,10 @@ def _print(report: CurationReport) -> None:
     counts = [
         plural(len(report.stale), "stale skill"),
         f"{len(report.to_archive)} to archive",
-        plural(len(report.duplicates), "near-duplicate pair"),
+        plural(report.duplicates_total, "near-duplicate pair"),
     ]
+    if report.duplicates_total > len(report.duplicates):
+        counts[-1] += f" (the {len(report.duplicates)} most alike listed)"
     if report.dry_run:
         tail = " (a report: --apply archives)" if report.to_archive else ""
     else:
