@@ -6,6 +6,7 @@ which to archive, which are near-duplicates — and, applied, the archiving. `St
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Usage is read again before an archive when the last read is older than this (seconds):
+#: fresher than a worker's usage batch (5 s), without one full read per archived skill.
+RECHECK = 1.0
 #: (scope, skill) -> its usage over the users (or agents) it is looked up for.
 Uses = Callable[[Scope, str], UsageStat | None]
 
@@ -192,17 +196,21 @@ class Curation:
         cutoff: float,
         actor: str | None,
     ) -> tuple[list[CuratedSkill], list[CuratedSkill]]:
-        """Archive each item whose last use, read again just before, is still outside the
-        window; the others are skipped with the reason."""
+        """Archive each item whose last use, read again just before (at most RECHECK seconds
+        before), is still outside the window; the others are skipped with the reason."""
         archived: list[CuratedSkill] = []
         skipped: list[CuratedSkill] = []
+        uses: Uses | None = None
+        read_at = 0.0
         for item in items:
             at = self.clock() if now is None else now
             m = self.manifests(item.scope, [item.skill]).get(item.skill)
             if m is None or not _curatable(m):
                 skipped.append(_note(item, "gone or changed meanwhile, left as it is"))
                 continue
-            stat = self._uses(domain)(item.scope, item.skill)
+            if uses is None or time.monotonic() - read_at > RECHECK:
+                uses, read_at = self._uses(domain), time.monotonic()
+            stat = uses(item.scope, item.skill)
             since = idle(m, stat, at)[0]
             if at - since < cutoff:
                 ago = format_duration(max(0.0, at - since))

@@ -15,7 +15,6 @@ import logging
 import os
 import socket
 import threading
-import time
 import uuid
 
 from pydantic import BaseModel, ConfigDict
@@ -147,7 +146,7 @@ class Curator:
         races an edit under way."""
         if self.config.idle == 0:
             return True
-        cutoff = time.time() - self.config.idle
+        cutoff = self.store.clock() - self.config.idle
         return not any(
             m.committed_at > cutoff
             for scope in self.store.scopes(agent)
