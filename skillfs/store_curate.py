@@ -216,9 +216,8 @@ class Curation:
                 ago = format_duration(max(0.0, at - since))
                 skipped.append(_note(item, f"used or changed {ago} ago meanwhile, kept"))
                 continue
-            why = f"curation: idle {format_duration(at - since)} (archive after " + (
-                f"{format_duration(cutoff)})"
-            )
+            after = format_duration(cutoff)
+            why = f"curation: idle {format_duration(at - since)} (archive after {after})"
             try:
                 self.archive(
                     item.scope, item.skill, why, expected_version=m.version, replace=True,
