@@ -16,7 +16,7 @@ import pytest
 import skillfs
 from skillfs import Scope
 from skillfs.errors import InvalidPath
-from skillfs.server.curator import CurateConfig, Curator
+from skillfs.server.curator import LEASE, CurateConfig, Curator
 from support.grpc_servers import ServerProcess, wait_health, write_tokens
 from tests.cli_helpers import process
 from tests.helpers import skill_md
@@ -127,3 +127,40 @@ def test_curation_needs_a_store_with_leases(tmp_path: Path, request: pytest.Fixt
     assert served.stderr.strip().splitlines()[-1].startswith("error: leases are not supported")
     bad = process("serve", "--store", "memory://", "--curate-every", "7x", SKILLFS_TOKENS="{}")
     assert bad.returncode == 2 and "invalid --curate-every '7x'" in bad.stderr
+
+
+def test_a_run_keeps_the_lease_unless_it_stopped_early(tmp_path: Path) -> None:
+    """A finished run keeps the lease for its interval; a run stopped before its end (the
+    server shutting down) gives it back, so another server runs at its next try."""
+    url = f"sqlite:///{tmp_path / 'skills.db'}"
+    with skillfs.open_store(url) as store, skillfs.open_store(url) as other:
+        store.publish(Scope.shared("support-bot"), "a", {"SKILL.md": skill_md("a")})
+        curator = Curator(store, CurateConfig(every=3600, idle=0))
+        assert store.engine.acquire_lease(LEASE, curator.holder, 3600)
+        curator._run()  # to its end
+        assert not other.engine.acquire_lease(LEASE, "another-server", 3600)
+        curator.stop()  # stopping: the next run ends before its first agent
+        curator._run()
+        assert other.engine.acquire_lease(LEASE, "another-server", 3600)
+
+
+def test_two_curators_in_turn(tmp_path: Path) -> None:
+    """Curators over one SQLite file (each its own engine, as processes would have): one run
+    per interval between them, the lease going to whichever asks first once it expires."""
+    url = f"sqlite:///{tmp_path / 'skills.db'}"
+    every = 0.5
+    stores = [skillfs.open_store(url) for _ in range(2)]
+    stores[0].publish(Scope.shared("support-bot"), "a", {"SKILL.md": skill_md("a")})
+    curators = [Curator(s, CurateConfig(every=every, idle=0)) for s in stores]
+    started = time.monotonic()
+    for curator in curators:
+        curator.start()
+    time.sleep(5 * every + 0.2)
+    for curator in curators:
+        curator.stop()
+    elapsed = time.monotonic() - started
+    runs = sum(c.runs for c in curators)
+    # one run per interval: a run every 0.5 s (+ a try's 50 ms), never two in one interval
+    assert int(elapsed / (every + 0.25)) <= runs <= int(elapsed / every) + 1, (runs, elapsed)
+    for s in stores:
+        s.close()
