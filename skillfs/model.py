@@ -108,6 +108,8 @@ class Access(BaseModel):
 
     scope: Scope
     read: bool = True
+    #: May write drafts (`_drafts/<name>`, docs/governance.md) though maybe nothing live.
+    propose: bool = True
     write: bool = True
     admin: bool = True
     #: The token's name, for messages.
@@ -117,13 +119,13 @@ class Access(BaseModel):
     resource: str = ""
 
     def denied(self, level: str) -> PermissionDenied:
-        """The error of a call that needs `level` ("read", "write", "admin") here."""
+        """The error of a call that needs `level` ("read", "propose", "write", "admin")."""
         return PermissionDenied(
             f"token {self.token!r} may not {level} {self.scope}: ask an operator for a grant "
             f"such as '{self.resource}:{level}'"
         )
 
-    def require(self, level: Literal["read", "write", "admin"]) -> None:
+    def require(self, level: Literal["read", "propose", "write", "admin"]) -> None:
         if not getattr(self, level):
             raise self.denied(level)
 
