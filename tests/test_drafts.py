@@ -139,3 +139,23 @@ def test_legacy_drafts_are_listed_with_how_to_split_them(store: skillfs.Store) -
     assert not entry.legacy and entry.base_version == 0
     store.approve(SHARED, "x")
     assert list(view(store, "alice")) == ["x"]
+
+
+def test_a_worker_sees_an_approval_at_its_next_step_and_never_a_draft(
+    store: skillfs.Store, other: skillfs.Store
+) -> None:
+    """One worker following the agent (C3): a draft, its new versions and a rejection
+    change nothing it sees; the approval is in its next snapshot, and so is an archive."""
+    store.publish(SHARED, "a", files("a"))
+    with skillfs.Skills(store, "support-bot", "alice") as worker:
+        first = worker.snapshot()
+        other.propose(SHARED, "a", files("a", "proposed"))
+        other.propose(ALICE, "b", files("b"))
+        other.reject(ALICE, "b")
+        step = worker.snapshot()
+        assert [s.id for s in step.skills] == ["a"]
+        assert step.read_bytes("a", "SKILL.md") == first.read_bytes("a", "SKILL.md")
+        other.approve(SHARED, "a")
+        assert b"proposed" in worker.snapshot().read_bytes("a", "SKILL.md")
+        other.archive(SHARED, "a")
+        assert worker.snapshot().skills == ()
