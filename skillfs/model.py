@@ -196,10 +196,11 @@ class Manifest(BaseModel):
     disabled_reason: str = ""
     #: A draft's (`_drafts/<name>`, docs/governance.md): the live skill's version it was
     #: proposed against, 0 when there was none; approve refuses once the live skill moved.
-    base_version: int | None = None
+    #: Absent from the stored JSON when None (a manifest without one keeps its bytes).
+    base_version: int | None = Field(default=None, exclude_if=lambda v: v is None)
     #: The governed operation that wrote this version, when not a publish or a delete
-    #: (approve, reject, archive, restore): what the audit reports.
-    operation: str = ""
+    #: (approve, reject, archive, restore): what the audit reports. Absent when empty.
+    operation: str = Field(default="", exclude_if=lambda v: not v)
 
     @property
     def usable(self) -> bool:
