@@ -32,7 +32,14 @@ from skillfs.model import (
     UsageStat,
     usage_by_skill,
 )
-from skillfs.names import check_entry, check_id, entry_name, is_hidden_dir, normalize_path
+from skillfs.names import (
+    SIDE_DIRS,
+    check_entry,
+    check_id,
+    entry_name,
+    is_hidden_dir,
+    normalize_path,
+)
 from skillfs.skill_md import SKILL_MD, inspect_skill
 from skillfs.store_blobs import Blobs
 from skillfs.store_commit import Prepared, already_committed, file_table, next_op, refuse_errors
@@ -178,6 +185,11 @@ class Store(Following, Governance, SideEntries, Drafts):
         for ch in changes:
             if is_hidden_dir(ch.skill) and isinstance(ch, Put) and not ch.files:
                 raise InvalidPath(f"skill {ch.skill!r} has no files")
+            if ch.skill in SIDE_DIRS and isinstance(ch, Put):
+                raise InvalidPath(
+                    f"{ch.skill!r} holds one entry per skill: write {ch.skill}/<name> "
+                    "(docs/governance.md)"
+                )
         now = self.clock()
         blobs: dict[str, bytes] = {}  # the new bytes of every Put, uploaded together
         tables = [
@@ -185,7 +197,7 @@ class Store(Following, Governance, SideEntries, Drafts):
             for ch in changes
         ]
         who = {"actor": self.who(actor), "message": check_message(message)}
-        prepared = self._side_puts(
+        prepared = self._based(
             [
                 self._prepare(ch, t, blobs).model_copy(update=who)
                 for ch, t in zip(changes, tables, strict=True)

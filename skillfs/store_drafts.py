@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from skillfs.errors import Conflict, InvalidPath, NotFound
+from skillfs.errors import Conflict, NotFound
 from skillfs.model import CommitResult, File, FileEntry, Finding, Manifest, Put, Remove, Scope
-from skillfs.names import DRAFTS, SIDE_DIRS, draft_entry, entry_name
+from skillfs.names import DRAFTS, draft_entry, entry_name
 from skillfs.store_commit import Prepared, refuse_errors
 from skillfs.store_governance import _agent_of, _scopes_of, check_message
 from skillfs.store_side import Carried, Move, split_files
@@ -96,17 +96,10 @@ class Drafts:
             message=message,
         )
 
-    def _side_puts(self, prepared: list[Prepared]) -> list[Prepared]:
-        """The rules of a commit's Puts of side entries: the single legacy `_drafts` /
-        `.archive` manifest takes no new writes, and each draft records the live skill's
-        version it is proposed against, read once per scope before the commit (a live skill
-        that moves in between makes the draft look stale, never fresh)."""
-        for p in prepared:
-            if p.skill in SIDE_DIRS and p.files is not None:
-                raise InvalidPath(
-                    f"{p.skill!r} holds one entry per skill: write {p.skill}/<name> "
-                    "(docs/governance.md)"
-                )
+    def _based(self, prepared: list[Prepared]) -> list[Prepared]:
+        """Each Put of a draft records the live skill's version it is proposed against, read
+        once per scope before the commit (a live skill that moves in between makes the draft
+        look stale, never fresh)."""
         drafts = [p for p in prepared if p.files is not None and p.skill.startswith(DRAFTS + "/")]
         if not drafts:
             return prepared
