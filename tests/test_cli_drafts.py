@@ -48,6 +48,8 @@ def test_cli_drafts_review(cli_url: str) -> None:
     assert rows[0]["message"] == "tighter" and rows[1]["findings"]
     table = ok(cli_url, "drafts", "ls", *S).stdout
     assert "tighter" in table and "stale" in table
+    assert b"better" in run(cli_url, "cat", "_drafts/a/SKILL.md", *S).stdout_bytes
+    assert "new.md" in ok(cli_url, "ls", *S, "_drafts/a").stdout
     shown = as_json(cli_url, "drafts", "show", "a", *S)
     assert shown["files"] == {"SKILL.md": "changed", "new.md": "added", "references/r.md": "same"}
     assert "changed" in ok(cli_url, "drafts", "show", "a", *S).stdout
@@ -77,6 +79,8 @@ def test_cli_archive_restore_and_split(cli_url: str) -> None:
     done = as_json(cli_url, "archive", "a", *S, "-r", "unused")
     assert done["versions"] == {"a": 2, ".archive/a": 1}
     assert "a" not in [r["skill"] for r in as_json(cli_url, "ls", *S)]
+    listed = ok(cli_url, "ls", *S).stdout
+    assert ".archive: a (skillfs restore NAME" in listed and "_drafts: old" in listed
     assert "restored a" in ok(cli_url, "restore", "a", *S).stdout
     assert "a" in [r["skill"] for r in as_json(cli_url, "ls", *S)]
     assert "archived there: none" in error_line(run(cli_url, "restore", "a", *S))

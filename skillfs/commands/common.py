@@ -27,7 +27,7 @@ from rich.text import Text
 from skillfs.engines import default_url, file_to_create
 from skillfs.errors import InvalidPath, SkillfsError
 from skillfs.model import Candidate, FileEntry, Finding, Manifest, Revision, Scope, error_findings
-from skillfs.names import check_id, check_skill_name, normalize_path
+from skillfs.names import SIDE_DIRS, check_entry, check_id, normalize_path
 from skillfs.store import Store, open_store
 from skillfs.store_rollout import describe
 
@@ -156,9 +156,13 @@ class Target(NamedTuple):
 
 
 def parse_target(text: str) -> Target:
+    """`SKILL[/PATH]`; a draft or archived skill is `_drafts/NAME[/PATH]` (one entry)."""
     skill, _, path = text.partition("/")
+    if skill in SIDE_DIRS and path:
+        name, _, path = path.partition("/")
+        skill = f"{skill}/{name}"
     try:
-        return Target(check_skill_name(skill), normalize_path(path) if path else None)
+        return Target(check_entry(skill), normalize_path(path) if path else None)
     except InvalidPath as exc:
         raise typer.BadParameter(str(exc)) from None
 

@@ -149,7 +149,8 @@ def _base(d: Draft) -> str:
     if d.legacy:
         return "legacy: split first"
     if d.stale:
-        return f"v{d.base_version}, now v{d.live_version} (stale)"
+        now = f"v{d.live_version}" if d.live_version else "none"
+        return f"v{d.base_version or 'none'}, now {now} (stale)"
     return f"v{d.live_version}" if d.live_version else "new"
 
 
