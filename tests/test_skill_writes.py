@@ -365,3 +365,57 @@ def test_draft_edit_of_a_disabled_skill_is_a_proposal(store: Store) -> None:
     assert ok(skills.snapshot().call_tool("skill_manage", fixed))["status"] == "draft"
     live = Skills(store, "bot", "alice", skill_writes="live").snapshot()
     assert "disabled for this user by an operator (wrong)" in live.call_tool("skill_manage", fixed)
+
+
+def test_over_grpc_a_propose_token_writes_drafts_and_nothing_live(tmp_path: Path) -> None:
+    """The token decides: a `propose` grant on the user's scope writes drafts (recorded by the
+    token's name), and a live write is refused with text naming the grant it lacks."""
+    from skillfs.auth import tokens_document
+    from skillfs.server.app import ServerConfig, SkillfsServer
+    from support.grpc_servers import ADMIN
+
+    proposer = "test-proposer-token-0123456789abcdef"
+    tokens = tmp_path / "tokens.json"
+    grants = ["agent:bot/user:alice:propose", "agent:bot/shared:read"]
+    tokens.write_text(
+        tokens_document([("admin", ADMIN, ["*:admin"]), ("alice-agent", proposer, grants)],
+                        receipt_key="test-receipt-key")
+    )  # fmt: skip
+    config = ServerConfig(
+        store=f"memory://{uuid.uuid4().hex}", grpc="127.0.0.1:0", http="127.0.0.1:0", tokens=tokens
+    )
+    server = SkillfsServer(config).start()
+    try:
+        url = f"grpc://127.0.0.1:{server.grpc_port}"
+        admin = skillfs.open_store(url, token=ADMIN)
+        admin.publish(SHARED, "faq", {"SKILL.md": md("faq", "Old."), "big.md": b"x" * 5000})
+        agent = skillfs.open_store(url, token=proposer)
+        drafts = Skills(agent, "bot", "alice", skill_writes="draft")
+        new = {"SKILL.md": text("faq", "New.")}
+        assert (
+            ok(drafts.snapshot().call_tool("propose_skill", {"name": "faq", "files": new}))[
+                "version"
+            ]
+            == 1
+        )
+        add = {"action": "write_file", "name": "faq", "path": "a.md", "content": "a"}
+        assert ok(drafts.snapshot().call_tool("skill_manage", add))["version"] == 2
+        [draft] = admin.drafts(ALICE)
+        assert (draft.name, draft.version, draft.actor) == ("faq", 2, "alice-agent")
+        before = counter(admin)
+        live = Skills(agent, "bot", "alice", skill_writes="live")
+        refused = live.snapshot().call_tool("propose_skill", {"name": "faq", "files": new})
+        assert refused.startswith("Error: propose_skill: token 'alice-agent' may not write")
+        assert refused.endswith(
+            "nothing was written. This agent may only propose drafts for review here (its "
+            "token's grant on the user's scope is propose; skill_writes='live' needs write)"
+        )
+        edit = {"action": "write_file", "name": "faq", "path": "b.md", "content": "b"}
+        assert live.snapshot().call_tool("skill_manage", edit).startswith("Error: skill_manage")
+        assert counter(admin) == before and "faq" not in admin.manifests(ALICE)
+        withdrawn = drafts.snapshot().call_tool("skill_manage", {"action": "delete", "name": "faq"})
+        assert ok(withdrawn)["status"] == "withdrawn" and admin.drafts(ALICE) == []
+        agent.close()
+        admin.close()
+    finally:
+        server.stop(0)

@@ -15,7 +15,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from skillfs.errors import InvalidPath, InvalidSkill, NotFound, SkillfsError, StoreUnavailable
+from skillfs.errors import (
+    InvalidPath,
+    InvalidSkill,
+    NotFound,
+    PermissionDenied,
+    SkillfsError,
+    StoreUnavailable,
+)
 from skillfs.model import File, FileEntry, Finding, Manifest, Scope, error_findings
 from skillfs.names import check_live_name, draft_entry, normalize_path
 from skillfs.runtime.layers import SkillInfo
@@ -145,6 +152,8 @@ class SkillWriter:
                 return self._propose(args)
             action = _choice(args, "action", ACTIONS)
             return self._manage(action, args, view, read)
+        except PermissionDenied as exc:
+            return f"Error: {name}: {exc}; nothing was written{self._denied()}"
         except StoreUnavailable as exc:
             return (
                 f"Error: {name}: the skill store is unavailable ({exc}); nothing was "
@@ -152,6 +161,22 @@ class SkillWriter:
             )
         except (SkillfsError, ValueError) as exc:
             return f"Error: {name}: {exc}"
+
+    def _denied(self) -> str:
+        """Why a live write was refused when the token may propose drafts but not write
+        (a `propose` grant, docs/server.md): said to the model and the operator alike."""
+        if self.mode != "live":
+            return ""
+        try:
+            access = self.store.access(self.scope)
+        except SkillfsError:
+            return ""
+        if not access.propose or access.write:
+            return ""
+        return (
+            ". This agent may only propose drafts for review here (its token's grant on the "
+            "user's scope is propose; skill_writes='live' needs write)"
+        )
 
     # ------------------------------------------------------------------ the tools
 
