@@ -378,7 +378,7 @@ def test_over_grpc_a_propose_token_writes_drafts_and_nothing_live(tmp_path: Path
     tokens = tmp_path / "tokens.json"
     grants = ["agent:bot/user:alice:propose", "agent:bot/shared:read"]
     tokens.write_text(
-        tokens_document([("admin", ADMIN, ["*:admin"]), ("alice-agent", proposer, grants)],
+        tokens_document([("admin", ADMIN, ["*:admin"]), ("agent:bot/alice", proposer, grants)],
                         receipt_key="test-receipt-key")
     )  # fmt: skip
     config = ServerConfig(
@@ -401,11 +401,11 @@ def test_over_grpc_a_propose_token_writes_drafts_and_nothing_live(tmp_path: Path
         add = {"action": "write_file", "name": "faq", "path": "a.md", "content": "a"}
         assert ok(drafts.snapshot().call_tool("skill_manage", add))["version"] == 2
         [draft] = admin.drafts(ALICE)
-        assert (draft.name, draft.version, draft.actor) == ("faq", 2, "alice-agent")
+        assert (draft.name, draft.version, draft.actor) == ("faq", 2, "agent:bot/alice")
         before = counter(admin)
         live = Skills(agent, "bot", "alice", skill_writes="live")
         refused = live.snapshot().call_tool("propose_skill", {"name": "faq", "files": new})
-        assert refused.startswith("Error: propose_skill: token 'alice-agent' may not write")
+        assert refused.startswith("Error: propose_skill: token 'agent:bot/alice' may not write")
         assert refused.endswith(
             "nothing was written. This agent may only propose drafts for review here (its "
             "token's grant on the user's scope is propose; skill_writes='live' needs write)"
