@@ -61,7 +61,9 @@ def test_off_by_default_and_the_mode_is_checked() -> None:
     ]  # fmt: skip
     refused = snap.call_tool("propose_skill", {"name": "x", "files": {"SKILL.md": "x"}})
     assert refused.startswith("Error: unknown tool 'propose_skill'")
-    with pytest.raises(InvalidPath, match=r"skill_writes='yes'.*'draft'.*'live'"):
+    with pytest.raises(
+        InvalidPath, match=r"skill_writes='yes': give 'draft' .* or 'live' .*leave it off"
+    ):
         Skills(store, "bot", "alice", skill_writes="yes")  # type: ignore[arg-type]
 
 
@@ -419,3 +421,33 @@ def test_over_grpc_a_propose_token_writes_drafts_and_nothing_live(tmp_path: Path
         admin.close()
     finally:
         server.stop(0)
+
+
+def test_mcp_stdio_views_offer_the_write_tools_when_asked() -> None:
+    """`skillfs mcp --skill-writes draft`: the host's model gets the write tools through
+    tools/list and tools/call; a bad call is an MCP tool error, not a protocol error."""
+    pytest.importorskip("mcp")
+    import anyio
+    from mcp import Client
+
+    from skillfs.mcp import ViewKey, Views, build_server
+
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    views = Views(store, lambda ctx: ViewKey("bot", "alice"), skill_writes="draft")
+
+    async def main() -> None:
+        async with Client(build_server(views)) as c:
+            tools = [t.name for t in (await c.list_tools()).tools]
+            assert tools == ["propose_skill", "skill_manage"]  # an empty view
+            files = {"SKILL.md": text("notes")}
+            done = await c.call_tool("propose_skill", {"name": "notes", "files": files})
+            assert not done.is_error and '"status": "draft"' in done.content[0].text  # type: ignore[union-attr]
+            bad = await c.call_tool(
+                "skill_manage", {"action": "edit", "name": "zz", "content": "x"}
+            )
+            assert bad.is_error and "'zz' does not exist" in bad.content[0].text  # type: ignore[union-attr]
+
+    anyio.run(main)
+    assert [d.name for d in store.drafts(ALICE)] == ["notes"]
+    with pytest.raises(InvalidPath, match="skill_writes='on'"):
+        Views(store, lambda ctx: ViewKey("bot", "alice"), skill_writes="on")  # type: ignore[arg-type]

@@ -44,8 +44,8 @@ def check_mode(mode: str | None) -> WriteMode | None:
     if mode is None or mode in get_args(WriteMode):
         return mode  # type: ignore[return-value]  # one of WriteMode's values, checked
     raise InvalidPath(
-        f"skill_writes={mode!r}: give None (no write tools), 'draft' (agents propose drafts "
-        "for review) or 'live' (agents publish to their user's scope)"
+        f"skill_writes={mode!r}: give 'draft' (agents propose drafts for review) or 'live' "
+        "(agents publish to their user's scope), or leave it off (no write tools)"
     )
 
 
