@@ -451,3 +451,17 @@ def test_mcp_stdio_views_offer_the_write_tools_when_asked() -> None:
     assert [d.name for d in store.drafts(ALICE)] == ["notes"]
     with pytest.raises(InvalidPath, match="skill_writes='on'"):
         Views(store, lambda ctx: ViewKey("bot", "alice"), skill_writes="on")  # type: ignore[arg-type]
+
+
+def test_a_skill_hidden_from_the_user_is_edited_from_what_the_step_sees(store: Store) -> None:
+    """A user's hiding entry (disabled, no files) is no base: a draft starts from the shared
+    skill the step sees, never from an empty file table."""
+    store.publish(SHARED, "faq", {"SKILL.md": md("faq"), "a.md": b"a"})
+    store.disable(ALICE, "faq", reason="not for alice")
+    store.publish(Scope.user("bot", "bob"), "x", {"SKILL.md": md("x")})
+    bob = Skills(store, "bot", "bob", skill_writes="draft").snapshot()
+    edit = {"action": "write_file", "name": "faq", "path": "b.md", "content": "b"}
+    assert ok(bob.call_tool("skill_manage", edit))["status"] == "draft"
+    alice = Skills(store, "bot", "alice", skill_writes="draft").snapshot()
+    refused = alice.call_tool("skill_manage", edit)  # alice's step does not see faq
+    assert "'faq' does not exist: use action 'create'" in refused

@@ -258,7 +258,7 @@ class SkillWriter:
         own skill, else the skill as the step sees it from a lower layer (the user's copy
         overrides it, docs/design.md §5)."""
         for held in (at.draft, at.own):
-            if held is not None:
+            if held is not None and held.files:  # (a user's hiding entry holds none)
                 return dict(held.files)
         if at.seen is None:
             raise NotFound(
@@ -301,8 +301,8 @@ class SkillWriter:
                 expected_version=at.draft.version,
                 actor=self.actor,
             )
-            return self._done("delete", at.name, result.versions.get(draft_entry(at.name)),
-                              [], "withdrawn")  # fmt: skip
+            version = result.versions.get(draft_entry(at.name))
+            return self._done("delete", at.name, version, [], "withdrawn")
         if at.own is None:
             seen = at.seen
             where = f"it comes from {seen.source}, not" if seen is not None else "it is not in"
@@ -315,7 +315,9 @@ class SkillWriter:
     def _check(self, name: str, files: Files) -> list[Finding]:
         """The skill's findings; one with errors (broken YAML, a name that is not the
         directory's, ...) is refused before anything is written."""
-        skill_md = files[SKILL_MD]
+        skill_md = files.get(SKILL_MD)
+        if skill_md is None:
+            raise InvalidPath(f"nothing was written: {name} would have no SKILL.md")
         if isinstance(skill_md, FileEntry):
             data = self.store.read_entry(skill_md)
         else:
