@@ -465,3 +465,27 @@ def test_a_skill_hidden_from_the_user_is_edited_from_what_the_step_sees(store: S
     alice = Skills(store, "bot", "alice", skill_writes="draft").snapshot()
     refused = alice.call_tool("skill_manage", edit)  # alice's step does not see faq
     assert "'faq' does not exist: use action 'create'" in refused
+
+
+@pytest.mark.parametrize("mode", ["draft", "live"])
+def test_malformed_calls_never_raise_into_the_loop(mode: str) -> None:
+    """Seeded random arguments of every shape: each call answers text (an error or a
+    result), never an exception that would end the agent's loop."""
+    import random
+
+    shapes: list[Any] = [None, 1, 1.5, True, "", "x", "faq", "SKILL.md", "../a", "/a", "a\0b",
+                         "_drafts", "a" * 300, [], {}, {"SKILL.md": "x"}, {"SKILL.md": 1},
+                         {"SKILL.md": text("faq")}, text("faq")]  # fmt: skip
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    store.publish(SHARED, "faq", {"SKILL.md": md("faq")})
+    snap = Skills(store, "bot", "alice", skill_writes=mode).snapshot()  # type: ignore[arg-type]
+    rng = random.Random(13)
+    answered = 0
+    for _ in range(500):
+        args = {k: rng.choice(shapes) for k in ("name", "files", "action", "path", "content",
+                                                 "message") if rng.random() < 0.7}  # fmt: skip
+        if rng.random() < 0.5:
+            args["action"] = rng.choice(["create", "edit", "write_file", "delete_file", "delete"])
+        result = snap.call_tool(rng.choice(["propose_skill", "skill_manage"]), args)
+        answered += isinstance(result, str) and bool(result)
+    assert answered == 500
