@@ -93,7 +93,7 @@ class Grant(BaseModel):
                 )
         raise InvalidPath(
             f"invalid grant {text!r}: use '*', 'agent:A', 'agent:A/shared', 'agent:A/user:U' or "
-            "'market:M' (any id may be '*'), then ':read', ':write' or ':admin'"
+            "'market:M' (any id may be '*'), then ':read', ':propose', ':write' or ':admin'"
         )
 
     def covers(self, scope: Scope) -> bool:
