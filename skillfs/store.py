@@ -189,8 +189,9 @@ class Store(Following, Governance, Rollouts, SideEntries, Drafts, Usage, Curatio
     def _prepared(
         self, changes: Sequence[Put | Remove], *, strict: bool, actor: str | None, message: str
     ) -> list[Prepared]:
-        """Everything a commit (or a staged candidate, `store_rollout`) does before its atomic
-        step: files checked, hashed and inspected, the strict policy applied, blobs uploaded."""
+        """Everything a commit does before its atomic step: files checked against the limits,
+        hashed and inspected, the strict policy applied, the new blobs uploaded. A staged
+        candidate (`store_rollout`) is prepared here too."""
         for ch in changes:
             if is_hidden_dir(ch.skill) and isinstance(ch, Put) and not ch.files:
                 raise InvalidPath(f"skill {ch.skill!r} has no files")
@@ -206,11 +207,12 @@ class Store(Following, Governance, Rollouts, SideEntries, Drafts, Usage, Curatio
             for ch in changes
         ]
         who = {"actor": self.who(actor), "message": check_message(message)}
-        prepared = [
-            self._prepare(ch, t, blobs).model_copy(update=who)
-            for ch, t in zip(changes, tables, strict=True)
-        ]
-        prepared = self._based(prepared)  # a draft records its live skill's version
+        prepared = self._based(
+            [
+                self._prepare(ch, t, blobs).model_copy(update=who)
+                for ch, t in zip(changes, tables, strict=True)
+            ]
+        )
         if strict:
             for p in prepared:
                 refuse_errors(p.skill, p.findings)
