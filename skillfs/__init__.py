@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from skillfs import errors
+from skillfs.curation import CuratedSkill, CurationReport, DuplicatePair, SkillRef
 from skillfs.engines import default_url
 from skillfs.model import (
     Change,
@@ -14,6 +15,7 @@ from skillfs.model import (
     Put,
     Remove,
     Revision,
+    Rollout,
     Scope,
     UsageStat,
 )
@@ -25,6 +27,9 @@ from skillfs.store_limits import Limits
 __all__ = [
     "Change",
     "CommitResult",
+    "CuratedSkill",
+    "CurationReport",
+    "DuplicatePair",
     "File",
     "FileEntry",
     "Finding",
@@ -40,7 +45,9 @@ __all__ = [
     "Put",
     "Remove",
     "Revision",
+    "Rollout",
     "Scope",
+    "SkillRef",
     "Skills",
     "Snapshot",
     "Store",

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from skillfs.errors import InvalidPath, NotFound
 from skillfs.model import AuditEntry, CommitResult, Manifest, Scope
-from skillfs.names import check_skill_name, is_hidden_dir
+from skillfs.names import DRAFTS, check_entry, is_hidden_dir
 from skillfs.store_commit import Edit, Prepared
 
 if TYPE_CHECKING:
@@ -59,7 +59,12 @@ def check_message(message: str | None) -> str:
 
 
 def action(m: Manifest, before: Manifest | None) -> str:
-    """What a version did, from the version before it."""
+    """What a version did: the operation it records (stage, widen, promote, abort, approve,
+    reject, archive, restore), a draft's "propose", else from the version before it."""
+    if m.operation:
+        return m.operation
+    if not m.deleted and m.skill.startswith(DRAFTS + "/"):
+        return "propose"
     if m.deleted:
         return "delete"
     if before is not None and not before.deleted and before.disabled != m.disabled:
@@ -101,10 +106,11 @@ class Governance:
         expected_version: int | None = None,
         actor: str | None = None,
         message: str | None = None,
+        commit_id: str | None = None,
     ) -> CommitResult:
         """One commit that rewrites one skill's manifest by `edit` (retried on races)."""
         scope.check()
-        check_skill_name(skill)
+        check_entry(skill)
         prepared = Prepared(
             scope=scope,
             skill=skill,
@@ -114,7 +120,7 @@ class Governance:
             message=check_message(message),
             edit=edit,
         )
-        return self._commit(scope.domain, [prepared], uuid.uuid4().hex)
+        return self._commit(scope.domain, [prepared], commit_id or uuid.uuid4().hex)
 
     # ------------------------------------------------------------------ disable / enable
 
@@ -141,7 +147,7 @@ class Governance:
                 raise NotFound(self._unknown(scope, skill))
             if cur is not None and cur.disabled:
                 raise InvalidPath(f"{scope}/{skill} is already disabled: enable it first")
-            base = _fields(cur) if cur is not None else {"files": {}}
+            base = carried(cur) if cur is not None else {"files": {}}
             return {**base, "disabled": True, "disabled_reason": reason}
 
         return self._edit(
@@ -170,9 +176,9 @@ class Governance:
                 raise NotFound(self._unknown(scope, skill))
             if not cur.disabled:
                 raise InvalidPath(f"{scope}/{skill} is not disabled: nothing to enable")
-            if not cur.files:  # a hole: enabling removes it
+            if not cur.files and cur.candidate is None:  # a hole: enabling removes it
                 return {"deleted": True, "files": {}}
-            return {**_fields(cur), "disabled": False, "disabled_reason": ""}
+            return {**carried(cur), "disabled": False, "disabled_reason": ""}
 
         return self._edit(
             scope,
@@ -298,7 +304,7 @@ def _present(m: Manifest | None) -> bool:
     return m is not None and not m.deleted
 
 
-def _fields(cur: Manifest) -> dict[str, Any]:
+def carried(cur: Manifest) -> dict[str, Any]:
     """The content of the current manifest, carried into the next version."""
     return {
         "frontmatter": cur.frontmatter,
@@ -306,4 +312,5 @@ def _fields(cur: Manifest) -> dict[str, Any]:
         "files": cur.files,
         "disabled": cur.disabled,
         "disabled_reason": cur.disabled_reason,
+        "candidate": cur.candidate,
     }

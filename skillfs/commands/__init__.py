@@ -10,9 +10,20 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Add every store command to `app`."""
-    from skillfs.commands import browse, edit, govern, mcp, ops, transfer  # noqa: F401  (they register)
-    from skillfs.commands.common import COMMANDS
+    from skillfs.commands import (  # noqa: F401  (they register)
+        browse,
+        curate,
+        drafts,
+        edit,
+        govern,
+        mcp,
+        ops,
+        rollout,
+        transfer,
+    )
+    from skillfs.commands.common import COMMANDS, EDIT
     from skillfs.commands.helptext import Command
 
     for name, panel, function in COMMANDS:
         app.command(name, rich_help_panel=panel, cls=Command)(function)
+    app.add_typer(drafts.app, rich_help_panel=EDIT)

@@ -151,7 +151,7 @@ class GrpcEngine(GrpcWatching, Engine):
         seen, never a history one (history is what retention drops first, and a version no
         longer kept proves nothing)."""
         for m in manifests:
-            for e in m.files.values():
+            for _, e in m.all_files():
                 old = self._seen.get(e.sha256)
                 if old is not None:
                     if old[0] == scope and old[1] == m.skill:
@@ -275,7 +275,7 @@ class GrpcEngine(GrpcWatching, Engine):
         return {m.skill: m for m in self._manifests(scope, reply.manifests_json)}
 
     def commit(self, domain: str, ops: Sequence[CommitOp]) -> Revision:
-        shas = {e.sha256 for op in ops for e in op.manifest.files.values()}
+        shas = {e.sha256 for op in ops for _, e in op.manifest.all_files()}
         request = pb.CommitRequest(
             domain=domain,
             ops=[
@@ -364,10 +364,30 @@ class GrpcEngine(GrpcWatching, Engine):
         return Access(
             scope=scope,
             read=reply.read,
+            propose=reply.propose or reply.write,
             write=reply.write,
             admin=reply.admin,
             token=reply.token,
             resource=reply.resource,
+        )
+
+    # Leases elect one runner among servers that open the store itself (docs/governance.md,
+    # "Curation"); a client of a server has no use for them and the protocol has none.
+
+    def acquire_lease(self, name: str, holder: str, ttl: float) -> bool:
+        raise self._no_leases()
+
+    def renew_lease(self, name: str, holder: str, ttl: float) -> bool:
+        raise self._no_leases()
+
+    def release_lease(self, name: str, holder: str) -> bool:
+        raise self._no_leases()
+
+    def _no_leases(self) -> InvalidPath:
+        return InvalidPath(
+            f"leases are not supported over grpc:// ({self.url}): run `skillfs serve "
+            "--curate-every` on servers that open the store itself (redis://, etcd://, "
+            "sqlite://)"
         )
 
     def ping(self) -> None:

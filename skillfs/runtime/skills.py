@@ -24,6 +24,7 @@ from skillfs.runtime.follower import Follower, follower_for
 from skillfs.runtime.fsspec_dir import FsspecDir
 from skillfs.runtime.git_repo import GitRepo
 from skillfs.runtime.layers import Layer, LayerSkills, Market, StoreScope, merge
+from skillfs.runtime.skill_writes import SkillWriter, WriteMode, check_mode
 from skillfs.runtime.snapshot import MergedSkills, Snapshot
 from skillfs.runtime.usage import UsageRecorder, recorder_for
 from skillfs.store import Store, open_store
@@ -47,9 +48,16 @@ class Skills:
     follower's watch confirmed its cache within that many seconds: zero round trips for a
     bounded delay in seeing an edit (it gives up C3). Off by default.
 
+    `environment` (e.g. "prod") is what this worker declares to staged rollouts: a skill's
+    candidate reaches it where the rule lists that environment (docs/governance.md).
+
     `followers` (a domain's follower) and `usage` (the agent's recorder) replace this
     process's shared ones: the server feeds its views' followers from its hub and flushes
-    their usage itself, so a view starts no thread (docs/server.md)."""
+    their usage itself, so a view starts no thread (docs/server.md).
+
+    `skill_writes` ("draft" or "live"; off by default) adds the tools `propose_skill` and
+    `skill_manage` to every snapshot: the agent writes skills to this user's scope, as
+    drafts for review or live (docs/governance.md, "Agent-written skills")."""
 
     def __init__(
         self,
@@ -59,13 +67,22 @@ class Skills:
         layers: Sequence[FsspecDir | GitRepo | Market] = (),
         *,
         max_staleness: float | None = None,
+        environment: str | None = None,
         followers: Callable[[str], Follower] | None = None,
         usage: UsageRecorder | None = None,
+        skill_writes: WriteMode | None = None,
     ) -> None:
+        self.skill_writes = check_mode(skill_writes)
         self.store = store if isinstance(store, Store) else open_store(store)
         self.agent_id = check_id("agent", agent_id)
         self.user_id = check_id("user", user_id)
+        self.environment = None if environment is None else check_id("environment", environment)
         self.max_staleness = max_staleness
+        self._writer = (
+            None
+            if self.skill_writes is None
+            else SkillWriter(self.store, self.agent_id, self.user_id, self.skill_writes)
+        )
         for layer in layers:
             if not isinstance(layer, FsspecDir | GitRepo | Market):
                 raise InvalidPath(
@@ -107,7 +124,8 @@ class Skills:
         self._states: tuple[LayerSkills, ...] = ()
 
     def __repr__(self) -> str:
-        return f"Skills({self.store.url}, {self.agent_id}/{self.user_id})"
+        env = f", environment={self.environment}" if self.environment else ""
+        return f"Skills({self.store.url}, {self.agent_id}/{self.user_id}{env})"
 
     @property
     def followers(self) -> list[Follower]:
@@ -178,7 +196,8 @@ class Skills:
                 return last  # nothing moved: the same object, prompt and tools included
             snap = last._replace(revisions=seen, stale=False)
         else:
-            skills, problems = merge(list(zip(self.layers, now, strict=True)))
+            pairs = list(zip(self.layers, now, strict=True))
+            skills, problems = merge(pairs, self.user_id, self.environment)
             merged = MergedSkills(skills)
             if last is not None and last.token == merged.token:
                 merged = last.merged  # same skills: keep the prompt and tools computed for them
@@ -189,6 +208,7 @@ class Skills:
                 revisions=seen,
                 problems=problems,
                 usage=self._usage,
+                writer=self._writer,
             )
         self._last, self._states = snap, now
         return snap

@@ -134,7 +134,7 @@ class Backend:
         self.proofs.index.remember(scope, m)
         budget = WARM_BYTES
         small = []
-        for e in m.files.values():
+        for _, e in m.all_files():  # a staged candidate's too: its workers read them
             if e.size <= WARM_FILE_BYTES and e.size <= budget:
                 small.append(e)
                 budget -= e.size

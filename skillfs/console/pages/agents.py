@@ -10,7 +10,7 @@ from skillfs.console.call import Call, redirect
 from skillfs.console.paging import paged
 from skillfs.errors import NotFound
 from skillfs.model import Manifest, Scope
-from skillfs.names import check_id
+from skillfs.names import check_id, side_entry
 
 #: The per-user listings stop here; an agent with more users is browsed by user id.
 MAX_USERS_LISTED = 200
@@ -123,14 +123,16 @@ def scope_page(call: Call, scope: Scope) -> Response:
     """A scope's skills 100 at a time (`?q=` filters, `?page=` pages), and its deleted ones."""
     call.require(Level.read, scope)
     manifests = call.store.manifests(scope)
-    page = paged(sorted(manifests.values(), key=lambda m: m.skill), call.query, _described)
+    skills = [m for m in manifests.values() if side_entry(m.skill) is None]  # not drafts
+    page = paged(sorted(skills, key=lambda m: m.skill), call.query, _described)
     shared: dict[str, Manifest] = {}
     if scope.kind == "user" and scope.agent_id is not None:
         base = Scope.shared(scope.agent_id)
         if call.can.read(base):
             shared = call.store.manifests(base, [m.skill for m in page.items])
+    gone = call.store.manifests(scope, deleted=True).values()
     tombstones = sorted(
-        call.store.manifests(scope, deleted=True).values(),
+        (m for m in gone if side_entry(m.skill) is None),
         key=lambda m: (-m.committed_at, m.skill),
     )
     deleted = paged(tombstones, call.query, lambda m: (m.skill,), param="deleted_page")
