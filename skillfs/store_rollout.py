@@ -13,23 +13,20 @@ from typing import TYPE_CHECKING, Any
 from skillfs.errors import InvalidPath, NotFound
 from skillfs.model import Candidate, CommitResult, File, FileEntry, Manifest, Put, Rollout, Scope
 from skillfs.names import check_skill_name, is_hidden_dir
-from skillfs.store_governance import carried
+from skillfs.store_governance import Governance, carried
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from skillfs.store_commit import Edit, Prepared
+    from skillfs.store_commit import Prepared
 
 
-class Rollouts:
-    """The staged-rollout operations of `Store` (docs/governance.md)."""
+class Rollouts(Governance):
+    """The staged-rollout operations of `Store` (docs/governance.md); a rollout step is a
+    governed edit (`Governance._edit`)."""
 
     if TYPE_CHECKING:
         clock: Callable[[], float]
-
-        def who(self, actor: str | None = None) -> str: ...
-
-        def _unknown(self, scope: Scope, skill: str) -> str: ...
 
         def check_commit(
             self, targets: Sequence[tuple[Scope, str]], domain: str | None = None
@@ -43,18 +40,6 @@ class Rollouts:
             actor: str | None,
             message: str,
         ) -> list[Prepared]: ...
-
-        def _edit(
-            self,
-            scope: Scope,
-            skill: str,
-            edit: Edit,
-            *,
-            expected_version: int | None = None,
-            actor: str | None = None,
-            message: str | None = None,
-            commit_id: str | None = None,
-        ) -> CommitResult: ...
 
     def stage(
         self,

@@ -8,7 +8,6 @@ between two entries of one scope, so a worker sees it at its next step (C3)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from skillfs.errors import Conflict, InvalidPath, NotFound
@@ -23,13 +22,12 @@ from skillfs.names import (
     draft_entry,
 )
 from skillfs.store_commit import Edit, Prepared
+from skillfs.store_governance import Governance, check_message
 from skillfs.store_governance import carried as content_of
-from skillfs.store_governance import check_message
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from skillfs.engines.base import Engine
 
 #: One edit of a side commit: (entry, edit, the version its caller expects).
 Move = tuple[str, Edit, "int | None"]
@@ -54,19 +52,11 @@ class Carried:
         return self.manifest
 
 
-class SideEntries:
-    """Archive and restore of `Store` (docs/governance.md, "Archive")."""
+class SideEntries(Governance):
+    """Archive and restore of `Store` (docs/governance.md, "Archive"); a move is a governed
+    commit (`Governance`)."""
 
     if TYPE_CHECKING:
-        engine: Engine
-
-        def _retrying(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
-
-        def _commit(
-            self, domain: str, prepared: list[Prepared], commit_id: str
-        ) -> CommitResult: ...
-
-        def who(self, actor: str | None = None) -> str: ...
 
         def check_commit(
             self, targets: Sequence[tuple[Scope, str]], domain: str | None = None
