@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict
 
 from skillfs.errors import Conflict, NotFound
 from skillfs.model import (
-    Candidate,
     CommitResult,
     File,
     FileEntry,
@@ -27,8 +26,7 @@ from skillfs.model import (
 from skillfs.names import DRAFTS, draft_entry, entry_name
 from skillfs.store_commit import Prepared, refuse_errors
 from skillfs.store_governance import _agent_of, _scopes_of, check_message
-from skillfs.store_governance import carried as carried_fields
-from skillfs.store_rollout import check_rule, describe
+from skillfs.store_rollout import candidate_of, check_rule, describe, staged
 from skillfs.store_side import Carried, SideEntries, split_files
 
 if TYPE_CHECKING:
@@ -217,17 +215,8 @@ class Drafts(SideEntries):
                 skill=name,
                 current_version=cur.version,
             )
-        candidate = Candidate(
-            files=draft.files,
-            frontmatter=draft.frontmatter,
-            findings=draft.findings,
-            rollout=rule,
-            commit_id=commit_id,
-            actor=self.who(actor),
-            staged_at=self.clock(),
-        )
-        base = carried_fields(cur) if cur is not None else {"files": {}}
-        return {**base, "candidate": candidate, "operation": "approve"}
+        candidate = candidate_of(draft, rule, commit_id, self.who(actor), self.clock())
+        return staged(cur, candidate, "approve")
 
     def reject(
         self,

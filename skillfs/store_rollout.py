@@ -66,21 +66,11 @@ class Rollouts(Governance):
             raise InvalidPath(f"staging {scope}/{skill} needs its files (SKILL.md at least)")
         put = Put(scope, skill, dict(files), expected_version)
         [ready] = self._prepared([put], strict=strict, actor=actor, message=message)
-        assert ready.files is not None  # a Put's
         commit_id = commit_id or uuid.uuid4().hex
-        candidate = Candidate(
-            files=ready.files,
-            frontmatter=ready.frontmatter,
-            findings=ready.findings,
-            rollout=rule,
-            commit_id=commit_id,
-            actor=self.who(actor),
-            staged_at=self.clock(),
-        )
+        candidate = candidate_of(ready, rule, commit_id, self.who(actor), self.clock())
 
         def edit(cur: Manifest | None) -> dict[str, Any]:
-            base = carried(cur) if cur is not None else {"files": {}}
-            return {**base, "candidate": candidate, "operation": "stage"}
+            return staged(cur, candidate, "stage")
 
         return self._edit(
             scope,
@@ -211,6 +201,28 @@ class Rollouts(Governance):
                 "live for everyone): stage one first"
             )
         return cur.candidate
+
+
+def candidate_of(
+    source: Prepared | Manifest, rule: Rollout, commit_id: str, actor: str, at: float
+) -> Candidate:
+    """A candidate of `source`'s checked files (a staged Put, or an approved draft)."""
+    assert source.files is not None  # a Put's, or a live draft's
+    return Candidate(
+        files=source.files,
+        frontmatter=source.frontmatter,
+        findings=source.findings,
+        rollout=rule,
+        commit_id=commit_id,
+        actor=actor,
+        staged_at=at,
+    )
+
+
+def staged(cur: Manifest | None, candidate: Candidate, operation: str) -> dict[str, Any]:
+    """The next version of `cur` (none: a new skill, live for nobody) holding `candidate`."""
+    base = carried(cur) if cur is not None else {"files": {}}
+    return {**base, "candidate": candidate, "operation": operation}
 
 
 def check_rule(scope: Scope, rollout: Rollout) -> Rollout:
