@@ -99,8 +99,7 @@ class Rollouts(Governance):
         stage again."""
         rule = check_rule(scope, rollout)
 
-        def edit(cur: Manifest | None) -> dict[str, Any]:
-            c = self._candidate(scope, skill, cur, "widen")
+        def edit(cur: Manifest, c: Candidate) -> dict[str, Any]:
             dropped = narrowed(c.rollout, rule)
             if dropped:
                 raise InvalidPath(
@@ -111,13 +110,12 @@ class Rollouts(Governance):
                 raise InvalidPath(
                     f"{scope}/{skill} is already staged for {describe(rule)}: nothing to widen"
                 )
-            assert cur is not None  # _candidate found one
-            widened = c.model_copy(update={"rollout": rule})
-            return {**carried(cur), "candidate": widened, "operation": "widen"}
+            return {**carried(cur), "candidate": c.model_copy(update={"rollout": rule})}
 
-        return self._edit(
+        return self._on_candidate(
             scope,
             skill,
+            "widen",
             edit,
             expected_version=expected_version,
             actor=actor,
@@ -138,21 +136,19 @@ class Rollouts(Governance):
         """Make the candidate the live version for everyone, in one commit; the version it
         replaces stays in history (roll back to it like any other)."""
 
-        def edit(cur: Manifest | None) -> dict[str, Any]:
-            c = self._candidate(scope, skill, cur, "promote")
-            assert cur is not None
+        def edit(cur: Manifest, c: Candidate) -> dict[str, Any]:
             return {
                 **carried(cur),
                 "files": c.files,
                 "frontmatter": c.frontmatter,
                 "findings": c.findings,
                 "candidate": None,
-                "operation": "promote",
             }
 
-        return self._edit(
+        return self._on_candidate(
             scope,
             skill,
+            "promote",
             edit,
             expected_version=expected_version,
             actor=actor,
@@ -173,12 +169,41 @@ class Rollouts(Governance):
         """Drop the candidate: everyone sees the live version again. A skill that was only
         staged (never live) is deleted, so nobody sees it; its history stays."""
 
-        def edit(cur: Manifest | None) -> dict[str, Any]:
-            self._candidate(scope, skill, cur, "abort")
-            assert cur is not None
+        def edit(cur: Manifest, c: Candidate) -> dict[str, Any]:
             if not (cur.files or cur.disabled):  # staged, never live
-                return {"deleted": True, "files": {}, "operation": "abort"}
-            return {**carried(cur), "candidate": None, "operation": "abort"}
+                return {"deleted": True, "files": {}}
+            return {**carried(cur), "candidate": None}
+
+        return self._on_candidate(
+            scope,
+            skill,
+            "abort",
+            edit,
+            expected_version=expected_version,
+            actor=actor,
+            message=message or "aborted the candidate",
+            commit_id=commit_id,
+        )
+
+    def _on_candidate(
+        self,
+        scope: Scope,
+        skill: str,
+        what: str,
+        change: Callable[[Manifest, Candidate], dict[str, Any]],
+        *,
+        expected_version: int | None,
+        actor: str | None,
+        message: str,
+        commit_id: str | None,
+    ) -> CommitResult:
+        """One commit of the step `what` (widen, promote, abort) of the skill's staged
+        candidate: `change` gives the next version from the current one and its candidate."""
+
+        def edit(cur: Manifest | None) -> dict[str, Any]:
+            c = self._candidate(scope, skill, cur, what)
+            assert cur is not None  # _candidate found one
+            return {**change(cur, c), "operation": what}
 
         return self._edit(
             scope,
@@ -186,7 +211,7 @@ class Rollouts(Governance):
             edit,
             expected_version=expected_version,
             actor=actor,
-            message=message or "aborted the candidate",
+            message=message,
             commit_id=commit_id,
         )
 
