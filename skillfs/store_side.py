@@ -21,7 +21,7 @@ from skillfs.names import (
     check_live_name,
     draft_entry,
 )
-from skillfs.store_commit import Edit, Prepared
+from skillfs.store_commit import Edit, edited
 from skillfs.store_governance import Governance, check_message
 from skillfs.store_governance import carried as content_of
 
@@ -91,15 +91,7 @@ class SideEntries(Governance):
         domain = self.check_commit([(s, m[0]) for s, m in zip(where, moves, strict=True)])
         who, said = self.who(actor), check_message(message)
         prepared = [
-            Prepared(
-                scope=each,
-                skill=check_entry(entry),
-                expected_version=expected,
-                files=None,
-                actor=who,
-                message=said,
-                edit=edit,
-            )
+            edited(each, check_entry(entry), edit, expected, who, said)
             for each, (entry, edit, expected) in zip(where, moves, strict=True)
         ]
         return self._commit(domain, prepared, commit_id or uuid.uuid4().hex)
