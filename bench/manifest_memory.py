@@ -145,7 +145,8 @@ def a_worker(url: str) -> int:
     def worker() -> Skills:
         skills = Skills(url, "mem-bot", "alice")
         snap = skills.snapshot()
-        assert skills.followers[0].wait_for(snap.revisions["agents/mem-bot"], 30)
+        rev = snap.revisions["agents/mem-bot"]
+        assert rev is not None and skills.followers[0].wait_for(rev, 30)
         return skills
 
     total, skills = held_bytes(worker, "*/skillfs/store_blobs.py")

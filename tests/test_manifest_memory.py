@@ -69,7 +69,8 @@ def test_a_cached_manifest_of_three_files_stays_lean(tmp_path: Path) -> None:
         snap = worker.snapshot()
         assert len(snap.skills) == N
         # the follower's background warm done: nothing transient is left to count
-        assert worker.followers[0].wait_for(snap.revisions["agents/mem-bot"], 10)
+        rev = snap.revisions["agents/mem-bot"]
+        assert rev is not None and worker.followers[0].wait_for(rev, 10)
         del snap
         gc.collect()
         held = tracemalloc.take_snapshot()
