@@ -16,7 +16,18 @@ from typing import Literal
 
 from starlette.responses import Response
 
-from skillfs.console.pages import agents, editor, files, history, lifecycle, live, skill, worker
+from skillfs.console.pages import (
+    activity,
+    agents,
+    editor,
+    files,
+    history,
+    lifecycle,
+    live,
+    skill,
+    switch,
+    worker,
+)
 from skillfs.model import Scope
 from skillfs.names import check_id, check_skill_name
 
@@ -74,6 +85,8 @@ PAGES = [
     Page("GET", "/agents", agents.open_agent),
     Page("GET", "/agents/{agent}", agents.agent_page),
     Page("GET", "/agents/{agent}/users", agents.open_user),
+    Page("GET", "/agents/{agent}/activity", activity.agent_activity),
+    Page("GET", "/markets/{market}/activity", activity.market_activity),
     Page("GET", "/agents/{agent}/shared", agents.to_agent),
     Page("GET", "/agents/{agent}/users/{user}", worker.worker_page),
     Page("GET", "/markets/{market}", agents.to_market),
@@ -94,4 +107,6 @@ PAGES = [
     Page("POST", "/{scope}/{skill}/delete", lifecycle.delete, "form"),
     Page("POST", "/{scope}/{skill}/rename", lifecycle.rename, "form"),
     Page("POST", "/{scope}/{skill}/override", lifecycle.override, "form"),
+    Page("POST", "/{scope}/{skill}/disable", switch.disable, "form"),
+    Page("POST", "/{scope}/{skill}/enable", switch.enable, "form"),
 ]

@@ -22,6 +22,15 @@ def user_url(agent: str, user: str) -> str:
     return f"/agents/{_q(agent)}/users/{_q(user)}/"
 
 
+def activity_url(target: Scope | str, **query: str) -> str:
+    """The Activity page of a scope's agent or market (`agents/A`, `markets/M` or a scope),
+    filtered by `query` (actor, skill, since, until)."""
+    domain = target.domain if isinstance(target, Scope) else target
+    kind, name = domain.split("/", 1)
+    args = {k: v for k, v in query.items() if v}
+    return f"/{kind}/{_q(name)}/activity" + ("?" + urlencode(args) if args else "")
+
+
 def scope_url(scope: Scope) -> str:
     return "/" + "/".join(_q(p) for p in scope.prefix.rstrip("/").split("/")) + "/"
 

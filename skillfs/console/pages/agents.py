@@ -7,6 +7,7 @@ from starlette.responses import Response
 from skillfs.auth import Level
 from skillfs.console import urls
 from skillfs.console.call import Call, redirect
+from skillfs.console.pages.switch import hides
 from skillfs.console.paging import paged
 from skillfs.errors import NotFound
 from skillfs.model import Manifest, Scope
@@ -96,9 +97,19 @@ def agent_page(call: Call, agent: str) -> Response:
     users = []
     for user in readable[:MAX_USERS_LISTED]:
         scope = Scope.user(agent, user)
-        own = call.store.manifests(scope)
+        entries = call.store.manifests(scope)
+        own = {k: m for k, m in entries.items() if not hides(m)}
         overrides = sorted(s for s in own if skills is not None and s in skills)
-        users.append({"id": user, "scope": scope, "skills": len(own), "overrides": overrides})
+        hidden = sorted(k for k, m in entries.items() if hides(m))
+        users.append(
+            {
+                "id": user,
+                "scope": scope,
+                "skills": len(own),
+                "overrides": overrides,
+                "hidden": hidden,
+            }
+        )
     page = paged(sorted((skills or {}).values(), key=lambda m: m.skill), call.query, _described)
     return call.render(
         "agent.html",
@@ -122,7 +133,10 @@ def _described(m: Manifest) -> tuple[str, object]:
 def scope_page(call: Call, scope: Scope) -> Response:
     """A scope's skills 100 at a time (`?q=` filters, `?page=` pages), and its deleted ones."""
     call.require(Level.read, scope)
-    manifests = call.store.manifests(scope)
+    entries = call.store.manifests(scope)
+    # a user's hiding entries are not skills of the user's: listed apart (docs/governance.md)
+    hiding = sorted((m for m in entries.values() if hides(m)), key=lambda m: m.skill)
+    manifests = {k: m for k, m in entries.items() if not hides(m)}
     page = paged(sorted(manifests.values(), key=lambda m: m.skill), call.query, _described)
     shared: dict[str, Manifest] = {}
     if scope.kind == "user" and scope.agent_id is not None:
@@ -135,5 +149,11 @@ def scope_page(call: Call, scope: Scope) -> Response:
     )
     deleted = paged(tombstones, call.query, lambda m: (m.skill,), param="deleted_page")
     return call.render_scope(
-        "scope.html", scope, skills=page.items, page=page, shared=shared, deleted=deleted
+        "scope.html",
+        scope,
+        skills=page.items,
+        page=page,
+        shared=shared,
+        deleted=deleted,
+        hiding=hiding,
     )

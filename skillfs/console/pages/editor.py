@@ -136,7 +136,12 @@ def save(call: Call, scope: Scope, skill: str) -> Response:
         return refused(markers=True)
     try:
         result = call.store.publish(
-            scope, skill, files, expected_version=expected, strict=not forced(call)
+            scope,
+            skill,
+            files,
+            expected_version=expected,
+            strict=not forced(call),
+            actor=call.actor,
         )
     except InvalidSkill:
         return refused(markers=False)

@@ -71,7 +71,12 @@ def _roll_back(
     "breaks the spec" page whose **Do it anyway** posts to `action` again."""
     try:
         return call.store.rollback(
-            scope, skill, version, expected_version=expected, strict=not forced(call)
+            scope,
+            skill,
+            version,
+            expected_version=expected,
+            strict=not forced(call),
+            actor=call.actor,
         )
     except InvalidSkill as exc:
         return confirm(

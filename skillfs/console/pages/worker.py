@@ -6,6 +6,7 @@ from starlette.responses import Response
 
 from skillfs.auth import Level
 from skillfs.console.call import Call
+from skillfs.console.pages.switch import hides
 from skillfs.model import Scope
 from skillfs.runtime import Market, Skills
 
@@ -21,6 +22,8 @@ def worker_page(call: Call, agent: str, user: str) -> Response:
     chosen = [m for m in call.query.getlist("market") if m in all_markets]
     with Skills(call.store, agent, user, layers=[Market(m) for m in chosen]) as skills:
         snap = skills.snapshot()
+    entries = call.store.manifests(own)
+    layers = [own, shared, *(Scope.market(m) for m in chosen)]
     return call.render(
         "worker.html",
         agent=agent,
@@ -30,7 +33,10 @@ def worker_page(call: Call, agent: str, user: str) -> Response:
         prompt=snap.prompt(),
         markets=all_markets,
         chosen=chosen,
-        own=sorted(call.store.manifests(own)),
+        own=sorted(k for k, m in entries.items() if not hides(m)),
+        entries=entries,
+        layer_scopes={str(s): s for s in layers},
+        can_write=call.can.write(own),
         domain=f"agents/{agent}",
         revision=snap.revisions.get(f"agents/{agent}"),
     )
