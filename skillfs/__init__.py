@@ -14,6 +14,7 @@ from skillfs.model import (
     Put,
     Remove,
     Revision,
+    Rollout,
     Scope,
     UsageStat,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "Put",
     "Remove",
     "Revision",
+    "Rollout",
     "Scope",
     "Skills",
     "Snapshot",

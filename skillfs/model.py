@@ -168,6 +168,68 @@ def error_findings(findings: Iterable[Finding]) -> list[Finding]:
     return [f for f in findings if f.severity == "error"]
 
 
+class Rollout(BaseModel):
+    """Who gets a skill's staged candidate (docs/governance.md, "Staged rollout"): a worker
+    whose environment is one of `environments`, a user named in `users`, or a user whose
+    stable bucket (`skillfs.rollout.bucket`) is below `fraction`. Any one of them is enough,
+    so a wider rule only adds workers; the empty rule reaches nobody."""
+
+    model_config = ConfigDict(frozen=True)
+
+    environments: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+    fraction: float = 0.0
+
+    def __init__(
+        self,
+        environments: Iterable[str] = (),
+        users: Iterable[str] = (),
+        fraction: float = 0.0,
+    ) -> None:
+        if isinstance(environments, str) or isinstance(users, str):
+            raise InvalidPath("a rollout takes lists: environments=[...], users=[...]")
+        try:
+            super().__init__(
+                environments=tuple(environments), users=tuple(users), fraction=fraction
+            )
+        except ValidationError as exc:
+            problem = exc.errors()[0]
+            raise InvalidPath(
+                f"invalid rollout {'.'.join(map(str, problem['loc']))}: {problem['msg']}; give "
+                "environments=[names], users=[user ids] and fraction= a number from 0 to 1"
+            ) from None
+        self.check()
+
+    def check(self) -> Rollout:
+        """Raise InvalidPath unless names are ids (docs/design.md §1) and 0 <= fraction <= 1."""
+        for env in self.environments:
+            check_id("environment", env)
+        for user in self.users:
+            check_id("user", user)
+        if not (math.isfinite(self.fraction) and 0.0 <= self.fraction <= 1.0):
+            raise InvalidPath(
+                f"invalid rollout fraction {self.fraction!r}: give a share of users from 0 "
+                "(nobody by share) to 1 (everyone), e.g. 0.1 for 10 %"
+            )
+        return self
+
+
+class Candidate(BaseModel):
+    """The version a skill stages beside its live one (docs/governance.md, "Staged rollout"):
+    a whole file table with its frontmatter and findings, the rule saying who gets it, and
+    who staged it when (`commit_id`: the commit that staged it)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    files: dict[str, FileEntry]
+    frontmatter: dict[str, Any] | None = None
+    findings: list[Finding] = Field(default_factory=list)
+    rollout: Rollout
+    commit_id: str
+    actor: str = ""
+    staged_at: float = 0.0
+
+
 class Manifest(BaseModel):
     """One skill in one scope at one version (docs/design.md §2).
 
@@ -192,6 +254,15 @@ class Manifest(BaseModel):
     #: Switched off (docs/governance.md): a skill-shaped hole at its layer, files kept.
     disabled: bool = False
     disabled_reason: str = ""
+    #: A staged version and who gets it (docs/governance.md); absent from the stored JSON
+    #: when None, so manifests without one keep their bytes and size.
+    candidate: Candidate | None = Field(default=None, exclude_if=lambda v: v is None)
+    #: A draft's (`_drafts/<name>`, docs/governance.md): the live skill's version it was
+    #: proposed against, 0 when there was none; approve refuses once the live skill moved.
+    base_version: int | None = None
+    #: The governed operation that wrote this version, when not a publish or a delete
+    #: (approve, reject, archive, restore): what the audit reports.
+    operation: str = ""
 
     @property
     def usable(self) -> bool:
@@ -223,6 +294,12 @@ class Manifest(BaseModel):
     @property
     def size(self) -> int:
         return sum(e.size for e in self.files.values())
+
+    def all_files(self) -> list[tuple[str, FileEntry]]:
+        """Every (path, entry) the manifest references: its files, then its staged
+        candidate's (what GC keeps, and what a server's blob proofs cover)."""
+        staged = self.candidate.files.items() if self.candidate is not None else ()
+        return [*self.files.items(), *staged]
 
 
 @functools.total_ordering
@@ -275,7 +352,8 @@ class AuditEntry(BaseModel):
     scope: Scope
     skill: str
     version: int
-    #: publish, delete, disable, enable (derived from the version before it).
+    #: publish, delete, disable, enable, stage, widen, promote, abort (derived from the
+    #: version before it).
     action: str
     actor: str
     message: str

@@ -36,8 +36,66 @@ def check_skill_name(value: str) -> str:
 
 
 def is_hidden_dir(name: str) -> bool:
-    """`_drafts/`, `.archive/` and the like are not skills (docs/design.md §1)."""
+    """`_drafts/`, `.archive/` and the like are not skills (docs/design.md §1); nor is an
+    entry inside them (`_drafts/<name>`)."""
     return name.startswith(("_", "."))
+
+
+#: The directories of a scope that hold side entries, one per skill (docs/governance.md,
+#: "Drafts and review", "Archive"): `_drafts/<name>`, `.archive/<name>`.
+DRAFTS, ARCHIVE = "_drafts", ".archive"
+SIDE_DIRS = (DRAFTS, ARCHIVE)
+
+
+def check_live_name(name: str) -> str:
+    """A name a skill can be live under: a skill directory not starting with '_' or '.'."""
+    check_skill_name(name)
+    if is_hidden_dir(name):
+        raise InvalidPath(
+            f"invalid skill name {name!r}: a name starting with '_' or '.' is a directory "
+            "that holds no skill (docs/design.md §1); drafts and archived skills are named "
+            "like the skill they become"
+        )
+    return name
+
+
+def draft_entry(name: str) -> str:
+    """The entry of the draft of skill `name` in its scope: `_drafts/<name>`."""
+    return f"{DRAFTS}/{check_live_name(name)}"
+
+
+def archive_entry(name: str) -> str:
+    """The entry of archived skill `name` in its scope: `.archive/<name>`."""
+    return f"{ARCHIVE}/{check_live_name(name)}"
+
+
+def side_entry(entry: str) -> tuple[str, str] | None:
+    """(side directory, skill name) of an entry `_drafts/<name>` or `.archive/<name>`; None
+    for a skill (or any other name)."""
+    where, slash, name = entry.partition("/")
+    return (where, name) if slash and where in SIDE_DIRS else None
+
+
+def entry_name(entry: str) -> str:
+    """The skill name an entry holds: `name` of `_drafts/<name>`, the entry itself otherwise
+    (what its SKILL.md's `name` is checked against)."""
+    side = side_entry(entry)
+    return side[1] if side else entry
+
+
+def check_entry(value: str) -> str:
+    """What a store keeps one manifest for: a skill directory, or a side entry
+    `_drafts/<name>` / `.archive/<name>` (docs/governance.md)."""
+    if isinstance(value, str) and "/" in value:
+        side = side_entry(value)
+        if side is None:
+            raise InvalidPath(
+                f"invalid skill directory {value!r}: a skill is one directory name; only "
+                f"drafts and archived skills have two ({DRAFTS}/<name>, {ARCHIVE}/<name>)"
+            )
+        check_live_name(side[1])
+        return value
+    return check_skill_name(value)
 
 
 def normalize_path(path: str) -> str:

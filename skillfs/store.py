@@ -29,16 +29,24 @@ from skillfs.model import (
     Put,
     Remove,
     Scope,
-    UsageStat,
-    usage_by_skill,
 )
-from skillfs.names import check_id, check_skill_name, is_hidden_dir, normalize_path
+from skillfs.names import (
+    SIDE_DIRS,
+    check_entry,
+    entry_name,
+    is_hidden_dir,
+    normalize_path,
+)
 from skillfs.skill_md import SKILL_MD, inspect_skill
 from skillfs.store_blobs import Blobs
 from skillfs.store_commit import Prepared, already_committed, file_table, next_op, refuse_errors
+from skillfs.store_drafts import Drafts
 from skillfs.store_gc import GcReport, HistoryPolicy, gc, prune, prune_after_commit
 from skillfs.store_governance import Governance, check_message
-from skillfs.store_limits import Limits, check_usage
+from skillfs.store_limits import Limits
+from skillfs.store_rollout import Rollouts
+from skillfs.store_side import SideEntries
+from skillfs.store_usage import Usage
 from skillfs.store_watch import Following
 
 log = logging.getLogger(__name__)
@@ -46,9 +54,11 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
-class Store(Following, Governance):
+class Store(Following, Governance, Rollouts, SideEntries, Drafts, Usage):
     """The public API of docs/design.md §2 over any engine; governed change (disable,
-    audit, ...) from `Governance` (docs/governance.md)."""
+    audit, ...) from `Governance`, staged rollout from `Rollouts`, archive / restore from
+    `SideEntries`, propose / approve / reject from `Drafts`, usage counts from `Usage`
+    (docs/governance.md)."""
 
     def __init__(
         self,
@@ -172,9 +182,23 @@ class Store(Following, Governance):
         is refused with InvalidSkill carrying them, before anything is uploaded. `actor` and
         `message` say who made the change and why (default: this store's `actor`)."""
         domain = self.check_commit([(ch.scope, ch.skill) for ch in changes])
+        prepared = self._prepared(changes, strict=strict, actor=actor, message=message)
+        return self._commit(domain, prepared, commit_id or uuid.uuid4().hex)
+
+    def _prepared(
+        self, changes: Sequence[Put | Remove], *, strict: bool, actor: str | None, message: str
+    ) -> list[Prepared]:
+        """Everything a commit does before its atomic step: files checked against the limits,
+        hashed and inspected, the strict policy applied, the new blobs uploaded. A staged
+        candidate (`store_rollout`) is prepared here too."""
         for ch in changes:
             if is_hidden_dir(ch.skill) and isinstance(ch, Put) and not ch.files:
                 raise InvalidPath(f"skill {ch.skill!r} has no files")
+            if ch.skill in SIDE_DIRS and isinstance(ch, Put):
+                raise InvalidPath(
+                    f"{ch.skill!r} holds one entry per skill: write {ch.skill}/<name> "
+                    "(docs/governance.md)"
+                )
         now = self.clock()
         blobs: dict[str, bytes] = {}  # the new bytes of every Put, uploaded together
         tables = [
@@ -182,17 +206,18 @@ class Store(Following, Governance):
             for ch in changes
         ]
         who = {"actor": self.who(actor), "message": check_message(message)}
-        prepared = [
-            self._prepare(ch, t, blobs).model_copy(update=who)
-            for ch, t in zip(changes, tables, strict=True)
-        ]
+        prepared = self._based(
+            [
+                self._prepare(ch, t, blobs).model_copy(update=who)
+                for ch, t in zip(changes, tables, strict=True)
+            ]
+        )
         if strict:
             for p in prepared:
                 refuse_errors(p.skill, p.findings)
         refs = {e.sha256 for t in tables if t for e in t.values()} - blobs.keys()
         self._blobs.upload(blobs, refs, now)
-        commit_id = commit_id or uuid.uuid4().hex
-        return self._commit(domain, prepared, commit_id)
+        return prepared
 
     def check_commit(self, targets: Sequence[tuple[Scope, str]], domain: str | None = None) -> str:
         """The shape every commit must have, whoever built it: at least one skill, each once,
@@ -208,7 +233,7 @@ class Store(Following, Governance):
                 raise InvalidPath(
                     f"one commit spans one agent or one market: {scope} is not in {domain}"
                 )
-            check_skill_name(skill)
+            check_entry(skill)
             if (scope, skill) in seen:
                 raise InvalidPath(f"{scope}/{skill} appears twice in one commit")
             seen.add((scope, skill))
@@ -247,7 +272,7 @@ class Store(Following, Governance):
         entry = files.get(SKILL_MD)
         if entry is not None:
             texts[SKILL_MD] = (unstored or {}).get(entry.sha256) or self.read_entry(entry)
-        return inspect_skill(skill, texts)
+        return inspect_skill(entry_name(skill), texts)
 
     def _commit(self, domain: str, prepared: list[Prepared], commit_id: str) -> CommitResult:
         deadline = time.monotonic() + self.retry_for
@@ -334,7 +359,7 @@ class Store(Following, Governance):
 
     def manifest(self, scope: Scope, skill: str, version: int | None = None) -> Manifest:
         """The latest manifest, or the given version from history."""
-        check_skill_name(skill)
+        check_entry(skill)
         live = self._retrying(self.engine.load_skills, scope, [skill]).get(skill)
         if version is None or (live is not None and live.version == version):
             if live is None or live.deleted:
@@ -353,7 +378,7 @@ class Store(Following, Governance):
         )
 
     def _no_skill(self, scope: Scope, skill: str) -> str:
-        names = sorted(self.manifests(scope))
+        names = self.skills(scope)
         listing = ", ".join(names[:50]) + (" …" if len(names) > 50 else "") if names else "none"
         return f"skill {skill!r} does not exist in {scope}; skills there: {listing}"
 
@@ -426,37 +451,9 @@ class Store(Following, Governance):
         return sorted(s.user_id for s in self.scopes(agent) if s.user_id is not None)
 
     def skills(self, scope: Scope) -> list[str]:
-        return sorted(self.manifests(scope))
-
-    # ------------------------------------------------------------------ usage
-
-    def record_usage(
-        self,
-        agent: str,
-        counts: Mapping[tuple[str, str], int],
-        last_used: Mapping[tuple[str, str], float] | None = None,
-    ) -> None:
-        """Add load counts keyed by (user, skill id), each checked by `check_usage`, and the
-        time of each key's latest load (seconds since the epoch; now where not given). A
-        stored last-used time only moves forward."""
-        check_usage(counts, last_used)
-        if counts:
-            now, times = time.time(), last_used or {}
-            stamped = {key: times.get(key) or now for key in counts}
-            self.engine.add_usage(check_id("agent", agent), counts, stamped)
-
-    def usage(self, agent: str) -> dict[tuple[str, str], int]:
-        """Load counts keyed by (user, skill id)."""
-        return self._retrying(self.engine.usage, check_id("agent", agent))
-
-    def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
-        """Load count and last-used time keyed by (user, skill id) (last_used 0.0: loaded
-        only before last-used times were recorded)."""
-        return self._retrying(self.engine.usage_detail, check_id("agent", agent))
-
-    def usage_by_skill(self, agent: str) -> dict[str, UsageStat]:
-        """Per skill id over its users: the counts summed, the latest last use."""
-        return usage_by_skill(self.usage_detail(agent))
+        """A scope's live skills; its drafts and archived skills (`_drafts/`, `.archive/`) are
+        not skills (docs/design.md §1)."""
+        return sorted(k for k in self.manifests(scope) if not is_hidden_dir(k))
 
 
 #: The keyword options `Store` takes (the rest of open_store's options go to the engine).

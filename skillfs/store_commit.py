@@ -112,7 +112,7 @@ def next_op(p: Prepared, cur: Manifest | None, commit_id: str, now: float) -> Co
         fields = p.edit(cur if live else None)
     elif p.files is None and not live:
         raise NotFound(f"skill {p.skill!r} does not exist in {p.scope}: nothing to delete")
-    else:  # a new file set keeps the kill switch as it was (enable is its own step)
+    else:  # a new file set keeps the kill switch and a staged candidate as they were
         fields = {
             "deleted": p.files is None,
             "frontmatter": p.frontmatter,
@@ -120,7 +120,11 @@ def next_op(p: Prepared, cur: Manifest | None, commit_id: str, now: float) -> Co
             "files": p.files or {},
         }
         if cur is not None and live and p.files is not None:
-            fields.update(disabled=cur.disabled, disabled_reason=cur.disabled_reason)
+            fields.update(
+                disabled=cur.disabled,
+                disabled_reason=cur.disabled_reason,
+                candidate=cur.candidate,
+            )
     manifest = Manifest(
         skill=p.skill,
         version=cur_version + 1,

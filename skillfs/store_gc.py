@@ -78,7 +78,7 @@ def gc(
                     gone = set(drop)
                     history = [m for m in history if m.version not in gone]
                 for m in [current, *history]:
-                    referenced.update(e.sha256 for e in m.files.values())
+                    referenced.update(e.sha256 for _, e in m.all_files())  # staged too
                 if progress:
                     progress("mark", 1)
     seen = deleted = 0

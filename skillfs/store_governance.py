@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from skillfs.errors import InvalidPath, NotFound
 from skillfs.model import AuditEntry, CommitResult, Manifest, Scope
-from skillfs.names import check_skill_name, is_hidden_dir
+from skillfs.names import DRAFTS, check_entry, is_hidden_dir
 from skillfs.store_commit import Edit, Prepared
 
 if TYPE_CHECKING:
@@ -59,11 +59,26 @@ def check_message(message: str | None) -> str:
 
 
 def action(m: Manifest, before: Manifest | None) -> str:
-    """What a version did, from the version before it."""
+    """What a version did: the operation it records (approve, reject, archive, restore), a
+    draft's "propose", else from the version before it (a staged rollout's steps included:
+    docs/governance.md)."""
+    if m.operation:
+        return m.operation
+    if not m.deleted and m.skill.startswith(DRAFTS + "/"):
+        return "propose"
+    was = before if before is not None and not before.deleted else None
     if m.deleted:
-        return "delete"
-    if before is not None and not before.deleted and before.disabled != m.disabled:
+        staged_only = was is not None and was.candidate is not None and not was.files
+        return "abort" if staged_only else "delete"
+    if was is not None and was.disabled != m.disabled:
         return "disable" if m.disabled else "enable"
+    old = was.candidate if was is not None else None
+    if m.candidate is not None and (old is None or old.commit_id != m.candidate.commit_id):
+        return "stage"
+    if m.candidate is not None and old is not None and old.rollout != m.candidate.rollout:
+        return "widen"
+    if m.candidate is None and old is not None:
+        return "promote" if m.files == old.files else "abort"
     if m.disabled and not m.files:
         return "disable"
     return "publish"
@@ -101,10 +116,11 @@ class Governance:
         expected_version: int | None = None,
         actor: str | None = None,
         message: str | None = None,
+        commit_id: str | None = None,
     ) -> CommitResult:
         """One commit that rewrites one skill's manifest by `edit` (retried on races)."""
         scope.check()
-        check_skill_name(skill)
+        check_entry(skill)
         prepared = Prepared(
             scope=scope,
             skill=skill,
@@ -114,7 +130,7 @@ class Governance:
             message=check_message(message),
             edit=edit,
         )
-        return self._commit(scope.domain, [prepared], uuid.uuid4().hex)
+        return self._commit(scope.domain, [prepared], commit_id or uuid.uuid4().hex)
 
     # ------------------------------------------------------------------ disable / enable
 
@@ -141,7 +157,7 @@ class Governance:
                 raise NotFound(self._unknown(scope, skill))
             if cur is not None and cur.disabled:
                 raise InvalidPath(f"{scope}/{skill} is already disabled: enable it first")
-            base = _fields(cur) if cur is not None else {"files": {}}
+            base = carried(cur) if cur is not None else {"files": {}}
             return {**base, "disabled": True, "disabled_reason": reason}
 
         return self._edit(
@@ -172,7 +188,7 @@ class Governance:
                 raise InvalidPath(f"{scope}/{skill} is not disabled: nothing to enable")
             if not cur.files:  # a hole: enabling removes it
                 return {"deleted": True, "files": {}}
-            return {**_fields(cur), "disabled": False, "disabled_reason": ""}
+            return {**carried(cur), "disabled": False, "disabled_reason": ""}
 
         return self._edit(
             scope,
@@ -298,7 +314,7 @@ def _present(m: Manifest | None) -> bool:
     return m is not None and not m.deleted
 
 
-def _fields(cur: Manifest) -> dict[str, Any]:
+def carried(cur: Manifest) -> dict[str, Any]:
     """The content of the current manifest, carried into the next version."""
     return {
         "frontmatter": cur.frontmatter,
@@ -306,4 +322,5 @@ def _fields(cur: Manifest) -> dict[str, Any]:
         "files": cur.files,
         "disabled": cur.disabled,
         "disabled_reason": cur.disabled_reason,
+        "candidate": cur.candidate,
     }

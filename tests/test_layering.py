@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 # and may import each other.
 LAYERS: list[set[str]] = [
     {"names", "errors", "lru", "text_merge"},
-    {"model", "skill_md", "skill_dirs", "validation"},
+    {"model", "rollout", "skill_md", "skill_dirs", "validation"},
     {"engines", "proto"},
     {
         "store",
@@ -32,6 +32,10 @@ LAYERS: list[set[str]] = [
         "store_gc",
         "store_watch",
         "store_governance",
+        "store_usage",
+        "store_rollout",
+        "store_side",
+        "store_drafts",
         "auth",
     },
     {"runtime", "fs"},

@@ -92,8 +92,8 @@ def test_shadowing_and_unshadowing() -> None:
 
 def test_hidden_directories_and_unusable_skills_are_left_out(tmp_path: Path) -> None:
     store = memory_store()
-    store.publish(SHARED, "_drafts", {"new-skill/SKILL.md": md("new-skill")})
-    store.publish(SHARED, ".archive", {"old/SKILL.md": md("old")})
+    store.publish(SHARED, "_drafts/new-skill", {"SKILL.md": md("new-skill")})
+    store.publish(SHARED, ".archive/old", {"SKILL.md": md("old")})
     store.publish(SHARED, "no-description", {"SKILL.md": b"---\nname: no-description\n---\nx\n"})
     store.publish(SHARED, "ok", {"SKILL.md": md("ok")})
     write_skill(tmp_path, "_drafts", {"SKILL.md": md("_drafts")})

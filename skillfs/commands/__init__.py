@@ -10,7 +10,15 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Add every store command to `app`."""
-    from skillfs.commands import browse, edit, govern, mcp, ops, transfer  # noqa: F401  (they register)
+    from skillfs.commands import (  # noqa: F401  (they register)
+        browse,
+        edit,
+        govern,
+        mcp,
+        ops,
+        rollout,
+        transfer,
+    )
     from skillfs.commands.common import COMMANDS
     from skillfs.commands.helptext import Command
 

@@ -26,9 +26,10 @@ from rich.text import Text
 
 from skillfs.engines import default_url, file_to_create
 from skillfs.errors import InvalidPath, SkillfsError
-from skillfs.model import FileEntry, Finding, Manifest, Revision, Scope
+from skillfs.model import Candidate, FileEntry, Finding, Manifest, Revision, Scope, error_findings
 from skillfs.names import check_id, check_skill_name, normalize_path
 from skillfs.store import Store, open_store
+from skillfs.store_rollout import describe
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -228,6 +229,16 @@ TokenOption = Annotated[
 ]
 ScopeOption = Annotated[Scope, scope_option("shared:AGENT, user:AGENT/USER or market:NAME.")]
 AgentOption = Annotated[str, agent_option("Agent id.")]
+#: The environment a worker's view declares (prompt, mcp; docs/governance.md).
+EnvironmentOption = Annotated[
+    str | None,
+    typer.Option(
+        "--environment",
+        metavar="ENV",
+        show_default=False,
+        help="The environment the worker declares to staged rollouts (e.g. prod).",
+    ),
+]
 #: The market layers of a worker's view, for the commands that show one (prompt, mcp).
 MarketsOption = Annotated[
     list[str] | None,
@@ -332,7 +343,16 @@ def mode(entry: FileEntry) -> str:
 
 
 def status(m: Manifest) -> str:
-    """Validity at a glance: usable or not, and how many findings."""
+    """Validity at a glance: usable or not, how many findings, and a staged candidate."""
+    if m.candidate is None:
+        return _live_status(m)
+    rule = describe(m.candidate.rollout)
+    if not m.files and not m.disabled:
+        return f"[cyan]⇡ staged only, for {rule}[/cyan]"
+    return f"{_live_status(m)} [cyan]⇡ candidate for {rule}[/cyan]"
+
+
+def _live_status(m: Manifest) -> str:
     errors = len(m.errors)
     warnings = len(m.findings) - errors
     if m.disabled:
@@ -347,6 +367,18 @@ def status(m: Manifest) -> str:
     return "[green]✓[/green]"
 
 
+def candidate_row(c: Candidate) -> dict[str, Any]:
+    """A staged candidate as `--json` prints it (docs/governance.md, "Staged rollout")."""
+    return {
+        **c.rollout.model_dump(mode="json"),
+        "files": len(c.files),
+        "errors": [f.message for f in error_findings(c.findings)],
+        "staged_by": c.actor or None,
+        "staged_at": iso(c.staged_at),
+        "commit_id": c.commit_id,
+    }
+
+
 def manifest_row(m: Manifest) -> dict[str, Any]:
     """One skill as `ls --json` and `history --json` print it."""
     fm = m.frontmatter or {}
@@ -359,6 +391,7 @@ def manifest_row(m: Manifest) -> dict[str, Any]:
         "deleted": m.deleted,
         "disabled": m.disabled,
         "disabled_reason": m.disabled_reason or None,
+        "candidate": None if m.candidate is None else candidate_row(m.candidate),
         "actor": m.actor or None,
         "message": m.message or None,
         "files": len(m.files),

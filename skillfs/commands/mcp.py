@@ -9,6 +9,7 @@ import typer
 
 from skillfs.commands.common import (
     AgentOption,
+    EnvironmentOption,
     MarketsOption,
     StoreOption,
     TokenOption,
@@ -24,6 +25,7 @@ def mcp(
         str, typer.Option("--user", "-u", metavar="USER", show_default=False, help="User id.")
     ],
     markets: MarketsOption = None,
+    environment: EnvironmentOption = None,
     store_url: StoreOption = None,
     token: TokenOption = None,
 ) -> None:
@@ -31,4 +33,4 @@ def mcp(
     skill:// resources and the skill tools, fresh at every request."""
     from skillfs.mcp import run_stdio  # the MCP SDK is imported only by this command
 
-    run_stdio(connect(store_url, token), agent, user, markets or [])
+    run_stdio(connect(store_url, token), agent, user, markets or [], environment)

@@ -15,6 +15,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn
 from skillfs.commands.common import (
     OPERATE,
     AgentOption,
+    EnvironmentOption,
     JsonOption,
     MarketsOption,
     StoreOption,
@@ -60,6 +61,7 @@ def prompt(
         ),
     ] = None,
     markets: MarketsOption = None,
+    environment: EnvironmentOption = None,
     local: Annotated[
         list[Path] | None,
         typer.Option(
@@ -87,7 +89,8 @@ def prompt(
     # The store is left open: the runtime's watch threads may still be inside a store call
     # when Skills closes, and closing a SQLite store under them crashes the process.
     store = connect(store_url, token)
-    with Skills(store, agent, users[0] if users else _nobody(store, agent), layers) as skills:
+    who = users[0] if users else _nobody(store, agent)
+    with Skills(store, agent, who, layers, environment=environment) as skills:
         snap = skills.snapshot()
     _warn_unknown(store, snap.revisions)
     if as_json:
@@ -102,6 +105,7 @@ def prompt(
                         "description": s.description,
                         "source": s.source,
                         "version": s.version,
+                        "candidate": s.candidate,
                         "shadows": list(s.shadows),
                     }
                     for s in snap.skills
@@ -120,6 +124,9 @@ def prompt(
         )
         return
     typer.echo(plain(snap.prompt(), multiline=True))
+    for s in snap.skills:
+        if s.candidate:
+            err.print(f"[cyan]candidate[/cyan] {shown(s.id)} ({shown(s.source)} v{s.version})")
     for p in snap.problems:
         if p.disabled is not None:
             why = f": {shown(p.disabled)}" if p.disabled else ""

@@ -298,13 +298,15 @@ class EtcdEngine(Engine):
         body = op.manifest.model_dump_json().encode()
         if len(body) > self.max_manifest_bytes:
             m = op.manifest
+            staged = f" (and a candidate of {len(m.candidate.files)})" if m.candidate else ""
             raise TooLarge(
-                f"{op.scope}/{m.skill}: its manifest of {len(m.files)} files is {len(body)} "
-                f"bytes, over etcd's limit of {self.max_manifest_bytes} bytes per manifest "
-                "(half a request, so that an update, which also moves the old manifest to "
-                "history, fits whenever the creation did): keep fewer files or shorter paths "
-                "(a file costs about 130 bytes plus its path), or raise the cluster's "
-                "--max-request-bytes and give it as max_request_bytes= in the URL; nothing "
+                f"{op.scope}/{m.skill}: its manifest of {len(m.files)} files{staged} is "
+                f"{len(body)} bytes, over etcd's limit of {self.max_manifest_bytes} bytes per "
+                "manifest (half a request, so that an update, which also moves the old manifest "
+                "to history, fits whenever the creation did): keep fewer files or shorter paths "
+                "(a file costs about 130 bytes plus its path; a staged candidate's count too), "
+                "or raise the cluster's --max-request-bytes and give it as max_request_bytes= "
+                "in the URL; nothing "
                 "was written"
             )
         return body
@@ -317,7 +319,10 @@ class EtcdEngine(Engine):
             check_current(op, m.version if m else 0, m is not None and not m.deleted)
 
     def history(self, scope: Scope, skill: str) -> list[Manifest]:
-        kvs = self._etcd.scan(self._history_prefix(scope, skill))
+        """The keys right under `history/<scope>/<skill>/`: those of a legacy `_drafts`
+        manifest's prefix also hold its entries' (`_drafts/<name>/<v>`), which are not its."""
+        prefix = self._history_prefix(scope, skill)
+        kvs = [kv for kv in self._etcd.scan(prefix) if b"/" not in kv.key[len(prefix) :]]
         return [Manifest.from_json(kv.value) for kv in reversed(kvs)]
 
     def scope_history(self, scope: Scope, skills: Sequence[str]) -> dict[str, list[Manifest]]:

@@ -32,6 +32,7 @@ from etcd3 import etcdrpc
 from skillfs.engines import etcd_client as ec
 from skillfs.engines.base import must_reset, reset_to
 from skillfs.model import Change, Manifest, Revision, Scope
+from skillfs.names import SIDE_DIRS
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,8 @@ def scope_of(domain: str, rest: str) -> tuple[Scope, str] | None:
     """The scope and skill of a key below `<domain>/` (`shared/skills/x`), None for others."""
     kind, _, ident = domain.partition("/")
     parts = rest.split("/")
+    if len(parts) > 2 and parts[-2] in SIDE_DIRS:  # an entry `_drafts/<name>` is one skill
+        parts = [*parts[:-2], f"{parts[-2]}/{parts[-1]}"]
     if kind == "markets" and len(parts) == 2 and parts[0] == "skills":
         return Scope.market(ident), parts[1]
     if kind == "agents" and len(parts) == 3 and parts[:2] == ["shared", "skills"]:

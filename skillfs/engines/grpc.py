@@ -162,7 +162,7 @@ class GrpcEngine(Engine):
         seen, never a history one (history is what retention drops first, and a version no
         longer kept proves nothing)."""
         for m in manifests:
-            for e in m.files.values():
+            for _, e in m.all_files():
                 old = self._seen.get(e.sha256)
                 if old is not None:
                     if old[0] == scope and old[1] == m.skill:
@@ -286,7 +286,7 @@ class GrpcEngine(Engine):
         return {m.skill: m for m in self._manifests(scope, reply.manifests_json)}
 
     def commit(self, domain: str, ops: Sequence[CommitOp]) -> Revision:
-        shas = {e.sha256 for op in ops for e in op.manifest.files.values()}
+        shas = {e.sha256 for op in ops for _, e in op.manifest.all_files()}
         request = pb.CommitRequest(
             domain=domain,
             ops=[

@@ -21,7 +21,7 @@ from skillfs.errors import InvalidPath, PermissionDenied
 from skillfs.fs.options import LazyStore
 from skillfs.fs.staging import Batch, Delete, Item, StagedSkill, Write, publish
 from skillfs.model import File, FileEntry, Scope
-from skillfs.names import check_skill_name, is_hidden_dir, normalize_path
+from skillfs.names import SIDE_DIRS, check_entry, is_hidden_dir, normalize_path, side_entry
 from skillfs.store import Store
 from skillfs.store_blobs import sha256
 from skillfs.store_limits import default_mode
@@ -38,8 +38,11 @@ def split(path: str) -> tuple[str, str] | None:
     if path != SKILLS and not path.startswith(SKILLS + "/"):
         return None
     parts = path.split("/", 2)
+    if len(parts) > 2 and parts[1] in SIDE_DIRS:  # a draft or archived skill is one entry
+        first, _, rest = parts[2].partition("/")
+        parts = [parts[0], f"{parts[1]}/{first}", *([rest] if rest else [])]
     try:
-        skill = check_skill_name(parts[1]) if len(parts) > 1 else ""
+        skill = check_entry(parts[1]) if len(parts) > 1 else ""
         return skill, normalize_path(parts[2]) if len(parts) > 2 else ""
     except InvalidPath as exc:
         raise InvalidPath(f"invalid path {path!r}: {exc}") from None
@@ -48,12 +51,15 @@ def split(path: str) -> tuple[str, str] | None:
 def target(path: str) -> tuple[str, str]:
     """The (skill, path) a store write goes to; InvalidPath when that is not a skill's file."""
     where = split(path)
+    side = side_entry(where[0]) if where is not None else None
+    if side is not None and where is not None and not where[1]:
+        where = (side[0], side[1])  # a file directly under skills/_drafts/
     if where is None or not where[1]:
         raise InvalidPath(
             f"cannot write {path!r}: a file directly under skills/ is not allowed, every file "
             "belongs to a skill directory (skills/<skill>/SKILL.md)"
         )
-    if is_hidden_dir(where[0]) and "/" not in where[1]:
+    if is_hidden_dir(where[0]) and side_entry(where[0]) is None and "/" not in where[1]:
         raise InvalidPath(
             f"cannot write {path!r}: skills/{where[0]}/ is not a skill but holds skill "
             f"directories, as every directory whose name starts with '_' or '.' (docs/design.md "
@@ -66,6 +72,8 @@ def dir_info(name: str, sk: StagedSkill | None = None) -> Info:
     """A directory's info; a directory under skills/ also has its version, its scope and
     whether it is a skill (`_drafts/`, `.archive/` are not: docs/design.md §1)."""
     info: Info = {"name": name, "size": 0, "type": "directory"}
+    if name.split("/", 1)[-1] in SIDE_DIRS:
+        info.update(skill=False)
     if sk is not None:
         info.update(version=sk.version, scope=str(sk.scope), skill=not is_hidden_dir(sk.name))
     return info
@@ -183,6 +191,15 @@ class SkillTree:
     def skill(self, name: str) -> StagedSkill:
         return self.skills([name])[name]
 
+    def side(self, where: str) -> list[StagedSkill]:
+        """The entries under `_drafts/` or `.archive/` that hold files, and the legacy single
+        manifest of that name an older skillfs wrote (read as before: docs/governance.md)."""
+        return [
+            sk
+            for n, sk in self.skills().items()
+            if sk.files and (n == where or n.startswith(where + "/"))
+        ]
+
     def resolve(self, path: str) -> tuple[StagedSkill | None, Item | None]:
         """(skill, file) at a store path, file None for a directory, skill None for skills/.
         NoStore (a FileNotFoundError) when the store's SQLite file does not exist."""
@@ -190,6 +207,8 @@ class SkillTree:
         skill, rel = split(path) or ("", "")
         if not skill:
             return None, None
+        if skill in SIDE_DIRS and not rel and self.side(skill):
+            return self.skill(skill), None  # skills/_drafts/ while it holds an entry
         sk = self.skill(skill)
         item = sk.files.get(rel) if rel else None
         if item is None and not any(not rel or p.startswith(rel + "/") for p in sk.files):
@@ -294,10 +313,18 @@ class SkillTree:
         """Store files below `path` (and with `withdirs` the directories they imply)."""
         skill, rel = split(path) or ("", "")
         out: dict[str, Info] = {}
-        for sk in [self.skill(skill)] if skill else self.skills().values():
+        group = (
+            self.side(skill)
+            if skill in SIDE_DIRS and not rel
+            else [self.skill(skill)]
+            if skill
+            else self.skills().values()
+        )
+        for sk in group:
             root = f"{SKILLS}/{sk.name}"
             if sk.files and not skill and withdirs:
-                out[root] = dir_info(root, sk)
+                top = f"{SKILLS}/{sk.name.split('/', 1)[0]}"  # skills/_drafts for its entries
+                out[top] = dir_info(top, sk if top == root else None)
             for p, item in sk.files.items():
                 if rel and not p.startswith(rel + "/"):
                     continue

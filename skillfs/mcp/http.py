@@ -6,8 +6,10 @@ app = Starlette(routes=[Mount("/mcp", app=mcp)], lifespan=lambda app: mcp.lifesp
 ```
 
 Requests carry the same bearer tokens as gRPC (`skillfs.auth.Tokens`). The view is
-(agent, user[, markets]) from the query string (`/mcp?agent=support-bot&user=alice&market=team`)
-or the headers `X-Skillfs-Agent`, `X-Skillfs-User`, `X-Skillfs-Market`; a token granted one
+(agent, user[, markets][, environment]) from the query string
+(`/mcp?agent=support-bot&user=alice&market=team&environment=prod`) or the headers
+`X-Skillfs-Agent`, `X-Skillfs-User`, `X-Skillfs-Market`, `X-Skillfs-Environment` (the
+environment staged rollouts see: docs/governance.md); a token granted one
 user's scope needs neither. The token must be allowed to read every scope of the view, so a
 token for alice can never read bob's files, whatever URI it asks for.
 """
@@ -104,9 +106,9 @@ def view_for(principal: Principal, headers: dict[str, str], query: str) -> ViewK
         got = params.get(name) or ([v.strip() for v in header.split(",")] if header else [])
         return [v for v in got if v]
 
-    agents, users = values("agent"), values("user")
-    if len(agents) > 1 or len(users) > 1:
-        raise ValueError("give one agent and one user per MCP endpoint URL")
+    agents, users, envs = values("agent"), values("user"), values("environment")
+    if len(agents) > 1 or len(users) > 1 or len(envs) > 1:
+        raise ValueError("give one agent, one user and at most one environment per MCP URL")
     if not agents or not users:
         own = sorted(
             {(g.ident, g.user) for g in principal.grants if g.part == "user" and g.ident and g.user}
@@ -121,6 +123,7 @@ def view_for(principal: Principal, headers: dict[str, str], query: str) -> ViewK
         check_id("agent", agents[0]),
         check_id("user", users[0]),
         tuple(check_id("market", m) for m in values("market")),
+        check_id("environment", envs[0]) if envs else "",
     )
     scopes = [
         SkillScope.user(key.agent, key.user),

@@ -14,12 +14,19 @@ from skillfs.names import check_id
 from skillfs.store import Store
 
 
-def run_stdio(store: Store, agent: str, user: str, markets: Sequence[str] = ()) -> None:
+def run_stdio(
+    store: Store,
+    agent: str,
+    user: str,
+    markets: Sequence[str] = (),
+    environment: str | None = None,
+) -> None:
     """Serve until stdin closes. Every request sees the same view, fresh at each request."""
     key = ViewKey(
         check_id("agent", agent),
         check_id("user", user),
         tuple(check_id("market", m) for m in markets),
+        check_id("environment", environment) if environment else "",
     )
     server = build_server(Views(store, lambda ctx: key))
 

@@ -42,11 +42,13 @@ MAX_SESSIONS = 1000
 
 @dataclass(frozen=True)
 class ViewKey:
-    """Which skills a session sees: the worker view `Skills(store, agent, user, markets)`."""
+    """Which skills a session sees: the worker view `Skills(store, agent, user, markets,
+    environment=)` ("": no environment declared to staged rollouts)."""
 
     agent: str
     user: str
     markets: tuple[str, ...] = ()
+    environment: str = ""
 
 
 class View:
@@ -134,7 +136,10 @@ class Views:
         view = self._views.get(key)
         if view is None:
             layers = [Market(m) for m in key.markets]
-            view = self._views[key] = View(key, Skills(self.store, key.agent, key.user, layers))
+            skills = Skills(
+                self.store, key.agent, key.user, layers, environment=key.environment or None
+            )
+            view = self._views[key] = View(key, skills)
             if self._tasks is not None:
                 self._tasks.start_soon(view.watch, self._limiter)
             while len(self._views) > self.max_views:

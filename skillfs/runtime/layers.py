@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from skillfs.model import FileEntry, Finding, Manifest, Scope, error_findings
 from skillfs.names import check_id, is_hidden_dir
+from skillfs.rollout import effective
 
 
 class Reader(Protocol):
@@ -68,6 +69,9 @@ class SkillInfo:
     shadows: tuple[str, ...]  # labels of the lower layers holding a skill of the same id
     frontmatter: Mapping[str, Any]  # as the author wrote it (served verbatim over MCP)
     reader: Reader = field(repr=False, compare=False)
+    #: The staged candidate of `version`, which this worker's rollout rule gives it
+    #: (docs/governance.md, "Staged rollout"); False: the live version.
+    candidate: bool = False
 
 
 class Layer:
@@ -77,18 +81,23 @@ class Layer:
     label: str
     source_dir: str
     scope: Scope | None = None  # the store scope of a KV layer
+    #: The environment this layer's staged rollouts are evaluated for; None: the worker's.
+    environment: str | None = None
 
 
 class Market(Layer):
-    """A KV `market` scope (docs/design.md §1): a skill registry kept in the store."""
+    """A KV `market` scope (docs/design.md §1): a skill registry kept in the store.
+    `environment` overrides the worker's for this market's staged rollouts."""
 
-    def __init__(self, market_id: str) -> None:
+    def __init__(self, market_id: str, *, environment: str | None = None) -> None:
         self.scope: Scope = Scope.market(check_id("market", market_id))
+        self.environment = None if environment is None else check_id("environment", environment)
         self.label = str(self.scope)
         self.source_dir = f"market-{market_id}"
 
     def __repr__(self) -> str:
-        return f"Market({self.scope.market_id!r})"
+        env = f", environment={self.environment!r}" if self.environment else ""
+        return f"Market({self.scope.market_id!r}{env})"
 
 
 class StoreScope(Layer):
@@ -101,20 +110,26 @@ class StoreScope(Layer):
 
 
 def merge(
-    layers: Sequence[tuple[Layer, LayerSkills]],
+    layers: Sequence[tuple[Layer, LayerSkills]], user: str, environment: str | None = None
 ) -> tuple[list[SkillInfo], list[Problem]]:
     """Lowest layer first; a usable skill shadows the whole same-named skill below it.
 
     An unusable skill (no SKILL.md with name and description) is left out and shadows
     nothing, so a half-written override never hides the working skill below it. A disabled
-    skill is a hole: it shadows its name and contributes nothing (docs/governance.md)."""
+    skill is a hole: it shadows its name and contributes nothing (docs/governance.md). A
+    store skill with a staged candidate is what `rollout.effective` gives `user` in
+    `environment` (the layer's own, for a `Market` that names one)."""
     winners: dict[str, SkillInfo] = {}
     problems: list[Problem] = []
     for layer, skills in layers:
         scope = layer.scope
+        env = layer.environment or environment
         for skill in sorted(skills.manifests):
-            m = skills.manifests[skill]
-            if is_hidden_dir(skill) or m.deleted:
+            live = skills.manifests[skill]
+            if is_hidden_dir(skill) or live.deleted:
+                continue
+            m = live if scope is None else effective(live, scope, user, env)
+            if m is None:  # staged, never live, and not for this worker
                 continue
             if m.disabled:
                 winners.pop(skill, None)
@@ -139,5 +154,6 @@ def merge(
                 shadows=(*below.shadows, below.source) if below else (),
                 frontmatter=fm,
                 reader=skills.reader,
+                candidate=m is not live,  # effective's new object: the candidate
             )
     return [winners[k] for k in sorted(winners)], problems

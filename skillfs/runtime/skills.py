@@ -47,6 +47,9 @@ class Skills:
     follower's watch confirmed its cache within that many seconds: zero round trips for a
     bounded delay in seeing an edit (it gives up C3). Off by default.
 
+    `environment` (e.g. "prod") is what this worker declares to staged rollouts: a skill's
+    candidate reaches it where the rule lists that environment (docs/governance.md).
+
     `followers` (a domain's follower) and `usage` (the agent's recorder) replace this
     process's shared ones: the server feeds its views' followers from its hub and flushes
     their usage itself, so a view starts no thread (docs/server.md)."""
@@ -59,12 +62,14 @@ class Skills:
         layers: Sequence[FsspecDir | GitRepo | Market] = (),
         *,
         max_staleness: float | None = None,
+        environment: str | None = None,
         followers: Callable[[str], Follower] | None = None,
         usage: UsageRecorder | None = None,
     ) -> None:
         self.store = store if isinstance(store, Store) else open_store(store)
         self.agent_id = check_id("agent", agent_id)
         self.user_id = check_id("user", user_id)
+        self.environment = None if environment is None else check_id("environment", environment)
         self.max_staleness = max_staleness
         for layer in layers:
             if not isinstance(layer, FsspecDir | GitRepo | Market):
@@ -107,7 +112,8 @@ class Skills:
         self._states: tuple[LayerSkills, ...] = ()
 
     def __repr__(self) -> str:
-        return f"Skills({self.store.url}, {self.agent_id}/{self.user_id})"
+        env = f", environment={self.environment}" if self.environment else ""
+        return f"Skills({self.store.url}, {self.agent_id}/{self.user_id}{env})"
 
     @property
     def followers(self) -> list[Follower]:
@@ -178,7 +184,8 @@ class Skills:
                 return last  # nothing moved: the same object, prompt and tools included
             snap = last._replace(revisions=seen, stale=False)
         else:
-            skills, problems = merge(list(zip(self.layers, now, strict=True)))
+            pairs = list(zip(self.layers, now, strict=True))
+            skills, problems = merge(pairs, self.user_id, self.environment)
             merged = MergedSkills(skills)
             if last is not None and last.token == merged.token:
                 merged = last.merged  # same skills: keep the prompt and tools computed for them

@@ -34,7 +34,8 @@ def view_token(skills: Sequence[SkillInfo]) -> str:
     """What the worker sees, as a digest: skill, layer and version (commit id or content)."""
     h = hashlib.sha256()
     for s in skills:
-        h.update(f"{s.id}\0{s.source}\0{s.digest}\0{s.version}\n".encode())
+        staged = "\0candidate" if s.candidate else ""  # same version, other files
+        h.update(f"{s.id}\0{s.source}\0{s.digest}\0{s.version}{staged}\n".encode())
     return h.hexdigest()[:32]
 
 

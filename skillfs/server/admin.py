@@ -15,10 +15,10 @@ import grpc
 
 from skillfs.auth import Level, Principal
 from skillfs.engines import grpc_wire as wire
-from skillfs.engines.base import CommitOp
+from skillfs.engines.base import CommitOp, VersionMismatch
 from skillfs.errors import InvalidPath, NotFound, PermissionDenied, TooLarge
-from skillfs.model import CommitResult, File, Manifest, Scope
-from skillfs.names import check_domain, check_id, check_skill_name, normalize_path
+from skillfs.model import Candidate, CommitResult, File, Manifest, Scope
+from skillfs.names import check_domain, check_entry, check_id, normalize_path
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.backend import Backend
@@ -35,6 +35,7 @@ from skillfs.server.rpc import (
 from skillfs.store_blobs import sha256
 from skillfs.store_commit import storable
 from skillfs.store_limits import check_file_table
+from skillfs.store_rollout import check_rule
 
 
 class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, untyped
@@ -124,7 +125,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         ops = [
             CommitOp(
                 scope=scope,
-                manifest=storable(scope, self._derived(m, principal)),
+                manifest=storable(scope, self._derived(m, principal, scope, expect)),
                 expect=expect,
             )
             for scope, m, expect in checked
@@ -139,7 +140,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         one is gone: a client may commit without touching first (or long after), and GC may
         have swept a blob nothing referenced. Once touched, GC's sweep leaves it alone for its
         grace period, longer than the commit takes (docs/design.md §2)."""
-        shas = sorted({e.sha256 for _, m, _ in checked for e in m.files.values()})
+        shas = sorted({e.sha256 for _, m, _ in checked for _, e in m.all_files()})
         if not shas:
             return
         given = max(m.committed_at for _, m, _ in checked)
@@ -149,7 +150,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             where = next(
                 f"{scope}/{m.skill}/{path}"
                 for scope, m, _ in checked
-                for path, e in m.files.items()
+                for path, e in m.all_files()
                 if e.sha256 == sha
             )
             raise NotFound(
@@ -159,7 +160,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
 
     def _checked(self, scope: Scope, m: Manifest, expect: int) -> Manifest:
         """A manifest a client built, held to the rules `Store` applies before a commit."""
-        check_skill_name(m.skill)
+        check_entry(m.skill)
         where = f"{scope}/{m.skill}"
         if expect < 0 or m.version != expect + 1:
             raise InvalidPath(f"{where}: version {m.version} must be the expected {expect} + 1")
@@ -167,14 +168,17 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             raise InvalidPath(f"{where}: a commit id is 1-128 characters")
         if m.deleted and m.files:
             raise InvalidPath(f"{where}: a deletion has no files")
-        for path, e in m.files.items():
+        for path, e in m.all_files():
             if normalize_path(path) != path:
                 raise InvalidPath(f"{where}: file path {path!r} is not normalized")
             check_sha(e.sha256)
         check_file_table(self.store.limits, m.skill, m.files)
+        if m.candidate is not None:
+            check_file_table(self.store.limits, m.skill, m.candidate.files)
+            check_rule(scope, m.candidate.rollout)
         return m
 
-    def _derived(self, m: Manifest, principal: Principal) -> Manifest:
+    def _derived(self, m: Manifest, principal: Principal, scope: Scope, expect: int) -> Manifest:
         """Frontmatter and findings as the server reads them from SKILL.md (a client cannot
         make a skill look valid), and the server's clock unless a global admin commits."""
         update: dict[str, Any] = {"actor": principal.name}  # a client cannot claim another
@@ -183,7 +187,40 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         if not m.deleted:
             frontmatter, findings = self.store.inspect(m.skill, m.files)
             update.update(frontmatter=frontmatter, findings=findings)
+        if m.candidate is not None:
+            update["candidate"] = self._staged(m, principal, scope, expect, update)
         return m.model_copy(update=update) if update else m
+
+    def _staged(
+        self, m: Manifest, principal: Principal, scope: Scope, expect: int, update: dict[str, Any]
+    ) -> Candidate:
+        """The candidate as the server vouches for it (docs/governance.md, "Staged rollout"):
+        one the current manifest holds (same commit id) keeps its files, findings and who
+        staged it, taking only the client's rule (a widen, or any edit carrying it); a new one
+        must be staged by this very commit and gets the server's reading of its SKILL.md, the
+        token's name and the commit's time."""
+        c = m.candidate
+        assert c is not None
+        cur = self.engine.load_skills(scope, [m.skill]).get(m.skill)
+        if (cur.version if cur is not None else 0) != expect:
+            raise VersionMismatch(scope, m.skill, cur.version if cur is not None else 0)
+        held = cur.candidate if cur is not None and not cur.deleted else None
+        if held is not None and held.commit_id == c.commit_id:
+            return held.model_copy(update={"rollout": c.rollout})
+        if c.commit_id != m.commit_id:
+            raise InvalidPath(
+                f"{scope}/{m.skill}: a new candidate is staged by the commit that writes it "
+                f"(commit id {m.commit_id!r}), not {c.commit_id!r}"
+            )
+        frontmatter, findings = self.store.inspect(m.skill, c.files)
+        return c.model_copy(
+            update={
+                "frontmatter": frontmatter,
+                "findings": findings,
+                "actor": principal.name,
+                "staged_at": update.get("committed_at", m.committed_at),
+            }
+        )
 
     @asynchronous
     async def Publish(
@@ -203,7 +240,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
                 raise InvalidPath("Publish: send the header (scope, skill) first, then the files")
             h = first.header
             allowed(principal, Level.write, h.scope)
-            skill = check_skill_name(h.skill)
+            skill = check_entry(h.skill)
             parts = await self._gather(skill, incoming, principal)
         principal = self.backend.tokens.authenticate(bearer(context))
         scope = allowed(principal, Level.write, h.scope)
@@ -292,7 +329,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         self, request: pb.DropHistoryRequest, context: grpc.ServicerContext, principal: Principal
     ) -> pb.Empty:
         scope = wire.scope_from(request.scope)
-        skill = check_skill_name(request.skill)
+        skill = check_entry(request.skill)
         if principal.may(Level.admin, scope):
             self.engine.drop_history(scope, skill, list(request.versions))
         else:

@@ -33,7 +33,8 @@ class ManifestIndex:
         self._items: Lru[tuple[Scope, str, int], dict[str, int]] = Lru(size)
 
     def remember(self, scope: Scope, m: Manifest) -> dict[str, int]:
-        files = {e.sha256: e.size for e in m.files.values()}
+        """The hashes a manifest holds: its files and its staged candidate's."""
+        files = {e.sha256: e.size for _, e in m.all_files()}
         self._items.put((scope, m.skill, m.version), files)
         return files
 
@@ -130,7 +131,7 @@ class BlobProofs:
         """Refuse a commit naming a blob the caller has not proved it may reference."""
         if principal.reads_everything:
             return
-        for path, e in m.files.items():
+        for path, e in m.all_files():
             proof = proofs.get(e.sha256)
             proven = None if proof is None else self.proven(principal, proof)
             if proven is None or proven.size != e.size:

@@ -17,7 +17,7 @@ from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import EMPTY
 from skillfs.errors import InvalidPath, PermissionDenied
 from skillfs.model import Change, FileEntry, Revision, Scope, error_findings
-from skillfs.names import check_domain, check_id, check_skill_name
+from skillfs.names import check_domain, check_entry, check_id, check_skill_name
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.runtime import Snapshot
@@ -68,6 +68,7 @@ def _view_skill(s: Any) -> pb.ViewSkill:
             for p, e in sorted(s.files.items())
         ],
         shadows=list(s.shadows),
+        candidate=s.candidate,
     )
 
 
@@ -138,7 +139,7 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
         if request.whole_scope:
             found = self.engine.load_scope(scope)
         else:
-            found = self.engine.load_skills(scope, [check_skill_name(s) for s in request.skills])
+            found = self.engine.load_skills(scope, [check_entry(s) for s in request.skills])
         return pb.GetManifestsResponse(
             manifests_json=[wire.manifest_bytes(m) for m in found.values()]
         )
@@ -424,7 +425,7 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
         self, request: pb.HistoryRequest, context: grpc.ServicerContext, principal: Principal
     ) -> pb.HistoryResponse:
         scope = allowed(principal, Level.read, request.scope)
-        skill = check_skill_name(request.skill)
+        skill = check_entry(request.skill)
         return pb.HistoryResponse(
             history_json=[wire.manifest_bytes(m) for m in self.engine.history(scope, skill)]
         )
@@ -460,7 +461,7 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
             since=request.since if request.HasField("since") else None,
             until=request.until if request.HasField("until") else None,
             actor=request.actor if request.HasField("actor") else None,
-            skill=check_skill_name(request.skill) if request.HasField("skill") else None,
+            skill=check_entry(request.skill) if request.HasField("skill") else None,
             limit=request.limit or 1000,
         )
         return pb.AuditResponse(entries=[wire.audit_to_pb(e) for e in entries])

@@ -28,12 +28,14 @@ MAX_VIEW_MARKETS = 32
 VIEW_BYTES = 8 * 1024
 SKILL_BYTES = 2 * 1024
 
-Key = tuple[str, str, tuple[str, ...]]
+#: (agent, user, markets, environment: "" for none).
+Key = tuple[str, str, tuple[str, ...], str]
 
 
 def view_key(view: pb.View) -> Key:
     """The view a request names: markets deduplicated (first place kept) and capped, so a
-    request naming one market many times costs what naming it once does."""
+    request naming one market many times costs what naming it once does; the environment
+    staged rollouts see (docs/governance.md)."""
     if not view.user_id:
         raise InvalidPath("a view needs agent_id and user_id")
     markets = tuple(dict.fromkeys(view.markets))
@@ -43,12 +45,13 @@ def view_key(view: pb.View) -> Key:
         )
     for m in markets:
         check_id("market", m)
-    return check_id("agent", view.agent_id), check_id("user", view.user_id), markets
+    environment = check_id("environment", view.environment) if view.environment else ""
+    return check_id("agent", view.agent_id), check_id("user", view.user_id), markets, environment
 
 
 def view_scopes(key: Key) -> list[Scope]:
     """The store scopes a view reads, lowest layer first."""
-    agent, user, markets = key
+    agent, user, markets, _ = key
     return [*(Scope.market(m) for m in markets), Scope.shared(agent), Scope.user(agent, user)]
 
 
@@ -100,13 +103,14 @@ class Views:
         return snap
 
     def _open(self, key: Key) -> Skills:
-        agent, user, markets = key
+        agent, user, markets, environment = key
         self._usage[agent] = (self._recorder(agent), self._usage.get(agent, (None, 0))[1] + 1)
         return Skills(
             self._store,
             agent,
             user,
             [Market(m) for m in markets],
+            environment=environment or None,
             followers=self._follower,
             usage=self._usage[agent][0],
         )

@@ -1,0 +1,204 @@
+"""Staged rollout (docs/governance.md, "Staged rollout"): `stage`, `widen`, `promote`,
+`abort`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from skillfs.commands.common import (
+    EDIT,
+    ForceOption,
+    JsonOption,
+    ScopeOption,
+    SkillArgument,
+    StoreOption,
+    TokenOption,
+    command,
+    emit_json,
+    opened,
+    out,
+    print_findings,
+    shown,
+    skill_only,
+    version_option,
+)
+from skillfs.commands.transfer import read_source, skill_sources
+from skillfs.errors import InvalidPath
+from skillfs.model import CommitResult, Rollout, Scope
+from skillfs.store_commit import refuse_errors
+from skillfs.store_rollout import describe
+
+EnvOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--env",
+        "-e",
+        metavar="ENV",
+        show_default=False,
+        help="Workers declaring this environment get the candidate (repeatable).",
+    ),
+]
+UserOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--user",
+        "-u",
+        metavar="USER",
+        show_default=False,
+        help="This user gets the candidate (repeatable).",
+    ),
+]
+FractionOption = Annotated[
+    float | None,
+    typer.Option(
+        "--fraction",
+        metavar="F",
+        show_default=False,
+        help="This share of users (0-1) gets it, bucketed by a stable hash of the user.",
+    ),
+]
+ExpectOption = Annotated[
+    int | None,
+    version_option("The version you staged against: a Conflict if the skill moved on since."),
+]
+MessageOption = Annotated[
+    str, typer.Option("--message", "-m", metavar="TEXT", help="Why (kept in history and audit).")
+]
+
+
+def _done(what: str, scope: Scope, skill: str, result: CommitResult, as_json: bool) -> None:
+    if as_json:
+        emit_json(
+            {
+                "scope": str(scope),
+                "skill": skill,
+                "version": result.version,
+                "revision": str(result.revision),
+                "commit_id": result.commit_id,
+            }
+        )
+    else:
+        out.print(
+            f"{what} {scope}/{shown(skill)}: now version {result.version} "
+            f"(revision {result.revision})"
+        )
+
+
+@command("stage", EDIT)
+def stage(
+    directory: Annotated[
+        Path,
+        typer.Argument(
+            exists=True,
+            file_okay=False,
+            metavar="DIRECTORY",
+            show_default=False,
+            help="One skill directory; the skill is named after it.",
+        ),
+    ],
+    scope: ScopeOption,
+    env: EnvOption = None,
+    user: UserOption = None,
+    fraction: FractionOption = None,
+    version: ExpectOption = None,
+    message: MessageOption = "",
+    force: ForceOption = False,
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Stage a skill directory as the skill's candidate: the workers the rule names (--env,
+    --user, --fraction; any one is enough) get it at their next step, everyone else keeps
+    the live version (a new skill: nobody else sees it). Staging again replaces the
+    candidate. A candidate that breaks the spec needs --force."""
+    rule = Rollout(environments=env or [], users=user or [], fraction=fraction or 0.0)
+    with opened(store_url, token, create=True) as store:
+        sources = skill_sources(directory, store.limits)
+        if len(sources) != 1 or sources[0].root.resolve() != directory.resolve():
+            raise InvalidPath(
+                f"{directory} is not one skill directory (a SKILL.md at its top): stage one "
+                "skill at a time"
+            )
+        source = sources[0]
+        files = read_source(source)
+        result = store.stage(
+            scope, source.name, files, rule, version, strict=not force, message=message
+        )
+        staged = store.manifest(scope, source.name).candidate
+    if staged is not None and staged.findings and not as_json:
+        print_findings(staged.findings)
+    _done(f"staged for {describe(rule)}:", scope, source.name, result, as_json)
+
+
+@command("widen", EDIT)
+def widen(
+    target: SkillArgument,
+    scope: ScopeOption,
+    env: EnvOption = None,
+    user: UserOption = None,
+    fraction: FractionOption = None,
+    message: MessageOption = "",
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Give a skill's candidate to more workers: the environments and users given are added
+    to its rule, and --fraction raises its share (never lowers it: everyone already in
+    stays in). To narrow, abort and stage again."""
+    skill = skill_only(target)
+    with opened(store_url, token, create=True) as store:
+        m = store.manifest(scope, skill)
+        if m.candidate is None:
+            raise InvalidPath(f"{scope}/{skill} has no staged candidate: stage one first")
+        old = m.candidate.rollout
+        rule = Rollout(
+            environments=[*old.environments, *(e for e in env or [] if e not in old.environments)],
+            users=[*old.users, *(u for u in user or [] if u not in old.users)],
+            fraction=old.fraction if fraction is None else fraction,
+        )
+        result = store.widen(scope, skill, rule, expected_version=m.version, message=message)
+    _done(f"widened to {describe(rule)}:", scope, skill, result, as_json)
+
+
+@command("promote", EDIT)
+def promote(
+    target: SkillArgument,
+    scope: ScopeOption,
+    version: ExpectOption = None,
+    force: ForceOption = False,
+    message: MessageOption = "",
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Make a skill's candidate the live version for everyone, in one commit (the version it
+    replaces stays in history). A candidate that breaks the spec needs --force."""
+    skill = skill_only(target)
+    with opened(store_url, token, create=True) as store:
+        m = store.manifest(scope, skill)
+        if m.candidate is not None and not force:
+            refuse_errors(skill, m.candidate.findings)
+        expected = m.version if version is None else version
+        result = store.promote(scope, skill, expected_version=expected, message=message)
+    _done("promoted the candidate of", scope, skill, result, as_json)
+
+
+@command("abort", EDIT)
+def abort(
+    target: SkillArgument,
+    scope: ScopeOption,
+    version: ExpectOption = None,
+    message: MessageOption = "",
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Drop a skill's candidate: everyone sees the live version again (a skill that was only
+    staged is deleted; history keeps it)."""
+    skill = skill_only(target)
+    with opened(store_url, token, create=True) as store:
+        result = store.abort(scope, skill, expected_version=version, message=message)
+    _done("aborted the candidate of", scope, skill, result, as_json)

@@ -1,0 +1,270 @@
+"""Staged rollout (docs/governance.md, "Staged rollout"): a skill holds, beside its live
+version, one candidate and a rule saying who gets it. `Store` takes `stage`, `widen`,
+`promote` and `abort` from `Rollouts`; each is one commit of one manifest (C1), seen at the
+next step (C3); who sees what is decided by `skillfs.rollout` on the manifests a worker
+already holds."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from skillfs.errors import InvalidPath, NotFound
+from skillfs.model import Candidate, CommitResult, File, FileEntry, Manifest, Put, Rollout, Scope
+from skillfs.names import check_skill_name, is_hidden_dir
+from skillfs.store_governance import carried
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from skillfs.store_commit import Edit, Prepared
+
+
+class Rollouts:
+    """The staged-rollout operations of `Store` (docs/governance.md)."""
+
+    if TYPE_CHECKING:
+        clock: Callable[[], float]
+
+        def who(self, actor: str | None = None) -> str: ...
+
+        def _unknown(self, scope: Scope, skill: str) -> str: ...
+
+        def check_commit(
+            self, targets: Sequence[tuple[Scope, str]], domain: str | None = None
+        ) -> str: ...
+
+        def _prepared(
+            self,
+            changes: Sequence[Put],
+            *,
+            strict: bool,
+            actor: str | None,
+            message: str,
+        ) -> list[Prepared]: ...
+
+        def _edit(
+            self,
+            scope: Scope,
+            skill: str,
+            edit: Edit,
+            *,
+            expected_version: int | None = None,
+            actor: str | None = None,
+            message: str | None = None,
+            commit_id: str | None = None,
+        ) -> CommitResult: ...
+
+    def stage(
+        self,
+        scope: Scope,
+        skill: str,
+        files: Mapping[str, File | bytes | FileEntry],
+        rollout: Rollout,
+        expected_version: int | None = None,
+        *,
+        strict: bool = False,
+        actor: str | None = None,
+        message: str = "",
+        commit_id: str | None = None,
+    ) -> CommitResult:
+        """Stage `files` as the skill's candidate for the workers `rollout` names; the live
+        version stays for everyone else (a new skill: nobody else sees it). The files are
+        checked, inspected and uploaded exactly as `publish` does. Staging again replaces
+        the candidate and its rule."""
+        rule = check_rule(scope, rollout)
+        self.check_commit([(scope, skill)])
+        if is_hidden_dir(skill):
+            raise InvalidPath(f"{skill!r} is not a skill: only skills can be staged")
+        if not files:
+            raise InvalidPath(f"staging {scope}/{skill} needs its files (SKILL.md at least)")
+        put = Put(scope, skill, dict(files), expected_version)
+        [ready] = self._prepared([put], strict=strict, actor=actor, message=message)
+        assert ready.files is not None  # a Put's
+        commit_id = commit_id or uuid.uuid4().hex
+        candidate = Candidate(
+            files=ready.files,
+            frontmatter=ready.frontmatter,
+            findings=ready.findings,
+            rollout=rule,
+            commit_id=commit_id,
+            actor=self.who(actor),
+            staged_at=self.clock(),
+        )
+
+        def edit(cur: Manifest | None) -> dict[str, Any]:
+            base = carried(cur) if cur is not None else {"files": {}}
+            return {**base, "candidate": candidate}
+
+        return self._edit(
+            scope,
+            skill,
+            edit,
+            expected_version=expected_version,
+            actor=actor,
+            message=message or f"staged for {describe(rule)}",
+            commit_id=commit_id,
+        )
+
+    def widen(
+        self,
+        scope: Scope,
+        skill: str,
+        rollout: Rollout,
+        *,
+        expected_version: int | None = None,
+        actor: str | None = None,
+        message: str = "",
+        commit_id: str | None = None,
+    ) -> CommitResult:
+        """Give the candidate to more workers. The new rule must keep everyone the old one
+        reached: every environment and user still listed, the fraction not lower (the
+        buckets are stable, so a higher fraction only adds users). To narrow, abort and
+        stage again."""
+        rule = check_rule(scope, rollout)
+
+        def edit(cur: Manifest | None) -> dict[str, Any]:
+            c = self._candidate(scope, skill, cur, "widen")
+            dropped = narrowed(c.rollout, rule)
+            if dropped:
+                raise InvalidPath(
+                    f"widening {scope}/{skill} must keep everyone already in, but the new rule "
+                    f"drops {dropped}: list them again, or abort and stage again to narrow"
+                )
+            if rule == c.rollout:
+                raise InvalidPath(
+                    f"{scope}/{skill} is already staged for {describe(rule)}: nothing to widen"
+                )
+            assert cur is not None  # _candidate found one
+            return {**carried(cur), "candidate": c.model_copy(update={"rollout": rule})}
+
+        return self._edit(
+            scope,
+            skill,
+            edit,
+            expected_version=expected_version,
+            actor=actor,
+            message=message or f"widened to {describe(rule)}",
+            commit_id=commit_id,
+        )
+
+    def promote(
+        self,
+        scope: Scope,
+        skill: str,
+        *,
+        expected_version: int | None = None,
+        actor: str | None = None,
+        message: str = "",
+        commit_id: str | None = None,
+    ) -> CommitResult:
+        """Make the candidate the live version for everyone, in one commit; the version it
+        replaces stays in history (roll back to it like any other)."""
+
+        def edit(cur: Manifest | None) -> dict[str, Any]:
+            c = self._candidate(scope, skill, cur, "promote")
+            assert cur is not None
+            return {
+                **carried(cur),
+                "files": c.files,
+                "frontmatter": c.frontmatter,
+                "findings": c.findings,
+                "candidate": None,
+            }
+
+        return self._edit(
+            scope,
+            skill,
+            edit,
+            expected_version=expected_version,
+            actor=actor,
+            message=message or "promoted the candidate",
+            commit_id=commit_id,
+        )
+
+    def abort(
+        self,
+        scope: Scope,
+        skill: str,
+        *,
+        expected_version: int | None = None,
+        actor: str | None = None,
+        message: str = "",
+        commit_id: str | None = None,
+    ) -> CommitResult:
+        """Drop the candidate: everyone sees the live version again. A skill that was only
+        staged (never live) is deleted, so nobody sees it; its history stays."""
+
+        def edit(cur: Manifest | None) -> dict[str, Any]:
+            self._candidate(scope, skill, cur, "abort")
+            assert cur is not None
+            if not (cur.files or cur.disabled):  # staged, never live
+                return {"deleted": True, "files": {}}
+            return {**carried(cur), "candidate": None}
+
+        return self._edit(
+            scope,
+            skill,
+            edit,
+            expected_version=expected_version,
+            actor=actor,
+            message=message or "aborted the candidate",
+            commit_id=commit_id,
+        )
+
+    def _candidate(self, scope: Scope, skill: str, cur: Manifest | None, what: str) -> Candidate:
+        """The staged candidate `what` acts on; NotFound naming the fix when there is none."""
+        check_skill_name(skill)
+        if cur is None:
+            raise NotFound(self._unknown(scope, skill))
+        if cur.candidate is None:
+            raise NotFound(
+                f"{scope}/{skill} has no staged candidate to {what} (version {cur.version} is "
+                "live for everyone): stage one first"
+            )
+        return cur.candidate
+
+
+def check_rule(scope: Scope, rollout: Rollout) -> Rollout:
+    """The rule checked for `scope`: in a user's scope only that user ever sees the skill,
+    so `users` may name no one else (a fraction buckets that one user)."""
+    if not isinstance(rollout, Rollout):
+        raise InvalidPath(
+            f"a rollout is a skillfs.Rollout(environments=[...], users=[...], fraction=...), "
+            f"not {type(rollout).__name__}"
+        )
+    rollout.check()
+    others = sorted(set(rollout.users) - {scope.user_id}) if scope.kind == "user" else []
+    if others:
+        raise InvalidPath(
+            f"{scope} is seen by user {scope.user_id!r} alone: a rollout there cannot name "
+            f"{', '.join(others)} (stage in the shared scope to reach other users)"
+        )
+    return rollout
+
+
+def narrowed(old: Rollout, new: Rollout) -> str:
+    """What `new` drops of `old`'s reach ("" when it keeps everyone)."""
+    parts = []
+    envs = [e for e in old.environments if e not in new.environments]
+    users = [u for u in old.users if u not in new.users]
+    if envs:
+        parts.append("environment " + ", ".join(envs))
+    if users:
+        parts.append("user " + ", ".join(users))
+    if new.fraction < old.fraction:
+        parts.append(f"users between fraction {new.fraction:g} and {old.fraction:g}")
+    return "; ".join(parts)
+
+
+def describe(rule: Rollout) -> str:
+    """A rule in words, for messages and listings: `env prod, staging; users alice; 10 %`."""
+    parts = []
+    if rule.environments:
+        parts.append("env " + ", ".join(rule.environments))
+    if rule.users:
+        parts.append("users " + ", ".join(rule.users))
+    if rule.fraction:
+        parts.append(f"{rule.fraction * 100:g} %")
+    return "; ".join(parts) or "nobody"

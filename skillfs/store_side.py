@@ -1,0 +1,226 @@
+"""Side entries (docs/governance.md, "Drafts and review", "Archive"): a scope's drafts and
+archived skills, each its own entry `_drafts/<name>` or `.archive/<name>` with its own
+manifest, versions, findings and history, never in a worker's view and never listed as a
+skill. `Store` takes archive / restore and the split of a legacy side manifest from
+`SideEntries`; each is one commit of `Store._commit` (C1) that moves a whole file table
+between two entries of one scope, so a worker sees it at its next step (C3)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from skillfs.errors import Conflict, InvalidPath, NotFound
+from skillfs.model import CommitResult, FileEntry, Manifest, Put, Remove, Scope
+from skillfs.names import (
+    ARCHIVE,
+    DRAFTS,
+    SIDE_DIRS,
+    archive_entry,
+    check_entry,
+    check_live_name,
+    draft_entry,
+)
+from skillfs.store_commit import Edit, Prepared
+from skillfs.store_governance import carried as content_of
+from skillfs.store_governance import check_message
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from skillfs.engines.base import Engine
+
+#: One edit of a side commit: (entry, edit, the version its caller expects).
+Move = tuple[str, Edit, "int | None"]
+
+
+class Carried:
+    """The manifest one edit of a commit read, for the edit after it: the edits of one
+    attempt run in order on manifests read together, and the commit compares the versions
+    of both, so what is carried is what the commit replaces."""
+
+    def __init__(self) -> None:
+        self.manifest: Manifest | None = None
+
+    def take(self, cur: Manifest, operation: str) -> dict[str, Any]:
+        """Remember `cur` and tombstone its entry."""
+        self.manifest = cur
+        return {"deleted": True, "files": {}, "operation": operation}
+
+    @property
+    def taken(self) -> Manifest:
+        assert self.manifest is not None  # the edit before ran first
+        return self.manifest
+
+
+class SideEntries:
+    """Archive and restore of `Store` (docs/governance.md, "Archive")."""
+
+    if TYPE_CHECKING:
+        engine: Engine
+
+        def _retrying(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
+
+        def _commit(
+            self, domain: str, prepared: list[Prepared], commit_id: str
+        ) -> CommitResult: ...
+
+        def who(self, actor: str | None = None) -> str: ...
+
+        def commit(
+            self,
+            changes: Sequence[Put | Remove],
+            *,
+            commit_id: str | None = None,
+            strict: bool = False,
+            actor: str | None = None,
+            message: str = "",
+        ) -> CommitResult: ...
+
+    def _moves(
+        self, scope: Scope, moves: list[Move], *, actor: str | None, message: str
+    ) -> CommitResult:
+        """One commit of several edits of one scope, retried on races like any commit."""
+        scope.check()
+        who, said = self.who(actor), check_message(message)
+        prepared = [
+            Prepared(
+                scope=scope,
+                skill=check_entry(entry),
+                expected_version=expected,
+                files=None,
+                actor=who,
+                message=said,
+                edit=edit,
+            )
+            for entry, edit, expected in moves
+        ]
+        return self._commit(scope.domain, prepared, uuid.uuid4().hex)
+
+    def archive(
+        self,
+        scope: Scope,
+        skill: str,
+        reason: str = "",
+        *,
+        expected_version: int | None = None,
+        replace: bool = False,
+        actor: str | None = None,
+    ) -> CommitResult:
+        """Move a live skill to `.archive/<skill>` in one commit: the archive entry gets its
+        files (and findings, and its kill switch as it was), the live skill a tombstone, so
+        it leaves every view at the next step. An archive of that name already there is a
+        Conflict unless `replace` (its versions stay in the archive entry's history)."""
+        entry = archive_entry(skill)
+        reason = check_message(reason)
+        carried = Carried()
+
+        def take(cur: Manifest | None) -> dict[str, Any]:
+            if cur is None:
+                raise NotFound(f"skill {skill!r} does not exist in {scope}: nothing to archive")
+            if not cur.files:
+                raise InvalidPath(
+                    f"{scope}/{skill} has no files (it hides a skill from below): "
+                    "enable it instead of archiving it"
+                )
+            return carried.take(cur, "archive")
+
+        def put(cur: Manifest | None) -> dict[str, Any]:
+            if cur is not None and not replace:
+                raise Conflict(
+                    f"{scope}/{entry} already holds an archived {skill} (version "
+                    f"{cur.version}); nothing was written: restore or delete it first, or "
+                    "archive with replace=True (its versions stay in the entry's history)",
+                    skill=entry,
+                    current_version=cur.version,
+                )
+            return {**content_of(carried.taken), "operation": "archive"}
+
+        return self._moves(
+            scope,
+            [(skill, take, expected_version), (entry, put, None)],
+            actor=actor,
+            message=reason or "archived",
+        )
+
+    def restore(
+        self,
+        scope: Scope,
+        name: str,
+        *,
+        expected_version: int | None = None,
+        actor: str | None = None,
+        message: str = "",
+    ) -> CommitResult:
+        """Bring `.archive/<name>` back live as `name` in one commit (the archive entry gets
+        a tombstone). A live skill of that name is a Conflict: nothing is written."""
+        entry = archive_entry(name)
+        carried = Carried()
+
+        def take(cur: Manifest | None) -> dict[str, Any]:
+            if cur is None:
+                raise NotFound(
+                    f"no archived skill {name!r} in {scope}; archived there: "
+                    + (", ".join(self._side_names(scope, ARCHIVE)) or "none")
+                )
+            return carried.take(cur, "restore")
+
+        def put(cur: Manifest | None) -> dict[str, Any]:
+            if cur is not None:
+                raise Conflict(
+                    f"{scope}/{name} is live (version {cur.version}): restoring would "
+                    "overwrite it; nothing was written: archive or delete it first",
+                    skill=name,
+                    current_version=cur.version,
+                )
+            return {**content_of(carried.taken), "operation": "restore"}
+
+        return self._moves(
+            scope,
+            [(entry, take, expected_version), (name, put, None)],
+            actor=actor,
+            message=message or "restored",
+        )
+
+    def _side_names(self, scope: Scope, where: str) -> list[str]:
+        """The names of a scope's live entries under `where` (`_drafts`, `.archive`)."""
+        live = self._retrying(self.engine.load_scope, scope)
+        return sorted(
+            k.split("/", 1)[1]
+            for k, m in live.items()
+            if k.startswith(where + "/") and not m.deleted
+        )
+
+    # ------------------------------------------------------------------ legacy manifests
+
+    def split_legacy(self, scope: Scope, *, actor: str | None = None) -> CommitResult | None:
+        """Split the single `_drafts` / `.archive` manifest an older skillfs wrote (its files
+        `<name>/...`) into one entry per name, in one commit; None when there is none. An
+        entry of a name already there is a Conflict: nothing is written."""
+        legacy = self._retrying(self.engine.load_skills, scope, list(SIDE_DIRS))
+        changes: list[Put | Remove] = []
+        for where, m in sorted(legacy.items()):
+            if m.deleted:
+                continue
+            for name, files in split_files(scope, m).items():
+                entry = draft_entry(name) if where == DRAFTS else archive_entry(name)
+                changes.append(Put(scope, entry, dict(files), expected_version=0))
+            changes.append(Remove(scope, where, expected_version=m.version))
+        if not changes:
+            return None
+        return self.commit(changes, actor=actor, message="split into one entry per skill")
+
+
+def split_files(scope: Scope, m: Manifest) -> dict[str, dict[str, FileEntry]]:
+    """A legacy side manifest's file table, by the skill name each file is under."""
+    out: dict[str, dict[str, FileEntry]] = {}
+    for path, e in m.files.items():
+        name, slash, rest = path.partition("/")
+        if not slash:
+            raise InvalidPath(
+                f"{scope}/{m.skill}/{path} is not inside a skill directory: move or delete it, "
+                "then split again"
+            )
+        out.setdefault(check_live_name(name), {})[rest] = e
+    return out

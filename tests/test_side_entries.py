@@ -1,0 +1,138 @@
+"""Side entries (docs/governance.md, "Drafts and review", "Archive"): drafts `_drafts/<name>`
+and archived skills `.archive/<name>` as their own entries, and archive / restore, on every
+engine and topology (the `store` fixture)."""
+
+from __future__ import annotations
+
+import pytest
+
+import skillfs
+from skillfs import Remove, Scope
+from skillfs.engines.base import CommitOp
+from skillfs.errors import Conflict, InvalidPath, NotFound
+from skillfs.names import archive_entry, check_entry, draft_entry
+from tests.helpers import skill_md
+
+ALICE = Scope.user("support-bot", "alice")
+SHARED = Scope.shared("support-bot")
+
+
+def files(name: str, body: str = "body") -> dict[str, bytes]:
+    return {"SKILL.md": skill_md(name, body=body), "references/r.md": b"ref\n"}
+
+
+def view(store: skillfs.Store, user: str) -> dict[str, str]:
+    """Skill id -> its SKILL.md body as `user`'s worker sees it."""
+    with skillfs.Skills(store, "support-bot", user) as sk:
+        snap = sk.snapshot()
+        return {s.id: snap.read_bytes(s.id, "SKILL.md").decode() for s in snap.skills}
+
+
+def write_legacy(store: skillfs.Store, where: str, legacy: dict[str, bytes]) -> None:
+    """A `_drafts` / `.archive` manifest as an older skillfs wrote it (files `<name>/...`):
+    the engine's commit of a stored skill's file table under that name."""
+    src = store.publish(SHARED, "src", legacy)
+    table = store.manifest(SHARED, "src").files
+    cur = store.manifests(SHARED, [where]).get(where)
+    m = store.manifest(SHARED, "src").model_copy(
+        update={"skill": where, "version": (cur.version if cur else 0) + 1, "files": table}
+    )
+    store.engine.commit(SHARED.domain, [CommitOp(scope=SHARED, manifest=m, expect=m.version - 1)])
+    store.delete(SHARED, "src", expected_version=src.version)
+
+
+def test_entry_names_are_checked() -> None:
+    assert draft_entry("a") == "_drafts/a" and archive_entry("a") == ".archive/a"
+    assert check_entry("_drafts/a") == "_drafts/a" and check_entry("a") == "a"
+    for bad in ("_x", ".x", "a/b", "", "..", "x\x00"):
+        with pytest.raises(InvalidPath):
+            draft_entry(bad)
+    for bad in ("a/b", "_drafts/_x", "_drafts/a/b", "_drafts/", "other/a", ".archive/.."):
+        with pytest.raises(InvalidPath):
+            check_entry(bad)
+
+
+def test_side_entries_have_their_own_versions_and_history(store: skillfs.Store) -> None:
+    """Two drafts and an archived skill of one scope: each its own manifest, version and
+    history (on etcd the history prefix of a legacy `_drafts` manifest covers the entries':
+    they must not mix), never listed as a skill nor in a worker's view."""
+    write_legacy(store, "_drafts", {"old/SKILL.md": skill_md("old")})
+    write_legacy(store, "_drafts", {"old/SKILL.md": skill_md("old", body="v2")})
+    store.publish(SHARED, "_drafts/a", files("a"))
+    store.publish(SHARED, "_drafts/a", files("a", "v2"))
+    store.publish(SHARED, "_drafts/b", files("b"))
+    store.publish(SHARED, ".archive/c", files("c"))
+    store.publish(SHARED, "live", files("live"))
+    assert store.manifest(SHARED, "_drafts/a").version == 2
+    assert store.manifest(SHARED, "_drafts/b").version == 1
+    assert [m.version for m in store.history(SHARED, "_drafts/a")] == [2, 1]
+    assert [m.version for m in store.history(SHARED, "_drafts")] == [2, 1]
+    assert [m.skill for m in store.history(SHARED, "_drafts")] == ["_drafts", "_drafts"]
+    assert store.manifest(SHARED, "_drafts/a").frontmatter == {
+        "name": "a",
+        "description": "Does things. Use when testing.",
+    }
+    assert not store.manifest(SHARED, "_drafts/a").errors  # named as the skill it becomes
+    assert store.skills(SHARED) == ["live"]
+    entries = {"_drafts", "_drafts/a", "_drafts/b", ".archive/c", "live"}
+    assert set(store.manifests(SHARED)) == entries
+    assert list(view(store, "alice")) == ["live"]
+    audit = store.audit("support-bot", skill="_drafts/a")
+    assert [e.action for e in audit] == ["propose", "propose"]
+
+
+def test_archive_and_restore_are_one_commit_each(store: skillfs.Store) -> None:
+    store.publish(SHARED, "a", files("a"))
+    store.publish(SHARED, "a", files("a", "v2"))
+    rev = store.revision("support-bot")
+    done = store.archive(SHARED, "a", reason="unused for 90 days", actor="curator")
+    assert done.versions == {"a": 3, ".archive/a": 1}
+    assert store.revision("support-bot") > rev
+    assert "a" not in view(store, "alice") and store.skills(SHARED) == []
+    archived = store.manifest(SHARED, ".archive/a")
+    assert archived.message == "unused for 90 days" and archived.operation == "archive"
+    assert store.read(SHARED, ".archive/a", "SKILL.md") == files("a", "v2")["SKILL.md"]
+    with pytest.raises(NotFound, match="nothing to archive"):
+        store.archive(SHARED, "a")
+    back = store.restore(SHARED, "a")
+    assert back.versions == {".archive/a": 2, "a": 4}
+    assert "v2" in view(store, "alice")["a"]
+    assert [e.action for e in store.audit("support-bot", skill="a")][:2] == ["restore", "archive"]
+    assert store.manifest(SHARED, ".archive/a", version=1).files == archived.files
+
+
+def test_archive_and_restore_refuse_and_write_nothing(store: skillfs.Store) -> None:
+    store.publish(SHARED, "a", files("a"))
+    store.archive(SHARED, "a")
+    store.publish(SHARED, "a", files("a", "new"))
+    rev = store.revision("support-bot")
+    with pytest.raises(Conflict, match="already holds an archived a"):
+        store.archive(SHARED, "a")
+    with pytest.raises(Conflict, match="is live"):
+        store.restore(SHARED, "a")
+    with pytest.raises(NotFound, match="archived there: a"):
+        store.restore(SHARED, "zz")
+    with pytest.raises(InvalidPath):
+        store.archive(SHARED, "_drafts")
+    with pytest.raises(Conflict, match="changed since you read it"):
+        store.archive(SHARED, "a", expected_version=1)
+    assert store.revision("support-bot") == rev
+    done = store.archive(SHARED, "a", replace=True)
+    assert done.versions == {"a": 4, ".archive/a": 2}
+    assert [m.version for m in store.history(SHARED, ".archive/a")] == [2, 1]
+
+
+def test_a_legacy_side_manifest_splits_in_one_commit(store: skillfs.Store) -> None:
+    legacy = {"x/SKILL.md": skill_md("x"), "x/r.md": b"r", "y/SKILL.md": skill_md("y")}
+    write_legacy(store, "_drafts", legacy)
+    write_legacy(store, ".archive", {"z/SKILL.md": b"z"})
+    with pytest.raises(InvalidPath, match="one entry per skill"):
+        store.publish(SHARED, "_drafts", legacy)  # no new legacy writes
+    done = store.split_legacy(SHARED)
+    assert done is not None
+    assert set(done.versions) == {"_drafts/x", "_drafts/y", ".archive/z", "_drafts", ".archive"}
+    assert sorted(store.manifest(SHARED, "_drafts/x").files) == ["SKILL.md", "r.md"]
+    assert store.manifest(SHARED, ".archive/z").files.keys() == {"SKILL.md"}
+    assert store.split_legacy(SHARED) is None
+    store.commit([Remove(SHARED, "_drafts/x")])
+    assert set(store.manifests(SHARED)) == {"_drafts/y", ".archive/z"}  # src: deleted
