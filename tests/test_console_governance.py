@@ -44,8 +44,9 @@ WRITES = {
 }  # fmt: skip
 
 
-@pytest.fixture
-def store() -> Iterator[skillfs.Store]:
+@pytest.fixture(name="store")
+def console_store() -> Iterator[skillfs.Store]:
+    """A memory store with two shared skills (test_console_rollout.py uses it too)."""
     s = skillfs.open_store(f"memory://{uuid.uuid4().hex[:10]}")
     s.publish(SHARED, "code-reviewer", example_files("code-reviewer"))
     s.publish(SHARED, "release-notes", example_files("release-notes"))
@@ -53,8 +54,8 @@ def store() -> Iterator[skillfs.Store]:
     s.close()
 
 
-@pytest.fixture
-def client(store: skillfs.Store) -> Iterator[Client]:
+@pytest.fixture(name="client")
+def ops_client(store: skillfs.Store) -> Iterator[Client]:
     """Signed in as `ops` (every grant); `auditor` reads the agent."""
     tokens = Tokens(
         text=tokens_document(

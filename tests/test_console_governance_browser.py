@@ -158,3 +158,42 @@ def test_hide_a_skill_from_one_user_and_unhide_it(page: Page, store: skillfs.Sto
     assert skill not in store.manifests(ALICE)
     page.goto(f"/agents/{AGENT}/users/alice/")
     expect(page.locator(f"tr[data-skill={skill}]")).to_be_visible()
+
+
+def test_save_as_canary_widen_and_promote(page: Page, store: skillfs.Store) -> None:
+    skill = "release-notes"
+    live = store.read(SHARED, skill, "SKILL.md").decode()
+    page.goto(f"/{SHARED.prefix}{skill}/files/SKILL.md")
+    edited = editor_text(page).replace("# Release notes", "# Release notes (canary)")
+    assert edited != editor_text(page)
+    page.fill("#content", edited)
+    page.click("#canary-toggle")
+    page.fill("#canary-users", "alice")
+    page.press("#canary-users", "Enter")  # stages: Enter never falls through to a plain Save
+    expect(page.locator(".flash.ok")).to_contain_text("Staged SKILL.md as a canary for users alice")
+    expect(page.locator("#rollout-rule")).to_have_text("users alice")
+    assert store.read(SHARED, skill, "SKILL.md").decode() == live  # live for everyone else
+    m = store.manifest(SHARED, skill)
+    assert m.candidate is not None and m.candidate.actor == OPERATOR
+
+    page.goto(f"/agents/{AGENT}/users/alice/")
+    expect(page.locator(f"tr[data-skill={skill}] td.gets")).to_contain_text("candidate")
+    page.goto(f"/agents/{AGENT}/users/bob/")
+    expect(page.locator(f"tr[data-skill={skill}] td.gets")).to_contain_text("not for bob")
+
+    page.goto(f"/{SHARED.prefix}{skill}/")
+    page.fill("#widen-percent", "50")
+    page.click("#widen-form button[type=submit]")
+    expect(page.locator(".flash.ok")).to_contain_text("to users alice; 50 %")
+    expect(page.locator("#rollout-rule")).to_have_text("users alice; 50 %")
+    page.click("#promote")
+    expect(page.locator(".flash.ok")).to_contain_text("Promoted release-notes")
+    expect(page.locator("#rollout")).to_have_count(0)
+    assert store.read(SHARED, skill, "SKILL.md").decode() == edited.replace("\r\n", "\n")
+    page.goto(f"/agents/{AGENT}/users/bob/")
+    expect(page.locator(f"tr[data-skill={skill}] td.gets")).to_contain_text("live")
+    page.goto(f"/agents/{AGENT}/activity?skill={skill}")
+    expect(page.locator("#activity tbody tr").nth(0)).to_contain_text("promote")
+    expect(page.locator("#activity tbody tr").nth(1)).to_contain_text("widen")
+    expect(page.locator("#activity tbody tr").nth(2)).to_contain_text("stage")
+    expect(page.locator("#activity td.actor").nth(2)).to_have_text(OPERATOR)

@@ -24,6 +24,7 @@ from skillfs.console.pages import (
     history,
     lifecycle,
     live,
+    rollout,
     skill,
     switch,
     worker,
@@ -109,4 +110,7 @@ PAGES = [
     Page("POST", "/{scope}/{skill}/override", lifecycle.override, "form"),
     Page("POST", "/{scope}/{skill}/disable", switch.disable, "form"),
     Page("POST", "/{scope}/{skill}/enable", switch.enable, "form"),
+    Page("POST", "/{scope}/{skill}/widen", rollout.widen, "form"),
+    Page("POST", "/{scope}/{skill}/promote", rollout.promote, "form"),
+    Page("POST", "/{scope}/{skill}/abort", rollout.abort, "form"),
 ]

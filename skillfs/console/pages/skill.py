@@ -8,10 +8,12 @@ from skillfs.auth import Level
 from skillfs.console.call import Call
 from skillfs.console.findings import shown, skill_md_text, stored_findings
 from skillfs.console.pages.agents import MAX_USERS_LISTED
+from skillfs.console.pages.rollout import candidate_manifest, reach
 from skillfs.console.pages.switch import hides
 from skillfs.console.skill_files import file_tree
 from skillfs.errors import NotFound
 from skillfs.model import Manifest, Scope
+from skillfs.rollout import has_live
 
 
 def skill_page(call: Call, scope: Scope, skill: str) -> Response:
@@ -31,6 +33,10 @@ def skill_page(call: Call, scope: Scope, skill: str) -> Response:
         )
     if hides(m):
         return _hidden_page(call, scope, m)
+    staged_only = m.candidate is not None and not has_live(m)
+    panel = reach(call, scope, m)
+    if staged_only:  # nothing live: the page shows what the rule's workers get
+        m = candidate_manifest(m)
     overrides: list[tuple[str, Scope, Manifest]] = []
     users: list[str] = []
     base: Manifest | None = None
@@ -57,6 +63,8 @@ def skill_page(call: Call, scope: Scope, skill: str) -> Response:
         users=users,
         base=base,
         shared_scope=shared_scope,
+        reach=panel,
+        staged_only=staged_only,
     )
 
 
