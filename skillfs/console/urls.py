@@ -22,13 +22,23 @@ def user_url(agent: str, user: str) -> str:
     return f"/agents/{_q(agent)}/users/{_q(user)}/"
 
 
+def domain_page(domain: str, page: str, **query: str) -> str:
+    """A page about a whole agent or market (`agents/A`, `markets/M`): its `activity`, its
+    `drafts` (the review queue), its `curation`."""
+    kind, name = domain.split("/", 1)
+    args = {k: v for k, v in query.items() if v}
+    return f"/{kind}/{_q(name)}/{page}" + ("?" + urlencode(args) if args else "")
+
+
 def activity_url(target: Scope | str, **query: str) -> str:
     """The Activity page of a scope's agent or market (`agents/A`, `markets/M` or a scope),
     filtered by `query` (actor, skill, since, until)."""
-    domain = target.domain if isinstance(target, Scope) else target
-    kind, name = domain.split("/", 1)
-    args = {k: v for k, v in query.items() if v}
-    return f"/{kind}/{_q(name)}/activity" + ("?" + urlencode(args) if args else "")
+    return domain_page(target.domain if isinstance(target, Scope) else target, "activity", **query)
+
+
+def draft_url(scope: Scope, name: str, action: str = "") -> str:
+    """A draft's page (`<scope prefix>_drafts/<name>/`, its logical key) or an action on it."""
+    return scope_url(scope) + "_drafts/" + _q(name) + "/" + action
 
 
 def scope_url(scope: Scope) -> str:
