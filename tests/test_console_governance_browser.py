@@ -197,3 +197,42 @@ def test_save_as_canary_widen_and_promote(page: Page, store: skillfs.Store) -> N
     expect(page.locator("#activity tbody tr").nth(1)).to_contain_text("widen")
     expect(page.locator("#activity tbody tr").nth(2)).to_contain_text("stage")
     expect(page.locator("#activity td.actor").nth(2)).to_have_text(OPERATOR)
+
+
+def test_review_queue_approves_one_draft_and_rejects_another(
+    page: Page, store: skillfs.Store
+) -> None:
+    text = store.read(SHARED, "sql-query-helper", "SKILL.md").decode()
+    store.propose(
+        SHARED,
+        "sql-query-helper",
+        {"SKILL.md": text.replace("# ", "# Reviewed: ", 1).encode()},
+        message="clearer title",
+        actor="agent:support-bot/alice",
+    )
+    greeter = b"---\nname: greeter\ndescription: Greets people politely.\n---\n\nSay hi.\n"
+    store.propose(ALICE, "greeter", {"SKILL.md": greeter}, message="alice wants greetings")
+
+    page.goto(f"/agents/{AGENT}/")
+    page.click("a.btn >> text=Review queue")
+    expect(page.locator("#drafts tr[data-draft]")).to_have_count(2)
+    page.click("#drafts a.skill-link >> text=sql-query-helper")
+    expect(page.locator("h1")).to_contain_text("Draft of sql-query-helper")
+    expect(page.locator("table.diff").first).to_contain_text("Reviewed:")
+    page.click("#approve")
+    expect(page.locator(".flash.ok")).to_contain_text("Approved the draft of sql-query-helper")
+    expect(page.locator("#drafts tr[data-draft]")).to_have_count(1)
+    assert "Reviewed:" in store.read(SHARED, "sql-query-helper", "SKILL.md").decode()
+
+    page.click("#drafts a.skill-link >> text=greeter")
+    expect(page.locator("h1")).to_contain_text("Draft of greeter")
+    page.fill("#reject-reason", "a shared greeter is coming")
+    page.click("#reject")
+    expect(page.locator(".flash.ok")).to_contain_text("Rejected the draft of greeter")
+    expect(page.locator(".empty")).to_contain_text("No drafts waiting for review")
+    assert "greeter" not in store.skills(ALICE)
+    page.goto(f"/agents/{AGENT}/activity")
+    first = page.locator("#activity tbody tr").first
+    expect(first).to_contain_text("reject")
+    expect(first.locator("td.actor")).to_have_text(OPERATOR)
+    expect(first).to_contain_text("a shared greeter is coming")
