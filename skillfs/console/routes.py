@@ -19,6 +19,7 @@ from starlette.responses import Response
 from skillfs.console.pages import (
     activity,
     agents,
+    curation,
     editor,
     files,
     history,
@@ -91,15 +92,19 @@ PAGES = [
     Page("GET", "/markets/{market}/activity", activity.market_activity),
     Page("GET", "/agents/{agent}/drafts", review.agent_queue),
     Page("GET", "/markets/{market}/drafts", review.market_queue),
+    Page("GET", "/agents/{agent}/curation", curation.agent_curation),
+    Page("GET", "/markets/{market}/curation", curation.market_curation),
     Page("GET", "/agents/{agent}/shared", agents.to_agent),
     Page("GET", "/agents/{agent}/users/{user}", worker.worker_page),
     Page("GET", "/markets/{market}", agents.to_market),
     Page("GET", "/{scope}", agents.scope_page),
     Page("POST", "/{scope}", lifecycle.scope_post, "upload"),
-    # a draft's entry (`_drafts/<name>`) before the skill routes: no skill is named `_drafts`
+    # side entries (`_drafts/<name>`, `.archive/<name>`) before the skill routes: no skill
+    # is named `_drafts` or `.archive`
     Page("GET", "/{scope}/_drafts/{skill}", review.draft_page),
     Page("POST", "/{scope}/_drafts/{skill}/approve", review.approve, "form"),
     Page("POST", "/{scope}/_drafts/{skill}/reject", review.reject, "form"),
+    Page("POST", "/{scope}/.archive/{skill}/restore", curation.restore, "form"),
     Page("GET", "/{scope}/{skill}", skill.skill_page),
     Page("GET", "/{scope}/{skill}/files", editor.editor_page),
     Page("GET", "/{scope}/{skill}/files/{path:path}", editor.editor_page),
@@ -120,4 +125,5 @@ PAGES = [
     Page("POST", "/{scope}/{skill}/widen", rollout.widen, "form"),
     Page("POST", "/{scope}/{skill}/promote", rollout.promote, "form"),
     Page("POST", "/{scope}/{skill}/abort", rollout.abort, "form"),
+    Page("POST", "/{scope}/{skill}/archive", curation.archive, "form"),
 ]

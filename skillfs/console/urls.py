@@ -55,6 +55,11 @@ def skill_url(scope: Scope, skill: str, action: str = "", path: str = "", **quer
     return url + ("?" + urlencode(args) if args else "")
 
 
+def archive_url(scope: Scope, name: str, action: str = "") -> str:
+    """An archived skill's entry (`<scope prefix>.archive/<name>/`) or an action on it."""
+    return scope_url(scope) + ".archive/" + _q(name) + "/" + action
+
+
 def parse_scope(segments: list[str]) -> tuple[Scope, list[str]] | None:
     """The scope a path starts with, and the segments after its `skills/`."""
     if len(segments) >= 3 and segments[0] == "markets" and segments[2] == "skills":
