@@ -188,10 +188,12 @@ class Rollout(BaseModel):
     ) -> None:
         if isinstance(environments, str) or isinstance(users, str):
             raise InvalidPath("a rollout takes lists: environments=[...], users=[...]")
+        try:  # sorted and once each: equal rules compare equal
+            envs, names = tuple(sorted(set(environments))), tuple(sorted(set(users)))
+        except TypeError:
+            raise InvalidPath("a rollout's environments and users are lists of names") from None
         try:
-            super().__init__(
-                environments=tuple(environments), users=tuple(users), fraction=fraction
-            )
+            super().__init__(environments=envs, users=names, fraction=fraction)
         except ValidationError as exc:
             problem = exc.errors()[0]
             raise InvalidPath(

@@ -59,26 +59,16 @@ def check_message(message: str | None) -> str:
 
 
 def action(m: Manifest, before: Manifest | None) -> str:
-    """What a version did: the operation it records (approve, reject, archive, restore), a
-    draft's "propose", else from the version before it (a staged rollout's steps included:
-    docs/governance.md)."""
+    """What a version did: the operation it records (stage, widen, promote, abort, approve,
+    reject, archive, restore), a draft's "propose", else from the version before it."""
     if m.operation:
         return m.operation
     if not m.deleted and m.skill.startswith(DRAFTS + "/"):
         return "propose"
-    was = before if before is not None and not before.deleted else None
     if m.deleted:
-        staged_only = was is not None and was.candidate is not None and not was.files
-        return "abort" if staged_only else "delete"
-    if was is not None and was.disabled != m.disabled:
+        return "delete"
+    if before is not None and not before.deleted and before.disabled != m.disabled:
         return "disable" if m.disabled else "enable"
-    old = was.candidate if was is not None else None
-    if m.candidate is not None and (old is None or old.commit_id != m.candidate.commit_id):
-        return "stage"
-    if m.candidate is not None and old is not None and old.rollout != m.candidate.rollout:
-        return "widen"
-    if m.candidate is None and old is not None:
-        return "promote" if m.files == old.files else "abort"
     if m.disabled and not m.files:
         return "disable"
     return "publish"
@@ -186,7 +176,7 @@ class Governance:
                 raise NotFound(self._unknown(scope, skill))
             if not cur.disabled:
                 raise InvalidPath(f"{scope}/{skill} is not disabled: nothing to enable")
-            if not cur.files:  # a hole: enabling removes it
+            if not cur.files and cur.candidate is None:  # a hole: enabling removes it
                 return {"deleted": True, "files": {}}
             return {**carried(cur), "disabled": False, "disabled_reason": ""}
 

@@ -95,7 +95,7 @@ class Rollouts:
 
         def edit(cur: Manifest | None) -> dict[str, Any]:
             base = carried(cur) if cur is not None else {"files": {}}
-            return {**base, "candidate": candidate}
+            return {**base, "candidate": candidate, "operation": "stage"}
 
         return self._edit(
             scope,
@@ -137,7 +137,8 @@ class Rollouts:
                     f"{scope}/{skill} is already staged for {describe(rule)}: nothing to widen"
                 )
             assert cur is not None  # _candidate found one
-            return {**carried(cur), "candidate": c.model_copy(update={"rollout": rule})}
+            widened = c.model_copy(update={"rollout": rule})
+            return {**carried(cur), "candidate": widened, "operation": "widen"}
 
         return self._edit(
             scope,
@@ -171,6 +172,7 @@ class Rollouts:
                 "frontmatter": c.frontmatter,
                 "findings": c.findings,
                 "candidate": None,
+                "operation": "promote",
             }
 
         return self._edit(
@@ -200,8 +202,8 @@ class Rollouts:
             self._candidate(scope, skill, cur, "abort")
             assert cur is not None
             if not (cur.files or cur.disabled):  # staged, never live
-                return {"deleted": True, "files": {}}
-            return {**carried(cur), "candidate": None}
+                return {"deleted": True, "files": {}, "operation": "abort"}
+            return {**carried(cur), "candidate": None, "operation": "abort"}
 
         return self._edit(
             scope,

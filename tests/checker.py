@@ -20,7 +20,14 @@ Linux host) and writes its record to a JSON-lines file. `check` then reads the w
       told; versions form a gap-free chain in which each write was based on the version just
       before it (no lost update); every failed attempt got `Conflict` carrying a newer current
       version, and no write that got `Conflict` is in history; reads only ever see written
-      versions.
+      versions;
+- R   (staged runs, `stage_ratio`) a staged rollout's view: some writes stage, widen, promote
+      or abort a candidate (docs/governance.md) instead of publishing, and runtime readers of
+      several users read each version's files as `skillfs.rollout` gives them: never a
+      candidate its rule excludes for that user, always the candidate where it includes them.
+      With C3 (a step sees every version acknowledged before it) this is "seen at the next
+      step after it is staged for it". C1 then checks files against the content a version
+      holds for the reader (the live or the candidate write's tag), not its commit id.
 
 Usage (from a test, a fault scenario or by hand)::
 
@@ -55,7 +62,8 @@ from typing import Any, Literal
 
 import skillfs
 from skillfs.errors import Conflict, NotFound
-from skillfs.model import FileEntry, Manifest, Put, Scope
+from skillfs.model import FileEntry, Manifest, Put, Rollout, Scope
+from skillfs.rollout import gets_candidate
 
 #: Paths every write puts; a manifest with a different file set is a partial publish.
 PATHS = ("SKILL.md", "references/notes.md", "scripts/run.sh", "assets/data.txt")
@@ -91,6 +99,7 @@ class WriteOp(Op):
     counter: int | None = None
     current: int | None = None  # Conflict.current_version
     error: str | None = None
+    action: str = "publish"  # or stage, widen, promote, abort (staged runs)
 
 
 @dataclass(kw_only=True)
@@ -128,6 +137,8 @@ class FilesRead(Op):
     paths: list[str]
     tags: list[str]  # the tag found in each file, "" when none
     bad_sha: list[str]  # paths whose bytes do not hash to the manifest's sha256
+    user: str = ""  # a runtime reader's user ("" for store-level reads)
+    candidate: bool = False  # the view held the version's staged candidate
 
 
 OP_TYPES: dict[str, type[Op]] = {
@@ -155,6 +166,16 @@ class Target:
     skill: str
 
 
+@dataclass(frozen=True)
+class Content:
+    """What one version holds (staged runs): the tag of its live files ("" when none) and of
+    its candidate's, with the candidate's rule."""
+
+    live: str
+    candidate: str | None = None
+    rollout: Rollout | None = None
+
+
 @dataclass
 class History:
     """Everything recorded, plus each skill's history (oldest first) read after the run."""
@@ -164,6 +185,8 @@ class History:
     ops: list[Op]
     versions: dict[Target, list[tuple[int, str]]]  # (version, commit id), oldest first
     wall_seconds: float = 0.0
+    #: Staged runs: each version's content, read from history after the run.
+    contents: dict[Target, dict[int, Content]] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- workers
@@ -201,6 +224,8 @@ class _Job:
     max_duration: float = 0.0
     pair_ratio: float = 0.0
     user: str = "alice"
+    stage_ratio: float = 0.0
+    users: tuple[str, ...] = ()
 
 
 def hash_seed(role: str, index: int) -> int:
@@ -231,7 +256,8 @@ def _worker(role: Literal["w", "r", "s"], index: int, job: _Job, barrier: Any, a
         store.revision(job.agent)  # connect before the start line
         runtime = None
         if role == "s":
-            runtime = skillfs.Skills(store, job.agent, job.user)
+            user = job.users[index % len(job.users)] if job.users else job.user
+            runtime = skillfs.Skills(store, job.agent, user)
             runtime.snapshot()  # start its follower before the start line
         barrier.wait()
         started = time.monotonic()
@@ -277,6 +303,7 @@ def _write_once(
         if others:
             chosen.append(rng.choice(others))
     tag = f"{proc}-{n}"
+    staged = len(chosen) == 1 and rng.random() < job.stage_ratio
     current: list[Manifest | None] = []
     for t in chosen:
         t0 = _now()
@@ -315,9 +342,14 @@ def _write_once(
         Put(Scope.parse(w.scope), w.skill, dict(files_for(w.skill, tag)), w.expected)
         for w in records
     ]
+    step = _rollout_step(store, job, rng, puts[0], current[0]) if staged else None
     t0 = _now()
     try:
-        res = store.commit(puts, commit_id=tag)
+        if step is not None:
+            records[0].action, call = step
+            res = call(tag)
+        else:
+            res = store.commit(puts, commit_id=tag)
     except Conflict as exc:
         for w in records:
             w.outcome = "conflict"
@@ -334,6 +366,42 @@ def _write_once(
         w.invoke, w.complete = t0, t1
     ops.extend(records)
     return records[0].outcome == "ok"
+
+
+def _rollout_step(
+    store: skillfs.Store, job: _Job, rng: random.Random, put: Put, m: Manifest | None
+) -> tuple[str, Callable[[str], skillfs.CommitResult]] | None:
+    """A staged run's write in place of a publish (None: publish): stage a candidate for one
+    reader's user or a share of users; or, when one is staged, widen, promote or abort it.
+    Each expects the version read, with the write's tag as its commit id."""
+    if m is None:
+        return None
+    scope, skill, expected = put.scope, put.skill, m.version
+    users = list(job.users or (job.user,))
+    c = m.candidate
+    if c is None:
+        rule = (
+            Rollout(users=[rng.choice(users)])
+            if rng.random() < 0.5
+            else Rollout(fraction=rng.choice((0.3, 0.6)))
+        )
+        return "stage", lambda tag: store.stage(
+            scope, skill, put.files, rule, expected, commit_id=tag
+        )
+    wider = Rollout(
+        users=sorted({*c.rollout.users, rng.choice(users)}),
+        fraction=min(1.0, c.rollout.fraction + 0.3),
+    )
+    roll = rng.random()
+    if roll < 0.4 and wider != c.rollout:
+        return "widen", lambda tag: store.widen(
+            scope, skill, wider, expected_version=expected, commit_id=tag
+        )
+    if roll < 0.7:
+        return "promote", lambda tag: store.promote(
+            scope, skill, expected_version=expected, commit_id=tag
+        )
+    return "abort", lambda tag: store.abort(scope, skill, expected_version=expected, commit_id=tag)
 
 
 def _snapshot(
@@ -471,6 +539,8 @@ def _runtime_snapshot(
                 skill=t.skill,
                 version=info.version or 0,
                 commit_id=info.digest,
+                user=skills.user_id,
+                candidate=info.candidate,
             )
         )
 
@@ -503,6 +573,8 @@ def record(
     runtime_readers: int = 0,
     pair_ratio: float = 0.0,
     user: str = "alice",
+    users: Sequence[str] = (),
+    stage_ratio: float = 0.0,
     duration: float = 4.0,
     min_acked: int = 0,
     max_duration: float | None = None,
@@ -513,8 +585,10 @@ def record(
     """Run writer and reader processes (spawned) against `url`; return their history.
 
     `readers` read through the store (revision, manifests, files: separate calls);
-    `runtime_readers` take `Skills(store, agent, user).snapshot()`s as a worker does. A
-    `pair_ratio` share of the writes commits two skills of two scopes at once. All run for
+    `runtime_readers` take `Skills(store, agent, user).snapshot()`s as a worker does (the
+    i-th as `users[i % len(users)]` when given). A `pair_ratio` share of the writes commits
+    two skills of two scopes at once; a `stage_ratio` share of the others is a staged
+    rollout's step (`_rollout_step`). All run for
     `duration` seconds, then on until `min_acked` writes were acknowledged or `max_duration`
     seconds passed (a slow machine still gets a meaningful run); each stops after `max_ops`
     operations if given. `during` runs in this process while they work (a fault scenario
@@ -537,6 +611,8 @@ def record(
         max_duration=max_duration,
         pair_ratio=pair_ratio,
         user=user,
+        stage_ratio=stage_ratio,
+        users=tuple(users),
     )
     procs = [
         ctx.Process(
@@ -577,14 +653,34 @@ def record(
     if crashes or failed:
         raise RuntimeError(f"checker workers failed: {failed}\n" + "\n".join(crashes[:3]))
     with skillfs.open_store(url) as store:
-        versions = {
-            t: sorted(
-                (m.version, m.commit_id)
-                for m in _history_or_empty(store, Scope.parse(t.scope), t.skill)
-            )
-            for t in targets
-        }
-    return History(agent=agent, targets=targets, ops=ops, versions=versions, wall_seconds=wall)
+        kept = {t: _history_or_empty(store, Scope.parse(t.scope), t.skill) for t in targets}
+        versions = {t: sorted((m.version, m.commit_id) for m in ms) for t, ms in kept.items()}
+        contents = (
+            {t: {m.version: _content(store, m) for m in ms} for t, ms in kept.items()}
+            if stage_ratio
+            else {}
+        )
+    return History(
+        agent=agent,
+        targets=targets,
+        ops=ops,
+        versions=versions,
+        wall_seconds=wall,
+        contents=contents,
+    )
+
+
+def _content(store: skillfs.Store, m: Manifest) -> Content:
+    """A version's live and candidate tags, read from their SKILL.md files."""
+
+    def tag(files: Mapping[str, FileEntry]) -> str:
+        entry = files.get("SKILL.md")
+        return tag_of(store.read_entry(entry)) if entry is not None else ""
+
+    c = m.candidate
+    if c is None:
+        return Content(tag(m.files))
+    return Content(tag(m.files), tag(c.files), c.rollout)
 
 
 def _all_ready(procs: list[Any], barrier: Any, timeout: float) -> bool:
@@ -684,13 +780,43 @@ def check(history: History, *, allow_errors: bool = False) -> Report:
         r.fail("setup", "no write was acknowledged: nothing was tested")
     if not freads:
         r.fail("setup", "no reader read a file: nothing was tested")
-    _check_c1(by_key, freads, mreads, r)
+    _check_c1(by_key, freads, mreads, r, lambda f: _expected_tag(history, f))
     _check_c2(acked, r)
     _check_c3(history, acked, revs, mreads, r)
     _check_c4(history, writes, revs, mreads, r)
     _check_c5(revs, mreads, r, allow_errors)
     _check_c6(history, writes, by_key, r, allow_errors)
+    if history.contents:
+        r.counts["staged writes"] = sum(w.action != "publish" for w in acked)
+        _check_rollout(history, freads, r)
     return r
+
+
+def _expected_tag(history: History, f: FilesRead) -> str:
+    """The tag the files of a read must carry: the write that made the version (its commit
+    id); in a staged run, the write whose content the view holds, live or candidate."""
+    content = history.contents.get(Target(f.scope, f.skill), {}).get(f.version)
+    if content is None:
+        return f.commit_id
+    return (content.candidate or "") if f.candidate else content.live
+
+
+def _check_rollout(history: History, freads: list[FilesRead], r: Report) -> None:
+    """Every runtime read holds the candidate exactly where its version's rule gives it to
+    the reader's user (`skillfs.rollout.gets_candidate`)."""
+    for f in freads:
+        content = history.contents.get(Target(f.scope, f.skill), {}).get(f.version)
+        if not f.user or content is None:
+            continue
+        r.counts["R rollout checks"] += 1
+        rule = content.rollout
+        due = rule is not None and gets_candidate(rule, Scope.parse(f.scope), f.skill, f.user, None)
+        r.counts["R candidate views"] += f.candidate
+        where = f"{f.proc} snapshot {f.snap} ({f.user}) read {f.scope}/{f.skill} v{f.version}"
+        if f.candidate and not due:
+            r.fail("R", f"{where}: holds the candidate, which its rule {rule} excludes")
+        elif due and not f.candidate:
+            r.fail("R", f"{where}: holds the live files, yet its rule {rule} gives the candidate")
 
 
 def _check_c1(
@@ -698,6 +824,7 @@ def _check_c1(
     freads: list[FilesRead],
     mreads: list[ManifestsRead],
     r: Report,
+    expected_tag: Callable[[FilesRead], str],
 ) -> None:
     """No torn skill; every read version is one a write made (with that version)."""
     for f in freads:
@@ -706,7 +833,7 @@ def _check_c1(
             r.fail("C1", f"{where}: files {f.paths}, the write put {list(PATHS)}")
         if f.bad_sha:
             r.fail("C1", f"{where}: bytes of {f.bad_sha} do not match the manifest's sha256")
-        if set(f.tags) != {f.commit_id}:
+        if set(f.tags) != {expected_tag(f)}:
             mixed = dict(zip(f.paths, f.tags, strict=True))
             r.fail("C1", f"{where} (commit {f.commit_id}): torn, files carry tags {mixed}")
     for m in mreads:

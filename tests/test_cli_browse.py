@@ -128,6 +128,7 @@ def test_ls_scope_skills(filled: str) -> None:
         "deleted",
         "disabled",
         "disabled_reason",
+        "candidate",
         "actor",
         "message",
         "files",

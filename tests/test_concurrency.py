@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from skillfs.model import FileEntry
+from skillfs.model import FileEntry, Rollout
 from tests.checker import (
     PATHS,
+    Content,
     FilesRead,
     History,
     ManifestsRead,
@@ -97,6 +99,40 @@ def test_worker_snapshots_are_isolated(
     assert not report.violations, "\n".join(report.violations[:30])
     assert report.operations >= MIN_OPERATIONS, report.summary()
     assert report.counts["C4 snapshot checks"] > 0, report.summary()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("engine", ["sqlite", "redis", "etcd", "grpc"])
+def test_staged_views_across_processes(
+    request: pytest.FixtureRequest, engine: str, tmp_path: Path
+) -> None:
+    """Writers that, 60 % of the time, stage a candidate for one user or a share of users,
+    widen, promote or abort it instead of publishing, against 4 worker processes of 4 users
+    reading every file through their snapshots: C1-C6 as above, plus R — no worker ever
+    holds a candidate its rule excludes, and each holds it wherever its rule includes it (so,
+    with C3, at the next step after it is staged for it)."""
+    url = url_for(request, engine, tmp_path)
+    run = uuid.uuid4().hex[:6]
+    history = record(
+        url,
+        tmp_path / "ops",
+        targets=[Target("shared:checker", f"chk-{run}-{i}") for i in range(3)],
+        writers=4,
+        readers=1,
+        runtime_readers=4,
+        users=["u0", "u1", "u2", "u3"],
+        stage_ratio=0.6,
+        duration=4.0,
+        min_acked=MIN_ACKED // 3,
+        max_duration=MAX_SECONDS / 2,
+    )
+    report = check(history)
+    print(f"\n{engine}: {report.summary()} in {history.wall_seconds:.1f}s")
+    assert not report.violations, "\n".join(report.violations[:30])
+    assert report.counts["staged writes"] >= 20, report.summary()
+    assert report.counts["R candidate views"] > 0, report.summary()
+    assert report.counts["R rollout checks"] > report.counts["R candidate views"], report.summary()
 
 
 # --------------------------------------------------------------------------- the checker itself
@@ -328,3 +364,36 @@ def test_checker_multi_scope_conflicts() -> None:
     found = _pair_violations([*ops, *unjustified], chains)
     assert any("without a newer current version" in v for v in found), found
     assert any("yet no other write moved them" in v for v in found), found
+
+
+# Staged runs: the content each version holds, and who gets its candidate.
+def _staged_history(candidate: bool, user: str) -> list[str]:
+    """w0-1 publishes; w1-2 stages a candidate for bob; a worker of `user` then reads v2,
+    holding the candidate or not."""
+    ops: list[Op] = [
+        _write("w0-1", None, 0, 0, 10, counter=1),
+        _write("w1-2", "w0-1", 1, 20, 30, counter=2, action="stage"),
+        _rev("s0", 31, 2, isolated=True),
+        _read("s0", 32, 2, "w1-2"),
+        dataclasses.replace(
+            _files("s0", 33, 2, "w1-2", ["w1-2" if candidate else "w0-1"] * len(PATHS)),
+            user=user,
+            candidate=candidate,
+        ),
+    ]
+    contents = {T: {1: Content("w0-1"), 2: Content("w0-1", "w1-2", Rollout(users=["bob"]))}}
+    chain = [(1, "w0-1"), (2, "w1-2")]
+    history = History(agent="a", targets=[T], ops=ops, versions={T: chain}, contents=contents)
+    return check(history).violations
+
+
+def test_checker_passes_staged_views() -> None:
+    assert _staged_history(candidate=True, user="bob") == []
+    assert _staged_history(candidate=False, user="carol") == []
+
+
+def test_checker_catches_a_candidate_shown_to_the_wrong_worker() -> None:
+    found = _staged_history(candidate=True, user="carol")
+    assert any(v.startswith("R") and "excludes" in v for v in found), found
+    found = _staged_history(candidate=False, user="bob")
+    assert any(v.startswith("R") and "gives the candidate" in v for v in found), found

@@ -25,7 +25,7 @@ from skillfs.engines import etcd_client as ec
 from skillfs.engines.base import EMPTY, CommitOp, VersionMismatch
 from skillfs.engines.etcd import EtcdEngine
 from skillfs.errors import InvalidPath, PermissionDenied, StoreUnavailable, TooLarge
-from skillfs.model import Manifest, Revision, Scope
+from skillfs.model import Candidate, Manifest, Revision, Rollout, Scope
 from support.servers import HOST, EtcdCluster, EtcdServer, free_port
 from tests import helpers
 from tests.helpers import skill_md
@@ -319,6 +319,23 @@ def test_a_skill_that_can_be_created_can_be_updated(engine: EtcdEngine) -> None:
     with pytest.raises(TooLarge, match=r"per manifest.*update"):
         engine.commit("agents/support-bot", [over])
     assert set(engine.load_scope(ALICE)) == {"s"}
+
+
+def test_a_staged_candidate_counts_toward_the_manifest_limit(engine: EtcdEngine) -> None:
+    """A manifest with its candidate still uses at most half a request: a candidate that
+    would pass it is refused, nothing written (docs/governance.md)."""
+    per_file = len(manifest("s", 1, files=100).model_dump_json()) / 100
+    live = manifest("s", 1, files=int(0.6 * engine.max_manifest_bytes / per_file))
+    engine.commit("agents/support-bot", [CommitOp(scope=ALICE, manifest=live, expect=0)])
+    candidate = Candidate(files=live.files, rollout=Rollout(fraction=0.1), commit_id="c2")
+    staged = live.model_copy(update={"version": 2, "commit_id": "c2", "candidate": candidate})
+    with pytest.raises(TooLarge, match=r"files \(and a candidate of \d+\) is"):
+        engine.commit("agents/support-bot", [CommitOp(scope=ALICE, manifest=staged, expect=1)])
+    assert engine.load_scope(ALICE)["s"].version == 1
+    small = Candidate(files={}, rollout=Rollout(fraction=0.1), commit_id="c2")
+    fits = staged.model_copy(update={"candidate": small})
+    engine.commit("agents/support-bot", [CommitOp(scope=ALICE, manifest=fits, expect=1)])
+    assert engine.load_scope(ALICE)["s"].candidate == small
 
 
 # ----------------------------------------------------------------- paging

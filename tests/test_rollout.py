@@ -5,9 +5,11 @@ server's view RPCs taking the environment."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from pathlib import Path
 
+import anyio
 import grpc
 import pytest
 
@@ -21,6 +23,8 @@ from skillfs.rollout import bucket, effective, gets_candidate
 from support import grpc_servers
 from tests.cli_helpers import as_json, error_line, ok, run
 from tests.helpers import skill_md
+from tests.runtime_helpers import counting_store
+from tests.test_runtime_freshness import settle
 
 AGENT = "support-bot"
 SHARED = Scope.shared(AGENT)
@@ -93,10 +97,19 @@ def test_abort_and_a_skill_that_was_only_staged(store: skillfs.Store) -> None:
     with skillfs.Skills(store, AGENT, "u") as sk:
         assert not sk.snapshot().problems
     assert seen(store, "u", "prod") == {"s": "live", "new": "fresh"}
+    store.disable(SHARED, "new", reason="hold")  # the kill switch keeps the candidate
+    assert seen(store, "u", "prod") == {"s": "live"}
+    store.enable(SHARED, "new")
+    assert seen(store, "u", "prod") == {"s": "live", "new": "fresh"}
     store.abort(SHARED, "new")  # never live: deleted, history kept
     assert "new" not in store.skills(SHARED)
-    assert [m.version for m in store.history(SHARED, "new")] == [2, 1]
-    assert [e.action for e in store.audit(SHARED, skill="new")] == ["abort", "stage"]
+    assert [m.version for m in store.history(SHARED, "new")] == [4, 3, 2, 1]
+    actions = [e.action for e in store.audit(SHARED, skill="new")]
+    assert actions == ["abort", "enable", "disable", "stage"]
+    # the operation is recorded, not inferred: a candidate with the live files aborted
+    store.stage(SHARED, "s", files("s", "live"), Rollout(fraction=0.5))
+    store.abort(SHARED, "s")
+    assert [e.action for e in store.audit(SHARED, skill="s")][:2] == ["abort", "stage"]
 
 
 def test_candidates_in_markets_user_scopes_and_under_the_kill_switch(
@@ -184,6 +197,27 @@ def test_bad_input_writes_nothing(store: skillfs.Store) -> None:
     assert store.revision(AGENT) == before
 
 
+def test_an_unchanged_step_with_a_candidate_is_one_round_trip() -> None:
+    """The rule is evaluated on the manifests the worker holds: with candidates staged in
+    the shared scope and a market, an unchanged step still reads the revisions and nothing
+    else (docs/governance.md)."""
+    store, counter = counting_store()
+    store.publish(SHARED, "s", files("s", "live"))
+    store.stage(SHARED, "s", files("s", "canary"), Rollout(users=["bob"]))
+    store.publish(MARKET, "m", files("m", "live"))
+    store.stage(MARKET, "m", files("m", "canary"), Rollout(environments=["prod"]))
+    skills = skillfs.Skills(store, AGENT, "bob", [skillfs.Market("team")], environment="prod")
+    first = skills.snapshot()
+    assert [(s.id, s.candidate) for s in first.skills] == [("m", True), ("s", True)]
+    settle(skills)
+    counter.clear()
+    me = threading.get_ident()
+    for _ in range(20):
+        assert skills.snapshot() is first
+    assert counter.names(me) == ["revisions"] * 20
+    skills.close()
+
+
 # ----------------------------------------------------------------- the rule
 
 
@@ -202,6 +236,7 @@ def test_fraction_over_ten_thousand_users_and_widening_keeps_everyone_in() -> No
     # each skill draws its own sample, and the bucket is stable (a pure hash)
     assert reached(0.1, "other") != reached(0.1)
     assert bucket(SHARED, "s", "user-1") == bucket(SHARED, "s", "user-1")
+    assert Rollout(users=["b", "a", "b"]) == Rollout(users=["a", "b"])  # one rule, one form
     assert bucket(SHARED, "s", "user-1") != bucket(ALICE, "s", "user-1")
 
 
@@ -339,3 +374,40 @@ def test_grpc_server_vouches_for_the_candidate(tmp_path: Path) -> None:
             assert again.version == m.version and again.candidate == m.candidate
     finally:
         server.stop(0)
+
+
+# ----------------------------------------------------------------- MCP
+
+
+def test_mcp_views_take_the_environment() -> None:
+    """An MCP session's view is (agent, user, markets, environment): from the query string or
+    the X-Skillfs-Environment header over HTTP, fixed for stdio."""
+    from mcp import Client
+
+    from skillfs.auth import Tokens
+    from skillfs.mcp import ViewKey, Views, build_server
+    from skillfs.mcp.http import view_for
+    from tests.mcp_helpers import sdk_list_skills, tokens_text
+
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    store.publish(SHARED, "s", {"SKILL.md": skill_md("s", description="Live one.")})
+    staged = {"SKILL.md": skill_md("s", description="Candidate one.")}
+    store.stage(SHARED, "s", staged, Rollout(environments=["prod"]))
+
+    async def described(environment: str) -> list[str]:
+        key = ViewKey(AGENT, "alice", (), environment)
+        async with Client(build_server(Views(store, lambda ctx: key))) as c:
+            page = await sdk_list_skills(c.session)
+            return [s["frontmatter"]["description"] for s in page["skills"]]
+
+    async def main() -> None:
+        assert await described("") == ["Live one."]
+        assert await described("prod") == ["Candidate one."]
+
+    anyio.run(main)
+    alice = Tokens(text=tokens_text()).authenticate(f"Bearer {grpc_servers.ALICE}")
+    assert view_for(alice, {}, "environment=prod").environment == "prod"
+    assert view_for(alice, {"x-skillfs-environment": "staging"}, "").environment == "staging"
+    assert view_for(alice, {}, "").environment == ""
+    with pytest.raises(InvalidPath, match="environment"):
+        view_for(alice, {}, "environment=_bad")

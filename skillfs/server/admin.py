@@ -166,8 +166,8 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             raise InvalidPath(f"{where}: version {m.version} must be the expected {expect} + 1")
         if not m.commit_id or len(m.commit_id) > 128:
             raise InvalidPath(f"{where}: a commit id is 1-128 characters")
-        if m.deleted and m.files:
-            raise InvalidPath(f"{where}: a deletion has no files")
+        if m.deleted and (m.files or m.candidate):
+            raise InvalidPath(f"{where}: a deletion has no files (nor a staged candidate)")
         for path, e in m.all_files():
             if normalize_path(path) != path:
                 raise InvalidPath(f"{where}: file path {path!r} is not normalized")
