@@ -141,7 +141,7 @@ def test_edit_the_candidate_and_a_skill_never_live(client: Client, store: skillf
             "environments": "staging, prod",
         },
     )
-    assert r.status == 200 and "Staged SKILL.md as a canary for env staging, prod" in r.text
+    assert r.status == 200 and "Staged SKILL.md as a canary for env prod, staging" in r.text
     m = store.manifest(SHARED, "greeter")
     assert m.candidate is not None and set(m.candidate.files) == {"SKILL.md", "references/tone.md"}
     assert not m.files  # still never live
