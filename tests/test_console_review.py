@@ -37,6 +37,7 @@ def test_queue_diff_approve_and_reject(client: Client, store: skillfs.Store) -> 
     page = client.get(_draft_url(SHARED, "code-reviewer"))
     assert page.status == 200 and "+# Code reviewer, v2" in unescape(page.text)
     assert "against the live" in page.text and 'id="approve"' in page.text
+    assert "must equal" not in page.text  # checked against code-reviewer, not _drafts/...
     v = store.manifest(SHARED, draft_entry("code-reviewer")).version
     r = client.post(_draft_url(SHARED, "code-reviewer", "approve"), {"expected": str(v)})
     assert r.status == 200 and "Approved the draft of code-reviewer: it is live" in r.text
@@ -89,3 +90,4 @@ def test_a_reader_sees_the_queue_but_cannot_decide(client: Client, store: skillf
     r = reader.post(_draft_url(SHARED, "greeter", "approve"), {"expected": "1"})
     assert r.status == 403 and "greeter" not in store.skills(SHARED)
     assert client.get("/agents/support-bot/shared/skills/_drafts/no-such/").status == 404
+
