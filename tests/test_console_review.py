@@ -90,4 +90,3 @@ def test_a_reader_sees_the_queue_but_cannot_decide(client: Client, store: skillf
     r = reader.post(_draft_url(SHARED, "greeter", "approve"), {"expected": "1"})
     assert r.status == 403 and "greeter" not in store.skills(SHARED)
     assert client.get("/agents/support-bot/shared/skills/_drafts/no-such/").status == 404
-
