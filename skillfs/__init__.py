@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from skillfs import errors
+from skillfs.curation import CuratedSkill, CurationReport, DuplicatePair, SkillRef
 from skillfs.engines import default_url
 from skillfs.model import (
     Change,
@@ -26,6 +27,9 @@ from skillfs.store_limits import Limits
 __all__ = [
     "Change",
     "CommitResult",
+    "CuratedSkill",
+    "CurationReport",
+    "DuplicatePair",
     "File",
     "FileEntry",
     "Finding",
@@ -43,6 +47,7 @@ __all__ = [
     "Revision",
     "Rollout",
     "Scope",
+    "SkillRef",
     "Skills",
     "Snapshot",
     "Store",

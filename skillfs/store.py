@@ -40,6 +40,7 @@ from skillfs.names import (
 from skillfs.skill_md import SKILL_MD, inspect_skill
 from skillfs.store_blobs import Blobs
 from skillfs.store_commit import Prepared, already_committed, file_table, next_op, refuse_errors
+from skillfs.store_curate import Curation
 from skillfs.store_drafts import Drafts
 from skillfs.store_gc import GcReport, HistoryPolicy, gc, prune, prune_after_commit
 from skillfs.store_governance import Governance, check_message
@@ -54,11 +55,11 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
-class Store(Following, Governance, Rollouts, SideEntries, Drafts, Usage):
+class Store(Following, Governance, Rollouts, SideEntries, Drafts, Usage, Curation):
     """The public API of docs/design.md §2 over any engine; governed change (disable,
     audit, ...) from `Governance`, staged rollout from `Rollouts`, archive / restore from
-    `SideEntries`, propose / approve / reject from `Drafts`, usage counts from `Usage`
-    (docs/governance.md)."""
+    `SideEntries`, propose / approve / reject from `Drafts`, usage counts from `Usage`,
+    curation from `Curation` (docs/governance.md)."""
 
     def __init__(
         self,

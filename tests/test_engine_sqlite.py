@@ -126,6 +126,7 @@ def test_physical_layout(db: Path) -> None:
         "changes",
         "scopes",
         "usage",
+        "leases",
     }
     sha = m.files["SKILL.md"].sha256
     assert q("SELECT key FROM blobs WHERE key = ?", (f"tenant1/blobs/{sha}",)).fetchone()

@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 # counts as one: skillfs.engines.grpc_wire is in `engines`). Names on one line are one layer
 # and may import each other.
 LAYERS: list[set[str]] = [
-    {"names", "errors", "lru", "text_merge"},
-    {"model", "rollout", "skill_md", "skill_dirs", "validation"},
+    {"names", "errors", "lru", "text_merge", "durations", "similarity"},
+    {"model", "rollout", "skill_md", "skill_dirs", "validation", "curation"},
     {"engines", "proto"},
     {
         "store",
@@ -34,6 +34,7 @@ LAYERS: list[set[str]] = [
         "store_governance",
         "store_usage",
         "store_rollout",
+        "store_curate",
         "store_side",
         "store_drafts",
         "auth",

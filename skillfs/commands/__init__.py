@@ -12,6 +12,7 @@ def register(app: typer.Typer) -> None:
     """Add every store command to `app`."""
     from skillfs.commands import (  # noqa: F401  (they register)
         browse,
+        curate,
         edit,
         govern,
         mcp,

@@ -22,13 +22,15 @@ import typer
 from skillfs.auth import ENV_TOKENS
 from skillfs.commands.common import StoreOption, err, fail, out, shown
 from skillfs.commands.transfer import read_source, skill_sources
+from skillfs.durations import parse_duration
 from skillfs.engines import DEFAULT_PATH, default_url
-from skillfs.errors import SkillfsError
+from skillfs.errors import InvalidPath, SkillfsError
 from skillfs.model import Scope
 from skillfs.store import Store
 
 if TYPE_CHECKING:
     from skillfs.server.app import ServerConfig, SkillfsServer
+    from skillfs.server.curator import CurateConfig
 
 #: The agent whose shared scope `skillfs run` fills with the example skills: the one the
 #: README's snippets and docs/cli.md's examples use, so what they publish shows in the
@@ -147,6 +149,25 @@ def serve(
     log_level: Annotated[
         str, typer.Option(metavar="LEVEL", help="debug, info, warning or error.")
     ] = "info",
+    curate_every: Annotated[
+        str | None,
+        typer.Option(
+            "--curate-every",
+            metavar="DURATION",
+            show_default=False,
+            help="Curate every agent this often (7d, 12h): one server of those over the store "
+            "runs it, elected by a lease (docs/governance.md). Off by default.",
+        ),
+    ] = None,
+    curate_idle: Annotated[
+        str,
+        typer.Option(
+            "--curate-idle",
+            metavar="DURATION",
+            help="With --curate-every: curate only agents with no skill committed for this "
+            "long (0: any).",
+        ),
+    ] = "2h",
 ) -> None:
     """Run the server over a store: gRPC, and the admin console on the HTTP port.
 
@@ -156,6 +177,7 @@ def serve(
 
     if tokens is None and not os.environ.get(ENV_TOKENS):
         raise fail(NO_TOKENS)
+    curate = _curate_config(curate_every, curate_idle)
     setup_logging(log_level)
     config = ServerConfig(
         store=store or default_url(),
@@ -166,9 +188,27 @@ def serve(
         tls_key=tls_key,
         grace=grace,
         max_workers=max_workers,
+        curate=curate,
     )
     server = _server(config)
     server.serve(lambda: err.print(shown(ready_line(server)), highlight=False))
+
+
+def _curate_config(every: str | None, idle: str) -> CurateConfig | None:
+    """`--curate-every` and `--curate-idle` checked (bad ones exit 2 saying why)."""
+    from skillfs.server.curator import CurateConfig
+
+    if every is None:
+        return None
+    try:
+        seconds = parse_duration(every, "--curate-every")
+    except InvalidPath as exc:
+        raise typer.BadParameter(str(exc), param_hint="--curate-every") from None
+    try:
+        quiet = parse_duration(idle, "--curate-idle", zero=True)
+    except InvalidPath as exc:
+        raise typer.BadParameter(str(exc), param_hint="--curate-idle") from None
+    return CurateConfig(every=seconds, idle=quiet)
 
 
 def _dev_tokens(path: Path) -> str:

@@ -8,6 +8,8 @@ consistency contract only through `commit`, which must be one atomic step.
 from __future__ import annotations
 
 import contextlib
+import math
+import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -69,6 +71,23 @@ def check_current(op: CommitOp, version: int, live: bool) -> None:
 def saturated(count: int) -> int:
     """A usage counter after an addition: it stays at USAGE_MAX rather than overflow."""
     return min(count, USAGE_MAX)
+
+
+_LEASE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+
+
+def check_lease(name: str, holder: str, ttl: float | None = None) -> int:
+    """A lease's name (1-64 of a-z 0-9 . _ -), holder (1-256 characters) and time to live
+    (seconds, more than zero) checked before the store is asked; the TTL in milliseconds."""
+    if not isinstance(name, str) or not _LEASE_NAME.fullmatch(name):
+        raise InvalidPath(f"invalid lease name {name!r}: use 1-64 of a-z, 0-9, '.', '_', '-'")
+    if not isinstance(holder, str) or not 0 < len(holder) <= 256:
+        raise InvalidPath(f"invalid lease holder {holder!r}: give 1-256 characters")
+    if ttl is None:
+        return 0
+    if not isinstance(ttl, int | float) or not math.isfinite(ttl) or ttl <= 0:
+        raise InvalidPath(f"invalid lease time {ttl!r}: give seconds, more than zero")
+    return max(1, math.ceil(ttl * 1000))
 
 
 def redact(url: str) -> str:
@@ -280,6 +299,12 @@ class Engine(ABC):
     def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         """Load count and last-used time of an agent keyed by (user, skill id)."""
 
+    def usage_agents(self) -> list[str] | None:
+        """Every agent with usage recorded, sorted (one that only loads market skills holds no
+        skill of its own, so `domains` misses it); None where the store cannot list them (a
+        skillfs server): callers then take the agents that hold skills."""
+        return None
+
     def usage(self, agent: str) -> dict[tuple[str, str], int]:
         """Load counts of an agent keyed by (user, skill id)."""
         return {key: stat.count for key, stat in self.usage_detail(agent).items()}
@@ -299,6 +324,23 @@ class Engine(ABC):
         """`Store.audit` answered by the engine in one call (a skillfs server, within its
         token's read grants), or None: the store reads it from manifests and their history."""
         return None
+
+    # --- leases: one holder at a time across processes (docs/governance.md, "Curation")
+
+    @abstractmethod
+    def acquire_lease(self, name: str, holder: str, ttl: float) -> bool:
+        """Take lease `name` for `holder` for `ttl` seconds when nobody holds it or its time
+        ran out: True. False while anyone holds it, `holder` included (that one `renew`s).
+        The store's clock (Redis, etcd) or the host's (SQLite, memory) decides expiry."""
+
+    @abstractmethod
+    def renew_lease(self, name: str, holder: str, ttl: float) -> bool:
+        """Make `holder`'s lease run `ttl` seconds from now: True; False when `holder` does not
+        hold it (it expired, and maybe another took it) and nothing changes."""
+
+    @abstractmethod
+    def release_lease(self, name: str, holder: str) -> bool:
+        """Give the lease up if `holder` holds it: True; False (nothing changes) otherwise."""
 
     # --- access
 

@@ -23,6 +23,7 @@ from skillfs.engines.base import (
     VersionMismatch,
     check_current,
 )
+from skillfs.engines.etcd_lease import EtcdLeases
 from skillfs.engines.etcd_usage import EtcdUsage
 from skillfs.errors import InvalidPath, StoreUnavailable, TooLarge
 from skillfs.model import Change, Manifest, Revision, Scope, UsageStat
@@ -46,7 +47,7 @@ def _stamp(value: bytes) -> float:
     return float(value.removeprefix(PARTIAL))
 
 
-class EtcdEngine(Engine):
+class EtcdEngine(EtcdLeases, Engine):
     """etcd v3 through `EtcdClient`; see the module docstring."""
 
     chunk_size = 1 * MiB
@@ -406,6 +407,9 @@ class EtcdEngine(Engine):
 
     def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         return self._usage.read(agent)
+
+    def usage_agents(self) -> list[str]:
+        return sorted(self._etcd.children(self._key("usage/agents/")))
 
     # ------------------------------------------------------------------ life cycle
 

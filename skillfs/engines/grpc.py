@@ -433,6 +433,25 @@ class GrpcEngine(Engine):
             resource=reply.resource,
         )
 
+    # Leases elect one runner among servers that open the store itself (docs/governance.md,
+    # "Curation"); a client of a server has no use for them and the protocol has none.
+
+    def acquire_lease(self, name: str, holder: str, ttl: float) -> bool:
+        raise self._no_leases()
+
+    def renew_lease(self, name: str, holder: str, ttl: float) -> bool:
+        raise self._no_leases()
+
+    def release_lease(self, name: str, holder: str) -> bool:
+        raise self._no_leases()
+
+    def _no_leases(self) -> InvalidPath:
+        return InvalidPath(
+            f"leases are not supported over grpc:// ({self.url}): run `skillfs serve "
+            "--curate-every` on servers that open the store itself (redis://, etcd://, "
+            "sqlite://)"
+        )
+
     def ping(self) -> None:
         self._read("Ping", pb.PingRequest(), timeout=5.0)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections import defaultdict, deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -12,6 +13,7 @@ from skillfs.engines.base import (
     CommitOp,
     Engine,
     check_current,
+    check_lease,
     must_reset,
     reset_to,
     saturated,
@@ -30,6 +32,8 @@ class MemoryEngine(Engine):
         self._revs: dict[str, Revision] = {}
         self._log: dict[str, deque[Change]] = defaultdict(lambda: deque(maxlen=LOG_LIMIT))
         self._usage: dict[str, dict[tuple[str, str], UsageStat]] = defaultdict(dict)
+        #: lease name -> (holder, time.monotonic() it expires)
+        self._leases: dict[str, tuple[str, float]] = {}
 
     def touch_blobs(self, shas: Sequence[str], now: float) -> set[str]:
         with self._lock:
@@ -170,6 +174,39 @@ class MemoryEngine(Engine):
     def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         with self._lock:
             return dict(self._usage.get(agent, {}))
+
+    def usage_agents(self) -> list[str]:
+        with self._lock:
+            return sorted(agent for agent, held in self._usage.items() if held)
+
+    def acquire_lease(self, name: str, holder: str, ttl: float) -> bool:
+        ms = check_lease(name, holder, ttl)
+        with self._lock:
+            now = time.monotonic()
+            held = self._leases.get(name)
+            if held is not None and held[1] > now:
+                return False
+            self._leases[name] = (holder, now + ms / 1000)
+            return True
+
+    def renew_lease(self, name: str, holder: str, ttl: float) -> bool:
+        ms = check_lease(name, holder, ttl)
+        with self._lock:
+            now = time.monotonic()
+            held = self._leases.get(name)
+            if held is None or held[0] != holder or held[1] <= now:
+                return False
+            self._leases[name] = (holder, now + ms / 1000)
+            return True
+
+    def release_lease(self, name: str, holder: str) -> bool:
+        check_lease(name, holder)
+        with self._lock:
+            held = self._leases.get(name)
+            if held is None or held[0] != holder or held[1] <= time.monotonic():
+                return False
+            del self._leases[name]
+            return True
 
     def ping(self) -> None:
         return None

@@ -19,8 +19,8 @@ import redis.exceptions as rx
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
+from skillfs.engines import redis_lease, redis_usage, redis_watch
 from skillfs.engines import redis_scripts as scripts
-from skillfs.engines import redis_usage, redis_watch
 from skillfs.engines.base import (
     LOG_LIMIT,
     CommitOp,
@@ -126,7 +126,7 @@ def _glob_escape(text: str) -> str:
     return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
 
 
-class RedisEngine(Engine):
+class RedisEngine(redis_lease.RedisLeases, Engine):
     """Redis standalone (`redis://`, `rediss://`), Cluster (`redis+cluster://`) or Sentinel
     (`redis+sentinel://`); options are passed on to the redis-py client."""
 
@@ -457,6 +457,10 @@ class RedisEngine(Engine):
     def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         with self._guard:
             return redis_usage.read(self._client, self._usage_key(agent))
+
+    def usage_agents(self) -> list[str]:
+        with self._guard:
+            return redis_usage.agents(self._client, self.prefix, _glob_escape(self.prefix))
 
     # ------------------------------------------------------------------ life cycle
 

@@ -61,6 +61,14 @@ def add(
         client.register_script(LATEST)(keys=[f"{key}/at"], args=times)
 
 
+def agents(client: Client, prefix: str, escaped: str) -> list[str]:
+    """The agents with a counts hash under `prefix` (`<prefix>agents/{A}/usage`) by SCAN;
+    `escaped`: the prefix with glob characters escaped."""
+    start = len(prefix) + len("agents/{")
+    keys = cast(list[bytes], list(client.scan_iter(match=f"{escaped}agents/{{*}}/usage")))
+    return sorted({k.decode()[start : -len("}/usage")] for k in keys})
+
+
 def read(client: Client, key: str) -> dict[tuple[str, str], UsageStat]:
     """The counts of hash `key` with the times of `key`/at (0.0 where none was recorded)."""
     pipe = client.pipeline(transaction=False)

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from skillfs.engines import sqlite_lease
 from skillfs.engines.base import (
     LOG_LIMIT,
     USAGE_MAX,
@@ -33,7 +34,7 @@ from skillfs.model import Change, Manifest, Revision, Scope, UsageStat
 from skillfs.names import check_domain
 
 #: The schema this code writes; `PRAGMA user_version` of the file.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Seconds a statement waits for another writer's lock before StoreUnavailable.
 TIMEOUT = 5.0
 #: Longest sleep between two checks for other processes' commits while `changes` waits.
@@ -68,6 +69,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: (  # when each (user, skill) was last used; 0: before this was recorded
         "ALTER TABLE usage ADD COLUMN last_used REAL NOT NULL DEFAULT 0",
     ),
+    4: (sqlite_lease.CREATE,),  # one holder per lease (docs/governance.md, "Curation")
 }
 
 
@@ -100,7 +102,7 @@ def _is_domain(name: str) -> bool:
     return True
 
 
-class SqliteEngine(Engine):
+class SqliteEngine(sqlite_lease.SqliteLeases, Engine):
     """One SQLite file; safe for many threads and several processes on one host."""
 
     def __init__(self, url: str) -> None:
@@ -443,6 +445,13 @@ class SqliteEngine(Engine):
             (self._domain(f"agents/{agent}"),),
         )
         return {(user, skill): UsageStat(n, float(t)) for user, skill, n, t in rows}
+
+    def usage_agents(self) -> list[str]:
+        start, end = self._range(self._domain("agents/"))
+        rows = self._db.query(
+            "SELECT DISTINCT agent FROM usage WHERE agent >= ? AND agent < ?", (start, end)
+        )
+        return sorted(agent[len(start) :] for (agent,) in rows)
 
     # ------------------------------------------------------------------ life cycle
 

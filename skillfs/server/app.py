@@ -35,6 +35,7 @@ from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.admin import Admin
 from skillfs.server.backend import Backend, Caps
+from skillfs.server.curator import CurateConfig, Curator
 from skillfs.server.http import ASGIApp, HttpPort
 from skillfs.server.metrics import Metrics
 from skillfs.server.reader import Reader
@@ -77,6 +78,8 @@ class ServerConfig(BaseModel):
     max_concurrent_rpcs: int | None = None
     caps: Caps = Caps()
     max_message_mib: int = 16
+    #: Curation by one elected server per interval (docs/governance.md); None: off.
+    curate: CurateConfig | None = None
 
 
 class SkillfsServer:
@@ -86,6 +89,11 @@ class SkillfsServer:
         self.config = config
         self.tokens = Tokens(config.tokens)
         self.store = open_store(sized_store_url(config.store, config.max_workers + POOL_EXTRA))
+        try:
+            self.curator = Curator(self.store, config.curate) if config.curate else None
+        except SkillfsError:
+            self.store.close()
+            raise
         self.metrics = Metrics()
         self.backend = Backend(
             self.store, self.tokens, self.metrics, config.max_workers, config.caps
@@ -201,6 +209,8 @@ class SkillfsServer:
         self._await(self._start_grpc())
         if self.http is not None:
             self.http.start()
+        if self.curator is not None:
+            self.curator.start()
         log.info(
             "serving",
             extra={
@@ -231,6 +241,8 @@ class SkillfsServer:
             self._stopped.wait()
             return
         self._stop.set()
+        if self.curator is not None:
+            self.curator.stop()
         self._await(self._stop_grpc(self.config.grace if grace is None else grace))
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._loop_thread.join(5)

@@ -1,0 +1,133 @@
+"""`skillfs curate` (docs/governance.md, "Curation"): stale skills, skills to archive and
+near-duplicate pairs of an agent or a market, with the reason of each; `--apply` archives."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from skillfs.commands.common import (
+    OPERATE,
+    JsonOption,
+    StoreOption,
+    TokenOption,
+    command,
+    emit_json,
+    iso,
+    opened,
+    out,
+    plural,
+    shown,
+)
+from skillfs.curation import CuratedSkill, CurationReport, DuplicatePair, SkillRef
+from skillfs.durations import parse_duration
+from skillfs.errors import InvalidPath
+
+
+def _duration(text: str, option: str) -> float:
+    try:
+        return parse_duration(text, option)
+    except InvalidPath as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None
+
+
+@command("curate", OPERATE)
+def curate(
+    target: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[AGENT]",
+            show_default=False,
+            help="An agent id, or markets/NAME for a market (default: every agent).",
+        ),
+    ] = None,
+    apply: Annotated[
+        bool,
+        typer.Option("--apply", help="Archive the skills to archive (default: report only)."),
+    ] = False,
+    stale_after: Annotated[
+        str, typer.Option("--stale-after", metavar="DURATION", help="Stale when idle this long.")
+    ] = "30d",
+    archive_after: Annotated[
+        str,
+        typer.Option("--archive-after", metavar="DURATION", help="Archive when idle this long."),
+    ] = "90d",
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Report skills idle for --stale-after (stale) or --archive-after (to archive) and pairs
+    of near-duplicate skills, each with why. Idle: neither used nor changed. With --apply the
+    skills to archive move to .archive/ (restorable), each re-checked just before."""
+    stale = _duration(stale_after, "--stale-after")
+    cutoff = _duration(archive_after, "--archive-after")
+    with opened(store_url, token) as store:
+        targets = [target] if target is not None else store.agents()
+        reports = [store.curate(t, stale, cutoff, dry_run=not apply) for t in targets]
+    if as_json:
+        emit_json([_plain(r) for r in reports])
+        return
+    if not reports:
+        out.print("no agents to curate")
+    for report in reports:
+        _print(report)
+
+
+def _plain(report: CurationReport) -> dict[str, Any]:
+    """The report as JSON, scopes as the CLI writes them (shared:AGENT, ...), times in ISO."""
+
+    def skill(item: CuratedSkill) -> dict[str, Any]:
+        data = item.model_dump(mode="json")
+        data["scope"] = str(item.scope)
+        data["idle_since"] = iso(item.idle_since)
+        data["last_used"] = None if item.last_used is None else iso(item.last_used)
+        return data
+
+    def pair(p: DuplicatePair) -> dict[str, Any]:
+        data = p.model_dump(mode="json")
+        data["a"] = {"scope": str(p.a.scope), "skill": p.a.skill}
+        data["b"] = {"scope": str(p.b.scope), "skill": p.b.skill}
+        return data
+
+    data = report.model_dump(mode="json")
+    data["now"] = iso(report.now)
+    for key in ("stale", "to_archive", "archived", "skipped"):
+        data[key] = [skill(i) for i in getattr(report, key)]
+    data["duplicates"] = [pair(p) for p in report.duplicates]
+    return data
+
+
+def _print(report: CurationReport) -> None:
+    counts = [
+        plural(len(report.stale), "stale skill"),
+        f"{len(report.to_archive)} to archive",
+        plural(report.duplicates_total, "near-duplicate pair"),
+    ]
+    if report.duplicates_total > len(report.duplicates):
+        counts[-1] += f" (the {len(report.duplicates)} most alike listed)"
+    if report.dry_run:
+        tail = " (a report: --apply archives)" if report.to_archive else ""
+    else:
+        tail = f"; archived {len(report.archived)}, skipped {len(report.skipped)}"
+    out.print(
+        f"[bold]{shown(report.domain)}[/bold]: {plural(report.skills, 'skill')}, "
+        + ", ".join(counts) + tail
+    )  # fmt: skip
+    shown_archive = report.to_archive if report.dry_run else []
+    rows = [
+        *(["stale", _name(i), shown(i.reason)] for i in report.stale),
+        *(["archive", _name(i), shown(i.reason)] for i in shown_archive),
+        *(["archived", _name(i), shown(i.reason)] for i in report.archived),
+        *(["skipped", _name(i), shown(i.reason)] for i in report.skipped),
+        *(
+            ["duplicate", f"{_name(p.a)} ~ {_name(p.b)}", shown(p.reason)]
+            for p in report.duplicates
+        ),
+    ]
+    for what, name, why in rows:  # whole reasons: a cut one would say nothing
+        out.print(f"  {what:<9}  {name}: {why}")
+
+
+def _name(item: CuratedSkill | SkillRef) -> str:
+    return shown(f"{item.scope}/{item.skill}")

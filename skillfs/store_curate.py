@@ -1,0 +1,240 @@
+"""Curation (docs/governance.md, "Curation"): which skills of an agent or a market are stale,
+which to archive, which are near-duplicates — and, applied, the archiving. `Store` takes
+`curate` from `Curation`; the report and the similarity rules are pure
+(skillfs/curation.py, skillfs/similarity.py); each archive is one commit of `Store.archive`."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from skillfs.curation import (
+    DUPLICATE_THRESHOLD,
+    CuratedSkill,
+    CurationReport,
+    DuplicatePair,
+    SkillRef,
+    curated,
+    idle,
+    near_duplicates,
+)
+from skillfs.durations import format_duration, parse_duration
+from skillfs.errors import Conflict, InvalidPath, NotFound
+from skillfs.model import Manifest, Scope, UsageStat, usage_by_skill
+from skillfs.names import check_domain, is_hidden_dir
+from skillfs.skill_md import SKILL_MD, parse_skill_md
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from skillfs.engines.base import Engine
+    from skillfs.model import CommitResult, FileEntry
+
+log = logging.getLogger(__name__)
+
+#: Usage is read again before an archive when the last read is older than this (seconds):
+#: fresher than a worker's usage batch (5 s), without one full read per archived skill.
+RECHECK = 1.0
+#: (scope, skill) -> its usage over the users (or agents) it is looked up for.
+Uses = Callable[[Scope, str], UsageStat | None]
+
+
+class Curation:
+    """`curate` of `Store`."""
+
+    if TYPE_CHECKING:
+        engine: Engine
+        clock: Callable[[], float]
+
+        def _retrying(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
+
+        def agents(self) -> list[str]: ...
+
+        def manifests(
+            self, scope: Scope, skills: Sequence[str] | None = None, *, deleted: bool = False
+        ) -> dict[str, Manifest]: ...
+
+        def read_entries(self, entries: Sequence[FileEntry]) -> dict[str, bytes]: ...
+
+        def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]: ...
+
+        def archive(
+            self,
+            scope: Scope,
+            skill: str,
+            reason: str = "",
+            *,
+            expected_version: int | None = None,
+            replace: bool = False,
+            actor: str | None = None,
+        ) -> CommitResult: ...
+
+    def curate(
+        self,
+        target: str,
+        stale_after: float | str = "30d",
+        archive_after: float | str = "90d",
+        *,
+        dry_run: bool = True,
+        now: float | None = None,
+        duplicate_threshold: float = DUPLICATE_THRESHOLD,
+        actor: str | None = None,
+    ) -> CurationReport:
+        """Report an agent's (all its scopes; by id or `agents/A`) or a market's
+        (`markets/M`) skills idle for `stale_after` (stale) or `archive_after` (to archive)
+        and its near-duplicate pairs, each with its reason. Durations are seconds or text
+        (`30d`, `2h`). Idle means neither used (by the usage's last-used times) nor
+        committed since; `now` defaults to the store's clock.
+
+        With `dry_run=False` each skill to archive is archived (`Store.archive`, one commit
+        each, by `actor`) after its last use is read again: one used or changed meanwhile is
+        left in place and reported in `skipped` with why."""
+        stale = parse_duration(stale_after, "stale_after")
+        cutoff = parse_duration(archive_after, "archive_after")
+        if cutoff < stale:
+            raise InvalidPath(
+                f"archive_after ({format_duration(cutoff)}) is shorter than stale_after "
+                f"({format_duration(stale)}): a skill is stale before it is archived"
+            )
+        if not 0 < duplicate_threshold <= 1:
+            raise InvalidPath(f"duplicate_threshold {duplicate_threshold} is not in (0, 1]")
+        domain = self._curated_domain(target)
+        at = self.clock() if now is None else now
+        skills = [
+            (scope, m)
+            for scope in self._retrying(self.engine.scopes, domain)
+            for m in sorted(self.manifests(scope).values(), key=lambda m: m.skill)
+            if _curatable(m)
+        ]
+        uses = self._uses(domain)
+        stale_list: list[CuratedSkill] = []
+        to_archive: list[CuratedSkill] = []
+        for scope, m in skills:
+            stat = uses(scope, m.skill)
+            since = idle(m, stat, at)[0]
+            if at - since >= cutoff:
+                verdict = f"to archive (idle {format_duration(cutoff)} or more)"
+                to_archive.append(curated(scope, m, stat, at, verdict))
+            elif at - since >= stale:
+                verdict = f"stale (idle {format_duration(stale)} or more)"
+                stale_list.append(curated(scope, m, stat, at, verdict))
+        duplicates, total = self._duplicates(skills, duplicate_threshold)
+        report = CurationReport(
+            domain=domain,
+            now=at,
+            stale_after=stale,
+            archive_after=cutoff,
+            dry_run=dry_run,
+            skills=len(skills),
+            stale=stale_list,
+            to_archive=to_archive,
+            duplicates=duplicates,
+            duplicates_total=total,
+        )
+        if dry_run:
+            return report
+        archived, skipped = self._archive_idle(domain, to_archive, now, cutoff, actor)
+        return report.model_copy(update={"archived": archived, "skipped": skipped})
+
+    def _curated_domain(self, target: str) -> str:
+        """`agents/A` or `markets/M` from an agent id or a domain; NotFound when never written."""
+        domain = target if "/" in target else f"agents/{target}"
+        check_domain(domain)
+        known = self._retrying(self.engine.domains)
+        if domain not in known:
+            raise NotFound(
+                f"nothing to curate: {domain} has never held a skill; known: "
+                + (", ".join(known[:50]) or "none")
+            )
+        return domain
+
+    def _uses(self, domain: str) -> Uses:
+        """How a skill's usage is looked up, read once: a user's skill by that user's loads
+        of its name; a shared skill by every user's (a user's own override counts too, so
+        curation errs towards keeping); a market skill by every agent's."""
+        kind, _, ident = domain.partition("/")
+        if kind == "markets":
+            merged: dict[str, UsageStat] = {}
+            known = self._retrying(self.engine.usage_agents)
+            for agent in known if known is not None else self.agents():
+                for skill, stat in usage_by_skill(self.usage_detail(agent)).items():
+                    had = merged.get(skill, UsageStat(0, 0.0))
+                    merged[skill] = UsageStat(
+                        min(had.count + stat.count, 2**63 - 1),
+                        max(had.last_used, stat.last_used),
+                    )
+            return lambda scope, skill: merged.get(skill)
+        detail = self.usage_detail(ident)
+        by_skill = usage_by_skill(detail)
+
+        def look(scope: Scope, skill: str) -> UsageStat | None:
+            if scope.user_id is not None:
+                return detail.get((scope.user_id, skill))
+            return by_skill.get(skill)
+
+        return look
+
+    def _duplicates(
+        self, skills: Sequence[tuple[Scope, Manifest]], threshold: float
+    ) -> tuple[list[DuplicatePair], int]:
+        """Near-duplicate pairs (and how many in all) among the enabled skills (descriptions
+        from the manifests, bodies from SKILL.md, read in one batch)."""
+        enabled = [(s, m) for s, m in skills if not m.disabled and SKILL_MD in m.files]
+        texts = self.read_entries([m.files[SKILL_MD] for _, m in enabled])
+        bodies = [parse_skill_md(texts[m.files[SKILL_MD].sha256]).body for _, m in enabled]
+        descriptions = [str((m.frontmatter or {}).get("description") or "") for _, m in enabled]
+        refs = [SkillRef(scope=s, skill=m.skill) for s, m in enabled]
+        return near_duplicates(refs, descriptions, bodies, threshold)
+
+    def _archive_idle(
+        self,
+        domain: str,
+        items: Sequence[CuratedSkill],
+        now: float | None,
+        cutoff: float,
+        actor: str | None,
+    ) -> tuple[list[CuratedSkill], list[CuratedSkill]]:
+        """Archive each item whose last use, read again just before (at most RECHECK seconds
+        before), is still outside the window; the others are skipped with the reason."""
+        archived: list[CuratedSkill] = []
+        skipped: list[CuratedSkill] = []
+        uses: Uses | None = None
+        read_at = 0.0
+        for item in items:
+            at = self.clock() if now is None else now
+            m = self.manifests(item.scope, [item.skill]).get(item.skill)
+            if m is None or not _curatable(m):
+                skipped.append(_note(item, "gone or changed meanwhile, left as it is"))
+                continue
+            if uses is None or time.monotonic() - read_at > RECHECK:
+                uses, read_at = self._uses(domain), time.monotonic()
+            stat = uses(item.scope, item.skill)
+            since = idle(m, stat, at)[0]
+            if at - since < cutoff:
+                ago = format_duration(max(0.0, at - since))
+                skipped.append(_note(item, f"used or changed {ago} ago meanwhile, kept"))
+                continue
+            after = format_duration(cutoff)
+            why = f"curation: idle {format_duration(at - since)} (archive after {after})"
+            try:
+                self.archive(
+                    item.scope, item.skill, why, expected_version=m.version, replace=True,
+                    actor=actor,
+                )  # fmt: skip
+            except (Conflict, NotFound, InvalidPath) as exc:
+                skipped.append(_note(item, f"not archived: {exc}"))
+                continue
+            log.info("archived %s/%s: %s", item.scope, item.skill, why)
+            archived.append(curated(item.scope, m, stat, at, "archived"))
+        return archived, skipped
+
+
+def _curatable(m: Manifest) -> bool:
+    """A skill with files: not a tombstone, not a user's hiding entry, not a side entry."""
+    return not m.deleted and bool(m.files) and not is_hidden_dir(m.skill)
+
+
+def _note(item: CuratedSkill, why: str) -> CuratedSkill:
+    return item.model_copy(update={"reason": f"{item.reason}; {why}"})

@@ -1,0 +1,274 @@
+"""Curation (docs/governance.md, "Curation"): the report of stale skills, skills to archive and
+near-duplicate pairs with their reasons, on every engine and topology (the `store` fixture,
+with skills committed by a store whose clock is in the past and usage at chosen times);
+applying it archives (restorable) and never a skill used meanwhile; bad input writes nothing;
+the similarity join agrees with brute force; `skillfs curate` on SQLite."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import skillfs
+from skillfs import Scope
+from skillfs.curation import SkillRef, near_duplicates
+from skillfs.durations import parse_duration
+from skillfs.errors import InvalidPath, NotFound
+from skillfs.similarity import jaccard, shingles, similar_pairs
+from tests.cli_helpers import as_json, ok, run
+from tests.helpers import skill_md
+
+BOT = "support-bot"
+SHARED, ALICE, BOB = Scope.shared(BOT), Scope.user(BOT, "alice"), Scope.user(BOT, "bob")
+MARKET = Scope.market("team")
+DAY = 86400.0
+NOW = time.time()  # the report's `now`; usage is recorded at times before it
+REVIEW = (
+    "Read the diff carefully. Check each changed function for missing tests, unclear names "
+    "and unhandled errors. Report every finding as a list with its file and line."
+)
+
+
+def _md(name: str, description: str, body: str) -> dict[str, bytes]:
+    return {"SKILL.md": skill_md(name, body, description=description)}
+
+
+def _aged(url: str, days: float) -> skillfs.Store:
+    """A client of the same store whose commits are stamped `days` before NOW."""
+    return skillfs.open_store(url, clock=lambda: NOW - days * DAY, actor="setup")
+
+
+@pytest.fixture
+def fleet(store: skillfs.Store, store_url: str) -> Iterator[skillfs.Store]:
+    """An agent whose skills were committed 200 days ago (one today), used at chosen times:
+
+    review       shared, used by bob an hour ago                      -> kept
+    review-copy  shared, nearly review, never used                    -> to archive, duplicate
+    deploy       shared, used by alice 40 days ago                    -> stale
+    notes        alice's own, never used                              -> to archive
+    off          shared, disabled 200 days ago                        -> to archive (disabled)
+    today        shared, committed today, never used                  -> kept
+    bob hides deploy from himself (an entry without files)            -> not a skill, left out
+    """
+    with _aged(store_url, 200) as old:
+        review = _md("review", "Reviews code changes for bugs and style", REVIEW)
+        old.publish(SHARED, "review", review)
+        old.publish(
+            SHARED,
+            "review-copy",
+            _md("review-copy", "Reviews code changes for bugs.", REVIEW + " Be kind."),
+        )
+        old.publish(SHARED, "deploy", _md("deploy", "Deploys the service", "Run make deploy."))
+        old.publish(ALICE, "notes", _md("notes", "Takes meeting notes", "Write down owners."))
+        old.publish(SHARED, "off", _md("off", "An old experiment", "Try things."))
+        old.disable(SHARED, "off", reason="superseded")
+        old.disable(BOB, "deploy", reason="not for bob")
+    store.publish(SHARED, "today", _md("today", "Brand new", "Fresh instructions."))
+    store.record_usage(
+        BOT,
+        {("bob", "review"): 4, ("alice", "deploy"): 2},
+        {("bob", "review"): NOW - 3600, ("alice", "deploy"): NOW - 40 * DAY},
+    )
+    yield store
+
+
+def _names(items: list[skillfs.CuratedSkill]) -> list[str]:
+    return [f"{i.scope}/{i.skill}" for i in items]
+
+
+def test_report(fleet: skillfs.Store) -> None:
+    report = fleet.curate(BOT, now=NOW)
+    assert report.domain == f"agents/{BOT}" and report.dry_run and report.skills == 6
+    assert (report.stale_after, report.archive_after) == (30 * DAY, 90 * DAY)
+    assert _names(report.stale) == [f"{SHARED}/deploy"]
+    (deploy,) = report.stale
+    assert deploy.uses == 2 and deploy.last_used == pytest.approx(NOW - 40 * DAY)
+    assert deploy.reason == "last used 40 days ago: stale (idle 30 days or more)"
+    assert sorted(_names(report.to_archive)) == [
+        f"{SHARED}/off", f"{SHARED}/review-copy", f"{ALICE}/notes"
+    ]  # fmt: skip
+    why = {i.skill: i for i in report.to_archive}
+    assert why["notes"].last_used is None and why["notes"].uses == 0
+    assert why["notes"].reason == (
+        "never used; version 1 committed 200 days ago: to archive (idle 90 days or more)"
+    )
+    assert why["off"].disabled and "disabled (superseded)" in why["off"].reason
+    assert why["review-copy"].idle_seconds == pytest.approx(200 * DAY, abs=5)
+    (pair,) = report.duplicates
+    assert report.duplicates_total == 1
+    assert (pair.a.skill, pair.b.skill) == ("review", "review-copy")
+    assert pair.description_similarity == pytest.approx(5 / 7, abs=0.001)  # under 0.8
+    assert pair.body_similarity == pytest.approx(25 / 27, abs=0.001)
+    assert pair.reason == "SKILL.md bodies 93% alike; merge them or tell them apart"
+    assert fleet.skills(SHARED) == ["deploy", "off", "review", "review-copy", "today"]  # a report
+    assert skillfs.CurationReport.model_validate_json(report.model_dump_json()) == report
+    assert fleet.curate(f"agents/{BOT}", now=NOW) == report  # by domain; deterministic
+
+
+def test_windows_and_threshold(fleet: skillfs.Store) -> None:
+    wide = fleet.curate(BOT, stale_after="1d", archive_after="300d", now=NOW)
+    assert sorted(i.skill for i in wide.stale) == ["deploy", "notes", "off", "review-copy"]
+    assert wide.to_archive == []  # nothing idle 300 days
+    assert fleet.curate(BOT, duplicate_threshold=0.99, now=NOW).duplicates == []
+    later = fleet.curate(BOT, stale_after=3600 * 2, archive_after=3600 * 3, now=NOW + 3 * 3600)
+    assert "review" in {i.skill for i in later.to_archive}  # its last use is 4 hours ago then
+
+
+def test_apply_archives_restorably(fleet: skillfs.Store) -> None:
+    report = fleet.curate(BOT, dry_run=False, now=NOW, actor="curator:test")
+    assert not report.dry_run and report.skipped == []
+    assert sorted(_names(report.archived)) == sorted(_names(report.to_archive))
+    assert fleet.skills(SHARED) == ["deploy", "review", "today"]
+    assert fleet.skills(ALICE) == []
+    assert fleet.manifest(ALICE, ".archive/notes").files  # moved, files kept
+    actor = "admin" if fleet.url.startswith("grpc") else "curator:test"  # a server: its token
+    off = fleet.manifest(SHARED, ".archive/off")
+    assert off.disabled and off.actor == actor
+    assert "curation: idle 200 days" in off.message
+    audit = fleet.audit(BOT, actor=actor)
+    assert {(str(e.scope), e.skill) for e in audit} >= {(str(ALICE), "notes")}
+    again = fleet.curate(BOT, dry_run=False, now=NOW)
+    assert again.skills == 3 and again.to_archive == [] and again.archived == []
+    fleet.restore(ALICE, "notes")
+    assert fleet.skills(ALICE) == ["notes"]
+    assert fleet.read(ALICE, "notes", "SKILL.md") == skill_md(
+        "notes", "Write down owners.", description="Takes meeting notes"
+    )
+
+
+def test_apply_skips_a_skill_used_meanwhile(fleet: skillfs.Store, store_url: str) -> None:
+    """A worker records a use of the first skill to archive after the report is made and
+    before it is archived: curation reads the use again and leaves that skill in place."""
+    first = min(fleet.curate(BOT, now=NOW).to_archive, key=lambda i: (str(i.scope), i.skill))
+    user = first.scope.user_id or "carol"
+    calls = itertools.count()
+
+    def clock() -> float:
+        if next(calls) == 1:  # the re-check before the first archive
+            with skillfs.open_store(store_url) as worker:
+                worker.record_usage(BOT, {(user, first.skill): 1}, {(user, first.skill): NOW})
+        return NOW
+
+    with skillfs.open_store(store_url, clock=clock) as curator:
+        report = curator.curate(BOT, dry_run=False)
+    assert _names(report.skipped) == [f"{first.scope}/{first.skill}"]
+    assert report.skipped[0].reason.endswith("used or changed 0 seconds ago meanwhile, kept")
+    assert len(report.archived) == len(report.to_archive) - 1
+    assert first.skill in fleet.skills(first.scope)
+
+
+def test_market_skills_by_every_agents_use(store: skillfs.Store, store_url: str) -> None:
+    """A market skill is used when any agent used it, also one holding no skill of its own."""
+    with _aged(store_url, 100) as old:
+        old.publish(MARKET, "used", _md("used", "Used by one agent", "Body one."))
+        old.publish(MARKET, "unused", _md("unused", "Used by nobody", "Body two."))
+        if store_url.startswith("grpc"):  # a server lists only the agents holding skills
+            old.publish(Scope.shared("other-bot"), "x", _md("x", "Its own", "Body three."))
+    store.record_usage("other-bot", {("u", "used"): 1}, {("u", "used"): NOW - DAY})
+    report = store.curate("markets/team", now=NOW)
+    assert [i.skill for i in report.to_archive] == ["unused"]
+    assert report.stale == []
+
+
+def test_bad_input_writes_nothing(fleet: skillfs.Store) -> None:
+    for kwargs, says in [
+        ({"stale_after": "90d", "archive_after": "30d"}, "shorter than stale_after"),
+        ({"stale_after": "soon"}, "invalid stale_after 'soon'"),
+        ({"archive_after": -5}, "invalid archive_after -5"),
+        ({"stale_after": 0}, "invalid stale_after 0"),
+        ({"duplicate_threshold": 1.5}, r"not in \(0, 1\]"),
+    ]:
+        with pytest.raises(InvalidPath, match=says):
+            fleet.curate(BOT, dry_run=False, now=NOW, **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(NotFound, match="agents/nobody has never held a skill"):
+        fleet.curate("nobody", dry_run=False, now=NOW)
+    with pytest.raises(InvalidPath, match="invalid domain"):
+        fleet.curate("teams/x", now=NOW)
+    assert fleet.skills(SHARED) == ["deploy", "off", "review", "review-copy", "today"]
+    assert fleet.skills(ALICE) == ["notes"]
+
+
+# ---------------------------------------------------------------------------- pure parts
+
+
+def _brute(sets: list[frozenset[str]], t: float) -> dict[tuple[int, int], float]:
+    pairs = itertools.combinations(range(len(sets)), 2)
+    return {(i, j): s for i, j in pairs if (s := jaccard(sets[i], sets[j])) >= t}
+
+
+@pytest.mark.parametrize("threshold", [0.3, 0.5, 0.8, 1.0])
+def test_similarity_join_agrees_with_brute_force(threshold: float) -> None:
+    rng = random.Random(7)
+    vocab = [f"w{i}" for i in range(40)]
+    base = [frozenset(rng.sample(vocab, rng.randint(1, 12))) for _ in range(40)]
+    mutated = [frozenset([*list(s)[1:], rng.choice(vocab)]) for s in base]  # near copies
+    sets = [*base, *mutated, frozenset()]
+    assert similar_pairs(sets, threshold) == _brute(sets, threshold)
+
+
+def test_near_duplicates_are_deterministic(fleet: skillfs.Store) -> None:
+    first = fleet.curate(BOT, now=NOW).duplicates
+    assert fleet.curate(BOT, now=NOW).duplicates == first
+    assert shingles("Deploy the  service, then WATCH.", 2) == frozenset(
+        {"deploy the", "the service", "service then", "then watch"}
+    )
+    assert shingles("one", 3) == frozenset({"one"}) and shingles("", 3) == frozenset()
+
+
+def test_identical_copies_are_counted_not_all_listed() -> None:
+    refs = [SkillRef(scope=Scope.user(BOT, f"u{i:02}"), skill="copy") for i in range(30)]
+    refs.append(SkillRef(scope=SHARED, skill="other"))
+    descs = ["Reviews code"] * 30 + ["Something else entirely"]
+    bodies = [REVIEW] * 30 + ["Unrelated words here."]
+    pairs, total = near_duplicates(refs, descs, bodies, limit=10)
+    assert total == 30 * 29 // 2 and len(pairs) == 10
+    assert [(p.a.scope.user_id, p.b.scope.user_id) for p in pairs[:3]] == [
+        ("u00", "u01"), ("u00", "u02"), ("u00", "u03")
+    ]  # fmt: skip
+    assert all(p.reason.endswith("(the same name: an override that may no longer differ)")
+               for p in pairs)  # fmt: skip
+    assert near_duplicates(refs[::-1], descs[::-1], bodies[::-1], limit=10) == (pairs, total)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30d", 30 * DAY), ("2h", 7200.0), ("30m", 1800.0), ("45s", 45.0), ("1w", 7 * DAY),
+     ("1.5h", 5400.0), ("90", 90.0), (12, 12.0)],
+)  # fmt: skip
+def test_durations(text: str | float, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "7x", "d", "-1h", "nan", "inf", "0s"])
+def test_bad_durations(text: str) -> None:
+    with pytest.raises(InvalidPath, match="such as 30d, 2h, 30m or 45s"):
+        parse_duration(text, "--curate-every")
+
+
+# ---------------------------------------------------------------------------- the CLI
+
+
+def test_cli(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'skills.db'}"
+    with _aged(url, 200) as old:
+        old.publish(SHARED, "old", _md("old", "Old one", "Old body."))
+        old.publish(SHARED, "kept", _md("kept", "Kept one", "Kept body."))
+        old.record_usage(BOT, {("u", "kept"): 1}, {("u", "kept"): time.time() - 40 * DAY})
+    text = ok(url, "curate").stdout
+    assert f"agents/{BOT}: 2 skills, 1 stale skill, 1 to archive" in text
+    assert f"archive    shared:{BOT}/old: never used; version 1 committed 200 days ago" in text
+    assert f"stale      shared:{BOT}/kept: last used 40 days ago" in text
+    (data,) = as_json(url, "curate", BOT, "--archive-after", "300d")
+    assert data["to_archive"] == [] and data["stale"][1]["scope"] == f"shared:{BOT}"
+    assert [i["skill"] for i in data["stale"]] == ["kept", "old"]
+    bad = run(url, "curate", "--stale-after", "7x")
+    assert bad.exit_code == 2 and "invalid --stale-after '7x'" in bad.stderr
+    (applied,) = as_json(url, "curate", BOT, "--apply")
+    assert [i["skill"] for i in applied["archived"]] == ["old"]
+    assert ok(url, "ls", "--scope", f"shared:{BOT}").stdout.count("kept") == 1
+    assert "archived 0, skipped 0" in ok(url, "curate", BOT, "--apply").stdout
