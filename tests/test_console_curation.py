@@ -4,6 +4,8 @@ refused with nothing written."""
 
 from __future__ import annotations
 
+import time
+
 import skillfs
 from skillfs.model import File, Scope
 from skillfs.names import archive_entry
@@ -55,3 +57,38 @@ def test_restore_onto_a_live_skill_writes_nothing(client: Client, store: skillfs
     store.publish(user, "mine", {"SKILL.md": File(md.replace(b"release-notes", b"mine"))})
     store.archive(user, "mine")
     assert 'data-archived="mine"' in client.get(CURATION).text
+
+
+def test_report_and_apply(client: Client, store: skillfs.Store) -> None:
+    """Both example skills were committed now; seen 100 days later, release-notes (unused)
+    is to archive and code-reviewer (used 10 days ago) is not even stale."""
+    later = time.time() + 100 * 86400
+    store.record_usage(
+        AGENT, {("alice", "code-reviewer"): 3}, {("alice", "code-reviewer"): later - 10 * 86400}
+    )
+    store.clock = lambda: later
+    page = client.get(CURATION)
+    assert page.status == 200
+    to_archive = page.text.split('id="to-archive"', 1)[1].split("</table>", 1)[0]
+    assert 'data-skill="release-notes"' in to_archive and "never used" in to_archive
+    assert 'data-skill="code-reviewer"' not in page.text
+    assert "Nothing stale." in page.text
+    shorter = client.get(CURATION + "?stale_after=1d&archive_after=200d")
+    assert 'id="to-archive"' not in shorter.text
+    stale = shorter.text.split('id="stale"', 1)[1].split("</table>", 1)[0]
+    assert 'data-skill="release-notes"' in stale and 'data-skill="code-reviewer"' in stale
+    bad = client.get(CURATION + "?stale_after=9d&archive_after=2d")
+    assert bad.status == 400 and "shorter than stale_after" in bad.text
+
+    reader = Client(client.app)
+    reader.sign_in(READER)
+    assert "needs an admin grant" in reader.get(CURATION).text
+    denied = reader.post(CURATION, {"stale_after": "30d", "archive_after": "90d"})
+    assert denied.status == 403 and "release-notes" in store.skills(SHARED)
+
+    r = client.post(CURATION, {"stale_after": "30d", "archive_after": "90d"})
+    assert r.status == 200 and "Archived 1 idle skill(s): release-notes" in r.text
+    assert "release-notes" not in store.skills(SHARED) and "code-reviewer" in store.skills(SHARED)
+    assert 'data-archived="release-notes"' in r.text
+    archived = next(e for e in store.audit(AGENT) if e.action == "archive")
+    assert archived.actor == "ops"

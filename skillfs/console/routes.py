@@ -94,6 +94,8 @@ PAGES = [
     Page("GET", "/markets/{market}/drafts", review.market_queue),
     Page("GET", "/agents/{agent}/curation", curation.agent_curation),
     Page("GET", "/markets/{market}/curation", curation.market_curation),
+    Page("POST", "/agents/{agent}/curation", curation.apply_agent, "form"),
+    Page("POST", "/markets/{market}/curation", curation.apply_market, "form"),
     Page("GET", "/agents/{agent}/shared", agents.to_agent),
     Page("GET", "/agents/{agent}/users/{user}", worker.worker_page),
     Page("GET", "/markets/{market}", agents.to_market),
