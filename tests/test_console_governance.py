@@ -271,3 +271,21 @@ def _user_client(store: skillfs.Store, user: str) -> Client:
     """A console session of a token that may read `user`'s scope and the shared scope."""
     grants = [f"agent:{AGENT}/shared:read", f"agent:{AGENT}/user:{user}:read"]
     return _scoped_client(store, grants)
+
+
+def test_hide_a_market_skill_from_one_user(client: Client, store: skillfs.Store) -> None:
+    md = GOOD_MD.replace(b"greeter", b"team-greeter")
+    store.publish(Scope.market("team"), "team-greeter", {"SKILL.md": md})
+    view = client.get("/agents/support-bot/users/alice/?market=team")
+    assert 'data-skill="team-greeter"' in view.text
+    r = client.post(
+        skill_url("team-greeter", "disable", scope=ALICE),
+        {"expected": "0", "reason": "not for alice"},
+    )
+    assert r.status == 200 and "Hid team-greeter from alice" in r.text
+    assert "market team" in r.text  # the hiding entry's page names what it hides
+    view = client.get("/agents/support-bot/users/alice/?market=team")
+    assert 'data-skill="team-greeter"' not in view.text
+    assert 'data-left-out="team-greeter"' in view.text
+    with skillfs.Skills(store, AGENT, "bob", layers=[skillfs.Market("team")]) as skills:
+        assert "team-greeter" in skills.snapshot().prompt()
