@@ -4,7 +4,10 @@ A token is looked up by its SHA-256, so the config may hold hashes instead of se
 lookup never compares secrets byte by byte. A grant is `RESOURCE:LEVEL`:
 
     RESOURCE := "*" | "agent:" ID ["/shared" | "/user:" ID] | "market:" ID      ID := id | "*"
-    LEVEL    := "read" | "write" | "admin"        (each includes the ones before it)
+    LEVEL    := "read" | "propose" | "write" | "admin"   (each includes the ones before it)
+
+`propose` may write drafts (the entries `_drafts/<name>`, docs/governance.md) and nothing
+live: the server asks the level `write_level` names for each entry a write touches.
 
 Receipts are HMACs over (token, blob, size, time issued) under a key every server of one
 deployment shares (from the tokens config): a server that sees one knows that this token
@@ -32,7 +35,7 @@ from pydantic import BaseModel, ConfigDict
 
 from skillfs.errors import InvalidPath, PermissionDenied
 from skillfs.model import Access, Scope
-from skillfs.names import check_id
+from skillfs.names import DRAFTS, check_id
 
 ENV_TOKENS = "SKILLFS_TOKENS"
 log = logging.getLogger("skillfs.server")
@@ -40,8 +43,14 @@ log = logging.getLogger("skillfs.server")
 
 class Level(IntEnum):
     read = 1
-    write = 2
-    admin = 3
+    propose = 2
+    write = 3
+    admin = 4
+
+
+def write_level(entry: str) -> Level:
+    """The level a write of `entry` needs: `propose` for a draft, `write` for the rest."""
+    return Level.propose if entry.startswith(DRAFTS + "/") else Level.write
 
 
 class Grant(BaseModel):
@@ -61,7 +70,8 @@ class Grant(BaseModel):
         resource, sep, level_name = text.strip().rpartition(":")
         if not sep or level_name not in Level.__members__:
             raise InvalidPath(
-                f"grant {text!r} has no level: end it with ':read', ':write' or ':admin'"
+                f"grant {text!r} has no level: end it with ':read', ':propose', ':write' or "
+                "':admin'"
             )
         level = Level[level_name]
         if resource == "*":
@@ -83,7 +93,7 @@ class Grant(BaseModel):
                 )
         raise InvalidPath(
             f"invalid grant {text!r}: use '*', 'agent:A', 'agent:A/shared', 'agent:A/user:U' or "
-            "'market:M' (any id may be '*'), then ':read', ':write' or ':admin'"
+            "'market:M' (any id may be '*'), then ':read', ':propose', ':write' or ':admin'"
         )
 
     def covers(self, scope: Scope) -> bool:
@@ -149,6 +159,7 @@ class Principal(BaseModel):
         return Access(
             scope=scope,
             read=have >= Level.read,
+            propose=have >= Level.propose,
             write=have >= Level.write,
             admin=have >= Level.admin,
             token=self.name,

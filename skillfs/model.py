@@ -108,6 +108,8 @@ class Access(BaseModel):
 
     scope: Scope
     read: bool = True
+    #: May write drafts (`_drafts/<name>`, docs/governance.md) though maybe nothing live.
+    propose: bool = True
     write: bool = True
     admin: bool = True
     #: The token's name, for messages.
@@ -117,13 +119,13 @@ class Access(BaseModel):
     resource: str = ""
 
     def denied(self, level: str) -> PermissionDenied:
-        """The error of a call that needs `level` ("read", "write", "admin") here."""
+        """The error of a call that needs `level` ("read", "propose", "write", "admin")."""
         return PermissionDenied(
             f"token {self.token!r} may not {level} {self.scope}: ask an operator for a grant "
             f"such as '{self.resource}:{level}'"
         )
 
-    def require(self, level: Literal["read", "write", "admin"]) -> None:
+    def require(self, level: Literal["read", "propose", "write", "admin"]) -> None:
         if not getattr(self, level):
             raise self.denied(level)
 
@@ -261,10 +263,11 @@ class Manifest(BaseModel):
     candidate: Candidate | None = Field(default=None, exclude_if=lambda v: v is None)
     #: A draft's (`_drafts/<name>`, docs/governance.md): the live skill's version it was
     #: proposed against, 0 when there was none; approve refuses once the live skill moved.
-    base_version: int | None = None
+    #: Absent from the stored JSON when None (a manifest without one keeps its bytes).
+    base_version: int | None = Field(default=None, exclude_if=lambda v: v is None)
     #: The governed operation that wrote this version, when not a publish or a delete
-    #: (approve, reject, archive, restore): what the audit reports.
-    operation: str = ""
+    #: (approve, reject, archive, restore): what the audit reports. Absent when empty.
+    operation: str = Field(default="", exclude_if=lambda v: not v)
 
     @property
     def usable(self) -> bool:

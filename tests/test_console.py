@@ -885,6 +885,20 @@ def test_scope_page_is_paged_and_filtered_on_the_server(
     assert _rows(client.get(f"/agents/{AGENT}/?q=reviewer").text, "skills") == ["code-reviewer"]
 
 
+def test_scope_page_leaves_out_drafts_and_archived_skills(
+    client: Client, store: skillfs.Store
+) -> None:
+    """They are entries of the scope, not skills (docs/governance.md): no row, no link."""
+    store.propose(SHARED, "proposed", {"SKILL.md": GOOD_MD})
+    store.propose(SHARED, "gone", {"SKILL.md": GOOD_MD})
+    store.reject(SHARED, "gone")
+    store.publish(SHARED, "old", {"SKILL.md": GOOD_MD})
+    store.archive(SHARED, "old")
+    page = client.get("/" + SHARED.prefix)
+    assert "_drafts" not in page.text and ".archive" not in page.text
+    assert "proposed" not in _rows(page.text, "skills")
+
+
 def test_sidebar_and_agents_page_are_capped(client: Client, store: skillfs.Store) -> None:
     for i in range(30):
         store.publish(Scope.shared(f"agent-{i:02d}"), "x", {"SKILL.md": GOOD_MD})

@@ -4,11 +4,14 @@ bad input refused with nothing written."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+
 import pytest
 
 import skillfs
 from skillfs import Scope
-from skillfs.errors import Conflict, InvalidPath, InvalidSkill, NotFound
+from skillfs.errors import Conflict, InvalidPath, InvalidSkill, NotFound, SkillfsError
 from tests.helpers import skill_md
 from tests.test_side_entries import write_legacy
 
@@ -139,3 +142,86 @@ def test_legacy_drafts_are_listed_with_how_to_split_them(store: skillfs.Store) -
     assert not entry.legacy and entry.base_version == 0
     store.approve(SHARED, "x")
     assert list(view(store, "alice")) == ["x"]
+
+
+def test_a_worker_sees_an_approval_at_its_next_step_and_never_a_draft(
+    store: skillfs.Store, other: skillfs.Store
+) -> None:
+    """One worker following the agent (C3): a draft, its new versions and a rejection
+    change nothing it sees; the approval is in its next snapshot, and so is an archive."""
+    store.publish(SHARED, "a", files("a"))
+    with skillfs.Skills(store, "support-bot", "alice") as worker:
+        first = worker.snapshot()
+        other.propose(SHARED, "a", files("a", "proposed"))
+        other.propose(ALICE, "b", files("b"))
+        other.reject(ALICE, "b")
+        step = worker.snapshot()
+        assert [s.id for s in step.skills] == ["a"]
+        assert step.read_bytes("a", "SKILL.md") == first.read_bytes("a", "SKILL.md")
+        other.approve(SHARED, "a")
+        assert b"proposed" in worker.snapshot().read_bytes("a", "SKILL.md")
+        other.archive(SHARED, "a")
+        assert worker.snapshot().skills == ()
+
+
+def race(calls: list[Callable[[], object]]) -> list[object]:
+    """Run the calls at once (a barrier), each result or SkillfsError in order."""
+    results: list[object] = [None] * len(calls)
+    barrier = threading.Barrier(len(calls))
+
+    def run(i: int) -> None:
+        barrier.wait(timeout=10)
+        try:
+            results[i] = calls[i]()
+        except SkillfsError as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    return results
+
+
+def test_two_reviewers_approving_one_draft_at_once_write_it_once(
+    store: skillfs.Store, other: skillfs.Store
+) -> None:
+    """Both approve the same draft concurrently: one commit lands, the other finds no draft
+    (and writes nothing), whatever the engine's retries do."""
+    store.publish(SHARED, "a", files("a"))
+    for round_ in range(3):
+        store.propose(SHARED, "a", files("a", f"round {round_}"))
+        results = race([lambda s=s: s.approve(SHARED, "a") for s in (store, other)])
+        done = [r for r in results if isinstance(r, skillfs.CommitResult)]
+        assert len(done) == 1, results
+        assert any(isinstance(r, NotFound) for r in results), results
+        assert store.manifest(SHARED, "a").version == round_ + 2
+        assert f"round {round_}" in view(store, "alice")["a"]
+
+
+def test_a_new_proposal_racing_an_approval_never_goes_live_unreviewed(
+    store: skillfs.Store, other: skillfs.Store
+) -> None:
+    """The reviewer approves version 1 of the draft while the agent proposes version 2:
+    exactly one lands, and the live skill never holds the unreviewed version 2."""
+    store.publish(SHARED, "a", files("a"))
+    for round_ in range(3):
+        draft = store.propose(SHARED, "a", files("a", f"reviewed {round_}")).version
+        results = race(
+            [
+                lambda v=draft: store.approve(SHARED, "a", expected_version=v),
+                lambda v=draft: other.propose(
+                    SHARED, "a", files("a", "unreviewed"), expected_version=v
+                ),
+            ]
+        )
+        approved, proposed = (isinstance(r, skillfs.CommitResult) for r in results)
+        assert approved != proposed and all(
+            isinstance(r, skillfs.CommitResult | Conflict) for r in results
+        ), results
+        live = view(store, "alice")["a"]
+        assert "unreviewed" not in live
+        assert (f"reviewed {round_}" in live) == approved
+        if proposed:
+            store.reject(SHARED, "a")

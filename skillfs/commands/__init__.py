@@ -13,6 +13,7 @@ def register(app: typer.Typer) -> None:
     from skillfs.commands import (  # noqa: F401  (they register)
         browse,
         curate,
+        drafts,
         edit,
         govern,
         mcp,
@@ -20,8 +21,9 @@ def register(app: typer.Typer) -> None:
         rollout,
         transfer,
     )
-    from skillfs.commands.common import COMMANDS
+    from skillfs.commands.common import COMMANDS, EDIT
     from skillfs.commands.helptext import Command
 
     for name, panel, function in COMMANDS:
         app.command(name, rich_help_panel=panel, cls=Command)(function)
+    app.add_typer(drafts.app, rich_help_panel=EDIT)

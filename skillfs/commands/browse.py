@@ -42,6 +42,7 @@ from skillfs.commands.common import (
 from skillfs.commands.text import unified
 from skillfs.errors import NotFound
 from skillfs.model import FileEntry, Manifest, Scope, UsageStat, usage_by_skill
+from skillfs.names import ARCHIVE, DRAFTS, side_entry
 from skillfs.store import Store
 
 VersionOption = Annotated[int | None, version_option("A kept version (default: latest).")]
@@ -133,13 +134,26 @@ def _ls_scopes(store: Store, agent: str, as_json: bool) -> None:
 
 
 def _ls_skills(store: Store, scope: Scope, as_json: bool) -> None:
+    """A scope's skills; its drafts and archived skills are named after them, not listed as
+    skills (docs/governance.md)."""
     manifests = store.manifests(scope)
     if not manifests and store.revision(scope) is None:
         raise NotFound(_nothing_in(store, scope))
-    rows = [manifest_row(manifests[name]) for name in sorted(manifests)]
+    side = {name for name in manifests if side_entry(name) is not None}
+    rows = [manifest_row(manifests[name]) for name in sorted(manifests) if name not in side]
     if as_json:
         emit_json(rows)
         return
+    _ls_table(store, scope, manifests, rows)
+    for where, hint in ((DRAFTS, "skillfs drafts ls"), (ARCHIVE, "skillfs restore NAME")):
+        names = sorted(n.split("/", 1)[1] for n in side if n.startswith(where + "/"))
+        if names:
+            out.print(f"{where}: {shown(', '.join(names))} ({hint} -s {scope})")
+
+
+def _ls_table(
+    store: Store, scope: Scope, manifests: dict[str, Manifest], rows: list[dict[str, Any]]
+) -> None:
     if not rows:
         users = store.users(scope.agent_id) if scope.kind == "user" and scope.agent_id else []
         others = f"; users of {scope.agent_id} with skills: {', '.join(users)}" if users else ""

@@ -27,7 +27,7 @@ from rich.text import Text
 from skillfs.engines import default_url, file_to_create
 from skillfs.errors import InvalidPath, SkillfsError
 from skillfs.model import Candidate, FileEntry, Finding, Manifest, Revision, Scope, error_findings
-from skillfs.names import check_id, check_skill_name, normalize_path
+from skillfs.names import SIDE_DIRS, check_entry, check_id, normalize_path
 from skillfs.store import Store, open_store
 from skillfs.store_rollout import describe
 
@@ -53,20 +53,27 @@ class Registered(NamedTuple):
 COMMANDS: list[Registered] = []
 
 
+def guarded(function: Callable[P, R]) -> Callable[P, R]:
+    """The command, with the errors an operator can act on turned into one red line."""
+
+    @functools.wraps(function)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return function(*args, **kwargs)
+        except SkillfsError as exc:
+            raise fail(str(exc)) from None
+        except OSError as exc:  # local files: import/export directories, the editor
+            where = f": {exc.filename}" if exc.filename else ""
+            raise fail(f"{exc.strerror or exc}{where}") from None
+
+    return run
+
+
 def command(name: str, panel: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """Register a store command, turning the errors an operator can act on into one red line."""
+    """Register a store command (`guarded`)."""
 
     def decorate(function: Callable[P, R]) -> Callable[P, R]:
-        @functools.wraps(function)
-        def run(*args: P.args, **kwargs: P.kwargs) -> R:
-            try:
-                return function(*args, **kwargs)
-            except SkillfsError as exc:
-                raise fail(str(exc)) from None
-            except OSError as exc:  # local files: import/export directories, the editor
-                where = f": {exc.filename}" if exc.filename else ""
-                raise fail(f"{exc.strerror or exc}{where}") from None
-
+        run = guarded(function)
         COMMANDS.append(Registered(name, panel, run))
         return run
 
@@ -149,9 +156,13 @@ class Target(NamedTuple):
 
 
 def parse_target(text: str) -> Target:
+    """`SKILL[/PATH]`; a draft or archived skill is `_drafts/NAME[/PATH]` (one entry)."""
     skill, _, path = text.partition("/")
+    if skill in SIDE_DIRS and path:
+        name, _, path = path.partition("/")
+        skill = f"{skill}/{name}"
     try:
-        return Target(check_skill_name(skill), normalize_path(path) if path else None)
+        return Target(check_entry(skill), normalize_path(path) if path else None)
     except InvalidPath as exc:
         raise typer.BadParameter(str(exc)) from None
 

@@ -427,6 +427,7 @@ class GrpcEngine(Engine):
         return Access(
             scope=scope,
             read=reply.read,
+            propose=reply.propose or reply.write,
             write=reply.write,
             admin=reply.admin,
             token=reply.token,

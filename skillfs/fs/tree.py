@@ -191,6 +191,18 @@ class SkillTree:
     def skill(self, name: str) -> StagedSkill:
         return self.skills([name])[name]
 
+    def located(self, skill: str, rel: str) -> tuple[StagedSkill, str]:
+        """The skill (or entry) holding `rel`, and the path in it: an entry that does not
+        exist may be a directory of the legacy single `_drafts` manifest, read as before."""
+        sk = self.skill(skill)
+        side = side_entry(skill)
+        if sk.files or side is None:
+            return sk, rel
+        legacy, inner = self.skill(side[0]), f"{side[1]}/{rel}" if rel else side[1]
+        if any(p == inner or p.startswith(inner + "/") for p in legacy.files):
+            return legacy, inner
+        return sk, rel
+
     def side(self, where: str) -> list[StagedSkill]:
         """The entries under `_drafts/` or `.archive/` that hold files, and the legacy single
         manifest of that name an older skillfs wrote (read as before: docs/governance.md)."""
@@ -209,7 +221,7 @@ class SkillTree:
             return None, None
         if skill in SIDE_DIRS and not rel and self.side(skill):
             return self.skill(skill), None  # skills/_drafts/ while it holds an entry
-        sk = self.skill(skill)
+        sk, rel = self.located(skill, rel)
         item = sk.files.get(rel) if rel else None
         if item is None and not any(not rel or p.startswith(rel + "/") for p in sk.files):
             raise FileNotFoundError(path)
@@ -313,13 +325,13 @@ class SkillTree:
         """Store files below `path` (and with `withdirs` the directories they imply)."""
         skill, rel = split(path) or ("", "")
         out: dict[str, Info] = {}
-        group = (
-            self.side(skill)
-            if skill in SIDE_DIRS and not rel
-            else [self.skill(skill)]
-            if skill
-            else self.skills().values()
-        )
+        if skill in SIDE_DIRS and not rel:  # skills/_drafts: its entries
+            group = self.side(skill)
+        elif skill:
+            sk, rel = self.located(skill, rel)
+            group = [sk]
+        else:
+            group = list(self.skills().values())
         for sk in group:
             root = f"{SKILLS}/{sk.name}"
             if sk.files and not skill and withdirs:

@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 
-from skillfs.auth import Level, Principal
+from skillfs.auth import Level, Principal, write_level
 from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import CommitOp, VersionMismatch
 from skillfs.errors import InvalidPath, NotFound, PermissionDenied, TooLarge
@@ -67,9 +67,10 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
     ) -> pb.UploadBlobResponse:
         """The bytes are gathered on the event loop as they arrive (an idle stream holds no
         thread), checked against the header's size as they come, then stored."""
-        if not any(g.level >= Level.write for g in principal.grants):
+        if not any(g.level >= Level.propose for g in principal.grants):
             raise PermissionDenied(
-                f"token {principal.name!r} may write nowhere, so it may not upload"
+                f"token {principal.name!r} may write nowhere (not even drafts), so it may not "
+                "upload"
             )
         with self.backend.streams.hold(principal):
             incoming = messages(request)
@@ -115,9 +116,9 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         proofs = {p.sha256: p for p in request.proofs}
         checked: list[tuple[Scope, Manifest, int]] = []
         for op in request.ops:
-            scope = allowed(principal, Level.write, op.scope)
-            m = self._checked(scope, wire.manifest_request(op.manifest_json), op.expect)
-            checked.append((scope, m, op.expect))
+            m = wire.manifest_request(op.manifest_json)
+            scope = allowed(principal, write_level(check_entry(m.skill)), op.scope)
+            checked.append((scope, self._checked(scope, m, op.expect), op.expect))
         self.store.check_commit([(scope, m.skill) for scope, m, _ in checked], domain)
         for _, m, _ in checked:
             self.backend.proofs.require_proven(principal, m, proofs)
@@ -239,11 +240,11 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             if first is None or first.WhichOneof("part") != "header":
                 raise InvalidPath("Publish: send the header (scope, skill) first, then the files")
             h = first.header
-            allowed(principal, Level.write, h.scope)
             skill = check_entry(h.skill)
+            allowed(principal, write_level(skill), h.scope)
             parts = await self._gather(skill, incoming, principal)
         principal = self.backend.tokens.authenticate(bearer(context))
-        scope = allowed(principal, Level.write, h.scope)
+        scope = allowed(principal, write_level(skill), h.scope)
         files = {p: File(bytes(d), mode=m) for p, (d, m) in parts.items()}
         result = await self.backend.run(
             functools.partial(
@@ -305,7 +306,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
     def Delete(
         self, request: pb.DeleteRequest, context: grpc.ServicerContext, principal: Principal
     ) -> pb.CommitResult:
-        scope = allowed(principal, Level.write, request.scope)
+        scope = allowed(principal, write_level(check_entry(request.skill)), request.scope)
         commit_id = request.commit_id or None
         return _result(
             self.store.delete(
@@ -317,7 +318,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
     def Rollback(
         self, request: pb.RollbackRequest, context: grpc.ServicerContext, principal: Principal
     ) -> pb.CommitResult:
-        scope = allowed(principal, Level.write, request.scope)
+        scope = allowed(principal, write_level(check_entry(request.skill)), request.scope)
         return _result(
             self.store.rollback(
                 scope, request.skill, request.version, expected(request), actor=principal.name
@@ -333,7 +334,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         if principal.may(Level.admin, scope):
             self.engine.drop_history(scope, skill, list(request.versions))
         else:
-            principal.require(Level.write, scope)
+            principal.require(write_level(skill), scope)
             self.store.prune(scope, skill)  # the server's retention policy, not the caller's
         return pb.Empty()
 
