@@ -6,16 +6,30 @@ is removed, in one commit) or rejected (the draft removed, the reason in its his
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
 from skillfs.errors import Conflict, NotFound
-from skillfs.model import CommitResult, File, FileEntry, Finding, Manifest, Put, Remove, Scope
+from skillfs.model import (
+    Candidate,
+    CommitResult,
+    File,
+    FileEntry,
+    Finding,
+    Manifest,
+    Put,
+    Remove,
+    Rollout,
+    Scope,
+)
 from skillfs.names import DRAFTS, draft_entry, entry_name
 from skillfs.store_commit import Prepared, refuse_errors
 from skillfs.store_governance import _agent_of, _scopes_of, check_message
+from skillfs.store_governance import carried as carried_fields
+from skillfs.store_rollout import check_rule, describe
 from skillfs.store_side import Carried, Move, split_files
 
 if TYPE_CHECKING:
@@ -59,8 +73,19 @@ class Drafts:
 
         def _retrying(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
 
+        clock: Callable[[], float]
+
+        def who(self, actor: str | None = None) -> str: ...
+
         def _moves(
-            self, scope: Scope, moves: list[Move], *, actor: str | None, message: str
+            self,
+            scope: Scope,
+            moves: list[Move],
+            *,
+            actor: str | None,
+            message: str,
+            scopes: Sequence[Scope] | None = None,
+            commit_id: str | None = None,
         ) -> CommitResult: ...
 
         def scopes(self, target: str | Scope) -> list[Scope]: ...
@@ -145,12 +170,24 @@ class Drafts:
         strict: bool = False,
         actor: str | None = None,
         message: str = "",
+        rollout: Rollout | None = None,
+        into: Scope | None = None,
     ) -> CommitResult:
         """Make the draft's files the live skill `name` and remove the draft, in one commit.
         Refused (Conflict, nothing written) when the live skill moved since the draft was
         proposed; `expected_version` is the draft's version the reviewer saw; `strict`
-        refuses a draft with error findings."""
+        refuses a draft with error findings.
+
+        With `rollout`, the draft becomes the skill's staged candidate for the workers the
+        rule names instead (the live version stays for everyone else; `store.widen`,
+        `promote`, `abort` go on from there), in the same one commit. `into` is another
+        scope of the same agent the skill goes to, e.g. an agent's draft in a user's scope
+        approved into the agent's shared scope; the draft's base is its own scope's, so it
+        is not compared there (a rollout leaves the live version there untouched)."""
         entry = draft_entry(name)
+        target = into if into is not None else scope
+        rule = check_rule(target, rollout) if rollout is not None else None
+        commit_id = uuid.uuid4().hex
         carried = Carried()
 
         def take(cur: Manifest | None) -> dict[str, Any]:
@@ -162,23 +199,66 @@ class Drafts:
 
         def put(cur: Manifest | None) -> dict[str, Any]:
             draft = carried.taken
-            _check_base(scope, name, draft, cur)
+            if target == scope:
+                _check_base(scope, name, draft, cur)
+            if rule is not None:
+                return self._staged(target, name, cur, draft, rule, commit_id, actor)
             out: dict[str, Any] = {
                 "frontmatter": draft.frontmatter,
                 "findings": draft.findings,
                 "files": draft.files,
                 "operation": "approve",
             }
-            if cur is not None:  # a new file set keeps the kill switch as it was
-                out.update(disabled=cur.disabled, disabled_reason=cur.disabled_reason)
+            if cur is not None:  # a new file set keeps the kill switch and a candidate
+                out.update(
+                    disabled=cur.disabled,
+                    disabled_reason=cur.disabled_reason,
+                    candidate=cur.candidate,
+                )
             return out
 
+        said = check_message(message) or "approved" + (
+            f" as a canary for {describe(rule)}" if rule is not None else ""
+        )
         return self._moves(
             scope,
             [(entry, take, expected_version), (name, put, None)],
             actor=actor,
-            message=check_message(message) or "approved",
+            message=said,
+            scopes=[scope, target],
+            commit_id=commit_id,
         )
+
+    def _staged(
+        self,
+        scope: Scope,
+        name: str,
+        cur: Manifest | None,
+        draft: Manifest,
+        rule: Rollout,
+        commit_id: str,
+        actor: str | None,
+    ) -> dict[str, Any]:
+        """The live entry with the draft as its candidate (store_rollout's `stage`)."""
+        if cur is not None and cur.candidate is not None:
+            raise Conflict(
+                f"{scope}/{name} already has a staged candidate (for "
+                f"{describe(cur.candidate.rollout)}); nothing was written: promote or abort "
+                "it first, then approve the draft",
+                skill=name,
+                current_version=cur.version,
+            )
+        candidate = Candidate(
+            files=draft.files,
+            frontmatter=draft.frontmatter,
+            findings=draft.findings,
+            rollout=rule,
+            commit_id=commit_id,
+            actor=self.who(actor),
+            staged_at=self.clock(),
+        )
+        base = carried_fields(cur) if cur is not None else {"files": {}}
+        return {**base, "candidate": candidate, "operation": "approve"}
 
     def reject(
         self,

@@ -68,6 +68,10 @@ class SideEntries:
 
         def who(self, actor: str | None = None) -> str: ...
 
+        def check_commit(
+            self, targets: Sequence[tuple[Scope, str]], domain: str | None = None
+        ) -> str: ...
+
         def commit(
             self,
             changes: Sequence[Put | Remove],
@@ -79,14 +83,26 @@ class SideEntries:
         ) -> CommitResult: ...
 
     def _moves(
-        self, scope: Scope, moves: list[Move], *, actor: str | None, message: str
+        self,
+        scope: Scope,
+        moves: list[Move],
+        *,
+        actor: str | None,
+        message: str,
+        scopes: Sequence[Scope] | None = None,
+        commit_id: str | None = None,
     ) -> CommitResult:
-        """One commit of several edits of one scope, retried on races like any commit."""
-        scope.check()
+        """One commit of several edits of one scope (or of each move's scope in `scopes`,
+        all of one agent: a draft approved into the shared scope), retried on races like
+        any commit."""
+        where = list(scopes) if scopes is not None else [scope] * len(moves)
+        for each in where:
+            each.check()
+        domain = self.check_commit([(s, m[0]) for s, m in zip(where, moves, strict=True)])
         who, said = self.who(actor), check_message(message)
         prepared = [
             Prepared(
-                scope=scope,
+                scope=each,
                 skill=check_entry(entry),
                 expected_version=expected,
                 files=None,
@@ -94,9 +110,9 @@ class SideEntries:
                 message=said,
                 edit=edit,
             )
-            for entry, edit, expected in moves
+            for each, (entry, edit, expected) in zip(where, moves, strict=True)
         ]
-        return self._commit(scope.domain, prepared, uuid.uuid4().hex)
+        return self._commit(domain, prepared, commit_id or uuid.uuid4().hex)
 
     def archive(
         self,

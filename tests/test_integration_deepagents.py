@@ -104,6 +104,7 @@ def test_backend_operations_and_writes_as_commits() -> None:
     assert backend.edit("/guide/references/style.md", "kind", "brief").error is None
     copied = store.manifest(ALICE, "guide")  # copy-on-write into alice's scope, one commit
     assert sorted(copied.files) == ["SKILL.md", "references/style.md"]
+    assert copied.actor == "agent:bot/alice"  # an agent's own write (docs/governance.md)
     assert store.read(ALICE, "guide", "references/style.md") == b"be brief\n"
     assert store.read(SHARED, "guide", "references/style.md") == b"be kind\n"
     assert backend.write("/guide/notes.md", "mine").error is None
@@ -111,3 +112,21 @@ def test_backend_operations_and_writes_as_commits() -> None:
     assert "read-only" in (
         SkillfsBackend(backend.skills, writable=False).write("/guide/x.md", "x").error or ""
     )
+
+
+def test_backend_writes_drafts_when_skills_write_drafts() -> None:
+    """With `skill_writes="draft"` the backend's writes are the agent's draft of the skill
+    (docs/governance.md): nothing live changes, a second write is the draft's next version."""
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    store.publish(SHARED, "guide", {"SKILL.md": md("guide"), "style.md": b"be kind\n"})
+    backend = SkillfsBackend(skillfs.Skills(store, "bot", "alice", skill_writes="draft"))
+    assert backend.edit("/guide/style.md", "kind", "brief").error is None
+    assert backend.write("/guide/notes.md", "mine").error is None
+    draft = store.manifest(ALICE, "_drafts/guide")
+    assert (draft.version, sorted(draft.files), draft.actor) == (
+        2, ["SKILL.md", "notes.md", "style.md"], "agent:bot/alice"
+    )  # fmt: skip
+    assert store.read_entry(draft.files["style.md"]) == b"be brief\n"
+    assert store.manifests(ALICE) == {"_drafts/guide": draft}  # nothing live in alice's scope
+    assert backend.read("/guide/style.md").file_data["content"] == "be kind\n"  # type: ignore[index]
+    assert "no such file" in (backend.edit("/guide/x.md", "a", "b").error or "")

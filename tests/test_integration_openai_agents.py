@@ -69,3 +69,23 @@ def test_empty_view_gives_base_instructions_and_no_tools() -> None:
     agent = Agent(name="a", instructions=kit.instructions, tools=kit.tools, model=model)
     asyncio.run(Runner.run(agent, "hi"))
     assert model.last_call.system_instructions in ("", None) and not model.last_call.tools
+
+
+def test_skill_writes_add_the_write_tools_and_the_next_step_sees_the_skill() -> None:
+    set_tracing_disabled(True)
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    kit = AgentSkills(skillfs.Skills(store, "bot", "alice", skill_writes="live"))
+    files = {"SKILL.md": md("refunds", "Handle refunds.").decode()}
+    model = ScriptedModel(
+        [
+            [function_call("propose_skill", {"name": "refunds", "files": files}, call_id="c1")],
+            [assistant_message("done")],
+        ]
+    )
+    agent = Agent(name="a", instructions=kit.instructions, tools=kit.tools, model=model)
+    asyncio.run(Runner.run(agent, "remember how refunds work"))
+    first, second = model.calls
+    assert [t.name for t in first.tools] == ["propose_skill", "skill_manage"]  # empty view
+    assert '\\"version\\": 1' in json.dumps(second.input, default=str)
+    assert "Handle refunds." in second.system_instructions  # live: seen at the next step
+    assert store.manifest(skillfs.Scope.user("bot", "alice"), "refunds").actor == "agent:bot/alice"

@@ -22,6 +22,7 @@ from skillfs.commands.common import (
     one_line,
     opened,
     out,
+    parse_scope,
     print_table,
     scope_option,
     shown,
@@ -30,10 +31,24 @@ from skillfs.commands.common import (
 )
 from skillfs.commands.govern import ReasonOption
 from skillfs.commands.helptext import Command, Group
+from skillfs.commands.rollout import EnvOption, FractionOption, UserOption
 from skillfs.errors import InvalidPath
-from skillfs.model import CommitResult, Scope
+from skillfs.model import CommitResult, Rollout, Scope
 from skillfs.names import draft_entry
 from skillfs.store_drafts import Draft
+from skillfs.store_rollout import describe
+
+#: Another scope of the agent an approved draft goes to (docs/governance.md).
+IntoOption = Annotated[
+    Scope | None,
+    typer.Option(
+        "--into",
+        parser=parse_scope,
+        metavar="SCOPE",
+        show_default=False,
+        help="Approve into this scope of the same agent, e.g. shared:AGENT for every user.",
+    ),
+]
 
 app = typer.Typer(
     name="drafts",
@@ -186,19 +201,34 @@ def approve(
     expected_version: ExpectedOption = None,
     message: MessageOption = "",
     force: ForceOption = False,
+    env: EnvOption = None,
+    user: UserOption = None,
+    fraction: FractionOption = None,
+    into: IntoOption = None,
     store_url: StoreOption = None,
     token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Make the draft the live skill and remove the draft, in one commit. Refused when the
     live skill moved since the draft was proposed, and (unless --force) when the draft
-    breaks the Agent Skills spec."""
+    breaks the Agent Skills spec. With --env, --user or --fraction the draft becomes the
+    skill's staged candidate for those workers instead (a canary; then `skillfs widen`,
+    `promote`); --into puts it in another scope of the agent (a user's draft into shared)."""
     name = skill_only(target)
+    canary = env is not None or user is not None or fraction is not None
+    rule = Rollout(environments=env or [], users=user or [], fraction=fraction or 0.0)
     with opened(store_url, token) as store:
         result = store.approve(
-            scope, name, expected_version=expected_version, strict=not force, message=message
+            scope,
+            name,
+            expected_version=expected_version,
+            strict=not force,
+            message=message,
+            rollout=rule if canary else None,
+            into=into,
         )
-    _done(f"approved {shown(name)}", scope, result, as_json)
+    how = f" as a canary for {describe(rule)}" if canary else ""
+    _done(f"approved {shown(name)}{how}", into or scope, result, as_json)
 
 
 @app.command("reject", cls=Command)

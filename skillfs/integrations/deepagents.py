@@ -11,8 +11,8 @@ Every call takes a fresh snapshot (one store round trip when nothing changed, do
 so a file the agent reads is the current one at every step. deepagents' `SkillsMiddleware`
 caches the skills list in the thread's state (langchain-ai/deepagents#5416); `fresh_skills`
 clears that cache so the list is read again at the next invoke. Writes are commits to the
-user's scope: a skill the user sees from a lower layer is copied there first (the per-user
-override of docs/design.md §5).
+user's scope by `agent:<agentId>/<userId>` (docs/governance.md): a skill the user sees from a
+lower layer is copied there first (the per-user override of docs/design.md §5).
 """
 
 from __future__ import annotations
@@ -45,8 +45,9 @@ from deepagents.backends.utils import (
 
 from skillfs.errors import SkillfsError
 from skillfs.model import File, FileEntry, Scope
-from skillfs.names import normalize_path
+from skillfs.names import draft_entry, normalize_path
 from skillfs.runtime import Skills, Snapshot
+from skillfs.store_governance import agent_actor
 
 
 def fresh_skills(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -153,16 +154,16 @@ class SkillfsBackend(BackendProtocol):
 
     def _commit(self, file_path: str, change: Any) -> str | None:
         """Apply `change(old text or None) -> new text or bytes` to a file as one commit to
-        the user's scope; the error text, or None."""
+        the user's scope (with `Skills(..., skill_writes="draft")`: to the skill's draft
+        there, docs/governance.md); the error text, or None."""
         if not self.writable:
             return f"{file_path}: the skills mount is read-only"
         skill, rel = self._split(file_path)
+        store, actor = self.skills.store, agent_actor(self.skills.agent_id, self.skills.user_id)
         try:
             rel = normalize_path(rel)
             snap = self.skills.snapshot()
             base = snap.skill(skill) if any(s.id == skill for s in snap.skills) else None
-            old = snap.read_bytes(skill, rel) if base and rel in base.files else None
-            new = change(None if old is None else old.decode("utf-8"))
             files: dict[str, File | bytes | FileEntry] = {}
             if base is not None:
                 for p, e in base.files.items():  # by reference when the store holds the blob
@@ -171,10 +172,23 @@ class SkillfsBackend(BackendProtocol):
                         if base.scope is not None
                         else File(snap.read_bytes(skill, p), mode=e.mode)
                     )
-            files[rel] = new if isinstance(new, bytes) else new.encode("utf-8")
+            if self.skills.skill_writes == "draft":
+                pending = store.manifests(self.scope, [draft_entry(skill)]).get(draft_entry(skill))
+                if pending is not None:  # the next version of the agent's draft
+                    files = dict(pending.files)
+                held = files.get(rel)
+                old = store.read_entry(held) if isinstance(held, FileEntry) else None
+                if isinstance(held, File):  # a disk layer's file, read above
+                    old = held.data
+                files[rel] = _encoded(change(None if old is None else old.decode("utf-8")))
+                expected = pending.version if pending is not None else 0
+                store.propose(self.scope, skill, files, expected_version=expected, actor=actor)
+                return None
+            old = snap.read_bytes(skill, rel) if base and rel in base.files else None
+            files[rel] = _encoded(change(None if old is None else old.decode("utf-8")))
             mine = base is not None and base.scope == self.scope
-            self.skills.store.publish(
-                self.scope, skill, files, base.version if mine and base else None
+            store.publish(
+                self.scope, skill, files, base.version if mine and base else None, actor=actor
             )
         except (SkillfsError, ValueError) as exc:
             return str(exc)
@@ -209,6 +223,10 @@ class SkillfsBackend(BackendProtocol):
             error = self._commit(path, lambda old, d=data: d)
             out.append(FileUploadResponse(path=path, error=INVALID_PATH if error else None))
         return out
+
+
+def _encoded(new: str | bytes) -> bytes:
+    return new if isinstance(new, bytes) else new.encode("utf-8")
 
 
 def _ids(snap: Snapshot) -> str:

@@ -9,7 +9,8 @@ The SDK calls `instructions` at every model turn: each call takes a fresh snapsh
 its prompt block (docs/runtime.md), so an edit shows at the next turn, and an unchanged view
 gives byte-identical instructions (prompt caches stay warm). The tools `load_skill_through_path`,
 `read_skill` and `search_skills` answer from a fresh snapshot too, and are disabled while the
-view holds no skill.
+view holds no skill. With `Skills(..., skill_writes="draft" | "live")` the write tools
+`propose_skill` and `skill_manage` follow, always enabled (docs/governance.md).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from agents import Agent, FunctionTool, RunContextWrapper
 from agents.tool_context import ToolContext
 
 from skillfs.runtime import PromptOptions, Skills
+from skillfs.runtime.skill_writes import write_tool_specs
 from skillfs.runtime.snapshot import tool_specs
 
 
@@ -44,6 +46,17 @@ class AgentSkills:
             )
             for name, description, schema in tool_specs()
         ]
+        if skills.skill_writes is not None:  # `files` is a map: not strict-mode JSON schema
+            self.tools += [
+                FunctionTool(
+                    name=name,
+                    description=description,
+                    params_json_schema=schema,
+                    on_invoke_tool=self._invoker(name),
+                    strict_json_schema=False,
+                )
+                for name, description, schema in write_tool_specs(skills.skill_writes)
+            ]
 
     async def instructions(self, ctx: RunContextWrapper[Any], agent: Agent[Any]) -> str:
         """`base`, then the skills block of a fresh snapshot (nothing when there are none)."""

@@ -11,6 +11,7 @@ from mcp.server.stdio import stdio_server
 from skillfs.mcp.server import build_server
 from skillfs.mcp.views import ViewKey, Views
 from skillfs.names import check_id
+from skillfs.runtime.skill_writes import WriteMode
 from skillfs.store import Store
 
 
@@ -20,15 +21,17 @@ def run_stdio(
     user: str,
     markets: Sequence[str] = (),
     environment: str | None = None,
+    skill_writes: WriteMode | None = None,
 ) -> None:
-    """Serve until stdin closes. Every request sees the same view, fresh at each request."""
+    """Serve until stdin closes. Every request sees the same view, fresh at each request;
+    `skill_writes` adds the write tools (docs/governance.md, "Agent-written skills")."""
     key = ViewKey(
         check_id("agent", agent),
         check_id("user", user),
         tuple(check_id("market", m) for m in markets),
         check_id("environment", environment) if environment else "",
     )
-    server = build_server(Views(store, lambda ctx: key))
+    server = build_server(Views(store, lambda ctx: key, skill_writes=skill_writes))
 
     async def main() -> None:
         options = server.create_initialization_options(

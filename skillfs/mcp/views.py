@@ -30,6 +30,7 @@ from mcp.server.subscriptions import (
 )
 
 from skillfs.runtime import Market, Skills, Snapshot
+from skillfs.runtime.skill_writes import WriteMode, check_mode
 from skillfs.store import Store
 
 log = logging.getLogger("skillfs.mcp")
@@ -122,10 +123,20 @@ class Views:
     stdio; from the bearer token and the request for HTTP). At most `max_views` are kept;
     the least recently used one is closed first."""
 
-    def __init__(self, store: Store, resolve: Resolver, *, max_views: int = 1000) -> None:
+    def __init__(
+        self,
+        store: Store,
+        resolve: Resolver,
+        *,
+        max_views: int = 1000,
+        skill_writes: WriteMode | None = None,
+    ) -> None:
         self.store = store
         self.resolve = resolve
         self.max_views = max_views
+        #: The views' `Skills(..., skill_writes=)`: `skillfs mcp --skill-writes` only, whose
+        #: store is the caller's own (the server's /mcp writes nothing: its store is its own).
+        self.skill_writes = check_mode(skill_writes)
         self._views: OrderedDict[ViewKey, View] = OrderedDict()
         self._tasks: anyio.abc.TaskGroup | None = None
         self._limiter = anyio.CapacityLimiter(max_views)  # watches wait in their own threads
@@ -137,7 +148,12 @@ class Views:
         if view is None:
             layers = [Market(m) for m in key.markets]
             skills = Skills(
-                self.store, key.agent, key.user, layers, environment=key.environment or None
+                self.store,
+                key.agent,
+                key.user,
+                layers,
+                environment=key.environment or None,
+                skill_writes=self.skill_writes,
             )
             view = self._views[key] = View(key, skills)
             if self._tasks is not None:

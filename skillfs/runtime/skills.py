@@ -24,6 +24,7 @@ from skillfs.runtime.follower import Follower, follower_for
 from skillfs.runtime.fsspec_dir import FsspecDir
 from skillfs.runtime.git_repo import GitRepo
 from skillfs.runtime.layers import Layer, LayerSkills, Market, StoreScope, merge
+from skillfs.runtime.skill_writes import SkillWriter, WriteMode, check_mode
 from skillfs.runtime.snapshot import MergedSkills, Snapshot
 from skillfs.runtime.usage import UsageRecorder, recorder_for
 from skillfs.store import Store, open_store
@@ -52,7 +53,11 @@ class Skills:
 
     `followers` (a domain's follower) and `usage` (the agent's recorder) replace this
     process's shared ones: the server feeds its views' followers from its hub and flushes
-    their usage itself, so a view starts no thread (docs/server.md)."""
+    their usage itself, so a view starts no thread (docs/server.md).
+
+    `skill_writes` ("draft" or "live"; off by default) adds the tools `propose_skill` and
+    `skill_manage` to every snapshot: the agent writes skills to this user's scope, as
+    drafts for review or live (docs/governance.md, "Agent-written skills")."""
 
     def __init__(
         self,
@@ -65,12 +70,19 @@ class Skills:
         environment: str | None = None,
         followers: Callable[[str], Follower] | None = None,
         usage: UsageRecorder | None = None,
+        skill_writes: WriteMode | None = None,
     ) -> None:
+        self.skill_writes = check_mode(skill_writes)
         self.store = store if isinstance(store, Store) else open_store(store)
         self.agent_id = check_id("agent", agent_id)
         self.user_id = check_id("user", user_id)
         self.environment = None if environment is None else check_id("environment", environment)
         self.max_staleness = max_staleness
+        self._writer = (
+            None
+            if self.skill_writes is None
+            else SkillWriter(self.store, self.agent_id, self.user_id, self.skill_writes)
+        )
         for layer in layers:
             if not isinstance(layer, FsspecDir | GitRepo | Market):
                 raise InvalidPath(
@@ -196,6 +208,7 @@ class Skills:
                 revisions=seen,
                 problems=problems,
                 usage=self._usage,
+                writer=self._writer,
             )
         self._last, self._states = snap, now
         return snap

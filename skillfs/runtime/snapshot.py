@@ -15,7 +15,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from skillfs.errors import InvalidPath, NotFound, SkillfsError
 from skillfs.model import FileEntry, Revision
@@ -23,10 +23,10 @@ from skillfs.names import normalize_path
 from skillfs.runtime.layers import Problem, SkillInfo
 from skillfs.runtime.materialize import materialize
 from skillfs.runtime.prompt import MAX_DESCRIPTION, PromptOptions, render
+from skillfs.runtime.skill_writes import WRITE_TOOL_NAMES, SkillWriter, ToolStyle, shape
 from skillfs.runtime.usage import UsageRecorder
 from skillfs.skill_md import SKILL_MD, parse_skill_md
 
-ToolStyle = Literal["openai", "anthropic"]
 TOOL_NAMES = ("load_skill_through_path", "read_skill", "search_skills")
 
 
@@ -61,7 +61,7 @@ class MergedSkills:
         defs = self._tools.get(key)
         if defs is None:  # no skills, no skill tools (as no block: runtime/prompt.py)
             specs = self._tool_specs(enum) if self.skills else []
-            defs = self._tools[key] = [_shape(t, style) for t in specs]
+            defs = self._tools[key] = [shape(t, style) for t in specs]
         return copy.deepcopy(defs)
 
     def _tool_specs(self, enum: bool) -> list[tuple[str, str, dict[str, Any]]]:
@@ -114,23 +114,13 @@ def tool_specs(enum: Sequence[str] | None = None) -> list[tuple[str, str, dict[s
     ]
 
 
-def _shape(spec: tuple[str, str, dict[str, Any]], style: ToolStyle) -> dict[str, Any]:
-    """OpenAI Chat Completions' function tool, or Anthropic Messages' tool."""
-    name, description, schema = spec
-    if style == "anthropic":
-        return {"name": name, "description": description, "input_schema": schema}
-    return {
-        "type": "function",
-        "function": {"name": name, "description": description, "parameters": schema},
-    }
-
-
 class Snapshot:
     """The skills of one (agent, user) for one reasoning step; immutable (C4)."""
 
     __slots__ = (
         "_merged",
         "_usage",
+        "_writer",
         "agent_id",
         "files_root",
         "problems",
@@ -150,9 +140,11 @@ class Snapshot:
         usage: UsageRecorder,
         files_root: Path | None = None,
         stale: bool = False,
+        writer: SkillWriter | None = None,
     ) -> None:
         self._merged = merged
         self._usage = usage
+        self._writer = writer
         self.agent_id = agent_id
         self.user_id = user_id
         #: The revision of each store domain (agent, markets) this snapshot is as of.
@@ -173,6 +165,7 @@ class Snapshot:
             "usage": self._usage,
             "files_root": self.files_root,
             "stale": self.stale,
+            "writer": self._writer,
         }
         fields.update(changes)
         merged = fields.pop("merged", self._merged)
@@ -293,8 +286,16 @@ class Snapshot:
         `search_skills`, in OpenAI's function-tool shape or Anthropic's (`style`); none
         when the view holds no skill. The skill
         id is a plain string unless `enum`: an enum changes the tools whenever a skill is
-        added, which invalidates the provider's prompt cache."""
-        return self._merged.tools(enum, style)
+        added, which invalidates the provider's prompt cache. With `Skills(...,
+        skill_writes=)` on, `propose_skill` and `skill_manage` follow (also in an empty view:
+        an agent may write its first skill)."""
+        tools = self._merged.tools(enum, style)
+        return tools + self._writer.tools(style) if self._writer is not None else tools
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        """The names `call_tool` answers."""
+        return TOOL_NAMES + (WRITE_TOOL_NAMES if self._writer is not None else ())
 
     def call_tool(self, name: str, arguments: Mapping[str, Any] | str) -> str:
         """Run one of `tools()` and return its text result, or the error as text, so a model
@@ -314,7 +315,9 @@ class Snapshot:
                 return self._search_text(_arg(args, "query"))
         except SkillfsError as exc:
             return f"Error: {exc}"
-        return f"Error: unknown tool {name!r}; tools: {', '.join(TOOL_NAMES)}"
+        if name in WRITE_TOOL_NAMES and self._writer is not None:
+            return self._writer.call(name, args, self._merged.by_id, self.read_bytes)
+        return f"Error: unknown tool {name!r}; tools: {', '.join(self.tool_names)}"
 
     def _search_text(self, query: str) -> str:
         hits = self.search_skills(query)
