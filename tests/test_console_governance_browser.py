@@ -199,7 +199,7 @@ def test_save_as_canary_widen_and_promote(page: Page, store: skillfs.Store) -> N
     expect(page.locator("#activity td.actor").nth(2)).to_have_text(OPERATOR)
 
 
-def test_review_queue_approves_one_draft_and_rejects_another(
+def test_review_queue_approves_one_draft_as_a_canary_and_rejects_another(
     page: Page, store: skillfs.Store
 ) -> None:
     text = store.read(SHARED, "sql-query-helper", "SKILL.md").decode()
@@ -219,10 +219,15 @@ def test_review_queue_approves_one_draft_and_rejects_another(
     page.click("#drafts a.skill-link >> text=sql-query-helper")
     expect(page.locator("h1")).to_contain_text("Draft of sql-query-helper")
     expect(page.locator("table.diff").first).to_contain_text("Reviewed:")
-    page.click("#approve")
-    expect(page.locator(".flash.ok")).to_contain_text("Approved the draft of sql-query-helper")
+    page.fill("#canary-users", "alice")
+    page.click("#approve-canary")
+    expect(page.locator(".flash.ok")).to_contain_text(
+        "Approved the draft of sql-query-helper as a canary for users alice"
+    )
     expect(page.locator("#drafts tr[data-draft]")).to_have_count(1)
-    assert "Reviewed:" in store.read(SHARED, "sql-query-helper", "SKILL.md").decode()
+    assert store.read(SHARED, "sql-query-helper", "SKILL.md").decode() == text  # live for others
+    with skillfs.Skills(store, AGENT, "alice") as skills:
+        assert "Reviewed:" in skills.snapshot().load("sql-query-helper")
 
     page.click("#drafts a.skill-link >> text=greeter")
     expect(page.locator("h1")).to_contain_text("Draft of greeter")

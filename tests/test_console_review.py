@@ -90,3 +90,36 @@ def test_a_reader_sees_the_queue_but_cannot_decide(client: Client, store: skillf
     r = reader.post(_draft_url(SHARED, "greeter", "approve"), {"expected": "1"})
     assert r.status == 403 and "greeter" not in store.skills(SHARED)
     assert client.get("/agents/support-bot/shared/skills/_drafts/no-such/").status == 404
+
+
+def test_approve_as_canary(client: Client, store: skillfs.Store) -> None:
+    text = md_text(store, "code-reviewer")
+    store.propose(
+        SHARED, "code-reviewer", {"SKILL.md": File(text.replace("# C", "# Canary C", 1).encode())}
+    )
+    v = store.manifest(SHARED, draft_entry("code-reviewer")).version
+    url = _draft_url(SHARED, "code-reviewer", "approve")
+    bad = client.post(url, {"expected": str(v), "canary": "1", "percent": "101"})
+    assert bad.status == 400 and "from 0 to 100" in unescape(bad.text)
+    assert store.manifest(SHARED, draft_entry("code-reviewer")).version == v  # still a draft
+    r = client.post(url, {"expected": str(v), "canary": "1", "users": "alice", "percent": "10"})
+    assert r.status == 200 and "as a canary for users alice; 10 %" in r.text
+    m = store.manifest(SHARED, "code-reviewer")
+    assert m.candidate is not None and m.candidate.rollout.users == ("alice",)
+    assert md_text(store, "code-reviewer") == text  # live for everyone else
+    assert not [d for d in store.drafts(SHARED) if d.name == "code-reviewer"]
+    with skillfs.Skills(store, AGENT, "alice") as skills:
+        assert "# Canary C" in skills.snapshot().load("code-reviewer")
+
+
+def test_approve_a_users_draft_into_the_shared_scope(client: Client, store: skillfs.Store) -> None:
+    store.propose(ALICE, "greeter", {"SKILL.md": File(GREETER)}, actor="agent:support-bot/alice")
+    page = client.get(_draft_url(ALICE, "greeter"))
+    assert 'name="into" value="shared"' in page.text
+    store.propose(SHARED, "other", {"SKILL.md": File(GREETER.replace(b"greeter", b"other"))})
+    bad = client.post(_draft_url(SHARED, "other", "approve"), {"expected": "1", "into": "shared"})
+    assert bad.status == 400 and "other" not in store.skills(SHARED)
+    r = client.post(_draft_url(ALICE, "greeter", "approve"), {"expected": "1", "into": "shared"})
+    assert r.status == 200 and "it is live in support-bot · shared" in unescape(r.text)
+    assert "greeter" in store.skills(SHARED) and "greeter" not in store.skills(ALICE)
+    assert not [d for d in store.drafts(ALICE) if d.name == "greeter"]

@@ -10,14 +10,16 @@ from starlette.responses import Response
 
 from skillfs.auth import Level
 from skillfs.console import urls
-from skillfs.console.call import Call
+from skillfs.console.call import Call, HTTPError
 from skillfs.console.diff import diff_manifests
 from skillfs.console.findings import shown, skill_md_text, stored_findings
+from skillfs.console.pages.rollout import rollout_of
 from skillfs.console.paging import paged
 from skillfs.errors import NotFound
 from skillfs.model import Scope
 from skillfs.names import draft_entry
 from skillfs.store_drafts import Draft
+from skillfs.store_rollout import describe
 
 
 def agent_queue(call: Call, agent: str) -> Response:
@@ -69,6 +71,7 @@ def draft_page(call: Call, scope: Scope, skill: str) -> Response:
         skill=skill,
         findings=shown(stored_findings(call.store, m), text),
         diffs=diff_manifests(call.store, live, m),
+        shared_scope=Scope.shared(scope.agent_id) if scope.agent_id else None,
     )
 
 
@@ -86,15 +89,42 @@ def _draft(call: Call, scope: Scope, skill: str) -> Draft:
 
 
 def approve(call: Call, scope: Scope, skill: str) -> Response:
-    """The draft goes live and is removed, in one commit; refused, with nothing written, when
-    the draft or its live skill moved since the reviewer looked."""
+    """The draft goes live, or with a rule (**Approve as canary**) becomes the skill's staged
+    candidate for the workers it names, and is removed, in one commit; refused, with nothing
+    written, when the draft or its live skill moved since the reviewer looked."""
     call.require(Level.write, scope)
+    expected = call.form_int("expected")
+    into = _into(call, scope)
+    rule = rollout_of(call) if call.field("canary") == "1" else None
     result = call.store.approve(
-        scope, skill, expected_version=call.form_int("expected"), actor=call.actor
+        scope, skill, expected_version=expected, rollout=rule, into=into, actor=call.actor
     )
-    live = result.versions.get(skill)
-    said = f"Approved the draft of {skill}: it is live" + (f" as version {live}" if live else "")
+    version = result.versions.get(skill)
+    at = f" as version {version}" if version else ""
+    where = f" in {urls.scope_label(into)}" if into is not None else ""
+    if rule is not None:
+        said = (
+            f"Approved the draft of {skill}{where} as a canary for {describe(rule)}{at}; "
+            "everyone else keeps the live version"
+        )
+    else:
+        said = f"Approved the draft of {skill}: it is live{where}{at}"
     return call.done(urls.domain_page(scope.domain, "drafts"), said)
+
+
+def _into(call: Call, scope: Scope) -> Scope | None:
+    """Where an approved draft goes: its own scope, or (`into=shared`, for a draft in a
+    user's scope, e.g. one an agent proposed for its user) the agent's shared scope."""
+    into = call.field("into")
+    if not into:
+        return None
+    if into != "shared" or scope.kind != "user" or scope.agent_id is None:
+        raise HTTPError(
+            400, "Bad request", "into=shared is for a draft in a user's scope; leave it out"
+        )
+    target = Scope.shared(scope.agent_id)
+    call.require(Level.write, target)
+    return target
 
 
 def reject(call: Call, scope: Scope, skill: str) -> Response:
