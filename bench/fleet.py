@@ -105,6 +105,36 @@ BEFORE = {  # issue 12's measurements of the thread-pool server, quoted as "befo
     "cpu": "0.5-0.75 ms per call; 0.35-0.71x the echo server's throughput",
 }
 
+PREVIOUS_ROW = "previous full run (first aio server)"
+#: The first full run of this script (2026-11-24, the grpc.aio server before the fleet fixes:
+#: gRPC core's default pending-call limit, 256 streams per token, a WatchMany a second and a
+#: GetManifests + ReadFile per worker per publish, a token check a second per stream, every
+#: Revisions call its own executor hop and store read), quoted beside each new figure.
+PREVIOUS = {
+    "redis": {
+        "streams": "9,978 open / 22 refused (1,186 CANCELLED by gRPC's core, retried); idle "
+        "CPU 53 % of a core at 10,000 streams; a publish on every stream p99 1,835 ms",
+        "steps": "162 steps/s of 1,000; p50 11,763 ms / p99 29,876 ms; 24 failed",
+        "reach": "p50 8,101 ms / p99 9,974 ms; 5,417 not within 10 s",
+        "calls": "per second: Watch 158, Revisions 157, GetManifests 83, ReadFile 63",
+        "views": "0 errors; threads 75 → 75 → 75; 64 store connections",
+        "cpu": "0.593 / 0.180 ms per call: 3.29x",
+    },
+    "etcd": {
+        "streams": "9,953 open / 47 refused (1,726 CANCELLED by gRPC's core, retried); idle "
+        "CPU 67 % of a core at 10,000 streams; a publish on every stream p99 2,745 ms",
+        "steps": "468 steps/s of 1,000; p50 6,002 ms / p99 24,862 ms",
+        "reach": "none reached all workers within 10 s (8,000 not)",
+        "calls": "per second: Revisions 129, Watch 96, ReadFile 86, GetManifests 34",
+        "views": "0 errors; threads 75 → 75 → 75; 1 store connection",
+        "cpu": "0.711 / 0.175 ms per call: 4.05x",
+    },
+}
+
+
+def previous(r: Any, key: str) -> str:
+    return PREVIOUS.get(r.name, {}).get(key, "-")
+
 
 @dataclass(frozen=True)
 class Size:
@@ -961,6 +991,7 @@ def table(results: Sequence[Result], size: Size) -> str:
             cells(lambda r: f"{dist(r.streams.fanout)} on {r.streams.fanout_streams:,} streams"),
         ),
         common.row("before (issue 12)", (BEFORE["streams"] for _ in results)),
+        common.row(PREVIOUS_ROW, cells(lambda r: previous(r, "streams"))),
         common.row(f"**2. {size.workers:,} workers, a step a second**", ("" for _ in results)),
         common.row("steps", cells(step_count)),
         common.row("step `snapshot()` + `prompt()` (p50 / p99)", cells(steps)),
@@ -973,6 +1004,7 @@ def table(results: Sequence[Result], size: Size) -> str:
             cells(lambda r: f"{dist(r.workers.quiet)} ({len(r.workers.quiet):,} steps)"),
         ),
         common.row("before (issue 12)", (BEFORE["steps"] for _ in results)),
+        common.row(PREVIOUS_ROW, cells(lambda r: previous(r, "steps"))),
         common.row(
             f"a publish in every worker's cache, from its ack ({size.publishes} publishes; "
             "p50 / p99)",
@@ -982,6 +1014,8 @@ def table(results: Sequence[Result], size: Size) -> str:
             "until the last worker holds it (p50 / p99)", cells(lambda r: dist(r.workers.reach_all))
         ),
         common.row("before (issue 12)", (BEFORE["reach"] for _ in results)),
+        common.row(PREVIOUS_ROW, cells(lambda r: previous(r, "reach"))),
+        common.row(PREVIOUS_ROW + ": calls", cells(lambda r: previous(r, "calls"))),
         common.row("next step after the ack shows it (C3)", cells(c3)),
         common.row(
             "CPU during the run, % of a core: server / the load processes",
@@ -1032,6 +1066,7 @@ def table(results: Sequence[Result], size: Size) -> str:
             "server RSS MiB (before → after → again)", cells(lambda r: views_line(r, "rss"))
         ),
         common.row("before (issue 12)", (BEFORE["views"] for _ in results)),
+        common.row(PREVIOUS_ROW, cells(lambda r: previous(r, "views"))),
         common.row("**4. server CPU per unchanged-step call**", ("" for _ in results)),
         common.row(
             "skillfs `Revisions` / echo server, ms per call",
@@ -1046,6 +1081,7 @@ def table(results: Sequence[Result], size: Size) -> str:
             ),
         ),
         common.row("before (issue 12)", (BEFORE["cpu"] for _ in results)),
+        common.row(PREVIOUS_ROW, cells(lambda r: previous(r, "cpu"))),
     ]
     return "\n".join(lines)
 

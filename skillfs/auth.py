@@ -38,6 +38,8 @@ from skillfs.model import Access, Scope
 from skillfs.names import DRAFTS, check_id
 
 ENV_TOKENS = "SKILLFS_TOKENS"
+#: Authorization values whose principal is kept at most (unknown ones never are).
+KNOWN_MAX = 10_000
 log = logging.getLogger("skillfs.server")
 
 
@@ -277,11 +279,12 @@ class Tokens:
     """The current tokens config, from a file (re-read when it changes, so a revoked token
     stops working without a restart) or from `$SKILLFS_TOKENS`.
 
-    There is no cache of who is who: a lookup is one SHA-256 of the token (about a
-    microsecond) in the config current at that moment, so no answer can outlive the config
-    it came from. A file that is deleted or no longer parses fails closed: every token is
-    refused (and the failure logged) until the file is fixed, since keeping the last good
-    config would keep a token the operator meant to revoke."""
+    A lookup is one SHA-256 of the token in the config current at that moment; the answer is
+    kept per authorization value beside the config object it came from (`_known`), and used
+    only while that object is in force, so no answer can outlive the config it came from,
+    and a fleet's per-step calls skip the hash. A file that is deleted or no longer parses
+    fails closed: every token is refused (and the failure logged) until the file is fixed,
+    since keeping the last good config would keep a token the operator meant to revoke."""
 
     RECHECK_SECONDS = 2.0
     #: Seconds a receipt proves its upload (docs/server.md, "Blobs and hashes").
@@ -302,6 +305,9 @@ class Tokens:
         #: Why the file is not in force (deleted, unparsable), while every token is refused.
         self.failure: str | None = None
         self._config = TokenConfig.parse(text) if text else self._load()
+        #: A config and, under it, authorization value -> principal (replaced as one tuple,
+        #: so a thread holding an older config never fills the newer one's map).
+        self._known: tuple[TokenConfig | None, dict[str, Principal]] = (None, {})
         #: The clock receipts are issued and checked by.
         self.clock = time.time
 
@@ -353,10 +359,16 @@ class Tokens:
                 "no token: send the metadata 'authorization: Bearer TOKEN' "
                 "(skillfs.open_store(..., token=...) or $SKILLFS_TOKEN)"
             )
+        config = self.config
+        known = self._known
+        if known[0] is not config:
+            known = self._known = (config, {})
+        hit = known[1].get(header)
+        if hit is not None:
+            return hit
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthenticated("the authorization metadata must be 'Bearer TOKEN'")
-        config = self.config
         principal = config.principals.get(hash_token(token.strip()))
         if principal is None:
             if self.failure is not None:
@@ -365,6 +377,8 @@ class Tokens:
                     "ask an operator to fix it"
                 )
             raise Unauthenticated("unknown or revoked token: ask an operator for a valid one")
+        if len(known[1]) < KNOWN_MAX:
+            known[1][header] = principal
         return principal
 
     def receipt(

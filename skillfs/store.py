@@ -423,6 +423,11 @@ class Store(Following, Governance, Rollouts, SideEntries, Drafts, Usage, Curatio
         """A file's bytes (or the range [start, end)), reading only the chunks it covers."""
         return self._blobs.read(entry, start, end)
 
+    def read_cached(self, entry: FileEntry, start: int = 0, end: int | None = None) -> bytes | None:
+        """`read_entry` when the file is in this process's blob cache, else None: no store
+        call, so an event loop may ask (the server's ReadFile)."""
+        return self._blobs.read_cached(entry, start, end)
+
     def read_entries(self, entries: Iterable[FileEntry]) -> dict[str, bytes]:
         """Many files' bytes by SHA-256, the uncached ones in one batched round trip."""
         return self._blobs.read_many(entries)

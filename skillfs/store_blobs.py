@@ -66,6 +66,14 @@ class Blobs:
                 self._retrying(self.put, digest, data, now)
             self._cache.put(digest, data)
 
+    def read_cached(self, entry: FileEntry, start: int, end: int | None) -> bytes | None:
+        """`read` when the blob is in the cache, else None (never a store call)."""
+        end = entry.size if end is None else max(start, min(end, entry.size))
+        if start >= end:
+            return b""
+        cached = self._cache.get(entry.sha256)
+        return None if cached is None else cached[start:end]
+
     def read(self, entry: FileEntry, start: int = 0, end: int | None = None) -> bytes:
         """A file's bytes (or the range [start, end)), reading only the chunks it covers."""
         end = entry.size if end is None else max(start, min(end, entry.size))

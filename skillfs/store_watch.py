@@ -93,9 +93,10 @@ OnChanges = Callable[[str, Revision, list[Change], float], "Revision | None"]
 
 class Watcher:
     """Follows many domains over one store connection, on one thread, with the engine's
-    `changes_many` (Redis: one XREAD over every stream; etcd: one watch stream). Add and
-    remove domains at any time; a domain added while the thread waits is looked at when
-    that wait ends (after at most `poll` seconds), from the revision it was added at, so
+    `changes_many` (Redis: one XREAD over every stream; etcd: one watch stream; grpc://: one
+    WatchMany call). Add and remove domains at any time; a domain added while the thread
+    waits is looked at when that wait ends (the engine's `interrupt_wait` ends it at once
+    where it can, else after at most `poll` seconds), from the revision it was added at, so
     nothing is skipped. The thread ends when the last domain is removed and starts again
     with the next one. Store outages are logged once and waited out (C8)."""
 
@@ -104,17 +105,20 @@ class Watcher:
         engine: Engine,
         on_changes: OnChanges,
         *,
-        poll: float = 1.0,
+        poll: float | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
         self.engine = engine
-        self.poll = poll
+        #: The longest wait (default: the engine's `watch_wait`).
+        self.poll = engine.watch_wait if poll is None else poll
         self._on_changes = on_changes
         self._log = logger or log
         self._since: dict[str, Revision] = {}
         self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
+        #: The thread's ident while it waits in `changes_many` (for `interrupt_wait`).
+        self._waiting: int | None = None
 
     @property
     def domains(self) -> list[str]:
@@ -131,7 +135,10 @@ class Watcher:
         if since is None:
             since = self.engine.revisions([domain])[domain] or EMPTY
         with self._lock:
+            new = domain not in self._since
             self._since[domain] = since
+            if new and self._waiting is not None:  # its wait does not cover the domain
+                self.engine.interrupt_wait(self._waiting)
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(
                     target=self._run, name=f"skillfs-watch {self.engine.url}", daemon=True
@@ -142,11 +149,15 @@ class Watcher:
     def remove(self, domain: str) -> None:
         with self._lock:
             self._since.pop(domain, None)
+            if not self._since and self._waiting is not None:  # the thread ends sooner
+                self.engine.interrupt_wait(self._waiting)
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             self._since.clear()
+            if self._waiting is not None:
+                self.engine.interrupt_wait(self._waiting)
             self._lock.notify_all()
 
     def _run(self) -> None:
@@ -158,11 +169,13 @@ class Watcher:
                     self._thread = None  # `add` starts another
                     return
                 since = dict(self._since)
+                self._waiting = threading.get_ident()
             started = time.monotonic()
             try:
                 found = self.engine.changes_many(since, self.poll)
             except Exception as exc:  # StoreUnavailable, or a closed engine under us
                 with self._lock:
+                    self._waiting = None
                     if self._closed:
                         self._thread = None
                         return
@@ -170,6 +183,8 @@ class Watcher:
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
+            with self._lock:
+                self._waiting = None
             failed = False
             for domain, rev in since.items():
                 with self._lock:

@@ -280,6 +280,8 @@ def test_a_server_over_its_concurrent_call_limit_is_failed_over(tmp_path: Path) 
         reader = pb_grpc.SkillReaderStub(ch)
         try:
             deadline = time.monotonic() + 30  # generous: a loaded machine is slow to open them
+            while busy.backend.watches.open < 4 and time.monotonic() < deadline:
+                time.sleep(0.02)  # a Ping before they are all open would take a Watch's place
             while time.monotonic() < deadline:  # until all 4 arrived and hold the limit
                 try:
                     reader.Ping(pb.PingRequest(), metadata=meta, timeout=2)

@@ -76,9 +76,9 @@ def test_50_agents_cost_what_one_agent_costs(
 
 def test_a_grpc_worker_follows_50_agents_with_one_call(tmp_path: Path) -> None:
     """Over grpc://, the process's one watch asks the server about all 50 agents in one
-    WatchMany call (one watch slot, not 50 Watch streams), and each publish reaches its
-    worker's cache; an idle call costs the server no store read of its own (the hub, which
-    follows the domains anyway, tells it of changes)."""
+    WatchMany call (one watch slot, not 50 Watch streams) that waits while nothing changes,
+    and each publish reaches its worker's cache with the manifest the event carried; an idle
+    call costs the server no store read of its own."""
     from support.grpc_servers import ADMIN, running
 
     with running("memory://fleet-grpc", tmp_path) as server:
@@ -116,15 +116,76 @@ def test_a_grpc_worker_follows_50_agents_with_one_call(tmp_path: Path) -> None:
             setattr(engine, name, count)
         asked = len(calls)
         time.sleep(2.5)
-        assert len(calls) - asked >= 2  # the worker's watch asked again every second...
-        # ...and the server answered each call from its hub's events, reading nothing
+        # the worker's one WatchMany waits (Engine.watch_wait, 25 s on grpc://): no call a
+        # second while nothing changes...
+        assert len(calls) - asked <= 1
+        # ...and the server reads nothing for it: the hub, which follows the domains anyway,
+        # tells it of changes
         assert served == []
+        loads: list[str] = []
+        for name in ("load_scope", "load_skills"):
+            original = getattr(store.engine, name)
+
+            def load(*args: Any, _name: str = name, _fn: Any = original) -> Any:
+                loads.append(_name)
+                return _fn(*args)
+
+            setattr(store.engine, name, load)
         revs = {a: writer.publish(Scope.shared(a), "s", {"SKILL.md": md("s", 2)}).revision
                 for a in AGENTS[:5]}  # fmt: skip
         for w in workers[:5]:
             assert w.followers[0].wait_for(revs[w.agent_id], 10), w.agent_id
+        assert loads == []  # the events carried the changed manifests: no GetManifests
         assert all("Version 2" in w.snapshot().prompt() for w in workers[:5])
         for w in workers:
             w.close()
+        store.close()
+        writer.close()
+
+
+def test_a_grpc_worker_of_one_agent_keeps_one_watch_stream_across_publishes(
+    tmp_path: Path,
+) -> None:
+    """Following one domain over grpc://, the worker's watch keeps its Watch stream open from
+    one publish to the next (a message per publish, no call per publish), and each event
+    carries the manifest, so the worker loads nothing itself."""
+    from support.grpc_servers import ADMIN, running
+
+    with running("memory://fleet-one", tmp_path) as server:
+        address = f"grpc://127.0.0.1:{server.grpc_port}"
+        writer = skillfs.open_store(address, token=ADMIN)
+        shared = Scope.shared("solo")
+        writer.publish(shared, "s", {"SKILL.md": md("s", 1)})
+        store = skillfs.open_store(address, token=ADMIN)
+        worker = Skills(store, "solo", "alice")
+        follower = worker.followers[0]
+        first = writer.publish(shared, "s", {"SKILL.md": md("s", 2)}).revision
+        worker.snapshot()
+        assert follower.wait_for(first, 10)
+        hub = server.backend.hub
+        subscribed: list[str] = []
+        subscribe = hub.subscribe
+
+        def counted(domain: str, manifests: bool) -> Any:
+            subscribed.append(domain)
+            return subscribe(domain, manifests)
+
+        hub.subscribe = counted  # type: ignore[method-assign]
+        loads: list[str] = []
+        for name in ("load_scope", "load_skills"):
+            original = getattr(store.engine, name)
+
+            def load(*args: Any, _name: str = name, _fn: Any = original) -> Any:
+                loads.append(_name)
+                return _fn(*args)
+
+            setattr(store.engine, name, load)
+        for n in range(3, 8):
+            rev = writer.publish(shared, "s", {"SKILL.md": md("s", n)}).revision
+            assert follower.wait_for(rev, 10), n
+        assert subscribed == []  # the stream open before the publishes carried all five
+        assert loads == []
+        assert server.backend.watches.open == 1
+        worker.close()
         store.close()
         writer.close()

@@ -267,3 +267,47 @@ def test_the_hub_makes_no_store_call_while_nothing_changes(url: str, tmp_path: P
             assert next(first).through == rev_to_pb(c.revision)
             first.cancel()
             second.cancel()
+
+
+def test_a_publish_s_files_are_read_once_for_the_fleet_that_prefetches_them(
+    url: str, tmp_path: Path
+) -> None:
+    """The hub, loading a publish's manifest for its events, reads the manifest's small files
+    into the server's blob cache once: the ReadFile calls of the workers that prefetch them
+    then read nothing from the store."""
+    with running(url, tmp_path) as server:
+        address = f"127.0.0.1:{server.grpc_port}"
+        store = skillfs.open_store(f"grpc://{address}", token=ADMIN)
+        since = store.publish(A, "s", {"SKILL.md": md("s")}).revision
+        engine = server.store.engine
+        reads: list[int] = []
+        original = engine.get_chunks
+
+        def get_chunks(keys: Any) -> Any:
+            reads.append(len(keys))
+            return original(keys)
+
+        engine.get_chunks = get_chunks  # type: ignore[method-assign]
+        with grpc.insecure_channel(address) as ch:
+            stub = pb_grpc.SkillReaderStub(ch)
+            request = pb.WatchRequest(domain=DOMAIN, since=rev_to_pb(since), with_manifests=True)
+            watch = stub.Watch(request, metadata=meta(ALICE))
+            wait_until(lambda: server.backend.watches.open == 1)
+            body = b"notes " * 100
+            store.publish(A, "s", {"SKILL.md": md("s", "v2"), "notes.md": body})
+            event = next(e for e in watch if e.manifests)
+            m = manifest_from(event.manifests[0].manifest_json)
+            warmed = len(reads)
+            assert warmed >= 1  # the hub's one read of the new files
+            entry = m.files["notes.md"]
+            source = pb.Source(scope=str(A), skill="s", version=m.version)
+            ranges = [pb.BlobRange(sha256=entry.sha256, source=source)]
+            for _ in range(20):  # twenty workers prefetching
+                got = b"".join(
+                    c.data
+                    for c in stub.ReadFile(pb.ReadFileRequest(ranges=ranges), metadata=meta(ALICE))
+                )
+                assert got == body
+            assert len(reads) == warmed  # none of them read the store
+            watch.cancel()
+        store.close()

@@ -9,6 +9,7 @@ import json
 import os
 import queue
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -526,6 +527,36 @@ def test_an_open_watch_follows_narrowed_grants_and_ends_when_revoked(
     _set_grants(server, "alice", None)
     seeded.publish(SHARED, "common", {"SKILL.md": md("common").replace(b"Does", b"SECRET")})
     end = next_shown()
+    assert isinstance(end, grpc.RpcError), end
+    assert end.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_an_idle_watch_ends_when_its_token_is_revoked(
+    server: SkillfsServer,
+    seeded: skillfs.Store,
+    stubs: tuple[pb_grpc.SkillReaderStub, pb_grpc.SkillAdminStub],
+) -> None:
+    """With nothing published, the server's one check of the tokens config wakes the streams
+    when it changes: a revoked token's open Watch ends (UNAUTHENTICATED) within seconds."""
+    reader, _ = stubs
+    stream = reader.Watch(pb.WatchRequest(domain=f"agents/{AGENT}"), metadata=auth(ALICE))
+    ended: queue.Queue[grpc.RpcError | None] = queue.Queue()
+
+    def drain() -> None:
+        try:
+            for _ in stream:
+                pass
+            ended.put(None)
+        except grpc.RpcError as exc:
+            ended.put(exc)
+
+    threading.Thread(target=drain, daemon=True).start()
+    deadline = time.monotonic() + 10
+    while server.backend.watches.open < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.backend.watches.open == 1
+    _set_grants(server, "alice", None)
+    end = ended.get(timeout=10)
     assert isinstance(end, grpc.RpcError), end
     assert end.code() == grpc.StatusCode.UNAUTHENTICATED
 

@@ -146,6 +146,15 @@ def serve(
             help="Threads for blocking store calls; the store's pool is sized from it.",
         ),
     ] = 64,
+    max_streams_per_token: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N",
+            show_default=False,
+            help="Open ReadFile/UploadBlob/Publish/ListBlobs streams of one token (default "
+            "10,000; docs/server.md, Limits).",
+        ),
+    ] = None,
     log_level: Annotated[
         str, typer.Option(metavar="LEVEL", help="debug, info, warning or error.")
     ] = "info",
@@ -174,6 +183,7 @@ def serve(
     Stateless: run as many as you like over one store. Logs are JSON lines on stderr; one
     plain line says where it listens once it serves."""
     from skillfs.server.app import ServerConfig, setup_logging
+    from skillfs.server.backend import Caps
 
     if tokens is None and not os.environ.get(ENV_TOKENS):
         raise fail(NO_TOKENS)
@@ -190,6 +200,10 @@ def serve(
         max_workers=max_workers,
         curate=curate,
     )
+    if max_streams_per_token is not None:
+        config = config.model_copy(
+            update={"caps": Caps(max_streams_per_token=max_streams_per_token)}
+        )
     server = _server(config)
     server.serve(lambda: err.print(shown(ready_line(server)), highlight=False))
 

@@ -165,6 +165,11 @@ class Engine(ABC):
     chunk_size: int = 4 * MiB
     #: At most this many ops fit in one atomic commit (etcd: 128 operations per transaction).
     max_ops: int | None = None
+    #: How long a process's watch (`store_watch.Watcher`) waits in one `changes_many` call
+    #: while nothing changes. A store's wait is cheap to repeat every second; a skillfs
+    #: server's is a call it answers, so a grpc:// engine waits longer and ends a wait early
+    #: with `interrupt_wait` when a domain is added.
+    watch_wait: float = 1.0
 
     def __init__(self, url: str) -> None:
         self.url = redact(url)
@@ -271,6 +276,17 @@ class Engine(ABC):
                 return out
             time.sleep(min(delay, left))
             delay = min(delay * 2, MANY_POLL)
+
+    def interrupt_wait(self, thread: int) -> None:
+        """End the `changes_many` wait of thread `thread` (a `threading.get_ident()`) early,
+        answering `{}`, where the engine can; others' waits last `watch_wait` at most."""
+        return None
+
+    def known_manifest(self, scope: Scope, skill: str, version: int) -> Manifest | None:
+        """The manifest of `skill` at exactly `version` if this engine already holds it (a
+        grpc:// engine keeps those its watch events carried), else None: a follower takes
+        it instead of loading the skill, since a version's manifest never changes."""
+        return None
 
     # --- listings
 

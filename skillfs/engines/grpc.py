@@ -30,9 +30,10 @@ import grpc
 
 from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import CommitOp, Engine, UrlOptions
+from skillfs.engines.grpc_watch import GrpcWatching
 from skillfs.errors import InvalidPath, StoreUnavailable
 from skillfs.lru import Lru
-from skillfs.model import Access, AuditEntry, Change, Manifest, Revision, Scope, UsageStat
+from skillfs.model import Access, AuditEntry, Manifest, Revision, Scope, UsageStat
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 
@@ -41,6 +42,7 @@ R = TypeVar("R")
 
 #: A server that failed to answer is tried last for this long (seconds).
 DOWN_FOR = 1.0
+
 _CHANNEL_OPTIONS = [
     # A name that resolves to several servers (a headless Kubernetes Service) is balanced too.
     ("grpc.lb_policy_name", "round_robin"),
@@ -52,18 +54,6 @@ _CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 20_000),
     ("grpc.keepalive_timeout_ms", 5_000),
 ]
-
-
-def _with_through(changes: list[Change], through: Revision | None) -> list[Change]:
-    """A watch event's changes, ending with a change without scope or skill at `through` when
-    the server left out later changes the token may not read: following it moves the revision
-    and reloads nothing (C3)."""
-    if through is None or (changes and changes[-1].op == "reset"):
-        return changes
-    last = changes[-1].revision if changes else None
-    if last is None or (last.epoch == through.epoch and last.counter < through.counter):
-        changes.append(Change(revision=through, op="put"))
-    return changes
 
 
 class _Server:
@@ -78,7 +68,7 @@ class _Server:
         self.down_until = 0.0
 
 
-class GrpcEngine(Engine):
+class GrpcEngine(GrpcWatching, Engine):
     """One or more skillfs servers, balanced and failed over by this client."""
 
     def __init__(
@@ -111,8 +101,7 @@ class GrpcEngine(Engine):
         self._seen: Lru[str, tuple[Scope, str, int]] = Lru(200_000)
         #: sha256 -> (size, receipt) from the server's answers to uploads and touches.
         self._receipts: Lru[str, tuple[int, bytes]] = Lru(200_000)
-        #: False once a server answered that it has no WatchMany (an older one).
-        self._many = True
+        self._init_watching()
 
     # ------------------------------------------------------------------ calls
 
@@ -322,58 +311,6 @@ class GrpcEngine(Engine):
         reply = self._read("Revisions", pb.RevisionsRequest(domains=list(domains)))
         return wire.revs_from_pb(domains, reply.revisions)
 
-    def changes(self, domain: str, since: Revision, timeout: float) -> list[Change]:
-        """The first batch of a Watch stream that ends after `timeout` quiet seconds."""
-        wait = max(timeout, 0.001)
-        request = pb.WatchRequest(domain=domain, since=wire.rev_to_pb(since), max_wait_seconds=wait)
-
-        def first(server: _Server) -> list[Change]:
-            stream = server.reader.Watch(request, metadata=self._metadata, timeout=wait + 30)
-            try:
-                for event in stream:
-                    return _with_through(
-                        [wire.change_from_pb(c) for c in event.changes],
-                        wire.rev_from_pb(event.through) if event.HasField("through") else None,
-                    )
-                return []
-            finally:
-                stream.cancel()
-
-        return self._run(first)
-
-    def changes_many(
-        self, since: Mapping[str, Revision], timeout: float
-    ) -> dict[str, list[Change]]:
-        """One WatchMany call for every domain (one watch slot on the server, however many
-        agents this process follows); a server that predates it is asked domain by domain."""
-        if not since or not self._many:
-            return super().changes_many(since, timeout)
-        wait = max(timeout, 0.0)
-        request = pb.WatchManyRequest(
-            domains=[pb.DomainSince(domain=d, since=wire.rev_to_pb(r)) for d, r in since.items()],
-            max_wait_seconds=wait,
-        )
-
-        def call(server: _Server) -> pb.WatchManyResponse | None:
-            try:
-                return server.reader.WatchMany(request, metadata=self._metadata, timeout=wait + 30)
-            except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                    return None
-                raise
-
-        reply = self._run(call)
-        if reply is None:
-            self._many = False
-            return super().changes_many(since, timeout)
-        return {
-            e.domain: _with_through(
-                [wire.change_from_pb(c) for c in e.event.changes],
-                wire.rev_from_pb(e.event.through) if e.event.HasField("through") else None,
-            )
-            for e in reply.events
-        }
-
     # ------------------------------------------------------------------ listings and usage
 
     def domains(self) -> list[str]:
@@ -457,5 +394,6 @@ class GrpcEngine(Engine):
         self._read("Ping", pb.PingRequest(), timeout=5.0)
 
     def close(self) -> None:
+        self._close_watches()
         for server in self._servers:
             server.channel.close()

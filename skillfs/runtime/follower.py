@@ -64,11 +64,18 @@ class Follower:
     """Keeps the tracked scopes of one domain (`agents/<id>` or `markets/<id>`) current."""
 
     def __init__(
-        self, store: Store, domain: str, watch_timeout: float = 1.0, *, background: bool = True
+        self,
+        store: Store,
+        domain: str,
+        watch_timeout: float | None = None,
+        *,
+        background: bool = True,
     ) -> None:
         self.store = store
         self.domain = domain
-        self._watch_timeout = watch_timeout
+        #: The engine's own wait by default (`Engine.watch_wait`: 1 s on a store, 25 s on a
+        #: skillfs server, whose wait ends early when there is news).
+        self._watch_timeout = store.engine.watch_wait if watch_timeout is None else watch_timeout
         #: False: no watch thread; whoever follows the log (the server's hub) calls `feed`.
         self.background = background
         self._empty = LayerSkills({}, store)  # the store reads its layers' files
@@ -204,6 +211,8 @@ class Follower:
         changes: list[Change] = list(first or [])
         upto = changes[-1].revision if changes else target
         for _ in range(MAX_ROUNDS):
+            if need:
+                need = self._take_known(need, changes, held, edited, loaded)
             if whole or need:
                 self._load(whole, need, held, edited, loaded)
                 upto = self.store.engine.revisions([self.domain])[self.domain]
@@ -262,6 +271,41 @@ class Follower:
                 else:
                     into[skill] = m
                     self._prefetch.append(m)
+
+    def _take_known(
+        self,
+        need: Mapping[Scope, set[str]],
+        changes: Sequence[Change],
+        held: Mapping[Scope, LayerSkills],
+        edited: dict[Scope, dict[str, Manifest]],
+        loaded: dict[Key, int],
+    ) -> dict[Scope, set[str]]:
+        """Take from the engine the manifests it already holds at the version the log last
+        wrote (a grpc:// watch's events carry them): exactly what a load would find live at
+        that change, so the cut stays exact (C4). Returns what is left to load."""
+        last: dict[Key, tuple[str, int]] = {}
+        for c in changes:
+            if c.scope is not None and c.skill is not None:
+                last[(c.scope, c.skill)] = (c.op, c.version or 0)
+        left: dict[Scope, set[str]] = {}
+        engine = self.store.engine
+        for scope, skills in need.items():
+            for skill in skills:
+                op, version = last.get((scope, skill), ("", 0))
+                m = engine.known_manifest(scope, skill, version) if op == "put" else None
+                if m is None:
+                    left.setdefault(scope, set()).add(skill)
+                    continue
+                if scope not in edited:
+                    edited[scope] = dict(held[scope].manifests)
+                into = edited[scope]
+                loaded[(scope, skill)] = m.version
+                if m.deleted:
+                    into.pop(skill, None)
+                else:
+                    into[skill] = m
+                    self._prefetch.append(m)
+        return left
 
     def _read_log(
         self, since: Revision, upto: Revision | None, into: list[Change]

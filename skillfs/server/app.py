@@ -51,6 +51,8 @@ T = TypeVar("T")
 #: Store connections beyond the executor's threads: the HTTP side's threads and the health
 #: check use the store too, so no thread ever waits on the pool (docs/server.md).
 POOL_EXTRA = 48
+#: Calls gRPC's core holds for the event loop at least (its defaults: 1,000, 3,000).
+PENDING = 3000
 #: Seconds between two writes of the views' usage counts.
 USAGE_INTERVAL = 5.0
 
@@ -148,6 +150,12 @@ class SkillfsServer:
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", limit),
                 ("grpc.so_reuseport", 0),
+                # Calls that arrived but that the event loop has not taken yet: gRPC's core
+                # cancels them past 1,000 (at random) and 3,000 by default, so a fleet's burst
+                # of Watch or ReadFile calls lost hundreds as CANCELLED, logged nowhere
+                # (docs/benchmarks.md, the fleet). Every call the server would admit may wait.
+                ("grpc.server.max_pending_requests", max(concurrent, PENDING)),
+                ("grpc.server.max_pending_requests_hard_limit", max(concurrent, PENDING)),
             ],
             maximum_concurrent_rpcs=concurrent,
         )
@@ -223,7 +231,7 @@ class SkillfsServer:
 
     async def _start_grpc(self) -> None:
         await self.grpc.start()
-        self.backend.hub.start()
+        self.backend.start()
         self._health_task = asyncio.get_running_loop().create_task(self._health_loop())
 
     async def _stop_grpc(self, grace: float) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import EMPTY, Engine
 from skillfs.errors import SkillfsError
-from skillfs.model import Change, Revision, Scope
+from skillfs.model import Change, Manifest, Revision, Scope
 from skillfs.proto import skillfs_pb2 as pb
 
 log = logging.getLogger("skillfs.server")
@@ -47,6 +47,10 @@ QUEUE = 64
 
 Run = Callable[..., Awaitable[object]]
 Sink = Callable[[Revision, Sequence[Change]], None]
+#: Told of each manifest an event's changes wrote (in the executor): the server indexes it
+#: for blob proofs and warms its blob cache with its small files, since a fleet's workers
+#: are about to read them (`Backend.seen`).
+Seen = Callable[[Scope, Manifest], None]
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,6 +62,8 @@ class Event:
     before: Revision
     changes: tuple[Change, ...]
     manifests: dict[tuple[Scope, str, int], pb.ScopedManifest]
+    #: The message each principal's streams are sent (the reader's `_shown`).
+    shown: dict[tuple[int, bool], tuple[Any, pb.WatchEvent]] = field(default_factory=dict)
 
     @property
     def through(self) -> Revision:
@@ -89,8 +95,9 @@ class Stream:
         self.closed = True
         self.wake.set()
 
-    async def next(self, timeout: float) -> Event | None:
-        """The next event, or None after `timeout` seconds, on overflow or once closed."""
+    async def next(self, timeout: float | None) -> Event | None:
+        """The next event, or None after `timeout` seconds (None: no limit), when woken
+        without one (`Hub.wake_all`), on overflow or once closed."""
         if not self.events and not self.overflowed and not self.closed:
             self.wake.clear()
             try:
@@ -120,8 +127,10 @@ class Hub:
         queue: int = QUEUE,
         wait: float = WAIT,
         short_wait: float = SHORT_WAIT,
+        seen: Seen | None = None,
     ) -> None:
         self.engine = engine
+        self.seen = seen
         self.run = run
         self.queue = queue
         self.wait = wait
@@ -187,6 +196,12 @@ class Hub:
         d.idle_since = None
         self._poke()
         return stream
+
+    def wake_all(self) -> None:
+        """Wake every stream without an event (it checks its token again)."""
+        for d in self._domains.values():
+            for s in d.streams:
+                s.wake.set()
 
     def unsubscribe(self, stream: Stream) -> None:
         d = self._domains.get(stream.domain)
@@ -346,7 +361,7 @@ class Hub:
     async def _publish(self, d: _Domain, event: Event) -> None:
         if event.changes and any(s.manifests for s in d.streams):
             try:
-                loaded = await self.run(manifests_of, self.engine, event.changes)
+                loaded = await self.run(manifests_of, self.engine, event.changes, self.seen)
                 assert isinstance(loaded, dict)
                 event.manifests.update(loaded)
             except SkillfsError as exc:  # the streams' clients read them themselves
@@ -376,9 +391,10 @@ def _serve(jobs: queues.SimpleQueue[Callable[[], None] | None]) -> None:
 
 
 def manifests_of(
-    engine: Engine, changes: Sequence[Change]
+    engine: Engine, changes: Sequence[Change], seen: Seen | None = None
 ) -> dict[tuple[Scope, str, int], pb.ScopedManifest]:
-    """The manifest each put wrote, while it is still live: one load per scope."""
+    """The manifest each put wrote, while it is still live: one load per scope; each is
+    handed to `seen` too."""
     wanted: dict[Scope, dict[str, int]] = {}
     for c in changes:
         if c.op == "put" and c.scope is not None and c.skill is not None:
@@ -387,6 +403,8 @@ def manifests_of(
     for scope, skills in wanted.items():
         for name, m in engine.load_skills(scope, list(skills)).items():
             if m is not None and m.version == skills[name]:
+                if seen is not None:
+                    seen(scope, m)
                 out[(scope, name, m.version)] = pb.ScopedManifest(
                     scope=str(scope), manifest_json=wire.manifest_bytes(m)
                 )

@@ -38,6 +38,10 @@ class ManifestIndex:
         self._items.put((scope, m.skill, m.version), files)
         return files
 
+    def cached(self, scope: Scope, skill: str, version: int) -> dict[str, int] | None:
+        """`files` when the manifest is indexed already, else None (never a store call)."""
+        return self._items.get((scope, skill, version))
+
     def files(self, scope: Scope, skill: str, version: int) -> dict[str, int] | None:
         hit = self._items.get((scope, skill, version))
         if hit is not None:
@@ -92,11 +96,19 @@ class BlobProofs:
         self.index = index
         self.uploads = UploadBudget()
 
-    def readable_size(self, principal: Principal, source: pb.Source, sha: str) -> int:
-        """The size of blob `sha` in the manifest `source` names, which the caller may read."""
+    def readable_size(
+        self, principal: Principal, source: pb.Source, sha: str, cached_only: bool = False
+    ) -> int | None:
+        """The size of blob `sha` in the manifest `source` names, which the caller may read;
+        with `cached_only`, None when that manifest is not indexed (no store call)."""
         scope = allowed(principal, Level.read, source.scope)
         where = f"{scope}/{source.skill} version {source.version}"
-        files = self.index.files(scope, source.skill, source.version)
+        if cached_only:
+            files = self.index.cached(scope, source.skill, source.version)
+            if files is None:
+                return None
+        else:
+            files = self.index.files(scope, source.skill, source.version)
         if files is None:
             raise NotFound(f"{where} is not kept any more: take a new snapshot")
         size = files.get(sha)

@@ -5,51 +5,31 @@ Every call is authorized by the token's grants (docs/server.md)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
 from skillfs.auth import Level, Principal
 from skillfs.engines import grpc_wire as wire
-from skillfs.engines.base import EMPTY
 from skillfs.errors import InvalidPath, PermissionDenied
-from skillfs.model import Change, FileEntry, Revision, Scope, error_findings
+from skillfs.model import FileEntry, Scope, error_findings
 from skillfs.names import check_domain, check_entry, check_id, check_skill_name
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.runtime import Snapshot
 from skillfs.server.backend import Backend
-from skillfs.server.hub import Event, Stream, manifests_of
 from skillfs.server.rpc import (
     allowed,
-    asynchronous,
-    bearer,
     check_sha,
+    on_loop,
     streaming,
     unary,
-    well_formed,
 )
 from skillfs.server.views import view_key, view_scopes
+from skillfs.server.watching import Watching
 from skillfs.skill_md import SKILL_MD
-
-#: A Watch stream re-checks its token at least this often (seconds).
-WATCH_POLL = 1.0
-#: Reads of the log a Watch stream makes by itself to catch up to the hub, at most.
-CATCH_UP_ROUNDS = 16
-#: A Watch asking to wait at most this long is a catch-up read (the runtime's per-step
-#: `changes(..., 0)`), as short as any unary call: it does not count against the limits.
-SHORT_WATCH = 0.25
-#: Domains one WatchMany call may name, and the longest it waits (the client asks again).
-MAX_WATCH_MANY = 10_000
-MANY_WAIT = 30.0
-
-
-def _same(a: Revision | None, b: Revision) -> bool:
-    return a is not None and a.epoch == b.epoch and a.counter == b.counter
-
 
 #: The most entries one Audit call returns.
 AUDIT_MAX = 10_000
@@ -72,7 +52,7 @@ def _view_skill(s: Any) -> pb.ViewSkill:
     )
 
 
-class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, untyped
+class Reader(Watching, pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, untyped
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.store = backend.store
@@ -144,37 +124,54 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
             manifests_json=[wire.manifest_bytes(m) for m in found.values()]
         )
 
-    @unary
-    def Revisions(
+    @on_loop
+    async def Revisions(
         self, request: pb.RevisionsRequest, context: grpc.ServicerContext, principal: Principal
     ) -> pb.RevisionsResponse:
+        """The per-step check (C3): read from the store after the call arrived, in one read
+        shared with the calls that arrived with it (`skillfs/server/revisions.py`)."""
         domains = [check_domain(d) for d in request.domains]
         for d in domains:
             principal.require_domain(d)
-        return pb.RevisionsResponse(revisions=wire.revs_to_pb(self.engine.revisions(domains)))
+        found = await self.backend.shared_reads.revisions(domains)
+        return pb.RevisionsResponse(revisions=wire.revs_to_pb(found))
 
     @streaming
     async def ReadFile(
         self, request: pb.ReadFileRequest, context: grpc.ServicerContext, principal: Principal
     ) -> AsyncIterator[pb.FileChunk]:
-        """One range at a time, read in the executor; a client that stops reading leaves the
-        stream waiting on the event loop, holding no thread (capped per token)."""
+        """One range at a time: from the blob cache on the event loop when the manifest and
+        the blob are in memory (a fleet prefetching a publish's files), else read in the
+        executor; a client that stops reading leaves the stream waiting on the event loop,
+        holding no thread (capped per token)."""
         with self.backend.streams.hold(principal):
             for i, r in enumerate(request.ranges):
-                data = await self.backend.run(self._read, principal, r)
+                data = self._read(principal, r, True)
+                if data is None:
+                    data = await self.backend.run(self._read, principal, r)
+                assert data is not None  # only a cached_only read may miss
                 yield pb.FileChunk(range=i, data=data[: wire.PIECE])
                 for off in range(wire.PIECE, len(data), wire.PIECE):
                     yield pb.FileChunk(range=i, data=data[off : off + wire.PIECE])
 
-    def _read(self, principal: Principal, r: pb.BlobRange) -> bytes:
+    def _read(
+        self, principal: Principal, r: pb.BlobRange, cached_only: bool = False
+    ) -> bytes | None:
+        """A range's bytes; with `cached_only`, None unless memory holds all it needs."""
         sha = check_sha(r.sha256)
         if r.offset < 0 or r.length < 0:
             raise InvalidPath(f"invalid range of {sha}: offset and length must not be negative")
         end = r.offset + r.length if r.length else None
         if r.HasField("source") and r.source.scope:
-            size = self.backend.proofs.readable_size(principal, r.source, sha)
+            size = self.backend.proofs.readable_size(principal, r.source, sha, cached_only)
+            if size is None:
+                return None
             entry = FileEntry.model_construct(sha256=sha, size=size, mode=0, mtime=0.0)
+            if cached_only:
+                return self.store.read_cached(entry, r.offset, end)
             return self.store.read_entry(entry, r.offset, end)
+        if cached_only:
+            return None
         if not principal.reads_everything:
             raise PermissionDenied(
                 f"token {principal.name!r} must name the manifest a hash comes from "
@@ -196,229 +193,6 @@ class Reader(pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # generated, u
     ) -> pb.PromptResponse:
         snap = self._snapshot(principal, request.view)
         return pb.PromptResponse(prompt=snap.prompt(), revisions=wire.revs_to_pb(snap.revisions))
-
-    @streaming
-    async def Watch(
-        self, request: pb.WatchRequest, context: grpc.ServicerContext, principal: Principal
-    ) -> AsyncIterator[pb.WatchEvent]:
-        domain = check_domain(request.domain)
-        principal.require_domain(domain)
-        run = self.backend.run
-        if request.HasField("since"):
-            since = wire.rev_from_pb(request.since)
-        else:
-            since = (await run(self.engine.revisions, [domain]))[domain] or EMPTY
-        wait = request.max_wait_seconds
-        if 0 < wait <= SHORT_WATCH:  # a catch-up read, as short as a unary call: not held
-            batch = await run(self.engine.changes, domain, since, wait)
-            if batch:
-                yield self._event(principal, batch, {}, False)
-            return
-        with self.backend.watches.hold(principal):
-            stream = self.backend.hub.subscribe(domain, request.with_manifests)
-            try:
-                async for event in self._follow(stream, context, principal, since, wait):
-                    yield event
-            finally:
-                self.backend.hub.unsubscribe(stream)
-
-    @asynchronous
-    async def WatchMany(
-        self, request: pb.WatchManyRequest, context: grpc.ServicerContext, principal: Principal
-    ) -> pb.WatchManyResponse:
-        """`Engine.changes_many` for grpc:// clients: one call, one watch slot, however many
-        domains. It waits on the hub's events (subscribed for the call), reading the store
-        only for domains the hub is not at: an idle call costs no store call."""
-        request = well_formed(request)
-        if len(request.domains) > MAX_WATCH_MANY:
-            raise InvalidPath(
-                f"WatchMany names {len(request.domains)} domains: at most {MAX_WATCH_MANY}"
-            )
-        since: dict[str, Revision] = {}
-        unset: list[str] = []
-        for d in request.domains:
-            domain = check_domain(d.domain)
-            principal.require_domain(domain)
-            if d.HasField("since"):
-                since[domain] = wire.rev_from_pb(d.since)
-            else:
-                unset.append(domain)
-        run, hub = self.backend.run, self.backend.hub
-        if unset:  # from now, as Watch does
-            now = await run(self.engine.revisions, unset)
-            since.update({d: now[d] or EMPTY for d in unset})
-        wait = min(max(request.max_wait_seconds, 0.0), MANY_WAIT)
-        if wait <= SHORT_WATCH:  # a look, as short as any unary call: not held
-            return self._many(principal, await run(self.engine.changes_many, since, wait))
-        with self.backend.watches.hold(principal):
-            wake = asyncio.Event()
-            streams = {d: hub.subscribe(d, False) for d in since}
-            for stream in streams.values():
-                stream.wake = wake  # one wake for all of them
-            try:
-                found = await self._many_wait(streams, since, wake, wait)
-            finally:
-                for stream in streams.values():
-                    hub.unsubscribe(stream)
-        principal = self.backend.tokens.authenticate(bearer(context))
-        for domain in found:
-            principal.require_domain(domain)
-        return self._many(principal, found)
-
-    async def _many_wait(
-        self,
-        streams: dict[str, Stream],
-        since: dict[str, Revision],
-        wake: asyncio.Event,
-        wait: float,
-    ) -> dict[str, list[Change]]:
-        hub, run = self.backend.hub, self.backend.run
-        behind = {d: r for d, r in since.items() if not _same(hub.position(d), r)}
-        found = await run(self.engine.changes_many, behind, 0) if behind else {}
-        deadline = time.monotonic() + wait
-        while not found and not self.backend.stopping.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            wake.clear()
-            if not any(s.events or s.overflowed or s.closed for s in streams.values()):
-                try:
-                    await asyncio.wait_for(wake.wait(), left)
-                except TimeoutError:
-                    break
-            behind = {}
-            for domain, stream in streams.items():
-                if stream.closed:
-                    return found
-                if stream.overflowed:
-                    found[domain] = await self._reset(domain)
-                    continue
-                at, changes = since[domain], list[Change]()
-                while stream.events:
-                    got, _, late = self._after(stream.events.popleft(), at)
-                    if late is not None:
-                        behind[domain] = since[domain]
-                        break
-                    changes += got
-                    at = changes[-1].revision if changes else at
-                if changes and domain not in behind:
-                    found[domain] = changes
-            if behind:
-                found.update(await run(self.engine.changes_many, behind, 0))
-        return found
-
-    def _many(self, principal: Principal, found: dict[str, list[Change]]) -> pb.WatchManyResponse:
-        return pb.WatchManyResponse(
-            events=[
-                pb.DomainEvent(domain=d, event=self._event(principal, changes, {}, False))
-                for d, changes in found.items()
-                if changes
-            ]
-        )
-
-    async def _follow(
-        self,
-        stream: Stream,
-        context: grpc.ServicerContext,
-        principal: Principal,
-        since: Revision,
-        wait: float,
-    ) -> AsyncIterator[pb.WatchEvent]:
-        """The stream's events: what the log holds after `since` (read here until the hub's
-        events take over), then the hub's, each cut to what follows `since`; a stream the hub
-        had to drop events of is told to reload (a reset at the domain's revision)."""
-        domain = stream.domain
-        quiet_until = time.monotonic() + wait if wait > 0 else None
-        behind: Revision | None = since
-        while not stream.closed and not self.backend.stopping.is_set():
-            timeout = WATCH_POLL
-            if quiet_until is not None:
-                timeout = min(timeout, quiet_until - time.monotonic())
-                if timeout <= 0:
-                    return
-            changes: Sequence[Change] = ()
-            manifests: dict[tuple[Scope, str, int], pb.ScopedManifest] = {}
-            if behind is not None:  # read the log up to the hub's position ourselves
-                changes = await self._catch_up(domain, behind)
-                behind = None
-                if changes and stream.manifests:
-                    manifests = await self.backend.run(manifests_of, self.engine, changes)
-            else:
-                event = await stream.next(timeout)
-                if stream.overflowed:
-                    stream.overflowed = False
-                    changes = await self._reset(domain)
-                elif event is not None:
-                    changes, manifests, behind = self._after(event, since)
-            # The token again, at every event and poll: a revoked token ends the stream
-            # (UNAUTHENTICATED), narrowed grants apply to what is shown from now on.
-            principal = self.backend.tokens.authenticate(bearer(context))
-            principal.require_domain(domain)
-            if not changes:
-                continue
-            since = changes[-1].revision
-            yield self._event(principal, changes, manifests, stream.manifests)
-            if quiet_until is not None:
-                quiet_until = time.monotonic() + wait
-
-    @staticmethod
-    def _after(
-        event: Event, since: Revision
-    ) -> tuple[Sequence[Change], dict[tuple[Scope, str, int], pb.ScopedManifest], Revision | None]:
-        """What of `event` follows `since`: (changes, manifests, None), or ((), {}, since)
-        when the stream is behind the event's start and must read the log itself."""
-        b = event.before
-        if since.epoch == b.epoch and since.counter >= b.counter:
-            return [c for c in event.changes if c.revision.counter > since.counter or (
-                c.revision.epoch != since.epoch)], event.manifests, None  # fmt: skip
-        last = event.through
-        if since.epoch == last.epoch and since.counter >= last.counter:
-            return (), {}, None  # already there
-        return (), {}, since
-
-    async def _catch_up(self, domain: str, since: Revision) -> list[Change]:
-        """The log after `since` up to where it ends now, in a few reads."""
-        out: list[Change] = []
-        for _ in range(CATCH_UP_ROUNDS):
-            batch = await self.backend.run(self.engine.changes, domain, since, 0)
-            out += batch
-            if not batch or batch[-1].op == "reset":
-                break
-            since = batch[-1].revision
-        return out
-
-    async def _reset(self, domain: str) -> list[Change]:
-        """A reset at the domain's revision: the follower reloads from there (C8)."""
-        rev = (await self.backend.run(self.engine.revisions, [domain]))[domain] or EMPTY
-        return [Change(revision=rev, op="reset")]
-
-    @staticmethod
-    def _event(
-        principal: Principal,
-        changes: Sequence[Change],
-        manifests: dict[tuple[Scope, str, int], pb.ScopedManifest],
-        with_manifests: bool,
-    ) -> pb.WatchEvent:
-        shown = [
-            c
-            for c in changes
-            if c.op == "reset" or (c.scope is not None and principal.may(Level.read, c.scope))
-        ]
-        # Sent even when nothing is shown: `through` lets the follower move on without
-        # reloading (C3), and reveals nothing `Revisions` would not.
-        event = pb.WatchEvent(
-            changes=[wire.change_to_pb(c) for c in shown],
-            through=wire.rev_to_pb(changes[-1].revision),
-        )
-        if with_manifests:
-            event.manifests.extend(
-                manifests[key]
-                for c in shown
-                if c.op == "put"
-                and c.scope is not None
-                and (key := (c.scope, c.skill or "", c.version or 0)) in manifests
-            )
-        return event
 
     @unary
     def History(

@@ -187,6 +187,22 @@ def unary(fn: Method[T]) -> Callable[[Any, Any, grpc.aio.ServicerContext], Await
     return handler
 
 
+def on_loop(
+    fn: Method[Awaitable[T]],
+) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[T]]:
+    """A unary handler whose body is a coroutine on the event loop (it awaits what it needs
+    from the store itself): no executor hand-off for the call as a whole."""
+
+    @functools.wraps(fn)
+    async def handler(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
+        backend = self.backend
+        async with call(backend.tokens, backend.metrics, fn.__name__, context) as principal:
+            return await fn(self, well_formed(request), context, principal)
+        raise AssertionError("unreachable: call() returns or aborts")
+
+    return handler
+
+
 def asynchronous(
     fn: Method[Awaitable[T]],
 ) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[T]]:

@@ -46,7 +46,11 @@ def meta(token: str) -> list[tuple[str, str]]:
 
 @pytest.fixture(params=["redis", "etcd"])
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServerProcess]:
-    with ServerProcess(url_for(request, request.param, tmp_path), tmp_path / "srv") as srv:
+    # one token's streams capped at 256 (the default, 10,000, lets a fleet on one token
+    # prefetch at once): the cap is reached in a test's time
+    args = ("--max-streams-per-token", "256")
+    url = url_for(request, request.param, tmp_path)
+    with ServerProcess(url, tmp_path / "srv", args=args) as srv:
         yield srv
 
 

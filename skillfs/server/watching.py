@@ -1,0 +1,305 @@
+"""The watch calls of the `SkillReader` service: `Watch` (one domain, a stream) and
+`WatchMany` (many domains, one call) for grpc:// workers' followers, both fed by the hub's
+events and filtered by the caller's grants, the changed manifests carried along when asked
+(docs/server.md, "The serving model")."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+
+import grpc
+
+from skillfs.auth import Level, Principal
+from skillfs.engines import grpc_wire as wire
+from skillfs.engines.base import EMPTY, Engine
+from skillfs.errors import InvalidPath
+from skillfs.model import Change, Revision, Scope
+from skillfs.names import check_domain
+from skillfs.proto import skillfs_pb2 as pb
+from skillfs.server.backend import Backend
+from skillfs.server.hub import Event, Stream, manifests_of
+from skillfs.server.rpc import asynchronous, bearer, streaming, well_formed
+
+#: Reads of the log a Watch stream makes by itself to catch up to the hub, at most.
+CATCH_UP_ROUNDS = 16
+#: A Watch asking to wait at most this long is a catch-up read (the runtime's per-step
+#: `changes(..., 0)`), as short as any unary call: it does not count against the limits.
+SHORT_WATCH = 0.25
+#: Domains one WatchMany call may name, and the longest it waits (the client asks again).
+MAX_WATCH_MANY = 10_000
+MANY_WAIT = 30.0
+
+Manifests = dict[tuple[Scope, str, int], pb.ScopedManifest]
+
+
+def _key(c: Change) -> tuple[Scope | None, str, int]:
+    return (c.scope, c.skill or "", c.version or 0)
+
+
+def _same(a: Revision | None, b: Revision) -> bool:
+    return a is not None and a.epoch == b.epoch and a.counter == b.counter
+
+
+class Watching:
+    """`Watch` and `WatchMany`, mixed into the reader service."""
+
+    backend: Backend
+    engine: Engine
+
+    @streaming
+    async def Watch(
+        self, request: pb.WatchRequest, context: grpc.ServicerContext, principal: Principal
+    ) -> AsyncIterator[pb.WatchEvent]:
+        domain = check_domain(request.domain)
+        principal.require_domain(domain)
+        run = self.backend.run
+        if request.HasField("since"):
+            since = wire.rev_from_pb(request.since)
+        else:
+            since = (await run(self.engine.revisions, [domain]))[domain] or EMPTY
+        wait = request.max_wait_seconds
+        if 0 < wait <= SHORT_WATCH:  # a catch-up read, as short as a unary call: not held
+            batch = await run(self.engine.changes, domain, since, wait)
+            if batch:
+                loaded: Manifests = {}
+                if request.with_manifests and any(c.op == "put" for c in batch):
+                    loaded = await run(manifests_of, self.engine, batch)
+                yield self._event(principal, batch, loaded, request.with_manifests)
+            return
+        with self.backend.watches.hold(principal):
+            stream = self.backend.hub.subscribe(domain, request.with_manifests)
+            # where the hub is already at `since`, its events from now on are all there is
+            # to send: no read of the log (a grpc:// worker's watch reopening its stream)
+            behind = None if _same(self.backend.hub.position(domain), since) else since
+            try:
+                async for event in self._follow(stream, context, principal, since, behind, wait):
+                    yield event
+            finally:
+                self.backend.hub.unsubscribe(stream)
+
+    @asynchronous
+    async def WatchMany(
+        self, request: pb.WatchManyRequest, context: grpc.ServicerContext, principal: Principal
+    ) -> pb.WatchManyResponse:
+        """`Engine.changes_many` for grpc:// clients: one call, one watch slot, however many
+        domains. It waits on the hub's events (subscribed for the call), reading the store
+        only for domains the hub is not at: an idle call costs no store call."""
+        request = well_formed(request)
+        if len(request.domains) > MAX_WATCH_MANY:
+            raise InvalidPath(
+                f"WatchMany names {len(request.domains)} domains: at most {MAX_WATCH_MANY}"
+            )
+        since: dict[str, Revision] = {}
+        unset: list[str] = []
+        for d in request.domains:
+            domain = check_domain(d.domain)
+            principal.require_domain(domain)
+            if d.HasField("since"):
+                since[domain] = wire.rev_from_pb(d.since)
+            else:
+                unset.append(domain)
+        run, hub = self.backend.run, self.backend.hub
+        if unset:  # from now, as Watch does
+            now = await run(self.engine.revisions, unset)
+            since.update({d: now[d] or EMPTY for d in unset})
+        wait = min(max(request.max_wait_seconds, 0.0), MANY_WAIT)
+        with_manifests = request.with_manifests
+        manifests: Manifests = {}
+        if wait <= SHORT_WATCH:  # a look, as short as any unary call: not held
+            found = await run(self.engine.changes_many, since, wait)
+        else:
+            with self.backend.watches.hold(principal):
+                wake = asyncio.Event()
+                streams = {d: hub.subscribe(d, with_manifests) for d in since}
+                for stream in streams.values():
+                    stream.wake = wake  # one wake for all of them
+                try:
+                    found = await self._many_wait(streams, since, wake, wait, manifests)
+                finally:
+                    for stream in streams.values():
+                        hub.unsubscribe(stream)
+            principal = self.backend.tokens.authenticate(bearer(context))
+            for domain in found:
+                principal.require_domain(domain)
+        if with_manifests:  # what the hub's events did not carry (reads of the log)
+            missing = [c for changes in found.values() for c in changes if _key(c) not in manifests]
+            if any(c.op == "put" for c in missing):
+                manifests.update(await run(manifests_of, self.engine, missing))
+        return pb.WatchManyResponse(
+            events=[
+                pb.DomainEvent(
+                    domain=d, event=self._event(principal, changes, manifests, with_manifests)
+                )
+                for d, changes in found.items()
+                if changes
+            ]
+        )
+
+    async def _many_wait(
+        self,
+        streams: dict[str, Stream],
+        since: dict[str, Revision],
+        wake: asyncio.Event,
+        wait: float,
+        manifests: Manifests,
+    ) -> dict[str, list[Change]]:
+        hub, run = self.backend.hub, self.backend.run
+        behind = {d: r for d, r in since.items() if not _same(hub.position(d), r)}
+        found = await run(self.engine.changes_many, behind, 0) if behind else {}
+        deadline = time.monotonic() + wait
+        while not found and not self.backend.stopping.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            wake.clear()
+            if not any(s.events or s.overflowed or s.closed for s in streams.values()):
+                try:
+                    await asyncio.wait_for(wake.wait(), left)
+                except TimeoutError:
+                    break
+            behind = {}
+            for domain, stream in streams.items():
+                if stream.closed:
+                    return found
+                if stream.overflowed:
+                    found[domain] = await self._reset(domain)
+                    continue
+                at, changes = since[domain], list[Change]()
+                while stream.events:
+                    got, carried, late = self._after(stream.events.popleft(), at)
+                    if late is not None:
+                        behind[domain] = since[domain]
+                        break
+                    changes += got
+                    manifests.update(carried)
+                    at = changes[-1].revision if changes else at
+                if changes and domain not in behind:
+                    found[domain] = changes
+            if behind:
+                found.update(await run(self.engine.changes_many, behind, 0))
+        return found
+
+    async def _follow(
+        self,
+        stream: Stream,
+        context: grpc.ServicerContext,
+        principal: Principal,
+        since: Revision,
+        behind: Revision | None,
+        wait: float,
+    ) -> AsyncIterator[pb.WatchEvent]:
+        """The stream's events: what the log holds after `since` (read here until the hub's
+        events take over), then the hub's, each cut to what follows `since`; a stream the hub
+        had to drop events of is told to reload (a reset at the domain's revision)."""
+        domain = stream.domain
+        quiet_until = time.monotonic() + wait if wait > 0 else None
+        while not stream.closed and not self.backend.stopping.is_set():
+            timeout = None  # woken by an event, or when the tokens config changes
+            if quiet_until is not None:
+                timeout = quiet_until - time.monotonic()
+                if timeout <= 0:
+                    return
+            changes: Sequence[Change] = ()
+            manifests: Manifests = {}
+            event = None
+            if behind is not None:  # read the log up to the hub's position ourselves
+                changes = await self._catch_up(domain, behind)
+                behind = None
+                if changes and stream.manifests:
+                    manifests = await self.backend.run(manifests_of, self.engine, changes)
+            else:
+                event = await stream.next(timeout)
+                if stream.overflowed:
+                    stream.overflowed = False
+                    changes = await self._reset(domain)
+                elif event is not None:
+                    changes, manifests, behind = self._after(event, since)
+            # The token again, at every event and whenever the tokens config changed (the
+            # backend wakes every stream then): a revoked token ends the stream
+            # (UNAUTHENTICATED), narrowed grants apply to what is shown from now on.
+            principal = self.backend.tokens.authenticate(bearer(context))
+            principal.require_domain(domain)
+            if not changes:
+                continue
+            since = changes[-1].revision
+            if event is not None and changes is event.changes:
+                yield self._shown(event, principal, stream.manifests)
+            else:
+                yield self._event(principal, changes, manifests, stream.manifests)
+            if quiet_until is not None:
+                quiet_until = time.monotonic() + wait
+
+    @staticmethod
+    def _after(
+        event: Event, since: Revision
+    ) -> tuple[Sequence[Change], dict[tuple[Scope, str, int], pb.ScopedManifest], Revision | None]:
+        """What of `event` follows `since`: (changes, manifests, None), or ((), {}, since)
+        when the stream is behind the event's start and must read the log itself."""
+        b = event.before
+        if since.epoch == b.epoch and since.counter == b.counter:
+            return event.changes, event.manifests, None  # all of it (`_shown` may reuse it)
+        if since.epoch == b.epoch and since.counter >= b.counter:
+            return [c for c in event.changes if c.revision.counter > since.counter or (
+                c.revision.epoch != since.epoch)], event.manifests, None  # fmt: skip
+        last = event.through
+        if since.epoch == last.epoch and since.counter >= last.counter:
+            return (), {}, None  # already there
+        return (), {}, since
+
+    def _shown(self, event: Event, principal: Principal, with_manifests: bool) -> pb.WatchEvent:
+        """`_event` of a whole hub event, built once per principal and kept on the event: a
+        fleet's streams on one token share one message (its bytes are still sent to each).
+        Keyed by the principal object, which a new tokens config replaces."""
+        key = (id(principal), with_manifests)
+        kept = event.shown.get(key)
+        if kept is not None and kept[0] is principal:
+            return kept[1]
+        message = self._event(principal, event.changes, event.manifests, with_manifests)
+        event.shown[key] = (principal, message)
+        return message
+
+    async def _catch_up(self, domain: str, since: Revision) -> list[Change]:
+        """The log after `since` up to where it ends now, in a few reads."""
+        out: list[Change] = []
+        for _ in range(CATCH_UP_ROUNDS):
+            batch = await self.backend.run(self.engine.changes, domain, since, 0)
+            out += batch
+            if not batch or batch[-1].op == "reset":
+                break
+            since = batch[-1].revision
+        return out
+
+    async def _reset(self, domain: str) -> list[Change]:
+        """A reset at the domain's revision: the follower reloads from there (C8)."""
+        rev = (await self.backend.run(self.engine.revisions, [domain]))[domain] or EMPTY
+        return [Change(revision=rev, op="reset")]
+
+    @staticmethod
+    def _event(
+        principal: Principal,
+        changes: Sequence[Change],
+        manifests: dict[tuple[Scope, str, int], pb.ScopedManifest],
+        with_manifests: bool,
+    ) -> pb.WatchEvent:
+        shown = [
+            c
+            for c in changes
+            if c.op == "reset" or (c.scope is not None and principal.may(Level.read, c.scope))
+        ]
+        # Sent even when nothing is shown: `through` lets the follower move on without
+        # reloading (C3), and reveals nothing `Revisions` would not.
+        event = pb.WatchEvent(
+            changes=[wire.change_to_pb(c) for c in shown],
+            through=wire.rev_to_pb(changes[-1].revision),
+        )
+        if with_manifests:
+            event.manifests.extend(
+                manifests[key]
+                for c in shown
+                if c.op == "put"
+                and c.scope is not None
+                and (key := (c.scope, c.skill or "", c.version or 0)) in manifests
+            )
+        return event

@@ -1,0 +1,93 @@
+"""The per-step revision check on the server (docs/server.md, "The serving model"): calls
+that arrive while a store read is out share the next read, and every answer comes from a
+read that began after its call arrived, so an acknowledged write is always seen (C3)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+
+import grpc
+import pytest
+
+import skillfs
+from skillfs.model import Revision, Scope
+from skillfs.proto import skillfs_pb2 as pb
+from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.server.revisions import SharedReads
+from support.grpc_servers import ADMIN, running
+from tests.stores import url_for
+
+DOMAIN = "agents/support-bot"
+SHARED = Scope.shared("support-bot")
+
+
+def test_calls_arriving_during_a_read_wait_for_the_next_one() -> None:
+    """A read out when a call arrives may predate a write the caller saw acknowledged: the
+    call is answered by the next read, which starts after it, together with the others."""
+    counter = 0
+    started: list[int] = []  # the counter each read saw when it began
+
+    async def scenario() -> list[int]:
+        nonlocal counter
+        gate, began = asyncio.Event(), asyncio.Event()
+
+        async def read(domains: Sequence[str]) -> dict[str, Revision | None]:
+            seen = counter
+            started.append(seen)
+            began.set()
+            await gate.wait()
+            return {d: Revision(epoch="e", counter=seen) for d in domains}
+
+        shared = SharedReads(read)
+        first = asyncio.ensure_future(shared.revisions([DOMAIN]))
+        await began.wait()
+        counter = 1  # a write acknowledged after the first read began
+        later = [asyncio.ensure_future(shared.revisions([DOMAIN])) for _ in range(20)]
+        await asyncio.sleep(0)
+        gate.set()
+        answers = await asyncio.gather(first, *later)
+        assert shared.reads == 2  # one for the first call, one shared by the twenty after it
+        return [a[DOMAIN].counter for a in answers if a[DOMAIN] is not None]
+
+    got = asyncio.run(scenario())
+    assert started == [0, 1]
+    assert got == [0] + [1] * 20  # every later call sees the write made before it arrived
+
+
+@pytest.fixture(params=["memory", "redis"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return url_for(request, request.param, tmp_path)
+
+
+def test_concurrent_revisions_calls_share_store_reads_and_see_every_write(
+    url: str, tmp_path: Path
+) -> None:
+    with running(url, tmp_path) as server:
+        writer = skillfs.open_store(url)  # straight to the store, past the server
+        meta = [("authorization", f"Bearer {ADMIN}")]
+
+        async def burst() -> list[int]:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+                stub = pb_grpc.SkillReaderStub(channel)
+                request = pb.RevisionsRequest(domains=[DOMAIN])
+                got = []
+                for n in range(5):
+                    rev = writer.publish(SHARED, "s", {"SKILL.md": md(n)}).revision
+                    replies = await asyncio.gather(
+                        *(stub.Revisions(request, metadata=meta) for _ in range(50))
+                    )
+                    got += [r.revisions[DOMAIN].counter - rev.counter for r in replies]
+                return got
+
+        before = server.backend.shared_reads.reads
+        behind = asyncio.run(burst())
+        assert min(behind) >= 0  # no answer older than the write acknowledged before the call
+        reads = server.backend.shared_reads.reads - before
+        assert reads < 250, reads  # 250 calls, fewer store reads
+        writer.close()
+
+
+def md(n: int) -> bytes:
+    return f"---\nname: s\ndescription: Edition {n}. Use when testing.\n---\n".encode()
