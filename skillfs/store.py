@@ -43,10 +43,9 @@ from skillfs.store_commit import Prepared, already_committed, file_table, next_o
 from skillfs.store_curate import Curation
 from skillfs.store_drafts import Drafts
 from skillfs.store_gc import GcReport, HistoryPolicy, gc, prune, prune_after_commit
-from skillfs.store_governance import Governance, check_message
+from skillfs.store_governance import check_message
 from skillfs.store_limits import Limits
 from skillfs.store_rollout import Rollouts
-from skillfs.store_side import SideEntries
 from skillfs.store_usage import Usage
 from skillfs.store_watch import Following
 
@@ -55,7 +54,7 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
-class Store(Following, Governance, Rollouts, SideEntries, Drafts, Usage, Curation):
+class Store(Following, Rollouts, Drafts, Curation, Usage):
     """The public API of docs/design.md §2 over any engine; governed change (disable,
     audit, ...) from `Governance`, staged rollout from `Rollouts`, archive / restore from
     `SideEntries`, propose / approve / reject from `Drafts`, usage counts from `Usage`,

@@ -49,6 +49,22 @@ class Prepared(BaseModel):
     edit: Edit | None = None
 
 
+def edited(
+    scope: Scope, entry: str, edit: Edit, expected_version: int | None, actor: str, message: str
+) -> Prepared:
+    """A change of a commit that rewrites one entry's manifest by `edit` (no new files);
+    `actor` and `message` come checked (`store_governance`)."""
+    return Prepared(
+        scope=scope,
+        skill=entry,
+        expected_version=expected_version,
+        files=None,
+        actor=actor,
+        message=message,
+        edit=edit,
+    )
+
+
 def file_table(
     limits: Limits, change: Put, blobs: dict[str, bytes], now: float
 ) -> dict[str, FileEntry]:

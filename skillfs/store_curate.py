@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from skillfs.curation import (
     DUPLICATE_THRESHOLD,
@@ -25,12 +25,12 @@ from skillfs.errors import Conflict, InvalidPath, NotFound
 from skillfs.model import Manifest, Scope, UsageStat, usage_by_skill
 from skillfs.names import check_domain, is_hidden_dir
 from skillfs.skill_md import SKILL_MD, parse_skill_md
+from skillfs.store_side import SideEntries
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from skillfs.engines.base import Engine
-    from skillfs.model import CommitResult, FileEntry
+    from skillfs.model import FileEntry
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +41,11 @@ RECHECK = 1.0
 Uses = Callable[[Scope, str], UsageStat | None]
 
 
-class Curation:
-    """`curate` of `Store`."""
+class Curation(SideEntries):
+    """`curate` of `Store`; applied, it archives (`SideEntries.archive`)."""
 
     if TYPE_CHECKING:
-        engine: Engine
         clock: Callable[[], float]
-
-        def _retrying(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
 
         def agents(self) -> list[str]: ...
 
@@ -59,17 +56,6 @@ class Curation:
         def read_entries(self, entries: Sequence[FileEntry]) -> dict[str, bytes]: ...
 
         def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]: ...
-
-        def archive(
-            self,
-            scope: Scope,
-            skill: str,
-            reason: str = "",
-            *,
-            expected_version: int | None = None,
-            replace: bool = False,
-            actor: str | None = None,
-        ) -> CommitResult: ...
 
     def curate(
         self,

@@ -14,28 +14,23 @@ from pydantic import BaseModel, ConfigDict
 
 from skillfs.errors import Conflict, NotFound
 from skillfs.model import (
-    Candidate,
     CommitResult,
     File,
     FileEntry,
     Finding,
     Manifest,
     Put,
-    Remove,
     Rollout,
     Scope,
 )
 from skillfs.names import DRAFTS, draft_entry, entry_name
 from skillfs.store_commit import Prepared, refuse_errors
 from skillfs.store_governance import _agent_of, _scopes_of, check_message
-from skillfs.store_governance import carried as carried_fields
-from skillfs.store_rollout import check_rule, describe
-from skillfs.store_side import Carried, Move, split_files
+from skillfs.store_rollout import candidate_of, check_rule, describe, staged
+from skillfs.store_side import Carried, SideEntries, split_files
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from skillfs.engines.base import Engine
+    pass
 
 
 class Draft(BaseModel):
@@ -65,40 +60,12 @@ class Draft(BaseModel):
         return self.base_version is not None and self.base_version != self.live_version
 
 
-class Drafts:
-    """propose / drafts / approve / reject of `Store` (docs/governance.md)."""
+class Drafts(SideEntries):
+    """propose / drafts / approve / reject of `Store` (docs/governance.md); an approval or a
+    rejection is a move of side entries (`SideEntries._moves`)."""
 
     if TYPE_CHECKING:
-        engine: Engine
-
-        def _retrying(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
-
         clock: Callable[[], float]
-
-        def who(self, actor: str | None = None) -> str: ...
-
-        def _moves(
-            self,
-            scope: Scope,
-            moves: list[Move],
-            *,
-            actor: str | None,
-            message: str,
-            scopes: Sequence[Scope] | None = None,
-            commit_id: str | None = None,
-        ) -> CommitResult: ...
-
-        def scopes(self, target: str | Scope) -> list[Scope]: ...
-
-        def commit(
-            self,
-            changes: Sequence[Put | Remove],
-            *,
-            commit_id: str | None = None,
-            strict: bool = False,
-            actor: str | None = None,
-            message: str = "",
-        ) -> CommitResult: ...
 
     def propose(
         self,
@@ -248,17 +215,8 @@ class Drafts:
                 skill=name,
                 current_version=cur.version,
             )
-        candidate = Candidate(
-            files=draft.files,
-            frontmatter=draft.frontmatter,
-            findings=draft.findings,
-            rollout=rule,
-            commit_id=commit_id,
-            actor=self.who(actor),
-            staged_at=self.clock(),
-        )
-        base = carried_fields(cur) if cur is not None else {"files": {}}
-        return {**base, "candidate": candidate, "operation": "approve"}
+        candidate = candidate_of(draft, rule, commit_id, self.who(actor), self.clock())
+        return staged(cur, candidate, "approve")
 
     def reject(
         self,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from skillfs.errors import InvalidPath, NotFound
 from skillfs.model import AuditEntry, CommitResult, Manifest, Scope
 from skillfs.names import DRAFTS, check_entry, is_hidden_dir
-from skillfs.store_commit import Edit, Prepared
+from skillfs.store_commit import Edit, Prepared, edited
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -111,14 +111,8 @@ class Governance:
         """One commit that rewrites one skill's manifest by `edit` (retried on races)."""
         scope.check()
         check_entry(skill)
-        prepared = Prepared(
-            scope=scope,
-            skill=skill,
-            expected_version=expected_version,
-            files=None,
-            actor=self.who(actor),
-            message=check_message(message),
-            edit=edit,
+        prepared = edited(
+            scope, skill, edit, expected_version, self.who(actor), check_message(message)
         )
         return self._commit(scope.domain, [prepared], commit_id or uuid.uuid4().hex)
 

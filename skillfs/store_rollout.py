@@ -13,23 +13,20 @@ from typing import TYPE_CHECKING, Any
 from skillfs.errors import InvalidPath, NotFound
 from skillfs.model import Candidate, CommitResult, File, FileEntry, Manifest, Put, Rollout, Scope
 from skillfs.names import check_skill_name, is_hidden_dir
-from skillfs.store_governance import carried
+from skillfs.store_governance import Governance, carried
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from skillfs.store_commit import Edit, Prepared
+    from skillfs.store_commit import Prepared
 
 
-class Rollouts:
-    """The staged-rollout operations of `Store` (docs/governance.md)."""
+class Rollouts(Governance):
+    """The staged-rollout operations of `Store` (docs/governance.md); a rollout step is a
+    governed edit (`Governance._edit`)."""
 
     if TYPE_CHECKING:
         clock: Callable[[], float]
-
-        def who(self, actor: str | None = None) -> str: ...
-
-        def _unknown(self, scope: Scope, skill: str) -> str: ...
 
         def check_commit(
             self, targets: Sequence[tuple[Scope, str]], domain: str | None = None
@@ -43,18 +40,6 @@ class Rollouts:
             actor: str | None,
             message: str,
         ) -> list[Prepared]: ...
-
-        def _edit(
-            self,
-            scope: Scope,
-            skill: str,
-            edit: Edit,
-            *,
-            expected_version: int | None = None,
-            actor: str | None = None,
-            message: str | None = None,
-            commit_id: str | None = None,
-        ) -> CommitResult: ...
 
     def stage(
         self,
@@ -81,21 +66,11 @@ class Rollouts:
             raise InvalidPath(f"staging {scope}/{skill} needs its files (SKILL.md at least)")
         put = Put(scope, skill, dict(files), expected_version)
         [ready] = self._prepared([put], strict=strict, actor=actor, message=message)
-        assert ready.files is not None  # a Put's
         commit_id = commit_id or uuid.uuid4().hex
-        candidate = Candidate(
-            files=ready.files,
-            frontmatter=ready.frontmatter,
-            findings=ready.findings,
-            rollout=rule,
-            commit_id=commit_id,
-            actor=self.who(actor),
-            staged_at=self.clock(),
-        )
+        candidate = candidate_of(ready, rule, commit_id, self.who(actor), self.clock())
 
         def edit(cur: Manifest | None) -> dict[str, Any]:
-            base = carried(cur) if cur is not None else {"files": {}}
-            return {**base, "candidate": candidate, "operation": "stage"}
+            return staged(cur, candidate, "stage")
 
         return self._edit(
             scope,
@@ -124,8 +99,7 @@ class Rollouts:
         stage again."""
         rule = check_rule(scope, rollout)
 
-        def edit(cur: Manifest | None) -> dict[str, Any]:
-            c = self._candidate(scope, skill, cur, "widen")
+        def edit(cur: Manifest, c: Candidate) -> dict[str, Any]:
             dropped = narrowed(c.rollout, rule)
             if dropped:
                 raise InvalidPath(
@@ -136,13 +110,12 @@ class Rollouts:
                 raise InvalidPath(
                     f"{scope}/{skill} is already staged for {describe(rule)}: nothing to widen"
                 )
-            assert cur is not None  # _candidate found one
-            widened = c.model_copy(update={"rollout": rule})
-            return {**carried(cur), "candidate": widened, "operation": "widen"}
+            return {**carried(cur), "candidate": c.model_copy(update={"rollout": rule})}
 
-        return self._edit(
+        return self._on_candidate(
             scope,
             skill,
+            "widen",
             edit,
             expected_version=expected_version,
             actor=actor,
@@ -163,21 +136,19 @@ class Rollouts:
         """Make the candidate the live version for everyone, in one commit; the version it
         replaces stays in history (roll back to it like any other)."""
 
-        def edit(cur: Manifest | None) -> dict[str, Any]:
-            c = self._candidate(scope, skill, cur, "promote")
-            assert cur is not None
+        def edit(cur: Manifest, c: Candidate) -> dict[str, Any]:
             return {
                 **carried(cur),
                 "files": c.files,
                 "frontmatter": c.frontmatter,
                 "findings": c.findings,
                 "candidate": None,
-                "operation": "promote",
             }
 
-        return self._edit(
+        return self._on_candidate(
             scope,
             skill,
+            "promote",
             edit,
             expected_version=expected_version,
             actor=actor,
@@ -198,12 +169,41 @@ class Rollouts:
         """Drop the candidate: everyone sees the live version again. A skill that was only
         staged (never live) is deleted, so nobody sees it; its history stays."""
 
-        def edit(cur: Manifest | None) -> dict[str, Any]:
-            self._candidate(scope, skill, cur, "abort")
-            assert cur is not None
+        def edit(cur: Manifest, c: Candidate) -> dict[str, Any]:
             if not (cur.files or cur.disabled):  # staged, never live
-                return {"deleted": True, "files": {}, "operation": "abort"}
-            return {**carried(cur), "candidate": None, "operation": "abort"}
+                return {"deleted": True, "files": {}}
+            return {**carried(cur), "candidate": None}
+
+        return self._on_candidate(
+            scope,
+            skill,
+            "abort",
+            edit,
+            expected_version=expected_version,
+            actor=actor,
+            message=message or "aborted the candidate",
+            commit_id=commit_id,
+        )
+
+    def _on_candidate(
+        self,
+        scope: Scope,
+        skill: str,
+        what: str,
+        change: Callable[[Manifest, Candidate], dict[str, Any]],
+        *,
+        expected_version: int | None,
+        actor: str | None,
+        message: str,
+        commit_id: str | None,
+    ) -> CommitResult:
+        """One commit of the step `what` (widen, promote, abort) of the skill's staged
+        candidate: `change` gives the next version from the current one and its candidate."""
+
+        def edit(cur: Manifest | None) -> dict[str, Any]:
+            c = self._candidate(scope, skill, cur, what)
+            assert cur is not None  # _candidate found one
+            return {**change(cur, c), "operation": what}
 
         return self._edit(
             scope,
@@ -211,7 +211,7 @@ class Rollouts:
             edit,
             expected_version=expected_version,
             actor=actor,
-            message=message or "aborted the candidate",
+            message=message,
             commit_id=commit_id,
         )
 
@@ -226,6 +226,28 @@ class Rollouts:
                 "live for everyone): stage one first"
             )
         return cur.candidate
+
+
+def candidate_of(
+    source: Prepared | Manifest, rule: Rollout, commit_id: str, actor: str, at: float
+) -> Candidate:
+    """A candidate of `source`'s checked files (a staged Put, or an approved draft)."""
+    assert source.files is not None  # a Put's, or a live draft's
+    return Candidate(
+        files=source.files,
+        frontmatter=source.frontmatter,
+        findings=source.findings,
+        rollout=rule,
+        commit_id=commit_id,
+        actor=actor,
+        staged_at=at,
+    )
+
+
+def staged(cur: Manifest | None, candidate: Candidate, operation: str) -> dict[str, Any]:
+    """The next version of `cur` (none: a new skill, live for nobody) holding `candidate`."""
+    base = carried(cur) if cur is not None else {"files": {}}
+    return {**base, "candidate": candidate, "operation": operation}
 
 
 def check_rule(scope: Scope, rollout: Rollout) -> Rollout:

@@ -8,7 +8,6 @@ between two entries of one scope, so a worker sees it at its next step (C3)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from skillfs.errors import Conflict, InvalidPath, NotFound
@@ -22,14 +21,13 @@ from skillfs.names import (
     check_live_name,
     draft_entry,
 )
-from skillfs.store_commit import Edit, Prepared
+from skillfs.store_commit import Edit, edited
+from skillfs.store_governance import Governance, check_message
 from skillfs.store_governance import carried as content_of
-from skillfs.store_governance import check_message
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from skillfs.engines.base import Engine
 
 #: One edit of a side commit: (entry, edit, the version its caller expects).
 Move = tuple[str, Edit, "int | None"]
@@ -54,19 +52,11 @@ class Carried:
         return self.manifest
 
 
-class SideEntries:
-    """Archive and restore of `Store` (docs/governance.md, "Archive")."""
+class SideEntries(Governance):
+    """Archive and restore of `Store` (docs/governance.md, "Archive"); a move is a governed
+    commit (`Governance`)."""
 
     if TYPE_CHECKING:
-        engine: Engine
-
-        def _retrying(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
-
-        def _commit(
-            self, domain: str, prepared: list[Prepared], commit_id: str
-        ) -> CommitResult: ...
-
-        def who(self, actor: str | None = None) -> str: ...
 
         def check_commit(
             self, targets: Sequence[tuple[Scope, str]], domain: str | None = None
@@ -101,15 +91,7 @@ class SideEntries:
         domain = self.check_commit([(s, m[0]) for s, m in zip(where, moves, strict=True)])
         who, said = self.who(actor), check_message(message)
         prepared = [
-            Prepared(
-                scope=each,
-                skill=check_entry(entry),
-                expected_version=expected,
-                files=None,
-                actor=who,
-                message=said,
-                edit=edit,
-            )
+            edited(each, check_entry(entry), edit, expected, who, said)
             for each, (entry, edit, expected) in zip(where, moves, strict=True)
         ]
         return self._commit(domain, prepared, commit_id or uuid.uuid4().hex)

@@ -36,6 +36,11 @@ def skill_md(
     return f"---\nname: {name}\ndescription: {text}\n---\n{heading}{body}{end}".encode()
 
 
+def skill_files(name: str, body: str = "body") -> dict[str, bytes]:
+    """A skill's files: its SKILL.md and one reference file."""
+    return {"SKILL.md": skill_md(name, body=body), "references/r.md": b"ref\n"}
+
+
 def manifest(skill: str, version: int, deleted: bool = False, files: int = 0) -> Manifest:
     """A manifest of `version` with a fresh commit id and `files` entries (about 120 bytes of
     JSON each, no blobs behind them), for engine-level tests."""

@@ -22,6 +22,13 @@ def md(name: str, description: str = DESCRIPTION, body: str = "") -> bytes:
     return skill_md(name, body, description=description, title=True, quote=True)
 
 
+def view(store: skillfs.Store, user: str) -> dict[str, str]:
+    """Skill id -> its SKILL.md body as `user`'s worker of support-bot sees it."""
+    with skillfs.Skills(store, "support-bot", user) as sk:
+        snap = sk.snapshot()
+        return {s.id: snap.read_bytes(s.id, "SKILL.md").decode() for s in snap.skills}
+
+
 def write_skill(root: Path, name: str, files: Mapping[str, bytes]) -> None:
     for path, data in files.items():
         p = root / name / path

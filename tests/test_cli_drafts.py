@@ -10,6 +10,7 @@ import pytest
 import skillfs
 from skillfs import Scope
 from tests.cli_helpers import as_json, error_line, ok, run
+from tests.helpers import skill_files as files
 from tests.helpers import skill_md
 from tests.stores import url_for
 from tests.test_side_entries import write_legacy
@@ -17,10 +18,6 @@ from tests.test_side_entries import write_legacy
 ALICE = Scope.user("support-bot", "alice")
 SHARED = Scope.shared("support-bot")
 S = ("-s", "shared:support-bot")
-
-
-def files(name: str, body: str = "body") -> dict[str, bytes]:
-    return {"SKILL.md": skill_md(name, body=body), "references/r.md": b"ref\n"}
 
 
 @pytest.fixture(params=["sqlite", "grpc"])

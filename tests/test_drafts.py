@@ -12,21 +12,13 @@ import pytest
 import skillfs
 from skillfs import Scope
 from skillfs.errors import Conflict, InvalidPath, InvalidSkill, NotFound, SkillfsError
+from tests.helpers import skill_files as files
 from tests.helpers import skill_md
+from tests.runtime_helpers import view
 from tests.test_side_entries import write_legacy
 
 ALICE = Scope.user("support-bot", "alice")
 SHARED = Scope.shared("support-bot")
-
-
-def files(name: str, body: str = "body") -> dict[str, bytes]:
-    return {"SKILL.md": skill_md(name, body=body), "references/r.md": b"ref\n"}
-
-
-def view(store: skillfs.Store, user: str) -> dict[str, str]:
-    with skillfs.Skills(store, "support-bot", user) as sk:
-        snap = sk.snapshot()
-        return {s.id: snap.read_bytes(s.id, "SKILL.md").decode() for s in snap.skills}
 
 
 def who(store: skillfs.Store, claimed: str) -> str:

@@ -16,7 +16,7 @@ from skillfs.errors import Conflict, InvalidPath, NotFound
 from skillfs.store_governance import default_actor
 from support import grpc_servers
 from tests.cli_helpers import as_json, error_line, ok, run
-from tests.helpers import skill_md
+from tests.helpers import skill_files as files
 from tests.stores import url_for
 
 ALICE = Scope.user("support-bot", "alice")
@@ -29,10 +29,6 @@ def actor_of(store: skillfs.Store, claimed: str) -> str:
     """Who a commit made as `claimed` is recorded by: a skillfs server takes the token's name
     (the test servers' admin token is named "admin"), whatever the client claims."""
     return "admin" if store.url.startswith("grpc") else claimed
-
-
-def files(name: str, body: str = "body") -> dict[str, bytes]:
-    return {"SKILL.md": skill_md(name, body=body), "references/r.md": b"ref\n"}
 
 
 def view(store: skillfs.Store, user: str, **kw: object) -> list[str]:

@@ -17,6 +17,7 @@ from skillfs.errors import PermissionDenied
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.app import ServerConfig, SkillfsServer
+from tests.helpers import skill_files as files
 from tests.helpers import skill_md
 from tests.stores import url_for
 
@@ -30,10 +31,6 @@ TOKENS = [
     ("agent", PROPOSER, ["agent:support-bot/shared:propose", "agent:support-bot/user:*:read"]),
     ("reader", READER, ["*:read"]),
 ]
-
-
-def files(name: str, body: str = "body") -> dict[str, bytes]:
-    return {"SKILL.md": skill_md(name, body=body), "references/r.md": b"ref\n"}
 
 
 @pytest.fixture(params=["memory", "redis", "etcd"])

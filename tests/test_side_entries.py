@@ -11,21 +11,12 @@ from skillfs import Remove, Scope
 from skillfs.engines.base import CommitOp
 from skillfs.errors import Conflict, InvalidPath, NotFound
 from skillfs.names import archive_entry, check_entry, draft_entry
+from tests.helpers import skill_files as files
 from tests.helpers import skill_md
+from tests.runtime_helpers import view
 
 ALICE = Scope.user("support-bot", "alice")
 SHARED = Scope.shared("support-bot")
-
-
-def files(name: str, body: str = "body") -> dict[str, bytes]:
-    return {"SKILL.md": skill_md(name, body=body), "references/r.md": b"ref\n"}
-
-
-def view(store: skillfs.Store, user: str) -> dict[str, str]:
-    """Skill id -> its SKILL.md body as `user`'s worker sees it."""
-    with skillfs.Skills(store, "support-bot", user) as sk:
-        snap = sk.snapshot()
-        return {s.id: snap.read_bytes(s.id, "SKILL.md").decode() for s in snap.skills}
 
 
 def write_legacy(store: skillfs.Store, where: str, legacy: dict[str, bytes]) -> None:

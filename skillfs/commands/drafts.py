@@ -24,15 +24,20 @@ from skillfs.commands.common import (
     out,
     parse_scope,
     print_table,
-    scope_option,
     shown,
     skill_only,
     when,
 )
-from skillfs.commands.govern import ReasonOption
+from skillfs.commands.govern import (
+    AgentFilter,
+    MarketFilter,
+    MessageOption,
+    ReasonOption,
+    ScopeFilter,
+    one_target,
+)
 from skillfs.commands.helptext import Command, Group
 from skillfs.commands.rollout import EnvOption, FractionOption, UserOption
-from skillfs.errors import InvalidPath
 from skillfs.model import CommitResult, Rollout, Scope
 from skillfs.names import draft_entry
 from skillfs.store_drafts import Draft
@@ -66,9 +71,6 @@ ExpectedOption = Annotated[
         help="The draft's version you reviewed (refused if it changed since).",
     ),
 ]
-MessageOption = Annotated[
-    str, typer.Option("--message", "-m", metavar="TEXT", help="Why (kept in history and audit).")
-]
 
 
 def _done(what: str, scope: Scope, result: CommitResult, as_json: bool) -> None:
@@ -98,16 +100,9 @@ def _row(d: Draft) -> dict[str, object]:
 @app.command("ls", cls=Command)
 @guarded
 def ls(
-    agent: Annotated[
-        str | None, typer.Option("--agent", "-a", metavar="AGENT", help="An agent's scopes.")
-    ] = None,
-    scope: Annotated[
-        Scope | None,
-        scope_option("One scope: shared:AGENT, user:AGENT/USER or market:NAME."),
-    ] = None,
-    market: Annotated[
-        str | None, typer.Option("--market", metavar="NAME", help="A market.")
-    ] = None,
+    agent: AgentFilter = None,
+    scope: ScopeFilter = None,
+    market: MarketFilter = None,
     store_url: StoreOption = None,
     token: TokenOption = None,
     as_json: JsonOption = False,
@@ -115,12 +110,8 @@ def ls(
     """The drafts awaiting review in an agent's scopes, a scope or a market: version, who
     proposed it, its findings, and whether the live skill moved since (stale: approving it
     is refused)."""
-    targets = [t for t in (agent, scope, market) if t is not None]
-    if len(targets) != 1:
-        raise InvalidPath("give one of --agent AGENT, --scope SCOPE or --market NAME")
-    target = f"markets/{market}" if market is not None else targets[0]
     with opened(store_url, token) as store:
-        drafts = store.drafts(target)
+        drafts = store.drafts(one_target(agent, scope, market))
     if as_json:
         emit_json([_row(d) for d in drafts])
         return

@@ -32,9 +32,30 @@ from skillfs.model import CommitResult, Scope
 ReasonOption = Annotated[
     str, typer.Option("--reason", "-r", metavar="TEXT", help="Why (kept in history and audit).")
 ]
+MessageOption = Annotated[
+    str, typer.Option("--message", "-m", metavar="TEXT", help="Why (kept in history and audit).")
+]
+#: What `audit` and `drafts ls` read: one of an agent's scopes, one scope, or a market.
+AgentFilter = Annotated[
+    str | None, typer.Option("--agent", "-a", metavar="AGENT", help="An agent's scopes.")
+]
+ScopeFilter = Annotated[
+    Scope | None, scope_option("One scope: shared:AGENT, user:AGENT/USER or market:NAME.")
+]
+MarketFilter = Annotated[str | None, typer.Option("--market", metavar="NAME", help="A market.")]
 
 
-def _done(what: str, scope: Scope, skill: str, result: CommitResult, as_json: bool) -> None:
+def one_target(agent: str | None, scope: Scope | None, market: str | None) -> str | Scope:
+    """The one of --agent, --scope, --market given, as `Store.audit` and `Store.drafts`
+    take it (an agent id, a scope, `markets/NAME`)."""
+    targets = [t for t in (agent, scope, market) if t is not None]
+    if len(targets) != 1:
+        raise InvalidPath("give one of --agent AGENT, --scope SCOPE or --market NAME")
+    return f"markets/{market}" if market is not None else targets[0]
+
+
+def done(what: str, scope: Scope, skill: str, result: CommitResult, as_json: bool) -> None:
+    """What a governed commit of one skill made: its new version and revision."""
     if as_json:
         emit_json(
             {
@@ -67,7 +88,7 @@ def disable(
     skill = skill_only(target)
     with opened(store_url, token) as store:
         result = store.disable(scope, skill, reason=reason)
-    _done("disabled", scope, skill, result, as_json)
+    done("disabled", scope, skill, result, as_json)
 
 
 @command("enable", EDIT)
@@ -82,7 +103,7 @@ def enable(
     skill = skill_only(target)
     with opened(store_url, token) as store:
         result = store.enable(scope, skill)
-    _done("enabled", scope, skill, result, as_json)
+    done("enabled", scope, skill, result, as_json)
 
 
 def _time(text: str | None, option: str) -> float | None:
@@ -103,16 +124,9 @@ def _time(text: str | None, option: str) -> float | None:
 
 @command("audit", OPERATE)
 def audit(
-    agent: Annotated[
-        str | None, typer.Option("--agent", "-a", metavar="AGENT", help="An agent's scopes.")
-    ] = None,
-    scope: Annotated[
-        Scope | None,
-        scope_option("One scope: shared:AGENT, user:AGENT/USER or market:NAME."),
-    ] = None,
-    market: Annotated[
-        str | None, typer.Option("--market", metavar="NAME", help="A market.")
-    ] = None,
+    agent: AgentFilter = None,
+    scope: ScopeFilter = None,
+    market: MarketFilter = None,
     since: Annotated[
         str | None, typer.Option("--since", metavar="TIME", help="From this ISO 8601 time.")
     ] = None,
@@ -132,10 +146,7 @@ def audit(
 ) -> None:
     """Who changed what and why, newest first: every kept version of an agent's, a scope's
     or a market's skills (history keeps them by its retention policy)."""
-    targets = [t for t in (agent, scope, market) if t is not None]
-    if len(targets) != 1:
-        raise InvalidPath("give one of --agent AGENT, --scope SCOPE or --market NAME")
-    target = f"markets/{market}" if market is not None else targets[0]
+    target = one_target(agent, scope, market)
     start, end = _time(since, "--since"), _time(until, "--until")
     with opened(store_url, token) as store:
         entries = store.audit(target, since=start, until=end, actor=actor, skill=skill, limit=limit)

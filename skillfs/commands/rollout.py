@@ -17,17 +17,15 @@ from skillfs.commands.common import (
     StoreOption,
     TokenOption,
     command,
-    emit_json,
     opened,
-    out,
     print_findings,
-    shown,
     skill_only,
     version_option,
 )
+from skillfs.commands.govern import MessageOption, done
 from skillfs.commands.transfer import read_source, skill_sources
 from skillfs.errors import InvalidPath
-from skillfs.model import CommitResult, Rollout, Scope
+from skillfs.model import Rollout
 from skillfs.store_commit import refuse_errors
 from skillfs.store_rollout import describe
 
@@ -64,27 +62,6 @@ ExpectOption = Annotated[
     int | None,
     version_option("The version you staged against: a Conflict if the skill moved on since."),
 ]
-MessageOption = Annotated[
-    str, typer.Option("--message", "-m", metavar="TEXT", help="Why (kept in history and audit).")
-]
-
-
-def _done(what: str, scope: Scope, skill: str, result: CommitResult, as_json: bool) -> None:
-    if as_json:
-        emit_json(
-            {
-                "scope": str(scope),
-                "skill": skill,
-                "version": result.version,
-                "revision": str(result.revision),
-                "commit_id": result.commit_id,
-            }
-        )
-    else:
-        out.print(
-            f"{what} {scope}/{shown(skill)}: now version {result.version} "
-            f"(revision {result.revision})"
-        )
 
 
 @command("stage", EDIT)
@@ -130,7 +107,7 @@ def stage(
         staged = store.manifest(scope, source.name).candidate
     if staged is not None and staged.findings and not as_json:
         print_findings(staged.findings)
-    _done(f"staged for {describe(rule)}:", scope, source.name, result, as_json)
+    done(f"staged for {describe(rule)}:", scope, source.name, result, as_json)
 
 
 @command("widen", EDIT)
@@ -160,7 +137,7 @@ def widen(
             fraction=old.fraction if fraction is None else fraction,
         )
         result = store.widen(scope, skill, rule, expected_version=m.version, message=message)
-    _done(f"widened to {describe(rule)}:", scope, skill, result, as_json)
+    done(f"widened to {describe(rule)}:", scope, skill, result, as_json)
 
 
 @command("promote", EDIT)
@@ -183,7 +160,7 @@ def promote(
             refuse_errors(skill, m.candidate.findings)
         expected = m.version if version is None else version
         result = store.promote(scope, skill, expected_version=expected, message=message)
-    _done("promoted the candidate of", scope, skill, result, as_json)
+    done("promoted the candidate of", scope, skill, result, as_json)
 
 
 @command("abort", EDIT)
@@ -201,4 +178,4 @@ def abort(
     skill = skill_only(target)
     with opened(store_url, token, create=True) as store:
         result = store.abort(scope, skill, expected_version=version, message=message)
-    _done("aborted the candidate of", scope, skill, result, as_json)
+    done("aborted the candidate of", scope, skill, result, as_json)
