@@ -40,7 +40,7 @@ from bench import common
 from bench.common import DOCS, Timing, interleaved, row, timed
 from skillfs import File, Put, Scope
 from skillfs.engines.base import Engine
-from skillfs.model import _parse_manifest
+from skillfs.manifest import PARSED
 
 AGENT = "bench"
 SHARED = Scope.shared(AGENT)
@@ -278,7 +278,7 @@ def _bench(store: skillfs.Store, counter: CallCounter, target: Target, n: int) -
     before = tracemalloc.get_traced_memory()[0]
     held = []
     for _ in range(50):  # 50 loads x 200 = 10,000 manifests, each its own model
-        _parse_manifest.cache_clear()  # equal bytes would otherwise share one parsed model
+        PARSED.clear()  # equal bytes would otherwise share one parsed model
         held.append(store.manifests(scope))
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()

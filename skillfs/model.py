@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
-import math
-import re
-from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from skillfs.errors import InvalidPath, PermissionDenied
+from skillfs.manifest import MTIME_MAX as MTIME_MAX
+from skillfs.manifest import MTIME_MIN as MTIME_MIN
+from skillfs.manifest import Candidate as Candidate
+from skillfs.manifest import FileEntry as FileEntry
+from skillfs.manifest import Finding as Finding
+from skillfs.manifest import Manifest as Manifest
+from skillfs.manifest import Rollout as Rollout
+from skillfs.manifest import error_findings as error_findings
 from skillfs.names import check_id
 
 log = logging.getLogger(__name__)
-
-#: The file times a manifest may hold: years 1 to 9999, what every platform's clock and
-#: `os.utime` accept (docs/validation.md).
-MTIME_MIN, MTIME_MAX = -62135596800.0, 253402300799.0
 
 
 class Scope(BaseModel):
@@ -141,170 +141,6 @@ class File(BaseModel):
 
     def __init__(self, data: bytes, mode: int | None = None, mtime: float | None = None) -> None:
         super().__init__(data=data, mode=mode, mtime=mtime)
-
-
-class FileEntry(BaseModel):
-    """One row of a manifest's file table."""
-
-    model_config = ConfigDict(frozen=True)
-
-    sha256: str
-    size: int
-    mode: int
-    mtime: float
-
-
-class Finding(BaseModel):
-    """A validation finding: an error breaks the spec, a warning is usable but off-spec."""
-
-    model_config = ConfigDict(frozen=True)
-
-    severity: Literal["error", "warning"]
-    field: str | None = None
-    rule: str
-    message: str
-
-
-def error_findings(findings: Iterable[Finding]) -> list[Finding]:
-    """The findings that break the spec: what a strict surface refuses (docs/design.md §7)."""
-    return [f for f in findings if f.severity == "error"]
-
-
-class Rollout(BaseModel):
-    """Who gets a skill's staged candidate (docs/governance.md, "Staged rollout"): a worker
-    whose environment is one of `environments`, a user named in `users`, or a user whose
-    stable bucket (`skillfs.rollout.bucket`) is below `fraction`. Any one of them is enough,
-    so a wider rule only adds workers; the empty rule reaches nobody."""
-
-    model_config = ConfigDict(frozen=True)
-
-    environments: tuple[str, ...] = ()
-    users: tuple[str, ...] = ()
-    fraction: float = 0.0
-
-    def __init__(
-        self,
-        environments: Iterable[str] = (),
-        users: Iterable[str] = (),
-        fraction: float = 0.0,
-    ) -> None:
-        if isinstance(environments, str) or isinstance(users, str):
-            raise InvalidPath("a rollout takes lists: environments=[...], users=[...]")
-        try:  # sorted and once each: equal rules compare equal
-            envs, names = tuple(sorted(set(environments))), tuple(sorted(set(users)))
-        except TypeError:
-            raise InvalidPath("a rollout's environments and users are lists of names") from None
-        try:
-            super().__init__(environments=envs, users=names, fraction=fraction)
-        except ValidationError as exc:
-            problem = exc.errors()[0]
-            raise InvalidPath(
-                f"invalid rollout {'.'.join(map(str, problem['loc']))}: {problem['msg']}; give "
-                "environments=[names], users=[user ids] and fraction= a number from 0 to 1"
-            ) from None
-        self.check()
-
-    def check(self) -> Rollout:
-        """Raise InvalidPath unless names are ids (docs/design.md §1) and 0 <= fraction <= 1."""
-        for env in self.environments:
-            check_id("environment", env)
-        for user in self.users:
-            check_id("user", user)
-        if not (math.isfinite(self.fraction) and 0.0 <= self.fraction <= 1.0):
-            raise InvalidPath(
-                f"invalid rollout fraction {self.fraction!r}: give a share of users from 0 "
-                "(nobody by share) to 1 (everyone), e.g. 0.1 for 10 %"
-            )
-        return self
-
-
-class Candidate(BaseModel):
-    """The version a skill stages beside its live one (docs/governance.md, "Staged rollout"):
-    a whole file table with its frontmatter and findings, the rule saying who gets it, and
-    who staged it when (`commit_id`: the commit that staged it)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    files: dict[str, FileEntry]
-    frontmatter: dict[str, Any] | None = None
-    findings: list[Finding] = Field(default_factory=list)
-    rollout: Rollout
-    commit_id: str
-    actor: str = ""
-    staged_at: float = 0.0
-
-
-class Manifest(BaseModel):
-    """One skill in one scope at one version (docs/design.md §2).
-
-    A delete writes a tombstone (`deleted`, no files) so versions keep counting up across a
-    delete and a re-create, and history records who deleted what.
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    skill: str
-    version: int
-    commit_id: str
-    committed_at: float
-    deleted: bool = False
-    frontmatter: dict[str, Any] | None = None
-    findings: list[Finding] = Field(default_factory=list)
-    files: dict[str, FileEntry]
-    #: Who made this version and why (docs/governance.md): a token's name on a server,
-    #: `actor=` / `$SKILLFS_ACTOR` / `user@host` elsewhere, `agent:A/U` for an agent's own.
-    actor: str = ""
-    message: str = ""
-    #: Switched off (docs/governance.md): a skill-shaped hole at its layer, files kept.
-    disabled: bool = False
-    disabled_reason: str = ""
-    #: A staged version and who gets it (docs/governance.md); absent from the stored JSON
-    #: when None, so manifests without one keep their bytes and size.
-    candidate: Candidate | None = Field(default=None, exclude_if=lambda v: v is None)
-    #: A draft's (`_drafts/<name>`, docs/governance.md): the live skill's version it was
-    #: proposed against, 0 when there was none; approve refuses once the live skill moved.
-    #: Absent from the stored JSON when None (a manifest without one keeps its bytes).
-    base_version: int | None = Field(default=None, exclude_if=lambda v: v is None)
-    #: The governed operation that wrote this version, when not a publish or a delete
-    #: (approve, reject, archive, restore): what the audit reports. Absent when empty.
-    operation: str = Field(default="", exclude_if=lambda v: not v)
-
-    @property
-    def usable(self) -> bool:
-        """A worker shows only skills whose SKILL.md has a name and a description
-        (docs/design.md §1)."""
-        fm = self.frontmatter
-        return (
-            not self.deleted
-            and fm is not None
-            and isinstance(fm.get("name"), str)
-            and bool(fm.get("name"))
-            and isinstance(fm.get("description"), str)
-            and bool(str(fm.get("description")).strip())
-        )
-
-    @property
-    def errors(self) -> list[Finding]:
-        return error_findings(self.findings)
-
-    @staticmethod
-    def from_json(raw: bytes | str) -> Manifest:
-        """Parse a stored manifest, sharing the result for the same bytes.
-
-        Parsing is most of what loading a scope costs (~15 µs a manifest against ~1 µs
-        for the round trip's share); a stored manifest's bytes never change meaning, so
-        equal bytes may share one (frozen) model. Treat the result as read-only."""
-        return _parse_manifest(raw)
-
-    @property
-    def size(self) -> int:
-        return sum(e.size for e in self.files.values())
-
-    def all_files(self) -> list[tuple[str, FileEntry]]:
-        """Every (path, entry) the manifest references: its files, then its staged
-        candidate's (what GC keeps, and what a server's blob proofs cover)."""
-        staged = self.candidate.files.items() if self.candidate is not None else ()
-        return [*self.files.items(), *staged]
 
 
 @functools.total_ordering
@@ -436,65 +272,3 @@ class Remove(BaseModel):
 
     def __init__(self, scope: Scope, skill: str, expected_version: int | None = None) -> None:
         super().__init__(scope=scope, skill=skill, expected_version=expected_version)
-
-
-@functools.lru_cache(maxsize=8192)
-def _parse_manifest(raw: bytes | str) -> Manifest:
-    try:
-        return Manifest.model_validate_json(raw)
-    except ValidationError as exc:
-        return _salvage(raw, exc)
-
-
-_HEAD = re.compile(rb'"skill":"((?:[^"\\]|\\.)*)","version":(\d+)')
-
-
-def _salvage(raw: bytes | str, exc: ValidationError) -> Manifest:
-    """A stored manifest this version of skillfs cannot read (one written before its content
-    was checked: frontmatter nested too deep, a file time of NaN). Only its own skill is
-    affected: it loads with what can be read, no frontmatter (so no worker shows it) and an
-    error finding telling operators to republish or delete it, which repairs it."""
-    data = raw.encode() if isinstance(raw, str) else raw
-    problem = exc.errors()[0]["msg"] if exc.errors() else str(exc)
-    doc: dict[str, Any] = {}
-    try:
-        loaded = json.loads(data)
-        doc = loaded if isinstance(loaded, dict) else {}
-    except (ValueError, RecursionError):
-        head = _HEAD.search(data)
-        if head:
-            doc = {"skill": json.loads(b'"' + head.group(1) + b'"'), "version": int(head.group(2))}
-    files: dict[str, FileEntry] = {}
-    raw_files = doc.get("files")
-    for path, e in (raw_files if isinstance(raw_files, dict) else {}).items():
-        try:
-            mtime = e.get("mtime")
-            if not isinstance(mtime, int | float) or not MTIME_MIN <= mtime <= MTIME_MAX:
-                e = {**e, "mtime": 0.0}
-            files[path] = FileEntry.model_validate(e)
-        except (ValidationError, AttributeError):
-            continue
-    skill = doc.get("skill") if isinstance(doc.get("skill"), str) else "?"
-    version = doc.get("version") if isinstance(doc.get("version"), int) else 0
-    stamp = doc.get("committed_at")
-    log.warning("the stored manifest of %s (version %s) is unreadable: %s", skill, version, problem)
-    return Manifest(
-        skill=skill,
-        version=version,
-        commit_id=str(doc.get("commit_id") or "unreadable"),
-        committed_at=float(stamp) if isinstance(stamp, int | float) and math.isfinite(stamp) else 0,
-        deleted=doc.get("deleted") is True,
-        frontmatter=None,
-        findings=[
-            Finding(
-                severity="error",
-                rule="manifest-unreadable",
-                message=(
-                    f"the stored manifest of version {version} cannot be read ({problem}); "
-                    "its files are kept where readable: publish the skill again (or delete it) "
-                    "to repair it"
-                ),
-            )
-        ],
-        files=files,
-    )

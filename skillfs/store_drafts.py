@@ -7,7 +7,7 @@ is removed, in one commit) or rejected (the draft removed, the reason in its his
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
@@ -291,7 +291,7 @@ def _draft(
     name: str,
     m: Manifest,
     live_version: int,
-    findings: list[Finding],
+    findings: Sequence[Finding],
     base: int | None,
     *,
     legacy: bool = False,
@@ -303,7 +303,7 @@ def _draft(
         actor=m.actor,
         message=m.message,
         committed_at=m.committed_at,
-        findings=findings,
+        findings=list(findings),
         base_version=base,
         live_version=live_version,
         legacy=legacy,

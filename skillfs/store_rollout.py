@@ -236,7 +236,7 @@ def candidate_of(
     return Candidate(
         files=source.files,
         frontmatter=source.frontmatter,
-        findings=source.findings,
+        findings=tuple(source.findings),
         rollout=rule,
         commit_id=commit_id,
         actor=actor,

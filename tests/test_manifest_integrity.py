@@ -97,22 +97,21 @@ def _plant(store: skillfs.Store, skill: str, **broken: object) -> None:
     """Write a manifest straight through the engine, as skillfs did before its checks."""
     sha = sha256(GOOD_MD)
     store.engine.put_blob(sha, [GOOD_MD], 0.0)
-    entry = FileEntry.model_construct(sha256=sha, size=len(GOOD_MD), mode=0o644, mtime=1.0)
+    entry = FileEntry(sha256=sha, size=len(GOOD_MD), mode=0o644, mtime=1.0)
     files = {"SKILL.md": entry}
     if "mtime" in broken:
-        files["a.txt"] = FileEntry.model_construct(
-            sha256=sha, size=len(GOOD_MD), mode=0o644, mtime=broken.pop("mtime")
-        )
-    m = Manifest.model_construct(
+        files["a.txt"] = FileEntry(sha256=sha, size=len(GOOD_MD), mode=0o644, mtime=1.0)
+        object.__setattr__(files["a.txt"], "mtime", broken.pop("mtime"))  # past validation
+    m = Manifest(
         skill=skill,
         version=1,
         commit_id=uuid.uuid4().hex,
         committed_at=1.0,
-        deleted=False,
-        frontmatter=broken.get("frontmatter", {"name": skill, "description": "d"}),
-        findings=[],
+        frontmatter={"name": skill, "description": "d"},
         files=files,
     )
+    if "frontmatter" in broken:
+        object.__setattr__(m, "frontmatter", broken["frontmatter"])
     store.engine.commit(ALICE.domain, [CommitOp.model_construct(scope=ALICE, manifest=m, expect=0)])
 
 

@@ -50,7 +50,7 @@ def build_manifest(
         commit_id=content_digest(table),
         committed_at=committed_at,
         frontmatter=frontmatter,
-        findings=[*findings, *spec],
+        findings=(*findings, *spec),
         files=table,
     )
 

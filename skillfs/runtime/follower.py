@@ -268,8 +268,8 @@ class Follower:
                 loaded[(scope, skill)] = m.version if m is not None else 0
                 if m is None or m.deleted:
                     into.pop(skill, None)
-                else:
-                    into[skill] = m
+                else:  # keyed by the manifest's own string: the row's copy is not kept
+                    into[m.skill if m.skill == skill else skill] = m
                     self._prefetch.append(m)
 
     def _take_known(

@@ -52,7 +52,7 @@ class Problem:
         return error_findings(self.findings)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SkillInfo:
     """One skill of the merged view: what it is and which layer it came from."""
 

@@ -166,7 +166,7 @@ class Reader(Watching, pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # ge
             size = self.backend.proofs.readable_size(principal, r.source, sha, cached_only)
             if size is None:
                 return None
-            entry = FileEntry.model_construct(sha256=sha, size=size, mode=0, mtime=0.0)
+            entry = FileEntry(sha256=sha, size=size, mode=0, mtime=0.0)
             if cached_only:
                 return self.store.read_cached(entry, r.offset, end)
             return self.store.read_entry(entry, r.offset, end)
