@@ -77,6 +77,31 @@ def seed(store: skillfs.Store) -> None:
     )
 
 
+def seed_governance(store: skillfs.Store) -> None:
+    """A staged candidate, a disabled skill, drafts to review: the governance pages' stories
+    (docs/console.md, "Staged rollout", "Review queue")."""
+    notes = files_of(ROOT / "examples" / "skills" / "release-notes")
+    md = notes["SKILL.md"].data.decode()
+    notes["SKILL.md"] = File(
+        md.replace("# Release notes", "# Release notes (grouped by area)").encode()
+    )
+    store.stage(
+        SHARED, "release-notes", notes, skillfs.Rollout(users=["alice"], fraction=0.1),
+        actor="oncall-ana", message="group the notes by product area",
+    )  # fmt: skip
+    store.propose(
+        Scope.user(AGENT, "alice"),
+        "refund-policy",
+        {
+            "SKILL.md": b"---\nname: refund-policy\ndescription: Explains the refund policy "
+            b"and starts a refund when the customer qualifies.\n---\n\n# Refund policy\n\n"
+            b"Refunds within 30 days of purchase; ask for the order number first.\n"
+        },
+        message="customers ask for refunds every day",
+        actor=f"agent:{AGENT}/alice",
+    )
+
+
 def shoot(page: Page, name: str, full: bool = False) -> None:
     page.wait_for_timeout(300)
     page.screenshot(path=str(OUT / f"{name}.png"), full_page=full)
@@ -160,6 +185,14 @@ def main() -> None:
                 shoot(page, "diff")
                 page.goto(f"/agents/{AGENT}/users/alice/?market=team")
                 shoot(page, "user-view")
+                seed_governance(store)
+                page.goto(skill.replace("code-reviewer", "release-notes"))
+                shoot(page, "rollout")
+                page.goto(f"/agents/{AGENT}/drafts")
+                page.click("#drafts a.skill-link")
+                shoot(page, "draft")
+                page.goto(f"/agents/{AGENT}/activity")
+                shoot(page, "activity")
                 browser.close()
         finally:
             server.stop()

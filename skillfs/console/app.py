@@ -49,6 +49,7 @@ from skillfs.console.streams import LiveStreams, Pool
 from skillfs.errors import InvalidPath, NotFound, SkillfsError, StoreUnavailable
 from skillfs.names import check_skill_name
 from skillfs.store import Store
+from skillfs.store_rollout import describe
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +142,7 @@ class Console:
             mode=filters.file_mode,
             rev=filters.rev_text,
             plural=filters.plural,
+            rule=describe,
         )
         #: Request-body limits by route kind (docs/console.md, "Limits").
         self.body_limits: dict[Body, int] = {

@@ -165,6 +165,12 @@ class Call:
     def principal_name(self) -> str:
         return self.session.principal.name
 
+    @property
+    def actor(self) -> str:
+        """Who the console's writes are by: the signed-in token's name, passed as `actor=` on
+        every write (docs/governance.md, "Who and why"), never the server's own user@host."""
+        return self.session.principal.name
+
     def require(self, level: Level, scope: Scope) -> None:
         self.session.principal.require(level, scope)
 

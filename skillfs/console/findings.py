@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from skillfs.console.diff import as_text
 from skillfs.model import File, FileEntry, Finding, Manifest
+from skillfs.names import entry_name
 from skillfs.skill_md import SKILL_MD, inspect_skill
 from skillfs.store import Store
 
@@ -68,8 +69,9 @@ def findings_of(store: Store, skill: str, files: Mapping[str, File | FileEntry])
 
 
 def stored_findings(store: Store, m: Manifest) -> list[Finding]:
-    """A version's findings as the current rules see them."""
-    return findings_of(store, m.skill, m.files)
+    """A version's findings as the current rules see them; a draft's or an archived skill's
+    SKILL.md is checked against the skill it holds (`_drafts/<name>` holds `<name>`)."""
+    return findings_of(store, entry_name(m.skill), m.files)
 
 
 def skill_md_text(store: Store, m: Manifest) -> str | None:

@@ -30,6 +30,8 @@ class Paged(Generic[T]):
     q: str
     per_page: int
     param: str  # the query parameter of the page number ("page"; two lists on one page differ)
+    #: Other query arguments the list's links keep (the Activity page's actor, skill, times).
+    keep: tuple[tuple[str, str], ...] = ()
 
     @property
     def first(self) -> int:
@@ -42,7 +44,9 @@ class Paged(Generic[T]):
 
     def url(self, page: int) -> str:
         """The query string of another page of this list, keeping the filter."""
-        args = {"q": self.q} if self.q else {}
+        args = dict(self.keep)
+        if self.q:
+            args["q"] = self.q
         if page > 1:
             args[self.param] = str(page)
         return "?" + urlencode(args) if args else "?"
@@ -75,6 +79,7 @@ def paged(
     *,
     per_page: int = PER_PAGE,
     param: str = "page",
+    keep: dict[str, str] | None = None,
 ) -> Paged[T]:
     """The page of `items` a request asks for, filtered by its `q` over `text(item)`. A page
     past the last shows the last."""
@@ -83,6 +88,15 @@ def paged(
     pages = max(1, -(-len(chosen) // per_page))
     page = min(page_number(query, param), pages)
     start = (page - 1) * per_page
+    kept = tuple((k, v) for k, v in (keep or {}).items() if v)
     return Paged(
-        chosen[start : start + per_page], page, pages, len(chosen), len(items), q, per_page, param
+        chosen[start : start + per_page],
+        page,
+        pages,
+        len(chosen),
+        len(items),
+        q,
+        per_page,
+        param,
+        kept,
     )

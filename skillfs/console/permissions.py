@@ -28,6 +28,14 @@ class Permissions:
     def write(self, scope: Scope) -> bool:
         return self.principal.may(Level.write, scope)
 
+    def admin(self, domain: str) -> bool:
+        """Whether the token administers an agent or a market (`agents/A`, `markets/M`):
+        what curation needs, since it reads usage and archives across scopes."""
+        kind, name = domain.split("/", 1)
+        if kind == "markets":
+            return self.principal.may(Level.admin, Scope.market(name))
+        return any(g.level >= Level.admin and g.covers_agent(name) for g in self.principal.grants)
+
     def see(self, domain: str) -> bool:
         """Whether the token may read anything in `agents/A` or `markets/M`."""
         return self.principal.may_see_domain(domain)

@@ -16,7 +16,21 @@ from typing import Literal
 
 from starlette.responses import Response
 
-from skillfs.console.pages import agents, editor, files, history, lifecycle, live, skill, worker
+from skillfs.console.pages import (
+    activity,
+    agents,
+    curation,
+    editor,
+    files,
+    history,
+    lifecycle,
+    live,
+    review,
+    rollout,
+    skill,
+    switch,
+    worker,
+)
 from skillfs.model import Scope
 from skillfs.names import check_id, check_skill_name
 
@@ -74,11 +88,25 @@ PAGES = [
     Page("GET", "/agents", agents.open_agent),
     Page("GET", "/agents/{agent}", agents.agent_page),
     Page("GET", "/agents/{agent}/users", agents.open_user),
+    Page("GET", "/agents/{agent}/activity", activity.agent_activity),
+    Page("GET", "/markets/{market}/activity", activity.market_activity),
+    Page("GET", "/agents/{agent}/drafts", review.agent_queue),
+    Page("GET", "/markets/{market}/drafts", review.market_queue),
+    Page("GET", "/agents/{agent}/curation", curation.agent_curation),
+    Page("GET", "/markets/{market}/curation", curation.market_curation),
+    Page("POST", "/agents/{agent}/curation", curation.apply_agent, "form"),
+    Page("POST", "/markets/{market}/curation", curation.apply_market, "form"),
     Page("GET", "/agents/{agent}/shared", agents.to_agent),
     Page("GET", "/agents/{agent}/users/{user}", worker.worker_page),
     Page("GET", "/markets/{market}", agents.to_market),
     Page("GET", "/{scope}", agents.scope_page),
     Page("POST", "/{scope}", lifecycle.scope_post, "upload"),
+    # side entries (`_drafts/<name>`, `.archive/<name>`) before the skill routes: no skill
+    # is named `_drafts` or `.archive`
+    Page("GET", "/{scope}/_drafts/{skill}", review.draft_page),
+    Page("POST", "/{scope}/_drafts/{skill}/approve", review.approve, "form"),
+    Page("POST", "/{scope}/_drafts/{skill}/reject", review.reject, "form"),
+    Page("POST", "/{scope}/.archive/{skill}/restore", curation.restore, "form"),
     Page("GET", "/{scope}/{skill}", skill.skill_page),
     Page("GET", "/{scope}/{skill}/files", editor.editor_page),
     Page("GET", "/{scope}/{skill}/files/{path:path}", editor.editor_page),
@@ -94,4 +122,10 @@ PAGES = [
     Page("POST", "/{scope}/{skill}/delete", lifecycle.delete, "form"),
     Page("POST", "/{scope}/{skill}/rename", lifecycle.rename, "form"),
     Page("POST", "/{scope}/{skill}/override", lifecycle.override, "form"),
+    Page("POST", "/{scope}/{skill}/disable", switch.disable, "form"),
+    Page("POST", "/{scope}/{skill}/enable", switch.enable, "form"),
+    Page("POST", "/{scope}/{skill}/widen", rollout.widen, "form"),
+    Page("POST", "/{scope}/{skill}/promote", rollout.promote, "form"),
+    Page("POST", "/{scope}/{skill}/abort", rollout.abort, "form"),
+    Page("POST", "/{scope}/{skill}/archive", curation.archive, "form"),
 ]

@@ -22,6 +22,25 @@ def user_url(agent: str, user: str) -> str:
     return f"/agents/{_q(agent)}/users/{_q(user)}/"
 
 
+def domain_page(domain: str, page: str, **query: str) -> str:
+    """A page about a whole agent or market (`agents/A`, `markets/M`): its `activity`, its
+    `drafts` (the review queue), its `curation`."""
+    kind, name = domain.split("/", 1)
+    args = {k: v for k, v in query.items() if v}
+    return f"/{kind}/{_q(name)}/{page}" + ("?" + urlencode(args) if args else "")
+
+
+def activity_url(target: Scope | str, **query: str) -> str:
+    """The Activity page of a scope's agent or market (`agents/A`, `markets/M` or a scope),
+    filtered by `query` (actor, skill, since, until)."""
+    return domain_page(target.domain if isinstance(target, Scope) else target, "activity", **query)
+
+
+def draft_url(scope: Scope, name: str, action: str = "") -> str:
+    """A draft's page (`<scope prefix>_drafts/<name>/`, its logical key) or an action on it."""
+    return scope_url(scope) + "_drafts/" + _q(name) + "/" + action
+
+
 def scope_url(scope: Scope) -> str:
     return "/" + "/".join(_q(p) for p in scope.prefix.rstrip("/").split("/")) + "/"
 
@@ -34,6 +53,11 @@ def skill_url(scope: Scope, skill: str, action: str = "", path: str = "", **quer
         url += "/" + "/".join(_q(p) for p in path.split("/"))
     args = {k: v for k, v in query.items() if v is not None and v != ""}
     return url + ("?" + urlencode(args) if args else "")
+
+
+def archive_url(scope: Scope, name: str, action: str = "") -> str:
+    """An archived skill's entry (`<scope prefix>.archive/<name>/`) or an action on it."""
+    return scope_url(scope) + ".archive/" + _q(name) + "/" + action
 
 
 def parse_scope(segments: list[str]) -> tuple[Scope, list[str]] | None:

@@ -7,13 +7,20 @@ from starlette.responses import Response
 from skillfs.auth import Level
 from skillfs.console import urls
 from skillfs.console.call import Call, redirect
+from skillfs.console.pages.switch import hides
 from skillfs.console.paging import paged
 from skillfs.errors import NotFound
 from skillfs.model import Manifest, Scope
-from skillfs.names import check_id, side_entry
+from skillfs.names import check_id, is_hidden_dir
 
 #: The per-user listings stop here; an agent with more users is browsed by user id.
 MAX_USERS_LISTED = 200
+
+
+def skills_of(entries: dict[str, Manifest]) -> dict[str, Manifest]:
+    """A scope's skills without its side entries (`_drafts/<name>`, `.archive/<name>`: the
+    review queue and the curation page list those; docs/governance.md)."""
+    return {k: m for k, m in entries.items() if not is_hidden_dir(k)}
 
 
 def home(call: Call) -> Response:
@@ -27,7 +34,7 @@ def home(call: Call) -> Response:
     agents = []
     for agent in agent_page.items:
         shared = Scope.shared(agent)
-        count = len(call.store.manifests(shared)) if call.can.read(shared) else None
+        count = len(skills_of(call.store.manifests(shared))) if call.can.read(shared) else None
         # only the users whose skills this token may read: a count of the others is a leak
         users = (
             len(call.can.readable_users(agent, call.store.users(agent)))
@@ -45,7 +52,7 @@ def home(call: Call) -> Response:
     markets = [
         {
             "id": market,
-            "skills": len(call.store.manifests(Scope.market(market))),
+            "skills": len(skills_of(call.store.manifests(Scope.market(market)))),
             "revision": revisions.get(f"markets/{market}"),
         }
         for market in market_page.items
@@ -89,16 +96,26 @@ def agent_page(call: Call, agent: str) -> Response:
     domain = f"agents/{agent}"
     call.require_domain(domain)
     shared = Scope.shared(agent)
-    skills = call.store.manifests(shared) if call.can.read(shared) else None
+    skills = skills_of(call.store.manifests(shared)) if call.can.read(shared) else None
     readable = call.can.readable_users(agent, call.store.users(agent))
     if skills is None and not readable:
         raise NotFound(f"agent {agent!r} has no skills you may see")
     users = []
     for user in readable[:MAX_USERS_LISTED]:
         scope = Scope.user(agent, user)
-        own = call.store.manifests(scope)
+        entries = skills_of(call.store.manifests(scope))
+        own = {k: m for k, m in entries.items() if not hides(m)}
         overrides = sorted(s for s in own if skills is not None and s in skills)
-        users.append({"id": user, "scope": scope, "skills": len(own), "overrides": overrides})
+        hidden = sorted(k for k, m in entries.items() if hides(m))
+        users.append(
+            {
+                "id": user,
+                "scope": scope,
+                "skills": len(own),
+                "overrides": overrides,
+                "hidden": hidden,
+            }
+        )
     page = paged(sorted((skills or {}).values(), key=lambda m: m.skill), call.query, _described)
     return call.render(
         "agent.html",
@@ -122,20 +139,27 @@ def _described(m: Manifest) -> tuple[str, object]:
 def scope_page(call: Call, scope: Scope) -> Response:
     """A scope's skills 100 at a time (`?q=` filters, `?page=` pages), and its deleted ones."""
     call.require(Level.read, scope)
-    manifests = call.store.manifests(scope)
-    skills = [m for m in manifests.values() if side_entry(m.skill) is None]  # not drafts
-    page = paged(sorted(skills, key=lambda m: m.skill), call.query, _described)
+    entries = skills_of(call.store.manifests(scope))
+    # a user's hiding entries are not skills of the user's: listed apart (docs/governance.md)
+    hiding = sorted((m for m in entries.values() if hides(m)), key=lambda m: m.skill)
+    manifests = {k: m for k, m in entries.items() if not hides(m)}
+    page = paged(sorted(manifests.values(), key=lambda m: m.skill), call.query, _described)
     shared: dict[str, Manifest] = {}
     if scope.kind == "user" and scope.agent_id is not None:
         base = Scope.shared(scope.agent_id)
         if call.can.read(base):
             shared = call.store.manifests(base, [m.skill for m in page.items])
-    gone = call.store.manifests(scope, deleted=True).values()
     tombstones = sorted(
-        (m for m in gone if side_entry(m.skill) is None),
+        skills_of(call.store.manifests(scope, deleted=True)).values(),
         key=lambda m: (-m.committed_at, m.skill),
     )
     deleted = paged(tombstones, call.query, lambda m: (m.skill,), param="deleted_page")
     return call.render_scope(
-        "scope.html", scope, skills=page.items, page=page, shared=shared, deleted=deleted
+        "scope.html",
+        scope,
+        skills=page.items,
+        page=page,
+        shared=shared,
+        deleted=deleted,
+        hiding=hiding,
     )

@@ -18,12 +18,15 @@ from skillfs.console.findings import (
     skill_md_text,
     stored_findings,
 )
+from skillfs.console.pages.rollout import candidate_manifest, percent, rollout_of
 from skillfs.console.skill_files import MAX_EDIT_BYTES, file_tree, with_file
 from skillfs.console.strict import forced
 from skillfs.errors import Conflict, InvalidPath, InvalidSkill
-from skillfs.model import FileEntry, Finding, Manifest, Scope, error_findings
+from skillfs.model import Candidate, FileEntry, Finding, Manifest, Scope, error_findings
 from skillfs.names import check_skill_name, normalize_path
+from skillfs.rollout import has_live
 from skillfs.skill_md import SKILL_MD
+from skillfs.store_rollout import describe
 from skillfs.text_merge import has_markers, merge3
 
 #: Files edited as prose, soft-wrapped; any other file keeps its lines as they are (code).
@@ -39,7 +42,11 @@ def editor_page(call: Call, scope: Scope, skill: str, path: str = "") -> Respons
         target = normalize_path(chosen) if chosen else SKILL_MD
         return redirect(urls.skill_url(scope, skill, "files", target))
     path = normalize_path(path)
-    m = call.store.manifest(scope, skill)
+    live = call.store.manifest(scope, skill)
+    on_candidate = live.candidate is not None and (
+        call.query.get("candidate") == "1" or not has_live(live)
+    )
+    m = candidate_manifest(live) if on_candidate else live
     entry = m.files.get(path)
     content: str | None = ""
     if entry is not None:
@@ -54,6 +61,9 @@ def editor_page(call: Call, scope: Scope, skill: str, path: str = "") -> Respons
         findings=shown(stored_findings(call.store, m), text),
         base=m.version,
         expected=m.version,
+        staged=live.candidate,
+        on_candidate=on_candidate,
+        staged_only=not has_live(live),
     )
 
 
@@ -71,7 +81,13 @@ def render_editor(
     needs_force: bool = False,
     markers: bool = False,
     conflict: dict[str, Any] | None = None,
+    rule_error: str = "",
+    staged: Candidate | None = None,
+    on_candidate: bool = False,
+    staged_only: bool = False,
 ) -> Response:
+    """The editor of `path` in `m` (the candidate's files when `on_candidate`); `staged` is
+    the candidate staged now, if any."""
     newline = "crlf" if content and "\r\n" in content else "lf"
     return call.render_scope(
         "editor.html",
@@ -88,9 +104,30 @@ def render_editor(
         needs_force=needs_force,
         markers=markers,
         conflict=conflict,
+        canary=_canary_fields(call, staged if on_candidate else None),
+        rule_error=rule_error,
+        staged=staged,
+        on_candidate=on_candidate,
+        staged_only=staged_only,
         prose=path.lower().endswith(PROSE_SUFFIXES),
         tree=file_tree(sorted(set(m.files) | {path})),
     )
+
+
+def _canary_fields(call: Call, editing: Candidate | None) -> dict[str, str] | None:
+    """The rollout rule the editor's form holds when its save stages a candidate: as posted,
+    when a **Save as canary** is shown again (refused, conflicting, a bad rule); the staged
+    rule, when the candidate itself is edited (`editing`). None: a plain save."""
+    if call.method == "POST" and call.field("canary") == "1":
+        return {k: call.field(k) for k in ("environments", "users", "percent")}
+    if editing is None:
+        return None
+    rule = editing.rollout
+    return {
+        "environments": ", ".join(rule.environments),
+        "users": ", ".join(rule.users),
+        "percent": percent(rule),
+    }
 
 
 def _edit_text(call: Call) -> bytes:
@@ -110,7 +147,10 @@ def save(call: Call, scope: Scope, skill: str) -> Response:
     path = normalize_path(call.field("path"))
     base, expected = call.form_int("base"), call.form_int("expected")
     data = _edit_text(call)
-    loaded = call.store.manifest(scope, skill, version=base)
+    stored = call.store.manifest(scope, skill, version=base)
+    # editing the staged candidate: its files are the base, and the save stages them again
+    on_candidate = call.field("candidate") == "1" and stored.candidate is not None
+    loaded = candidate_manifest(stored) if on_candidate else stored
     files = with_file(loaded, path, data)
     text = data.decode("utf-8")
 
@@ -130,18 +170,63 @@ def save(call: Call, scope: Scope, skill: str) -> Response:
             status=422,
             needs_force=True,
             markers=markers,
+            staged=stored.candidate,
+            on_candidate=on_candidate,
         )
 
     if has_markers(text) and not forced(call):
         return refused(markers=True)
+    canary = call.field("canary") == "1" or on_candidate
     try:
-        result = call.store.publish(
-            scope, skill, files, expected_version=expected, strict=not forced(call)
+        rule = rollout_of(call) if canary else None
+    except InvalidPath as exc:  # the text stays in the editor, with what to fix in the rule
+        return render_editor(
+            call,
+            scope,
+            loaded,
+            path,
+            text,
+            findings=shown(
+                findings_of(call.store, skill, files), text if path == SKILL_MD else None
+            ),
+            base=base,
+            expected=expected,
+            status=400,
+            rule_error=str(exc),
+            staged=stored.candidate,
+            on_candidate=on_candidate,
         )
+    try:
+        if rule is not None:
+            result = call.store.stage(
+                scope,
+                skill,
+                files,
+                rule,
+                expected_version=expected,
+                strict=not forced(call),
+                actor=call.actor,
+            )
+        else:
+            result = call.store.publish(
+                scope,
+                skill,
+                files,
+                expected_version=expected,
+                strict=not forced(call),
+                actor=call.actor,
+            )
     except InvalidSkill:
         return refused(markers=False)
     except Conflict:
-        return _conflict(call, scope, loaded, path, text, findings_of(call.store, skill, files))
+        findings = findings_of(call.store, skill, files)
+        return _conflict(call, scope, loaded, path, text, findings, on_candidate)
+    if rule is not None:
+        return call.done(
+            urls.skill_url(scope, skill) + "#rollout",
+            f"Staged {path} as a canary for {describe(rule)}: {skill} version {result.version}; "
+            "everyone else keeps the live files",
+        )
     return call.done(
         urls.skill_url(scope, skill, "files", path),
         f"Saved {path}: {skill} is now version {result.version} "
@@ -150,13 +235,23 @@ def save(call: Call, scope: Scope, skill: str) -> Response:
 
 
 def _conflict(
-    call: Call, scope: Scope, loaded: Manifest, path: str, text: str, findings: list[Finding]
+    call: Call,
+    scope: Scope,
+    loaded: Manifest,
+    path: str,
+    text: str,
+    findings: list[Finding],
+    on_candidate: bool = False,
 ) -> Response:
     """The editor again, after someone else committed: when they changed this file too, it
     holds the three-way merge of their text and the operator's (conflict markers where both
     changed the same lines, as `skillfs edit --on-conflict reopen`); the operator's own text
-    stays in the form for **Overwrite with my text**."""
-    current = call.store.manifests(scope, [loaded.skill]).get(loaded.skill)
+    stays in the form for **Overwrite with my text**. Editing the candidate, theirs is the
+    candidate staged now (or the live version, when none is staged any more)."""
+    now = call.store.manifests(scope, [loaded.skill]).get(loaded.skill)
+    staged = now.candidate if now is not None else None
+    on_candidate = on_candidate and staged is not None
+    current = candidate_manifest(now) if now is not None and on_candidate else now
     diffs = diff_manifests(call.store, loaded, current)
     mine = loaded.files.get(path)
     theirs = current.files.get(path) if current else None
@@ -194,6 +289,8 @@ def _conflict(
         expected=current.version if current else 0,
         status=409,
         conflict=conflict,
+        staged=staged,
+        on_candidate=on_candidate,
     )
 
 

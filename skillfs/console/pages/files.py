@@ -59,7 +59,12 @@ def upload(call: Call, scope: Scope, skill: str) -> Response:
     files = with_file(m, path, data)
     try:
         result = call.store.publish(
-            scope, skill, files, expected_version=expected, strict=not forced(call)
+            scope,
+            skill,
+            files,
+            expected_version=expected,
+            strict=not forced(call),
+            actor=call.actor,
         )
     except InvalidSkill as exc:
         return call.render_scope(
@@ -90,7 +95,12 @@ def remove_file(call: Call, scope: Scope, skill: str) -> Response:
         raise InvalidPath(f"{path} is the last file of {skill}: delete the skill instead")
     try:
         result = call.store.publish(
-            scope, skill, files, expected_version=expected, strict=not forced(call)
+            scope,
+            skill,
+            files,
+            expected_version=expected,
+            strict=not forced(call),
+            actor=call.actor,
         )
     except InvalidSkill as exc:
         return confirm(

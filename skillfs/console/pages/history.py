@@ -8,6 +8,7 @@ from skillfs.auth import Level
 from skillfs.console import urls
 from skillfs.console.call import Call, HTTPError
 from skillfs.console.diff import diff_manifests
+from skillfs.console.pages.rollout import candidate_manifest
 from skillfs.console.strict import confirm, forced
 from skillfs.errors import Conflict, InvalidSkill
 from skillfs.model import CommitResult, Manifest, Scope
@@ -21,19 +22,25 @@ def history_page(call: Call, scope: Scope, skill: str) -> Response:
 
 
 def diff_page(call: Call, scope: Scope, skill: str) -> Response:
-    """Two versions side by side: of this skill, or (with `base=shared`) the shared skill
-    against this per-user override."""
+    """Two versions side by side: of this skill, (with `base=shared`) the shared skill
+    against this per-user override, or (with `candidate=1`) the live files against the
+    staged candidate."""
     call.require(Level.read, scope)
     history = call.store.history(scope, skill)
     versions = [h.version for h in history]
-    b = call.version_arg("b") or versions[0]
-    right = call.store.manifest(scope, skill, version=b)
     left_scope = scope
-    if call.query.get("base") == "shared" and scope.kind == "user" and scope.agent_id:
+    left: Manifest | None
+    if call.query.get("candidate") == "1":  # the staged candidate against the live files
+        live = call.store.manifest(scope, skill)
+        left, right = live, candidate_manifest(live)
+    elif call.query.get("base") == "shared" and scope.kind == "user" and scope.agent_id:
+        right = call.store.manifest(scope, skill, version=call.version_arg("b") or versions[0])
         left_scope = Scope.shared(scope.agent_id)
         call.require(Level.read, left_scope)
-        left: Manifest | None = call.store.manifest(left_scope, skill)
+        left = call.store.manifest(left_scope, skill)
     else:
+        b = call.version_arg("b") or versions[0]
+        right = call.store.manifest(scope, skill, version=b)
         a = call.version_arg("a")
         if a is None:
             a = next((v for v in versions if v < b), b)
@@ -71,7 +78,12 @@ def _roll_back(
     "breaks the spec" page whose **Do it anyway** posts to `action` again."""
     try:
         return call.store.rollback(
-            scope, skill, version, expected_version=expected, strict=not forced(call)
+            scope,
+            skill,
+            version,
+            expected_version=expected,
+            strict=not forced(call),
+            actor=call.actor,
         )
     except InvalidSkill as exc:
         return confirm(

@@ -13,6 +13,7 @@ from skillfs.console.archive import read_zip
 from skillfs.console.call import Call, HTTPError, redirect
 from skillfs.console.diff import as_text
 from skillfs.console.findings import findings_of
+from skillfs.console.pages.switch import hides
 from skillfs.console.strict import confirm, forced
 from skillfs.errors import Conflict, InvalidSkill
 from skillfs.model import File, FileEntry, Put, Remove, Scope, error_findings
@@ -36,7 +37,9 @@ def create(call: Call, scope: Scope) -> Response:
     description = call.field("description").strip()
     files = {SKILL_MD: File(skill_template(name, description))}
     try:
-        result = call.store.publish(scope, name, files, expected_version=0, strict=not forced(call))
+        result = call.store.publish(
+            scope, name, files, expected_version=0, strict=not forced(call), actor=call.actor
+        )
     except InvalidSkill as exc:
         return confirm(
             call,
@@ -71,6 +74,7 @@ def import_zip(call: Call, scope: Scope) -> Response:
                 for name, files in skills.items()
             ],
             strict=not forced(call),
+            actor=call.actor,
         )
     except InvalidSkill:
         # the store refuses at the first off-spec skill: the page lists every one of them
@@ -97,7 +101,7 @@ def import_zip(call: Call, scope: Scope) -> Response:
 
 def delete(call: Call, scope: Scope, skill: str) -> Response:
     call.require(Level.write, scope)
-    call.store.delete(scope, skill, expected_version=call.form_int("expected"))
+    call.store.delete(scope, skill, expected_version=call.form_int("expected"), actor=call.actor)
     return call.done(
         urls.scope_url(scope), f"Deleted {skill}. It stays in history: restore it from there."
     )
@@ -141,6 +145,7 @@ def rename(call: Call, scope: Scope, skill: str) -> Response:
         call.store.commit(
             [Put(scope, new, dict(files), 0), Remove(scope, skill, expected)],
             strict=not forced(call),
+            actor=call.actor,
         )
     except InvalidSkill as exc:
         return confirm(
@@ -170,7 +175,7 @@ def override(call: Call, scope: Scope, skill: str) -> Response:
     m = call.store.manifest(scope, skill, version=call.form_int("expected"))
     try:
         result = call.store.publish(
-            target, skill, m.files, expected_version=0, strict=not forced(call)
+            target, skill, m.files, expected_version=0, strict=not forced(call), actor=call.actor
         )  # the files by reference
     except InvalidSkill as exc:
         return confirm(
@@ -180,6 +185,14 @@ def override(call: Call, scope: Scope, skill: str) -> Response:
             {skill: exc.findings},
         )
     except Conflict:
+        held = call.store.manifests(target, [skill]).get(skill)
+        if held is not None and hides(held):
+            raise HTTPError(
+                409,
+                "Hidden from this user",
+                f"{skill} is hidden from {user}: unhide it at {urls.skill_url(target, skill)} "
+                "first, then make the override",
+            ) from None
         raise HTTPError(
             409,
             "Override exists",

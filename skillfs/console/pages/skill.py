@@ -8,9 +8,12 @@ from skillfs.auth import Level
 from skillfs.console.call import Call
 from skillfs.console.findings import shown, skill_md_text, stored_findings
 from skillfs.console.pages.agents import MAX_USERS_LISTED
+from skillfs.console.pages.rollout import candidate_manifest, reach
+from skillfs.console.pages.switch import hides
 from skillfs.console.skill_files import file_tree
 from skillfs.errors import NotFound
 from skillfs.model import Manifest, Scope
+from skillfs.rollout import has_live
 
 
 def skill_page(call: Call, scope: Scope, skill: str) -> Response:
@@ -28,6 +31,12 @@ def skill_page(call: Call, scope: Scope, skill: str) -> Response:
             tombstone=history[0],
             restore=next((h for h in history if not h.deleted), None),
         )
+    if hides(m):
+        return _hidden_page(call, scope, m)
+    staged_only = m.candidate is not None and not has_live(m)
+    panel = reach(call, scope, m)
+    if staged_only:  # nothing live: the page shows what the rule's workers get
+        m = candidate_manifest(m)
     overrides: list[tuple[str, Scope, Manifest]] = []
     users: list[str] = []
     base: Manifest | None = None
@@ -54,4 +63,20 @@ def skill_page(call: Call, scope: Scope, skill: str) -> Response:
         users=users,
         base=base,
         shared_scope=shared_scope,
+        reach=panel,
+        staged_only=staged_only,
     )
+
+
+def _hidden_page(call: Call, scope: Scope, m: Manifest) -> Response:
+    """A user's hiding entry: not a skill of the user's but the shared or market skill it
+    hides from that user (docs/governance.md, "Disable and enable"), with **Unhide**."""
+    below: list[tuple[Scope, Manifest]] = []
+    candidates = [Scope.shared(scope.agent_id)] if scope.agent_id else []
+    candidates += [Scope.market(mk) for mk in call.store.markets()]
+    for where in candidates:
+        if call.can.read(where):
+            found = call.store.manifests(where, [m.skill]).get(m.skill)
+            if found is not None:
+                below.append((where, found))
+    return call.render_scope("hidden.html", scope, m=m, below=below)

@@ -23,6 +23,17 @@
   }
 
   // ------------------------------------------------------------ toggles, confirms, back, copy
+  // Enter in a field that belongs to one button of a larger form (the editor's canary rule)
+  // submits with that button, never with the form's first one (Save, Save anyway).
+  document.querySelectorAll("input[data-submit-with]").forEach(function (input) {
+    input.addEventListener("keydown", function (ev) {
+      if (ev.key !== "Enter") return;
+      ev.preventDefault();
+      const button = document.getElementById(input.dataset.submitWith) || document.getElementById("save");
+      if (button && input.form) input.form.requestSubmit(button);
+    });
+  });
+
   document.querySelectorAll("[data-toggle]").forEach(function (btn) {
     btn.addEventListener("click", function () {
       const target = document.getElementById(btn.dataset.toggle);

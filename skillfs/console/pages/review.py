@@ -1,0 +1,138 @@
+"""The review queue (docs/governance.md, "Drafts and review"): every draft of an agent's scopes
+(or a market's) waiting for review, one draft against the live skill it would replace, and
+approve / approve as canary / reject with a reason. Each decision is one commit that also
+removes the draft; a draft whose live skill moved since it was proposed is refused by the
+store and nothing is written."""
+
+from __future__ import annotations
+
+from starlette.responses import Response
+
+from skillfs.auth import Level
+from skillfs.console import urls
+from skillfs.console.call import Call, HTTPError
+from skillfs.console.diff import diff_manifests
+from skillfs.console.findings import shown, skill_md_text, stored_findings
+from skillfs.console.pages.rollout import rollout_of
+from skillfs.console.paging import paged
+from skillfs.errors import NotFound
+from skillfs.model import Scope
+from skillfs.names import draft_entry
+from skillfs.store_drafts import Draft
+from skillfs.store_rollout import describe
+
+
+def agent_queue(call: Call, agent: str) -> Response:
+    """The drafts of every scope of the agent the token may read, newest first."""
+    domain = f"agents/{agent}"
+    call.require_domain(domain)
+    return _queue(call, domain, agent)
+
+
+def market_queue(call: Call, market: str) -> Response:
+    scope = Scope.market(market)
+    call.require(Level.read, scope)
+    return _queue(call, scope.domain, market)
+
+
+def _queue(call: Call, domain: str, name: str) -> Response:
+    drafts = [d for d in call.store.drafts(domain) if call.can.read(d.scope)]
+    drafts.sort(key=lambda d: (-d.committed_at, d.name))
+    page = paged(drafts, call.query, _text)
+    return call.render(
+        "review.html",
+        domain=domain,
+        name=name,
+        kind=domain.split("/")[0],
+        revision=call.store.domain_revisions([domain])[domain],
+        drafts=page.items,
+        page=page,
+    )
+
+
+def _text(d: Draft) -> tuple[str, ...]:
+    """What the queue's filter box matches a draft by."""
+    return (d.name, d.actor, d.message, str(d.scope))
+
+
+def draft_page(call: Call, scope: Scope, skill: str) -> Response:
+    """One draft: what it changes against the live skill, its findings, and the decisions."""
+    call.require(Level.read, scope)
+    draft = _draft(call, scope, skill)
+    m = call.store.manifest(scope, draft_entry(skill))
+    live = call.store.manifests(scope, [skill]).get(skill)
+    text = skill_md_text(call.store, m)
+    return call.render_scope(
+        "draft.html",
+        scope,
+        draft=draft,
+        m=m,
+        live=live,
+        skill=skill,
+        findings=shown(stored_findings(call.store, m), text),
+        diffs=diff_manifests(call.store, live, m),
+        shared_scope=Scope.shared(scope.agent_id) if scope.agent_id else None,
+    )
+
+
+def _draft(call: Call, scope: Scope, skill: str) -> Draft:
+    """The draft of `skill` in `scope` as the queue lists it; NotFound naming the others."""
+    drafts = call.store.drafts(scope)
+    found = next((d for d in drafts if d.name == skill), None)
+    if found is None:
+        others = ", ".join(d.name for d in drafts[:50]) or "none"
+        raise NotFound(
+            f"{scope} has no draft of {skill!r} (approved or rejected already?); drafts "
+            f"there: {others}"
+        )
+    return found
+
+
+def approve(call: Call, scope: Scope, skill: str) -> Response:
+    """The draft goes live, or with a rule (**Approve as canary**) becomes the skill's staged
+    candidate for the workers it names, and is removed, in one commit; refused, with nothing
+    written, when the draft or its live skill moved since the reviewer looked."""
+    call.require(Level.write, scope)
+    expected = call.form_int("expected")
+    into = _into(call, scope)
+    rule = rollout_of(call) if call.field("canary") == "1" else None
+    result = call.store.approve(
+        scope, skill, expected_version=expected, rollout=rule, into=into, actor=call.actor
+    )
+    version = result.versions.get(skill)
+    at = f" as version {version}" if version else ""
+    where = f" in {urls.scope_label(into)}" if into is not None else ""
+    if rule is not None:
+        said = (
+            f"Approved the draft of {skill}{where} as a canary for {describe(rule)}{at}; "
+            "everyone else keeps the live version"
+        )
+    else:
+        said = f"Approved the draft of {skill}: it is live{where}{at}"
+    return call.done(urls.domain_page(scope.domain, "drafts"), said)
+
+
+def _into(call: Call, scope: Scope) -> Scope | None:
+    """Where an approved draft goes: its own scope, or (`into=shared`, for a draft in a
+    user's scope, e.g. one an agent proposed for its user) the agent's shared scope."""
+    into = call.field("into")
+    if not into:
+        return None
+    if into != "shared" or scope.kind != "user" or scope.agent_id is None:
+        raise HTTPError(
+            400, "Bad request", "into=shared is for a draft in a user's scope; leave it out"
+        )
+    target = Scope.shared(scope.agent_id)
+    call.require(Level.write, target)
+    return target
+
+
+def reject(call: Call, scope: Scope, skill: str) -> Response:
+    """The draft is removed; the reason stays in its history and the audit."""
+    call.require(Level.write, scope)
+    reason = call.field("reason").strip()
+    call.store.reject(
+        scope, skill, reason, expected_version=call.form_int("expected"), actor=call.actor
+    )
+    said = f"Rejected the draft of {skill}" + (f": {reason}" if reason else "")
+    return call.done(urls.domain_page(scope.domain, "drafts"), said)
