@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import multiprocessing as mp
 import os
 import random
@@ -620,6 +621,24 @@ def workers_main(url: str, users: Sequence[str], conn: Connection) -> None:
             return
 
 
+def bucket_quantile(cumulative: dict[float, float], q: float) -> float:
+    """The q-quantile in ms of a Prometheus histogram's cumulative bucket counts, linear
+    within the bucket it falls in (what `histogram_quantile` does)."""
+    bounds = sorted(cumulative)
+    total = cumulative.get(math.inf, 0.0)
+    if total <= 0:
+        return 0.0
+    want, lower, below = q * total, 0.0, 0.0
+    for bound in bounds:
+        count = cumulative[bound]
+        if count >= want:
+            if math.isinf(bound):
+                return lower * 1000
+            return (lower + (bound - lower) * (want - below) / max(count - below, 1e-9)) * 1000
+        lower, below = bound, count
+    return lower * 1000
+
+
 @dataclass
 class Workers:
     n: int
@@ -640,6 +659,7 @@ class Workers:
     server_cpu: float = 0.0  # % of a core over the measured run
     load_cpu: float = 0.0  # the load processes', % of a core
     calls: dict[str, float] = field(default_factory=dict)  # gRPC calls/s by method
+    server_step_ms: tuple[float, float] = (0.0, 0.0)  # the server's Revisions p50/p99
     rss: list[float] = field(default_factory=list)
     store_conns: list[int] = field(default_factory=list)
 
@@ -664,7 +684,7 @@ def bench_workers(ctx: Any, srv: Server, size: Size) -> Workers:
             c.recv()
         time.sleep(size.warmup)
         since = time.monotonic()
-        calls0, cpu0 = srv.calls(), cpu_seconds(srv.pid)
+        calls0, cpu0, spent0 = srv.calls(), cpu_seconds(srv.pid), srv.revisions_seconds()
         load0 = sum(cpu_seconds(p.pid) for p in procs if p.pid is not None)
         result = Workers(size.workers, size.seconds, setup_errors, [], 0, [], [], [], 0, 0, 0, 0)
         gap = size.seconds / size.publishes
@@ -701,6 +721,8 @@ def bench_workers(ctx: Any, srv: Server, size: Size) -> Workers:
         result.load_cpu = 100 * (load1 - load0) / elapsed
         calls1 = srv.calls()
         result.calls = {m: (n - calls0.get(m, 0)) / elapsed for m, n in calls1.items()}
+        spent = {b: n - spent0.get(b, 0.0) for b, n in srv.revisions_seconds().items()}
+        result.server_step_ms = (bucket_quantile(spent, 0.5), bucket_quantile(spent, 0.99))
         for c in conns:
             c.send(("stop", since))
         for c in conns:
@@ -846,6 +868,20 @@ class Server:
                 labels, value = line.rsplit(" ", 1)
                 method = labels.split('method="', 1)[1].split('"', 1)[0]
                 out[method] = out.get(method, 0.0) + float(value)
+        return out
+
+    def revisions_seconds(self) -> dict[float, float]:
+        """The server's own time for `Revisions` calls so far: cumulative count per bucket
+        bound (`skillfs_grpc_request_seconds_bucket` at /metrics)."""
+        url = f"http://127.0.0.1:{self.process.http_port}/metrics"
+        with urllib.request.urlopen(url, timeout=30) as reply:
+            text = reply.read().decode()
+        out: dict[float, float] = {}
+        for line in text.splitlines():
+            if line.startswith("skillfs_grpc_request_seconds_bucket{") and '"Revisions"' in line:
+                labels, value = line.rsplit(" ", 1)
+                bound = labels.split('le="', 1)[1].split('"', 1)[0]
+                out[float(bound)] = float(value)
         return out
 
     def redis_clients(self) -> int | None:
@@ -1020,6 +1056,15 @@ def table(results: Sequence[Result], size: Size) -> str:
         common.row(
             "CPU during the run, % of a core: server / the load processes",
             cells(lambda r: f"{r.workers.server_cpu:.0f} % / {r.workers.load_cpu:.0f} %"),
+        ),
+        common.row(
+            "the server's own time per `Revisions` call (handler start to end, from its "
+            "histogram; p50 / p99)",
+            cells(
+                lambda r: (
+                    f"{r.workers.server_step_ms[0]:.2f} ms / {r.workers.server_step_ms[1]:.2f} ms"
+                )
+            ),
         ),
         common.row(
             "gRPC calls/s the server answered during the run, by method",
