@@ -625,8 +625,21 @@ def test_wait_in_cluster_follows_a_moved_slot(redis_cluster: RedisCluster) -> No
         scope = Scope.shared(agent)
         with pytest.raises(StoreUnavailable, match="MovedError"):
             engine.commit(scope.domain, [put(scope, "s", 1)])
-        with pytest.raises(ReplicationTimeout, match="0 of 1"):
-            engine.commit(scope.domain, [put(scope, "s", 1)])
+        # The store retries a transient error; here, by hand, a few times: on a loaded machine
+        # the nodes' gossip may still disagree when the engine reloads the slot map once.
+        for _ in range(5):
+            try:
+                engine.commit(scope.domain, [put(scope, "s", 1)])
+            except StoreUnavailable as exc:
+                assert "MovedError" in str(exc)
+                time.sleep(0.2)
+                continue
+            except ReplicationTimeout as exc:
+                assert "0 of 1" in str(exc)
+                break
+            pytest.fail("WAIT with no replica must time out")
+        else:
+            pytest.fail("the commit never reached the slot's new node")
         assert engine.load_skills(scope, ["s"])["s"].version == 1
         assert clients[target].cluster("COUNTKEYSINSLOT", slot) > 0
     finally:
