@@ -20,22 +20,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, Request, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
 import skillfs
 from skillfs.console import ConsoleServer, make_app, serve
 from skillfs.model import File, Scope
+from tests.browser_helpers import (
+    chromium,
+    editor_text,
+    set_editor,
+    sign_in,
+    signed_in,
+    watch_errors,
+)
 from tests.test_console import example_files
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 TOKEN = "browser-admin-token-0123456789"
 AGENT = "support-bot"
 SHARED = Scope.shared(AGENT)
@@ -65,70 +64,14 @@ def console(store: skillfs.Store) -> Iterator[ConsoleServer]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    assert os.access(CHROMIUM, os.X_OK), "needs Debian's chromium: `make servers` installs it"
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture
 def page(browser: Browser, console: ConsoleServer) -> Iterator[Page]:
-    context = browser.new_context(base_url=console.url, viewport={"width": 1400, "height": 900})
-    context.set_default_timeout(10_000)
-    pg = context.new_page()
-    pg.on("dialog", lambda dialog: dialog.accept())  # confirm() and leave-page prompts
-    errors = watch_errors(pg)
-    sign_in(pg)
-    yield pg
-    context.close()
-    assert not errors, errors  # no script or console error, no failed request
-
-
-def watch_errors(page: Page) -> list[str]:
-    """Every script error, console error (a CSP violation, an invalid `pattern`…) and failed
-    request of the page, as the test's failures. Pages the story answers with an error status
-    on purpose (a 401 for a wrong token, a 409 conflict, a 422 refusal) make the browser log
-    that status; those are the page's answer, not a failure, and are left out."""
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(f"script error: {exc}"))
-
-    def console(msg: ConsoleMessage) -> None:
-        answered = re.fullmatch(
-            r"Failed to load resource: the server responded with a status of (401|409|422) .*",
-            msg.text,
-        )
-        if msg.type == "error" and not answered:
-            errors.append(f"console error: {msg.text} at {msg.location.get('url')}")
-
-    def failed(request: Request) -> None:
-        # ERR_ABORTED is the browser cancelling a request itself: a page left while its
-        # favicon or live stream loads, a navigation that became a download (/raw/, /zip).
-        # Faults of the server or the network have other codes (ERR_EMPTY_RESPONSE, ...).
-        if request.failure != "net::ERR_ABORTED":
-            errors.append(f"request failed: {request.url} {request.failure}")
-
-    page.on("console", console)
-    page.on("requestfailed", failed)
-    return errors
-
-
-def sign_in(page: Page) -> None:
-    page.goto("/")
-    expect(page).to_have_url("/login?next=/")
-    page.fill("#token", TOKEN)
-    page.click("button[type=submit]")
-    expect(page.locator("h1")).to_have_text("Agents")
-
-
-def editor_text(page: Page) -> str:
-    value: str = page.input_value("#content")
-    return value
-
-
-def set_editor(page: Page, text: str) -> None:
-    """Replace the editor's text as typing would (the page validates on `input` events)."""
-    page.fill("#content", text)
+    with signed_in(browser, console.url, TOKEN) as pg:
+        yield pg
 
 
 class Worker:
@@ -372,7 +315,7 @@ def test_sign_out_and_bad_token(page: Page) -> None:
     expect(page.locator(".flash.error")).to_contain_text("Unknown or revoked token")
     page.goto("/agents/support-bot/")
     expect(page).to_have_url("/login?next=/agents/support-bot/")
-    sign_in(page)
+    sign_in(page, TOKEN)
 
 
 def test_served_by_skillfs_serve(browser: Browser, tmp_path: Path) -> None:
@@ -411,15 +354,8 @@ def test_served_by_skillfs_serve(browser: Browser, tmp_path: Path) -> None:
 @pytest.fixture
 def other_page(browser: Browser, console: ConsoleServer) -> Iterator[Page]:
     """A second operator's browser, signed in with the same token."""
-    context = browser.new_context(base_url=console.url, viewport={"width": 1400, "height": 900})
-    context.set_default_timeout(10_000)
-    pg = context.new_page()
-    pg.on("dialog", lambda dialog: dialog.accept())
-    errors = watch_errors(pg)
-    sign_in(pg)
-    yield pg
-    context.close()
-    assert not errors, errors
+    with signed_in(browser, console.url, TOKEN) as pg:
+        yield pg
 
 
 def test_filter_box_and_folding(page: Page, store: skillfs.Store) -> None:

@@ -10,18 +10,17 @@ user alone and unhides it.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
 import skillfs
 from skillfs.auth import Tokens, tokens_document
 from skillfs.console import ConsoleServer, make_app, serve
 from skillfs.model import Scope
+from tests.browser_helpers import chromium, editor_text, signed_in
 from tests.test_console import example_files
-from tests.test_console_browser import CHROMIUM, CHROMIUM_ARGS, editor_text, watch_errors
 
 TOKEN = "oncall-ana-token-0123456789"
 OPERATOR = "oncall-ana"
@@ -49,27 +48,14 @@ def console(store: skillfs.Store) -> Iterator[ConsoleServer]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    assert os.access(CHROMIUM, os.X_OK), "needs Debian's chromium: `make servers` installs it"
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture
 def page(browser: Browser, console: ConsoleServer) -> Iterator[Page]:
-    context = browser.new_context(base_url=console.url, viewport={"width": 1400, "height": 900})
-    context.set_default_timeout(10_000)
-    pg = context.new_page()
-    pg.on("dialog", lambda dialog: dialog.accept())
-    errors = watch_errors(pg)
-    pg.goto("/")
-    pg.fill("#token", TOKEN)
-    pg.click("button[type=submit]")
-    expect(pg.locator("h1")).to_have_text("Agents")
-    yield pg
-    context.close()
-    assert not errors, errors  # no script or console error, no failed request
+    with signed_in(browser, console.url, TOKEN) as pg:
+        yield pg
 
 
 def test_activity_shows_the_console_user_as_actor(page: Page, store: skillfs.Store) -> None:

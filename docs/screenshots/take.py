@@ -10,7 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Page
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -18,6 +18,7 @@ sys.path.insert(0, str(ROOT))
 import skillfs  # noqa: E402
 from skillfs.console import make_app, serve  # noqa: E402
 from skillfs.model import File, Scope  # noqa: E402
+from tests.browser_helpers import chromium  # noqa: E402
 
 OUT = Path(__file__).resolve().parent
 TOKEN = "screenshot-admin-token-0123"
@@ -114,18 +115,7 @@ def main() -> None:
         seed(store)
         server = serve(make_app(store, admin_token=TOKEN))
         try:
-            with sync_playwright() as p:
-                browser = p.chromium.launch(
-                    executable_path="/usr/bin/chromium",
-                    args=[
-                        "--no-sandbox",
-                        "--disable-gpu",
-                        "--disable-background-networking",
-                        "--disable-component-update",
-                        "--disable-sync",
-                        "--no-first-run",
-                    ],
-                )
+            with chromium() as browser:
                 page = browser.new_page(
                     base_url=server.url, viewport={"width": 1360, "height": 820}
                 )
@@ -193,7 +183,6 @@ def main() -> None:
                 shoot(page, "draft")
                 page.goto(f"/agents/{AGENT}/activity")
                 shoot(page, "activity")
-                browser.close()
         finally:
             server.stop()
             store.close()
