@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict
 
 from skillfs.errors import InvalidPath, PermissionDenied
 from skillfs.model import Access, Scope
-from skillfs.names import DRAFTS, check_id
+from skillfs.names import DRAFTS, check_id, in_side
 
 ENV_TOKENS = "SKILLFS_TOKENS"
 #: Authorization values whose principal is kept at most (unknown ones never are).
@@ -52,7 +52,7 @@ class Level(IntEnum):
 
 def write_level(entry: str) -> Level:
     """The level a write of `entry` needs: `propose` for a draft, `write` for the rest."""
-    return Level.propose if entry.startswith(DRAFTS + "/") else Level.write
+    return Level.propose if in_side(entry, DRAFTS) else Level.write
 
 
 class Grant(BaseModel):

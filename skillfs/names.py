@@ -76,6 +76,12 @@ def side_entry(entry: str) -> tuple[str, str] | None:
     return (where, name) if slash and where in SIDE_DIRS else None
 
 
+def in_side(entry: str, where: str) -> bool:
+    """Whether `entry` is an entry of the side directory `where` (`_drafts`, `.archive`)."""
+    side = side_entry(entry)
+    return side is not None and side[0] == where
+
+
 def entry_name(entry: str) -> str:
     """The skill name an entry holds: `name` of `_drafts/<name>`, the entry itself otherwise
     (what its SKILL.md's `name` is checked against)."""

@@ -23,7 +23,7 @@ from skillfs.model import (
     Rollout,
     Scope,
 )
-from skillfs.names import DRAFTS, draft_entry, entry_name
+from skillfs.names import DRAFTS, draft_entry, entry_name, in_side
 from skillfs.store_commit import Prepared, refuse_errors
 from skillfs.store_governance import _agent_of, _scopes_of, check_message
 from skillfs.store_rollout import candidate_of, check_rule, describe, staged
@@ -92,7 +92,7 @@ class Drafts(SideEntries):
         """Each Put of a draft records the live skill's version it is proposed against, read
         once per scope before the commit (a live skill that moves in between makes the draft
         look stale, never fresh)."""
-        drafts = [p for p in prepared if p.files is not None and p.skill.startswith(DRAFTS + "/")]
+        drafts = [p for p in prepared if p.files is not None and in_side(p.skill, DRAFTS)]
         if not drafts:
             return prepared
         bases: dict[tuple[Scope, str], int] = {}
@@ -114,7 +114,7 @@ class Drafts(SideEntries):
         for scope in _scopes_of(target) or self.scopes(_agent_of(str(target))):
             live: dict[str, Manifest] = self._retrying(self.engine.load_scope, scope)
             for key, m in sorted(live.items()):
-                if m.deleted or not (key == DRAFTS or key.startswith(DRAFTS + "/")):
+                if m.deleted or not (key == DRAFTS or in_side(key, DRAFTS)):
                     continue
                 now = live.get(entry_name(key))
                 now_v = now.version if now is not None and not now.deleted else 0

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from skillfs.errors import InvalidPath, NotFound
 from skillfs.model import AuditEntry, CommitResult, Manifest, Scope
-from skillfs.names import DRAFTS, check_entry, is_hidden_dir
+from skillfs.names import DRAFTS, check_entry, in_side, is_hidden_dir
 from skillfs.store_commit import Edit, Prepared, edited
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def action(m: Manifest, before: Manifest | None) -> str:
     reject, archive, restore), a draft's "propose", else from the version before it."""
     if m.operation:
         return m.operation
-    if not m.deleted and m.skill.startswith(DRAFTS + "/"):
+    if not m.deleted and in_side(m.skill, DRAFTS):
         return "propose"
     if m.deleted:
         return "delete"
@@ -170,7 +170,7 @@ class Governance:
                 raise NotFound(self._unknown(scope, skill))
             if not cur.disabled:
                 raise InvalidPath(f"{scope}/{skill} is not disabled: nothing to enable")
-            if not cur.files and cur.candidate is None:  # a hole: enabling removes it
+            if cur.hides:  # a hole: enabling removes it
                 return {"deleted": True, "files": {}}
             return {**carried(cur), "disabled": False, "disabled_reason": ""}
 

@@ -20,6 +20,8 @@ from skillfs.names import (
     check_entry,
     check_live_name,
     draft_entry,
+    entry_name,
+    in_side,
 )
 from skillfs.store_commit import Edit, edited
 from skillfs.store_governance import Governance, check_message
@@ -184,11 +186,7 @@ class SideEntries(Governance):
     def _side_names(self, scope: Scope, where: str) -> list[str]:
         """The names of a scope's live entries under `where` (`_drafts`, `.archive`)."""
         live = self._retrying(self.engine.load_scope, scope)
-        return sorted(
-            k.split("/", 1)[1]
-            for k, m in live.items()
-            if k.startswith(where + "/") and not m.deleted
-        )
+        return sorted(entry_name(k) for k, m in live.items() if in_side(k, where) and not m.deleted)
 
     # ------------------------------------------------------------------ legacy manifests
 

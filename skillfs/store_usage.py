@@ -3,7 +3,6 @@ the hot path (docs/governance.md). `Store` takes these methods from `Usage`."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
@@ -23,6 +22,7 @@ class Usage:
 
     if TYPE_CHECKING:
         engine: Engine
+        clock: Callable[[], float]
 
         def _retrying(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T: ...
 
@@ -37,7 +37,7 @@ class Usage:
         stored last-used time only moves forward."""
         check_usage(counts, last_used)
         if counts:
-            now, times = time.time(), last_used or {}
+            now, times = self.clock(), last_used or {}
             stamped = {key: times.get(key) or now for key in counts}
             self.engine.add_usage(check_id("agent", agent), counts, stamped)
 
