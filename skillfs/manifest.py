@@ -218,6 +218,12 @@ class Manifest(Edge):
             fm["name"] = self.skill
 
     @property
+    def hides(self) -> bool:
+        """A hiding entry (docs/governance.md): disabled with no files and nothing staged, so it
+        holds nothing itself and, in a user's scope, hides the skill of its name from below."""
+        return self.disabled and not self.files and self.candidate is None and not self.deleted
+
+    @property
     def usable(self) -> bool:
         """A worker shows only skills whose SKILL.md has a name and a description
         (docs/design.md §1)."""

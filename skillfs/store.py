@@ -351,11 +351,15 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
     ) -> dict[str, Manifest]:
         """A scope's live skills (or those of `skills`) in one round trip; `deleted`: tombstones."""
         loaded = (
-            self._retrying(self.engine.load_scope, scope)
+            self.entries(scope)
             if skills is None
             else self._retrying(self.engine.load_skills, scope, list(skills))
         )
         return {k: m for k, m in loaded.items() if m.deleted == deleted}
+
+    def entries(self, scope: Scope) -> dict[str, Manifest]:
+        """Every manifest of a scope, tombstones and side entries included, in one round trip."""
+        return self._retrying(self.engine.load_scope, scope)
 
     def manifest(self, scope: Scope, skill: str, version: int | None = None) -> Manifest:
         """The latest manifest, or the given version from history."""

@@ -190,7 +190,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             update.update(frontmatter=frontmatter, findings=findings)
         if m.candidate is not None:
             update["candidate"] = self._staged(m, principal, scope, expect, update)
-        return m.model_copy(update=update) if update else m
+        return m.model_copy(update=update)
 
     def _staged(
         self, m: Manifest, principal: Principal, scope: Scope, expect: int, update: dict[str, Any]

@@ -150,6 +150,5 @@ class Curator:
         return not any(
             m.committed_at > cutoff
             for scope in self.store.scopes(agent)
-            for deleted in (False, True)  # a deletion is an edit too
-            for m in self.store.manifests(scope, deleted=deleted).values()
+            for m in self.store.entries(scope).values()  # a deletion is an edit too
         )

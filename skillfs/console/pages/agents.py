@@ -7,7 +7,6 @@ from starlette.responses import Response
 from skillfs.auth import Level
 from skillfs.console import urls
 from skillfs.console.call import Call, redirect
-from skillfs.console.pages.switch import hides
 from skillfs.console.paging import paged
 from skillfs.errors import NotFound
 from skillfs.model import Manifest, Scope
@@ -104,9 +103,9 @@ def agent_page(call: Call, agent: str) -> Response:
     for user in readable[:MAX_USERS_LISTED]:
         scope = Scope.user(agent, user)
         entries = skills_of(call.store.manifests(scope))
-        own = {k: m for k, m in entries.items() if not hides(m)}
+        own = {k: m for k, m in entries.items() if not m.hides}
         overrides = sorted(s for s in own if skills is not None and s in skills)
-        hidden = sorted(k for k, m in entries.items() if hides(m))
+        hidden = sorted(k for k, m in entries.items() if m.hides)
         users.append(
             {
                 "id": user,
@@ -139,10 +138,11 @@ def _described(m: Manifest) -> tuple[str, object]:
 def scope_page(call: Call, scope: Scope) -> Response:
     """A scope's skills 100 at a time (`?q=` filters, `?page=` pages), and its deleted ones."""
     call.require(Level.read, scope)
-    entries = skills_of(call.store.manifests(scope))
+    every = skills_of(call.store.entries(scope))  # one read: live entries and tombstones
+    entries = {k: m for k, m in every.items() if not m.deleted}
     # a user's hiding entries are not skills of the user's: listed apart (docs/governance.md)
-    hiding = sorted((m for m in entries.values() if hides(m)), key=lambda m: m.skill)
-    manifests = {k: m for k, m in entries.items() if not hides(m)}
+    hiding = sorted((m for m in entries.values() if m.hides), key=lambda m: m.skill)
+    manifests = {k: m for k, m in entries.items() if not m.hides}
     page = paged(sorted(manifests.values(), key=lambda m: m.skill), call.query, _described)
     shared: dict[str, Manifest] = {}
     if scope.kind == "user" and scope.agent_id is not None:
@@ -150,7 +150,7 @@ def scope_page(call: Call, scope: Scope) -> Response:
         if call.can.read(base):
             shared = call.store.manifests(base, [m.skill for m in page.items])
     tombstones = sorted(
-        skills_of(call.store.manifests(scope, deleted=True)).values(),
+        (m for m in every.values() if m.deleted),
         key=lambda m: (-m.committed_at, m.skill),
     )
     deleted = paged(tombstones, call.query, lambda m: (m.skill,), param="deleted_page")

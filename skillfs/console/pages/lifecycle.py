@@ -13,7 +13,6 @@ from skillfs.console.archive import read_zip
 from skillfs.console.call import Call, HTTPError, redirect
 from skillfs.console.diff import as_text
 from skillfs.console.findings import findings_of
-from skillfs.console.pages.switch import hides
 from skillfs.console.strict import confirm, forced
 from skillfs.errors import Conflict, InvalidSkill
 from skillfs.model import File, FileEntry, Put, Remove, Scope, error_findings
@@ -186,7 +185,7 @@ def override(call: Call, scope: Scope, skill: str) -> Response:
         )
     except Conflict:
         held = call.store.manifests(target, [skill]).get(skill)
-        if held is not None and hides(held):
+        if held is not None and held.hides:
             raise HTTPError(
                 409,
                 "Hidden from this user",

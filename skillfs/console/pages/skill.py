@@ -9,7 +9,6 @@ from skillfs.console.call import Call
 from skillfs.console.findings import shown, skill_md_text, stored_findings
 from skillfs.console.pages.agents import MAX_USERS_LISTED
 from skillfs.console.pages.rollout import candidate_manifest, reach
-from skillfs.console.pages.switch import hides
 from skillfs.console.skill_files import file_tree
 from skillfs.errors import NotFound
 from skillfs.model import Manifest, Scope
@@ -31,7 +30,7 @@ def skill_page(call: Call, scope: Scope, skill: str) -> Response:
             tombstone=history[0],
             restore=next((h for h in history if not h.deleted), None),
         )
-    if hides(m):
+    if m.hides:
         return _hidden_page(call, scope, m)
     staged_only = m.candidate is not None and not has_live(m)
     panel = reach(call, scope, m)

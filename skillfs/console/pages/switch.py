@@ -12,16 +12,10 @@ from starlette.responses import Response
 from skillfs.auth import Level
 from skillfs.console import urls
 from skillfs.console.call import Call, HTTPError
-from skillfs.model import Manifest, Scope
+from skillfs.model import Scope
 
 #: Where a switch returns the operator: the skill's page, or the user view it was used from.
 BACK = ("skill", "user")
-
-
-def hides(m: Manifest) -> bool:
-    """Whether an entry is a user's hiding entry (disabled, no files): it hides the shared or
-    market skill of its name from that user and holds nothing itself."""
-    return m.disabled and not m.files and not m.deleted
 
 
 def disable(call: Call, scope: Scope, skill: str) -> Response:
@@ -47,7 +41,7 @@ def enable(call: Call, scope: Scope, skill: str) -> Response:
     the skill from below again."""
     call.require(Level.write, scope)
     expected = call.form_int("expected")
-    unhide = hides(call.store.manifest(scope, skill, version=expected))
+    unhide = call.store.manifest(scope, skill, version=expected).hides
     back = _back(call, scope, skill, gone=unhide)
     call.store.enable(scope, skill, expected_version=expected, actor=call.actor)
     if unhide:
