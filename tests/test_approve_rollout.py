@@ -44,6 +44,7 @@ def test_a_users_draft_approved_into_the_shared_scope_as_a_canary(store: Store) 
     inside = {u for u in USERS if bucket(SHARED, "faq", u) < 0.25}
     assert 0 < len(inside) < len(USERS)
     assert {u for u in USERS if seen(store, u) == "New."} == inside
+    assert {seen(store, u) for u in set(USERS) - inside} == {"Old."}  # the rest: live
     store.promote(SHARED, "faq")
     assert {seen(store, u) for u in USERS} == {"New."}
 

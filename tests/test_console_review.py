@@ -105,7 +105,8 @@ def test_approve_as_canary(client: Client, store: skillfs.Store) -> None:
     r = client.post(url, {"expected": str(v), "canary": "1", "users": "alice", "percent": "10"})
     assert r.status == 200 and "as a canary for users alice; 10 %" in r.text
     m = store.manifest(SHARED, "code-reviewer")
-    assert m.candidate is not None and m.candidate.rollout.users == ("alice",)
+    assert m.candidate is not None
+    assert m.candidate.rollout == skillfs.Rollout(users=["alice"], fraction=0.1)
     assert md_text(store, "code-reviewer") == text  # live for everyone else
     assert not [d for d in store.drafts(SHARED) if d.name == "code-reviewer"]
     with skillfs.Skills(store, AGENT, "alice") as skills:

@@ -116,10 +116,14 @@ def test_bad_draft_input_writes_nothing(store: skillfs.Store) -> None:
         store.approve(SHARED, "a", expected_version=7)
     with pytest.raises(Conflict, match="changed since you read it"):
         store.propose(SHARED, "a", files("a"), expected_version=0)
+    assert store.revision("support-bot") == rev  # every refusal above wrote nothing
+    assert store.manifest(SHARED, "_drafts/a").version == 1
     store.propose(ALICE, "bad", {"SKILL.md": b"no frontmatter"})
+    proposed = store.revision("support-bot")
     with pytest.raises(InvalidSkill):
         store.approve(ALICE, "bad", strict=True)
-    assert store.revision("support-bot") > rev  # only ALICE's draft was written
+    assert store.revision("support-bot") == proposed  # the strict refusal wrote nothing
+    assert store.skills(ALICE) == [] and [d.name for d in store.drafts(ALICE)] == ["bad"]
     assert [d.name for d in store.drafts(SHARED)] == ["a"] and store.skills(SHARED) == []
 
 

@@ -128,8 +128,10 @@ def test_candidates_in_markets_user_scopes_and_under_the_kill_switch(
     store.stage(ALICE, "a", files("a", "canary"), Rollout(users=["alice"]))
     assert seen(store, "alice")["a"] == "canary"
     # a publish keeps the candidate, as it keeps the kill switch; disable hides both
-    store.publish(ALICE, "a", files("a", "hotfix"))
-    assert store.manifest(ALICE, "a").candidate is not None
+    hotfix = store.publish(ALICE, "a", files("a", "hotfix"))
+    m = store.manifest(ALICE, "a")
+    assert m.candidate is not None and m.version == hotfix.version
+    assert body(store.read(ALICE, "a", "references/r.md")) == "hotfix"  # the publish landed
     assert seen(store, "alice")["a"] == "canary"
     store.disable(ALICE, "a", reason="bad")
     assert "a" not in seen(store, "alice")

@@ -79,6 +79,9 @@ def test_archive_and_restore_are_one_commit_each(store: skillfs.Store) -> None:
     done = store.archive(SHARED, "a", reason="unused for 90 days", actor="curator")
     assert done.versions == {"a": 3, ".archive/a": 1}
     assert store.revision("support-bot") > rev
+    # one commit: the tombstone and the archive entry carry its one commit id
+    tomb = store.manifests(SHARED, deleted=True)["a"]
+    assert tomb.commit_id == store.manifest(SHARED, ".archive/a").commit_id == done.commit_id
     assert "a" not in view(store, "alice") and store.skills(SHARED) == []
     archived = store.manifest(SHARED, ".archive/a")
     assert archived.message == "unused for 90 days" and archived.operation == "archive"
@@ -87,6 +90,9 @@ def test_archive_and_restore_are_one_commit_each(store: skillfs.Store) -> None:
         store.archive(SHARED, "a")
     back = store.restore(SHARED, "a")
     assert back.versions == {".archive/a": 2, "a": 4}
+    restored = store.manifest(SHARED, "a").commit_id
+    assert restored == store.manifests(SHARED, deleted=True)[".archive/a"].commit_id
+    assert restored == back.commit_id
     assert "v2" in view(store, "alice")["a"]
     assert [e.action for e in store.audit("support-bot", skill="a")][:2] == ["restore", "archive"]
     assert store.manifest(SHARED, ".archive/a", version=1).files == archived.files
