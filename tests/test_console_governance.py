@@ -234,6 +234,25 @@ def test_hiding_entry_is_hidden_from_the_user_not_an_empty_skill(
     assert bad.status == 400 and "release-notes" not in store.manifests(ALICE)
 
 
+def test_a_disabled_staged_only_skill_is_a_skill_not_a_hiding_entry(
+    client: Client, store: skillfs.Store
+) -> None:
+    """Disabled with no live files but a staged candidate: a skill that is switched off (enable
+    gives its candidate back), never a hiding entry (`Manifest.hides`)."""
+    md = b"---\nname: fresh\ndescription: A new skill, staged only.\n---\n# Fresh\n"
+    store.stage(ALICE, "fresh", {"SKILL.md": md}, skillfs.Rollout(users=["alice"]))
+    store.disable(ALICE, "fresh", reason="hold")
+    m = store.manifest(ALICE, "fresh")
+    assert m.disabled and not m.files and m.candidate is not None and not m.hides
+    scope_page = client.get("/" + ALICE.prefix)
+    hidden = 'id="hidden-skills"' in scope_page.text
+    assert not hidden or "fresh" not in _rows(scope_page.text, "hidden-skills")
+    assert "fresh" in _rows(scope_page.text, "skills")  # listed as alice's (disabled) skill
+    assert "hidden from this user" not in client.get(skill_url("fresh", scope=ALICE)).text
+    store.enable(ALICE, "fresh")
+    assert store.manifest(ALICE, "fresh").candidate is not None  # not removed as a hole
+
+
 def test_fsspec_does_not_show_a_hiding_entry_as_a_skill(store: skillfs.Store) -> None:
     store.disable(ALICE, "release-notes", reason="not for alice")
     fs = fsspec.filesystem("skillfs", store=store, agent_id=AGENT, user_id="alice")
