@@ -23,7 +23,7 @@ max_watches_per_token 10,000), traffic on 127.0.0.1 only, load from at most 8 pr
    Watch stream and cache, as separate worker processes would); each worker steps once a
    second (`snapshot()` + `prompt()`). Every step counted and timed; publishes to the
    agent-shared scope during the run, each timed from its acknowledgement until each worker's
-   follower cache holds it (polled every ms in each process), and each worker's first step
+   follower cache holds it (polled every 10 ms in each process), and each worker's first step
    started after the acknowledgement checked for the new version (C3);
 4. views: `Snapshot` and `Prompt` RPCs for many different agents' views, then `Snapshot`
    again with the revisions known; errors, the server's threads, its store connections
@@ -62,6 +62,7 @@ from skillfs.auth import tokens_document
 from skillfs.model import Scope
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.server.app import settle_gc
 
 AGENT = "fleet"
 DOMAIN = f"agents/{AGENT}"
@@ -89,6 +90,10 @@ QUIET_AFTER = 2.0
 #: `skillfs serve` does not raise; a burst of 2,500 on one channel loses ~300.
 OPEN_BATCH = 25
 OPEN_PAUSE = 0.4
+#: How often a load process looks whether its workers' caches hold a publish: a reach is
+#: counted up to this much late, and the look holds the process's GIL (1 ms made the load
+#: processes' own publish handling the slowest part of a reach).
+REACH_POLL = 0.01
 #: Attempts again of a stream that gRPC's core cancelled before the server took it.
 RETRIES = 5
 #: Seconds over which the server's CPU is sampled with the streams open and nothing changing.
@@ -549,6 +554,9 @@ def workers_main(url: str, users: Sequence[str], conn: Connection) -> None:
     setup_errors = sum(not s.ok for w in workers for s in w.steps)
     for w in workers:
         w.steps.clear()
+    # a load process holds 125 workers' heaps where a worker's own process would hold one: its
+    # full collections would stall every worker of it at once (the server does the same)
+    settle_gc()
     conn.send(("ready", setup_errors))
     stop = threading.Event()
     pool: list[threading.Thread] = []
@@ -576,7 +584,7 @@ def workers_main(url: str, users: Sequence[str], conn: Connection) -> None:
                         rev = w.follower.revision
                         if rev is not None and rev.counter >= counter:
                             reached[i] = (now - acked) * 1000
-                time.sleep(0.001)
+                time.sleep(REACH_POLL)
             conn.send(("reached", reached))
         else:
             since = cmd[1]

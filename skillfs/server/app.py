@@ -10,6 +10,7 @@ answers), liveness only the process.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import signal
@@ -55,6 +56,11 @@ POOL_EXTRA = 48
 PENDING = 3000
 #: Seconds between two writes of the views' usage counts.
 USAGE_INTERVAL = 5.0
+#: Allocations between young collections of a serving process (CPython's default: 700).
+#: Every call in flight during a young collection is promoted, and a busy server's promoted
+#: objects set off a full collection every few seconds that stalls the event loop for 100-200
+#: ms at a fleet's load (docs/server.md, "Sizing").
+GC_YOUNG = 50_000
 
 
 class ServerConfig(BaseModel):
@@ -266,6 +272,7 @@ class SkillfsServer:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: threading.Thread(target=self.stop).start())
         self.start()
+        settle_gc()
         if ready is not None:
             ready()
         self._stopped.wait()
@@ -319,6 +326,15 @@ class QuietHealth(health.HealthServicer):  # type: ignore[misc]  # untyped upstr
 
     async def List(self, request: object, context: grpc.aio.ServicerContext) -> None:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Health/List is not implemented")
+
+
+def settle_gc() -> None:
+    """Leave what a serving process loaded at start (modules, schemas: most of its objects)
+    out of every later collection, and collect the young generation less often: the event
+    loop stops for as long as a collection runs."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(700, 100, 100)
 
 
 def sized_store_url(url: str, connections: int) -> str:
