@@ -74,12 +74,22 @@ class Blobs:
         cached = self._cache.get(entry.sha256)
         return None if cached is None else cached[start:end]
 
+    def _held(self, digest: str) -> bytes | None:
+        """A blob this process holds already: cached, or carried to the engine (a grpc://
+        watch event's small files, `Engine.known_blob`), which is then cached."""
+        data = self._cache.get(digest)
+        if data is None:
+            data = self._engine.known_blob(digest)
+            if data is not None:
+                self._cache.put(digest, data)
+        return data
+
     def read(self, entry: FileEntry, start: int = 0, end: int | None = None) -> bytes:
         """A file's bytes (or the range [start, end)), reading only the chunks it covers."""
         end = entry.size if end is None else max(start, min(end, entry.size))
         if start >= end:
             return b""
-        cached = self._cache.get(entry.sha256)
+        cached = self._held(entry.sha256)
         if cached is not None:
             return cached[start:end]
         whole = start == 0 and end == entry.size
@@ -108,7 +118,7 @@ class Blobs:
         out: dict[str, bytes] = {}
         keys: list[tuple[str, int]] = []
         for digest, e in wanted.items():
-            cached = self._cache.get(digest)
+            cached = self._held(digest)
             if cached is not None:
                 out[digest] = cached
             elif e.size == 0:

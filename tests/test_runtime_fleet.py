@@ -13,6 +13,7 @@ import pytest
 import skillfs
 from skillfs import Scope, Skills
 from skillfs.runtime.follower import watch_for
+from skillfs.server.watching import FILE_BYTES
 from tests.stores import url_for
 
 AGENTS = [f"a{i:02d}" for i in range(50)]
@@ -148,7 +149,8 @@ def test_a_grpc_worker_of_one_agent_keeps_one_watch_stream_across_publishes(
 ) -> None:
     """Following one domain over grpc://, the worker's watch keeps its Watch stream open from
     one publish to the next (a message per publish, no call per publish), and each event
-    carries the manifest, so the worker loads nothing itself."""
+    carries the manifest and its small files, so the worker loads and reads nothing itself:
+    its follower warms its blob cache from the event (a file too large to carry is read)."""
     from support.grpc_servers import ADMIN, running
 
     with running("memory://fleet-one", tmp_path) as server:
@@ -172,7 +174,7 @@ def test_a_grpc_worker_of_one_agent_keeps_one_watch_stream_across_publishes(
 
         hub.subscribe = counted  # type: ignore[method-assign]
         loads: list[str] = []
-        for name in ("load_scope", "load_skills"):
+        for name in ("load_scope", "load_skills", "get_chunks"):
             original = getattr(store.engine, name)
 
             def load(*args: Any, _name: str = name, _fn: Any = original) -> Any:
@@ -181,10 +183,19 @@ def test_a_grpc_worker_of_one_agent_keeps_one_watch_stream_across_publishes(
 
             setattr(store.engine, name, load)
         for n in range(3, 8):
-            rev = writer.publish(shared, "s", {"SKILL.md": md("s", n)}).revision
-            assert follower.wait_for(rev, 10), n
+            notes = f"notes {n}\n".encode() * 50
+            files = {"SKILL.md": md("s", n), "notes.md": notes}
+            rev = writer.publish(shared, "s", files).revision
+            assert follower.wait_for(rev, 10), n  # its files warm too
+            assert worker.snapshot().read_bytes("s", "notes.md") == notes
         assert subscribed == []  # the stream open before the publishes carried all five
         assert loads == []
+        big = b"x" * (FILE_BYTES + 1)  # over what an event carries (and a prefetch reads)
+        rev = writer.publish(shared, "s", {"SKILL.md": md("s", 9), "big.bin": big}).revision
+        assert follower.wait_for(rev, 10)
+        assert loads == []
+        assert worker.snapshot().read_bytes("s", "big.bin") == big
+        assert loads == ["get_chunks"]  # read when asked
         assert server.backend.watches.open == 1
         worker.close()
         store.close()

@@ -5,6 +5,7 @@ connections that do not grow with the number of open streams."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.app import SkillfsServer
 from skillfs.server.backend import Caps
 from skillfs.server.hub import Event, Stream
+from skillfs.server.watching import FILE_BYTES
 from support.grpc_servers import ADMIN, ALICE, BOB, running
 from tests.stores import url_for
 
@@ -311,3 +313,62 @@ def test_a_publish_s_files_are_read_once_for_the_fleet_that_prefetches_them(
             assert len(reads) == warmed  # none of them read the store
             watch.cancel()
         store.close()
+
+
+def test_events_carry_the_small_files_of_the_manifests_the_token_may_read(
+    url: str, tmp_path: Path
+) -> None:
+    """Asked `with_files`, an event carries the bytes of the small files of the manifests it
+    shows (from the server's blob cache, which the hub warmed): alice's stream gets her
+    publish's files, checked against their digests; a file over FILE_BYTES is left out (read
+    with ReadFile); bob, who may not read alice's scope, gets neither manifest nor file; a
+    stream that did not ask gets the manifest alone."""
+    with running(url, tmp_path) as server:
+        address = f"127.0.0.1:{server.grpc_port}"
+        store = skillfs.open_store(f"grpc://{address}", token=ADMIN)
+        since = store.publish(A, "s", {"SKILL.md": md("s")}).revision
+        with grpc.insecure_channel(address) as ch:
+            stub = pb_grpc.SkillReaderStub(ch)
+
+            def watch(token: str, files: bool) -> Any:
+                request = pb.WatchRequest(
+                    domain=DOMAIN, since=rev_to_pb(since), with_manifests=True, with_files=files
+                )
+                return stub.Watch(request, metadata=meta(token))
+
+            streams = [watch(ALICE, True), watch(BOB, True), watch(ALICE, False)]
+            wait_until(lambda: server.backend.watches.open == 3)
+            notes, big = b"notes " * 100, b"b" * (FILE_BYTES + 1)
+            c = store.publish(A, "s", {"SKILL.md": md("s", "v2"), "notes.md": notes, "big": big})
+            alice, bob, plain = (next(s) for s in streams)
+            m = manifest_from(alice.manifests[0].manifest_json)
+            assert m.version == 2
+            carried = {f.sha256: f.data for f in alice.files}
+            assert carried == {
+                m.files["SKILL.md"].sha256: md("s", "v2"),
+                m.files["notes.md"].sha256: notes,
+            }
+            assert bob.through == rev_to_pb(c.revision)
+            assert not bob.manifests and not bob.files
+            assert len(plain.manifests) == 1 and not plain.files
+            for s in streams:
+                s.cancel()
+        store.close()
+
+
+def test_a_carried_file_that_does_not_match_its_digest_is_not_used() -> None:
+    """The grpc:// engine keeps a watch event's file only when its bytes hash to the digest
+    that names it; otherwise the file is read (with ReadFile) when it is needed."""
+    from skillfs.engines.grpc import GrpcEngine
+
+    engine = GrpcEngine("grpc://127.0.0.1:1")
+    try:
+        good, bad = b"good bytes", b"tampered"
+        good_sha = hashlib.sha256(good).hexdigest()
+        claimed = hashlib.sha256(b"original").hexdigest()
+        carried = [pb.BlobBytes(sha256=good_sha, data=good), pb.BlobBytes(sha256=claimed, data=bad)]
+        engine._event(pb.WatchEvent(files=carried))
+        assert engine.known_blob(good_sha) == good
+        assert engine.known_blob(claimed) is None
+    finally:
+        engine.close()

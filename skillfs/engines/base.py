@@ -288,6 +288,12 @@ class Engine(ABC):
         it instead of loading the skill, since a version's manifest never changes."""
         return None
 
+    def known_blob(self, sha: str) -> bytes | None:
+        """A blob's whole bytes if this engine already holds them (a grpc:// engine keeps the
+        small files its watch events carried, checked against their SHA-256), else None: a
+        store's blob reads take them instead of reading the store."""
+        return None
+
     # --- listings
 
     @abstractmethod

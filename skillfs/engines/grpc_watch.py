@@ -13,6 +13,7 @@ ends a thread's wait at once (the watch added a domain, or closes).
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -30,6 +31,9 @@ R = TypeVar("R")
 #: Manifests carried by watch events kept for `known_manifest` (the latest of each skill is
 #: what a follower asks for, so a few per skill a process follows).
 PUSHED = 4096
+#: Bytes of the small files watch events carried kept for `known_blob`: a publish's files,
+#: taken by every follower of the process as it prefetches them.
+PUSHED_BYTES = 16 * 1024 * 1024
 #: A wait of one domain at least this long keeps its stream for the next wait (a process's
 #: `Watcher`); shorter ones (`Store.follow(poll=1)`) are one call each, as they may be the
 #: last of a caller that stops iterating.
@@ -80,6 +84,8 @@ class GrpcWatching:
         self._many = True
         #: (scope, skill, version) -> the manifest a watch event carried (`known_manifest`).
         self._pushed: Lru[tuple[Scope, str, int], Manifest] = Lru(PUSHED)
+        #: sha256 -> a file's bytes a watch event carried (`known_blob`).
+        self._pushed_files: Lru[str, bytes] = Lru(PUSHED_BYTES, len)
         self._lock = threading.Lock()
         #: What each thread waits in now (a call to cancel); None: interrupted while not
         #: waiting, so its next wait ends at once.
@@ -120,7 +126,15 @@ class GrpcWatching:
     def known_manifest(self, scope: Scope, skill: str, version: int) -> Manifest | None:
         return self._pushed.get((scope, skill, version))
 
+    def known_blob(self, sha: str) -> bytes | None:
+        return self._pushed_files.get(sha)
+
     def _event(self, event: pb.WatchEvent) -> list[Change]:
+        for f in event.files:
+            if self._pushed_files.get(f.sha256) is None:
+                data = bytes(f.data)
+                if hashlib.sha256(data).hexdigest() == f.sha256:  # else read it when needed
+                    self._pushed_files.put(f.sha256, data)
         for m in event.manifests:
             scope = Scope.parse(m.scope)
             found = self._manifests(scope, [m.manifest_json])[0]
@@ -138,7 +152,11 @@ class GrpcWatching:
         nothing)."""
         wait = max(timeout, 0.001)
         request = pb.WatchRequest(
-            domain=domain, since=wire.rev_to_pb(since), max_wait_seconds=wait, with_manifests=True
+            domain=domain,
+            since=wire.rev_to_pb(since),
+            max_wait_seconds=wait,
+            with_manifests=True,
+            with_files=True,
         )
 
         def first(server: Any) -> list[Change]:
@@ -182,6 +200,7 @@ class GrpcWatching:
             since=wire.rev_to_pb(since),
             max_wait_seconds=timeout,  # the stream ends after this long without news
             with_manifests=True,
+            with_files=True,
         )
 
         def open_next(server: Any) -> tuple[Any, pb.WatchEvent | None]:
@@ -232,6 +251,7 @@ class GrpcWatching:
             domains=[pb.DomainSince(domain=d, since=wire.rev_to_pb(r)) for d, r in since.items()],
             max_wait_seconds=wait,
             with_manifests=True,
+            with_files=True,
         )
 
         def call(server: Any) -> pb.WatchManyResponse | None:

@@ -63,7 +63,7 @@ class Event:
     changes: tuple[Change, ...]
     manifests: dict[tuple[Scope, str, int], pb.ScopedManifest]
     #: The message each principal's streams are sent (the reader's `_shown`).
-    shown: dict[tuple[int, bool], tuple[Any, pb.WatchEvent]] = field(default_factory=dict)
+    shown: dict[tuple[int, bool, bool], tuple[Any, pb.WatchEvent]] = field(default_factory=dict)
 
     @property
     def through(self) -> Revision:
@@ -77,6 +77,8 @@ class Stream:
     def __init__(self, domain: str, manifests: bool, size: int) -> None:
         self.domain = domain
         self.manifests = manifests
+        #: The subscriber also wants the manifests' small files (a Watch `with_files`).
+        self.files = False
         self.size = size
         self.events: deque[Event] = deque()
         self.overflowed = False

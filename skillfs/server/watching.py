@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 
 import grpc
 
@@ -15,12 +15,14 @@ from skillfs.auth import Level, Principal
 from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import EMPTY, Engine
 from skillfs.errors import InvalidPath
+from skillfs.manifest import Manifest
 from skillfs.model import Change, Revision, Scope
 from skillfs.names import check_domain
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.server.backend import Backend
 from skillfs.server.hub import Event, Stream, manifests_of
 from skillfs.server.rpc import asynchronous, bearer, streaming, well_formed
+from skillfs.store import Store
 
 #: Reads of the log a Watch stream makes by itself to catch up to the hub, at most.
 CATCH_UP_ROUNDS = 16
@@ -30,6 +32,10 @@ SHORT_WATCH = 0.25
 #: Domains one WatchMany call may name, and the longest it waits (the client asks again).
 MAX_WATCH_MANY = 10_000
 MANY_WAIT = 30.0
+#: Files an event carries when asked `with_files`: each at most this big (what a follower
+#: prefetches), and at most this many bytes in one event (under gRPC's 4 MiB message limit).
+FILE_BYTES = 256 * 1024
+EVENT_FILE_BYTES = 1024 * 1024
 
 Manifests = dict[tuple[Scope, str, int], pb.ScopedManifest]
 
@@ -47,6 +53,7 @@ class Watching:
 
     backend: Backend
     engine: Engine
+    store: Store
 
     @streaming
     async def Watch(
@@ -66,10 +73,13 @@ class Watching:
                 loaded: Manifests = {}
                 if request.with_manifests and any(c.op == "put" for c in batch):
                     loaded = await run(manifests_of, self.engine, batch)
-                yield self._event(principal, batch, loaded, request.with_manifests)
+                yield self._event(
+                    principal, batch, loaded, request.with_manifests, request.with_files
+                )
             return
         with self.backend.watches.hold(principal):
             stream = self.backend.hub.subscribe(domain, request.with_manifests)
+            stream.files = request.with_manifests and request.with_files
             # where the hub is already at `since`, its events from now on are all there is
             # to send: no read of the log (a grpc:// worker's watch reopening its stream)
             behind = None if _same(self.backend.hub.position(domain), since) else since
@@ -106,6 +116,7 @@ class Watching:
             since.update({d: now[d] or EMPTY for d in unset})
         wait = min(max(request.max_wait_seconds, 0.0), MANY_WAIT)
         with_manifests = request.with_manifests
+        files = with_manifests and request.with_files
         manifests: Manifests = {}
         if wait <= SHORT_WATCH:  # a look, as short as any unary call: not held
             found = await run(self.engine.changes_many, since, wait)
@@ -130,7 +141,8 @@ class Watching:
         return pb.WatchManyResponse(
             events=[
                 pb.DomainEvent(
-                    domain=d, event=self._event(principal, changes, manifests, with_manifests)
+                    domain=d,
+                    event=self._event(principal, changes, manifests, with_manifests, files),
                 )
                 for d, changes in found.items()
                 if changes
@@ -225,9 +237,9 @@ class Watching:
                 continue
             since = changes[-1].revision
             if event is not None and changes is event.changes:
-                yield self._shown(event, principal, stream.manifests)
+                yield self._shown(event, principal, stream)
             else:
-                yield self._event(principal, changes, manifests, stream.manifests)
+                yield self._event(principal, changes, manifests, stream.manifests, stream.files)
             if quiet_until is not None:
                 quiet_until = time.monotonic() + wait
 
@@ -248,15 +260,17 @@ class Watching:
             return (), {}, None  # already there
         return (), {}, since
 
-    def _shown(self, event: Event, principal: Principal, with_manifests: bool) -> pb.WatchEvent:
+    def _shown(self, event: Event, principal: Principal, stream: Stream) -> pb.WatchEvent:
         """`_event` of a whole hub event, built once per principal and kept on the event: a
         fleet's streams on one token share one message (its bytes are still sent to each).
         Keyed by the principal object, which a new tokens config replaces."""
-        key = (id(principal), with_manifests)
+        key = (id(principal), stream.manifests, stream.files)
         kept = event.shown.get(key)
         if kept is not None and kept[0] is principal:
             return kept[1]
-        message = self._event(principal, event.changes, event.manifests, with_manifests)
+        message = self._event(
+            principal, event.changes, event.manifests, stream.manifests, stream.files
+        )
         event.shown[key] = (principal, message)
         return message
 
@@ -276,12 +290,13 @@ class Watching:
         rev = (await self.backend.run(self.engine.revisions, [domain]))[domain] or EMPTY
         return [Change(revision=rev, op="reset")]
 
-    @staticmethod
     def _event(
+        self,
         principal: Principal,
         changes: Sequence[Change],
         manifests: dict[tuple[Scope, str, int], pb.ScopedManifest],
         with_manifests: bool,
+        with_files: bool = False,
     ) -> pb.WatchEvent:
         shown = [
             c
@@ -302,4 +317,24 @@ class Watching:
                 and c.scope is not None
                 and (key := (c.scope, c.skill or "", c.version or 0)) in manifests
             )
+            if with_files:
+                event.files.extend(self._files(event.manifests))
         return event
+
+    def _files(self, shown: Iterable[pb.ScopedManifest]) -> list[pb.BlobBytes]:
+        """The small files of the manifests an event shows, as far as the server's blob cache
+        holds them (the hub warmed it with a publish's files): never a store read here, on
+        the event loop. A file left out is read by the client with ReadFile."""
+        out: list[pb.BlobBytes] = []
+        taken: set[str] = set()
+        budget = EVENT_FILE_BYTES
+        for scoped in shown:
+            for _, e in Manifest.from_json(scoped.manifest_json).all_files():
+                if e.sha256 in taken or e.size > min(FILE_BYTES, budget):
+                    continue
+                data = self.store.read_cached(e)
+                if data is not None:
+                    taken.add(e.sha256)
+                    budget -= e.size
+                    out.append(pb.BlobBytes(sha256=e.sha256, data=data))
+        return out
