@@ -65,7 +65,13 @@ class Scope(BaseModel):
 
     @classmethod
     def parse(cls, text: str) -> Scope:
-        """`shared:AGENT`, `user:AGENT/USER` or `market:NAME`, as the CLI takes them."""
+        """`shared:AGENT`, `user:AGENT/USER` or `market:NAME`, as the CLI takes them. The
+        same text gives the same (frozen) object: a worker parses its scopes from every
+        watch event, and equal scopes that are one object compare and hash at once."""
+        return _parse_scope(text)
+
+    @classmethod
+    def _parse(cls, text: str) -> Scope:
         kind, _, rest = text.partition(":")
         if kind == "shared" and rest:
             return cls.shared(rest)
@@ -98,6 +104,11 @@ class Scope(BaseModel):
         if self.kind == "shared":
             return f"shared:{self.agent_id}"
         return f"user:{self.agent_id}/{self.user_id}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_scope(text: str) -> Scope:
+    return Scope._parse(text)
 
 
 class Access(BaseModel):
