@@ -5,6 +5,7 @@ read that began after its call arrived, so an acknowledged write is always seen 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -54,6 +55,51 @@ def test_calls_arriving_during_a_read_wait_for_the_next_one() -> None:
     got = asyncio.run(scenario())
     assert started == [0, 1]
     assert got == [0] + [1] * 20  # every later call sees the write made before it arrived
+
+
+def test_reads_begin_at_most_once_per_pace_and_an_idle_call_reads_at_once() -> None:
+    """A busy server's calls wait for the next read, begun at most once per PACE after the last
+    (so more calls share each read); a call that finds the last read long past reads at once.
+    Every read still begins after the calls it answers arrived (C3)."""
+    pace = 0.05
+
+    async def scenario() -> tuple[list[float], list[float], float, list[int]]:
+        loop = asyncio.get_running_loop()
+        began: list[float] = []
+        arrived: list[float] = []
+        answered: list[int] = []  # by which read, in the order the calls arrived
+
+        async def read(domains: Sequence[str]) -> dict[str, Revision | None]:
+            began.append(loop.time())
+            return {d: Revision(epoch="e", counter=len(began)) for d in domains}
+
+        shared = SharedReads(read, pace)
+
+        async def call() -> None:
+            arrived.append(loop.time())
+            k = len(answered)
+            answered.append(0)
+            rev = (await shared.revisions([DOMAIN]))[DOMAIN]
+            assert rev is not None
+            answered[k] = rev.counter
+
+        calls = []
+        for _ in range(10):  # a call every 10 ms, for 100 ms
+            calls.append(asyncio.ensure_future(call()))
+            await asyncio.sleep(0.01)
+        await asyncio.gather(*calls)
+        await asyncio.sleep(2 * pace)
+        idle = loop.time()
+        await call()  # long after the last read: at once
+        return began, arrived, idle, answered
+
+    began, arrived, idle, answered = asyncio.run(scenario())
+    assert all(began[n - 1] >= at for n, at in zip(answered, arrived, strict=True))
+    assert len(began) <= 4  # not one read per call: ten calls shared 3-4 reads
+    gaps = [b - a for a, b in itertools.pairwise(began)]
+    assert all(g >= pace * 0.99 for g in gaps)
+    assert began[-1] - idle < pace / 2  # the idle call did not wait out a pace
+    assert began[0] - arrived[0] < pace / 2  # nor did the first
 
 
 @pytest.fixture(params=["memory", "redis"])
