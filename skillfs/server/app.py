@@ -25,7 +25,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import grpc
 from grpc_health.v1 import _async as health
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from pydantic import BaseModel, ConfigDict
 
 from skillfs.auth import Tokens
@@ -40,7 +40,7 @@ from skillfs.server.curator import CurateConfig, Curator
 from skillfs.server.http import ASGIApp, HttpPort
 from skillfs.server.metrics import Metrics
 from skillfs.server.reader import Reader
-from skillfs.server.rpc import add_lenient
+from skillfs.server.rpc import GenericOnly, add_lenient
 from skillfs.store import open_store
 
 log = logging.getLogger("skillfs.server")
@@ -165,17 +165,19 @@ class SkillfsServer:
             ],
             maximum_concurrent_rpcs=concurrent,
         )
-        add_lenient(self.grpc, pb_grpc.add_SkillReaderServicer_to_server, Reader(self.backend))
+        reader = pb_grpc.add_SkillReaderServicer_to_server
+        add_lenient(self.grpc, reader, Reader(self.backend), registered=True)
         add_lenient(self.grpc, pb_grpc.add_SkillAdminServicer_to_server, Admin(self.backend))
         servicer = QuietHealth()
-        health_pb2_grpc.add_HealthServicer_to_server(servicer, self.grpc)
-        reflection.enable_server_reflection(
-            (
-                *SERVICES,
-                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                reflection.SERVICE_NAME,
-            ),
-            self.grpc,
+        by_name = GenericOnly(self.grpc)
+        health_pb2_grpc.add_HealthServicer_to_server(servicer, by_name)
+        names = (
+            *SERVICES,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        )
+        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+            reflection.aio.ReflectionServicer(names), by_name
         )
         return servicer
 

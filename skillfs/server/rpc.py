@@ -12,7 +12,7 @@ import functools
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar, cast
 
 import grpc
@@ -122,11 +122,34 @@ def lenient(decode: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return decoder
 
 
+class GenericOnly:
+    """A server as a generated `add_..._to_server` sees it, whose methods are found by name
+    only. grpc.aio's main loop waits on one pending future per *registered* method for each
+    call it takes, so every registered method costs every call (the echo server of the
+    fleet benchmark registers 14, skillfs had 33: ~1.3x its CPU per call): only the
+    SkillReader's, the fleet's hot path, are registered (docs/server.md, "Sizing")."""
+
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self._server = server
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        self._server.add_generic_rpc_handlers(handlers)
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: dict[str, grpc.RpcMethodHandler]
+    ) -> None:
+        """Left to the generic handler the generated code adds first."""
+
+
 def add_lenient(
-    server: grpc.aio.Server, add_to_server: Callable[[Any, Any], None], servicer: object
+    server: grpc.aio.Server,
+    add_to_server: Callable[[Any, Any], None],
+    servicer: object,
+    *,
+    registered: bool = False,
 ) -> None:
     """Register a servicer (with its generated `add_..._to_server`) with lenient request
-    decoders (see `Malformed`)."""
+    decoders (see `Malformed`); `registered` for the hot path's service (see `GenericOnly`)."""
     captured: list[tuple[str, dict[str, grpc.RpcMethodHandler]]] = []
 
     class Capture:
@@ -145,7 +168,8 @@ def add_lenient(
             for name, h in handlers.items()
         }
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, fixed),))
-        server.add_registered_method_handlers(service, fixed)
+        if registered:
+            server.add_registered_method_handlers(service, fixed)
 
 
 def well_formed(request: Any) -> Any:
