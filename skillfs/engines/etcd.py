@@ -346,8 +346,14 @@ class EtcdEngine(EtcdLeases, Engine):
     # ------------------------------------------------------------------ revisions and changes
 
     def revisions(self, domains: Sequence[str]) -> dict[str, Revision | None]:
-        """All rev keys in one read-only transaction (linearizable, one round trip)."""
+        """All rev keys in one read-only transaction (linearizable, one round trip); one
+        domain, the per-step check, in one range read (less work than a transaction, for
+        etcd and for the client)."""
         out: dict[str, Revision | None] = {}
+        if len(domains) == 1:
+            reply = self._etcd.range(etcdrpc.RangeRequest(key=self._rev_key(domains[0])))
+            kv = reply.kvs[0] if reply.kvs else None
+            return {domains[0]: _revision(reply.header.cluster_id, kv)}
         for part in self._etcd.packed(domains, lambda d: len(self._rev_key(d))):
             response = self._etcd.txn(
                 etcdrpc.TxnRequest(success=[ec.get_op(self._rev_key(d)) for d in part])
