@@ -25,7 +25,7 @@ MAX_DOMAINS = 1000
 #: this long ago waits out the rest, and the calls arriving meanwhile share its read. An idle
 #: server's call reads at once; a busy one's wait at most this long more (docs/server.md,
 #: "The serving model").
-PACE = 0.001
+PACE = 0.002
 
 
 class SharedReads:
