@@ -111,29 +111,33 @@ BEFORE = {  # issue 12's measurements of the thread-pool server, quoted as "befo
     "cpu": "0.5-0.75 ms per call; 0.35-0.71x the echo server's throughput",
 }
 
-PREVIOUS_ROW = "previous full run (first aio server)"
-#: The first full run of this script (2026-11-24, the grpc.aio server before the fleet fixes:
-#: gRPC core's default pending-call limit, 256 streams per token, a WatchMany a second and a
-#: GetManifests + ReadFile per worker per publish, a token check a second per stream, every
-#: Revisions call its own executor hop and store read), quoted beside each new figure.
+PREVIOUS_ROW = "previous full run (13a94d6)"
+#: The last full run documented before this one (main at 13a94d6, 2026-11-24: the fleet fixes
+#: of docs/benchmarks.md "The fleet fixes, measured in smaller runs", before the GC settings,
+#: the files in watch events and the paced revision reads), quoted beside each new figure.
+#: The first aio server's run is quoted in "Reading the first full run".
 PREVIOUS = {
     "redis": {
-        "streams": "9,978 open / 22 refused (1,186 CANCELLED by gRPC's core, retried); idle "
-        "CPU 53 % of a core at 10,000 streams; a publish on every stream p99 1,835 ms",
-        "steps": "162 steps/s of 1,000; p50 11,763 ms / p99 29,876 ms; 24 failed",
-        "reach": "p50 8,101 ms / p99 9,974 ms; 5,417 not within 10 s",
-        "calls": "per second: Watch 158, Revisions 157, GetManifests 83, ReadFile 63",
-        "views": "0 errors; threads 75 → 75 → 75; 64 store connections",
-        "cpu": "0.593 / 0.180 ms per call: 3.29x",
+        "streams": "10,000 open / 0 refused; idle CPU 1 % of a core at 10,000 streams; a "
+        "publish on every stream p50 372 ms / p99 729 ms",
+        "steps": "974 steps/s of 1,000; p50 230 ms / p99 1,855 ms; away from publishes p50 "
+        "4.5 ms / p99 954 ms",
+        "reach": "p50 260 ms / p99 660 ms; the last worker p50 660 ms / p99 963 ms",
+        "calls": "per second: Revisions 960, ReadFile 200, Watch 2; server 55 % of a core, "
+        "load 94 %; server's own Revisions time p50 2.23 ms / p99 22.31 ms",
+        "views": "0 errors; threads 76 → 76 → 76; 42 store connections",
+        "cpu": "0.281 / 0.164 ms per call: 1.71x",
     },
     "etcd": {
-        "streams": "9,953 open / 47 refused (1,726 CANCELLED by gRPC's core, retried); idle "
-        "CPU 67 % of a core at 10,000 streams; a publish on every stream p99 2,745 ms",
-        "steps": "468 steps/s of 1,000; p50 6,002 ms / p99 24,862 ms",
-        "reach": "none reached all workers within 10 s (8,000 not)",
-        "calls": "per second: Revisions 129, Watch 96, ReadFile 86, GetManifests 34",
-        "views": "0 errors; threads 75 → 75 → 75; 1 store connection",
-        "cpu": "0.711 / 0.175 ms per call: 4.05x",
+        "streams": "10,000 open / 0 refused; idle CPU 1 % of a core at 10,000 streams; a "
+        "publish on every stream p50 351 ms / p99 607 ms",
+        "steps": "971 steps/s of 1,000; p50 262 ms / p99 1,772 ms; away from publishes p50 "
+        "7.4 ms / p99 872 ms",
+        "reach": "p50 309 ms / p99 1,147 ms; the last worker p50 669 ms / p99 1,277 ms",
+        "calls": "per second: Revisions 948, ReadFile 200, Watch 2; server 56 % of a core, "
+        "load 92 %; server's own Revisions time p50 3.92 ms / p99 24.29 ms",
+        "views": "0 errors; threads 79 → 79 → 79; 1 store connection",
+        "cpu": "0.304 / 0.160 ms per call: 1.90x",
     },
 }
 
