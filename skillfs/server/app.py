@@ -56,11 +56,11 @@ POOL_EXTRA = 48
 PENDING = 3000
 #: Seconds between two writes of the views' usage counts.
 USAGE_INTERVAL = 5.0
-#: Allocations between young collections of a serving process (CPython's default: 700).
-#: Every call in flight during a young collection is promoted, and a busy server's promoted
-#: objects set off a full collection every few seconds that stalls the event loop for 100-200
-#: ms at a fleet's load (docs/server.md, "Sizing").
-GC_YOUNG = 50_000
+#: Collections of a generation between two of the next older one (CPython's default: 10).
+#: Calls in flight at a collection are promoted, and at a fleet's load the promoted set off a
+#: full collection every few seconds that stopped the event loop for 100-220 ms
+#: (docs/server.md, "The serving model"); collecting older generations less often promotes less.
+GC_OLDER_EVERY = 100
 
 
 class ServerConfig(BaseModel):
@@ -332,11 +332,11 @@ class QuietHealth(health.HealthServicer):  # type: ignore[misc]  # untyped upstr
 
 def settle_gc() -> None:
     """Leave what a serving process loaded at start (modules, schemas: most of its objects)
-    out of every later collection, and collect the young generation less often: the event
+    out of every later collection, and collect the older generations less often: the event
     loop stops for as long as a collection runs."""
     gc.collect()
     gc.freeze()
-    gc.set_threshold(700, 100, 100)
+    gc.set_threshold(gc.get_threshold()[0], GC_OLDER_EVERY, GC_OLDER_EVERY)
 
 
 def sized_store_url(url: str, connections: int) -> str:
