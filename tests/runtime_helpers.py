@@ -48,7 +48,11 @@ class Call:
 
 
 class CountingEngine:
-    """Wraps an engine and records every call with its thread, to count store round trips."""
+    """Wraps an engine and records every call with its thread, to count store round trips;
+    the lookups of what the engine already holds in memory (`known_*`) are not round trips
+    and are not recorded."""
+
+    LOCAL = frozenset({"known_manifest", "known_blob"})
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
@@ -57,7 +61,7 @@ class CountingEngine:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._engine, name)
-        if not callable(attr):
+        if not callable(attr) or name in self.LOCAL:
             return attr
 
         def counted(*args: Any, **kwargs: Any) -> Any:

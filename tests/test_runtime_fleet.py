@@ -161,9 +161,9 @@ def test_a_grpc_worker_of_one_agent_keeps_one_watch_stream_across_publishes(
         store = skillfs.open_store(address, token=ADMIN)
         worker = Skills(store, "solo", "alice")
         follower = worker.followers[0]
+        worker.snapshot()  # follows the agent from here; what it loaded is warmed by the watch
         first = writer.publish(shared, "s", {"SKILL.md": md("s", 2)}).revision
-        worker.snapshot()
-        assert follower.wait_for(first, 10)
+        assert follower.wait_for(first, 10)  # the watch's first event: all warm from here
         hub = server.backend.hub
         subscribed: list[str] = []
         subscribe = hub.subscribe

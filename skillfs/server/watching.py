@@ -72,7 +72,7 @@ class Watching:
             if batch:
                 loaded: Manifests = {}
                 if request.with_manifests and any(c.op == "put" for c in batch):
-                    loaded = await run(manifests_of, self.engine, batch)
+                    loaded = await self._manifests(batch, request.with_files)
                 yield self._event(
                     principal, batch, loaded, request.with_manifests, request.with_files
                 )
@@ -137,7 +137,7 @@ class Watching:
         if with_manifests:  # what the hub's events did not carry (reads of the log)
             missing = [c for changes in found.values() for c in changes if _key(c) not in manifests]
             if any(c.op == "put" for c in missing):
-                manifests.update(await run(manifests_of, self.engine, missing))
+                manifests.update(await self._manifests(missing, files))
         return pb.WatchManyResponse(
             events=[
                 pb.DomainEvent(
@@ -220,7 +220,7 @@ class Watching:
                 changes = await self._catch_up(domain, behind)
                 behind = None
                 if changes and stream.manifests:
-                    manifests = await self.backend.run(manifests_of, self.engine, changes)
+                    manifests = await self._manifests(changes, stream.files)
             else:
                 event = await stream.next(timeout)
                 if stream.overflowed:
@@ -259,6 +259,13 @@ class Watching:
         if since.epoch == last.epoch and since.counter >= last.counter:
             return (), {}, None  # already there
         return (), {}, since
+
+    async def _manifests(self, changes: Sequence[Change], files: bool) -> Manifests:
+        """The manifests `changes` put, read by a stream itself (behind the hub); for a stream
+        that asked `with_files`, their small files are read into the blob cache too, as the
+        hub does for its events, so that the event carries them."""
+        seen = self.backend.seen if files else None
+        return await self.backend.run(manifests_of, self.engine, changes, seen)
 
     def _shown(self, event: Event, principal: Principal, stream: Stream) -> pb.WatchEvent:
         """`_event` of a whole hub event, built once per principal and kept on the event: a
