@@ -46,7 +46,7 @@ class FileEntry:
     @property
     def sha256(self) -> str:
         key = self._key
-        return (key & _DIGEST).to_bytes(32, "big").hex() if isinstance(key, int) else key[0]
+        return (key & _DIGEST).to_bytes(32).hex() if isinstance(key, int) else key[0]
 
     @property
     def size(self) -> int:
@@ -154,7 +154,13 @@ def _instance_or_row(value: Any, handler: core_schema.ValidatorFunctionWrapHandl
 
 
 def _fields(entry: FileEntry) -> dict[str, Any]:
-    return {"sha256": entry.sha256, "size": entry.size, "mode": entry.mode, "mtime": entry.mtime}
+    """The dataclass's fields, in its order (what the stored JSON holds)."""
+    key = entry._key
+    if isinstance(key, int):
+        sha256, size = (key & _DIGEST).to_bytes(32).hex(), key >> 256
+    else:
+        sha256, size = key
+    return {"sha256": sha256, "size": size, "mode": entry.mode, "mtime": entry.mtime}
 
 
 #: The dataclass's own argument schema: a dict (or keyword arguments) of the four fields.
