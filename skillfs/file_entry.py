@@ -54,9 +54,8 @@ class FileEntry:
         return key >> 256 if isinstance(key, int) else key[1]
 
     def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
+        if not isinstance(other, FileEntry) or other.__class__ is not self.__class__:
             return NotImplemented
-        assert isinstance(other, FileEntry)
         return (self._key, self.mode, self.mtime) == (other._key, other.mode, other.mtime)
 
     def __hash__(self) -> int:
@@ -150,6 +149,7 @@ def _from_args(args: tuple[dict[str, Any], Any], cls: type[FileEntry] = FileEntr
 
 
 def _instance_or_row(value: Any, handler: core_schema.ValidatorFunctionWrapHandler) -> Any:
+    """Python input: an entry is taken as it is (the dataclass did not revalidate one)."""
     return value if isinstance(value, FileEntry) else handler(value)
 
 
