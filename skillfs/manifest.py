@@ -1,9 +1,10 @@
 """Manifests: what a worker caches of every skill, so they are held lean (docs/design.md §2).
 
-`FileEntry`, `Finding`, `Candidate` and `Manifest` are slotted, frozen pydantic dataclasses:
-pydantic validates them wherever they cross the wire or the disk (the same JSON, byte for
-byte, as when they were `BaseModel`s), and an instance costs its slots, with no per-instance
-`__dict__` or fields-set (docs/benchmarks.md, "Manifests in memory")."""
+`Finding`, `Candidate` and `Manifest` are slotted, frozen pydantic dataclasses: pydantic
+validates them wherever they cross the wire or the disk (the same JSON, byte for byte, as
+when they were `BaseModel`s), and an instance costs its slots, with no per-instance
+`__dict__` or fields-set; a file row, `FileEntry`, packs its digest with its size
+(skillfs/file_entry.py; docs/benchmarks.md, "Manifests in memory")."""
 
 from __future__ import annotations
 

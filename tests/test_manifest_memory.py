@@ -2,7 +2,8 @@
 
 A worker holds every manifest of its scopes; at a fleet's scale that is most of its memory,
 so cached manifests are kept lean (slotted records, no per-instance `__dict__` or
-fields-set, the parse cache keyed by a digest instead of the stored bytes)."""
+fields-set, file digests packed with their sizes, the parse cache keyed by a digest instead
+of the stored bytes)."""
 
 from __future__ import annotations
 
