@@ -1,9 +1,10 @@
 """Manifests: what a worker caches of every skill, so they are held lean (docs/design.md §2).
 
-`FileEntry`, `Finding`, `Candidate` and `Manifest` are slotted, frozen pydantic dataclasses:
-pydantic validates them wherever they cross the wire or the disk (the same JSON, byte for
-byte, as when they were `BaseModel`s), and an instance costs its slots, with no per-instance
-`__dict__` or fields-set (docs/benchmarks.md, "Manifests in memory")."""
+`Finding`, `Candidate` and `Manifest` are slotted, frozen pydantic dataclasses: pydantic
+validates them wherever they cross the wire or the disk (the same JSON, byte for byte, as
+when they were `BaseModel`s), and an instance costs its slots, with no per-instance
+`__dict__` or fields-set; a file row, `FileEntry`, packs its digest with its size
+(skillfs/file_entry.py; docs/benchmarks.md, "Manifests in memory")."""
 
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ import math
 import re
 import threading
 from collections.abc import Iterable
-from typing import Annotated, Any, ClassVar, Literal, Self
+from typing import Any, ClassVar, Literal, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic.dataclasses import dataclass
 
 from skillfs.errors import InvalidPath
+from skillfs.file_entry import FileEntry
 from skillfs.names import check_id
 
 log = logging.getLogger(__name__)
@@ -40,25 +42,6 @@ def _adapter(cls: type[Any]) -> TypeAdapter[Any]:
     if adapter is None:
         adapter = _ADAPTERS[cls.__qualname__] = TypeAdapter(cls)
     return adapter
-
-
-#: The modes files have (0o644, 0o755, …), one int object each however many entries use it.
-_MODES: dict[int, int] = {}
-
-
-def _one_mode(mode: int) -> int:
-    return _MODES.setdefault(mode, mode) if len(_MODES) < 64 else mode
-
-
-#: The last file time parsed: the files of one publish share a time, and so one float object.
-_last_time = [0.0]
-
-
-def _one_time(mtime: float) -> float:
-    if mtime == _last_time[0]:
-        return _last_time[0]
-    _last_time[0] = mtime
-    return mtime
 
 
 class Edge:
@@ -88,16 +71,6 @@ class Edge:
     def model_copy(self, *, update: dict[str, Any] | None = None) -> Self:
         """A copy with `update`'s fields changed (validated, unlike `BaseModel.model_copy`)."""
         return dataclasses.replace(self, **(update or {}))
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FileEntry(Edge):
-    """One row of a manifest's file table."""
-
-    sha256: str
-    size: int
-    mode: Annotated[int, AfterValidator(_one_mode)]
-    mtime: Annotated[float, AfterValidator(_one_time)]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -262,19 +235,20 @@ class Manifest(Edge):
 
 
 class Parsed:
-    """Parsed manifests by a 128-bit digest of their stored bytes: the bytes themselves (~700
-    a manifest) are not kept, and an entry costs a dict slot. When full, the older half goes
-    (an `Lru`'s ordered links would cost ~85 bytes more a manifest)."""
+    """Parsed manifests by a 128-bit digest of their stored bytes, held as an int (44 bytes;
+    a `bytes` of 16 takes 49): the bytes themselves (~700 a manifest) are not kept, and an
+    entry costs its key and a dict slot. When full, the older half goes (an `Lru`'s ordered
+    links would cost ~85 bytes more a manifest)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._items: dict[bytes, Manifest] = {}
+        self._items: dict[int, Manifest] = {}
         self._lock = threading.Lock()
 
-    def get(self, key: bytes) -> Manifest | None:
+    def get(self, key: int) -> Manifest | None:
         return self._items.get(key)
 
-    def put(self, key: bytes, manifest: Manifest) -> None:
+    def put(self, key: int, manifest: Manifest) -> None:
         with self._lock:
             if len(self._items) >= self.capacity:
                 kept = itertools.islice(self._items.items(), self.capacity // 2, None)
@@ -290,7 +264,8 @@ PARSED = Parsed(8192)
 
 
 def _parse_manifest(raw: bytes | str) -> Manifest:
-    key = hashlib.blake2b(raw.encode() if isinstance(raw, str) else raw, digest_size=16).digest()
+    data = raw.encode() if isinstance(raw, str) else raw
+    key = int.from_bytes(hashlib.blake2b(data, digest_size=16).digest())
     parsed = PARSED.get(key)
     if parsed is None:
         try:

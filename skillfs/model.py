@@ -10,10 +10,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from skillfs.errors import InvalidPath, PermissionDenied
+from skillfs.file_entry import FileEntry as FileEntry
 from skillfs.manifest import MTIME_MAX as MTIME_MAX
 from skillfs.manifest import MTIME_MIN as MTIME_MIN
 from skillfs.manifest import Candidate as Candidate
-from skillfs.manifest import FileEntry as FileEntry
 from skillfs.manifest import Finding as Finding
 from skillfs.manifest import Manifest as Manifest
 from skillfs.manifest import Rollout as Rollout

@@ -22,7 +22,16 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 # and may import each other.
 LAYERS: list[set[str]] = [
     {"names", "errors", "lru", "text_merge", "durations", "similarity"},
-    {"model", "manifest", "rollout", "skill_md", "skill_dirs", "validation", "curation"},
+    {
+        "model",
+        "manifest",
+        "file_entry",
+        "rollout",
+        "skill_md",
+        "skill_dirs",
+        "validation",
+        "curation",
+    },
     {"engines", "proto"},
     {
         "store",

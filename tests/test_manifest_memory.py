@@ -2,7 +2,8 @@
 
 A worker holds every manifest of its scopes; at a fleet's scale that is most of its memory,
 so cached manifests are kept lean (slotted records, no per-instance `__dict__` or
-fields-set, the parse cache keyed by a digest instead of the stored bytes)."""
+fields-set, file digests packed with their sizes, the parse cache keyed by a digest instead
+of the stored bytes)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ from skillfs import File, Scope, Skills
 from skillfs.manifest import PARSED
 
 N = 2000
-#: Issue 12's target is 1,536 B per cached manifest of 3 files; measured here: 1,681 B (from
-#: 5,289 B with `BaseModel` manifests). The bound keeps what was won; what is left is mostly
-#: content (three 64-character digests, the description) and the parse cache's key
-#: (docs/benchmarks.md, "Manifests in memory").
-BUDGET = 1792
+#: Issue 12's target: 1,536 B per cached manifest of 3 files; measured here: 1,397-1,432 B
+#: (from 5,289 B with `BaseModel` manifests, 1,681-1,714 B with hex digests held as strings).
+#: What is left is mostly content (the description, the file and frontmatter tables) and the
+#: records themselves (docs/benchmarks.md, "Manifests in memory").
+BUDGET = 1536
 SHARED = Scope.shared("mem-bot")
 
 
