@@ -181,6 +181,15 @@ class Revision(BaseModel):
         return cls(epoch=epoch, counter=int(counter))
 
 
+def same_revision(a: Revision | None, b: Revision | None) -> bool:
+    """Revision equality without pydantic's generic `__eq__` (on every step's hot path: the
+    runtime's follower, the server's watch, the grpc:// engine's held stream); None is only
+    the same as None."""
+    if a is None or b is None:
+        return a is b
+    return a.counter == b.counter and a.epoch == b.epoch
+
+
 class Change(BaseModel):
     """One committed change of a skill, as the watch (C8) delivers it; `reset` means reload."""
 

@@ -24,7 +24,7 @@ import grpc
 from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import Engine
 from skillfs.lru import Lru
-from skillfs.model import Change, Manifest, Revision, Scope
+from skillfs.model import Change, Manifest, Revision, Scope, same_revision
 from skillfs.proto import skillfs_pb2 as pb
 
 R = TypeVar("R")
@@ -59,10 +59,6 @@ class _Held:
     domain: str
     through: Revision
     call: Any  # grpc's streaming call: iterate for events, cancel() to end it
-
-
-def _same(a: Revision, b: Revision) -> bool:
-    return a.epoch == b.epoch and a.counter == b.counter
 
 
 class GrpcWatching:
@@ -192,7 +188,7 @@ class GrpcWatching:
         self, domain: str, since: Revision, timeout: float, held: _Held | None
     ) -> dict[str, list[Change]]:
         """The next event of the thread's Watch stream of `domain` (from `since`)."""
-        if held is not None and (held.domain != domain or not _same(held.through, since)):
+        if held is not None and (held.domain != domain or not same_revision(held.through, since)):
             held.call.cancel()  # the follower moved on by itself: follow from there
             held = None
         request = pb.WatchRequest(

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from skillfs.engines.base import EMPTY
 from skillfs.errors import SkillfsError, StoreUnavailable
-from skillfs.model import Change, FileEntry, Manifest, Revision, Scope
+from skillfs.model import Change, FileEntry, Manifest, Revision, Scope, same_revision
 from skillfs.runtime.cut import Key, find_cut
 from skillfs.runtime.layers import LayerSkills
 from skillfs.runtime.per_store import PerStore
@@ -40,14 +40,6 @@ PREFETCH_BATCH_BYTES = 8 * 1024 * 1024
 #: Reads a sync may take before giving up. Each round reloads only the skills that a commit
 #: landing between two reads left out of date, so only a write storm on them gets this far.
 MAX_ROUNDS = 32
-#: What `changes()` is asked from when the domain had no revision yet: any real one differs.
-
-
-def _same(a: Revision | None, b: Revision | None) -> bool:
-    """Revision equality without pydantic's generic `__eq__` (on every step's hot path)."""
-    if a is None or b is None:
-        return a is b
-    return a.counter == b.counter and a.epoch == b.epoch
 
 
 @dataclass(frozen=True, eq=False)
@@ -148,7 +140,7 @@ class Follower:
         """The scopes exactly as of one revision, no earlier than `revision`, which a read
         begun at `read_started` (`time.monotonic()`) returned. Free when the cache is there."""
         cache = self._cache
-        if _same(cache.revision, revision):
+        if same_revision(cache.revision, revision):
             found = tuple(cache.scopes.get(s) for s in scopes)
             if None not in found:
                 # the cached object, so that callers comparing snapshots hit identity
@@ -164,7 +156,7 @@ class Follower:
         cache = self._cache
         current = cache.revision
         missing = [s for s in scopes if s not in cache.scopes]
-        if _same(revision, current):
+        if same_revision(revision, current):
             return self._sync(cache, current, missing) if missing else cache
         if (
             revision is not None
@@ -338,7 +330,8 @@ class Follower:
         them and asks again, and the per-step revision check keeps every step correct."""
         with self._lock:
             cache = self._cache
-            if _same(cache.revision or EMPTY, since):  # else a snapshot moved it: go on from there
+            # else a snapshot moved it: go on from there
+            if same_revision(cache.revision or EMPTY, since):
                 self._apply(cache, changes, changes)
                 self.verified_at = max(self.verified_at, started)
             after = self._cache.revision or EMPTY
@@ -358,7 +351,7 @@ class Follower:
             here = cache.revision
             if here is not None and here.epoch == last.epoch and here.counter >= last.counter:
                 return
-            self._apply(cache, changes, changes if _same(here, before) else None)
+            self._apply(cache, changes, changes if same_revision(here, before) else None)
             self.verified_at = max(self.verified_at, started)
         self._done()
 
@@ -414,7 +407,7 @@ class Follower:
         """Block until the watch moves past `seen` (a `ready` read earlier) or `timeout`
         passes: what lets a server tell its clients of an edit as soon as it lands."""
         with self._changed:
-            self._changed.wait_for(lambda: not _same(self._ready, seen), timeout)
+            self._changed.wait_for(lambda: not same_revision(self._ready, seen), timeout)
 
 
 class _Watch:

@@ -16,7 +16,7 @@ from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import EMPTY, Engine
 from skillfs.errors import InvalidPath
 from skillfs.manifest import Manifest
-from skillfs.model import Change, Revision, Scope
+from skillfs.model import Change, Revision, Scope, same_revision
 from skillfs.names import check_domain
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.server.backend import Backend
@@ -42,10 +42,6 @@ Manifests = dict[tuple[Scope, str, int], pb.ScopedManifest]
 
 def _key(c: Change) -> tuple[Scope | None, str, int]:
     return (c.scope, c.skill or "", c.version or 0)
-
-
-def _same(a: Revision | None, b: Revision) -> bool:
-    return a is not None and a.epoch == b.epoch and a.counter == b.counter
 
 
 class Watching:
@@ -82,7 +78,7 @@ class Watching:
             stream.files = request.with_manifests and request.with_files
             # where the hub is already at `since`, its events from now on are all there is
             # to send: no read of the log (a grpc:// worker's watch reopening its stream)
-            behind = None if _same(self.backend.hub.position(domain), since) else since
+            behind = None if same_revision(self.backend.hub.position(domain), since) else since
             try:
                 async for event in self._follow(stream, context, principal, since, behind, wait):
                     yield event
@@ -158,7 +154,7 @@ class Watching:
         manifests: Manifests,
     ) -> dict[str, list[Change]]:
         hub, run = self.backend.hub, self.backend.run
-        behind = {d: r for d, r in since.items() if not _same(hub.position(d), r)}
+        behind = {d: r for d, r in since.items() if not same_revision(hub.position(d), r)}
         found = await run(self.engine.changes_many, behind, 0) if behind else {}
         deadline = time.monotonic() + wait
         while not found and not self.backend.stopping.is_set():
