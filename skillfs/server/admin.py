@@ -24,11 +24,11 @@ from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.backend import Backend
 from skillfs.server.rpc import (
     allowed,
-    asynchronous,
     bearer,
     check_sha,
     expected,
     messages,
+    on_loop,
     streaming,
     unary,
 )
@@ -58,7 +58,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         present = self.engine.touch_blobs(list(proven), now) if proven else set()
         return pb.TouchBlobsResponse(present=[proven[s] for s in sorted(present)])
 
-    @asynchronous
+    @on_loop
     async def UploadBlob(
         self,
         request: AsyncIterator[pb.UploadBlobRequest],
@@ -223,7 +223,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             }
         )
 
-    @asynchronous
+    @on_loop
     async def Publish(
         self,
         request: AsyncIterator[pb.PublishRequest],

@@ -214,30 +214,16 @@ def unary(fn: Method[T]) -> Callable[[Any, Any, grpc.aio.ServicerContext], Await
 def on_loop(
     fn: Method[Awaitable[T]],
 ) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[T]]:
-    """A unary handler whose body is a coroutine on the event loop (it awaits what it needs
-    from the store itself): no executor hand-off for the call as a whole."""
+    """A handler whose body is a coroutine on the event loop (it awaits what it needs from
+    the store itself): no executor hand-off for the call as a whole. A client-streaming one
+    reads `messages(request)` (the request is then the stream, which `well_formed` passes
+    through), so an idle stream holds no thread."""
 
     @functools.wraps(fn)
     async def handler(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
         backend = self.backend
         async with call(backend.tokens, backend.metrics, fn.__name__, context) as principal:
             return await fn(self, well_formed(request), context, principal)
-        raise AssertionError("unreachable: call() returns or aborts")
-
-    return handler
-
-
-def asynchronous(
-    fn: Method[Awaitable[T]],
-) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[T]]:
-    """A client-streaming handler (a coroutine reading `messages(request)`), run under `call`;
-    it waits for messages on the event loop, so an idle stream holds no thread."""
-
-    @functools.wraps(fn)
-    async def handler(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
-        backend = self.backend
-        async with call(backend.tokens, backend.metrics, fn.__name__, context) as principal:
-            return await fn(self, request, context, principal)
         raise AssertionError("unreachable: call() returns or aborts")
 
     return handler

@@ -21,7 +21,7 @@ from skillfs.names import check_domain
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.server.backend import Backend
 from skillfs.server.hub import Event, Stream, manifests_of
-from skillfs.server.rpc import asynchronous, bearer, streaming, well_formed
+from skillfs.server.rpc import bearer, on_loop, streaming
 from skillfs.store import Store
 
 #: Reads of the log a Watch stream makes by itself to catch up to the hub, at most.
@@ -85,14 +85,13 @@ class Watching:
             finally:
                 self.backend.hub.unsubscribe(stream)
 
-    @asynchronous
+    @on_loop
     async def WatchMany(
         self, request: pb.WatchManyRequest, context: grpc.ServicerContext, principal: Principal
     ) -> pb.WatchManyResponse:
         """`Engine.changes_many` for grpc:// clients: one call, one watch slot, however many
         domains. It waits on the hub's events (subscribed for the call), reading the store
         only for domains the hub is not at: an idle call costs no store call."""
-        request = well_formed(request)
         if len(request.domains) > MAX_WATCH_MANY:
             raise InvalidPath(
                 f"WatchMany names {len(request.domains)} domains: at most {MAX_WATCH_MANY}"
