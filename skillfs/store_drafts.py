@@ -29,9 +29,6 @@ from skillfs.store_governance import _agent_of, _scopes_of, check_message
 from skillfs.store_rollout import candidate_of, check_rule, describe, staged
 from skillfs.store_side import Carried, SideEntries, split_files
 
-if TYPE_CHECKING:
-    pass
-
 
 class Draft(BaseModel):
     """One draft awaiting review: who proposed which version, its findings, and the live
@@ -112,7 +109,7 @@ class Drafts(SideEntries):
         a market (`markets/<id>`) that this store may read, by scope and name."""
         out: list[Draft] = []
         for scope in _scopes_of(target) or self.scopes(_agent_of(str(target))):
-            live: dict[str, Manifest] = self._retrying(self.engine.load_scope, scope)
+            live: dict[str, Manifest] = self.entries(scope)
             for key, m in sorted(live.items()):
                 if m.deleted or not (key == DRAFTS or in_side(key, DRAFTS)):
                     continue

@@ -91,6 +91,8 @@ class Governance:
 
         def scopes(self, target: str | Scope) -> list[Scope]: ...
 
+        def entries(self, scope: Scope) -> dict[str, Manifest]: ...
+
     def who(self, actor: str | None = None) -> str:
         """The actor a commit is recorded by: `actor`, else the store's, else the default."""
         if actor is not None:
@@ -198,7 +200,7 @@ class Governance:
         return False
 
     def _unknown(self, scope: Scope, skill: str) -> str:
-        live = self._retrying(self.engine.load_scope, scope)
+        live = self.entries(scope)
         names = sorted(k for k, m in live.items() if not m.deleted and not is_hidden_dir(k))
         where = " (nor its agent's shared scope or any market)" if scope.kind == "user" else ""
         return f"skill {skill!r} does not exist in {scope}{where}; skills there: " + (
@@ -244,7 +246,7 @@ class Governance:
         """`audit` of these scopes, read from their manifests and history."""
         out: list[AuditEntry] = []
         for scope in scopes:
-            live = self._retrying(self.engine.load_scope, scope)
+            live = self.entries(scope)
             names = [skill] if skill is not None else sorted(live)
             older = self._retrying(self.engine.scope_history, scope, names)
             for name in names:

@@ -185,7 +185,7 @@ class SideEntries(Governance):
 
     def _side_names(self, scope: Scope, where: str) -> list[str]:
         """The names of a scope's live entries under `where` (`_drafts`, `.archive`)."""
-        live = self._retrying(self.engine.load_scope, scope)
+        live = self.entries(scope)
         return sorted(entry_name(k) for k, m in live.items() if in_side(k, where) and not m.deleted)
 
     # ------------------------------------------------------------------ legacy manifests
