@@ -17,6 +17,9 @@ from skillfs.similarity import jaccard, shingles, similar_pairs
 #: Two skills are near-duplicates when their descriptions or their SKILL.md bodies are at
 #: least this alike (Jaccard similarity of word shingles, 0-1).
 DUPLICATE_THRESHOLD = 0.8
+#: How long a skill is idle (neither used nor changed) before it is stale, and before it is
+#: archived, unless the caller says (the store, the CLI, the console and the curator).
+STALE_AFTER, ARCHIVE_AFTER = "30d", "90d"
 #: Shingle sizes: descriptions are short, so single words; bodies by runs of three words,
 #: so reordered paragraphs still match but a shared vocabulary alone does not.
 DESCRIPTION_SHINGLE, BODY_SHINGLE = 1, 3

@@ -11,7 +11,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from skillfs.curation import (
+    ARCHIVE_AFTER,
     DUPLICATE_THRESHOLD,
+    STALE_AFTER,
     CuratedSkill,
     CurationReport,
     DuplicatePair,
@@ -60,8 +62,8 @@ class Curation(SideEntries):
     def curate(
         self,
         target: str,
-        stale_after: float | str = "30d",
-        archive_after: float | str = "90d",
+        stale_after: float | str = STALE_AFTER,
+        archive_after: float | str = ARCHIVE_AFTER,
         *,
         dry_run: bool = True,
         now: float | None = None,

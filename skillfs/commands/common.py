@@ -24,6 +24,7 @@ from rich.segment import Segment, Segments
 from rich.table import Table
 from rich.text import Text
 
+from skillfs.durations import parse_duration
 from skillfs.engines import default_url, file_to_create
 from skillfs.errors import InvalidPath, SkillfsError
 from skillfs.model import Candidate, FileEntry, Finding, Manifest, Revision, Scope, error_findings
@@ -188,6 +189,14 @@ def parse_revision(text: str) -> Revision:
         raise typer.BadParameter(
             f"invalid revision {text!r}: give one as skillfs printed it (EPOCH:COUNTER)"
         ) from None
+
+
+def duration(text: str, option: str, *, zero: bool = False) -> float:
+    """Seconds of a duration option (30d, 2h, …); a bad one exits 2 naming the option."""
+    try:
+        return parse_duration(text, option, zero=zero)
+    except InvalidPath as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None
 
 
 def target_argument(metavar: str, help: str) -> Any:

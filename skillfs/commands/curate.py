@@ -13,6 +13,7 @@ from skillfs.commands.common import (
     StoreOption,
     TokenOption,
     command,
+    duration,
     emit_json,
     iso,
     opened,
@@ -20,16 +21,14 @@ from skillfs.commands.common import (
     plural,
     shown,
 )
-from skillfs.curation import CuratedSkill, CurationReport, DuplicatePair, SkillRef
-from skillfs.durations import parse_duration
-from skillfs.errors import InvalidPath
-
-
-def _duration(text: str, option: str) -> float:
-    try:
-        return parse_duration(text, option)
-    except InvalidPath as exc:
-        raise typer.BadParameter(str(exc), param_hint=option) from None
+from skillfs.curation import (
+    ARCHIVE_AFTER,
+    STALE_AFTER,
+    CuratedSkill,
+    CurationReport,
+    DuplicatePair,
+    SkillRef,
+)
 
 
 @command("curate", OPERATE)
@@ -48,11 +47,11 @@ def curate(
     ] = False,
     stale_after: Annotated[
         str, typer.Option("--stale-after", metavar="DURATION", help="Stale when idle this long.")
-    ] = "30d",
+    ] = STALE_AFTER,
     archive_after: Annotated[
         str,
         typer.Option("--archive-after", metavar="DURATION", help="Archive when idle this long."),
-    ] = "90d",
+    ] = ARCHIVE_AFTER,
     store_url: StoreOption = None,
     token: TokenOption = None,
     as_json: JsonOption = False,
@@ -60,8 +59,8 @@ def curate(
     """Report skills idle for --stale-after (stale) or --archive-after (to archive) and pairs
     of near-duplicate skills, each with why. Idle: neither used nor changed. With --apply the
     skills to archive move to .archive/ (restorable), each re-checked just before."""
-    stale = _duration(stale_after, "--stale-after")
-    cutoff = _duration(archive_after, "--archive-after")
+    stale = duration(stale_after, "--stale-after")
+    cutoff = duration(archive_after, "--archive-after")
     with opened(store_url, token) as store:
         targets = [target] if target is not None else store.agents()
         reports = [store.curate(t, stale, cutoff, dry_run=not apply) for t in targets]

@@ -20,11 +20,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from skillfs.auth import ENV_TOKENS
-from skillfs.commands.common import StoreOption, err, fail, out, shown
+from skillfs.commands.common import StoreOption, duration, err, fail, out, shown
 from skillfs.commands.transfer import read_source, skill_sources
-from skillfs.durations import parse_duration
 from skillfs.engines import DEFAULT_PATH, default_url
-from skillfs.errors import InvalidPath, SkillfsError
+from skillfs.errors import SkillfsError
 from skillfs.model import Scope
 from skillfs.store import Store
 
@@ -214,15 +213,8 @@ def _curate_config(every: str | None, idle: str) -> CurateConfig | None:
 
     if every is None:
         return None
-    try:
-        seconds = parse_duration(every, "--curate-every")
-    except InvalidPath as exc:
-        raise typer.BadParameter(str(exc), param_hint="--curate-every") from None
-    try:
-        quiet = parse_duration(idle, "--curate-idle", zero=True)
-    except InvalidPath as exc:
-        raise typer.BadParameter(str(exc), param_hint="--curate-idle") from None
-    return CurateConfig(every=seconds, idle=quiet)
+    seconds = duration(every, "--curate-every")
+    return CurateConfig(every=seconds, idle=duration(idle, "--curate-idle", zero=True))
 
 
 def _dev_tokens(path: Path) -> str:

@@ -19,6 +19,8 @@ import uuid
 
 from pydantic import BaseModel, ConfigDict
 
+from skillfs.curation import ARCHIVE_AFTER, STALE_AFTER
+from skillfs.durations import parse_duration
 from skillfs.errors import SkillfsError, StoreUnavailable
 from skillfs.store import Store
 
@@ -38,8 +40,8 @@ class CurateConfig(BaseModel):
 
     every: float
     idle: float = 7200.0
-    stale_after: float = 30 * 86400.0
-    archive_after: float = 90 * 86400.0
+    stale_after: float = parse_duration(STALE_AFTER)
+    archive_after: float = parse_duration(ARCHIVE_AFTER)
 
 
 class Curator:

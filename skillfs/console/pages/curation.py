@@ -13,12 +13,10 @@ from starlette.responses import Response
 from skillfs.auth import Level
 from skillfs.console import urls
 from skillfs.console.call import Call
+from skillfs.curation import ARCHIVE_AFTER, STALE_AFTER
 from skillfs.errors import PermissionDenied
 from skillfs.model import Manifest, Scope
 from skillfs.names import ARCHIVE, side_entry
-
-#: The report's windows unless the page asks for others (`Store.curate`'s defaults).
-DEFAULT_STALE, DEFAULT_ARCHIVE = "30d", "90d"
 
 
 @dataclass(frozen=True)
@@ -68,7 +66,7 @@ def _windows(call: Call) -> tuple[str, str]:
     source = call.form if call.method == "POST" else call.query
     values = [source.get(k, "") for k in ("stale_after", "archive_after")]
     stale, archive = (v.strip() if isinstance(v, str) else "" for v in values)
-    return stale or DEFAULT_STALE, archive or DEFAULT_ARCHIVE
+    return stale or STALE_AFTER, archive or ARCHIVE_AFTER
 
 
 def apply_agent(call: Call, agent: str) -> Response:
