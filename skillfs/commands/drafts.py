@@ -37,8 +37,8 @@ from skillfs.commands.govern import (
     one_target,
 )
 from skillfs.commands.helptext import Command, Group
-from skillfs.commands.rollout import EnvOption, FractionOption, UserOption
-from skillfs.model import CommitResult, Rollout, Scope
+from skillfs.commands.rollout import EnvOption, FractionOption, UserOption, rule_of
+from skillfs.model import CommitResult, Scope
 from skillfs.names import draft_entry
 from skillfs.store_drafts import Draft
 from skillfs.store_rollout import describe
@@ -207,7 +207,7 @@ def approve(
     `promote`); --into puts it in another scope of the agent (a user's draft into shared)."""
     name = skill_only(target)
     canary = env is not None or user is not None or fraction is not None
-    rule = Rollout(environments=env or [], users=user or [], fraction=fraction or 0.0)
+    rule = rule_of(env, user, fraction)
     with opened(store_url, token) as store:
         result = store.approve(
             scope,

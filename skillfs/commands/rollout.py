@@ -58,6 +58,13 @@ FractionOption = Annotated[
         help="This share of users (0-1) gets it, bucketed by a stable hash of the user.",
     ),
 ]
+
+
+def rule_of(env: list[str] | None, user: list[str] | None, fraction: float | None) -> Rollout:
+    """The rollout rule the --env, --user and --fraction options name."""
+    return Rollout(environments=env or [], users=user or [], fraction=fraction or 0.0)
+
+
 ExpectOption = Annotated[
     int | None,
     version_option("The version you staged against: a Conflict if the skill moved on since."),
@@ -91,7 +98,7 @@ def stage(
     --user, --fraction; any one is enough) get it at their next step, everyone else keeps
     the live version (a new skill: nobody else sees it). Staging again replaces the
     candidate. A candidate that breaks the spec needs --force."""
-    rule = Rollout(environments=env or [], users=user or [], fraction=fraction or 0.0)
+    rule = rule_of(env, user, fraction)
     with opened(store_url, token, create=True) as store:
         sources = skill_sources(directory, store.limits)
         if len(sources) != 1 or sources[0].root.resolve() != directory.resolve():
@@ -131,9 +138,9 @@ def widen(
         if m.candidate is None:
             raise InvalidPath(f"{scope}/{skill} has no staged candidate: stage one first")
         old = m.candidate.rollout
-        rule = Rollout(
-            environments=[*old.environments, *(e for e in env or [] if e not in old.environments)],
-            users=[*old.users, *(u for u in user or [] if u not in old.users)],
+        rule = Rollout(  # sorted and deduplicated by the rule itself
+            environments=[*old.environments, *(env or [])],
+            users=[*old.users, *(user or [])],
             fraction=old.fraction if fraction is None else fraction,
         )
         result = store.widen(scope, skill, rule, expected_version=m.version, message=message)
