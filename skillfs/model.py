@@ -222,6 +222,11 @@ class AuditEntry(BaseModel):
     commit_id: str
 
 
+#: A stored usage counter stops there (int64: SQLite's INTEGER, Redis's HINCRBY, the gRPC
+#: field) instead of overflowing (docs/consistency.md, "Limits").
+USAGE_MAX = 2**63 - 1
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class UsageStat:
     """How often something was loaded and when last (seconds since the epoch; 0.0: before
@@ -230,15 +235,19 @@ class UsageStat:
     count: int
     last_used: float
 
+    def plus(self, other: UsageStat) -> UsageStat:
+        """Both together: the counts summed (stopping at USAGE_MAX), the later last use."""
+        return UsageStat(
+            min(self.count + other.count, USAGE_MAX), max(self.last_used, other.last_used)
+        )
+
 
 def usage_by_skill(detail: dict[tuple[str, str], UsageStat]) -> dict[str, UsageStat]:
     """Per skill, over its users: the counts summed (saturating), the latest last use."""
     out: dict[str, UsageStat] = {}
     for (_, skill), stat in detail.items():
-        had = out.get(skill, UsageStat(0, 0.0))
-        out[skill] = UsageStat(
-            min(had.count + stat.count, 2**63 - 1), max(had.last_used, stat.last_used)
-        )
+        had = out.get(skill)
+        out[skill] = stat if had is None else had.plus(stat)
     return out
 
 

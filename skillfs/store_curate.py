@@ -144,15 +144,15 @@ class Curation(SideEntries):
         curation errs towards keeping); a market skill by every agent's."""
         kind, _, ident = domain.partition("/")
         if kind == "markets":
-            merged: dict[str, UsageStat] = {}
             known = self._retrying(self.engine.usage_agents)
-            for agent in known if known is not None else self.agents():
-                for skill, stat in usage_by_skill(self.usage_detail(agent)).items():
-                    had = merged.get(skill, UsageStat(0, 0.0))
-                    merged[skill] = UsageStat(
-                        min(had.count + stat.count, 2**63 - 1),
-                        max(had.last_used, stat.last_used),
-                    )
+            agents = known if known is not None else self.agents()
+            merged = usage_by_skill(  # each agent's uses of a skill, as a user's would be
+                {
+                    (a, s): st
+                    for a in agents
+                    for s, st in usage_by_skill(self.usage_detail(a)).items()
+                }
+            )
             return lambda scope, skill: merged.get(skill)
         detail = self.usage_detail(ident)
         by_skill = usage_by_skill(detail)

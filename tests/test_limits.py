@@ -12,9 +12,10 @@ import pytest
 import skillfs
 from skillfs import Put, Scope
 from skillfs.engines import redis_scripts
-from skillfs.engines.base import USAGE_MAX, CommitOp
+from skillfs.engines.base import CommitOp
 from skillfs.engines.redis import RedisEngine
 from skillfs.errors import InvalidPath, NotFound, TooLarge
+from skillfs.model import USAGE_MAX
 from skillfs.store_limits import USAGE_BATCH_MAX
 from tests.helpers import manifest, skill_md
 from tests.stores import url_for

@@ -19,7 +19,16 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict
 
 from skillfs.errors import InvalidPath, NotFound, StoreUnavailable
-from skillfs.model import Access, AuditEntry, Change, Manifest, Revision, Scope, UsageStat
+from skillfs.model import (
+    USAGE_MAX,
+    Access,
+    AuditEntry,
+    Change,
+    Manifest,
+    Revision,
+    Scope,
+    UsageStat,
+)
 
 MiB = 1024 * 1024
 N = TypeVar("N", int, float)
@@ -28,9 +37,6 @@ N = TypeVar("N", int, float)
 EMPTY = Revision(epoch="", counter=0)
 #: Change-log entries an engine keeps per domain unless its URL says `log_limit=`.
 LOG_LIMIT = 10_000
-#: A stored usage counter stops there (int64: SQLite's INTEGER, Redis's HINCRBY, the gRPC
-#: field) instead of overflowing (docs/consistency.md, "Limits").
-USAGE_MAX = 2**63 - 1
 #: Longest pause of the default `changes_many` between two looks at its domains.
 MANY_POLL = 0.05
 

@@ -132,6 +132,4 @@ def _encode(stat: UsageStat) -> bytes:
 
 
 def _plus(held: UsageStat | None, add: UsageStat) -> UsageStat:
-    if held is None:
-        return UsageStat(saturated(add.count), add.last_used)
-    return UsageStat(saturated(held.count + add.count), max(held.last_used, add.last_used))
+    return (held or UsageStat(0, 0.0)).plus(add)

@@ -16,7 +16,6 @@ from skillfs.engines.base import (
     check_lease,
     must_reset,
     reset_to,
-    saturated,
 )
 from skillfs.model import Change, Manifest, Revision, Scope, UsageStat
 
@@ -166,10 +165,8 @@ class MemoryEngine(Engine):
         with self._lock:
             held = self._usage[agent]
             for key, n in counts.items():
-                had = held.get(key, UsageStat(0, 0.0))
-                held[key] = UsageStat(
-                    saturated(had.count + n), max(had.last_used, times.get(key, 0.0))
-                )
+                add = UsageStat(n, times.get(key, 0.0))
+                held[key] = held.get(key, UsageStat(0, 0.0)).plus(add)
 
     def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         with self._lock:

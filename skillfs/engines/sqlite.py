@@ -19,7 +19,6 @@ from urllib.parse import unquote, urlsplit
 from skillfs.engines import sqlite_lease
 from skillfs.engines.base import (
     LOG_LIMIT,
-    USAGE_MAX,
     CommitOp,
     Engine,
     UrlOptions,
@@ -30,7 +29,7 @@ from skillfs.engines.base import (
 )
 from skillfs.engines.sqlite_file import SqliteFile
 from skillfs.errors import InvalidPath, StoreUnavailable
-from skillfs.model import Change, Manifest, Revision, Scope, UsageStat
+from skillfs.model import USAGE_MAX, Change, Manifest, Revision, Scope, UsageStat
 from skillfs.names import check_domain
 
 #: The schema this code writes; `PRAGMA user_version` of the file.
