@@ -20,6 +20,24 @@ P = ParamSpec("P")
 
 #: An unsized read asks for this many chunks at a time until the blob ends.
 UNSIZED_STEP = 8
+#: A small file: read ahead into the blob cache when its skill changes (a worker's follower,
+#: the server's hub) and carried in watch events (docs/server.md, "The serving model").
+SMALL_FILE_BYTES = 256 * 1024
+#: At most this many bytes are read ahead after one batch of changes.
+READ_AHEAD_BYTES = 8 * 1024 * 1024
+
+
+def small_files(entries: Iterable[FileEntry], budget: int = READ_AHEAD_BYTES) -> list[FileEntry]:
+    """The small files of `entries`, in order, each once, at most `budget` bytes in all: what
+    is read ahead of a changed skill."""
+    out: list[FileEntry] = []
+    taken: set[str] = set()
+    for e in entries:
+        if e.size <= min(SMALL_FILE_BYTES, budget) and e.sha256 not in taken:
+            taken.add(e.sha256)
+            out.append(e)
+            budget -= e.size
+    return out
 
 
 def sha256(data: bytes) -> str:

@@ -13,7 +13,7 @@ import pytest
 import skillfs
 from skillfs import Scope, Skills
 from skillfs.runtime.follower import watch_for
-from skillfs.server.watching import FILE_BYTES
+from skillfs.store_blobs import SMALL_FILE_BYTES
 from tests.stores import url_for
 
 AGENTS = [f"a{i:02d}" for i in range(50)]
@@ -190,7 +190,7 @@ def test_a_grpc_worker_of_one_agent_keeps_one_watch_stream_across_publishes(
             assert worker.snapshot().read_bytes("s", "notes.md") == notes
         assert subscribed == []  # the stream open before the publishes carried all five
         assert loads == []
-        big = b"x" * (FILE_BYTES + 1)  # over what an event carries (and a prefetch reads)
+        big = b"x" * (SMALL_FILE_BYTES + 1)  # over what an event carries (and a prefetch reads)
         rev = writer.publish(shared, "s", {"SKILL.md": md("s", 9), "big.bin": big}).revision
         assert follower.wait_for(rev, 10)
         assert loads == []

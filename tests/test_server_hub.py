@@ -23,7 +23,7 @@ from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.app import SkillfsServer
 from skillfs.server.backend import Caps
 from skillfs.server.hub import Event, Stream
-from skillfs.server.watching import FILE_BYTES
+from skillfs.store_blobs import SMALL_FILE_BYTES
 from support.grpc_servers import ADMIN, ALICE, BOB, running
 from tests.stores import url_for
 
@@ -320,7 +320,7 @@ def test_events_carry_the_small_files_of_the_manifests_the_token_may_read(
 ) -> None:
     """Asked `with_files`, an event carries the bytes of the small files of the manifests it
     shows (from the server's blob cache, which the hub warmed): alice's stream gets her
-    publish's files, checked against their digests; a file over FILE_BYTES is left out (read
+    publish's files, checked against their digests; a file over SMALL_FILE_BYTES is left out (read
     with ReadFile); bob, who may not read alice's scope, gets neither manifest nor file; a
     stream that did not ask gets the manifest alone."""
     with running(url, tmp_path) as server:
@@ -338,7 +338,7 @@ def test_events_carry_the_small_files_of_the_manifests_the_token_may_read(
 
             streams = [watch(ALICE, True), watch(BOB, True), watch(ALICE, False)]
             wait_until(lambda: server.backend.watches.open == 3)
-            notes, big = b"notes " * 100, b"b" * (FILE_BYTES + 1)
+            notes, big = b"notes " * 100, b"b" * (SMALL_FILE_BYTES + 1)
             c = store.publish(A, "s", {"SKILL.md": md("s", "v2"), "notes.md": notes, "big": big})
             alice, bob, plain = (next(s) for s in streams)
             m = manifest_from(alice.manifests[0].manifest_json)

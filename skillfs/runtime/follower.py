@@ -24,19 +24,16 @@ from dataclasses import dataclass
 
 from skillfs.engines.base import EMPTY
 from skillfs.errors import SkillfsError, StoreUnavailable
-from skillfs.model import Change, FileEntry, Manifest, Revision, Scope, same_revision
+from skillfs.model import Change, Manifest, Revision, Scope, same_revision
 from skillfs.runtime.cut import Key, find_cut
 from skillfs.runtime.layers import LayerSkills
 from skillfs.runtime.per_store import PerStore
 from skillfs.store import Store
+from skillfs.store_blobs import small_files
 from skillfs.store_watch import Watcher
 
 log = logging.getLogger(__name__)
 
-#: Files up to this size are read into the blob cache when their skill changes.
-PREFETCH_FILE_BYTES = 256 * 1024
-#: At most this many bytes are prefetched after one batch of changes.
-PREFETCH_BATCH_BYTES = 8 * 1024 * 1024
 #: Reads a sync may take before giving up. Each round reloads only the skills that a commit
 #: landing between two reads left out of date, so only a write storm on them gets this far.
 MAX_ROUNDS = 32
@@ -379,13 +376,7 @@ class Follower:
 
     def _warm(self, manifests: Sequence[Manifest]) -> None:
         """Read the changed skills' small files into the store's blob LRU, off the hot path."""
-        budget = PREFETCH_BATCH_BYTES
-        entries: list[FileEntry] = []
-        for m in manifests:
-            for e in m.files.values():
-                if e.size <= PREFETCH_FILE_BYTES and e.size <= budget:
-                    entries.append(e)
-                    budget -= e.size
+        entries = small_files(e for m in manifests for e in m.files.values())
         if entries:
             try:
                 self.store.read_entries(entries)

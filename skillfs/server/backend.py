@@ -10,7 +10,7 @@ import contextlib
 import functools
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -25,16 +25,13 @@ from skillfs.server.revisions import SharedReads
 from skillfs.server.rpc import Busy
 from skillfs.server.views import Views
 from skillfs.store import Store
+from skillfs.store_blobs import small_files
 
 T = TypeVar("T")
 MiB = 1024 * 1024
 #: Seconds between two looks at the tokens config for open Watch streams: a revoked token's
 #: stream ends within this plus the config's own re-check interval (`Tokens.RECHECK_SECONDS`).
 TOKENS_CHECK = 1.0
-#: What `seen` reads into the blob cache of a published manifest: its files up to this size,
-#: this many bytes in all (as a worker's follower prefetches them, runtime/follower.py).
-WARM_FILE_BYTES = 256 * 1024
-WARM_BYTES = 8 * MiB
 
 
 class Caps(BaseModel):
@@ -127,17 +124,15 @@ class Backend:
         self.stopping = asyncio.Event()
         self._tokens_task: asyncio.Task[None] | None = None
 
-    def seen(self, scope: Scope, m: Manifest) -> None:
-        """A manifest a publish just wrote (the hub loaded it for its events): index it for
-        blob proofs and read its small files into the blob cache, so the fleet's prefetching
-        ReadFile calls that follow are answered from memory on the event loop."""
-        self.proofs.index.remember(scope, m)
-        budget = WARM_BYTES
-        small = []
-        for _, e in m.all_files():  # a staged candidate's too: its workers read them
-            if e.size <= WARM_FILE_BYTES and e.size <= budget:
-                small.append(e)
-                budget -= e.size
+    def seen(self, written: Sequence[tuple[Scope, Manifest]]) -> None:
+        """The manifests a batch of the log wrote (the hub loaded them for its events): index
+        them for blob proofs and read their small files into the blob cache in one round trip
+        (`store_blobs.small_files`, as a worker's follower reads them ahead), so the events
+        carry them and the fleet's ReadFile calls are answered from memory on the loop."""
+        for scope, m in written:
+            self.proofs.index.remember(scope, m)
+        # a staged candidate's files too: its workers read them
+        small = small_files(e for _, m in written for _, e in m.all_files())
         if small:
             self.store.read_entries(small)
 

@@ -50,10 +50,10 @@ OFFER_BATCH = 64
 
 Run = Callable[..., Awaitable[object]]
 Sink = Callable[[Revision, Sequence[Change]], None]
-#: Told of each manifest an event's changes wrote (in the executor): the server indexes it
-#: for blob proofs and warms its blob cache with its small files, since a fleet's workers
-#: are about to read them (`Backend.seen`).
-Seen = Callable[[Scope, Manifest], None]
+#: Told of the manifests an event's changes wrote, together (in the executor): the server
+#: indexes them for blob proofs and warms its blob cache with their small files in one read,
+#: since a fleet's workers are about to read them (`Backend.seen`).
+Seen = Callable[[Sequence[tuple[Scope, Manifest]]], None]
 
 
 @dataclass(frozen=True, eq=False)
@@ -400,19 +400,21 @@ def _serve(jobs: queues.SimpleQueue[Callable[[], None] | None]) -> None:
 def manifests_of(
     engine: Engine, changes: Sequence[Change], seen: Seen | None = None
 ) -> dict[tuple[Scope, str, int], pb.ScopedManifest]:
-    """The manifest each put wrote, while it is still live: one load per scope; each is
-    handed to `seen` too."""
+    """The manifest each put wrote, while it is still live: one load per scope; all of them
+    are handed to `seen` together."""
     wanted: dict[Scope, dict[str, int]] = {}
     for c in changes:
         if c.op == "put" and c.scope is not None and c.skill is not None:
             wanted.setdefault(c.scope, {})[c.skill] = c.version or 0
     out: dict[tuple[Scope, str, int], pb.ScopedManifest] = {}
+    written: list[tuple[Scope, Manifest]] = []
     for scope, skills in wanted.items():
         for name, m in engine.load_skills(scope, list(skills)).items():
             if m is not None and m.version == skills[name]:
-                if seen is not None:
-                    seen(scope, m)
+                written.append((scope, m))
                 out[(scope, name, m.version)] = pb.ScopedManifest(
                     scope=str(scope), manifest_json=wire.manifest_bytes(m)
                 )
+    if seen is not None and written:
+        seen(written)
     return out

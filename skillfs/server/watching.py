@@ -23,6 +23,7 @@ from skillfs.server.backend import Backend
 from skillfs.server.hub import Event, Stream, manifests_of
 from skillfs.server.rpc import bearer, on_loop, streaming
 from skillfs.store import Store
+from skillfs.store_blobs import SMALL_FILE_BYTES
 
 #: Reads of the log a Watch stream makes by itself to catch up to the hub, at most.
 CATCH_UP_ROUNDS = 16
@@ -32,9 +33,8 @@ SHORT_WATCH = 0.25
 #: Domains one WatchMany call may name, and the longest it waits (the client asks again).
 MAX_WATCH_MANY = 10_000
 MANY_WAIT = 30.0
-#: Files an event carries when asked `with_files`: each at most this big (what a follower
-#: prefetches), and at most this many bytes in one event (under gRPC's 4 MiB message limit).
-FILE_BYTES = 256 * 1024
+#: Bytes of small files (`store_blobs.SMALL_FILE_BYTES` each) an event carries when asked
+#: `with_files`, at most (under gRPC's 4 MiB message limit).
 EVENT_FILE_BYTES = 1024 * 1024
 
 Manifests = dict[tuple[Scope, str, int], pb.ScopedManifest]
@@ -332,7 +332,7 @@ class Watching:
         budget = EVENT_FILE_BYTES
         for scoped in shown:
             for _, e in Manifest.from_json(scoped.manifest_json).all_files():
-                if e.sha256 in taken or e.size > min(FILE_BYTES, budget):
+                if e.sha256 in taken or e.size > min(SMALL_FILE_BYTES, budget):
                     continue
                 data = self.store.read_cached(e)
                 if data is not None:
