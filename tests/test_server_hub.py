@@ -374,30 +374,32 @@ def test_a_carried_file_that_does_not_match_its_digest_is_not_used() -> None:
         engine.close()
 
 
-def test_a_stream_that_reads_the_log_itself_gets_the_files_too(url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("wait", [0.1, 5.0], ids=["catch-up read", "held stream"])
+def test_a_stream_that_reads_the_log_itself_gets_the_files_too(
+    url: str, tmp_path: Path, wait: float
+) -> None:
     """A stream behind the hub (its `since` before a publish the hub never saw: written
     straight to the store) and a short catch-up `Watch` read the log and the manifests
     themselves; asked `with_files`, they read the small files into the server's blob cache as
-    the hub does, so their event carries them as well."""
+    the hub does, so their event carries them as well (each on a server of its own, whose
+    cache nothing else warmed)."""
     with running(url, tmp_path) as server:
         writer = skillfs.open_store(url)  # past the server: nothing of it is in its caches
         since = writer.publish(A, "s", {"SKILL.md": md("s")}).revision
         notes = b"notes " * 100
         writer.publish(A, "s", {"SKILL.md": md("s", "v2"), "notes.md": notes})
         with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as ch:
-            stub = pb_grpc.SkillReaderStub(ch)
-            for wait in (0.1, 5.0):  # a catch-up read, then a held stream
-                request = pb.WatchRequest(
-                    domain=DOMAIN,
-                    since=rev_to_pb(since),
-                    max_wait_seconds=wait,
-                    with_manifests=True,
-                    with_files=True,
-                )
-                stream = stub.Watch(request, metadata=meta(ALICE))
-                event = next(stream)
-                stream.cancel()
-                m = manifest_from(event.manifests[0].manifest_json)
-                carried = {f.sha256: f.data for f in event.files}
-                assert carried[m.files["notes.md"].sha256] == notes, wait
+            request = pb.WatchRequest(
+                domain=DOMAIN,
+                since=rev_to_pb(since),
+                max_wait_seconds=wait,
+                with_manifests=True,
+                with_files=True,
+            )
+            stream = pb_grpc.SkillReaderStub(ch).Watch(request, metadata=meta(ALICE))
+            event = next(stream)
+            stream.cancel()
+            m = manifest_from(event.manifests[0].manifest_json)
+            carried = {f.sha256: f.data for f in event.files}
+            assert carried[m.files["notes.md"].sha256] == notes
         writer.close()
