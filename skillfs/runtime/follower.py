@@ -369,7 +369,7 @@ class Follower:
             prefetch, self._prefetch = self._prefetch, []
             ready = self._cache.revision
         self._warm(prefetch)
-        if ready != self._ready:
+        if not same_revision(ready, self._ready):
             with self._lock:
                 self._ready = ready
                 self._changed.notify_all()

@@ -67,7 +67,7 @@ class SharedReads:
         names: set[str] = set()
         while self._waiting:
             domains, future = self._waiting[0]
-            if batch and len(names | set(domains)) > MAX_DOMAINS:
+            if batch and len(names) + len(set(domains) - names) > MAX_DOMAINS:
                 break
             self._waiting.popleft()
             if not future.done():  # else the call was cancelled meanwhile

@@ -245,7 +245,7 @@ class Watching:
         """What of `event` follows `since`: (changes, manifests, None), or ((), {}, since)
         when the stream is behind the event's start and must read the log itself."""
         b = event.before
-        if since.epoch == b.epoch and since.counter == b.counter:
+        if same_revision(since, b):
             return event.changes, event.manifests, None  # all of it (`_shown` may reuse it)
         if since.epoch == b.epoch and since.counter >= b.counter:
             return [c for c in event.changes if c.revision.counter > since.counter or (
