@@ -181,8 +181,12 @@ class Principal(BaseModel):
                 f"token {self.name!r} may read nothing in {domain}: ask an operator for a grant"
             )
 
+    def administers_agent(self, agent: str) -> bool:
+        """An admin grant covering the whole agent (`agent:A:admin` or `*:admin`)."""
+        return any(g.level >= Level.admin and g.covers_agent(agent) for g in self.grants)
+
     def require_agent_admin(self, agent: str) -> None:
-        if not any(g.level >= Level.admin and g.covers_agent(agent) for g in self.grants):
+        if not self.administers_agent(agent):
             raise PermissionDenied(
                 f"token {self.name!r} is not an admin of agent {agent!r}: this needs a grant "
                 f"'agent:{agent}:admin' or '*:admin'"

@@ -47,12 +47,14 @@ def effective(m: Manifest, scope: Scope, user: str, environment: str | None) -> 
     with no live version. The candidate is a new object, so `result is not m` says which."""
     c = m.candidate
     if c is not None and gets_candidate(c.rollout, scope, m.skill, user, environment):
-        return m.model_copy(
-            update={
-                "files": c.files,
-                "frontmatter": c.frontmatter,
-                "findings": c.findings,
-                "candidate": None,
-            }
-        )
+        return as_candidate(m)
     return m if has_live(m) else None  # (a tombstone carries no candidate)
+
+
+def as_candidate(m: Manifest) -> Manifest:
+    """`m` as the workers its rule reaches see it: its staged candidate's files, frontmatter
+    and findings under the same version and commit, nothing staged. `m` must have one."""
+    c = m.candidate
+    assert c is not None, "as_candidate of a manifest with nothing staged"
+    update = {"files": c.files, "frontmatter": c.frontmatter, "findings": c.findings}
+    return m.model_copy(update={**update, "candidate": None})

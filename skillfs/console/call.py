@@ -162,12 +162,8 @@ class Call:
     # ------------------------------------------------------------------ grants
 
     @property
-    def principal_name(self) -> str:
-        return self.session.principal.name
-
-    @property
     def actor(self) -> str:
-        """Who the console's writes are by: the signed-in token's name, passed as `actor=` on
+        """The signed-in token's name: who the console's writes are by, passed as `actor=` on
         every write (docs/governance.md, "Who and why"), never the server's own user@host."""
         return self.session.principal.name
 

@@ -34,7 +34,7 @@ class Permissions:
         kind, name = domain.split("/", 1)
         if kind == "markets":
             return self.principal.may(Level.admin, Scope.market(name))
-        return any(g.level >= Level.admin and g.covers_agent(name) for g in self.principal.grants)
+        return self.principal.administers_agent(name)
 
     def see(self, domain: str) -> bool:
         """Whether the token may read anything in `agents/A` or `markets/M`."""

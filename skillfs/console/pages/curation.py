@@ -82,7 +82,7 @@ def _apply(call: Call, domain: str) -> Response:
     last use is read again (one used or changed meanwhile is left in place and said so)."""
     if not call.can.admin(domain):
         raise PermissionDenied(
-            f"token {call.principal_name!r} may not curate {domain}: this needs an admin grant "
+            f"token {call.actor!r} may not curate {domain}: this needs an admin grant "
             "on it (curation reads usage and archives across its scopes)"
         )
     stale, archive = _windows(call)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from starlette.responses import Response
 
@@ -17,7 +16,7 @@ from skillfs.console.call import Call
 from skillfs.errors import InvalidPath
 from skillfs.model import Candidate, Manifest, Rollout, Scope
 from skillfs.names import check_id
-from skillfs.rollout import bucket, gets_candidate
+from skillfs.rollout import as_candidate, bucket, gets_candidate, has_live
 from skillfs.store_rollout import describe
 
 #: The most users the rollout panel names (an agent with more is asked about by user id).
@@ -94,16 +93,9 @@ def reach(call: Call, scope: Scope, m: Manifest) -> Reach | None:
 def candidate_manifest(m: Manifest) -> Manifest:
     """`m` as the workers the rule reaches see it: the candidate's files, frontmatter and
     findings under the same version (what `skillfs.rollout.effective` gives them)."""
-    c = m.candidate
-    if c is None:
+    if m.candidate is None:
         raise InvalidPath(f"{m.skill} has no staged candidate")
-    update: dict[str, Any] = {
-        "files": c.files,
-        "frontmatter": c.frontmatter,
-        "findings": c.findings,
-        "candidate": None,
-    }
-    return m.model_copy(update=update)
+    return as_candidate(m)
 
 
 def widen(call: Call, scope: Scope, skill: str) -> Response:
@@ -136,7 +128,7 @@ def abort(call: Call, scope: Scope, skill: str) -> Response:
     staged is deleted; its history stays)."""
     call.require(Level.write, scope)
     current = call.store.manifest(scope, skill, version=call.form_int("expected"))
-    staged_only = not current.files and not current.disabled
+    staged_only = not has_live(current)
     call.store.abort(scope, skill, expected_version=current.version, actor=call.actor)
     if staged_only:
         return call.done(
