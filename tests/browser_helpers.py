@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, Request, expect, sync_playwright
 
 CHROMIUM = "/usr/bin/chromium"
@@ -30,6 +31,13 @@ def chromium() -> Iterator[Browser]:
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield b
         b.close()
+
+
+@pytest.fixture(name="browser", scope="module")
+def module_browser() -> Iterator[Browser]:
+    """One headless chromium for a test module's pages."""
+    with chromium() as b:
+        yield b
 
 
 @contextmanager

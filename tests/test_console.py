@@ -154,8 +154,9 @@ def example_files(name: str) -> dict[str, File]:
     }
 
 
-@pytest.fixture
-def store() -> Iterator[skillfs.Store]:
+@pytest.fixture(name="store")
+def console_store() -> Iterator[skillfs.Store]:
+    """A memory store with two shared skills (the other console tests use it too)."""
     s = skillfs.open_store(f"memory://{uuid.uuid4().hex[:10]}")
     s.publish(SHARED, "code-reviewer", example_files("code-reviewer"))
     s.publish(SHARED, "release-notes", example_files("release-notes"))

@@ -25,9 +25,10 @@ from playwright.sync_api import Browser, Page, expect
 import skillfs
 from skillfs.console import ConsoleServer, make_app, serve
 from skillfs.model import File, Scope
-from tests.browser_helpers import (
+from tests.browser_helpers import (  # noqa: F401  (module_browser: a fixture)
     chromium,
     editor_text,
+    module_browser,
     set_editor,
     sign_in,
     signed_in,
@@ -60,12 +61,6 @@ def console(store: skillfs.Store) -> Iterator[ConsoleServer]:
     server = serve(make_app(store, admin_token=TOKEN))
     yield server
     server.stop()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with chromium() as b:
-        yield b
 
 
 @pytest.fixture

@@ -9,8 +9,15 @@ import time
 import skillfs
 from skillfs.model import File, Scope
 from skillfs.names import archive_entry
-from tests.test_console import AGENT, READER, SHARED, Client, skill_url
-from tests.test_console_governance import console_store, ops_client  # noqa: F401  (fixtures)
+from tests.test_console import (
+    AGENT,
+    READER,
+    SHARED,
+    Client,
+    console_store,  # noqa: F401  (a fixture)
+    skill_url,
+)
+from tests.test_console_governance import ops_client  # noqa: F401  (a fixture)
 
 CURATION = "/agents/support-bot/curation"
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import re
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +29,7 @@ from tests.test_console import (
     _rows,
     _scoped_client,
     _zip,
+    console_store,  # noqa: F401  (a fixture)
     example_files,
     md_text,
     skill_url,
@@ -42,16 +42,6 @@ WRITES = {
     "publish", "delete", "rollback", "commit", "disable", "enable", "stage", "widen",
     "promote", "abort", "propose", "approve", "reject", "archive", "restore", "curate",
 }  # fmt: skip
-
-
-@pytest.fixture(name="store")
-def console_store() -> Iterator[skillfs.Store]:
-    """A memory store with two shared skills (test_console_rollout.py uses it too)."""
-    s = skillfs.open_store(f"memory://{uuid.uuid4().hex[:10]}")
-    s.publish(SHARED, "code-reviewer", example_files("code-reviewer"))
-    s.publish(SHARED, "release-notes", example_files("release-notes"))
-    yield s
-    s.close()
 
 
 @pytest.fixture(name="client")
@@ -71,8 +61,9 @@ def ops_client(store: skillfs.Store) -> Iterator[Client]:
 
 
 def test_every_console_write_names_the_signed_in_token() -> None:
-    """Read from the source: a write the console makes without `actor=` would be recorded
-    as the server's own user@host, not as the operator who made it."""
+    """Read from the source: a write the console makes without `actor=call.actor` would be
+    recorded as the server's own user@host (or someone else), not as the operator who made
+    it."""
     missing = []
     for path in sorted(CONSOLE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -81,7 +72,9 @@ def test_every_console_write_names_the_signed_in_token() -> None:
                 and isinstance(node.func, ast.Attribute)
                 and node.func.attr in WRITES
                 and ast.unparse(node.func.value).endswith("store")
-                and not any(k.arg == "actor" for k in node.keywords)
+                and not any(
+                    k.arg == "actor" and ast.unparse(k.value) == "call.actor" for k in node.keywords
+                )
             ):
                 missing.append(f"{path.name}:{node.lineno}: {ast.unparse(node.func)}")
     assert not missing, missing

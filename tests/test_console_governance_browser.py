@@ -19,7 +19,11 @@ import skillfs
 from skillfs.auth import Tokens, tokens_document
 from skillfs.console import ConsoleServer, make_app, serve
 from skillfs.model import Scope
-from tests.browser_helpers import chromium, editor_text, signed_in
+from tests.browser_helpers import (  # noqa: F401  (module_browser: a fixture)
+    editor_text,
+    module_browser,
+    signed_in,
+)
 from tests.test_console import example_files
 
 TOKEN = "oncall-ana-token-0123456789"
@@ -44,12 +48,6 @@ def console(store: skillfs.Store) -> Iterator[ConsoleServer]:
     server = serve(make_app(store, tokens))
     yield server
     server.stop()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with chromium() as b:
-        yield b
 
 
 @pytest.fixture

@@ -10,8 +10,15 @@ from html import unescape
 import skillfs
 from skillfs.model import File, Scope
 from skillfs.names import draft_entry
-from tests.test_console import AGENT, READER, SHARED, Client, md_text
-from tests.test_console_governance import console_store, ops_client  # noqa: F401  (fixtures)
+from tests.test_console import (
+    AGENT,
+    READER,
+    SHARED,
+    Client,
+    console_store,  # noqa: F401  (a fixture)
+    md_text,
+)
+from tests.test_console_governance import ops_client  # noqa: F401  (a fixture)
 
 ALICE = Scope.user(AGENT, "alice")
 GREETER = b"---\nname: greeter\ndescription: Greets people politely.\n---\n\nSay hi.\n"
@@ -43,6 +50,8 @@ def test_queue_diff_approve_and_reject(client: Client, store: skillfs.Store) -> 
     assert r.status == 200 and "Approved the draft of code-reviewer: it is live" in r.text
     assert md_text(store, "code-reviewer") == text
     assert 'data-draft="code-reviewer"' not in r.text  # back on the queue, without it
+    approved = next(e for e in store.audit(AGENT) if e.action == "approve")
+    assert approved.actor == "ops"
 
     g = store.manifest(ALICE, draft_entry("greeter")).version
     r = client.post(

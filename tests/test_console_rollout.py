@@ -10,8 +10,15 @@ from html import unescape
 
 import skillfs
 from skillfs.model import File, Rollout
-from tests.test_console import AGENT, SHARED, Client, md_text, skill_url
-from tests.test_console_governance import console_store, ops_client  # noqa: F401  (fixtures)
+from tests.test_console import (
+    AGENT,
+    SHARED,
+    Client,
+    console_store,  # noqa: F401  (a fixture)
+    md_text,
+    skill_url,
+)
+from tests.test_console_governance import ops_client  # noqa: F401  (a fixture)
 
 SKILL = "code-reviewer"
 
