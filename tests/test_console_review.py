@@ -133,3 +133,15 @@ def test_approve_a_users_draft_into_the_shared_scope(client: Client, store: skil
     assert r.status == 200 and "it is live in support-bot · shared" in unescape(r.text)
     assert "greeter" in store.skills(SHARED) and "greeter" not in store.skills(ALICE)
     assert not [d for d in store.drafts(ALICE) if d.name == "greeter"]
+
+
+def test_a_users_drafts_are_not_counted_as_the_users_own_skills(
+    client: Client, store: skillfs.Store
+) -> None:
+    """The worker page counts the user's own skills: a draft waiting in the user's scope
+    (`_drafts/<name>`) is on the review queue, not one of them."""
+    store.publish(ALICE, "notes", {"SKILL.md": File(GREETER.replace(b"greeter", b"notes"))})
+    store.propose(ALICE, "greeter", {"SKILL.md": File(GREETER)}, actor="agent:support-bot/alice")
+    page = client.get("/agents/support-bot/users/alice")
+    assert page.status == 200
+    assert "alice’s own skills (1)" in unescape(page.text)

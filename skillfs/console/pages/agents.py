@@ -22,6 +22,12 @@ def skills_of(entries: dict[str, Manifest]) -> dict[str, Manifest]:
     return {k: m for k, m in entries.items() if not is_hidden_dir(k)}
 
 
+def own_skills(entries: dict[str, Manifest]) -> dict[str, Manifest]:
+    """A scope's own skills: no side entries, and no hiding entries (in a user's scope those
+    hide a skill from below: docs/governance.md)."""
+    return {k: m for k, m in skills_of(entries).items() if not m.hides}
+
+
 def home(call: Call) -> Response:
     """The agents and markets, 100 of each at a time (`?q=` filters both by id)."""
     nav = call.nav()
@@ -103,7 +109,7 @@ def agent_page(call: Call, agent: str) -> Response:
     for user in readable[:MAX_USERS_LISTED]:
         scope = Scope.user(agent, user)
         entries = skills_of(call.store.manifests(scope))
-        own = {k: m for k, m in entries.items() if not m.hides}
+        own = own_skills(entries)
         overrides = sorted(s for s in own if skills is not None and s in skills)
         hidden = sorted(k for k, m in entries.items() if m.hides)
         users.append(
@@ -142,7 +148,7 @@ def scope_page(call: Call, scope: Scope) -> Response:
     entries = {k: m for k, m in every.items() if not m.deleted}
     # a user's hiding entries are not skills of the user's: listed apart (docs/governance.md)
     hiding = sorted((m for m in entries.values() if m.hides), key=lambda m: m.skill)
-    manifests = {k: m for k, m in entries.items() if not m.hides}
+    manifests = own_skills(entries)
     page = paged(sorted(manifests.values(), key=lambda m: m.skill), call.query, _described)
     shared: dict[str, Manifest] = {}
     if scope.kind == "user" and scope.agent_id is not None:

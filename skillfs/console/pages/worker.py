@@ -6,6 +6,7 @@ from starlette.responses import Response
 
 from skillfs.auth import Level
 from skillfs.console.call import Call
+from skillfs.console.pages.agents import own_skills
 from skillfs.model import Candidate, Manifest, Scope
 from skillfs.names import check_id
 from skillfs.runtime import Market, Skills
@@ -38,7 +39,7 @@ def worker_page(call: Call, agent: str, user: str) -> Response:
         markets=all_markets,
         chosen=chosen,
         environment=environment or "",
-        own=sorted(k for k, m in entries.items() if not m.hides),
+        own=sorted(own_skills(entries)),
         entries=entries,
         layer_scopes={str(s): s for s in scopes},
         staged=_staged(call, scopes, own, entries),
