@@ -143,8 +143,7 @@ class Governance:
                 raise NotFound(self._unknown(scope, skill))
             if cur is not None and cur.disabled:
                 raise InvalidPath(f"{scope}/{skill} is already disabled: enable it first")
-            base = carried(cur) if cur is not None else {"files": {}}
-            return {**base, "disabled": True, "disabled_reason": reason}
+            return {**carried(cur), "disabled": True, "disabled_reason": reason}
 
         return self._edit(
             scope,
@@ -300,8 +299,11 @@ def _present(m: Manifest | None) -> bool:
     return m is not None and not m.deleted
 
 
-def carried(cur: Manifest) -> dict[str, Any]:
-    """The content of the current manifest, carried into the next version."""
+def carried(cur: Manifest | None) -> dict[str, Any]:
+    """The content of the current manifest, carried into the next version (none: an entry
+    with no files yet)."""
+    if cur is None:
+        return {"files": {}}
     return {
         "frontmatter": cur.frontmatter,
         "findings": cur.findings,

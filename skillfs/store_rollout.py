@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from skillfs.errors import InvalidPath, NotFound
 from skillfs.model import Candidate, CommitResult, File, FileEntry, Manifest, Put, Rollout, Scope
 from skillfs.names import check_skill_name, is_hidden_dir
+from skillfs.rollout import has_live
 from skillfs.store_governance import Governance, carried
 
 if TYPE_CHECKING:
@@ -112,11 +113,10 @@ class Rollouts(Governance):
                 )
             return {**carried(cur), "candidate": c.model_copy(update={"rollout": rule})}
 
-        return self._on_candidate(
+        return self._edit(
             scope,
             skill,
-            "widen",
-            edit,
+            self._on_candidate(scope, skill, "widen", edit),
             expected_version=expected_version,
             actor=actor,
             message=message or f"widened to {describe(rule)}",
@@ -145,11 +145,10 @@ class Rollouts(Governance):
                 "candidate": None,
             }
 
-        return self._on_candidate(
+        return self._edit(
             scope,
             skill,
-            "promote",
-            edit,
+            self._on_candidate(scope, skill, "promote", edit),
             expected_version=expected_version,
             actor=actor,
             message=message or "promoted the candidate",
@@ -170,15 +169,14 @@ class Rollouts(Governance):
         staged (never live) is deleted, so nobody sees it; its history stays."""
 
         def edit(cur: Manifest, c: Candidate) -> dict[str, Any]:
-            if not (cur.files or cur.disabled):  # staged, never live
+            if not has_live(cur):  # staged, never live
                 return {"deleted": True, "files": {}}
             return {**carried(cur), "candidate": None}
 
-        return self._on_candidate(
+        return self._edit(
             scope,
             skill,
-            "abort",
-            edit,
+            self._on_candidate(scope, skill, "abort", edit),
             expected_version=expected_version,
             actor=actor,
             message=message or "aborted the candidate",
@@ -191,13 +189,8 @@ class Rollouts(Governance):
         skill: str,
         what: str,
         change: Callable[[Manifest, Candidate], dict[str, Any]],
-        *,
-        expected_version: int | None,
-        actor: str | None,
-        message: str,
-        commit_id: str | None,
-    ) -> CommitResult:
-        """One commit of the step `what` (widen, promote, abort) of the skill's staged
+    ) -> Callable[[Manifest | None], dict[str, Any]]:
+        """The edit of the step `what` (widen, promote, abort) of the skill's staged
         candidate: `change` gives the next version from the current one and its candidate."""
 
         def edit(cur: Manifest | None) -> dict[str, Any]:
@@ -205,15 +198,7 @@ class Rollouts(Governance):
             assert cur is not None  # _candidate found one
             return {**change(cur, c), "operation": what}
 
-        return self._edit(
-            scope,
-            skill,
-            edit,
-            expected_version=expected_version,
-            actor=actor,
-            message=message,
-            commit_id=commit_id,
-        )
+        return edit
 
     def _candidate(self, scope: Scope, skill: str, cur: Manifest | None, what: str) -> Candidate:
         """The staged candidate `what` acts on; NotFound naming the fix when there is none."""
@@ -246,8 +231,7 @@ def candidate_of(
 
 def staged(cur: Manifest | None, candidate: Candidate, operation: str) -> dict[str, Any]:
     """The next version of `cur` (none: a new skill, live for nobody) holding `candidate`."""
-    base = carried(cur) if cur is not None else {"files": {}}
-    return {**base, "candidate": candidate, "operation": operation}
+    return {**carried(cur), "candidate": candidate, "operation": operation}
 
 
 def check_rule(scope: Scope, rollout: Rollout) -> Rollout:
