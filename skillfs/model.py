@@ -18,7 +18,7 @@ from skillfs.manifest import Finding as Finding
 from skillfs.manifest import Manifest as Manifest
 from skillfs.manifest import Rollout as Rollout
 from skillfs.manifest import error_findings as error_findings
-from skillfs.names import check_id
+from skillfs.names import check_domain, check_id
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,16 @@ class Scope(BaseModel):
 @functools.lru_cache(maxsize=4096)
 def _parse_scope(text: str) -> Scope:
     return Scope._parse(text)
+
+
+def target_domain(target: str | Scope) -> str:
+    """The domain a target names: a scope's, a domain (`agents/A`, `markets/M`) as given, or
+    an agent's by its bare id (the targets of audit, drafts and curation)."""
+    if isinstance(target, Scope):
+        return target.domain
+    if "/" in target:
+        return check_domain(target)
+    return f"agents/{check_id('agent', target)}"
 
 
 class Access(BaseModel):

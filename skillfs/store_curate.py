@@ -24,8 +24,8 @@ from skillfs.curation import (
 )
 from skillfs.durations import format_duration, parse_duration
 from skillfs.errors import Conflict, InvalidPath, NotFound
-from skillfs.model import Manifest, Scope, UsageStat, usage_by_skill
-from skillfs.names import check_domain, is_hidden_dir
+from skillfs.model import Manifest, Scope, UsageStat, target_domain, usage_by_skill
+from skillfs.names import is_hidden_dir
 from skillfs.skill_md import SKILL_MD, parse_skill_md
 from skillfs.store_side import SideEntries
 
@@ -128,8 +128,7 @@ class Curation(SideEntries):
 
     def _curated_domain(self, target: str) -> str:
         """`agents/A` or `markets/M` from an agent id or a domain; NotFound when never written."""
-        domain = target if "/" in target else f"agents/{target}"
-        check_domain(domain)
+        domain = target_domain(target)
         known = self._retrying(self.engine.domains)
         if domain not in known:
             raise NotFound(

@@ -25,7 +25,7 @@ from skillfs.model import (
 )
 from skillfs.names import DRAFTS, draft_entry, entry_name, in_side
 from skillfs.store_commit import Prepared, refuse_errors
-from skillfs.store_governance import _agent_of, _scopes_of, check_message
+from skillfs.store_governance import check_message
 from skillfs.store_rollout import candidate_of, check_rule, describe, staged
 from skillfs.store_side import Carried, SideEntries, split_files
 
@@ -108,7 +108,7 @@ class Drafts(SideEntries):
         """The drafts of a scope, or of every scope of an agent (by id or `agents/<id>`) or of
         a market (`markets/<id>`) that this store may read, by scope and name."""
         out: list[Draft] = []
-        for scope in _scopes_of(target) or self.scopes(_agent_of(str(target))):
+        for scope in self.scopes_named(target):
             live: dict[str, Manifest] = self.entries(scope)
             for key, m in sorted(live.items()):
                 if m.deleted or not (key == DRAFTS or in_side(key, DRAFTS)):

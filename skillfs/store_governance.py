@@ -12,7 +12,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from skillfs.errors import InvalidPath, NotFound
-from skillfs.model import AuditEntry, CommitResult, Manifest, Scope
+from skillfs.model import AuditEntry, CommitResult, Manifest, Scope, target_domain
 from skillfs.names import DRAFTS, check_entry, in_side, is_hidden_dir
 from skillfs.store_commit import Edit, Prepared, edited
 
@@ -208,6 +208,13 @@ class Governance:
 
     # ------------------------------------------------------------------ audit
 
+    def scopes_named(self, target: str | Scope) -> list[Scope]:
+        """The scopes a target names: a scope itself, else every written scope of its domain
+        (an agent by id or `agents/<id>`, a market by `markets/<id>`)."""
+        if isinstance(target, Scope):
+            return [target]
+        return list(self._retrying(self.engine.scopes, target_domain(target)))
+
     def audit(
         self,
         target: str | Scope,
@@ -229,7 +236,7 @@ class Governance:
         remote = self._retrying(self.engine.audit, str(target), **wanted)
         if remote is not None:
             return list(remote)
-        scopes = _scopes_of(target) or self.scopes(_agent_of(str(target)))
+        scopes = self.scopes_named(target)
         return self.audit_scopes(scopes, **wanted)
 
     def audit_scopes(
@@ -256,22 +263,6 @@ class Governance:
                         out.append(entry)
         out.sort(key=lambda e: (e.committed_at, e.version), reverse=True)
         return out[:limit]
-
-
-def _scopes_of(target: str | Scope) -> list[Scope]:
-    """The scopes a scope or market target names by itself (an agent's are listed)."""
-    if isinstance(target, Scope):
-        return [target]
-    if target.startswith("markets/"):
-        return [Scope.market(target.split("/", 1)[1])]
-    return []
-
-
-def _agent_of(target: str) -> str:
-    """An agent id from an agent id or its domain (`agents/A`)."""
-    if target.startswith("agents/"):
-        return target.split("/", 1)[1]
-    return target
 
 
 def _entry(scope: Scope, m: Manifest, before: Manifest | None) -> AuditEntry:

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from skillfs.engines.base import EMPTY, Engine
 from skillfs.errors import InvalidPath, StoreUnavailable
-from skillfs.model import Change, Revision, Scope
-from skillfs.names import check_domain, check_id
+from skillfs.model import Change, Revision, Scope, target_domain
+from skillfs.names import check_domain
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -263,7 +263,7 @@ class Following:
                 f"{target!r} is not an agent id: give a Scope, or a domain to "
                 "domain_revisions() or follow_domain()"
             )
-        return f"agents/{check_id('agent', target)}"
+        return target_domain(target)
 
     def revision(self, target: str | Scope) -> Revision | None:
         """The revision of an agent (by id) or of a scope's domain; None if never written."""
