@@ -31,9 +31,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import skillfs
 from bench import common
-from skillfs import File, Scope, Skills
+from skillfs import Scope, Skills
 from skillfs.manifest import Manifest
 from skillfs.model import Rollout
+from tests.test_manifest_memory import three_files  # the skill the test caches
 
 SHARED = Scope.shared("mem-bot")
 
@@ -89,21 +90,6 @@ class _Manifest(BaseModel):
 @functools.lru_cache(maxsize=8192)
 def _parse_before(raw: bytes) -> _Manifest:
     return _Manifest.model_validate_json(raw)
-
-
-def three_files(i: int) -> dict[str, File | bytes]:
-    """The skill tests/test_manifest_memory.py caches: SKILL.md, a reference, a script."""
-    name = f"skill-{i:05d}"
-    description = (
-        f"Handles {name} tasks end to end; gathers the inputs, checks them against the "
-        f"team's rules and explains each decision. Use when the user asks for {name} work."
-    )
-    body = "".join(f"{k}. Step {k} of the {name} procedure.\n" for k in range(12))
-    return {
-        "SKILL.md": f"---\nname: {name}\ndescription: {description}\n---\n\n{body}".encode(),
-        "references/guide.md": (f"# {name} guide\n" + "Rules and examples.\n" * 20).encode(),
-        "scripts/run.sh": File(f"#!/bin/sh\n# {name}\n{'echo step; ' * 30}\n".encode(), 0o755),
-    }
 
 
 def held_bytes(build: Callable[[], object], exclude: str | None = None) -> tuple[int, object]:
