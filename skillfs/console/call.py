@@ -197,6 +197,21 @@ class Call:
             **context,
         )
 
+    def render_domain(
+        self, template: str, domain: str, name: str, status: int = 200, **context: Any
+    ) -> Response:
+        """A page about one agent or market (`domain`, named `name`), with its kind and
+        revision (shown in the header, and followed by the page's live updates)."""
+        return self.render(
+            template,
+            status,
+            domain=domain,
+            name=name,
+            kind=domain.split("/")[0],
+            revision=self.store.domain_revisions([domain])[domain],
+            **context,
+        )
+
     def done(self, location: str, message: str) -> Response:
         """Redirect after a successful POST, with a message for the next page."""
         resp = redirect(location)

@@ -54,12 +54,10 @@ def _activity(call: Call, domain: str, name: str, scopes: list[Scope], *, every:
             scopes, since=since, until=until, actor=actor, skill=skill, limit=MAX_ENTRIES
         )
     page = paged(entries, call.query, _text, keep=wanted)
-    return call.render(
+    return call.render_domain(
         "activity.html",
-        domain=domain,
-        name=name,
-        kind=domain.split("/")[0],
-        revision=call.store.domain_revisions([domain])[domain],
+        domain,
+        name,
         entries=page.items,
         page=page,
         wanted=wanted,

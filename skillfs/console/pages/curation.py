@@ -47,12 +47,10 @@ def _page(call: Call, domain: str, name: str, scopes: list[Scope]) -> Response:
     windows = _windows(call)
     admin = call.can.admin(domain)
     report = call.store.curate(domain, *windows, actor=call.actor) if admin else None
-    return call.render(
+    return call.render_domain(
         "curation.html",
-        domain=domain,
-        name=name,
-        kind=domain.split("/")[0],
-        revision=call.store.domain_revisions([domain])[domain],
+        domain,
+        name,
         archived=archived_in(call, scopes),
         report=report,
         admin=admin,

@@ -39,12 +39,10 @@ def _queue(call: Call, domain: str, name: str) -> Response:
     drafts = [d for d in call.store.drafts(domain) if call.can.read(d.scope)]
     drafts.sort(key=lambda d: (-d.committed_at, d.name))
     page = paged(drafts, call.query, _text)
-    return call.render(
+    return call.render_domain(
         "review.html",
-        domain=domain,
-        name=name,
-        kind=domain.split("/")[0],
-        revision=call.store.domain_revisions([domain])[domain],
+        domain,
+        name,
         drafts=page.items,
         page=page,
     )
