@@ -116,13 +116,13 @@ class Drafts(SideEntries):
                 now = live.get(entry_name(key))
                 now_v = now.version if now is not None and not now.deleted else 0
                 if key != DRAFTS:
-                    out.append(_draft(scope, entry_name(key), m, now_v, m.findings, m.base_version))
+                    out.append(draft_of(scope, entry_name(key), m, now_v))
                     continue
                 for name in split_files(scope, m):  # an older skillfs's single manifest
                     held = live.get(name)
                     held_v = held.version if held is not None and not held.deleted else 0
                     found = [_legacy_finding(scope)]
-                    out.append(_draft(scope, name, m, held_v, found, None, legacy=True))
+                    out.append(draft_of(scope, name, m, held_v, found, legacy=True))
         return out
 
     def approve(
@@ -156,7 +156,7 @@ class Drafts(SideEntries):
 
         def take(cur: Manifest | None) -> dict[str, Any]:
             if cur is None:
-                raise NotFound(self._no_draft(scope, name))
+                raise NotFound(self.no_draft(scope, name))
             if strict:
                 refuse_errors(name, cur.findings)
             return carried.take(cur, "approve")
@@ -229,7 +229,7 @@ class Drafts(SideEntries):
 
         def take(cur: Manifest | None) -> dict[str, Any]:
             if cur is None:
-                raise NotFound(self._no_draft(scope, name))
+                raise NotFound(self.no_draft(scope, name))
             return {"deleted": True, "files": {}, "operation": "reject"}
 
         return self._moves(
@@ -239,7 +239,8 @@ class Drafts(SideEntries):
             message=check_message(reason) or "rejected",
         )
 
-    def _no_draft(self, scope: Scope, name: str) -> str:
+    def no_draft(self, scope: Scope, name: str) -> str:
+        """Why there is no draft `name` to act on in `scope`, naming the drafts there."""
         held = self.drafts(scope)
         if any(d.name == name and d.legacy for d in held):
             return (
@@ -283,16 +284,19 @@ def _check_base(scope: Scope, name: str, draft: Manifest, cur: Manifest | None) 
     )
 
 
-def _draft(
+def draft_of(
     scope: Scope,
     name: str,
     m: Manifest,
     live_version: int,
-    findings: Sequence[Finding],
-    base: int | None,
+    legacy_findings: Sequence[Finding] = (),
     *,
     legacy: bool = False,
 ) -> Draft:
+    """The draft of `name` that `m` holds (its own `_drafts/<name>` entry, or an older
+    skillfs's single `_drafts` manifest: `legacy`), against the live version `live_version`."""
+    findings = legacy_findings if legacy else m.findings
+    base = None if legacy else m.base_version
     return Draft(
         scope=scope,
         name=name,

@@ -18,7 +18,7 @@ from skillfs.console.paging import paged
 from skillfs.errors import NotFound
 from skillfs.model import Scope
 from skillfs.names import draft_entry
-from skillfs.store_drafts import Draft
+from skillfs.store_drafts import Draft, draft_of
 from skillfs.store_rollout import describe
 
 
@@ -56,9 +56,11 @@ def _text(d: Draft) -> tuple[str, ...]:
 def draft_page(call: Call, scope: Scope, skill: str) -> Response:
     """One draft: what it changes against the live skill, its findings, and the decisions."""
     call.require(Level.read, scope)
-    draft = _draft(call, scope, skill)
-    m = call.store.manifest(scope, draft_entry(skill))
-    live = call.store.manifests(scope, [skill]).get(skill)
+    held = call.store.manifests(scope, [draft_entry(skill), skill])  # one round trip
+    m, live = held.get(draft_entry(skill)), held.get(skill)
+    if m is None:
+        raise NotFound(f"{call.store.no_draft(scope, skill)} (approved or rejected already?)")
+    draft = draft_of(scope, skill, m, live.version if live is not None else 0)
     text = skill_md_text(call.store, m)
     return call.render_scope(
         "draft.html",
@@ -71,19 +73,6 @@ def draft_page(call: Call, scope: Scope, skill: str) -> Response:
         diffs=diff_manifests(call.store, live, m),
         shared_scope=Scope.shared(scope.agent_id) if scope.agent_id else None,
     )
-
-
-def _draft(call: Call, scope: Scope, skill: str) -> Draft:
-    """The draft of `skill` in `scope` as the queue lists it; NotFound naming the others."""
-    drafts = call.store.drafts(scope)
-    found = next((d for d in drafts if d.name == skill), None)
-    if found is None:
-        others = ", ".join(d.name for d in drafts[:50]) or "none"
-        raise NotFound(
-            f"{scope} has no draft of {skill!r} (approved or rejected already?); drafts "
-            f"there: {others}"
-        )
-    return found
 
 
 def approve(call: Call, scope: Scope, skill: str) -> Response:
