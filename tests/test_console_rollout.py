@@ -136,7 +136,13 @@ def test_edit_the_candidate_and_a_skill_never_live(client: Client, store: skillf
     editor = client.get(skill_url("greeter", "files/SKILL.md"))
     assert "Say hi." in editor.text and 'name="candidate" value="1"' in editor.text
     assert "Save to the candidate" in editor.text and 'value="staging"' in editor.text
+    assert "Edit the live version" not in editor.text  # there is none
     v = store.manifest(SHARED, "greeter").version
+    bad_rule = {"path": "SKILL.md", "content": new.decode(), "base": str(v), "expected": str(v)}
+    again = client.post(
+        skill_url("greeter", "save"), {**bad_rule, "candidate": "1", "percent": "200"}
+    )
+    assert again.status == 400 and "Edit the live version" not in again.text  # nor here
     r = client.post(
         skill_url("greeter", "save"),
         {

@@ -61,9 +61,8 @@ def editor_page(call: Call, scope: Scope, skill: str, path: str = "") -> Respons
         findings=shown(stored_findings(call.store, m), text),
         base=m.version,
         expected=m.version,
-        staged=live.candidate,
+        stored=live,
         on_candidate=on_candidate,
-        staged_only=not has_live(live),
     )
 
 
@@ -82,12 +81,12 @@ def render_editor(
     markers: bool = False,
     conflict: dict[str, Any] | None = None,
     rule_error: str = "",
-    staged: Candidate | None = None,
+    stored: Manifest | None = None,
     on_candidate: bool = False,
-    staged_only: bool = False,
 ) -> Response:
-    """The editor of `path` in `m` (the candidate's files when `on_candidate`); `staged` is
-    the candidate staged now, if any."""
+    """The editor of `path` in `m` (the candidate's files when `on_candidate`); `stored` is
+    the skill's entry as stored now (its staged candidate, whether it was ever live)."""
+    staged = stored.candidate if stored is not None else None
     newline = "crlf" if content and "\r\n" in content else "lf"
     return call.render_scope(
         "editor.html",
@@ -108,7 +107,7 @@ def render_editor(
         rule_error=rule_error,
         staged=staged,
         on_candidate=on_candidate,
-        staged_only=staged_only,
+        staged_only=stored is not None and not has_live(stored),
         prose=path.lower().endswith(PROSE_SUFFIXES),
         tree=file_tree(sorted(set(m.files) | {path})),
     )
@@ -154,9 +153,8 @@ def save(call: Call, scope: Scope, skill: str) -> Response:
     files = with_file(loaded, path, data)
     text = data.decode("utf-8")
 
-    def refused(markers: bool) -> Response:
-        """The editor again with the text kept, its findings (the warnings too) and **Save
-        anyway**: the spec refused it, or it still holds conflict markers."""
+    def again(status: int, **why: Any) -> Response:
+        """The editor again with the text kept and its findings (the warnings too)."""
         findings = findings_of(call.store, skill, files)
         return render_editor(
             call,
@@ -167,12 +165,15 @@ def save(call: Call, scope: Scope, skill: str) -> Response:
             findings=shown(findings, text if path == SKILL_MD else None),
             base=base,
             expected=expected,
-            status=422,
-            needs_force=True,
-            markers=markers,
-            staged=stored.candidate,
+            status=status,
+            stored=stored,
             on_candidate=on_candidate,
+            **why,
         )
+
+    def refused(markers: bool) -> Response:
+        """With **Save anyway**: the spec refused it, or it still holds conflict markers."""
+        return again(422, needs_force=True, markers=markers)
 
     if has_markers(text) and not forced(call):
         return refused(markers=True)
@@ -180,22 +181,7 @@ def save(call: Call, scope: Scope, skill: str) -> Response:
     try:
         rule = rollout_of(call) if canary else None
     except InvalidPath as exc:  # the text stays in the editor, with what to fix in the rule
-        return render_editor(
-            call,
-            scope,
-            loaded,
-            path,
-            text,
-            findings=shown(
-                findings_of(call.store, skill, files), text if path == SKILL_MD else None
-            ),
-            base=base,
-            expected=expected,
-            status=400,
-            rule_error=str(exc),
-            staged=stored.candidate,
-            on_candidate=on_candidate,
-        )
+        return again(400, rule_error=str(exc))
     try:
         if rule is not None:
             result = call.store.stage(
@@ -289,7 +275,7 @@ def _conflict(
         expected=current.version if current else 0,
         status=409,
         conflict=conflict,
-        staged=staged,
+        stored=now,
         on_candidate=on_candidate,
     )
 
