@@ -79,7 +79,10 @@ def test_archive_and_restore_are_one_commit_each(store: skillfs.Store) -> None:
     done = store.archive(SHARED, "a", reason="unused for 90 days", actor="curator")
     assert done.versions == {"a": 3, ".archive/a": 1}
     assert store.revision("support-bot") > rev
-    # one commit: the tombstone and the archive entry carry its one commit id
+    # one commit: the revision moved by one, and the tombstone and the archive entry carry
+    # its one commit id
+    after = store.revision("support-bot")
+    assert rev is not None and after is not None and after.counter == rev.counter + 1
     tomb = store.manifests(SHARED, deleted=True)["a"]
     assert tomb.commit_id == store.manifest(SHARED, ".archive/a").commit_id == done.commit_id
     assert "a" not in view(store, "alice") and store.skills(SHARED) == []
@@ -90,6 +93,7 @@ def test_archive_and_restore_are_one_commit_each(store: skillfs.Store) -> None:
         store.archive(SHARED, "a")
     back = store.restore(SHARED, "a")
     assert back.versions == {".archive/a": 2, "a": 4}
+    assert back.revision.counter == after.counter + 1
     restored = store.manifest(SHARED, "a").commit_id
     assert restored == store.manifests(SHARED, deleted=True)[".archive/a"].commit_id
     assert restored == back.commit_id

@@ -16,6 +16,7 @@ import pytest
 import skillfs
 from skillfs import Scope, Skills, Store
 from skillfs.errors import InvalidPath
+from skillfs.names import draft_entry
 from skillfs.store_limits import Limits
 from tests.runtime_helpers import md
 from tests.stores import url_for
@@ -462,6 +463,8 @@ def test_a_skill_hidden_from_the_user_is_edited_from_what_the_step_sees(store: S
     bob = Skills(store, "bot", "bob", skill_writes="draft").snapshot()
     edit = {"action": "write_file", "name": "faq", "path": "b.md", "content": "b"}
     assert ok(bob.call_tool("skill_manage", edit))["status"] == "draft"
+    drafted = store.manifest(Scope.user("bot", "bob"), draft_entry("faq"))
+    assert set(drafted.files) == {"SKILL.md", "a.md", "b.md"}  # the shared skill, plus b.md
     alice = Skills(store, "bot", "alice", skill_writes="draft").snapshot()
     refused = alice.call_tool("skill_manage", edit)  # alice's step does not see faq
     assert "'faq' does not exist: use action 'create'" in refused
