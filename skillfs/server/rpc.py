@@ -198,17 +198,15 @@ Method = Callable[[Any, Any, Any, Principal], T]
 
 
 def unary(fn: Method[T]) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[T]]:
-    """A unary handler of a servicer with a `backend`: authorized on the event loop, its body
-    (which blocks on the store) run in the backend's one bounded executor."""
+    """A unary handler of a servicer with a `backend`: authorized on the event loop (as
+    `on_loop`), its body (which blocks on the store) run in the backend's one bounded
+    executor."""
 
     @functools.wraps(fn)
-    async def handler(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
-        backend = self.backend
-        async with call(backend.tokens, backend.metrics, fn.__name__, context) as principal:
-            return cast(T, await backend.run(fn, self, well_formed(request), context, principal))
-        raise AssertionError("unreachable: call() returns or aborts")
+    async def in_executor(self: Any, request: Any, context: Any, principal: Principal) -> T:
+        return cast(T, await self.backend.run(fn, self, request, context, principal))
 
-    return handler
+    return on_loop(in_executor)
 
 
 def on_loop(
