@@ -43,7 +43,7 @@ class ManifestIndex:
         return self._items.get((scope, skill, version))
 
     def files(self, scope: Scope, skill: str, version: int) -> dict[str, int] | None:
-        hit = self._items.get((scope, skill, version))
+        hit = self.cached(scope, skill, version)
         if hit is not None:
             return hit
         live = self._engine.load_skills(scope, [skill]).get(skill)
