@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import grpc
+import grpc.experimental
 
 from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import CommitOp, Engine, UrlOptions
@@ -53,6 +54,10 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 1000),
     ("grpc.keepalive_time_ms", 20_000),
     ("grpc.keepalive_timeout_ms", 5_000),
+    # A Watch stream is read on the thread that waits for it, in grpc's core: no hop through
+    # the channel's spin thread per event, and no wake-up every 100 ms per waiting stream
+    # (a process holding many followers' streams idles).
+    (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
 ]
 
 
