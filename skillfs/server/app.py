@@ -37,6 +37,7 @@ from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.admin import Admin
 from skillfs.server.backend import Backend, Caps
 from skillfs.server.curator import CurateConfig, Curator
+from skillfs.server.grpc_wakeups import drain_wakeups
 from skillfs.server.http import ASGIApp, HttpPort
 from skillfs.server.metrics import Metrics
 from skillfs.server.reader import Reader
@@ -108,6 +109,8 @@ class SkillfsServer:
         )
         self.started = time.time()
         self.serving = False
+        #: Whether grpc.aio's wake-up reader reads every pending byte (grpc_wakeups).
+        self.drains_wakeups = False
         self._stop = threading.Event()
         self._stopped = threading.Event()
         # gRPC runs on its own event loop in one thread (docs/server.md, "The serving model").
@@ -239,6 +242,9 @@ class SkillfsServer:
 
     async def _start_grpc(self) -> None:
         await self.grpc.start()
+        self.drains_wakeups = drain_wakeups(asyncio.get_running_loop())
+        if not self.drains_wakeups:
+            log.info("grpc.aio's wake-up reader not found: a large fan-out delays new calls")
         self.backend.start()
         self._health_task = asyncio.get_running_loop().create_task(self._health_loop())
 
