@@ -96,6 +96,8 @@ OPEN_PAUSE = 0.4
 REACH_POLL = 0.01
 #: Attempts again of a stream that gRPC's core cancelled before the server took it.
 RETRIES = 5
+#: Seconds between the step calls timed while a publish fans out to the open streams.
+PROBE_EVERY = 0.005
 #: Seconds over which the server's CPU is sampled with the streams open and nothing changing.
 IDLE_SAMPLE = 3.0
 
@@ -111,33 +113,33 @@ BEFORE = {  # issue 12's measurements of the thread-pool server, quoted as "befo
     "cpu": "0.5-0.75 ms per call; 0.35-0.71x the echo server's throughput",
 }
 
-PREVIOUS_ROW = "previous full run (13a94d6)"
-#: The last full run documented before this one (main at 13a94d6, 2026-11-24: the fleet fixes
-#: of docs/benchmarks.md "The fleet fixes, measured in smaller runs", before the GC settings,
-#: the files in watch events and the paced revision reads), quoted beside each new figure.
-#: The first aio server's run is quoted in "Reading the first full run".
+PREVIOUS_ROW = "previous full run (7cdf44a)"
+#: The last full run documented before this one (main at 7cdf44a, 2026-11-24: after the GC
+#: settings, the files in watch events and the paced revision reads; before the grpc://
+#: watch read on its own thread and the drained wake-ups), quoted beside each new figure.
+#: Earlier runs are quoted in docs/benchmarks.md's readings.
 PREVIOUS = {
     "redis": {
-        "streams": "10,000 open / 0 refused; idle CPU 1 % of a core at 10,000 streams; a "
-        "publish on every stream p50 372 ms / p99 729 ms",
-        "steps": "974 steps/s of 1,000; p50 230 ms / p99 1,855 ms; away from publishes p50 "
-        "4.5 ms / p99 954 ms",
-        "reach": "p50 260 ms / p99 660 ms; the last worker p50 660 ms / p99 963 ms",
-        "calls": "per second: Revisions 960, ReadFile 200, Watch 2; server 55 % of a core, "
-        "load 94 %; server's own Revisions time p50 2.23 ms / p99 22.31 ms",
-        "views": "0 errors; threads 76 → 76 → 76; 42 store connections",
-        "cpu": "0.281 / 0.164 ms per call: 1.71x",
+        "streams": "10,000 open / 0 refused; idle CPU 0 % of a core at 10,000 streams; a "
+        "publish on every stream p50 407 ms / p99 789 ms",
+        "steps": "988 steps/s of 1,000; p50 7.5 ms / p99 1,529 ms; away from publishes p50 "
+        "5.4 ms / p99 563 ms",
+        "reach": "p50 147 ms / p99 353 ms; the last worker p50 293 ms / p99 444 ms",
+        "calls": "per second: Revisions 987, ReadFile 16; server 48 % of a core, load 87 %; "
+        "server's own Revisions time p50 2.69 ms / p99 18.90 ms",
+        "views": "0 errors; threads 64 → 64 → 64; 24 store connections",
+        "cpu": "0.200 / 0.145 ms per call: 1.37x",
     },
     "etcd": {
-        "streams": "10,000 open / 0 refused; idle CPU 1 % of a core at 10,000 streams; a "
-        "publish on every stream p50 351 ms / p99 607 ms",
-        "steps": "971 steps/s of 1,000; p50 262 ms / p99 1,772 ms; away from publishes p50 "
-        "7.4 ms / p99 872 ms",
-        "reach": "p50 309 ms / p99 1,147 ms; the last worker p50 669 ms / p99 1,277 ms",
-        "calls": "per second: Revisions 948, ReadFile 200, Watch 2; server 56 % of a core, "
-        "load 92 %; server's own Revisions time p50 3.92 ms / p99 24.29 ms",
+        "streams": "10,000 open / 0 refused; idle CPU 0-1 % of a core at 10,000 streams; a "
+        "publish on every stream p50 347 ms / p99 719 ms",
+        "steps": "981 steps/s of 1,000; p50 16.1 ms / p99 1,722 ms; away from publishes p50 "
+        "12.0 ms / p99 706 ms",
+        "reach": "p50 162 ms / p99 526 ms; the last worker p50 372 ms / p99 1,033 ms",
+        "calls": "per second: Revisions 981, ReadFile 17, Watch 5; server 47 % of a core, "
+        "load 79 %; server's own Revisions time p50 3.87 ms / p99 46.99 ms",
         "views": "0 errors; threads 79 → 79 → 79; 1 store connection",
-        "cpu": "0.304 / 0.160 ms per call: 1.90x",
+        "cpu": "0.233 / 0.159 ms per call: 1.47x",
     },
 }
 
@@ -363,6 +365,34 @@ class Streams:
     fanout_streams: int
     idle_cpu: list[float]  # the server's CPU (% of a core) at each sample, nothing changing
     retried: int  # calls gRPC's core cancelled before the server took them, opened again
+    during: list[float] = field(default_factory=list)  # ms, step calls during the fan-out
+
+
+class Prober:
+    """Step calls (`Revisions`) from this process, one every PROBE_EVERY seconds on a channel
+    of its own, timed: how long a worker's step waits while the server fans a publish out."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.timed: list[tuple[float, float]] = []  # (started, ms)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        request = pb.RevisionsRequest(domains=[DOMAIN])
+        with grpc.insecure_channel(self.address) as channel:
+            stub = pb_grpc.SkillReaderStub(channel)
+            while not self._stop.wait(PROBE_EVERY):
+                t = time.monotonic()
+                stub.Revisions(request, metadata=_meta(WORKERS_TOKEN), timeout=30)
+                self.timed.append((t, (time.monotonic() - t) * 1000))
+
+    def stop(self, since: float, until: float) -> list[float]:
+        """The calls begun from `since` until `until` (monotonic), or still out then."""
+        self._stop.set()
+        self._thread.join(35)
+        return [ms for t, ms in self.timed if since <= t <= until]
 
 
 def bench_streams(ctx: Any, srv: Server, size: Size) -> Streams:
@@ -400,6 +430,9 @@ def bench_streams(ctx: Any, srv: Server, size: Size) -> Streams:
             print(
                 f"  streams {total}: threads {samples[-1][1]}, refused {refused}", file=sys.stderr
             )
+        prober = Prober(srv.address)
+        time.sleep(0.5)
+        sent = time.monotonic()
         commit = admin.publish(SHARED, "streams", files("streams", 3))
         acked = time.monotonic()
         fanout: list[float] = []
@@ -407,6 +440,7 @@ def bench_streams(ctx: Any, srv: Server, size: Size) -> Streams:
             c.send(("await", commit.revision.counter))
         for c in conns:
             fanout += [(t - acked) * 1000 for t in c.recv()[1]]
+        during = prober.stop(sent, acked + max(fanout, default=0) / 1000)
         for c in conns:
             c.send(("stop",))
         for c in conns:
@@ -416,7 +450,7 @@ def bench_streams(ctx: Any, srv: Server, size: Size) -> Streams:
             p.join(20)
             if p.is_alive():
                 p.kill()
-    return Streams(samples, refused, sample[:3], fanout, len(fanout), idle, retried)
+    return Streams(samples, refused, sample[:3], fanout, len(fanout), idle, retried, during)
 
 
 # --------------------------------------------------------------------------- 2. CPU per call
@@ -1037,6 +1071,18 @@ def table(results: Sequence[Result], size: Size) -> str:
         common.row(
             "a publish's event on every stream, from its ack (p50 / p99)",
             cells(lambda r: f"{dist(r.streams.fanout)} on {r.streams.fanout_streams:,} streams"),
+        ),
+        common.row(
+            "a step call (`Revisions`) begun during that publish's fan-out, one every 5 ms "
+            "from the benchmark's process (calls; p50 / max)",
+            cells(
+                lambda r: (
+                    f"{len(r.streams.during)}; {fmt_ms(percentile(r.streams.during, 0.5))}"
+                    f" / {fmt_ms(max(r.streams.during))}"
+                    if r.streams.during
+                    else "-"
+                )
+            ),
         ),
         common.row("before (issue 12)", (BEFORE["streams"] for _ in results)),
         common.row(PREVIOUS_ROW, cells(lambda r: previous(r, "streams"))),
