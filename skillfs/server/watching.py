@@ -16,14 +16,14 @@ from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import EMPTY, Engine
 from skillfs.errors import InvalidPath
 from skillfs.manifest import Manifest
-from skillfs.model import Change, Revision, Scope, same_revision
+from skillfs.model import Change, FileEntry, Revision, Scope, same_revision
 from skillfs.names import check_domain
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.server.backend import Backend
 from skillfs.server.hub import Event, Stream, manifests_of
 from skillfs.server.rpc import bearer, on_loop, streaming
 from skillfs.store import Store
-from skillfs.store_blobs import SMALL_FILE_BYTES
+from skillfs.store_blobs import SMALL_FILE_BYTES, small_files
 
 #: Reads of the log a Watch stream makes by itself to catch up to the hub, at most.
 CATCH_UP_ROUNDS = 16
@@ -324,19 +324,19 @@ class Watching:
         return event
 
     def _files(self, shown: Iterable[pb.ScopedManifest]) -> list[pb.BlobBytes]:
-        """The small files of the manifests an event shows, as far as the server's blob cache
-        holds them (the hub warmed it with a publish's files): never a store read here, on
-        the event loop. A file left out is read by the client with ReadFile."""
-        out: list[pb.BlobBytes] = []
-        taken: set[str] = set()
-        budget = EVENT_FILE_BYTES
+        """The small files of the manifests an event shows (`store_blobs.small_files`, at most
+        EVENT_FILE_BYTES), as far as the server's blob cache holds them (the hub warmed it
+        with a publish's files): never a store read here, on the event loop. A file left out
+        is read by the client with ReadFile."""
+        held: dict[str, bytes] = {}
+        cached: list[FileEntry] = []
         for scoped in shown:
             for _, e in Manifest.from_json(scoped.manifest_json).all_files():
-                if e.sha256 in taken or e.size > min(SMALL_FILE_BYTES, budget):
-                    continue
-                data = self.store.read_cached(e)
+                data = self.store.read_cached(e) if e.size <= SMALL_FILE_BYTES else None
                 if data is not None:
-                    taken.add(e.sha256)
-                    budget -= e.size
-                    out.append(pb.BlobBytes(sha256=e.sha256, data=data))
-        return out
+                    held[e.sha256] = data
+                    cached.append(e)
+        return [
+            pb.BlobBytes(sha256=e.sha256, data=held[e.sha256])
+            for e in small_files(cached, EVENT_FILE_BYTES)
+        ]
