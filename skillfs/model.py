@@ -237,6 +237,11 @@ class AuditEntry(BaseModel):
 USAGE_MAX = 2**63 - 1
 
 
+def saturated(count: int) -> int:
+    """A usage counter after an addition: it stays at USAGE_MAX rather than overflow."""
+    return min(count, USAGE_MAX)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class UsageStat:
     """How often something was loaded and when last (seconds since the epoch; 0.0: before
@@ -247,9 +252,7 @@ class UsageStat:
 
     def plus(self, other: UsageStat) -> UsageStat:
         """Both together: the counts summed (stopping at USAGE_MAX), the later last use."""
-        return UsageStat(
-            min(self.count + other.count, USAGE_MAX), max(self.last_used, other.last_used)
-        )
+        return UsageStat(saturated(self.count + other.count), max(self.last_used, other.last_used))
 
 
 def usage_by_skill(detail: dict[tuple[str, str], UsageStat]) -> dict[str, UsageStat]:

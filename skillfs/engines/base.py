@@ -20,7 +20,6 @@ from pydantic import BaseModel, ConfigDict
 
 from skillfs.errors import InvalidPath, NotFound, StoreUnavailable
 from skillfs.model import (
-    USAGE_MAX,
     Access,
     AuditEntry,
     Change,
@@ -72,11 +71,6 @@ def check_current(op: CommitOp, version: int, live: bool) -> None:
         raise NotFound(
             f"skill {op.manifest.skill!r} does not exist in {op.scope}: nothing to delete"
         )
-
-
-def saturated(count: int) -> int:
-    """A usage counter after an addition: it stays at USAGE_MAX rather than overflow."""
-    return min(count, USAGE_MAX)
 
 
 _LEASE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")

@@ -13,9 +13,8 @@ from urllib.parse import quote, unquote
 from etcd3 import etcdrpc
 
 from skillfs.engines import etcd_client as ec
-from skillfs.engines.base import saturated
 from skillfs.errors import StoreUnavailable
-from skillfs.model import UsageStat
+from skillfs.model import UsageStat, saturated
 
 #: Seconds a usage batch's marker lives: far longer than its retries take.
 USAGE_MARK_TTL = 600

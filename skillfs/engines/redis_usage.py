@@ -10,9 +10,8 @@ from typing import cast
 
 import redis.exceptions as rx
 
-from skillfs.engines.base import saturated
 from skillfs.engines.redis_client import Client
-from skillfs.model import USAGE_MAX, UsageStat
+from skillfs.model import USAGE_MAX, UsageStat, saturated
 
 # KEYS: the times hash. ARGV: field, time, field, time, ...: each field set to its time unless
 # it holds a later one already.

@@ -25,11 +25,10 @@ from skillfs.engines.base import (
     check_current,
     must_reset,
     reset_to,
-    saturated,
 )
 from skillfs.engines.sqlite_file import SqliteFile
 from skillfs.errors import InvalidPath, StoreUnavailable
-from skillfs.model import USAGE_MAX, Change, Manifest, Revision, Scope, UsageStat
+from skillfs.model import USAGE_MAX, Change, Manifest, Revision, Scope, UsageStat, saturated
 from skillfs.names import check_domain
 
 #: The schema this code writes; `PRAGMA user_version` of the file.
