@@ -373,15 +373,14 @@ class Prober:
     of its own, timed: how long a worker's step waits while the server fans a publish out."""
 
     def __init__(self, address: str) -> None:
-        self.address = address
         self.timed: list[tuple[float, float]] = []  # (started, ms)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(address,), daemon=True)
         self._thread.start()
 
-    def _run(self) -> None:
+    def _run(self, address: str) -> None:
         request = pb.RevisionsRequest(domains=[DOMAIN])
-        with grpc.insecure_channel(self.address) as channel:
+        with grpc.insecure_channel(address) as channel:
             stub = pb_grpc.SkillReaderStub(channel)
             while not self._stop.wait(PROBE_EVERY):
                 t = time.monotonic()
@@ -389,7 +388,7 @@ class Prober:
                 self.timed.append((t, (time.monotonic() - t) * 1000))
 
     def stop(self, since: float, until: float) -> list[float]:
-        """The calls begun from `since` until `until` (monotonic), or still out then."""
+        """The times of the calls begun between `since` and `until` (monotonic)."""
         self._stop.set()
         self._thread.join(35)
         return [ms for t, ms in self.timed if since <= t <= until]
