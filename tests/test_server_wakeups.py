@@ -82,3 +82,12 @@ def test_the_server_drains_grpcs_wake_ups(tmp_path: Path) -> None:
     serves, but a large fan-out holds up new calls again (docs/server.md)."""
     with running("memory://wakeups", tmp_path) as server:
         assert server.drains_wakeups
+
+        async def readers() -> list[str]:
+            loop = asyncio.get_running_loop()
+            keys = loop._selector.get_map().values()  # type: ignore[attr-defined]
+            handles = [k.data[0] for k in keys if k.data and k.data[0] is not None]
+            return [getattr(h._callback, "__name__", "") for h in handles]
+
+        names = asyncio.run_coroutine_threadsafe(readers(), server._loop).result(5)
+        assert "drained" in names  # grpc's wake-up socket is read by the draining reader
