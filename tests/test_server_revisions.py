@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import skillfs
 from skillfs.model import Revision, Scope
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
-from skillfs.server.revisions import SharedReads
+from skillfs.server.revisions import PACE, SharedReads
 from support.grpc_servers import ADMIN, running
 from tests.stores import url_for
 
@@ -136,9 +137,15 @@ def test_concurrent_revisions_calls_share_store_reads_and_see_every_write(
             return original(domains)
 
         engine.revisions = revisions  # type: ignore[method-assign]
+        began = time.monotonic()
         behind = asyncio.run(burst())
+        elapsed = time.monotonic() - began
         assert min(behind) >= 0  # no answer older than the write acknowledged before the call
-        assert 0 < len(reads) <= 50, len(reads)  # 250 calls in bursts of 50: a few reads each
+        # 250 calls in bursts of 50 share reads: fewer reads than calls, and at most one begun
+        # per PACE (plus each burst's first). How many depends on how spread out the server
+        # takes the calls in, which a loaded machine stretches, so no fixed count is asserted.
+        assert 0 < len(reads) < 250, len(reads)
+        assert len(reads) <= 5 + elapsed / PACE, (len(reads), elapsed)
         writer.close()
 
 
