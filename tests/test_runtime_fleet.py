@@ -202,6 +202,42 @@ def test_a_grpc_worker_of_one_agent_keeps_one_watch_stream_across_publishes(
         writer.close()
 
 
+def test_a_grpc_workers_first_load_is_warmed_by_its_watch_before_any_publish(
+    tmp_path: Path,
+) -> None:
+    """A worker's watch begins (from nothing) just before its first load, and its first pass
+    usually ends first. That pass loads the scopes the worker tracks and warms their files:
+    before, it loaded nothing, and the first load's files were read at whichever event came
+    next, so a fleet's first publish after start came with a ReadFile call per worker."""
+    from support.grpc_servers import ADMIN, running
+
+    with running("memory://fleet-warm", tmp_path) as server:
+        address = f"grpc://127.0.0.1:{server.grpc_port}"
+        writer = skillfs.open_store(address, token=ADMIN)
+        notes = b"notes\n" * 50
+        writer.publish(Scope.shared("warm"), "s", {"SKILL.md": md("s", 1), "notes.md": notes})
+        for n in range(5):  # the race each time: a new store object, so a new watch
+            store = skillfs.open_store(address, token=ADMIN)
+            reads: list[int] = []
+            get_chunks = store.engine.get_chunks
+
+            def counted(keys: Any, _reads: list[int] = reads, _fn: Any = get_chunks) -> Any:
+                _reads.append(len(keys))
+                return _fn(keys)
+
+            store.engine.get_chunks = counted  # type: ignore[method-assign]
+            worker = Skills(store, "warm", f"u{n}")
+            snap = worker.snapshot()
+            rev = snap.revisions["agents/warm"]
+            assert rev is not None and worker.followers[0].wait_for(rev, 10)  # and files warm
+            warmed = len(reads)
+            assert snap.read_bytes("s", "notes.md") == notes
+            assert len(reads) == warmed, n  # read before it was asked for
+            worker.close()
+            store.close()
+        writer.close()
+
+
 def _wakeups(thread: threading.Thread) -> int:
     """Times the thread went to sleep and woke (its voluntary context switches)."""
     status = Path(f"/proc/self/task/{thread.native_id}/status").read_text()

@@ -359,9 +359,12 @@ class Follower:
         what they are). Runs under the lock."""
         if changes and cache.revision is not None:
             self._cache = self._sync(cache, changes[-1].revision, (), first=first)
-        elif changes:  # the domain was created: load what is held, from its start
+        elif changes:  # the domain was created, or the watch began before the first load
+            # load what is held or tracked: a snapshot is about to ask for a tracked scope, and
+            # the files are then warmed by this pass, not at whatever event comes next
             reset = changes[-1].revision
-            self._cache = self._sync(_Cache(reset, {}, -1.0), reset, [*cache.scopes])
+            want = [*cache.scopes, *(s for s in self._refs if s not in cache.scopes)]
+            self._cache = self._sync(_Cache(reset, {}, -1.0), reset, want)
 
     def _done(self) -> None:
         """Warm the changed files, then tell `wait_for` how far the cache is."""
