@@ -5,6 +5,7 @@ connections that do not grow with the number of open streams."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import threading
 import time
@@ -22,7 +23,7 @@ from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.app import SkillfsServer
 from skillfs.server.backend import Caps
-from skillfs.server.hub import Event, Stream
+from skillfs.server.hub import Event, Stream, Wake
 from skillfs.store_blobs import SMALL_FILE_BYTES
 from support.grpc_servers import ADMIN, ALICE, BOB, running
 from tests.stores import url_for
@@ -134,6 +135,40 @@ def test_a_stream_whose_queue_overflows_is_told_to_reload(tmp_path: Path) -> Non
             c2 = store.publish(A, "s", {"SKILL.md": md("s", "v2")})
             assert next(watch).through == rev_to_pb(c2.revision)  # and follows on
             watch.cancel()
+
+
+def test_a_wake_is_kept_until_cleared_times_out_and_wakes_a_waiting_stream() -> None:
+    """`Wake` is the hub's cheap `asyncio.Event` with a timeout: a set before the wait is not
+    lost, a wait with nothing set ends with False after its timeout, and a set during the wait
+    ends it at once, for one stream or for the streams of a WatchMany sharing one wake."""
+
+    async def scenario() -> None:
+        wake = Wake()
+        wake.set()
+        assert await wake.wait(0)  # set before the wait: kept
+        wake.clear()
+        started = time.monotonic()
+        assert not await wake.wait(0.05)
+        assert 0.04 < time.monotonic() - started < 1
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.01, wake.set)
+        started = time.monotonic()
+        assert await wake.wait(30)
+        assert time.monotonic() - started < 1
+
+        shared = Wake()
+        streams = [Stream(f"{DOMAIN}{i}", False, size=4) for i in range(3)]
+        for stream in streams:
+            stream.wake = shared
+        waiting = asyncio.ensure_future(streams[0].next(30))
+        await asyncio.sleep(0)
+        event = Event(Revision(epoch="e", counter=1), (), {})
+        streams[2].offer(event)  # another stream of the call: the shared wake ends the wait
+        assert await asyncio.wait_for(waiting, 1) is None
+        assert streams[2].events[0] is event
+        assert await streams[1].next(0.01) is None  # nothing for it: its own timeout
+
+    asyncio.run(scenario())
 
 
 def test_views_start_no_thread_and_eviction_stops_following(url: str, tmp_path: Path) -> None:

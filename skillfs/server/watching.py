@@ -5,7 +5,6 @@ events and filtered by the caller's grants, the changed manifests carried along 
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 
@@ -20,7 +19,7 @@ from skillfs.model import Change, FileEntry, Revision, Scope, same_revision
 from skillfs.names import check_domain
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.server.backend import Backend
-from skillfs.server.hub import Event, Stream, manifests_of
+from skillfs.server.hub import Event, Stream, Wake, manifests_of
 from skillfs.server.rpc import bearer, on_loop, streaming
 from skillfs.store import Store
 from skillfs.store_blobs import SMALL_FILE_BYTES, small_files
@@ -117,7 +116,7 @@ class Watching:
             found = await run(self.engine.changes_many, since, wait)
         else:
             with self.backend.watches.hold(principal):
-                wake = asyncio.Event()
+                wake = Wake()
                 streams = {d: hub.subscribe(d, with_manifests) for d in since}
                 for stream in streams.values():
                     stream.wake = wake  # one wake for all of them
@@ -148,7 +147,7 @@ class Watching:
         self,
         streams: dict[str, Stream],
         since: dict[str, Revision],
-        wake: asyncio.Event,
+        wake: Wake,
         wait: float,
         manifests: Manifests,
     ) -> dict[str, list[Change]]:
@@ -161,11 +160,9 @@ class Watching:
             if left <= 0:
                 break
             wake.clear()
-            if not any(s.events or s.overflowed or s.closed for s in streams.values()):
-                try:
-                    await asyncio.wait_for(wake.wait(), left)
-                except TimeoutError:
-                    break
+            pending = any(s.events or s.overflowed or s.closed for s in streams.values())
+            if not pending and not await wake.wait(left):
+                break
             behind = {}
             for domain, stream in streams.items():
                 if stream.closed:
