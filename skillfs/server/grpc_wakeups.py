@@ -42,8 +42,10 @@ def drain_wakeups(loop: asyncio.AbstractEventLoop) -> bool:
         wake = key.fileobj
 
         def drained(wake: socket.socket = wake, handle: functools.partial[None] = handle) -> None:
+            # A short read emptied the socket: stop there rather than pay another recv and its
+            # BlockingIOError (bytes written meanwhile wake the loop again).
             with contextlib.suppress(BlockingIOError, InterruptedError):
-                while wake.recv(READ):
+                while len(wake.recv(READ)) == READ:
                     pass
             handle()
 
