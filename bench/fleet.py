@@ -113,33 +113,33 @@ BEFORE = {  # issue 12's measurements of the thread-pool server, quoted as "befo
     "cpu": "0.5-0.75 ms per call; 0.35-0.71x the echo server's throughput",
 }
 
-PREVIOUS_ROW = "previous full run (7cdf44a)"
-#: The last full run documented before this one (main at 7cdf44a, 2026-11-24: after the GC
-#: settings, the files in watch events and the paced revision reads; before the grpc://
-#: watch read on its own thread and the drained wake-ups), quoted beside each new figure.
-#: Earlier runs are quoted in docs/benchmarks.md's readings.
+PREVIOUS_ROW = "previous full run (943ed32)"
+#: The last full run documented before this one (main at 943ed32, 2026-11-24: after the
+#: grpc:// watch read on its own thread and the drained wake-ups; before the first load warmed
+#: by the watch, the streams' Wake and the shorter wake-up drain), quoted beside each new
+#: figure. Earlier runs are quoted in docs/benchmarks.md's readings.
 PREVIOUS = {
     "redis": {
         "streams": "10,000 open / 0 refused; idle CPU 0 % of a core at 10,000 streams; a "
-        "publish on every stream p50 407 ms / p99 789 ms",
-        "steps": "988 steps/s of 1,000; p50 7.5 ms / p99 1,529 ms; away from publishes p50 "
-        "5.4 ms / p99 563 ms",
-        "reach": "p50 147 ms / p99 353 ms; the last worker p50 293 ms / p99 444 ms",
-        "calls": "per second: Revisions 987, ReadFile 16; server 48 % of a core, load 87 %; "
-        "server's own Revisions time p50 2.69 ms / p99 18.90 ms",
-        "views": "0 errors; threads 64 → 64 → 64; 24 store connections",
-        "cpu": "0.200 / 0.145 ms per call: 1.37x",
+        "publish on every stream p50 369 ms / p99 691 ms; a step call during it p50 66.5 ms",
+        "steps": "1,001 steps/s of 1,000; p50 3.1 ms / p99 524 ms; away from publishes p50 "
+        "3.0 ms / p99 5.4 ms",
+        "reach": "p50 105 ms / p99 276 ms; the last worker p50 207 ms / p99 309 ms",
+        "calls": "per second: Revisions 1,000, ReadFile 17, Watch 1; server 39 % of a core, "
+        "load 48 %; server's own Revisions time p50 1.79 ms / p99 7.95 ms",
+        "views": "0 errors; threads 64 → 64 → 64; 23 store connections",
+        "cpu": "0.184 / 0.141 ms per call: 1.31x",
     },
     "etcd": {
         "streams": "10,000 open / 0 refused; idle CPU 0-1 % of a core at 10,000 streams; a "
-        "publish on every stream p50 347 ms / p99 719 ms",
-        "steps": "981 steps/s of 1,000; p50 16.1 ms / p99 1,722 ms; away from publishes p50 "
-        "12.0 ms / p99 706 ms",
-        "reach": "p50 162 ms / p99 526 ms; the last worker p50 372 ms / p99 1,033 ms",
-        "calls": "per second: Revisions 981, ReadFile 17, Watch 5; server 47 % of a core, "
-        "load 79 %; server's own Revisions time p50 3.87 ms / p99 46.99 ms",
+        "publish on every stream p50 404 ms / p99 830 ms; a step call during it p50 79.2 ms",
+        "steps": "1,000 steps/s of 1,000; p50 4.0 ms / p99 684 ms; away from publishes p50 "
+        "3.8 ms / p99 8.1 ms",
+        "reach": "p50 131 ms / p99 293 ms; the last worker p50 261 ms / p99 355 ms",
+        "calls": "per second: Revisions 1,000, ReadFile 18, Watch 2; server 47 % of a core, "
+        "load 53 %; server's own Revisions time p50 2.40 ms / p99 15.95 ms",
         "views": "0 errors; threads 79 → 79 → 79; 1 store connection",
-        "cpu": "0.233 / 0.159 ms per call: 1.47x",
+        "cpu": "0.201 / 0.151 ms per call: 1.33x",
     },
 }
 
