@@ -387,6 +387,40 @@ def test_corrupt_file_is_store_unavailable(db: Path) -> None:
     assert str(db) in str(info.value)
 
 
+def test_opening_a_new_file_another_connection_writes_waits_for_it(db: Path) -> None:
+    """A new file is switched to WAL on open, which needs it exclusively; SQLite refuses that
+    switch at once ("database is locked", no busy timeout) while another connection holds a
+    write lock on it (as when processes open a new store together: CI's concurrency test
+    lost a worker to it). The open waits for the lock, up to the timeout, then fails clearly."""
+    db.parent.mkdir(parents=True)
+    holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE other (a)")  # the file exists, still in rollback mode
+    holder.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(0.3, lambda: holder.execute("COMMIT"))
+    release.start()
+    started = time.monotonic()
+    engine = SqliteEngine(url_of(db))
+    assert time.monotonic() - started >= 0.25
+    release.join()
+    assert engine.revisions([DOMAIN]) == {DOMAIN: None}
+    engine.close()
+
+    holder.execute("BEGIN IMMEDIATE")
+    fresh = db.parent / "other.db"
+    other = sqlite3.connect(fresh, isolation_level=None)
+    other.execute("CREATE TABLE other (a)")
+    other.execute("BEGIN IMMEDIATE")
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable, match="locked") as info:
+        SqliteEngine(url_of(fresh, "timeout=0.2"))
+    assert 0.15 < time.monotonic() - started < 2
+    assert str(fresh) in str(info.value)
+    other.execute("ROLLBACK")
+    holder.execute("ROLLBACK")
+    other.close()
+    holder.close()
+
+
 def test_locked_past_timeout_is_store_unavailable_then_recovers(db: Path) -> None:
     engine = SqliteEngine(url_of(db, "timeout=0.2"))
     holder = sqlite3.connect(db, isolation_level=None)

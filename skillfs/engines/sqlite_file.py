@@ -9,6 +9,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from skillfs.errors import StoreUnavailable
 
 #: The WAL is truncated back to this size after a checkpoint (a 64 MiB blob grows it).
 WAL_SIZE_LIMIT = 16 * 1024 * 1024
+#: Seconds between two tries to switch a file to WAL while another connection writes it.
+BUSY_RETRY = 0.005
 _HINT = (
     "check that the file and its directory exist and are writable, that the file is a skillfs "
     "database and not corrupt, and that no process holds a long write lock; then retry"
@@ -70,7 +73,7 @@ class SqliteFile:
                 self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
             )
             try:
-                mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                mode = self._wal(conn)
                 if mode != "wal":
                     raise StoreUnavailable(
                         f"store {self.url}: {self.path} cannot use WAL mode (journal mode "
@@ -85,6 +88,21 @@ class SqliteFile:
                 conn.close()
                 raise
         return conn
+
+    def _wal(self, conn: sqlite3.Connection) -> str:
+        """Switch `conn`'s file to WAL (a no-op once it is) and return the journal mode. The
+        switch of a new file needs it exclusively, and meeting another connection's write
+        lock SQLite answers at once with SQLITE_BUSY instead of waiting the busy timeout
+        (waiting could deadlock: sqlite3_busy_handler's docs) — as when processes open a new
+        file together. So it waits here, up to the same timeout."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                return str(conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                    raise
+            time.sleep(BUSY_RETRY)
 
     def conn(self) -> sqlite3.Connection:
         """This thread's connection, opened on first use, after `close` and after fork().
