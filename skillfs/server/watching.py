@@ -73,7 +73,7 @@ class Watching:
                 )
             return
         with self.backend.watches.hold(principal):
-            stream = self.backend.hub.subscribe(domain, request.with_manifests)
+            stream = self.backend.hub.subscribe(domain, request.with_manifests, context.peer())
             stream.files = request.with_manifests and request.with_files
             # where the hub is already at `since`, its events from now on are all there is
             # to send: no read of the log (a grpc:// worker's watch reopening its stream)
@@ -117,7 +117,7 @@ class Watching:
         else:
             with self.backend.watches.hold(principal):
                 wake = Wake()
-                streams = {d: hub.subscribe(d, with_manifests) for d in since}
+                streams = {d: hub.subscribe(d, with_manifests, context.peer()) for d in since}
                 for stream in streams.values():
                     stream.wake = wake  # one wake for all of them
                 try:
