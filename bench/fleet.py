@@ -113,33 +113,33 @@ BEFORE = {  # issue 12's measurements of the thread-pool server, quoted as "befo
     "cpu": "0.5-0.75 ms per call; 0.35-0.71x the echo server's throughput",
 }
 
-PREVIOUS_ROW = "previous full run (943ed32)"
-#: The last full run documented before this one (main at 943ed32, 2026-11-24: after the
-#: grpc:// watch read on its own thread and the drained wake-ups; before the first load warmed
-#: by the watch, the streams' Wake and the shorter wake-up drain), quoted beside each new
-#: figure. Earlier runs are quoted in docs/benchmarks.md's readings.
+PREVIOUS_ROW = "previous full run (1eb863d)"
+#: The last full run documented before this one (main at 1eb863d, 2026-11-24: after the
+#: first load warmed by the watch, the streams' Wake and the shorter wake-up drain; before
+#: the fan-out by connection), quoted beside each new figure. Earlier runs are quoted in
+#: docs/benchmarks.md's readings.
 PREVIOUS = {
     "redis": {
-        "streams": "10,000 open / 0 refused; idle CPU 0 % of a core at 10,000 streams; a "
-        "publish on every stream p50 369 ms / p99 691 ms; a step call during it p50 66.5 ms",
-        "steps": "1,001 steps/s of 1,000; p50 3.1 ms / p99 524 ms; away from publishes p50 "
-        "3.0 ms / p99 5.4 ms",
-        "reach": "p50 105 ms / p99 276 ms; the last worker p50 207 ms / p99 309 ms",
-        "calls": "per second: Revisions 1,000, ReadFile 17, Watch 1; server 39 % of a core, "
-        "load 48 %; server's own Revisions time p50 1.79 ms / p99 7.95 ms",
-        "views": "0 errors; threads 64 → 64 → 64; 23 store connections",
-        "cpu": "0.184 / 0.141 ms per call: 1.31x",
+        "streams": "10,000 open / 0 refused; idle CPU 0-1 % of a core at 10,000 streams; a "
+        "publish on every stream p50 425 ms / p99 873 ms; a step call during it p50 70.0 ms",
+        "steps": "1,001 steps/s of 1,000; p50 3.4 ms / p99 191 ms; away from publishes p50 "
+        "3.3 ms / p99 5.5 ms",
+        "reach": "p50 110 ms / p99 224 ms; the last worker p50 222 ms / p99 246 ms",
+        "calls": "per second: Revisions 1,000, Watch 1; server 39 % of a core, load 55 %; "
+        "server's own Revisions time p50 1.91 ms / p99 5.94 ms",
+        "views": "0 errors; threads 76 → 76 → 76; 50 store connections",
+        "cpu": "0.192 / 0.165 ms per call: 1.17x",
     },
     "etcd": {
         "streams": "10,000 open / 0 refused; idle CPU 0-1 % of a core at 10,000 streams; a "
-        "publish on every stream p50 404 ms / p99 830 ms; a step call during it p50 79.2 ms",
-        "steps": "1,000 steps/s of 1,000; p50 4.0 ms / p99 684 ms; away from publishes p50 "
-        "3.8 ms / p99 8.1 ms",
-        "reach": "p50 131 ms / p99 293 ms; the last worker p50 261 ms / p99 355 ms",
-        "calls": "per second: Revisions 1,000, ReadFile 18, Watch 2; server 47 % of a core, "
-        "load 53 %; server's own Revisions time p50 2.40 ms / p99 15.95 ms",
+        "publish on every stream p50 471 ms / p99 868 ms; a step call during it p50 84.3 ms",
+        "steps": "1,001 steps/s of 1,000; p50 4.0 ms / p99 261 ms; away from publishes p50 "
+        "3.8 ms / p99 10.6 ms",
+        "reach": "p50 155 ms / p99 293 ms; the last worker p50 295 ms / p99 345 ms",
+        "calls": "per second: Revisions 1,000, Watch 2; server 48 % of a core, load 63 %; "
+        "server's own Revisions time p50 2.19 ms / p99 21.18 ms",
         "views": "0 errors; threads 79 → 79 → 79; 1 store connection",
-        "cpu": "0.201 / 0.151 ms per call: 1.33x",
+        "cpu": "0.241 / 0.161 ms per call: 1.50x",
     },
 }
 
