@@ -103,10 +103,20 @@ def test_one_follower_per_domain_fans_out_through_grants(url: str, tmp_path: Pat
         wait_until(lambda: server.backend.hub.domains == [])  # the last stream ended
 
 
-def test_a_fan_out_wakes_the_streams_of_one_connection_together(tmp_path: Path) -> None:
-    """Streams opened over three connections in turn are offered an event connection by
-    connection (so gRPC writes each connection's messages together, not one write each),
+def test_a_fan_out_wakes_the_streams_of_one_connection_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Streams opened over three connections in turn are offered a publish's event connection
+    by connection (so gRPC writes each connection's messages together, not one write each),
     in an order rebuilt when a stream comes or goes; every stream still gets the event."""
+    offered: list[str] = []
+    offer = Stream.offer
+
+    def recorded(stream: Stream, event: Event) -> None:
+        offered.append(stream.peer)
+        offer(stream, event)
+
+    monkeypatch.setattr(Stream, "offer", recorded)
     with running("memory://", tmp_path) as server:
         address = f"127.0.0.1:{server.grpc_port}"
         store = skillfs.open_store(f"grpc://{address}", token=ADMIN)
@@ -119,22 +129,19 @@ def test_a_fan_out_wakes_the_streams_of_one_connection_together(tmp_path: Path) 
             for i in range(30)
         ]
         wait_until(lambda: server.backend.watches.open == 30)
-
-        async def peers() -> list[str]:
-            return [s.peer for s in server.backend.hub._domains[DOMAIN].by_peer()]
-
-        def order() -> list[str]:
-            return asyncio.run_coroutine_threadsafe(peers(), server._loop).result(5)
-
-        first = order()
-        runs = [p for i, p in enumerate(first) if i == 0 or first[i - 1] != p]
-        assert len(runs) == 3 and len(set(runs)) == 3, runs  # three runs, one per connection
-        assert all(p.startswith("ipv4:127.0.0.1:") for p in runs)
-        streams.pop().cancel()
-        wait_until(lambda: len(order()) == 29)
-        c = store.publish(A, "s", {"SKILL.md": md("s", "v2")})
+        for n, last in ((30, False), (29, True)):  # then again, after a stream left
+            offered.clear()
+            c = store.publish(A, "s", {"SKILL.md": md("s", f"v{n}")})
+            for stream in streams:
+                assert next(stream).through == rev_to_pb(c.revision)
+            assert len(offered) == n, offered
+            runs = [p for i, p in enumerate(offered) if i == 0 or offered[i - 1] != p]
+            assert len(runs) == 3 and len(set(runs)) == 3, runs  # one run per connection
+            assert all(p.startswith("ipv4:127.0.0.1:") for p in runs)
+            if not last:
+                streams.pop().cancel()
+                wait_until(lambda: server.backend.watches.open == 29)
         for stream in streams:
-            assert next(stream).through == rev_to_pb(c.revision)
             stream.cancel()
         for ch in channels:
             ch.close()
