@@ -22,6 +22,7 @@ import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from skillfs.engines import grpc_wire as wire
@@ -173,7 +174,7 @@ class _Domain:
         (a set's order), each took its own. Measured on 10,000 streams over 4 connections:
         a publish on every stream p99 413-481 ms against 693-1,078 ms."""
         if self.order is None:
-            self.order = sorted(self.streams, key=_peer)
+            self.order = sorted(self.streams, key=attrgetter("peer"))
         return self.order
 
 
@@ -250,7 +251,7 @@ class Hub:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    def subscribe(self, domain: str, manifests: bool, peer: str = "") -> Stream:
+    def subscribe(self, domain: str, manifests: bool, peer: str) -> Stream:
         stream = Stream(domain, manifests, self.queue, peer)
         d = self._domains.setdefault(domain, _Domain())
         d.streams.add(stream)
@@ -447,10 +448,6 @@ class Hub:
         task = asyncio.ensure_future(guarded())
         self._feeding.add(task)
         task.add_done_callback(self._feeding.discard)
-
-
-def _peer(stream: Stream) -> str:
-    return stream.peer
 
 
 def _serve(jobs: queues.SimpleQueue[Callable[[], None] | None]) -> None:
