@@ -4,7 +4,6 @@ test_conformance.py."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import os
 import signal
@@ -628,51 +627,6 @@ def test_data_replaced_means_new_epoch(etcd_server: EtcdServer, engine: EtcdEngi
     ]  # the counter went back
 
 
-# ----------------------------------------------------------------- on the event loop
-
-
-def loop_revisions(engine: EtcdEngine, domains: list[str]) -> dict[str, Revision | None]:
-    """`revisions_on_loop` read once on a loop of its own, then closed there."""
-
-    async def read() -> dict[str, Revision | None]:
-        reader = engine.revisions_on_loop()
-        try:
-            return await reader.revisions(domains)
-        finally:
-            await reader.close()
-
-    return asyncio.run(read())
-
-
-def test_revisions_on_the_loop_are_the_blocking_reads(engine: EtcdEngine) -> None:
-    """One domain (a range read), a few, and more than one transaction holds (packed in
-    several): the same answers as `revisions`, a never-written domain None."""
-    written = [f"agents/bot-{i}" for i in range(3)]
-    for i, domain in enumerate(written):
-        ops = [CommitOp(scope=Scope.shared(f"bot-{i}"), manifest=manifest("s", 1), expect=0)]
-        engine.commit(domain, ops)
-    many = written + [f"agents/never-{i}" for i in range(ec.MAX_TXN_OPS + 5)]
-    for domains in ([written[2]], ["agents/never-0"], written, many):
-        assert loop_revisions(engine, domains) == engine.revisions(domains)
-    got = loop_revisions(engine, many)
-    assert len({got[d] for d in written} - {None}) == 3 and got["agents/never-7"] is None
-
-
-def test_loop_reads_name_every_endpoint_when_none_answers() -> None:
-    """The loop's reads fail over and give up as the blocking calls do: within the budget,
-    naming each endpoint and its error, without the password."""
-    ports = [free_port(), free_port()]
-    e = EtcdEngine(f"etcd://u:pw@{HOST}:{ports[0]},{HOST}:{ports[1]}", timeout=1.0, retry_for=2.0)
-    t0 = time.monotonic()
-    with pytest.raises(StoreUnavailable) as err:
-        loop_revisions(e, ["agents/a"])
-    assert time.monotonic() - t0 < 3.0
-    msg = str(err.value)
-    assert f"{HOST}:{ports[0]}" in msg and f"{HOST}:{ports[1]}" in msg and "pw" not in msg
-    assert e._etcd.endpoint_index == 0  # rotated through both, twice each, back to the first
-    e.close()
-
-
 # ----------------------------------------------------------------- connections and faults
 
 
@@ -742,10 +696,6 @@ def test_rotation_when_the_member_in_use_is_killed(etcd_cluster: EtcdCluster) ->
         for n in range(2, 20):
             c = store.publish(ALICE, "a", {"SKILL.md": skill_md("a", str(n))})
         assert c.version == 20 and engine._etcd.endpoint != etcd_cluster.endpoints[1]
-        engine._etcd._current = 0  # back to the killed member (listed first)
-        assert engine._etcd.endpoint == etcd_cluster.endpoints[1]
-        domain = ["agents/support-bot"]
-        assert loop_revisions(engine, domain) == engine.revisions(domain)  # the loop's rotate
         assert store.read(ALICE, "a", "SKILL.md") == skill_md("a", "19")
         assert first_write < 5.0
     finally:
@@ -866,9 +816,6 @@ def test_user_and_password(auth_server: EtcdServer) -> None:
     assert isinstance(engine, EtcdEngine)
     engine._etcd.endpoints[0].token = "expired.token"  # the server forgot it (TTL): log in again
     assert store.manifest(ALICE, "a").version == 1
-    engine._etcd.endpoints[0].token = "expired.token"  # the loop's reads log in again too
-    domain = ["agents/support-bot"]
-    assert loop_revisions(engine, domain) == engine.revisions(domain)
     rev = store.revision("support-bot")
     assert rev is not None
     store.publish(ALICE, "a", {"SKILL.md": skill_md("a", "2")})
@@ -876,8 +823,6 @@ def test_user_and_password(auth_server: EtcdServer) -> None:
     store.close()
     with pytest.raises(PermissionDenied, match="credentials"):
         EtcdEngine(f"etcd://root:wrong@{auth_server.endpoint}").ping()
-    with pytest.raises(PermissionDenied, match="credentials"):
-        loop_revisions(EtcdEngine(f"etcd://root:wrong@{auth_server.endpoint}"), domain)
     with pytest.raises(PermissionDenied, match="user"):
         EtcdEngine(f"etcd://{auth_server.endpoint}").ping()
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -148,34 +147,6 @@ def test_concurrent_revisions_calls_share_store_reads_and_see_every_write(
         # stretches, so no tighter count is asserted.
         assert 0 < len(reads) <= 125, len(reads)
         assert len(reads) <= 5 + elapsed / PACE, (len(reads), elapsed)
-        writer.close()
-
-
-def test_on_etcd_the_per_step_check_needs_no_thread(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> None:
-    """On etcd the server reads the per-step check on its event loop (docs/server.md, "The
-    serving model"): answered, fresh (C3), while every executor thread is held by a slow
-    store call."""
-    url = url_for(request, "etcd", tmp_path)
-    with running(url, tmp_path, max_workers=2) as server:
-        writer = skillfs.open_store(url)
-        release = threading.Event()
-        held = [server.backend.executor.submit(release.wait, 30) for _ in range(2)]
-        try:
-            with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
-                stub = pb_grpc.SkillReaderStub(channel)
-                for n in range(3):
-                    rev = writer.publish(SHARED, "s", {"SKILL.md": md(n)}).revision
-                    reply = stub.Revisions(
-                        pb.RevisionsRequest(domains=[DOMAIN]),
-                        metadata=[("authorization", f"Bearer {ADMIN}")],
-                        timeout=5,
-                    )
-                    assert reply.revisions[DOMAIN].counter == rev.counter
-            assert not any(f.done() for f in held)  # the executor was busy all along
-        finally:
-            release.set()
         writer.close()
 
 

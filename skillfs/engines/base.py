@@ -13,7 +13,7 @@ import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Protocol, TypeVar
+from typing import TypeVar
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict
@@ -158,14 +158,6 @@ def reset_to(current: Revision | None) -> list[Change]:
     return [Change(revision=current or EMPTY, op="reset")]
 
 
-class LoopRevisions(Protocol):
-    """`Engine.revisions` on the running event loop, and the channels it holds there."""
-
-    async def revisions(self, domains: Sequence[str]) -> dict[str, Revision | None]: ...
-
-    async def close(self) -> None: ...
-
-
 class Engine(ABC):
     """One store (memory, SQLite, Redis, etcd, a skillfs server). Thread-safe."""
 
@@ -253,12 +245,6 @@ class Engine(ABC):
     def revisions(self, domains: Sequence[str]) -> dict[str, Revision | None]:
         """The current revision of each domain, read together in one round trip
         (per Redis slot); None for a domain never written. Linearizable."""
-
-    def revisions_on_loop(self) -> LoopRevisions | None:
-        """`revisions` on the running event loop, without a thread, where the engine's client
-        makes that cheaper (etcd: its gRPC stubs on `grpc.aio`); None: call `revisions` in a
-        thread. The server reads its per-step checks with it (docs/server.md)."""
-        return None
 
     @abstractmethod
     def changes(self, domain: str, since: Revision, timeout: float) -> list[Change]:

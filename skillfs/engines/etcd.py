@@ -18,14 +18,12 @@ from skillfs.engines import etcd_watch
 from skillfs.engines.base import (
     CommitOp,
     Engine,
-    LoopRevisions,
     MiB,
     UrlOptions,
     VersionMismatch,
     check_current,
 )
 from skillfs.engines.etcd_lease import EtcdLeases
-from skillfs.engines.etcd_loop import LoopClient
 from skillfs.engines.etcd_usage import EtcdUsage
 from skillfs.errors import InvalidPath, StoreUnavailable, TooLarge
 from skillfs.model import Change, Manifest, Revision, Scope, UsageStat
@@ -47,18 +45,6 @@ _revision = etcd_watch.revision
 
 def _stamp(value: bytes) -> float:
     return float(value.removeprefix(PARTIAL))
-
-
-def _one_revision(domain: str, reply: Any) -> dict[str, Revision | None]:
-    return {domain: _revision(reply.header.cluster_id, reply.kvs[0] if reply.kvs else None)}
-
-
-def _txn_revisions(part: Sequence[str], response: Any) -> dict[str, Revision | None]:
-    cluster = response.header.cluster_id
-    return {
-        domain: _revision(cluster, ec.first_kv(r))
-        for domain, r in zip(part, response.responses, strict=True)
-    }
 
 
 class EtcdEngine(EtcdLeases, Engine):
@@ -363,22 +349,19 @@ class EtcdEngine(EtcdLeases, Engine):
         """All rev keys in one read-only transaction (linearizable, one round trip); one
         domain, the per-step check, in one range read (less work than a transaction, for
         etcd and for the client)."""
-        if len(domains) == 1:
-            return _one_revision(domains[0], self._etcd.range(self._rev_range(domains[0])))
         out: dict[str, Revision | None] = {}
-        for part, request in self._revision_txns(domains):
-            out.update(_txn_revisions(part, self._etcd.txn(request)))
-        return out
-
-    def revisions_on_loop(self) -> LoopRevisions:
-        return _LoopRevisions(self, LoopClient(self._etcd))
-
-    def _rev_range(self, domain: str) -> Any:
-        return etcdrpc.RangeRequest(key=self._rev_key(domain))
-
-    def _revision_txns(self, domains: Sequence[str]) -> Iterator[tuple[list[str], Any]]:
+        if len(domains) == 1:
+            reply = self._etcd.range(etcdrpc.RangeRequest(key=self._rev_key(domains[0])))
+            kv = reply.kvs[0] if reply.kvs else None
+            return {domains[0]: _revision(reply.header.cluster_id, kv)}
         for part in self._etcd.packed(domains, lambda d: len(self._rev_key(d))):
-            yield part, etcdrpc.TxnRequest(success=[ec.get_op(self._rev_key(d)) for d in part])
+            response = self._etcd.txn(
+                etcdrpc.TxnRequest(success=[ec.get_op(self._rev_key(d)) for d in part])
+            )
+            cluster = response.header.cluster_id
+            for domain, r in zip(part, response.responses, strict=True):
+                out[domain] = _revision(cluster, ec.first_kv(r))
+        return out
 
     def changes(self, domain: str, since: Revision, timeout: float) -> list[Change]:
         """Caught up by range reads, waiting on the engine's one watch stream; see
@@ -443,24 +426,3 @@ class EtcdEngine(EtcdLeases, Engine):
     def close(self) -> None:
         self._log.close()
         self._etcd.close()
-
-
-class _LoopRevisions:
-    """`EtcdEngine.revisions` over the client's `grpc.aio` channels (`LoopClient`)."""
-
-    def __init__(self, engine: EtcdEngine, client: LoopClient) -> None:
-        self._engine = engine
-        self._client = client
-
-    async def revisions(self, domains: Sequence[str]) -> dict[str, Revision | None]:
-        engine = self._engine
-        if len(domains) == 1:
-            reply = await self._client.range(engine._rev_range(domains[0]))
-            return _one_revision(domains[0], reply)
-        out: dict[str, Revision | None] = {}
-        for part, request in engine._revision_txns(domains):
-            out.update(_txn_revisions(part, await self._client.txn(request)))
-        return out
-
-    async def close(self) -> None:
-        await self._client.close()

@@ -18,8 +18,7 @@ from urllib.parse import unquote, urlsplit
 import grpc
 from etcd3 import etcdrpc
 
-from skillfs.engines.base import MiB, redact
-from skillfs.engines.etcd_failover import Attempts
+from skillfs.engines.base import MiB, redact, unavailable_error
 from skillfs.errors import InvalidPath, PermissionDenied, SkillfsError, StoreUnavailable, TooLarge
 
 T = TypeVar("T")
@@ -36,6 +35,16 @@ FRAMING = 8
 DEFAULT_PORT = 2379
 #: The URL's options for TLS (the others are the engine's).
 TLS_QUERY = ("cacert", "cert", "key", "tls")
+_ROTATE = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.INTERNAL,
+    grpc.StatusCode.UNKNOWN,
+}
+
+
+class EndpointsDown(Exception):
+    """No endpoint answered within the budget; the message lists each one's last error."""
 
 
 class ResponseTooLarge(TooLarge):
@@ -112,15 +121,6 @@ def first_kv(response_op: Any) -> Any:
     return kvs[0] if kvs else None
 
 
-def channel(
-    kind: Any, target: str, credentials: grpc.ChannelCredentials | None, options: list[Any]
-) -> Any:
-    """A channel of `kind` (`grpc`, or `grpc.aio` for the event loop's) to one member."""
-    if credentials is not None:
-        return kind.secure_channel(target, credentials, options=options)
-    return kind.insecure_channel(target, options=options)
-
-
 class _Endpoint:
     """One etcd member: its own channel, so a dead member never blocks the others."""
 
@@ -128,7 +128,11 @@ class _Endpoint:
         self, target: str, credentials: grpc.ChannelCredentials | None, options: list[Any]
     ) -> None:
         self.target = target
-        self.channel = channel(grpc, target, credentials, options)
+        self.channel = (
+            grpc.secure_channel(target, credentials, options=options)
+            if credentials is not None
+            else grpc.insecure_channel(target, options=options)
+        )
         self.kv = etcdrpc.KVStub(self.channel)
         self.watch = etcdrpc.WatchStub(self.channel)
         self.auth = etcdrpc.AuthStub(self.channel)
@@ -158,7 +162,7 @@ class EtcdClient:
         self.max_request_bytes = max_request_bytes
         creds, _, hosts = urlsplit(url).netloc.rpartition("@")
         user, _, password = creds.partition(":")
-        self.user = unquote(user) or None
+        self._user = unquote(user) or None
         self._password = unquote(password)
         self.timeout = timeout
         self.retry_for = retry_for
@@ -172,13 +176,11 @@ class EtcdClient:
             ("grpc.min_reconnect_backoff_ms", 100),
             ("grpc.max_reconnect_backoff_ms", 1000),
         ]
-        #: How every channel to a member is made (the event loop's too: `etcd_loop`).
-        self.credentials = self._tls(tls)
-        self.options = options
+        credentials = self._tls(tls)
         targets = [self._target(h) for h in hosts.split(",") if h.strip()]
         if not targets:
             raise InvalidPath(f"no endpoint in {self.url!r}; use etcd://host:port[,host:port]")
-        self.endpoints = [_Endpoint(t, self.credentials, options) for t in targets]
+        self.endpoints = [_Endpoint(t, credentials, options) for t in targets]
         self._current = 0
         self._lock = threading.Lock()
 
@@ -231,38 +233,53 @@ class EtcdClient:
 
     def _metadata(self, ep: _Endpoint, timeout: float) -> Metadata:
         """The auth token of this endpoint, fetched when first needed (or after it expired)."""
-        if self.user is None:
+        if self._user is None:
             return None
         if ep.token is None:
-            ep.token = str(ep.auth.Authenticate(self.login, timeout=timeout).token)
+            req = etcdrpc.AuthenticateRequest(name=self._user, password=self._password)
+            ep.token = str(ep.auth.Authenticate(req, timeout=timeout).token)
         return (("token", ep.token),)
-
-    @property
-    def login(self) -> Any:
-        """The request that fetches an auth token (when the URL names a user)."""
-        return etcdrpc.AuthenticateRequest(name=self.user, password=self._password)
 
     def rpc(
         self, fn: Callable[[_Endpoint, float, Metadata], T], deadline: float | None = None
     ) -> T:
         """Run `fn` on the current endpoint; on a connection failure rotate to the next one
-        and try again, as `Attempts` says."""
-        attempts = Attempts(self, deadline)
-        while attempts.next():
-            ep = self.endpoints[attempts.index]
+        and try again, each endpoint at most twice and never past the budget (`retry_for`, or
+        `deadline` for waits, which also becomes the RPC's deadline)."""
+        end = deadline if deadline is not None else time.monotonic() + self.retry_for
+        n = len(self.endpoints)
+        failures: dict[str, str] = {}
+        reauthenticated = False
+        attempt = 0
+        while attempt < 2 * n:
+            remaining = end - time.monotonic()
+            if remaining <= 0 and attempt > 0:
+                break
+            index = self._current
+            ep = self.endpoints[index]
+            remaining = max(remaining, 0.01)  # the first attempt always runs
+            call_timeout = remaining if deadline is not None else min(self.timeout, remaining)
             try:
-                return fn(ep, attempts.timeout, self._metadata(ep, attempts.timeout))
+                return fn(ep, call_timeout, self._metadata(ep, call_timeout))
             except grpc.RpcError as exc:
-                time.sleep(attempts.failed(exc))
-        raise attempts.exhausted()
+                code, details = exc.code(), exc.details() or ""
+                if code == grpc.StatusCode.UNAUTHENTICATED and not reauthenticated:
+                    ep.token, reauthenticated = None, True  # the token expired: log in again
+                    continue
+                if code not in _ROTATE:
+                    raise self._error(code, details) from exc
+                failures[ep.target] = f"{code.name}: {details}"
+            with self._lock:
+                if self._current == index:
+                    self._current = (index + 1) % n
+            attempt += 1
+            if attempt % n == 0:
+                time.sleep(max(0.0, min(0.2, end - time.monotonic())))
+        tried = "; ".join(f"{t} {e}" for t, e in failures.items())
+        down = EndpointsDown(f"no etcd endpoint answered: {tried}")
+        raise unavailable_error(self.url, down) from down
 
-    def rotate(self, index: int) -> None:
-        """Move calls on from endpoint `index`, unless another call already did."""
-        with self._lock:
-            if self._current == index:
-                self._current = (index + 1) % len(self.endpoints)
-
-    def error(self, code: grpc.StatusCode, details: str) -> Exception:
+    def _error(self, code: grpc.StatusCode, details: str) -> Exception:
         """An error that rotating endpoints would not cure."""
         where = f"etcd store {self.url}"
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "Received message larger" in details:
@@ -334,14 +351,11 @@ class EtcdClient:
         if batch:
             yield batch
 
-    def check_txn(self, request: Any) -> None:
-        """Refuse a transaction over the limits here, before etcd sees it."""
+    def txn(self, request: Any) -> Any:
+        """One transaction; one over the limits is refused here, before etcd sees it."""
         ops, size = txn_ops(request), request.ByteSize()
         if ops > self.max_txn_ops or size > self.request_budget:
             raise self.over_limit(f"a transaction of {ops} operations and {size} bytes")
-
-    def txn(self, request: Any) -> Any:
-        self.check_txn(request)
         return self.rpc(lambda ep, t, md: ep.kv.Txn(request, timeout=t, metadata=md))
 
     def range(self, request: Any) -> Any:

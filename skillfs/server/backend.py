@@ -17,8 +17,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from skillfs.auth import Principal, Tokens
-from skillfs.engines.base import LoopRevisions
-from skillfs.model import Manifest, Revision, Scope
+from skillfs.model import Manifest, Scope
 from skillfs.server.hub import QUEUE, Hub
 from skillfs.server.metrics import Metrics
 from skillfs.server.proofs import BlobProofs, ManifestIndex
@@ -112,9 +111,7 @@ class Backend:
         #: connection pool (the server sizes that pool from the same setting).
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="skillfs-store")
         self.hub = Hub(self.engine, self.run, queue=caps.watch_queue, seen=self.seen)
-        self.shared_reads = SharedReads(self._read_revisions)
-        #: The engine's way to read revisions on the loop, where it has one (`start`).
-        self._loop_revisions: LoopRevisions | None = None
+        self.shared_reads = SharedReads(lambda domains: self.run(self.engine.revisions, domains))
         self.views = Views(store, self.hub, caps.view_cache_mib * MiB)
         self.watches = Slots(
             "watches", caps.max_watches, caps.max_watches_per_token,
@@ -141,7 +138,6 @@ class Backend:
 
     def start(self) -> None:
         """Start the hub and the check of the tokens config (on the running loop)."""
-        self._loop_revisions = self.engine.revisions_on_loop()
         self.hub.start()
         self._tokens_task = asyncio.get_running_loop().create_task(self._watch_tokens())
 
@@ -157,13 +153,6 @@ class Backend:
             if config is not seen:
                 seen = config
                 self.hub.wake_all()
-
-    async def _read_revisions(self, domains: Sequence[str]) -> dict[str, Revision | None]:
-        """One shared read of the per-step check: on the loop where the engine can (no
-        thread hand-off), else in the executor."""
-        if self._loop_revisions is not None:
-            return await self._loop_revisions.revisions(domains)
-        return await self.run(self.engine.revisions, domains)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` in the executor: the event loop never blocks on the store."""
@@ -182,5 +171,3 @@ class Backend:
             self._tokens_task.cancel()
         await self.hub.close()
         await self.run(self.views.close)
-        if self._loop_revisions is not None:
-            await self._loop_revisions.close()
