@@ -98,7 +98,10 @@ class Watcher:
     waits is looked at when that wait ends (the engine's `interrupt_wait` ends it at once
     where it can, else after at most `poll` seconds), from the revision it was added at, so
     nothing is skipped. The thread ends when the last domain is removed and starts again
-    with the next one. Store outages are logged once and waited out (C8)."""
+    with the next one. Store outages are logged once and waited out (C8). A wait cut short
+    reports only the domains it found changes in: its silence about the others proves
+    nothing (the engine may have ended it before asking the store), so no follower takes it
+    as confirmation that its cache is current (`max_staleness`)."""
 
     def __init__(
         self,
@@ -119,6 +122,8 @@ class Watcher:
         self._closed = False
         #: The thread's ident while it waits in `changes_many` (for `interrupt_wait`).
         self._waiting: int | None = None
+        #: The current wait was interrupted (`_interrupt`).
+        self._cut_short = False
 
     @property
     def domains(self) -> list[str]:
@@ -137,8 +142,8 @@ class Watcher:
         with self._lock:
             new = domain not in self._since
             self._since[domain] = since
-            if new and self._waiting is not None:  # its wait does not cover the domain
-                self.engine.interrupt_wait(self._waiting)
+            if new:  # the wait under way does not cover the domain
+                self._interrupt()
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(
                     target=self._run, name=f"skillfs-watch {self.engine.url}", daemon=True
@@ -149,16 +154,21 @@ class Watcher:
     def remove(self, domain: str) -> None:
         with self._lock:
             self._since.pop(domain, None)
-            if not self._since and self._waiting is not None:  # the thread ends sooner
-                self.engine.interrupt_wait(self._waiting)
+            if not self._since:  # the thread ends sooner
+                self._interrupt()
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             self._since.clear()
-            if self._waiting is not None:
-                self.engine.interrupt_wait(self._waiting)
+            self._interrupt()
             self._lock.notify_all()
+
+    def _interrupt(self) -> None:
+        """End the wait under way, if any (under the lock)."""
+        if self._waiting is not None:
+            self._cut_short = True
+            self.engine.interrupt_wait(self._waiting)
 
     def _run(self) -> None:
         delay = 0.05
@@ -170,6 +180,7 @@ class Watcher:
                     return
                 since = dict(self._since)
                 self._waiting = threading.get_ident()
+                self._cut_short = False
             started = time.monotonic()
             try:
                 found = self.engine.changes_many(since, self.poll)
@@ -185,12 +196,15 @@ class Watcher:
                 continue
             with self._lock:
                 self._waiting = None
+                cut_short = self._cut_short
             failed = False
             for domain, rev in since.items():
                 with self._lock:
                     if self._since.get(domain) is not rev:
                         continue  # removed or moved meanwhile: the next wait looks from there
                 changes = found.get(domain, [])
+                if cut_short and not changes:
+                    continue
                 try:
                     after = self._on_changes(domain, rev, changes, started)
                 except Exception as exc:  # the store failed under the handler: again, later

@@ -1,4 +1,4 @@
-"""Helpers every test module may use: a SKILL.md's bytes and an engine-level manifest.
+"""Helpers every test module may use: a SKILL.md's bytes, an engine-level manifest, a wait.
 
 Helpers of one area build on these: tests/cli_helpers.py (running `skillfs`),
 tests/runtime_helpers.py (workers' skills, a counting engine, a Git remote).
@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
+from collections.abc import Callable
 
 from skillfs.model import FileEntry, Manifest
 
@@ -60,3 +61,11 @@ def manifest(skill: str, version: int, deleted: bool = False, files: int = 0) ->
             for i in range(files)
         },
     )
+
+
+def wait_until(check: Callable[[], object], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.01)

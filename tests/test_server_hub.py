@@ -26,6 +26,7 @@ from skillfs.server.backend import Caps
 from skillfs.server.hub import Event, Stream, Wake
 from skillfs.store_blobs import SMALL_FILE_BYTES
 from support.grpc_servers import ADMIN, ALICE, BOB, running
+from tests.helpers import wait_until
 from tests.stores import url_for
 
 AGENT = "support-bot"
@@ -45,14 +46,6 @@ def meta(token: str) -> list[tuple[str, str]]:
 @pytest.fixture(params=["memory", "redis"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url_for(request, request.param, tmp_path)
-
-
-def wait_until(check: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.01)
 
 
 class Counting:

@@ -19,9 +19,11 @@ import skillfs
 from skillfs.engines import etcd_client as ec
 from skillfs.engines.base import EMPTY, Engine
 from skillfs.engines.etcd import EtcdEngine
+from skillfs.engines.memory import MemoryEngine
 from skillfs.model import Change, Revision, Scope
 from skillfs.store_watch import Watcher, follow_many
 from support.servers import EtcdServer, RedisCluster, RedisServer
+from tests.helpers import wait_until
 from tests.stores import url_for
 
 AGENTS = [f"a{i:02d}" for i in range(50)]
@@ -90,6 +92,48 @@ def test_watcher_follows_added_domains_and_stops_on_remove(store: skillfs.Store)
         assert done.wait(10), seen
         assert watcher.domains == ["agents/m", "agents/n"]
         assert seen.get("agents/o", []) == []
+    finally:
+        watcher.close()
+
+
+class Unanswered(MemoryEngine):
+    """A store whose waits end only when interrupted or timed out, answering `{}` without
+    asking the store: what a grpc:// wait cancelled before the server answered returns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[threading.Event] = []
+
+    def changes_many(self, since: Any, timeout: float) -> dict[str, list[Change]]:
+        cut = threading.Event()
+        self.waits.append(cut)
+        cut.wait(timeout)
+        return {}
+
+    def interrupt_wait(self, thread: int) -> None:
+        self.waits[-1].set()
+
+
+def test_a_wait_cut_short_confirms_nothing() -> None:
+    """Only a wait that ran its course says its domains did not move (a follower's
+    `verified_at`, which `max_staleness` trusts); one an added domain interrupted does not."""
+    engine = Unanswered()
+    calls: list[tuple[str, int]] = []
+    stale = Revision(epoch="e", counter=1)  # the store may be far past it
+
+    def on_changes(domain: str, since: Revision, changes: list[Change], started: float) -> None:
+        calls.append((domain, len(changes)))
+
+    watcher = Watcher(engine, on_changes, poll=1.0)
+    try:
+        watcher.add("agents/a", stale)
+        wait_until(lambda: len(engine.waits) == 1)
+        watcher.add("agents/b", stale)  # interrupts the first wait
+        wait_until(lambda: len(engine.waits) == 2)
+        assert engine.waits[0].is_set()
+        assert calls == []
+        wait_until(lambda: len(engine.waits) == 3, timeout=5)  # the second timed out
+        assert sorted(calls) == [("agents/a", 0), ("agents/b", 0)]
     finally:
         watcher.close()
 
