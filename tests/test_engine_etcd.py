@@ -5,6 +5,8 @@ test_conformance.py."""
 from __future__ import annotations
 
 import hashlib
+import logging
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -22,6 +24,7 @@ from etcd3 import etcdrpc
 
 import skillfs
 from skillfs.engines import etcd_client as ec
+from skillfs.engines import etcd_gateway
 from skillfs.engines.base import EMPTY, CommitOp, VersionMismatch
 from skillfs.engines.etcd import EtcdEngine
 from skillfs.errors import InvalidPath, PermissionDenied, StoreUnavailable, TooLarge
@@ -627,6 +630,90 @@ def test_data_replaced_means_new_epoch(etcd_server: EtcdServer, engine: EtcdEngi
     ]  # the counter went back
 
 
+# ----------------------------------------------------------------- revisions over the gateway
+
+
+def test_gateway_reads_are_the_grpc_reads(
+    engine: EtcdEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One domain (a range read), a never-written one, a few, and more than one transaction
+    holds (packed in several): each domain's last commit, read over the JSON gateway — the
+    same answers the gRPC read gives, and the engine's `revisions` takes the gateway's."""
+    written = [f"agents/bot-{i}" for i in range(3)]
+    committed = {}
+    for i, domain in enumerate(written):
+        ops = [CommitOp(scope=Scope.shared(f"bot-{i}"), manifest=manifest("s", 1), expect=0)]
+        committed[domain] = engine.commit(domain, ops)
+    many = written + [f"agents/never-{i}" for i in range(ec.MAX_TXN_OPS + 5)]
+    asks = ([written[2]], ["agents/never-0"], written, many)
+    for domains in asks:
+        want = {d: committed.get(d) for d in domains}
+        assert engine._gateway.revisions(domains) == want
+        assert engine.revisions(domains) == want
+
+    def no_grpc(request: Any) -> Any:
+        raise AssertionError("read over gRPC")
+
+    monkeypatch.setattr(engine._etcd, "range", no_grpc)
+    monkeypatch.setattr(engine._etcd, "txn", no_grpc)
+    for domains in asks:
+        assert engine.revisions(domains) == {d: committed.get(d) for d in domains}
+
+
+def test_a_forked_child_reads_over_its_own_gateway_connection(engine: EtcdEngine) -> None:
+    """A child forked with an idle gateway connection opens its own: on the parent's, the
+    two processes' answers would mix."""
+    revs = {}
+    for a in ("fa", "fb"):
+        ops = [CommitOp(scope=Scope.shared(a), manifest=manifest("s", 1), expect=0)]
+        revs[f"agents/{a}"] = engine.commit(f"agents/{a}", ops)
+    assert engine.revisions(["agents/fa"]) == {"agents/fa": revs["agents/fa"]}
+
+    def child() -> None:
+        want = {"agents/fb": revs["agents/fb"]}
+        ok = all(engine._gateway.revisions(["agents/fb"]) == want for _ in range(300))
+        os._exit(0 if ok else 1)
+
+    proc = multiprocessing.get_context("fork").Process(target=child)
+    proc.start()
+    for _ in range(300):
+        assert engine._gateway.revisions(["agents/fa"]) == {"agents/fa": revs["agents/fa"]}
+    proc.join(30)
+    assert proc.exitcode == 0
+
+
+@pytest.mark.slow
+def test_gateway_reads_rest_then_follow_the_failover(
+    etcd_cluster: EtcdCluster, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The member in use is killed: the gateway read gives up at once (the engine reads over
+    gRPC, which rotates), rests, then reads from the member the gRPC client moved to."""
+    monkeypatch.setattr(etcd_gateway, "REST", 0.5)
+    store = _cluster_store(etcd_cluster, first=1, timeout=2.0)
+    engine = store.engine
+    assert isinstance(engine, EtcdEngine)
+    rev = store.publish(ALICE, "a", {"SKILL.md": skill_md("a")}).revision
+    domain = [ALICE.domain]
+    gateway = engine._gateway
+    try:
+        assert gateway.revisions(domain) == {ALICE.domain: rev}  # member 1's gateway
+        etcd_cluster.kill(1)
+        with caplog.at_level(logging.WARNING, logger="skillfs.engines.etcd_gateway"):
+            t0 = time.monotonic()
+            assert gateway.revisions(domain) is None
+            assert time.monotonic() - t0 < 1.0
+            assert gateway.revisions(domain) is None  # resting: not even tried
+            assert engine.revisions(domain) == {ALICE.domain: rev}  # over gRPC: it rotates
+            assert engine._etcd.endpoint != etcd_cluster.endpoints[1]
+            time.sleep(0.6)
+            assert gateway.revisions(domain) == {ALICE.domain: rev}  # the member moved to
+        warned = [r.getMessage() for r in caplog.records if "gateway read" in r.getMessage()]
+        assert len(warned) == 1 and etcd_cluster.endpoints[1] in warned[0], warned
+    finally:
+        _restore(etcd_cluster)
+    store.close()
+
+
 # ----------------------------------------------------------------- connections and faults
 
 
@@ -814,15 +901,23 @@ def test_user_and_password(auth_server: EtcdServer) -> None:
     assert store.read(ALICE, "a", "SKILL.md") == skill_md("a")
     engine = store.engine
     assert isinstance(engine, EtcdEngine)
+    domain = [ALICE.domain]
+    now = engine.revisions(domain)
+    assert engine._gateway.revisions(domain) == now  # with the token the gRPC client got
     engine._etcd.endpoints[0].token = "expired.token"  # the server forgot it (TTL): log in again
+    assert engine._gateway.revisions(domain) is None  # refused: over gRPC, which logs in again
+    assert engine._gateway.revisions(domain) is None  # not sent again with the same token
     assert store.manifest(ALICE, "a").version == 1
+    assert engine._gateway.revisions(domain) == now  # the new token
     rev = store.revision("support-bot")
     assert rev is not None
     store.publish(ALICE, "a", {"SKILL.md": skill_md("a", "2")})
     assert [c.version for c in engine.changes("agents/support-bot", rev, 1)] == [2]  # watch too
     store.close()
+    wrong = EtcdEngine(f"etcd://root:wrong@{auth_server.endpoint}")
+    assert wrong._gateway.revisions(domain) is None  # no token: over gRPC, which reports it
     with pytest.raises(PermissionDenied, match="credentials"):
-        EtcdEngine(f"etcd://root:wrong@{auth_server.endpoint}").ping()
+        wrong.revisions(domain)
     with pytest.raises(PermissionDenied, match="user"):
         EtcdEngine(f"etcd://{auth_server.endpoint}").ping()
 
@@ -832,8 +927,9 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 
 @pytest.fixture
-def tls_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """etcd serving TLS with client-certificate auth; yields (endpoint, cert dir)."""
+def tls_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """etcd serving TLS, with client-certificate auth unless the test's parameter is False;
+    yields (endpoint, cert dir)."""
     d = tmp_path / "pki"
     d.mkdir()
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
@@ -855,8 +951,9 @@ def tls_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         "--initial-advertise-peer-urls", f"http://{HOST}:{peer}",
         "--initial-cluster", f"tls=http://{HOST}:{peer}",
         "--cert-file", str(d / "server.pem"), "--key-file", str(d / "server.key"),
-        "--client-cert-auth", "--trusted-ca-file", str(d / "ca.pem"),
     ]  # fmt: skip
+    if getattr(request, "param", True):
+        argv += ["--client-cert-auth", "--trusted-ca-file", str(d / "ca.pem")]
     env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD")}
     with open(tmp_path / "etcd.log", "wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -868,23 +965,46 @@ def tls_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         proc.wait(10)
 
 
+def _wait_up(engine: EtcdEngine) -> None:
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            engine.ping()
+            return
+        except StoreUnavailable:
+            assert time.monotonic() < deadline, "TLS etcd did not come up"
+            time.sleep(0.2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tls_server", [False], indirect=True)
+def test_gateway_reads_over_tls(tls_server: tuple[str, Path]) -> None:
+    """Server TLS (`cacert=`): the gateway reads go over TLS too, checked against the CA."""
+    endpoint, d = tls_server
+    engine = EtcdEngine(f"etcd://{endpoint}?cacert={d / 'ca.pem'}", timeout=2.0)
+    _wait_up(engine)
+    ops = [CommitOp(scope=ALICE, manifest=manifest("a", 1), expect=0)]
+    rev = engine.commit(ALICE.domain, ops)
+    assert engine._gateway.revisions([ALICE.domain]) == {ALICE.domain: rev}
+    engine.close()
+
+
 @pytest.mark.slow
 def test_tls_with_client_certificate(tls_server: tuple[str, Path]) -> None:
     endpoint, d = tls_server
     url = (f"etcd://{endpoint}?cacert={d / 'ca.pem'}&cert={d / 'client.pem'}"
            f"&key={d / 'client.key'}")  # fmt: skip
     engine = EtcdEngine(url, timeout=2.0)
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            engine.ping()
-            break
-        except StoreUnavailable:
-            assert time.monotonic() < deadline, "TLS etcd did not come up"
-            time.sleep(0.2)
+    _wait_up(engine)
     store = skillfs.Store(engine)
     store.publish(ALICE, "a", {"SKILL.md": skill_md("a")})
     assert store.read(ALICE, "a", "SKILL.md") == skill_md("a")
+    domain = [ALICE.domain]
+    now = engine.revisions(domain)
+    assert now[ALICE.domain] is not None
+    # etcd 3.4's gateway cannot call its own gRPC service when clients need certificates
+    # (503, "connection closed"): the engine reads over gRPC (docs/engine-etcd.md)
+    assert engine._gateway.revisions(domain) is None
     store.close()
     no_client_cert = EtcdEngine(f"etcd://{endpoint}?cacert={d / 'ca.pem'}", timeout=1.0,
                                 retry_for=1.0)  # fmt: skip

@@ -177,6 +177,8 @@ class EtcdClient:
             ("grpc.max_reconnect_backoff_ms", 1000),
         ]
         credentials = self._tls(tls)
+        #: Calls go over TLS (the URL's `cacert=` or `tls=1`).
+        self.tls = credentials is not None
         targets = [self._target(h) for h in hosts.split(",") if h.strip()]
         if not targets:
             raise InvalidPath(f"no endpoint in {self.url!r}; use etcd://host:port[,host:port]")
@@ -219,6 +221,11 @@ class EtcdClient:
     def endpoint(self) -> str:
         """The endpoint calls go to now (they move to the next one when it fails)."""
         return self.endpoints[self._current].target
+
+    @property
+    def needs_login(self) -> bool:
+        """The URL names a user: calls carry the token `rpc` logs in for."""
+        return self._user is not None
 
     @property
     def endpoint_index(self) -> int:
