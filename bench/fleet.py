@@ -113,33 +113,32 @@ BEFORE = {  # issue 12's measurements of the thread-pool server, quoted as "befo
     "cpu": "0.5-0.75 ms per call; 0.35-0.71x the echo server's throughput",
 }
 
-PREVIOUS_ROW = "previous full run (1eb863d)"
-#: The last full run documented before this one (main at 1eb863d, 2026-11-24: after the
-#: first load warmed by the watch, the streams' Wake and the shorter wake-up drain; before
-#: the fan-out by connection), quoted beside each new figure. Earlier runs are quoted in
-#: docs/benchmarks.md's readings.
+PREVIOUS_ROW = "previous full run (39b19ac)"
+#: The last full run documented before this one (main at 39b19ac, 2026-11-24: after the fan-out
+#: by connection; before etcd's per-step read over its JSON gateway), quoted beside each new
+#: figure. Earlier runs are quoted in docs/benchmarks.md's readings.
 PREVIOUS = {
     "redis": {
-        "streams": "10,000 open / 0 refused; idle CPU 0-1 % of a core at 10,000 streams; a "
-        "publish on every stream p50 425 ms / p99 873 ms; a step call during it p50 70.0 ms",
-        "steps": "1,001 steps/s of 1,000; p50 3.4 ms / p99 191 ms; away from publishes p50 "
-        "3.3 ms / p99 5.5 ms",
-        "reach": "p50 110 ms / p99 224 ms; the last worker p50 222 ms / p99 246 ms",
-        "calls": "per second: Revisions 1,000, Watch 1; server 39 % of a core, load 55 %; "
-        "server's own Revisions time p50 1.91 ms / p99 5.94 ms",
-        "views": "0 errors; threads 76 → 76 → 76; 50 store connections",
-        "cpu": "0.192 / 0.165 ms per call: 1.17x",
+        "streams": "10,000 open / 0 refused; idle CPU 0 % of a core at 10,000 streams; a "
+        "publish on every stream p50 214 ms / p99 440 ms; a step call during it p50 44.2 ms",
+        "steps": "1,001 steps/s of 1,000; p50 3.0 ms / p99 161 ms; away from publishes p50 "
+        "2.9 ms / p99 7.1 ms",
+        "reach": "p50 101 ms / p99 208 ms; the last worker p50 196 ms / p99 224 ms",
+        "calls": "per second: Revisions 1,000, Watch 1; server 45 % of a core, load 56 %; "
+        "server's own Revisions time p50 1.93 ms / p99 7.69 ms",
+        "views": "0 errors; threads 76 → 76 → 76; 47 store connections",
+        "cpu": "0.221 / 0.163 ms per call: 1.35x",
     },
     "etcd": {
-        "streams": "10,000 open / 0 refused; idle CPU 0-1 % of a core at 10,000 streams; a "
-        "publish on every stream p50 471 ms / p99 868 ms; a step call during it p50 84.3 ms",
-        "steps": "1,001 steps/s of 1,000; p50 4.0 ms / p99 261 ms; away from publishes p50 "
-        "3.8 ms / p99 10.6 ms",
-        "reach": "p50 155 ms / p99 293 ms; the last worker p50 295 ms / p99 345 ms",
-        "calls": "per second: Revisions 1,000, Watch 2; server 48 % of a core, load 63 %; "
-        "server's own Revisions time p50 2.19 ms / p99 21.18 ms",
-        "views": "0 errors; threads 79 → 79 → 79; 1 store connection",
-        "cpu": "0.241 / 0.161 ms per call: 1.50x",
+        "streams": "10,000 open / 0 refused; idle CPU 1 % of a core at 10,000 streams; a "
+        "publish on every stream p50 249 ms / p99 490 ms; a step call during it p50 46.7 ms",
+        "steps": "1,001 steps/s of 1,000; p50 3.8 ms / p99 194 ms; away from publishes p50 "
+        "3.7 ms / p99 9.5 ms",
+        "reach": "p50 111 ms / p99 225 ms; the last worker p50 245 ms / p99 271 ms",
+        "calls": "per second: Revisions 1,000, Watch 2; server 48 % of a core, load 56 %; "
+        "server's own Revisions time p50 2.09 ms / p99 20.71 ms",
+        "views": "0 errors; threads 80 → 80 → 80; 1 store connection",
+        "cpu": "0.269 / 0.163 ms per call: 1.65x",
     },
 }
 
