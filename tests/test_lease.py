@@ -31,25 +31,30 @@ def _waits(store: skillfs.Store) -> float:
 
 
 def _until_free(engine: skillfs.Store, name: str, holder: str, limit: float) -> float:
-    """Seconds until `holder` gets lease `name`, trying every 50 ms for at most `limit`."""
+    """`time.monotonic()` when `holder` got lease `name`, trying every 20 ms for at most
+    `limit` seconds."""
     start = time.monotonic()
     while time.monotonic() - start < limit:
         if engine.engine.acquire_lease(name, holder, 30):
-            return time.monotonic() - start
-        time.sleep(0.05)
+            return time.monotonic()
+        time.sleep(0.02)
     raise AssertionError(f"lease {name} still held after {limit}s")
 
 
 def test_one_holder_until_it_expires(store: skillfs.Store) -> None:
     engine, ttl = store.engine, _waits(store)
+    taken = time.monotonic()
     assert engine.acquire_lease("curate", "a", ttl)
     assert not engine.acquire_lease("curate", "b", ttl)  # refused while held
     assert not engine.acquire_lease("curate", "a", ttl)  # its holder renews instead
     assert not engine.renew_lease("curate", "b", ttl)
     assert not engine.release_lease("curate", "b")
     assert engine.acquire_lease("other", "b", ttl)  # another name is another lease
-    waited = _until_free(store, "curate", "b", ttl + 5)
-    assert waited <= ttl + 3.5  # expired by itself (etcd counts whole seconds, min ~2 s)
+    held = _until_free(store, "curate", "b", ttl + 5) - taken
+    assert held >= ttl * 0.9  # not free before its time
+    # expired by itself, soon after (etcd grants whole seconds, at least its minimum ~2 s,
+    # and revokes on its own schedule)
+    assert held <= ttl + (2.5 if store.url.startswith("etcd") else 1.0), held
     assert not engine.renew_lease("curate", "a", ttl)  # a's lease ran out and b has it now
     assert not engine.release_lease("curate", "a")
     assert engine.release_lease("curate", "b")
