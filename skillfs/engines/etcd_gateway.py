@@ -27,12 +27,13 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import httptools
 
 from skillfs.engines.etcd_client import EtcdClient
-from skillfs.engines.etcd_watch import epoch
+from skillfs.engines.etcd_watch import revision
 from skillfs.model import Revision
 
 log = logging.getLogger(__name__)
@@ -46,14 +47,13 @@ class StaleToken(Exception):
 
 
 def _revision(cluster_id: int, kvs: Sequence[Mapping[str, Any]] | None) -> Revision | None:
-    """A domain's revision from the gateway's JSON for its rev key (absent: None); the
-    same as `etcd_watch.revision` for the gRPC reply."""
-    if not kvs:
-        return None
-    kv = kvs[0]
-    return Revision(
-        epoch=epoch(cluster_id, int(kv["create_revision"])), counter=int(kv["mod_revision"])
-    )
+    """A domain's revision from the gateway's JSON for its rev key: its fields as the gRPC
+    reply has them (the gateway writes int64 as strings), read by `etcd_watch.revision`."""
+    kv = None
+    if kvs:
+        created, modified = int(kvs[0]["create_revision"]), int(kvs[0]["mod_revision"])
+        kv = SimpleNamespace(create_revision=created, mod_revision=modified)
+    return revision(cluster_id, kv)
 
 
 class _Reply:
