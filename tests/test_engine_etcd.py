@@ -687,8 +687,9 @@ def test_gateway_reads_rest_then_follow_the_failover(
     etcd_cluster: EtcdCluster, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The member in use is killed: the gateway read gives up at once (the engine reads over
-    gRPC, which rotates), rests, then reads from the member the gRPC client moved to."""
-    monkeypatch.setattr(etcd_gateway, "REST", 0.5)
+    gRPC, which rotates), rests — even once the gRPC client is on a live member — then reads
+    from the member that client moved to."""
+    monkeypatch.setattr(etcd_gateway, "REST", 3.0)
     store = _cluster_store(etcd_cluster, first=1, timeout=2.0)
     engine = store.engine
     assert isinstance(engine, EtcdEngine)
@@ -702,10 +703,11 @@ def test_gateway_reads_rest_then_follow_the_failover(
             t0 = time.monotonic()
             assert gateway.revisions(domain) is None
             assert time.monotonic() - t0 < 1.0
-            assert gateway.revisions(domain) is None  # resting: not even tried
             assert engine.revisions(domain) == {ALICE.domain: rev}  # over gRPC: it rotates
             assert engine._etcd.endpoint != etcd_cluster.endpoints[1]
-            time.sleep(0.6)
+            assert time.monotonic() - t0 < 2.5  # still within the rest
+            assert gateway.revisions(domain) is None  # resting: a live member, not tried
+            time.sleep(max(0.0, t0 + 3.1 - time.monotonic()))
             assert gateway.revisions(domain) == {ALICE.domain: rev}  # the member moved to
         warned = [r.getMessage() for r in caplog.records if "gateway read" in r.getMessage()]
         assert len(warned) == 1 and etcd_cluster.endpoints[1] in warned[0], warned
@@ -894,7 +896,7 @@ def auth_server(tmp_path: Path) -> Iterator[EtcdServer]:
 
 
 @pytest.mark.slow
-def test_user_and_password(auth_server: EtcdServer) -> None:
+def test_user_and_password(auth_server: EtcdServer, monkeypatch: pytest.MonkeyPatch) -> None:
     url = f"etcd://root:rootpw@{auth_server.endpoint}?prefix=p/"
     store = skillfs.open_store(url)
     store.publish(ALICE, "a", {"SKILL.md": skill_md("a")})
@@ -904,9 +906,19 @@ def test_user_and_password(auth_server: EtcdServer) -> None:
     domain = [ALICE.domain]
     now = engine.revisions(domain)
     assert engine._gateway.revisions(domain) == now  # with the token the gRPC client got
+    sent: list[bytes] = []
+    request = etcd_gateway._Connection.request
+
+    def counted(conn: Any, data: bytes) -> tuple[int, bytes]:
+        sent.append(data)
+        return request(conn, data)
+
+    monkeypatch.setattr(etcd_gateway._Connection, "request", counted)
     engine._etcd.endpoints[0].token = "expired.token"  # the server forgot it (TTL): log in again
     assert engine._gateway.revisions(domain) is None  # refused: over gRPC, which logs in again
-    assert engine._gateway.revisions(domain) is None  # not sent again with the same token
+    assert len(sent) == 1 and b"Authorization: expired.token" in sent[0]
+    assert engine._gateway.revisions(domain) is None
+    assert len(sent) == 1  # not sent again with the refused token
     assert store.manifest(ALICE, "a").version == 1
     assert engine._gateway.revisions(domain) == now  # the new token
     rev = store.revision("support-bot")
