@@ -85,10 +85,11 @@ def follow_changes(
 
 
 #: What a `Watcher` calls for each followed domain after each wait: `(domain, since,
-#: changes, started)`, the changes after `since` (empty: nothing new as of `started`, a
-#: `time.monotonic()` before the look). It returns the revision to follow on from (None:
-#: from the last change), so a caller whose own state moved meanwhile can say where it is.
-OnChanges = Callable[[str, Revision, list[Change], float], "Revision | None"]
+#: changes, started, returned)`, the changes after `since` (empty: nothing new as of
+#: `started`, a `time.monotonic()` before the look; `returned`: when the wait came back with
+#: them, the newest they can be). It returns the revision to follow on from (None: from the
+#: last change), so a caller whose own state moved meanwhile can say where it is.
+OnChanges = Callable[[str, Revision, list[Change], float, float], "Revision | None"]
 
 
 class Watcher:
@@ -194,6 +195,7 @@ class Watcher:
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
+            returned = time.monotonic()
             with self._lock:
                 self._waiting = None
                 cut_short = self._cut_short
@@ -206,7 +208,7 @@ class Watcher:
                 if cut_short and not changes:
                     continue
                 try:
-                    after = self._on_changes(domain, rev, changes, started)
+                    after = self._on_changes(domain, rev, changes, started, returned)
                 except Exception as exc:  # the store failed under the handler: again, later
                     outage.failed(exc)
                     failed = True

@@ -7,6 +7,7 @@ import asyncio
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
@@ -16,7 +17,8 @@ import skillfs
 from skillfs import Market, Scope, Skills
 from skillfs.engines.base import Engine
 from skillfs.errors import StoreUnavailable
-from skillfs.runtime.follower import watch_for
+from skillfs.model import Revision
+from skillfs.runtime.follower import Follower, _Watch, watch_for
 from tests.runtime_helpers import CountingEngine, counting_store, md, memory_store
 
 SHARED = Scope.shared("bot")
@@ -182,6 +184,42 @@ def test_new_epoch_reloads_everything(tmp_path: Path) -> None:
     assert skills.snapshot().skill("a").description == "replica 2"
 
 
+class Hooked(Switch):
+    """A `Switch` that runs `then` once, right after its next `revisions` read: what another
+    thread does between a step's revision read and its `Follower.at`."""
+
+    then: Callable[[], None] | None = None
+
+    def revisions(self, domains: list[str]) -> dict[str, Revision | None]:
+        out: dict[str, Revision | None] = self.engine.revisions(domains)
+        then, self.then = self.then, None
+        if then is not None:
+            then()
+        return out
+
+
+def test_an_old_epochs_log_fed_after_the_steps_read_does_not_hide_an_ack(tmp_path: Path) -> None:
+    """The server's hub read the old line's log before a failover; its feed lands after a
+    step read the new line. The fed cache is as old as that read, not as the feed: the step
+    reloads and shows the write acknowledged on the new line (C3, C5)."""
+    old = skillfs.open_store(f"sqlite:///{tmp_path / 'old.db'}")
+    new = skillfs.open_store(f"sqlite:///{tmp_path / 'new.db'}")
+    old.publish(SHARED, "s", {"SKILL.md": md("s")})
+    r1 = old.publish(ALICE, "a", {"SKILL.md": md("a", "old line")}).revision
+    switch = Hooked(old.engine)
+    follower = Follower(skillfs.Store(cast(Engine, switch)), "agents/bot", background=False)
+    skills = Skills(follower.store, "bot", "alice", followers=lambda domain: follower)
+    assert skills.snapshot().skill("a").description == "old line"
+    old.publish(BOB, "b", {"SKILL.md": md("b")})
+    hub_read = old.engine.changes("agents/bot", r1, 0)
+    read_at = time.monotonic()
+    new.publish(ALICE, "a", {"SKILL.md": md("a", "acknowledged on the new line")})
+    switch.engine = new.engine  # the failover
+    time.sleep(0.01)
+    switch.then = lambda: follower.feed(r1, hub_read, read_at)
+    assert skills.snapshot().skill("a").description == "acknowledged on the new line"
+
+
 def test_snapshots_of_one_worker_never_go_back() -> None:
     store = memory_store()
     skills = Skills(store, "bot", "alice")
@@ -297,6 +335,41 @@ def test_closing_every_worker_stops_the_watch() -> None:
     with Skills(store, "bot", "alice") as again:  # and it starts again when needed
         store.publish(ALICE, "x", {"SKILL.md": md("x")})
         assert [s.id for s in again.snapshot().skills] == ["x"]
+
+
+def test_a_close_racing_another_workers_first_step_keeps_the_watch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One request closes alice's `Skills` while another opens bob's, of the same agent: the
+    close's unfollow and the open's follow happen in that order, so the watch goes on."""
+    store = memory_store()
+    store.publish(ALICE, "a", {"SKILL.md": md("a")})
+    store.publish(BOB, "b", {"SKILL.md": md("b")})
+    alice = Skills(store, "bot", "alice")
+    alice.snapshot()
+    watcher = watch_for(store).watcher
+    unfollowing, go_on = threading.Event(), threading.Event()
+    unfollow = _Watch.unfollow
+
+    def descheduled(self: _Watch, follower: Follower) -> None:
+        unfollowing.set()
+        go_on.wait(5)
+        unfollow(self, follower)
+
+    monkeypatch.setattr(_Watch, "unfollow", descheduled)
+    closing = threading.Thread(target=alice.close)
+    closing.start()
+    assert unfollowing.wait(5)
+    bob = Skills(store, "bot", "bob")
+    opening = threading.Thread(target=bob.snapshot)
+    opening.start()
+    opening.join(0.3)  # unfixed, bob follows here, and the close then unfollows him
+    go_on.set()
+    closing.join(5)
+    opening.join(5)
+    assert watcher.domains == ["agents/bot"]
+    rev = store.publish(BOB, "b", {"SKILL.md": md("b", "v2")}).revision
+    assert bob.followers[0].wait_for(rev, 5.0)
 
 
 def test_counting_engine_sees_every_call() -> None:

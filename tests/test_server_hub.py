@@ -6,27 +6,31 @@ connections that do not grow with the number of open streams."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
 import redis
 
 import skillfs
+from skillfs.engines.base import Engine
 from skillfs.engines.grpc_wire import manifest_from, rev_to_pb
 from skillfs.model import Change, Revision, Scope
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.app import SkillfsServer
 from skillfs.server.backend import Caps
-from skillfs.server.hub import Event, Stream, Wake
+from skillfs.server.hub import Event, Hub, Stream, Wake
 from skillfs.store_blobs import SMALL_FILE_BYTES
 from support.grpc_servers import ADMIN, ALICE, BOB, running
 from tests.helpers import wait_until
+from tests.runtime_helpers import memory_store
 from tests.stores import url_for
 
 AGENT = "support-bot"
@@ -147,7 +151,7 @@ def test_a_stream_whose_queue_overflows_is_told_to_reload(tmp_path: Path) -> Non
     stream = Stream(DOMAIN, False, size=2)
     rev = Revision(epoch="e", counter=1)
     for _ in range(3):
-        stream.offer(Event(rev, (Change(revision=rev, op="put"),), {}))
+        stream.offer(Event(rev, (Change(revision=rev, op="put"),), 0.0, {}))
     assert stream.overflowed and not stream.events
 
     with running(f"memory://{time.time_ns()}", tmp_path) as server:
@@ -164,7 +168,7 @@ def test_a_stream_whose_queue_overflows_is_told_to_reload(tmp_path: Path) -> Non
             async def overflow() -> None:
                 (held,) = server.backend.hub._domains[DOMAIN].streams
                 for _ in range(held.size + 1):
-                    held.offer(Event(c.revision, (), {}))
+                    held.offer(Event(c.revision, (), 0.0, {}))
 
             server._await(overflow())
             event = next(watch)
@@ -200,11 +204,61 @@ def test_a_wake_is_kept_until_cleared_times_out_and_wakes_a_waiting_stream() -> 
             stream.wake = shared
         waiting = asyncio.ensure_future(streams[0].next(30))
         await asyncio.sleep(0)
-        event = Event(Revision(epoch="e", counter=1), (), {})
+        event = Event(Revision(epoch="e", counter=1), (), 0.0, {})
         streams[2].offer(event)  # another stream of the call: the shared wake ends the wait
         assert await asyncio.wait_for(waiting, 1) is None
         assert streams[2].events[0] is event
         assert await streams[1].next(0.01) is None  # nothing for it: its own timeout
+
+    asyncio.run(scenario())
+
+
+class Unwrapped:
+    """An engine whose first `revisions` and first `load_skills` fail with an error its store
+    client did not turn into a `SkillfsError` (say a redis-py `ResponseError` it lets by)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.failing = {"revisions", "load_skills"}
+
+    def __getattr__(self, name: str) -> Any:
+        call = getattr(self.engine, name)
+        if name not in self.failing:
+            return call
+
+        def fails(*args: object) -> object:
+            self.failing.discard(name)
+            raise RuntimeError(f"{name}: an error the store client did not wrap")
+
+        return fails
+
+
+def test_an_error_the_store_client_did_not_wrap_does_not_stop_the_hub() -> None:
+    """The hub logs it and goes on: its first revisions read is retried, and an event whose
+    manifests failed to load is still sent (its clients load them); the next one carries them."""
+    store = memory_store()
+    store.publish(A, "a", {"SKILL.md": md("a")})
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+
+        async def run(fn: Callable[..., object], *args: object) -> object:
+            return await loop.run_in_executor(None, functools.partial(fn, *args))
+
+        hub = Hub(cast(Engine, Unwrapped(store.engine)), run, wait=1.0)
+        hub.start()
+        stream = hub.subscribe(DOMAIN, True, "peer")
+        try:
+            for text in ("v2", "v3"):
+                await asyncio.sleep(0.2)
+                acked = await run(store.publish, A, "a", {"SKILL.md": md("a", text)})
+                event, deadline = None, loop.time() + 5
+                while (event is None or not event.changes) and loop.time() < deadline:
+                    event = await stream.next(deadline - loop.time())
+                assert event is not None and event.through == acked.revision
+                assert bool(event.manifests) == (text == "v3")
+        finally:
+            await hub.close()
 
     asyncio.run(scenario())
 

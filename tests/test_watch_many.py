@@ -75,7 +75,9 @@ def test_watcher_follows_added_domains_and_stops_on_remove(store: skillfs.Store)
     seen: dict[str, list[int]] = {}
     done = threading.Event()
 
-    def on_changes(domain: str, since: Revision, changes: list[Change], started: float) -> None:
+    def on_changes(
+        domain: str, since: Revision, changes: list[Change], started: float, returned: float
+    ) -> None:
         seen.setdefault(domain, []).extend(c.version or 0 for c in changes)
         if seen.get("agents/m") == [2, 3] and seen.get("agents/n") == [2]:
             done.set()
@@ -121,7 +123,9 @@ def test_a_wait_cut_short_confirms_nothing() -> None:
     calls: list[tuple[str, int]] = []
     stale = Revision(epoch="e", counter=1)  # the store may be far past it
 
-    def on_changes(domain: str, since: Revision, changes: list[Change], started: float) -> None:
+    def on_changes(
+        domain: str, since: Revision, changes: list[Change], started: float, returned: float
+    ) -> None:
         calls.append((domain, len(changes)))
 
     watcher = Watcher(engine, on_changes, poll=1.0)
@@ -165,7 +169,7 @@ def follow_all(
     got: dict[str, list[int]] = {}
     watcher = Watcher(
         store.engine,
-        lambda d, s, changes, t: got.setdefault(d, []).extend(c.version or 0 for c in changes),
+        lambda d, s, changes, t, r: got.setdefault(d, []).extend(c.version or 0 for c in changes),
         poll=0.5,
     )
     for d, r in since.items():

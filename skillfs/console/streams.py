@@ -150,7 +150,7 @@ class Feed:
         return self._watcher.domains
 
     def _on_changes(
-        self, domain: str, since: Revision, changes: list[Change], started: float
+        self, domain: str, since: Revision, changes: list[Change], started: float, returned: float
     ) -> Revision | None:
         if changes:
             with self._lock:

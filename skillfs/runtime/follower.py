@@ -41,8 +41,10 @@ MAX_ROUNDS = 32
 
 @dataclass(frozen=True, eq=False)
 class _Cache:
-    """The loaded scopes, exactly as of the domain's `revision`, and when that was observed
-    (`time.monotonic()` at the end of the store call that established it)."""
+    """The loaded scopes, exactly as of the domain's `revision`, and when that was observed:
+    `time.monotonic()` when the newest store read it rests on returned — this process's own
+    read, or the one whose changes it was handed (a watch, the server's hub), however much
+    later they were applied."""
 
     revision: Revision | None
     scopes: Mapping[Scope, LayerSkills]
@@ -109,9 +111,9 @@ class Follower:
             self._refs[scope] += 1
             if not self.background or self._watch is not None:
                 return
-            watch = self._watch = watch_for(self.store)
-            since = self._cache.revision or EMPTY
-        watch.follow(self, since)
+            # under the lock, so that an `untrack` racing it cannot unfollow after this follow
+            self._watch = watch_for(self.store)
+            self._watch.follow(self, self._cache.revision or EMPTY)
 
     def untrack(self, scope: Scope) -> None:
         """Stop serving `scope` (its cache is dropped); the watch of the domain ends with the
@@ -125,9 +127,9 @@ class Follower:
             if scope in cache.scopes:
                 rest = {s: v for s, v in cache.scopes.items() if s != scope}
                 self._cache = _Cache(cache.revision, rest, cache.observed_at)
-            watch, self._watch = (self._watch, None) if not self._refs else (None, self._watch)
-        if watch is not None:
-            watch.unfollow(self)
+            if not self._refs and self._watch is not None:
+                self._watch.unfollow(self)
+                self._watch = None
 
     # ------------------------------------------------------------------ the snapshot path
 
@@ -154,17 +156,21 @@ class Follower:
         current = cache.revision
         missing = [s for s in scopes if s not in cache.scopes]
         if same_revision(revision, current):
-            return self._sync(cache, current, missing) if missing else cache
+            return (
+                self._sync(cache, current, missing, seen_at=cache.observed_at) if missing else cache
+            )
         if (
             revision is not None
             and current is not None
             and revision.epoch == current.epoch
             and revision.counter > current.counter
         ):
-            return self._sync(cache, revision, scopes)
+            return self._sync(cache, revision, scopes, seen_at=time.monotonic())
         if current is not None and read_started <= cache.observed_at:
             # that read may predate our newer observation: ours is at least as new
-            return self._sync(cache, current, missing) if missing else cache
+            return (
+                self._sync(cache, current, missing, seen_at=cache.observed_at) if missing else cache
+            )
         if current is not None:
             log.warning(
                 "%s: revision %s after %s (new epoch or went back); reloading",
@@ -172,7 +178,9 @@ class Follower:
                 revision,
                 current,
             )
-        return self._sync(_Cache(revision, {}, read_started), revision, scopes)
+        return self._sync(
+            _Cache(revision, {}, read_started), revision, scopes, seen_at=read_started
+        )
 
     # ------------------------------------------------------------------ consistent reloads
 
@@ -182,10 +190,14 @@ class Follower:
         target: Revision | None,
         want: Sequence[Scope],
         first: Sequence[Change] | None = None,
+        *,
+        seen_at: float,
     ) -> _Cache:
         """A cache exactly at one revision, no earlier than `target`, holding `want` too.
 
-        `cache` is exact at its revision; `first` is the log after it when already read.
+        `cache` is exact at its revision; `first` is the log after it when already read;
+        `seen_at` is when the read that handed them (or `target`) returned: the result's
+        `observed_at` unless this reads the store itself.
         Reloads only what changed in the scopes held (and the wanted ones missing), then
         labels the result with `find_cut`, reading again what a concurrent commit left out
         of date. Runs under the lock."""
@@ -199,13 +211,18 @@ class Follower:
         need: dict[Scope, set[str]] = {}
         changes: list[Change] = list(first or [])
         upto = changes[-1].revision if changes else target
+        observed = seen_at
         for _ in range(MAX_ROUNDS):
             if need:
                 need = self._take_known(need, changes, held, edited, loaded)
             if whole or need:
                 self._load(whole, need, held, edited, loaded)
                 upto = self.store.engine.revisions([self.domain])[self.domain]
+                observed = time.monotonic()
+            read = len(changes)
             reset = self._read_log(since, upto, changes)
+            if len(changes) > read:
+                observed = time.monotonic()
             if reset is not None:  # a new epoch, the log trimmed, the domain wiped: again
                 log.warning("%s: reset to %s while reloading; reloading", self.domain, reset)
                 if reset.epoch == "":
@@ -214,7 +231,6 @@ class Follower:
                 held, edited, loaded, need, changes = {}, {}, {}, {}, []
                 continue
             assert upto is not None  # else _read_log reported a reset
-            observed = time.monotonic()
             whole_scopes = [s for s in edited if s not in held]
             cut = find_cut(
                 since, changes, held.keys() | edited.keys(), loaded, whole_scopes, target, upto
@@ -321,25 +337,27 @@ class Follower:
 
     # ------------------------------------------------------------------ the watch
 
-    def on_watch(self, since: Revision, changes: list[Change], started: float) -> Revision:
+    def on_watch(
+        self, since: Revision, changes: list[Change], started: float, returned: float
+    ) -> Revision:
         """The store's watch found `changes` after `since` (none: nothing new as of
-        `started`); returns the revision to watch on from. Errors propagate: the watch logs
-        them and asks again, and the per-step revision check keeps every step correct."""
+        `started`; the wait came back at `returned`); returns the revision to watch on from.
+        Errors propagate: the watch logs them and asks again, and the per-step revision
+        check keeps every step correct."""
         with self._lock:
             cache = self._cache
             # else a snapshot moved it: go on from there
             if same_revision(cache.revision or EMPTY, since):
-                self._apply(cache, changes, changes)
+                self._apply(cache, changes, changes, returned)
                 self.verified_at = max(self.verified_at, started)
             after = self._cache.revision or EMPTY
         self._done()
         return after
 
-    def feed(self, before: Revision, changes: Sequence[Change]) -> None:
+    def feed(self, before: Revision, changes: Sequence[Change], read_at: float) -> None:
         """Bring the cache to the end of `changes`, the log after `before` that someone else
-        read (the server's hub), as the watch thread would; a cache elsewhere reads the log
-        between itself and there."""
-        started = time.monotonic()
+        read (the server's hub; its read returned at `read_at`), as the watch thread would; a
+        cache elsewhere reads the log between itself and there."""
         with self._lock:
             cache = self._cache
             last = changes[-1].revision if changes else None
@@ -348,23 +366,28 @@ class Follower:
             here = cache.revision
             if here is not None and here.epoch == last.epoch and here.counter >= last.counter:
                 return
-            self._apply(cache, changes, changes if same_revision(here, before) else None)
-            self.verified_at = max(self.verified_at, started)
+            self._apply(cache, changes, changes if same_revision(here, before) else None, read_at)
+            self.verified_at = max(self.verified_at, read_at)
         self._done()
 
     def _apply(
-        self, cache: _Cache, changes: Sequence[Change], first: Sequence[Change] | None
+        self,
+        cache: _Cache,
+        changes: Sequence[Change],
+        first: Sequence[Change] | None,
+        seen_at: float,
     ) -> None:
         """Move the cache past `changes` (`first`: the log right after it, when that is
-        what they are). Runs under the lock."""
+        what they are), read by a store call that returned at `seen_at`. Runs under the
+        lock."""
         if changes and cache.revision is not None:
-            self._cache = self._sync(cache, changes[-1].revision, (), first=first)
+            self._cache = self._sync(cache, changes[-1].revision, (), first=first, seen_at=seen_at)
         elif changes:  # the domain was created, or the watch began before the first load
             # load what is held or tracked: a snapshot is about to ask for a tracked scope, and
             # the files are then warmed by this pass, not at whatever event comes next
             reset = changes[-1].revision
             want = [*cache.scopes, *(s for s in self._refs if s not in cache.scopes)]
-            self._cache = self._sync(_Cache(reset, {}, -1.0), reset, want)
+            self._cache = self._sync(_Cache(reset, {}, -1.0), reset, want, seen_at=seen_at)
 
     def _done(self) -> None:
         """Warm the changed files, then tell `wait_for` how far the cache is."""
@@ -425,10 +448,10 @@ class _Watch:
             self.watcher.remove(follower.domain)
 
     def _on_changes(
-        self, domain: str, since: Revision, changes: list[Change], started: float
+        self, domain: str, since: Revision, changes: list[Change], started: float, returned: float
     ) -> Revision | None:
         follower = self._followers.get(domain)
-        return None if follower is None else follower.on_watch(since, changes, started)
+        return None if follower is None else follower.on_watch(since, changes, started, returned)
 
 
 _followers: PerStore[Follower] = PerStore(Follower)

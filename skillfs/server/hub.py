@@ -19,6 +19,7 @@ import contextlib
 import logging
 import queue as queues
 import threading
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -52,7 +53,10 @@ QUEUE = 64
 OFFER_BATCH = 64
 
 Run = Callable[..., Awaitable[object]]
-Sink = Callable[[Revision, Sequence[Change]], None]
+#: What a wait of the store found, and when it returned (`time.monotonic()`).
+Found = tuple[dict[str, list[Change]], float]
+#: Handed each event's `before`, `changes` and `read_at` (the views' followers' `feed`).
+Sink = Callable[[Revision, Sequence[Change], float], None]
 #: Told of the manifests an event's changes wrote, together (in the executor): the server
 #: indexes them for blob proofs and warms its blob cache with their small files in one read,
 #: since a fleet's workers are about to read them (`Backend.seen`).
@@ -62,11 +66,12 @@ Seen = Callable[[Sequence[tuple[Scope, Manifest]]], None]
 @dataclass(frozen=True, eq=False)
 class Event:
     """One batch of a domain's log: `changes` follow `before` in order (the last may be a
-    reset); `manifests` holds what each put wrote, when still live (key: scope, skill,
-    version)."""
+    reset), as a store read that returned at `read_at` (`time.monotonic()`) found them;
+    `manifests` holds what each put wrote, when still live (key: scope, skill, version)."""
 
     before: Revision
     changes: tuple[Change, ...]
+    read_at: float
     manifests: dict[tuple[Scope, str, int], pb.ScopedManifest]
     #: The message each principal's streams are sent (the reader's `_shown`).
     shown: dict[tuple[int, bool, bool], tuple[Any, pb.WatchEvent]] = field(default_factory=dict)
@@ -203,9 +208,9 @@ class Hub:
         self._task: asyncio.Task[None] | None = None
         self._feeding: set[asyncio.Future[None]] = set()
         #: The waits out, each with the revisions it waits from.
-        self._waits: dict[asyncio.Future[dict[str, list[Change]]], dict[str, Revision]] = {}
+        self._waits: dict[asyncio.Future[Found], dict[str, Revision]] = {}
         #: The wait out that started from every domain's revision as it is now, if any.
-        self._current: asyncio.Future[dict[str, list[Change]]] | None = None
+        self._current: asyncio.Future[Found] | None = None
         self._jobs: queues.SimpleQueue[Callable[[], None] | None] = queues.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self.follow_calls = 0  # store calls of the hub, for tests and /metrics
@@ -338,8 +343,9 @@ class Hub:
             try:
                 await self._start_new()
                 delay = RETRY
-            except SkillfsError as exc:
-                log.warning("hub: %s; retrying in %.2fs", exc, delay)
+            except Exception as exc:  # a store error, or one its client left unwrapped
+                unwrapped = not isinstance(exc, SkillfsError)
+                log.warning("hub: %s; retrying in %.2fs", exc, delay, exc_info=unwrapped)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
@@ -367,6 +373,7 @@ class Hub:
         if not new:
             return
         revisions = await self.run(self.engine.revisions, new)
+        read_at = time.monotonic()
         self.follow_calls += 1
         assert isinstance(revisions, dict)
         for name in new:
@@ -374,15 +381,15 @@ class Hub:
             if d is not None and d.since is None:
                 d.since = revisions[name] or EMPTY
                 self._current = None  # the wait out does not cover it
-                await self._publish(d, Event(d.since, (), {}))
+                await self._publish(d, Event(d.since, (), read_at, {}))
 
-    async def _ended(self, wait: asyncio.Future[dict[str, list[Change]]]) -> bool:
+    async def _ended(self, wait: asyncio.Future[Found]) -> bool:
         """Publish what a wait found; False when it failed."""
         since = self._waits.pop(wait)
         if wait is self._current:
             self._current = None
         try:
-            found = wait.result()
+            found, read_at = wait.result()
         except Exception as exc:  # StoreUnavailable, or the store closed under it
             log.warning("hub: %s", exc)
             return False
@@ -392,16 +399,17 @@ class Hub:
                 continue  # dropped, re-subscribed or moved on meanwhile: read again
             d.since = changes[-1].revision
             self._current = None  # the waits out start before this: wait from here
-            await self._publish(d, Event(since[name], tuple(changes), {}))
+            await self._publish(d, Event(since[name], tuple(changes), read_at, {}))
         return True
 
     def _in_thread(
         self, fn: Callable[..., dict[str, list[Change]]], *args: object
-    ) -> asyncio.Future[dict[str, list[Change]]]:
+    ) -> asyncio.Future[Found]:
         """`fn(*args)` in one of the hub's own `MAX_WAITS` daemon threads (not the executor:
-        a wait may last `WAIT` seconds, and must not hold up the server's shutdown)."""
+        a wait may last `WAIT` seconds, and must not hold up the server's shutdown), with
+        when it returned."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[dict[str, list[Change]]] = loop.create_future()
+        future: asyncio.Future[Found] = loop.create_future()
 
         def settle(result: object, error: BaseException | None) -> None:
             if future.done():  # cancelled by `close`
@@ -413,7 +421,7 @@ class Hub:
 
         def work() -> None:
             try:
-                result, error = fn(*args), None
+                result, error = (fn(*args), time.monotonic()), None
             except BaseException as exc:  # handed to the hub's task
                 result, error = None, exc
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
@@ -428,15 +436,16 @@ class Hub:
                 loaded = await self.run(manifests_of, self.engine, event.changes, self.seen)
                 assert isinstance(loaded, dict)
                 event.manifests.update(loaded)
-            except SkillfsError as exc:  # the streams' clients read them themselves
-                log.warning("hub: manifests of %s: %s", event.through, exc)
+            except Exception as exc:  # the streams' clients read them themselves
+                unwrapped = not isinstance(exc, SkillfsError)
+                log.warning("hub: manifests of %s: %s", event.through, exc, exc_info=unwrapped)
         for i, s in enumerate(d.by_peer(), 1):
             s.offer(event)
             if i % OFFER_BATCH == 0:  # let the calls that wait meanwhile run between batches
                 await asyncio.sleep(0)
         for sink in list(d.sinks):
             if event.changes:
-                self._loop_task(self.run(sink, event.before, event.changes))
+                self._loop_task(self.run(sink, event.before, event.changes, event.read_at))
 
     def _loop_task(self, work: Awaitable[object]) -> None:
         async def guarded() -> None:
