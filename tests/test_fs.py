@@ -624,6 +624,31 @@ def test_grpc_store_url_works_unchanged(tmp_path: Path, monkeypatch: pytest.Monk
         server.stop(0)
 
 
+def test_a_changed_token_is_a_new_filesystem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fsspec reuses an instance made with the same arguments: $SKILLFS_TOKEN is one of them,
+    so a process that changes or drops its token never keeps the old one's rights."""
+    server = grpc_servers.in_process(f"memory://{uuid.uuid4().hex}", tmp_path)
+    try:
+        opts = {"store": f"grpc://127.0.0.1:{server.grpc_port}", "agent_id": "support-bot"}
+        monkeypatch.setenv("SKILLFS_TOKEN", grpc_servers.ALICE)
+        alice = fsspec.filesystem("skillfs", user_id="alice", **opts)
+        alice.pipe("skills/own/SKILL.md", SKILL_MD)
+        monkeypatch.setenv("SKILLFS_TOKEN", grpc_servers.BOB)
+        as_bob = fsspec.filesystem("skillfs", user_id="alice", **opts)
+        assert as_bob is not alice
+        with pytest.raises(PermissionError):
+            as_bob.pipe("skills/own/more.md", b"m")
+        monkeypatch.delenv("SKILLFS_TOKEN")
+        with pytest.raises(PermissionError):
+            fsspec.filesystem("skillfs", user_id="alice", **opts).cat("skills/own/SKILL.md")
+        explicit = fsspec.filesystem("skillfs", user_id="alice", token=grpc_servers.ALICE, **opts)
+        assert explicit.cat("skills/own/SKILL.md") == SKILL_MD
+    finally:
+        server.stop(0)
+
+
 # ----------------------------------------------------------------- universal-pathlib
 
 

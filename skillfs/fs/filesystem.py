@@ -47,7 +47,8 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
     `store`: a store URL or Store ($SKILLFS_STORE, else the embedded SQLite file);
     `agent_id` ($SKILLFS_AGENT_ID, required); `user_id` ($SKILLFS_USER_ID, optional);
     `base`: an fsspec URL or directory (paths are relative to it) or a filesystem instance
-    (paths passed unchanged); default the current directory.
+    (paths passed unchanged); default the current directory; `token`: a grpc:// store's
+    bearer token ($SKILLFS_TOKEN).
     """
 
     protocol = "skillfs"
@@ -62,13 +63,14 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         user_id: str | None = None,
         base: str | os.PathLike[str] | AbstractFileSystem | None = None,
         use_listings_cache: bool = False,
+        token: str | None = None,
         **storage_options: Any,
     ) -> None:
         super().__init__(use_listings_cache=use_listings_cache, **storage_options)
         if not agent_id:
             raise ValueError("skillfs needs an agent: pass agent_id=... or set $SKILLFS_AGENT_ID")
         assert store is not None  # _WithDefaults filled it in
-        self._store = LazyStore(store)
+        self._store = LazyStore(store, token)
         self.shared = Scope.shared(agent_id)
         self.scope = Scope.user(agent_id, user_id) if user_id else self.shared
         self.base = base_fs(os.getcwd() if base is None else base)

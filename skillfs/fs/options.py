@@ -15,6 +15,7 @@ from fsspec.implementations.local import LocalFileSystem
 from fsspec.utils import stringify_path
 
 from skillfs.engines import default_url, file_to_create
+from skillfs.engines.grpc import ENV_TOKEN
 from skillfs.store import Store, open_store
 
 ANONYMOUS = "memory://"
@@ -25,6 +26,9 @@ def with_defaults(options: dict[str, Any]) -> dict[str, Any]:
     out = dict(options)
     if out.get("store") is None:
         out["store"] = default_url()
+    if out.get("token") is None and str(out["store"]).startswith("grpc"):
+        # in the instance cache's key: a changed $SKILLFS_TOKEN is a new filesystem
+        out["token"] = os.environ.get(ENV_TOKEN)
     if out.get("agent_id") is None:
         out["agent_id"] = os.environ.get("SKILLFS_AGENT_ID")
     if "user_id" not in out:
@@ -51,9 +55,10 @@ class LazyStore:
     exist is not made by reading it (reads raise NoStore, as the CLI's readers refuse it);
     the first write makes it."""
 
-    def __init__(self, store: str | Store) -> None:
+    def __init__(self, store: str | Store, token: str | None = None) -> None:
         self._store = store if isinstance(store, Store) else None
         self._url = "" if isinstance(store, Store) else store
+        self._token = token
         self._lock = threading.Lock()
         self._found = False  # known to exist: no more checks
 
@@ -81,7 +86,8 @@ class LazyStore:
         with self._lock:
             if self._store is None:
                 url = self._url
-                self._store = _anonymous() if url == ANONYMOUS else open_store(url)
+                token = {} if self._token is None else {"token": self._token}
+                self._store = _anonymous() if url == ANONYMOUS else open_store(url, **token)
             return self._store
 
 
