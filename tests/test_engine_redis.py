@@ -441,11 +441,24 @@ def test_wrong_password_is_permission_denied(tmp_path: Path) -> None:
         "redis://127.0.0.1/0?wiat=1",
         "redis://127.0.0.1/0?ssl_ca_certs=/ca.pem",  # TLS options only with rediss://
         "redis+cluster://127.0.0.1:1?log_limit=many",
+        # redis-py's own ValueErrors, and a database it would read as 0 (outside testing)
+        "redis://127.0.0.1:notaport/0",
+        "redis://127.0.0.1:99999/0",
+        "redis://127.0.0.1:6379/0?max_connections=abc",
+        "redis://",
+        "redis://127.0.0.1:6379/abc",
+        "redis+cluster://127.0.0.1:99999",
+        "redis+cluster://127.0.0.1:7000?max_connections=x",
     ],
 )
 def test_bad_urls_are_refused(url: str) -> None:
     with pytest.raises(InvalidPath):
         RedisEngine(url)
+
+
+def test_a_database_the_server_does_not_have_is_named(redis_server: RedisServer) -> None:
+    with pytest.raises(InvalidPath, match="no such database"):
+        RedisEngine(f"redis://127.0.0.1:{redis_server.port}/99").ping()
 
 
 def test_url_options_reach_the_client(

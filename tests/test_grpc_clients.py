@@ -20,6 +20,7 @@ import skillfs
 from skillfs.cli import app
 from skillfs.engines.grpc import GrpcEngine
 from skillfs.engines.grpc_wire import manifest_from
+from skillfs.errors import InvalidPath
 from skillfs.model import Scope
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
@@ -356,3 +357,12 @@ def test_failover_to_the_next_server(tmp_path: Path) -> None:
     finally:
         one.stop(0)
         two.stop(0)
+
+
+@pytest.mark.parametrize(
+    "url", ["grpc://127.0.0.1:99999", "grpc://127.0.0.1", "grpc://127.0.0.1:0", "grpc://:7070"]
+)
+def test_a_server_address_without_a_valid_port_is_refused(url: str) -> None:
+    """gRPC would take port 99999 as 34463 (outside testing): the URL is refused instead."""
+    with pytest.raises(InvalidPath, match="give host:port, port 1-65535"):
+        GrpcEngine(url)

@@ -92,6 +92,12 @@ class GrpcEngine(GrpcWatching, Engine):
             )
         options = UrlOptions(url, ("ca", "timeout"))
         targets = [t.strip() for t in parts.netloc.split(",") if t.strip()]
+        for target in targets:
+            host, _, port = target.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise InvalidPath(
+                    f"invalid server {target!r} in {self.url!r}: give host:port, port 1-65535"
+                )
         credentials = None
         if parts.scheme == "grpcs":
             ca_path = tls_ca or options.get("ca")

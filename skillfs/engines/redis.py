@@ -116,6 +116,11 @@ class _Guard:
                 f"store {self.engine.url} refused the credentials ({type(exc).__name__}: {exc}); "
                 "check the user and password in the URL"
             ) from exc
+        if isinstance(exc, rx.ResponseError) and str(exc).startswith("DB index is out of range"):
+            raise InvalidPath(
+                f"store {self.engine.url}: the Redis server has no such database ({exc}); "
+                "give one it has (0 to its `databases` setting - 1)"
+            ) from None
         if isinstance(exc, _UNAVAILABLE) or (
             isinstance(exc, rx.ResponseError) and _is_transient(exc)
         ):

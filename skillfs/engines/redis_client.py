@@ -69,10 +69,25 @@ def _host_port(text: str, default_port: int) -> tuple[str, int]:
         port = rest.removeprefix(":")
     else:
         host, _, port = text.partition(":")
+    number = int(port) if port.isdigit() else -1 if port else default_port
+    if not host or not 0 < number < 65536:
+        raise InvalidPath(
+            f"invalid host:port {text!r} in the Redis URL: give host:port, port 1-65535"
+        )
+    return host, number
+
+
+def _parsed(url: str, form: str) -> dict[str, Any]:
+    """redis-py's reading of a URL, its errors said in ours: redis-py raises a bare
+    ValueError for a bad port or option, and reads a database that is not a number as 0."""
+    parts = urlsplit(url)
+    db = parts.path.strip("/")
+    if parts.scheme in ("redis", "rediss") and db and not db.isdigit():
+        raise InvalidPath(f"invalid database {db!r} in the Redis URL: give a number, as in {form}")
     try:
-        return host, int(port) if port else default_port
+        return cast(dict[str, Any], parse_url(url))  # type: ignore[no-untyped-call]
     except ValueError as exc:
-        raise InvalidPath(f"invalid host:port {text!r} in the Redis URL") from exc
+        raise InvalidPath(f"invalid Redis URL ({exc}): the form is {form}") from None
 
 
 def client_factory(
@@ -84,14 +99,21 @@ def client_factory(
     scheme = parts.scheme
     if scheme in ("redis", "rediss"):
         plain = parts._replace(query=urlencode(query)).geturl()
+        form = f"{scheme}://[[user]:password@]host[:port][/db][?option=value...]"
+        host = parts.netloc.rpartition("@")[2]
+        if not host:
+            raise InvalidPath(f"no host in the Redis URL: the form is {form}")
+        _host_port(host, 6379)
+        _parsed(plain, form)
         return lambda: redis.Redis.from_url(plain, **kwargs)
     auth, _, hosts = parts.netloc.rpartition("@")
     nodes = [h for h in hosts.split(",") if h]
     if not nodes:
         raise InvalidPath(f"no host in the {scheme} URL: give host:port[,host:port...]")
     # redis-py parses the credentials and the client options of the query string.
-    opts: dict[str, Any] = parse_url(  # type: ignore[no-untyped-call]
-        f"redis://{auth + '@' if auth else ''}x?{urlencode(query)}"
+    opts = _parsed(
+        f"redis://{auth + '@' if auth else ''}x?{urlencode(query)}",
+        f"{scheme}://[[user]:password@]host:port[,host:port...]/...[?option=value...]",
     )
     opts.pop("host", None)
     sentinel_password = opts.pop("sentinel_password", None)
