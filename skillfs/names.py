@@ -9,7 +9,8 @@ import re
 from skillfs.errors import InvalidPath
 
 _ID = re.compile(r"[A-Za-z0-9._@+-]{1,128}")
-_SKILL_DIR = re.compile(r"[^/\x00\\]{1,255}")
+#: Lone surrogates excluded: no file system name holds them (nor does UTF-8).
+_SKILL_DIR = re.compile(r"[^/\\\x00\ud800-\udfff]+")
 
 
 def check_id(kind: str, value: str) -> str:
@@ -26,11 +27,17 @@ def check_id(kind: str, value: str) -> str:
 
 
 def check_skill_name(value: str) -> str:
-    """A skill directory: one path segment. The spec's name rules are findings, not path errors."""
-    if not isinstance(value, str) or not _SKILL_DIR.fullmatch(value) or value in (".", ".."):
+    """A skill directory: one path segment that every file system can hold (at most 255
+    bytes, as a file path's segments). The spec's name rules are findings, not path errors."""
+    if (
+        not isinstance(value, str)
+        or not _SKILL_DIR.fullmatch(value)
+        or value in (".", "..")
+        or len(value.encode()) > 255
+    ):
         raise InvalidPath(
             f"invalid skill directory {value!r}: a skill is one directory name "
-            "(no '/', '\\', NUL, '.' or '..', at most 255 characters)"
+            "(no '/', '\\', NUL, '.' or '..', at most 255 bytes in UTF-8)"
         )
     return value
 
