@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -225,6 +227,40 @@ def test_export_into_a_non_empty_directory_asks_a_person(
     result = ok(url, "export", str(target), "-s", "shared:bot", input="y\n")
     assert "replace the exported skills' directories in it?" in result.stdout
     assert sorted(os.listdir(target / "one")) == ["SKILL.md"]
+
+
+def test_an_export_that_fails_midway_leaves_the_directory_as_it_was(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every skill is written beside the directory's own, then moved in (outside testing: a
+    failing third skill left the first two replaced, their local files gone)."""
+    from skillfs.commands import transfer
+
+    for name in ("a", "b", "c"):
+        _skill(tmp_path / "src", name)
+    ok(url, "import", str(tmp_path / "src"), "-s", "shared:bot")
+    write = transfer._write_skill
+
+    def disk_full_at_c(root: Path, *args: Any) -> None:
+        if root.name == "c":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(root))
+        write(root, *args)
+
+    monkeypatch.setattr(transfer, "_write_skill", disk_full_at_c)
+    target = tmp_path / "out"
+    (target / "a").mkdir(parents=True)
+    (target / "a" / "local.md").write_text("mine")
+    line = error_line(run(url, "export", str(target), "-s", "shared:bot", "--yes"))
+    assert line == "error: nothing exported: writing c failed (No space left on device)"
+    assert sorted(os.listdir(target)) == ["a"] and os.listdir(target / "a") == ["local.md"]
+    fresh = tmp_path / "fresh"
+    error_line(run(url, "export", str(fresh), "-s", "shared:bot"))
+    assert not fresh.exists()
+    monkeypatch.setattr(transfer, "_write_skill", write)
+    ok(url, "export", str(target), "-s", "shared:bot", "--yes")
+    assert sorted(os.listdir(target)) == ["a", "b", "c"] and os.listdir(target / "a") == [
+        "SKILL.md"
+    ]
 
 
 def test_export_some_skills(url: str, tmp_path: Path) -> None:

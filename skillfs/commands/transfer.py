@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -398,27 +399,52 @@ def export(
                     + (", ".join(store.skills(scope)) or "none")
                 )
         rows = []
-        with _progress() as progress:
-            task = progress.add_task("exporting", total=sum(m.size for m in manifests.values()))
+        # every skill is written beside the directory's own first, and moved in once all
+        # are: a store or disk failure midway leaves DIRECTORY as it was
+        made = not directory.exists()
+        directory.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".skillfs-export-", dir=directory))
+        done = False
+        try:
+            with _progress() as progress:
+                total = sum(m.size for m in manifests.values())
+                task = progress.add_task("exporting", total=total)
+                for name in sorted(manifests):
+                    m = manifests[name]
+                    progress.update(task, description=f"writing {name}")
+                    try:
+                        _write_skill(staging / name, m, store.read_entries(m.files.values()))
+                    except OSError as exc:
+                        raise InvalidPath(
+                            f"nothing exported: writing {name} failed ({exc.strerror or exc})"
+                        ) from None
+                    progress.advance(task, m.size)
+                    rows.append(
+                        {"skill": name, "version": m.version, "files": len(m.files), "size": m.size}
+                    )
             for name in sorted(manifests):
-                m = manifests[name]
-                progress.update(task, description=f"writing {name}")
-                _write_skill(directory / name, m, store.read_entries(m.files.values()))
-                progress.advance(task, m.size)
-                rows.append(
-                    {"skill": name, "version": m.version, "files": len(m.files), "size": m.size}
-                )
+                _replace(directory / name)
+                os.replace(staging / name, directory / name)
+            done = True
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+            if made and not done:
+                shutil.rmtree(directory, ignore_errors=True)
     if as_json:
         emit_json({"scope": str(scope), "directory": str(directory), "skills": rows})
     else:
         out.print(f"exported {len(rows)} skill{'s' * (len(rows) != 1)} of {scope} to {directory}")
 
 
-def _write_skill(root: Path, m: Manifest, data: dict[str, bytes]) -> None:
+def _replace(root: Path) -> None:
+    """Make room for an exported skill's directory: what stood there goes, whole."""
     if root.is_symlink() or root.is_file():
         root.unlink()
     elif root.exists():
         shutil.rmtree(root)
+
+
+def _write_skill(root: Path, m: Manifest, data: dict[str, bytes]) -> None:
     for path, entry in sorted(m.files.items()):
         target = root / normalize_path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
