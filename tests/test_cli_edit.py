@@ -298,6 +298,18 @@ def test_edit_creates_a_file_and_a_skill(url: str, editor: ScriptedEditor) -> No
     assert "Makes things, and when" in _read(url, skill="fresh")
 
 
+def test_a_draft_is_checked_as_the_skill_it_holds(url: str, editor: ScriptedEditor) -> None:
+    """`_drafts/<name>/SKILL.md` names `<name>`, as the store checks it (outside testing: the
+    directory name `_drafts/<name>` was required, which no name can be, so only --force
+    saved)."""
+    with skillfs.open_store(url) as store:
+        store.propose(SCOPE, "newx", {"SKILL.md": skill_md("newx", "Drafts things")})
+    result = editor(url, "_drafts/newx/SKILL.md", steps=[{"replace": [["Drafts", "Edits"]]}])
+    assert result.exit_code == 0, result.output
+    with skillfs.open_store(url) as store:
+        assert "Edits things" in store.read(SCOPE, "_drafts/newx", "SKILL.md").decode()
+
+
 def test_spec_violation_rejected_then_forced(url: str, editor: ScriptedEditor) -> None:
     bad = [{"replace": [["name: reviewer", "name: Reviewer_2"]]}]
     result = editor(url, "reviewer/SKILL.md", steps=bad)

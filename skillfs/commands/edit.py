@@ -46,6 +46,7 @@ from skillfs.commands.editor import EditorCopy
 from skillfs.commands.text import unified
 from skillfs.errors import Conflict, InvalidSkill, NotFound, SkillfsError
 from skillfs.model import CommitResult, File, Finding, Manifest, Scope, error_findings
+from skillfs.names import entry_name
 from skillfs.skill_md import SKILL_MD, TEMPLATE_DESCRIPTION, inspect_skill, skill_template
 from skillfs.store import Store
 from skillfs.store_commit import refuse_errors
@@ -121,7 +122,8 @@ def _ask(question: str, choices: dict[str, str]) -> str:
 def _check(skill: str, files: dict[str, File]) -> list[Finding]:
     """The spec findings, plus one the CLI adds: a SKILL.md whose description is still the
     template's placeholder would go live with it, so it counts as an error (--force saves)."""
-    frontmatter, findings = inspect_skill(skill, {p: f.data for p, f in files.items()})
+    # a draft's or an archived skill's SKILL.md names the skill it holds, as the store checks
+    frontmatter, findings = inspect_skill(entry_name(skill), {p: f.data for p, f in files.items()})
     if (frontmatter or {}).get("description") == TEMPLATE_DESCRIPTION:
         findings = [
             Finding(
