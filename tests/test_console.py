@@ -480,6 +480,22 @@ def test_validate_api_finds_errors_with_lines(client: Client, store: skillfs.Sto
     assert validate(valid).json()["errors"] == 0
     assert validate(valid, csrf=False).status == 403
 
+    def raw(data: bytes) -> Reply:
+        return client.request(
+            "POST", "/api/validate", body=data, content_type="application/json",
+            headers={"X-CSRF-Token": client.csrf},
+        )  # fmt: skip
+
+    # bad requests are answered in JSON, saying what is wrong (outside testing: a 500 and
+    # HTML pages before)
+    text = json.dumps({**body, "content": valid})
+    for base in ("1e400", '"abc"', "-1", "true"):
+        r = raw(text.replace(f'"base": {m.version}', f'"base": {base}').encode())
+        assert r.status == 400 and "the version the edit began from" in r.json()["error"]
+    r = raw(json.dumps({**body, "skill": "nope", "content": valid}).encode())
+    assert r.status == 404 and "nope" in r.json()["error"]
+    assert raw(b"[]").status == 400 and "JSON object" in raw(b"[]").json()["error"]
+
 
 def test_conflict_shows_what_changed_and_overwrite_is_explicit(
     client: Client, store: skillfs.Store

@@ -25,7 +25,7 @@ from starlette.datastructures import FormData, MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Send
 from starlette.types import Scope as AsgiScope
@@ -383,6 +383,8 @@ class Console:
         call: Call | None = None,
         links: list[tuple[str, str]] | None = None,
     ) -> Response:
+        if call is not None and call.path.startswith("/api/"):  # a script reads it, not a person
+            return JSONResponse({"error": message, "hint": hint}, status)
         context = {
             "code": status,
             "heading": title,

@@ -309,12 +309,16 @@ def api_validate(call: Call) -> Response:
     body = call.json
     if not isinstance(body, dict):
         raise HTTPError(400, "Bad request", "send a JSON object")
+    base = body.get("base", 0)
+    if not isinstance(base, int) or isinstance(base, bool) or base < 0:
+        return JSONResponse(
+            {"error": f"base {base!r}: give the version the edit began from, 0 or more"}, 400
+        )
     try:
         scope = Scope.parse(str(body.get("scope", "")))
         skill = check_skill_name(str(body.get("skill", "")))
         path = normalize_path(str(body.get("path", "")))
-        base = int(body.get("base", 0))
-    except (InvalidPath, ValueError, TypeError) as exc:
+    except InvalidPath as exc:
         return JSONResponse({"error": str(exc)}, 400)
     call.require(Level.read, scope)
     content = str(body.get("content", ""))
