@@ -12,6 +12,7 @@ import pytest
 
 import skillfs
 from skillfs.engines.memory import MemoryEngine
+from skillfs.errors import StoreUnavailable
 from tests.cli_helpers import CORPUS, as_json, error_line, ok, process, run, skill_md
 from tests.stores import url_for
 
@@ -184,6 +185,37 @@ def test_import_bad_input_writes_nothing(url: str, tmp_path: Path) -> None:
     line = error_line(run(url, "import", str(tmp_path / "badpath"), "-s", "shared:b"))
     assert "contains a backslash" in line
     assert bad.is_dir() and as_json(url, "ls") == []
+
+
+def test_an_import_cut_short_says_what_it_committed(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches commit one by one: when one fails, the operator is told which skills the
+    earlier ones committed, and that running the import again finishes it (outside testing:
+    only the store's error was shown)."""
+    for name in ("a", "b", "c", "d"):
+        _skill(tmp_path / "src", name)
+    commit = skillfs.Store.commit
+    calls = []
+
+    def down_at_the_second(self: skillfs.Store, *args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            raise StoreUnavailable("store x is unavailable; check that it is running")
+        return commit(self, *args, **kwargs)
+
+    monkeypatch.setattr(skillfs.Store, "commit", down_at_the_second)
+    result = run(url, "import", str(tmp_path / "src"), "-s", "shared:bot", "--batch", "2")
+    assert error_line(result) == "error: store x is unavailable; check that it is running"
+    warning = " ".join(result.stderr.split())
+    assert (
+        "warning: 2 skills of this import were committed to shared:bot before the failure"
+        in (warning)
+        and "run the same import again to finish it" in warning
+    )
+    monkeypatch.setattr(skillfs.Store, "commit", commit)
+    again = ok(url, "import", str(tmp_path / "src"), "-s", "shared:bot", "--batch", "2").stdout
+    assert "2 created, 0 updated, 2 unchanged" in again
 
 
 # --------------------------------------------------------------------------------- export

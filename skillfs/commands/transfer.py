@@ -45,7 +45,7 @@ from skillfs.commands.common import (
     print_findings,
     shown,
 )
-from skillfs.errors import InvalidPath, NotFound, TooLarge
+from skillfs.errors import InvalidPath, NotFound, SkillfsError, TooLarge
 from skillfs.model import File, Finding, Manifest, Put, Scope, error_findings
 from skillfs.names import check_skill_name, normalize_path
 from skillfs.skill_dirs import find_skill_dirs
@@ -286,7 +286,11 @@ def import_(
                         puts.append(Put(scope, source.name, dict(files)))
                 if puts:
                     progress.update(task, description=f"committing {plural(len(puts), 'skill')}")
-                    result = store.commit(puts)
+                    try:
+                        result = store.commit(puts)
+                    except SkillfsError:
+                        _partial(scope, commits)
+                        raise
                     commits.append(
                         {
                             "revision": str(result.revision),
@@ -308,6 +312,18 @@ def import_(
         )
     else:
         _summary(scope, list(rows.values()), commits, findings)
+
+
+def _partial(scope: Scope, commits: list[dict[str, Any]]) -> None:
+    """Before a batch's failure is reported: what the batches before it committed, which stays."""
+    if commits:
+        done = sorted(name for c in commits for name in c["skills"])
+        err.print(
+            f"[yellow]warning:[/yellow] {plural(len(done), 'skill')} of this import "
+            f"{'were' if len(done) != 1 else 'was'} committed to {scope} before the failure "
+            f"(revision {commits[-1]['revision']}); run the same import again to finish it: "
+            "skills already imported are unchanged, so they are not written again"
+        )
 
 
 def _row(
