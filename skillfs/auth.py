@@ -359,9 +359,9 @@ class Tokens:
     def authenticate(self, header: str | None) -> Principal:
         """The principal of an `authorization: Bearer TOKEN` value, else Unauthenticated."""
         if not header:
-            raise Unauthenticated(
-                "no token: send the metadata 'authorization: Bearer TOKEN' "
-                "(skillfs.open_store(..., token=...) or $SKILLFS_TOKEN)"
+            raise Unauthenticated(  # gRPC's metadata and HTTP's header (MCP) alike
+                "no token: send 'authorization: Bearer TOKEN' (an HTTP header, or gRPC "
+                "metadata: skillfs.open_store(..., token=...) or $SKILLFS_TOKEN)"
             )
         config = self.config
         known = self._known

@@ -300,6 +300,17 @@ class Put(BaseModel):
         files: dict[str, File | bytes | FileEntry],
         expected_version: int | None = None,
     ) -> None:
+        if not isinstance(files, dict):
+            raise InvalidPath(
+                f"the files of {skill!r} are a {type(files).__name__}: give a dict of path to "
+                "bytes, text, a File or a FileEntry"
+            )
+        for path, f in files.items():
+            if not isinstance(f, bytes | bytearray | str | File | FileEntry):
+                raise InvalidPath(
+                    f"file {path!r} of {skill!r} is a {type(f).__name__}: give bytes, text, a "
+                    "File or a FileEntry"
+                )
         super().__init__(scope=scope, skill=skill, files=files, expected_version=expected_version)
 
 

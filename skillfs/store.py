@@ -31,11 +31,13 @@ from skillfs.model import (
     Scope,
 )
 from skillfs.names import (
+    DRAFTS,
     SIDE_DIRS,
     check_entry,
     entry_name,
     is_hidden_dir,
     normalize_path,
+    side_entry,
 )
 from skillfs.skill_md import SKILL_MD, inspect_skill
 from skillfs.store_blobs import Blobs
@@ -43,7 +45,7 @@ from skillfs.store_commit import Prepared, already_committed, file_table, next_o
 from skillfs.store_curate import Curation
 from skillfs.store_drafts import Drafts
 from skillfs.store_gc import GcReport, HistoryPolicy, gc, prune, prune_after_commit
-from skillfs.store_governance import check_message
+from skillfs.store_governance import check_commit_id, check_message
 from skillfs.store_limits import Limits
 from skillfs.store_rollout import Rollouts
 from skillfs.store_usage import Usage
@@ -120,7 +122,14 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
     ) -> CommitResult:
         """Replace a skill's whole file set (one-skill `commit`)."""
         return self.commit(
-            [Put(scope, skill, dict(files), expected_version)],
+            [
+                Put(
+                    scope,
+                    skill,
+                    dict(files) if isinstance(files, Mapping) else files,
+                    expected_version,
+                )
+            ],
             commit_id=commit_id,
             strict=strict,
             actor=actor,
@@ -186,7 +195,13 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
         return self._commit(domain, prepared, commit_id or uuid.uuid4().hex)
 
     def _prepared(
-        self, changes: Sequence[Put | Remove], *, strict: bool, actor: str | None, message: str
+        self,
+        changes: Sequence[Put | Remove],
+        *,
+        strict: bool,
+        actor: str | None,
+        message: str,
+        bases: Mapping[tuple[Scope, str], int] | None = None,
     ) -> list[Prepared]:
         """Everything a commit does before its atomic step: files checked against the limits,
         hashed and inspected, the strict policy applied, the new blobs uploaded. A staged
@@ -210,7 +225,8 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
             [
                 self._prepare(ch, t, blobs).model_copy(update=who)
                 for ch, t in zip(changes, tables, strict=True)
-            ]
+            ],
+            bases,
         )
         if strict:
             for p in prepared:
@@ -275,6 +291,7 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
         return inspect_skill(entry_name(skill), texts)
 
     def _commit(self, domain: str, prepared: list[Prepared], commit_id: str) -> CommitResult:
+        check_commit_id(commit_id)
         deadline = time.monotonic() + self.retry_for
         for attempt in range(1000):
             current: dict[tuple[Scope, str], Manifest] = {}
@@ -362,11 +379,12 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
         return self._retrying(self.engine.load_scope, scope)
 
     def manifest(self, scope: Scope, skill: str, version: int | None = None) -> Manifest:
-        """The latest manifest, or the given version from history."""
+        """The latest manifest, or the given version from history (a deletion's too, as
+        `history` lists it)."""
         check_entry(skill)
         live = self._retrying(self.engine.load_skills, scope, [skill]).get(skill)
         if version is None or (live is not None and live.version == version):
-            if live is None or live.deleted:
+            if live is None or (live.deleted and version is None):
                 raise NotFound(self._no_skill(scope, skill))
             return live
         older = self._retrying(self.engine.history, scope, skill)
@@ -382,6 +400,12 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
         )
 
     def _no_skill(self, scope: Scope, skill: str) -> str:
+        side = side_entry(skill)
+        if side is not None:  # `_drafts/<name>`: the drafts there, not the live skills
+            where, name = side
+            kind = "draft" if where == DRAFTS else "archived skill"
+            there = ", ".join(self._side_names(scope, where)) or "none"
+            return f"no {kind} {name!r} in {scope}; {kind}s there: {there}"
         names = self.skills(scope)
         listing = ", ".join(names[:50]) + (" …" if len(names) > 50 else "") if names else "none"
         return f"skill {skill!r} does not exist in {scope}; skills there: {listing}"

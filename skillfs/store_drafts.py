@@ -64,6 +64,16 @@ class Drafts(SideEntries):
     if TYPE_CHECKING:
         clock: Callable[[], float]
 
+        def _prepared(
+            self,
+            changes: Sequence[Put],
+            *,
+            strict: bool,
+            actor: str | None,
+            message: str,
+            bases: Mapping[tuple[Scope, str], int] | None = None,
+        ) -> list[Prepared]: ...
+
     def propose(
         self,
         scope: Scope,
@@ -74,21 +84,29 @@ class Drafts(SideEntries):
         actor: str | None = None,
         expected_version: int | None = None,
         strict: bool = False,
+        based_on: int | None = None,
     ) -> CommitResult:
         """Write the draft `_drafts/<name>` (a new one, or its next version: `expected_version`
         is the draft's) through the publish path: checked and validated like a publish, its
-        findings recorded, and the live skill's version it is proposed against kept in it."""
-        return self.commit(
-            [Put(scope, draft_entry(name), dict(files), expected_version)],
-            strict=strict,
-            actor=actor,
-            message=message,
-        )
+        findings recorded, and the live skill's version it is proposed against kept in it:
+        the live version now, or `based_on` for files built on an older one (an edit of the
+        pending draft passes the draft's own base, so that a live edit made since still
+        shows it stale)."""
+        put = Put(scope, draft_entry(name), dict(files), expected_version)
+        if based_on is None:
+            return self.commit([put], strict=strict, actor=actor, message=message)
+        domain = self.check_commit([(scope, put.skill)])
+        bases = {(scope, name): based_on}
+        prepared = self._prepared([put], strict=strict, actor=actor, message=message, bases=bases)
+        return self._commit(domain, prepared, uuid.uuid4().hex)
 
-    def _based(self, prepared: list[Prepared]) -> list[Prepared]:
+    def _based(
+        self, prepared: list[Prepared], given: Mapping[tuple[Scope, str], int] | None = None
+    ) -> list[Prepared]:
         """Each Put of a draft records the live skill's version it is proposed against, read
         once per scope before the commit (a live skill that moves in between makes the draft
-        look stale, never fresh)."""
+        look stale, never fresh); `given`: (scope, name) -> the base its files were built on
+        (`propose`'s `based_on`)."""
         drafts = [p for p in prepared if p.files is not None and in_side(p.skill, DRAFTS)]
         if not drafts:
             return prepared
@@ -97,6 +115,7 @@ class Drafts(SideEntries):
             names = [entry_name(p.skill) for p in drafts if p.scope == scope]
             live = self._retrying(self.engine.load_skills, scope, names)
             bases.update({(scope, n): m.version for n, m in live.items() if not m.deleted})
+        bases.update(given or {})
         return [
             p.model_copy(update={"edit": _put(p, bases.get((p.scope, entry_name(p.skill)), 0))})
             if any(p is d for d in drafts)
@@ -278,7 +297,7 @@ def _check_base(scope: Scope, name: str, draft: Manifest, cur: Manifest | None) 
         f"{scope}/{name} moved since its draft was proposed: the draft (version "
         f"{draft.version}) was proposed against {based}, the live skill is now {is_now}; "
         "nothing was written: look at the live skill, then propose the draft again on it "
-        f"(store.propose with expected_version={draft.version}) or reject it",
+        "(its next version) or reject it",
         skill=name,
         current_version=now,
     )

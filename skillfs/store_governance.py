@@ -50,11 +50,20 @@ def agent_actor(agent_id: str, user_id: str) -> str:
     return f"agent:{agent_id}/{user_id}"
 
 
+def check_commit_id(commit_id: str) -> str:
+    """A caller's commit id (the key that makes a retried commit happen once)."""
+    if not isinstance(commit_id, str) or not 0 < len(commit_id) <= 128:
+        raise InvalidPath("a commit id is 1-128 characters")
+    return commit_id
+
+
 def check_message(message: str | None) -> str:
     if message is None:
         return ""
     if not isinstance(message, str) or len(message) > MESSAGE_MAX:
-        raise InvalidPath(f"a commit message is text of at most {MESSAGE_MAX} characters")
+        raise InvalidPath(
+            f"a message or reason is text of at most {MESSAGE_MAX} characters: shorten it"
+        )
     return message
 
 

@@ -50,6 +50,8 @@ def test_cli_drafts_review(cli_url: str) -> None:
     shown = as_json(cli_url, "drafts", "show", "a", *S)
     assert shown["files"] == {"SKILL.md": "changed", "new.md": "added", "references/r.md": "same"}
     assert "changed" in ok(cli_url, "drafts", "show", "a", *S).stdout
+    line = error_line(run(cli_url, "drafts", "show", "nope", *S))  # the drafts, not the skills
+    assert line == "error: no draft 'nope' in shared:support-bot; drafts there: a, bad, late"
     line = error_line(run(cli_url, "drafts", "approve", "late", *S))
     assert "moved since its draft was proposed" in line
     assert "breaks the Agent Skills spec" in error_line(

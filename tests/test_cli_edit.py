@@ -647,3 +647,6 @@ def test_rollback_errors(url: str) -> None:
         run(url, "rollback", "x", "-s", "shared:bot", "--to", "1")
     )
     assert "Missing option '--to'" in error_line(run(url, "rollback", "x", "-s", "shared:bot"), 2)
+    ok(url, "rm", "reviewer", "-s", "shared:bot", "--yes")
+    line = error_line(run(url, "rollback", "reviewer", "-s", "shared:bot", "--to", "2"))
+    assert line == "error: version 2 of shared:bot/reviewer is a deletion: pick another version"

@@ -7,6 +7,7 @@ import hashlib
 import os
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -229,6 +230,21 @@ def test_invalid_paths_write_nothing(store: skillfs.Store, path: str) -> None:
 def test_invalid_skill_dirs(store: skillfs.Store, skill: str) -> None:
     with pytest.raises(InvalidPath):
         store.publish(ALICE, skill, {"SKILL.md": skill_md("a")})
+
+
+@pytest.mark.parametrize("files", [{"SKILL.md": None}, ["SKILL.md"], {"SKILL.md": 3}])
+def test_files_of_the_wrong_type_are_named(store: skillfs.Store, files: Any) -> None:
+    """Not pydantic's ValidationError (outside testing): what is wrong, and what to give."""
+    with pytest.raises(InvalidPath, match=r"give .*bytes, text, a File or a FileEntry"):
+        store.publish(ALICE, "a", files)
+    assert store.revision("support-bot") is None
+
+
+def test_a_commit_id_over_128_characters_writes_nothing(store: skillfs.Store) -> None:
+    store.publish(ALICE, "a", {"SKILL.md": skill_md("a")})
+    with pytest.raises(InvalidPath, match="a commit id is 1-128 characters"):
+        store.delete(ALICE, "a", commit_id="x" * 129)
+    assert store.manifest(ALICE, "a").version == 1
 
 
 def test_invalid_ids() -> None:

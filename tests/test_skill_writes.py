@@ -359,6 +359,28 @@ def test_draft_manage_create_edit_and_withdraw(store: Store) -> None:
     assert counter(store) == before and store.manifest(ALICE, "mine").version == 1
 
 
+def test_a_draft_edited_after_the_live_skill_moved_stays_stale(store: Store) -> None:
+    """The agent's next edit starts from its pending draft, so it stays proposed on the
+    version that draft was built on: approving it cannot undo a live edit made since
+    (outside testing: each draft write took the live version as its base)."""
+    from skillfs.errors import Conflict
+
+    store.publish(ALICE, "faq", {"SKILL.md": md("faq", "Answers questions.")})
+    skills = Skills(store, "bot", "alice", skill_writes="draft")
+
+    def call(**args: Any) -> str:
+        return skills.snapshot().call_tool("skill_manage", args)
+
+    ok(call(action="edit", name="faq", content=text("faq", "Agent rewrite.")))
+    store.publish(ALICE, "faq", {"SKILL.md": md("faq", "Hotfix.")}, expected_version=1)
+    ok(call(action="write_file", name="faq", path="notes.md", content="more"))
+    [draft] = store.drafts(ALICE)
+    assert (draft.base_version, draft.stale) == (1, True)
+    with pytest.raises(Conflict, match="moved since its draft was proposed"):
+        store.approve(ALICE, "faq")
+    assert b"Hotfix." in store.read(ALICE, "faq", "SKILL.md")
+
+
 def test_draft_edit_of_a_disabled_skill_is_a_proposal(store: Store) -> None:
     """A kill switch stops live writes; a draft only proposes, for an operator to decide."""
     store.publish(ALICE, "faq", {"SKILL.md": md("faq")})

@@ -428,7 +428,7 @@ def rollback(
     with opened(store_url, token, create=True) as store:
         current = store.manifests(scope, [skill]).get(skill)
         old = store.manifest(scope, skill, version=to)
-        if not force:
+        if not force and not old.deleted:  # a deletion: the store says to pick another
             _refuse(
                 skill,
                 _Base.skill_md_only(store, old),

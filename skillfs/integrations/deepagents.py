@@ -182,7 +182,10 @@ class SkillfsBackend(BackendProtocol):
                     old = held.data
                 files[rel] = _encoded(change(None if old is None else old.decode("utf-8")))
                 expected = pending.version if pending is not None else 0
-                store.propose(self.scope, skill, files, expected_version=expected, actor=actor)
+                based = pending.base_version if pending is not None else None  # as skill_writes
+                store.propose(
+                    self.scope, skill, files, expected_version=expected, actor=actor, based_on=based
+                )
                 return None
             old = snap.read_bytes(skill, rel) if base and rel in base.files else None
             files[rel] = _encoded(change(None if old is None else old.decode("utf-8")))

@@ -277,8 +277,10 @@ class SkillWriter:
         if self.mode == "draft":
             expected = at.draft.version if at.draft is not None else 0
             result = self.store.propose(
-                self.scope, at.name, files, expected_version=expected, strict=True, **who
-            )
+                self.scope, at.name, files, expected_version=expected, strict=True,
+                # an edit of the pending draft is built on what that draft was proposed on
+                based_on=at.draft.base_version if at.draft is not None else None, **who,
+            )  # fmt: skip
             version = result.versions.get(draft_entry(at.name))
             return self._done(action, at.name, version, findings, "draft")
         expected = at.own.version if at.own is not None else 0

@@ -34,6 +34,7 @@ from skillfs.server.rpc import (
 )
 from skillfs.store_blobs import sha256
 from skillfs.store_commit import storable
+from skillfs.store_governance import check_commit_id
 from skillfs.store_limits import check_file_table
 from skillfs.store_rollout import check_rule
 
@@ -165,8 +166,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         where = f"{scope}/{m.skill}"
         if expect < 0 or m.version != expect + 1:
             raise InvalidPath(f"{where}: version {m.version} must be the expected {expect} + 1")
-        if not m.commit_id or len(m.commit_id) > 128:
-            raise InvalidPath(f"{where}: a commit id is 1-128 characters")
+        check_commit_id(m.commit_id)
         if m.deleted and (m.files or m.candidate):
             raise InvalidPath(f"{where}: a deletion has no files (nor a staged candidate)")
         for path, e in m.all_files():
