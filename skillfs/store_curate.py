@@ -195,6 +195,10 @@ class Curation(SideEntries):
             if m is None or not _curatable(m):
                 skipped.append(_note(item, "gone or changed meanwhile, left as it is"))
                 continue
+            if m.disabled:  # a hole an operator made: archived, what it hides would show
+                why = "disabled by an operator, kept: archiving it would end the hole it makes"
+                skipped.append(_note(item, why + " over any lower layer's skill of that name"))
+                continue
             if uses is None or time.monotonic() - read_at > RECHECK:
                 uses, read_at = self._uses(domain), time.monotonic()
             stat = uses(item.scope, item.skill)

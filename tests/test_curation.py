@@ -121,19 +121,25 @@ def test_windows_and_threshold(fleet: skillfs.Store) -> None:
 
 def test_apply_archives_restorably(fleet: skillfs.Store) -> None:
     report = fleet.curate(BOT, dry_run=False, now=NOW, actor="curator:test")
-    assert not report.dry_run and report.skipped == []
-    assert sorted(_names(report.archived)) == sorted(_names(report.to_archive))
-    assert fleet.skills(SHARED) == ["deploy", "review", "today"]
+    assert not report.dry_run and _names(report.skipped) == [f"{SHARED}/off"]
+    assert report.skipped[0].reason.endswith("disabled by an operator, kept: archiving it "
+                                             "would end the hole it makes over any lower "
+                                             "layer's skill of that name")  # fmt: skip
+    assert sorted(_names(report.archived)) == sorted(
+        n for n in _names(report.to_archive) if n != f"{SHARED}/off"
+    )
+    assert fleet.skills(SHARED) == ["deploy", "off", "review", "today"]
+    assert fleet.manifest(SHARED, "off").disabled  # an operator's hole stays where it is
     assert fleet.skills(ALICE) == []
-    assert fleet.manifest(ALICE, ".archive/notes").files  # moved, files kept
+    notes = fleet.manifest(ALICE, ".archive/notes")
+    assert notes.files  # moved, files kept
     actor = "admin" if fleet.url.startswith("grpc") else "curator:test"  # a server: its token
-    off = fleet.manifest(SHARED, ".archive/off")
-    assert off.disabled and off.actor == actor
-    assert "curation: idle 200 days" in off.message
+    assert notes.actor == actor and "curation: idle 200 days" in notes.message
     audit = fleet.audit(BOT, actor=actor)
     assert {(str(e.scope), e.skill) for e in audit} >= {(str(ALICE), "notes")}
     again = fleet.curate(BOT, dry_run=False, now=NOW)
-    assert again.skills == 3 and again.to_archive == [] and again.archived == []
+    assert again.skills == 4 and _names(again.to_archive) == [f"{SHARED}/off"]
+    assert again.archived == []
     fleet.restore(ALICE, "notes")
     assert fleet.skills(ALICE) == ["notes"]
     assert fleet.read(ALICE, "notes", "SKILL.md") == skill_md(
