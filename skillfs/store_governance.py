@@ -143,8 +143,7 @@ class Governance:
         user's scope a skill the user sees from the shared scope or a market is hidden from
         that user alone, by an entry with no files."""
         reason = check_message(reason)
-        if is_hidden_dir(skill):
-            raise InvalidPath(f"{skill!r} is not a skill: only skills can be disabled")
+        _only_skills(skill, "disabled")
         below = self._hideable(scope, skill)
 
         def edit(cur: Manifest | None) -> dict[str, Any]:
@@ -174,6 +173,7 @@ class Governance:
     ) -> CommitResult:
         """Switch a disabled skill back on; a user's hiding entry (no files) is removed, so
         the user sees the skill from below again."""
+        _only_skills(skill, "enabled")
 
         def edit(cur: Manifest | None) -> dict[str, Any]:
             if cur is None:
@@ -312,3 +312,10 @@ def carried(cur: Manifest | None) -> dict[str, Any]:
         "disabled_reason": cur.disabled_reason,
         "candidate": cur.candidate,
     }
+
+
+def _only_skills(skill: str, what: str) -> None:
+    """disable and enable act on skills: a draft or an archived entry is not served, and
+    switching one on would carry the switch to where it is approved or restored."""
+    if is_hidden_dir(skill):
+        raise InvalidPath(f"{skill!r} is not a skill: only skills can be {what}")

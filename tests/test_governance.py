@@ -176,6 +176,13 @@ def test_disable_bad_input_writes_nothing(store: skillfs.Store) -> None:
     with pytest.raises(Conflict):
         store.enable(SHARED, "a", expected_version=1)
     assert store.revision("support-bot") == rev
+    # a disabled skill archived keeps its switch: enable acts on skills only (review: it
+    # switched the archive entry on, and a restore then served it)
+    store.archive(SHARED, "a", reason="old")
+    rev = store.revision("support-bot")
+    with pytest.raises(InvalidPath, match="only skills can be enabled"):
+        store.enable(SHARED, ".archive/a")
+    assert store.revision("support-bot") == rev
 
 
 # ----------------------------------------------------------------- the CLI
