@@ -31,13 +31,11 @@ from skillfs.model import (
     Scope,
 )
 from skillfs.names import (
-    DRAFTS,
     SIDE_DIRS,
     check_entry,
     entry_name,
     is_hidden_dir,
     normalize_path,
-    side_entry,
 )
 from skillfs.skill_md import SKILL_MD, inspect_skill
 from skillfs.store_blobs import Blobs
@@ -398,17 +396,6 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
             f"version {version} of {scope}/{skill} is not kept (current version {live.version}); "
             f"kept versions: {kept}"
         )
-
-    def _no_skill(self, scope: Scope, skill: str) -> str:
-        side = side_entry(skill)
-        if side is not None:  # `_drafts/<name>`: the drafts there, not the live skills
-            where, name = side
-            kind = "draft" if where == DRAFTS else "archived skill"
-            there = ", ".join(self._side_names(scope, where)) or "none"
-            return f"no {kind} {name!r} in {scope}; {kind}s there: {there}"
-        names = self.skills(scope)
-        listing = ", ".join(names[:50]) + (" …" if len(names) > 50 else "") if names else "none"
-        return f"skill {skill!r} does not exist in {scope}; skills there: {listing}"
 
     def resolve(self, scope: Scope, skill: str) -> tuple[Scope, Manifest] | None:
         """One skill as `scope` sees it: a user scope's own skill, else its agent's shared

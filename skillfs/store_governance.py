@@ -102,6 +102,8 @@ class Governance:
 
         def entries(self, scope: Scope) -> dict[str, Manifest]: ...
 
+        def skills(self, scope: Scope) -> list[str]: ...
+
     def who(self, actor: str | None = None) -> str:
         """The actor a commit is recorded by: `actor`, else the store's, else the default."""
         if actor is not None:

@@ -14,6 +14,7 @@ from skillfs.errors import InvalidPath, NotFound
 from skillfs.model import Candidate, CommitResult, File, FileEntry, Manifest, Put, Rollout, Scope
 from skillfs.names import check_skill_name, is_hidden_dir
 from skillfs.rollout import has_live
+from skillfs.store_commit import refuse_errors
 from skillfs.store_governance import Governance, carried
 
 if TYPE_CHECKING:
@@ -132,11 +133,15 @@ class Rollouts(Governance):
         actor: str | None = None,
         message: str = "",
         commit_id: str | None = None,
+        strict: bool = False,
     ) -> CommitResult:
         """Make the candidate the live version for everyone, in one commit; the version it
-        replaces stays in history (roll back to it like any other)."""
+        replaces stays in history (roll back to it like any other). `strict`, the admin
+        surfaces' policy: a candidate with error findings is refused (InvalidSkill)."""
 
         def edit(cur: Manifest, c: Candidate) -> dict[str, Any]:
+            if strict:
+                refuse_errors(skill, c.findings)
             return {
                 **carried(cur),
                 "files": c.files,

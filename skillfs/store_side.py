@@ -22,6 +22,7 @@ from skillfs.names import (
     draft_entry,
     entry_name,
     in_side,
+    side_entry,
 )
 from skillfs.store_commit import Edit, edited
 from skillfs.store_governance import Governance, check_message
@@ -182,6 +183,19 @@ class SideEntries(Governance):
             actor=actor,
             message=message or "restored",
         )
+
+    def _no_skill(self, scope: Scope, skill: str) -> str:
+        """Why `skill` is not found in `scope`, naming what is there: the skills, or for
+        `_drafts/<name>` the drafts (`.archive/<name>`: the archived skills)."""
+        side = side_entry(skill)
+        if side is not None:
+            where, name = side
+            kind = "draft" if where == DRAFTS else "archived skill"
+            there = ", ".join(self._side_names(scope, where)) or "none"
+            return f"no {kind} {name!r} in {scope}; {kind}s there: {there}"
+        names = self.skills(scope)
+        listing = ", ".join(names[:50]) + (" …" if len(names) > 50 else "") if names else "none"
+        return f"skill {skill!r} does not exist in {scope}; skills there: {listing}"
 
     def _side_names(self, scope: Scope, where: str) -> list[str]:
         """The names of a scope's live entries under `where` (`_drafts`, `.archive`)."""

@@ -167,3 +167,28 @@ def test_edit_the_candidate_and_a_skill_never_live(client: Client, store: skillf
     r = client.post(skill_url("greeter", "abort"), {"expected": str(m.version)})
     assert r.status == 200 and "it was never live, so it is gone" in r.text
     assert "greeter" not in store.manifests(SHARED)
+
+
+def test_promote_and_approve_are_strict_unless_done_anyway(
+    client: Client, store: skillfs.Store
+) -> None:
+    """As every console write (and the CLI's `promote`, `drafts approve`): a candidate or a
+    draft that breaks the spec goes live only after **Do it anyway** (review: both went
+    live at once, and the skill dropped out of every worker's view)."""
+    broken = {"SKILL.md": File(b"no frontmatter at all\n")}
+    store.stage(SHARED, SKILL, broken, Rollout(users=["qa"]), strict=False)
+    v = store.manifest(SHARED, SKILL).version
+    r = client.post(skill_url(SKILL, "promote"), {"expected": str(v)})
+    assert r.status == 422 and "candidate breaks the spec" in unescape(r.text)
+    assert store.manifest(SHARED, SKILL).candidate is not None  # nothing promoted
+    r = client.post(skill_url(SKILL, "promote"), {"expected": str(v), "force": "1"})
+    assert r.status == 200 and "Promoted" in r.text
+    assert store.manifest(SHARED, SKILL).errors
+
+    store.propose(SHARED, "fresh", broken)
+    approve = skill_url("_drafts/fresh", "approve")
+    r = client.post(approve, {"expected": "1"})
+    assert r.status == 422 and "The draft of fresh breaks the spec" in unescape(r.text)
+    assert store.skills(SHARED).count("fresh") == 0
+    r = client.post(approve, {"expected": "1", "force": "1"})
+    assert r.status == 200 and "fresh" in store.skills(SHARED)

@@ -26,7 +26,6 @@ from skillfs.commands.govern import MessageOption, done
 from skillfs.commands.transfer import read_source, skill_sources
 from skillfs.errors import InvalidPath
 from skillfs.model import Rollout
-from skillfs.store_commit import refuse_errors
 from skillfs.store_rollout import describe
 
 EnvOption = Annotated[
@@ -162,11 +161,10 @@ def promote(
     replaces stays in history). A candidate that breaks the spec needs --force."""
     skill = skill_only(target)
     with opened(store_url, token, create=True) as store:
-        m = store.manifest(scope, skill)
-        if m.candidate is not None and not force:
-            refuse_errors(skill, m.candidate.findings)
-        expected = m.version if version is None else version
-        result = store.promote(scope, skill, expected_version=expected, message=message)
+        expected = store.manifest(scope, skill).version if version is None else version
+        result = store.promote(
+            scope, skill, expected_version=expected, message=message, strict=not force
+        )
     done("promoted the candidate of", scope, skill, result, as_json)
 
 

@@ -15,7 +15,8 @@ from skillfs.console.diff import diff_manifests
 from skillfs.console.findings import shown, skill_md_text, stored_findings
 from skillfs.console.pages.rollout import rollout_of
 from skillfs.console.paging import paged
-from skillfs.errors import NotFound
+from skillfs.console.strict import confirm, forced
+from skillfs.errors import InvalidSkill, NotFound
 from skillfs.model import Scope
 from skillfs.names import draft_entry
 from skillfs.store_drafts import Draft, draft_of
@@ -83,9 +84,14 @@ def approve(call: Call, scope: Scope, skill: str) -> Response:
     expected = call.form_int("expected")
     into = _into(call, scope)
     rule = rollout_of(call) if call.field("canary") == "1" else None
-    result = call.store.approve(
-        scope, skill, expected_version=expected, rollout=rule, into=into, actor=call.actor
-    )
+    try:
+        result = call.store.approve(
+            scope, skill, expected_version=expected, rollout=rule, into=into,
+            actor=call.actor, strict=not forced(call),
+        )  # fmt: skip
+    except InvalidSkill as exc:
+        action = urls.skill_url(scope, draft_entry(skill), "approve")
+        return confirm(call, action, f"The draft of {skill} breaks the spec", {skill: exc.findings})
     version = result.versions.get(skill)
     at = f" as version {version}" if version else ""
     where = f" in {urls.scope_label(into)}" if into is not None else ""

@@ -13,7 +13,8 @@ from starlette.responses import Response
 from skillfs.auth import Level
 from skillfs.console import urls
 from skillfs.console.call import Call
-from skillfs.errors import InvalidPath
+from skillfs.console.strict import confirm, forced
+from skillfs.errors import InvalidPath, InvalidSkill
 from skillfs.model import Candidate, Manifest, Rollout, Scope
 from skillfs.names import check_id
 from skillfs.rollout import as_candidate, bucket, gets_candidate, has_live
@@ -113,9 +114,17 @@ def widen(call: Call, scope: Scope, skill: str) -> Response:
 def promote(call: Call, scope: Scope, skill: str) -> Response:
     """The candidate becomes the live version for everyone, in one commit."""
     call.require(Level.write, scope)
-    result = call.store.promote(
-        scope, skill, expected_version=call.form_int("expected"), actor=call.actor
-    )
+    try:
+        result = call.store.promote(
+            scope,
+            skill,
+            expected_version=call.form_int("expected"),
+            actor=call.actor,
+            strict=not forced(call),
+        )
+    except InvalidSkill as exc:
+        action = urls.skill_url(scope, skill, "promote")
+        return confirm(call, action, f"{skill}'s candidate breaks the spec", {skill: exc.findings})
     return call.done(
         urls.skill_url(scope, skill),
         f"Promoted {skill}'s candidate: every worker sees it from its next step "
