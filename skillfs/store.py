@@ -33,9 +33,11 @@ from skillfs.model import (
 from skillfs.names import (
     SIDE_DIRS,
     check_entry,
+    check_live_name,
     entry_name,
     is_hidden_dir,
     normalize_path,
+    side_entry,
 )
 from skillfs.skill_md import SKILL_MD, inspect_skill
 from skillfs.store_blobs import Blobs
@@ -205,13 +207,17 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
         hashed and inspected, the strict policy applied, the new blobs uploaded. A staged
         candidate (`store_rollout`) is prepared here too."""
         for ch in changes:
-            if is_hidden_dir(ch.skill) and isinstance(ch, Put) and not ch.files:
-                raise InvalidPath(f"skill {ch.skill!r} has no files")
-            if ch.skill in SIDE_DIRS and isinstance(ch, Put):
+            if not isinstance(ch, Put):
+                continue
+            if ch.skill in SIDE_DIRS:
                 raise InvalidPath(
                     f"{ch.skill!r} holds one entry per skill: write {ch.skill}/<name> "
                     "(docs/governance.md)"
                 )
+            if side_entry(ch.skill) is None:
+                check_live_name(ch.skill)  # `_x`, `.x`: a directory no worker reads as a skill
+            elif not ch.files:
+                raise InvalidPath(f"skill {ch.skill!r} has no files")
         now = self.clock()
         blobs: dict[str, bytes] = {}  # the new bytes of every Put, uploaded together
         tables = [

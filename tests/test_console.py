@@ -634,6 +634,26 @@ def test_upload_zip_of_a_skill_directory(client: Client, store: skillfs.Store) -
     assert replaced.status == 200 and store.manifest(SHARED, "greeter").version == 2
 
 
+def test_hidden_directories_are_no_skills_in_a_zip_nor_in_the_store(
+    client: Client, store: skillfs.Store
+) -> None:
+    """A zip's `.git/` or `_build/` is left out, as an import from disk leaves it out; a skill
+    named so is refused on every surface, since no worker would see it (outside testing:
+    `.git` was imported as a skill, listed with an error, and export wrote it)."""
+    found = read_zip(
+        _zip({".git/SKILL.md": GOOD_MD, "_build/x": b"x", "greeter/SKILL.md": GOOD_MD}),
+        ZipLimits(),
+    )
+    assert list(found) == ["greeter"]
+    with pytest.raises(InvalidPath, match="a name starting with '_' or '.' is a directory"):
+        store.publish(SHARED, "_foo", {"SKILL.md": GOOD_MD})
+    r = client.post(
+        "/agents/support-bot/shared/skills/", {"op": "new", "name": ".git2", "force": "1"}
+    )
+    assert r.status == 400 and "starting with" in unescape(r.text)
+    assert store.skills(SHARED) == ["code-reviewer", "release-notes"]
+
+
 def test_zip_download_round_trips(client: Client, store: skillfs.Store) -> None:
     r = client.get(skill_url("code-reviewer", "zip"))
     skills = read_zip(r.body, ZipLimits())

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from skillfs.errors import InvalidPath, InvalidSkill, NotFound, TooLarge
 from skillfs.model import File, Manifest
-from skillfs.names import check_skill_name, normalize_path
+from skillfs.names import check_skill_name, is_hidden_dir, normalize_path
 from skillfs.skill_md import SKILL_MD, parse_skill_md
 from skillfs.store import Store
 
@@ -69,7 +69,7 @@ def read_zip(data: bytes, limits: ZipLimits, name_hint: str = "") -> dict[str, d
     skills: dict[str, dict[str, File]] = {}
     for path, f in files.items():
         top, _, rest = path.partition("/")
-        if rest:
+        if rest and not is_hidden_dir(top):  # `.git/`, `_build/`: no skill, as from a disk
             skills.setdefault(top, {})[rest] = f
     found = {k: v for k, v in skills.items() if SKILL_MD in v}
     if not found:
@@ -77,7 +77,9 @@ def read_zip(data: bytes, limits: ZipLimits, name_hint: str = "") -> dict[str, d
             "the zip holds no skill: put SKILL.md at its root, or one directory per skill "
             "with a SKILL.md in each"
         )
-    stray = sorted(p for p in files if p.partition("/")[0] not in found)
+    stray = sorted(
+        p for p in files if p.partition("/")[0] not in found and not is_hidden_dir(p.split("/")[0])
+    )
     if stray:
         raise InvalidPath(
             "these files of the zip are outside every skill directory: " + ", ".join(stray[:10])
