@@ -64,16 +64,6 @@ class Drafts(SideEntries):
     if TYPE_CHECKING:
         clock: Callable[[], float]
 
-        def _prepared(
-            self,
-            changes: Sequence[Put],
-            *,
-            strict: bool,
-            actor: str | None,
-            message: str,
-            bases: Mapping[tuple[Scope, str], int] | None = None,
-        ) -> list[Prepared]: ...
-
     def propose(
         self,
         scope: Scope,

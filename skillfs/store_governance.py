@@ -12,12 +12,12 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from skillfs.errors import InvalidPath, NotFound
-from skillfs.model import AuditEntry, CommitResult, Manifest, Scope, target_domain
+from skillfs.model import AuditEntry, CommitResult, Manifest, Put, Scope, target_domain
 from skillfs.names import DRAFTS, check_entry, in_side, is_hidden_dir
 from skillfs.store_commit import Edit, Prepared, edited
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping, Sequence
 
     from skillfs.engines.base import Engine
 
@@ -95,6 +95,16 @@ class Governance:
         def _commit(
             self, domain: str, prepared: list[Prepared], commit_id: str
         ) -> CommitResult: ...
+
+        def _prepared(
+            self,
+            changes: Sequence[Put],
+            *,
+            strict: bool,
+            actor: str | None,
+            message: str,
+            bases: Mapping[tuple[Scope, str], int] | None = None,
+        ) -> list[Prepared]: ...
 
         def markets(self) -> list[str]: ...
 

@@ -34,15 +34,6 @@ class Rollouts(Governance):
             self, targets: Sequence[tuple[Scope, str]], domain: str | None = None
         ) -> str: ...
 
-        def _prepared(
-            self,
-            changes: Sequence[Put],
-            *,
-            strict: bool,
-            actor: str | None,
-            message: str,
-        ) -> list[Prepared]: ...
-
     def stage(
         self,
         scope: Scope,
