@@ -73,25 +73,47 @@ def test_official_client_over_stdio_sees_a_publish(tmp_path: Path, mode: str) ->
 
     async def main() -> None:
         got = anyio.Event()
+        notices = []
 
         async def on_message(message: Any) -> None:
             if "ResourceListChanged" in type(getattr(message, "root", message)).__name__:
+                notices.append(message)
                 got.set()
 
         async with Client(stdio_params(url), mode=mode, message_handler=on_message) as c:
             assert "io.modelcontextprotocol/skills" in (c.server_capabilities.extensions or {})
-            assert (await c.read_resource("skill://first/references/deep/a.md")).contents
+            for _ in range(5):  # one notice per change per connection, however many requests
+                assert (await c.read_resource("skill://first/references/deep/a.md")).contents
             listen = c.listen(resources_list_changed=True) if mode == "auto" else None
             async with listen or _nothing() as events:
                 store.publish(ALICE, "second", {"SKILL.md": md("second")})
                 with anyio.fail_after(10):
                     if events is None:
                         await got.wait()
+                        await anyio.sleep(0.5)  # (outside testing: 5 copies came here)
+                        assert len(notices) == 1
                     else:
                         async for _ in events:
                             break
             names = [s["frontmatter"]["name"] for s in (await sdk_list_skills(c.session))["skills"]]
             assert names == ["first", "second"]
+
+    anyio.run(main)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:ping is removed")  # a handshake-era session pings
+def test_a_view_made_while_the_store_is_down_does_not_end_the_server() -> None:
+    """Its request gets the store's error and the server goes on (outside testing: the
+    view's watch failed its first snapshot, and that ended the whole stdio server)."""
+
+    async def main() -> None:
+        async with Client(stdio_params("redis://127.0.0.1:1/0"), mode="legacy") as c:
+            with anyio.fail_after(60):
+                with pytest.raises(MCPError, match="unavailable"):
+                    await c.list_tools()
+                await anyio.sleep(8)  # the watch's own first snapshot has failed by now
+                await c.send_ping()
 
     anyio.run(main)
 

@@ -32,6 +32,7 @@ from mcp.server.subscriptions import (
 from skillfs.runtime import Market, Skills, Snapshot
 from skillfs.runtime.skill_writes import WriteMode, check_mode
 from skillfs.store import Store
+from skillfs.store_watch import Outage
 
 log = logging.getLogger("skillfs.mcp")
 
@@ -68,19 +69,27 @@ class View:
         return await anyio.to_thread.run_sync(self.skills.snapshot)
 
     def remember(self, session: ServerSession) -> None:
-        """Notify this session of changes too (handshake-era sessions have no listen stream)."""
-        self._sessions[id(session)] = session
-        self._sessions.move_to_end(id(session))
+        """Notify this session's connection of changes too (handshake-era sessions have no
+        listen stream). The SDK makes a `ServerSession` per request, each sending its
+        notifications on its connection: one is kept per connection, which the request
+        context does not expose otherwise (without this, a connection got one copy of
+        each notification per request it had made)."""
+        key = id(getattr(session, "_connection", session))
+        self._sessions[key] = session
+        self._sessions.move_to_end(key)
         while len(self._sessions) > MAX_SESSIONS:
             self._sessions.popitem(last=False)
 
     async def watch(self, limiter: anyio.CapacityLimiter) -> None:
         """Until cancelled: wait for the view to change, then tell its sessions."""
+        outage = Outage(log, f"watching {self.key}")
         with anyio.CancelScope() as scope:
             self._cancel = scope
-            snap = await self.snapshot()
+            snap: Snapshot | None = None
             while True:
                 try:
+                    if snap is None:  # a view made while the store is down waits for it too
+                        snap = await self.snapshot()
                     now = await anyio.to_thread.run_sync(
                         self.skills.wait_changed,
                         snap.token,
@@ -89,9 +98,10 @@ class View:
                         abandon_on_cancel=True,
                     )
                 except Exception as exc:  # the store is down: the next request reports it
-                    log.warning("watching %s: %s", self.key, exc)
+                    outage.failed(exc)  # logged once, and once when it is back
                     await anyio.sleep(1.0)
                     continue
+                outage.recovered()
                 if now.token != snap.token:
                     await self._notify(tools=bool(now.skills) != bool(snap.skills))
                 snap = now
@@ -100,13 +110,13 @@ class View:
         await self.bus.publish(ResourcesListChanged())
         if tools:  # the skill tools come and go with the skills
             await self.bus.publish(ToolsListChanged())
-        for session in list(self._sessions.values()):
+        for key, session in list(self._sessions.items()):
             try:  # best effort: the connection may be gone
                 await session.send_resource_list_changed()
                 if tools:
                     await session.send_tool_list_changed()
             except Exception:
-                self._sessions.pop(id(session), None)
+                self._sessions.pop(key, None)
 
     def close(self) -> None:
         if self._cancel is not None:
