@@ -645,7 +645,7 @@ def test_hidden_directories_are_no_skills_in_a_zip_nor_in_the_store(
         ZipLimits(),
     )
     assert list(found) == ["greeter"]
-    with pytest.raises(InvalidPath, match="a name starting with '_' or '.' is a directory"):
+    with pytest.raises(InvalidPath, match="a name starting with '_' or '\\.' is a directory"):
         store.publish(SHARED, "_foo", {"SKILL.md": GOOD_MD})
     r = client.post(
         "/agents/support-bot/shared/skills/", {"op": "new", "name": ".git2", "force": "1"}

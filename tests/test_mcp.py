@@ -65,6 +65,31 @@ def test_fastmcp_reads_the_whole_corpus_over_stdio(tmp_path: Path) -> None:
     anyio.run(main)
 
 
+def test_a_frontmatter_a_client_would_refuse_is_left_out_not_the_whole_listing(
+    tmp_path: Path,
+) -> None:
+    """skills/list leaves out what FastMCP's own model refuses (outside testing: an empty
+    `compatibility` failed FastMCP's whole listing)."""
+    url = f"sqlite:///{tmp_path}/skills.db"
+    store = skillfs.open_store(url)
+    bad = {
+        "empty-compat": "compatibility: ''",
+        "long-compat": f"compatibility: {'x' * 501}",
+        "null-metadata": "metadata:",
+    }
+    for name, extra in {**bad, "fine": "compatibility: linux"}.items():
+        text = f"---\nname: {name}\ndescription: Does {name}.\n{extra}\n---\nbody\n"
+        store.publish(ALICE, name, {"SKILL.md": text.encode()})
+    command, args, env = stdio_command(url)
+
+    async def main() -> None:
+        transport = StdioTransport(command, args, env=env)
+        async with FastClient(transport, extensions=[SkillsClientExtension()]) as client:
+            assert [s.frontmatter.name for s in await client.list_skills()] == ["fine"]
+
+    anyio.run(main)
+
+
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 def test_official_client_over_stdio_sees_a_publish(tmp_path: Path, mode: str) -> None:
     url = f"sqlite:///{tmp_path}/skills.db"
@@ -182,6 +207,11 @@ def test_pagination_and_tools() -> None:
     store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
     for i in range(5):
         store.publish(ALICE, f"s{i}", {"SKILL.md": md(f"s{i}", f"Skill number {i}.")})
+    store.publish(
+        ALICE,
+        "s1",
+        {"SKILL.md": md("s1", "Skill number 1."), "e.md": b"Error: E001 means a full disk."},
+    )
 
     async def main() -> None:
         async with in_process(store, page_size=2) as c:
@@ -200,6 +230,9 @@ def test_pagination_and_tools() -> None:
             assert found.content[0].text.startswith("s3:")  # type: ignore[union-attr]
             wrong = await c.call_tool("load_skill_through_path", {"skill_id": "s9", "path": "x"})
             assert wrong.is_error and "s1, s2" in wrong.content[0].text  # type: ignore[union-attr]
+            # a file that begins "Error:" is read, not an error (outside testing: isError)
+            read = await c.call_tool("load_skill_through_path", {"skill_id": "s1", "path": "e.md"})
+            assert not read.is_error and read.content[0].text == "Error: E001 means a full disk."  # type: ignore[union-attr]
 
     anyio.run(main)
 

@@ -85,8 +85,10 @@ def not_servable(s: SkillInfo) -> str | None:
     for key in ("license", "allowed-tools", "compatibility"):
         if key in fm and not isinstance(fm[key], str):
             return f"its {key!r} is not a string"
+    if "compatibility" in fm and not 1 <= len(fm["compatibility"]) <= 500:
+        return "its compatibility is not 1-500 characters"
     metadata = fm.get("metadata")
-    if metadata is not None and not (
+    if "metadata" in fm and not (  # present and null breaks a client's listing too
         isinstance(metadata, Mapping) and all(isinstance(v, str) for v in metadata.values())
     ):
         return "its metadata is not a mapping of strings"

@@ -147,10 +147,11 @@ def build_server(views: Views, *, page_size: int = 100, ttl_ms: int = 0) -> Serv
 
     async def call_tool(ctx: Ctx, params: types.CallToolRequestParams) -> Any:
         _, snap = await snapshot(ctx)
-        text = await anyio.to_thread.run_sync(snap.call_tool, params.name, params.arguments or {})
+        text, failed = await anyio.to_thread.run_sync(
+            snap.tool_outcome, params.name, params.arguments or {}
+        )
         return types.CallToolResult(
-            content=[types.TextContent(type="text", text=text)],
-            is_error=text.startswith("Error:"),
+            content=[types.TextContent(type="text", text=text)], is_error=failed
         )
 
     async def listen(ctx: Ctx, params: Any) -> Any:

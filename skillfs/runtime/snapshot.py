@@ -300,24 +300,30 @@ class Snapshot:
     def call_tool(self, name: str, arguments: Mapping[str, Any] | str) -> str:
         """Run one of `tools()` and return its text result, or the error as text, so a model
         that got an id or path wrong reads the listing and corrects itself."""
+        return self.tool_outcome(name, arguments)[0]
+
+    def tool_outcome(self, name: str, arguments: Mapping[str, Any] | str) -> tuple[str, bool]:
+        """`call_tool`'s text, and whether the call failed: a file whose text begins with
+        "Error:" is read, not failed (MCP's `isError`)."""
         try:
             args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
             if not isinstance(args, dict):
                 raise ValueError("arguments must be a JSON object")
         except ValueError as exc:
-            return f"Error: invalid arguments for {name}: {exc}"
+            return f"Error: invalid arguments for {name}: {exc}", True
         try:
             if name == "load_skill_through_path":
-                return self.load(_arg(args, "skill_id"), _arg(args, "path"))
+                return self.load(_arg(args, "skill_id"), _arg(args, "path")), False
             if name == "read_skill":
-                return self.read_skill(_arg(args, "skill_id"))
+                return self.read_skill(_arg(args, "skill_id")), False
             if name == "search_skills":
-                return self._search_text(_arg(args, "query"))
+                return self._search_text(_arg(args, "query")), False
         except SkillfsError as exc:
-            return f"Error: {exc}"
+            return f"Error: {exc}", True
         if name in WRITE_TOOL_NAMES and self._writer is not None:
-            return self._writer.call(name, args, self._merged.by_id, self.read_bytes)
-        return f"Error: unknown tool {name!r}; tools: {', '.join(self.tool_names)}"
+            text = self._writer.call(name, args, self._merged.by_id, self.read_bytes)
+            return text, text.startswith("Error:")  # its results are JSON, never that
+        return f"Error: unknown tool {name!r}; tools: {', '.join(self.tool_names)}", True
 
     def _search_text(self, query: str) -> str:
         hits = self.search_skills(query)
