@@ -237,6 +237,28 @@ def test_pagination_and_tools() -> None:
     anyio.run(main)
 
 
+def test_a_resource_subscription_hears_when_its_file_changes() -> None:
+    """The 2026-07-28 era advertises `resources.subscribe`: a listen stream's
+    `resourceSubscriptions` get `notifications/resources/updated` for their URIs only
+    (outside testing: they were acknowledged, and never told anything)."""
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    store.publish(ALICE, "first", {"SKILL.md": md("first"), "ref.md": b"one"})
+    store.publish(ALICE, "other", {"SKILL.md": md("other")})
+
+    async def main() -> None:
+        async with in_process(store) as c:
+            await c.list_tools()  # the view exists, and its watch
+            async with c.listen(resource_subscriptions=["skill://first/ref.md"]) as events:
+                store.publish(ALICE, "other", {"SKILL.md": md("other", "Changed.")})
+                store.publish(ALICE, "first", {"SKILL.md": md("first"), "ref.md": b"two"})
+                with anyio.fail_after(10):
+                    async for event in events:
+                        assert event.uri == "skill://first/ref.md"  # type: ignore[union-attr]
+                        break
+
+    anyio.run(main)
+
+
 def test_empty_view_has_no_tools() -> None:
     async def main() -> None:
         async with in_process(skillfs.open_store(f"memory://{uuid.uuid4().hex}")) as c:

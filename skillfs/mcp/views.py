@@ -26,9 +26,11 @@ from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
     ListenHandler,
     ResourcesListChanged,
+    ResourceUpdated,
     ToolsListChanged,
 )
 
+from skillfs.mcp.catalog import uri
 from skillfs.runtime import Market, Skills, Snapshot
 from skillfs.runtime.skill_writes import WriteMode, check_mode
 from skillfs.store import Store
@@ -103,10 +105,13 @@ class View:
                     continue
                 outage.recovered()
                 if now.token != snap.token:
-                    await self._notify(tools=bool(now.skills) != bool(snap.skills))
+                    await self._notify(now, snap)
                 snap = now
 
-    async def _notify(self, *, tools: bool) -> None:
+    async def _notify(self, now: Snapshot, before: Snapshot) -> None:
+        tools = bool(now.skills) != bool(before.skills)
+        for changed in changed_uris(now, before):  # resourceSubscriptions of listen streams
+            await self.bus.publish(ResourceUpdated(changed))
         await self.bus.publish(ResourcesListChanged())
         if tools:  # the skill tools come and go with the skills
             await self.bus.publish(ToolsListChanged())
@@ -123,6 +128,24 @@ class View:
             self._cancel.cancel()
         self.listen.close()
         self.skills.close()
+
+
+def changed_uris(now: Snapshot, before: Snapshot) -> list[str]:
+    """The `skill://` URIs whose content differs between two snapshots of a view: a file
+    added, changed or gone, and the skill's root when its file set changed."""
+    was = {s.id: s.files for s in before.skills}
+    out: list[str] = []
+    for s in now.skills:
+        old = was.pop(s.id, {})
+        for path in sorted(s.files.keys() | old.keys()):
+            entry, held = s.files.get(path), old.get(path)
+            if entry is None or held is None or entry.sha256 != held.sha256:
+                out.append(uri(s.id, path))
+        if s.files.keys() != old.keys():
+            out.append(uri(s.id))
+    for gone, files in was.items():
+        out += [uri(gone, p) for p in sorted(files)] + [uri(gone)]
+    return out
 
 
 Resolver = Callable[[ServerRequestContext[Any, Any]], ViewKey]
