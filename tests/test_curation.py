@@ -150,7 +150,8 @@ def test_apply_archives_restorably(fleet: skillfs.Store) -> None:
 def test_apply_skips_a_skill_used_meanwhile(fleet: skillfs.Store, store_url: str) -> None:
     """A worker records a use of the first skill to archive after the report is made and
     before it is archived: curation reads the use again and leaves that skill in place."""
-    first = min(fleet.curate(BOT, now=NOW).to_archive, key=lambda i: (str(i.scope), i.skill))
+    archivable = [i for i in fleet.curate(BOT, now=NOW).to_archive if not i.disabled]
+    first = min(archivable, key=lambda i: (str(i.scope), i.skill))
     user = first.scope.user_id or "carol"
     calls = itertools.count()
 
@@ -162,9 +163,9 @@ def test_apply_skips_a_skill_used_meanwhile(fleet: skillfs.Store, store_url: str
 
     with skillfs.open_store(store_url, clock=clock) as curator:
         report = curator.curate(BOT, dry_run=False)
-    assert _names(report.skipped) == [f"{first.scope}/{first.skill}"]
-    assert report.skipped[0].reason.endswith("used or changed 0 seconds ago meanwhile, kept")
-    assert len(report.archived) == len(report.to_archive) - 1
+    assert _names(report.skipped) == [f"{SHARED}/off", f"{first.scope}/{first.skill}"]
+    assert report.skipped[1].reason.endswith("used or changed 0 seconds ago meanwhile, kept")
+    assert len(report.archived) == len(report.to_archive) - 2  # and off: disabled
     assert first.skill in fleet.skills(first.scope)
 
 
