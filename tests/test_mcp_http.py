@@ -181,3 +181,39 @@ def test_skillfs_serve_answers_mcp_at_slash_mcp(tmp_path: Path) -> None:
                     assert names == ["first", "second"]
 
             anyio.run(main)
+
+
+def test_a_session_is_bound_to_the_token_that_opened_it(store: skillfs.Store) -> None:
+    """Another token can neither use nor end it: 404, as for a session that does not exist
+    (outside testing: bob's token listed and deleted alice's session)."""
+    store.publish(skillfs.Scope.user(AGENT, "alice"), "mine", {"SKILL.md": md("mine")})
+    store.publish(skillfs.Scope.user(AGENT, "bob"), "his", {"SKILL.md": md("his")})
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"},
+        },
+    }
+    accept = {"accept": "application/json, text/event-stream"}
+
+    def auth(token: str, session: str = "") -> dict[str, str]:
+        return {**accept, "authorization": f"Bearer {token}",
+                **({"mcp-session-id": session} if session else {})}  # fmt: skip
+
+    async def main() -> None:
+        async with http_endpoint(store, tokens_text()) as base, httpx2.AsyncClient() as http:
+            opened = await http.post(f"{base}/mcp/", headers=auth(ALICE), json=initialize)
+            session = opened.headers["mcp-session-id"]
+            listing = {"jsonrpc": "2.0", "id": 2, "method": "resources/list", "params": {}}
+            stranger = await http.post(f"{base}/mcp/", headers=auth(BOB, session), json=listing)
+            assert stranger.status_code == 404
+            ended = await http.delete(f"{base}/mcp/", headers=auth(BOB, session))
+            assert ended.status_code == 404
+            own = await http.post(f"{base}/mcp/", headers=auth(ALICE, session), json=listing)
+            assert own.status_code == 200 and "skill://mine/SKILL.md" in own.text
+
+    anyio.run(main)

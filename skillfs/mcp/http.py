@@ -24,10 +24,11 @@ from urllib.parse import parse_qs
 
 from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from skillfs.auth import Level, Principal, Tokens, Unauthenticated
 from skillfs.errors import PermissionDenied, SkillfsError
+from skillfs.lru import Lru
 from skillfs.mcp.server import build_server
 from skillfs.mcp.views import ViewKey, Views
 from skillfs.model import Scope as SkillScope
@@ -36,6 +37,10 @@ from skillfs.store import Store
 
 #: Where the resolved view travels from the ASGI layer to the MCP handlers.
 VIEW_KEY = "skillfs.mcp.view"
+#: Sessions whose token is remembered (the oldest is forgotten: its requests then go to the
+#: SDK as they come, which answers an unknown session 404).
+MAX_SESSIONS = 10_000
+SESSION_HEADER = "mcp-session-id"
 
 
 class McpHttp:
@@ -55,6 +60,9 @@ class McpHttp:
         views = Views(store, _resolved, max_views=max_views)
         self.server = build_server(views, page_size=page_size, ttl_ms=ttl_ms)
         self._manager: StreamableHTTPSessionManager | None = None
+        #: session id -> the name of the token that opened it (MCP's guidance: bind a session
+        #: to its user, so that another token can neither use nor end it).
+        self._owners: Lru[str, str] = Lru(MAX_SESSIONS)
 
     @contextlib.asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:
@@ -86,7 +94,24 @@ class McpHttp:
         except (SkillfsError, ValueError) as exc:
             await _reply(send, 400, str(exc))
             return
-        await self._manager.handle_request({**scope, VIEW_KEY: key}, receive, send)
+        session = headers.get(SESSION_HEADER)
+        if session is not None:
+            owner = self._owners.get(session)
+            if owner is not None and owner != principal.name:  # as the SDK answers a stranger
+                await _reply(send, 404, "Session not found")
+                return
+            await self._manager.handle_request({**scope, VIEW_KEY: key}, receive, send)
+            return
+
+        async def opened(message: Message) -> None:
+            """The session a new request opened (its response's header) is this token's."""
+            if message["type"] == "http.response.start":
+                for name, value in message.get("headers", ()):
+                    if name.decode("latin-1").lower() == SESSION_HEADER:
+                        self._owners.put(value.decode("latin-1"), principal.name)
+            await send(message)
+
+        await self._manager.handle_request({**scope, VIEW_KEY: key}, receive, opened)
 
 
 def _resolved(ctx: ServerRequestContext[Any, Any]) -> ViewKey:
