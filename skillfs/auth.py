@@ -294,7 +294,8 @@ class Tokens:
     #: Seconds a receipt proves its upload (docs/server.md, "Blobs and hashes").
     RECEIPT_TTL = 24 * 3600.0
 
-    def __init__(self, path: Path | None = None, text: str | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None, text: str | None = None) -> None:
+        path = None if path is None else Path(path)  # a str as docs/integrations.md shows it
         if path is None and text is None:
             text = os.environ.get(ENV_TOKENS)
         if path is None and not text:

@@ -6,6 +6,7 @@ next step (C3) like any publish."""
 from __future__ import annotations
 
 import getpass
+import math
 import os
 import socket
 import uuid
@@ -271,6 +272,11 @@ class Governance:
         limit: int = 1000,
     ) -> list[AuditEntry]:
         """`audit` of these scopes, read from their manifests and history."""
+        for name, at in (("since", since), ("until", until)):
+            if at is not None and not math.isfinite(at):  # NaN would match nothing, silently
+                raise InvalidPath(f"audit {name}={at!r}: give a time in seconds since the epoch")
+        if limit < 1:
+            raise InvalidPath(f"audit limit={limit}: give 1 or more")
         out: list[AuditEntry] = []
         for scope in scopes:
             live = self.entries(scope)

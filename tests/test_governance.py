@@ -98,6 +98,8 @@ def test_audit_newest_first_filtered(store: skillfs.Store) -> None:
     assert store.audit("agents/support-bot", limit=1)[0].version == 3
     store.publish(MARKET, "m", files("m"), message="market")
     assert [e.message for e in store.audit("markets/team")] == ["market"]
+    with pytest.raises(InvalidPath, match="since=nan"):  # (outside testing: silently nothing)
+        store.audit("support-bot", since=float("nan"))
 
 
 # ----------------------------------------------------------------- disable / enable

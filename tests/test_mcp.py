@@ -173,6 +173,7 @@ def test_bad_uris_get_errors_naming_what_exists() -> None:
                 "skill://code-reviewer/missing.md": "no file of skill 'code-reviewer'",
                 "skill://code-reviewer/references": "is a directory",
                 "https://example.com/x": "not a skill:// URI",
+                "skill://code-reviewer//SKILL.md": "empty segments",  # (was served)
             }
             for uri, words in cases.items():
                 with pytest.raises(MCPError) as info:
@@ -223,6 +224,8 @@ def test_pagination_and_tools() -> None:
                 cursor = page.get("nextCursor")
                 if not cursor:
                     break
+            with pytest.raises(MCPError, match="invalid cursor"):  # -1 (outside testing: a page)
+                await sdk_list_skills(c.session, "LTE=")
             assert names == [f"s{i}" for i in range(5)]
             tools = {t.name for t in (await c.list_tools()).tools}
             assert tools == {"load_skill_through_path", "read_skill", "search_skills"}

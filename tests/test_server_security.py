@@ -177,6 +177,7 @@ def test_a_lookup_racing_a_reload_cannot_keep_a_revoked_token(
 
 def test_tokens_file_changes_are_seen_even_with_the_same_size_and_mtime(tmp_path: Path) -> None:
     path, secret = _tokens_file(tmp_path, ["alice", "other"])
+    assert Tokens(str(path)).authenticate(f"Bearer {secret['alice']}").name == "alice"  # a str too
     tokens = Tokens(path)
     assert tokens.authenticate(f"Bearer {secret['alice']}").name == "alice"
     before = path.stat()

@@ -136,7 +136,7 @@ def parse(snap: Snapshot, text: str) -> tuple[SkillInfo, str]:
     s = next((x for x in snap.skills if x.id == skill_id), None)
     if s is None:
         raise BadUri(f"no skill {skill_id!r} is served at {text}; skills: {_ids(snap)}")
-    path = unquote(rest).strip("/")
+    path = unquote(rest).removesuffix("/")  # a directory may end with '/'; '//' is refused
     segments = path.split("/") if path else []
     if any(seg in ("", ".", "..") or "\\" in seg or "\0" in seg for seg in segments):
         raise BadUri(
@@ -191,6 +191,8 @@ def page(items: Sequence[Any], cursor: str | None, size: int) -> tuple[list[Any]
     if cursor:
         try:
             start = int(base64.urlsafe_b64decode(cursor.encode()).decode())
+            if start < 0:
+                raise ValueError(start)
         except ValueError as exc:
             raise BadUri(f"invalid cursor {cursor!r}: pass the nextCursor of a result") from exc
     end = start + size
