@@ -75,6 +75,8 @@ class SideEntries(Governance):
             message: str = "",
         ) -> CommitResult: ...
 
+        def no_draft(self, scope: Scope, name: str) -> str: ...
+
     def _moves(
         self,
         scope: Scope,
@@ -161,10 +163,7 @@ class SideEntries(Governance):
 
         def take(cur: Manifest | None) -> dict[str, Any]:
             if cur is None:
-                raise NotFound(
-                    f"no archived skill {name!r} in {scope}; archived there: "
-                    + (", ".join(self._side_names(scope, ARCHIVE)) or "none")
-                )
+                raise NotFound(self._no_archived(scope, name))
             return carried.take(cur, "restore")
 
         def put(cur: Manifest | None) -> dict[str, Any]:
@@ -190,12 +189,15 @@ class SideEntries(Governance):
         side = side_entry(skill)
         if side is not None:
             where, name = side
-            kind = "draft" if where == DRAFTS else "archived skill"
-            there = ", ".join(self._side_names(scope, where)) or "none"
-            return f"no {kind} {name!r} in {scope}; {kind}s there: {there}"
+            return self.no_draft(scope, name) if where == DRAFTS else self._no_archived(scope, name)
         names = self.skills(scope)
         listing = ", ".join(names[:50]) + (" …" if len(names) > 50 else "") if names else "none"
         return f"skill {skill!r} does not exist in {scope}; skills there: {listing}"
+
+    def _no_archived(self, scope: Scope, name: str) -> str:
+        return f"no archived skill {name!r} in {scope}; archived there: " + (
+            ", ".join(self._side_names(scope, ARCHIVE)) or "none"
+        )
 
     def _side_names(self, scope: Scope, where: str) -> list[str]:
         """The names of a scope's live entries under `where` (`_drafts`, `.archive`)."""
