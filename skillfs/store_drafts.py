@@ -83,10 +83,8 @@ class Drafts(SideEntries):
         pending draft passes the draft's own base, so that a live edit made since still
         shows it stale)."""
         put = Put(scope, draft_entry(name), dict(files), expected_version)
-        if based_on is None:
-            return self.commit([put], strict=strict, actor=actor, message=message)
         domain = self.check_commit([(scope, put.skill)])
-        bases = {(scope, name): based_on}
+        bases = {} if based_on is None else {(scope, name): based_on}
         prepared = self._prepared([put], strict=strict, actor=actor, message=message, bases=bases)
         return self._commit(domain, prepared, uuid.uuid4().hex)
 
@@ -100,12 +98,13 @@ class Drafts(SideEntries):
         drafts = [p for p in prepared if p.files is not None and in_side(p.skill, DRAFTS)]
         if not drafts:
             return prepared
-        bases: dict[tuple[Scope, str], int] = {}
-        for scope in {p.scope for p in drafts}:
+        bases: dict[tuple[Scope, str], int] = dict(given or {})
+        for scope in {p.scope for p in drafts}:  # the live versions of the others, read once
             names = [entry_name(p.skill) for p in drafts if p.scope == scope]
-            live = self._retrying(self.engine.load_skills, scope, names)
-            bases.update({(scope, n): m.version for n, m in live.items() if not m.deleted})
-        bases.update(given or {})
+            unread = [n for n in names if (scope, n) not in bases]
+            if unread:
+                live = self._retrying(self.engine.load_skills, scope, unread)
+                bases.update({(scope, n): m.version for n, m in live.items() if not m.deleted})
         return [
             p.model_copy(update={"edit": _put(p, bases.get((p.scope, entry_name(p.skill)), 0))})
             if any(p is d for d in drafts)
