@@ -90,6 +90,20 @@ def check_lease(name: str, holder: str, ttl: float | None = None) -> int:
     return max(1, math.ceil(ttl * 1000))
 
 
+def host_port(text: str, default_port: int | None, where: str) -> tuple[str, int]:
+    """`host`, `host:port`, `[v6]` or `[v6]:port` of a store URL (`where` names it), the port
+    1-65535 (`default_port` when absent; None: it must be given)."""
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = rest.removeprefix(":")
+    else:
+        host, _, port = text.partition(":")
+    number = int(port) if port.isdigit() else -1 if port or default_port is None else default_port
+    if not host or not 0 < number < 65536:
+        raise InvalidPath(f"invalid host:port {text!r} in {where}: give host:port, port 1-65535")
+    return host, number
+
+
 def redact(url: str) -> str:
     """The URL without its password, for error messages and logs."""
     parts = urlsplit(url)

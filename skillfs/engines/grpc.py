@@ -30,7 +30,7 @@ import grpc
 import grpc.experimental
 
 from skillfs.engines import grpc_wire as wire
-from skillfs.engines.base import CommitOp, Engine, UrlOptions
+from skillfs.engines.base import CommitOp, Engine, UrlOptions, host_port
 from skillfs.engines.grpc_watch import GrpcWatching
 from skillfs.errors import InvalidPath, StoreUnavailable
 from skillfs.lru import Lru
@@ -93,11 +93,7 @@ class GrpcEngine(GrpcWatching, Engine):
         options = UrlOptions(url, ("ca", "timeout"))
         targets = [t.strip() for t in parts.netloc.split(",") if t.strip()]
         for target in targets:
-            host, _, port = target.rpartition(":")
-            if not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise InvalidPath(
-                    f"invalid server {target!r} in {self.url!r}: give host:port, port 1-65535"
-                )
+            host_port(target, None, repr(self.url))
         credentials = None
         if parts.scheme == "grpcs":
             ca_path = tls_ca or options.get("ca")

@@ -16,6 +16,7 @@ from redis.connection import parse_url
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
+from skillfs.engines.base import host_port
 from skillfs.errors import InvalidPath
 
 SCHEMES = (
@@ -38,6 +39,7 @@ _TLS_QUERY = (
 )  # fmt: skip
 
 Client = redis.Redis | RedisCluster
+WHERE = "the Redis URL"  # for `host_port`'s errors
 
 
 def client_query(scheme: str) -> tuple[str, ...]:
@@ -60,21 +62,6 @@ def client_kwargs(options: Mapping[str, Any]) -> dict[str, Any]:
     } | dict(options)
     kwargs["decode_responses"] = False
     return kwargs
-
-
-def _host_port(text: str, default_port: int) -> tuple[str, int]:
-    """`host`, `host:port`, `[v6]` or `[v6]:port`."""
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        port = rest.removeprefix(":")
-    else:
-        host, _, port = text.partition(":")
-    number = int(port) if port.isdigit() else -1 if port else default_port
-    if not host or not 0 < number < 65536:
-        raise InvalidPath(
-            f"invalid host:port {text!r} in the Redis URL: give host:port, port 1-65535"
-        )
-    return host, number
 
 
 def _parsed(url: str, form: str) -> dict[str, Any]:
@@ -103,7 +90,7 @@ def client_factory(
         host = parts.netloc.rpartition("@")[2]
         if not host:
             raise InvalidPath(f"no host in the Redis URL: the form is {form}")
-        _host_port(host, 6379)
+        host_port(host, 6379, WHERE)
         _parsed(plain, form)
         return lambda: redis.Redis.from_url(plain, **kwargs)
     auth, _, hosts = parts.netloc.rpartition("@")
@@ -119,14 +106,14 @@ def client_factory(
     sentinel_password = opts.pop("sentinel_password", None)
     opts = opts | kwargs | ({"ssl": True} if scheme.startswith("rediss") else {})
     if scheme in ("redis+cluster", "rediss+cluster"):
-        startup = [ClusterNode(*_host_port(n, 6379)) for n in nodes]  # type: ignore[no-untyped-call]
+        startup = [ClusterNode(*host_port(n, 6379, WHERE)) for n in nodes]  # type: ignore[no-untyped-call]
         return lambda: RedisCluster(startup_nodes=startup, **opts)
     path = [unquote(p) for p in parts.path.split("/") if p]
     if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
         raise InvalidPath(
             "a Sentinel URL is redis+sentinel://[:password@]host:port[,host:port...]/service[/db]"
         )
-    sentinels = [_host_port(n, 26379) for n in nodes]
+    sentinels = [host_port(n, 26379, WHERE) for n in nodes]
     sentinel_kwargs = {k: v for k, v in kwargs.items() if k.startswith("socket_") or k == "retry"}
     if sentinel_password:
         sentinel_kwargs["password"] = sentinel_password
