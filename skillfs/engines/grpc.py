@@ -39,6 +39,13 @@ from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 
 ENV_TOKEN = "SKILLFS_TOKEN"
+
+
+def default_token() -> str | None:
+    """The bearer token a grpc:// store uses unless given one ($SKILLFS_TOKEN)."""
+    return os.environ.get(ENV_TOKEN) or None
+
+
 R = TypeVar("R")
 
 #: A server that failed to answer is tried last for this long (seconds).
@@ -102,7 +109,7 @@ class GrpcEngine(GrpcWatching, Engine):
         self.timeout = options.number("timeout", float, timeout)
         self._servers = [_Server(t, credentials) for t in targets]
         self._turn = itertools.count(int.from_bytes(os.urandom(2), "big"))
-        token = token or os.environ.get(ENV_TOKEN)
+        token = token or default_token()
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         #: sha256 -> (scope, skill, version): a readable manifest holding the blob.
         self._seen: Lru[str, tuple[Scope, str, int]] = Lru(200_000)

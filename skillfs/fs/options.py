@@ -15,7 +15,7 @@ from fsspec.implementations.local import LocalFileSystem
 from fsspec.utils import stringify_path
 
 from skillfs.engines import default_url, file_to_create
-from skillfs.engines.grpc import ENV_TOKEN
+from skillfs.engines.grpc import default_token
 from skillfs.store import Store, open_store
 
 ANONYMOUS = "memory://"
@@ -28,7 +28,7 @@ def with_defaults(options: dict[str, Any]) -> dict[str, Any]:
         out["store"] = default_url()
     if out.get("token") is None and str(out["store"]).startswith("grpc"):
         # in the instance cache's key: a changed $SKILLFS_TOKEN is a new filesystem
-        out["token"] = os.environ.get(ENV_TOKEN)
+        out["token"] = default_token()
     if out.get("agent_id") is None:
         out["agent_id"] = os.environ.get("SKILLFS_AGENT_ID")
     if "user_id" not in out:
