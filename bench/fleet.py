@@ -46,6 +46,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field, replace
@@ -100,6 +101,10 @@ RETRIES = 5
 PROBE_EVERY = 0.005
 #: Seconds over which the server's CPU is sampled with the streams open and nothing changing.
 IDLE_SAMPLE = 3.0
+#: Seconds between samples of the server's event-loop thread's scheduler counters, and the
+#: window after each publish they are summed over.
+SCHED_EVERY = 0.005
+SCHED_WINDOW = 0.3
 
 BEFORE = {  # issue 12's measurements of the thread-pool server, quoted as "before"
     "streams": "refused past 32 per token (the Watch cap: max_workers / 4)",
@@ -113,32 +118,32 @@ BEFORE = {  # issue 12's measurements of the thread-pool server, quoted as "befo
     "cpu": "0.5-0.75 ms per call; 0.35-0.71x the echo server's throughput",
 }
 
-PREVIOUS_ROW = "previous full run (39b19ac)"
-#: The last full run documented before this one (main at 39b19ac, 2026-11-24: after the fan-out
-#: by connection; before etcd's per-step read over its JSON gateway), quoted beside each new
-#: figure. Earlier runs are quoted in docs/benchmarks.md's readings.
+PREVIOUS_ROW = "previous full run (f7a692c)"
+#: The last full run documented before this one (main at f7a692c, 2026-11-24: etcd's per-step
+#: read over its JSON gateway), quoted beside each new figure. Earlier runs are quoted in
+#: docs/benchmarks.md's readings.
 PREVIOUS = {
     "redis": {
-        "streams": "10,000 open / 0 refused; idle CPU 0 % of a core at 10,000 streams; a "
-        "publish on every stream p50 214 ms / p99 440 ms; a step call during it p50 44.2 ms",
-        "steps": "1,001 steps/s of 1,000; p50 3.0 ms / p99 161 ms; away from publishes p50 "
-        "2.9 ms / p99 7.1 ms",
-        "reach": "p50 101 ms / p99 208 ms; the last worker p50 196 ms / p99 224 ms",
-        "calls": "per second: Revisions 1,000, Watch 1; server 45 % of a core, load 56 %; "
-        "server's own Revisions time p50 1.93 ms / p99 7.69 ms",
-        "views": "0 errors; threads 76 → 76 → 76; 47 store connections",
-        "cpu": "0.221 / 0.163 ms per call: 1.35x",
+        "streams": "10,000 open / 0 refused; idle CPU 1 % of a core at 10,000 streams; a "
+        "publish on every stream p50 351 ms / p99 656 ms; a step call during it p50 58.7 ms",
+        "steps": "1,001 steps/s of 1,000; p50 3.9 ms / p99 192 ms; away from publishes p50 "
+        "3.8 ms / p99 10.7 ms",
+        "reach": "p50 103 ms / p99 232 ms; the last worker p50 223 ms / p99 254 ms",
+        "calls": "per second: Revisions 1,000, Watch 1; server 43 % of a core, load 61 %; "
+        "server's own Revisions time p50 1.96 ms / p99 8.66 ms",
+        "views": "0 errors; threads 76 → 76 → 76; 39 store connections",
+        "cpu": "0.239 / 0.198 ms per call: 1.21x",
     },
     "etcd": {
         "streams": "10,000 open / 0 refused; idle CPU 1 % of a core at 10,000 streams; a "
-        "publish on every stream p50 249 ms / p99 490 ms; a step call during it p50 46.7 ms",
-        "steps": "1,001 steps/s of 1,000; p50 3.8 ms / p99 194 ms; away from publishes p50 "
-        "3.7 ms / p99 9.5 ms",
-        "reach": "p50 111 ms / p99 225 ms; the last worker p50 245 ms / p99 271 ms",
-        "calls": "per second: Revisions 1,000, Watch 2; server 48 % of a core, load 56 %; "
-        "server's own Revisions time p50 2.09 ms / p99 20.71 ms",
-        "views": "0 errors; threads 80 → 80 → 80; 1 store connection",
-        "cpu": "0.269 / 0.163 ms per call: 1.65x",
+        "publish on every stream p50 263 ms / p99 517 ms; a step call during it p50 52.4 ms",
+        "steps": "1,001 steps/s of 1,000; p50 4.9 ms / p99 307 ms; away from publishes p50 "
+        "4.6 ms / p99 23.5 ms",
+        "reach": "p50 135 ms / p99 273 ms; the last worker p50 289 ms / p99 374 ms",
+        "calls": "per second: Revisions 1,000, Watch 2; server 46 % of a core, load 66 %; "
+        "server's own Revisions time p50 2.58 ms / p99 24.69 ms",
+        "views": "0 errors; threads 79 → 79 → 79; 3 store connections",
+        "cpu": "0.224 / 0.177 ms per call: 1.26x",
     },
 }
 
@@ -194,6 +199,54 @@ def cpu_seconds(pid: int) -> float:
     """utime + stime of a process, in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def busiest_thread(pid: int) -> int | None:
+    """The thread of `pid` with the most CPU time so far (the server's event loop), or None
+    where the kernel keeps no scheduler counters (/proc/PID/task/TID/schedstat)."""
+    best, most = None, -1
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with suppress(OSError, ValueError, IndexError):
+            ran = int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+            if ran > most:
+                best, most = int(tid), ran
+    return best
+
+
+class LoopSched:
+    """The server's event-loop thread's scheduler counters (ns on a CPU, ns runnable but
+    waiting for one), sampled every SCHED_EVERY seconds: whether a slow fan-out is the
+    server's own work or the server waiting for a CPU that the load processes hold."""
+
+    def __init__(self, pid: int) -> None:
+        tid = busiest_thread(pid)
+        self.path = None if tid is None else f"/proc/{pid}/task/{tid}/schedstat"
+        self.samples: list[tuple[float, int, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while self.path is not None and not self._stop.wait(SCHED_EVERY):
+            with suppress(OSError, ValueError, IndexError):
+                ran, waited = Path(self.path).read_text().split()[:2]
+                self.samples.append((time.monotonic(), int(ran), int(waited)))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def share(self, windows: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+        """% of the time within `windows` the thread ran and waited for a CPU."""
+        times = [t for t, _, _ in self.samples]
+        span = ran = waited = 0.0
+        for start, end in windows:
+            i, j = bisect_left(times, start), bisect_right(times, end) - 1
+            if j <= i:
+                continue
+            (t0, r0, w0), (t1, r1, w1) = self.samples[i], self.samples[j]
+            span, ran, waited = span + (t1 - t0) * 1e9, ran + r1 - r0, waited + w1 - w0
+        return (100 * ran / span, 100 * waited / span) if span else None
 
 
 def sockets_to(pid: int, port: int) -> int:
@@ -706,6 +759,10 @@ class Workers:
     server_step_ms: tuple[float, float] = (0.0, 0.0)  # the server's Revisions p50/p99
     rss: list[float] = field(default_factory=list)
     store_conns: list[int] = field(default_factory=list)
+    #: The server's event-loop thread, % of the time running / waiting for a CPU: in the
+    #: SCHED_WINDOW seconds after each publish, and over the rest of the run (None: unknown).
+    loop_after: tuple[float, float] | None = None
+    loop_rest: tuple[float, float] | None = None
 
 
 def bench_workers(ctx: Any, srv: Server, size: Size) -> Workers:
@@ -728,6 +785,8 @@ def bench_workers(ctx: Any, srv: Server, size: Size) -> Workers:
             c.recv()
         time.sleep(size.warmup)
         since = time.monotonic()
+        sched = LoopSched(srv.pid)
+        acks: list[float] = []
         calls0, cpu0, spent0 = srv.calls(), cpu_seconds(srv.pid), srv.revisions_seconds()
         load0 = sum(cpu_seconds(p.pid) for p in procs if p.pid is not None)
         result = Workers(size.workers, size.seconds, setup_errors, [], 0, [], [], [], 0, 0, 0, 0)
@@ -739,6 +798,7 @@ def bench_workers(ctx: Any, srv: Server, size: Size) -> Workers:
                 result.threads.append(threads(srv.pid))
             commit = admin.publish(SHARED, HOT, files(HOT, 100 + k))
             acked = time.monotonic()
+            acks.append(acked)
             version = commit.versions[HOT]
             for c in conns:
                 c.send(("reach", commit.revision.counter, version, acked))
@@ -760,6 +820,13 @@ def bench_workers(ctx: Any, srv: Server, size: Size) -> Workers:
         while time.monotonic() < since + size.seconds:
             time.sleep(0.05)
         elapsed = time.monotonic() - since
+        after = [(a, a + SCHED_WINDOW) for a in acks]
+        rest = list(
+            zip([since, *(a + SCHED_WINDOW for a in acks)], [*acks, since + elapsed], strict=True)
+        )
+        sched.stop()
+        result.loop_after = sched.share(after)
+        result.loop_rest = sched.share(rest)
         result.server_cpu = 100 * (cpu_seconds(srv.pid) - cpu0) / elapsed
         load1 = sum(cpu_seconds(p.pid) for p in procs if p.pid is not None)
         result.load_cpu = 100 * (load1 - load0) / elapsed
@@ -984,6 +1051,10 @@ def bench_engine(name: str, tmp: Path, size: Size) -> Result:
 # --------------------------------------------------------------------------- report
 
 
+def loop_share(share: tuple[float, float] | None) -> str:
+    return "n/a" if share is None else f"{share[0]:.0f} % / {share[1]:.0f} %"
+
+
 def ok(good: bool, target: str) -> str:
     return f"ok ({target})" if good else f"MISSED ({target})"
 
@@ -1112,6 +1183,14 @@ def table(results: Sequence[Result], size: Size) -> str:
         common.row(
             "CPU during the run, % of a core: server / the load processes",
             cells(lambda r: f"{r.workers.server_cpu:.0f} % / {r.workers.load_cpu:.0f} %"),
+        ),
+        common.row(
+            "the server's event-loop thread, % of the time running / runnable but waiting for "
+            f"a CPU (/proc schedstat): in the {SCHED_WINDOW:.1f} s after each publish; the "
+            "rest of the run",
+            cells(
+                lambda r: f"{loop_share(r.workers.loop_after)}; {loop_share(r.workers.loop_rest)}"
+            ),
         ),
         common.row(
             "the server's own time per `Revisions` call (handler start to end, from its "
