@@ -11,6 +11,10 @@ from skillfs.errors import InvalidPath
 _ID = re.compile(r"[A-Za-z0-9._@+-]{1,128}")
 #: Lone surrogates excluded: no file system name holds them (nor does UTF-8).
 _SKILL_DIR = re.compile(r"[^/\\\x00\ud800-\udfff]+")
+#: What a new skill name may not hold: control characters (C0, DEL, C1), line and paragraph
+#: separators, bidirectional overrides and isolates. A name is shown in tables, listings and
+#: the agent's prompt, where these break lines or reorder what is read.
+_UNSHOWN = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def check_id(kind: str, value: str) -> str:
@@ -55,8 +59,17 @@ SIDE_DIRS = (DRAFTS, ARCHIVE)
 
 
 def check_live_name(name: str) -> str:
-    """A name a skill can be live under: a skill directory not starting with '_' or '.'."""
+    """A name a skill can be live under: a skill directory not starting with '_' or '.', with
+    nothing that changes how it is shown. (A name stored before this rule is still read,
+    renamed and deleted: `check_skill_name`.)"""
     check_skill_name(name)
+    unshown = _UNSHOWN.search(name)
+    if unshown is not None:
+        raise InvalidPath(
+            f"invalid skill name {name!r}: it holds U+{ord(unshown.group()):04X}, a control "
+            "character, line break or text-direction override, which would change how the "
+            "name reads in listings and prompts; use printable characters"
+        )
     if is_hidden_dir(name):
         raise InvalidPath(
             f"invalid skill name {name!r}: a name starting with '_' or '.' is a directory "

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from skillfs.cli import app
+from skillfs.errors import InvalidPath
+from skillfs.names import check_skill_name
 from tests.cli_helpers import REPO, command_line, ok, publish, run, runner
 
 LONG = "finishing-a-development-branch"
@@ -39,7 +41,12 @@ def url(tmp_path: Path) -> str:
     evil = f"evil{ESC}name"
     # YAML escapes: ESC and RIGHT-TO-LEFT OVERRIDE
     text = '---\nname: evil\ndescription: "red \\e[31m text \\u202e"\n---\n# Steps\n'
-    publish(url, "shared:bot", evil, {"SKILL.md": text.encode()})
+    with pytest.raises(InvalidPath, match=r"U\+001B"):
+        publish(url, "shared:bot", evil, {"SKILL.md": text.encode()})
+    # such a name from before the rule is still shown defused (written past the rule here)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("skillfs.store.check_live_name", check_skill_name)
+        publish(url, "shared:bot", evil, {"SKILL.md": text.encode()})
     return url
 
 

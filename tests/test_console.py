@@ -654,6 +654,23 @@ def test_hidden_directories_are_no_skills_in_a_zip_nor_in_the_store(
     assert store.skills(SHARED) == ["code-reviewer", "release-notes"]
 
 
+@pytest.mark.parametrize(
+    "name", ["ok\nnext", "tab\there", "a\u202egnp.exe", "bell\x07", "nel\x85x"]
+)
+def test_a_name_that_reads_otherwise_is_refused(
+    client: Client, store: skillfs.Store, name: str
+) -> None:
+    """A name and the same name with a line break after it looked alike in every table
+    (outside testing): control characters, line breaks and text-direction overrides are
+    refused in a new name, on every surface."""
+    bad = next(c for c in name if not c.isprintable())
+    with pytest.raises(InvalidPath, match=rf"holds U\+{ord(bad):04X}"):
+        store.publish(SHARED, name, {"SKILL.md": GOOD_MD})
+    r = client.post("/agents/support-bot/shared/skills/", {"op": "new", "name": name, "force": "1"})
+    assert r.status == 400 and "control character" in unescape(r.text)
+    assert store.skills(SHARED) == ["code-reviewer", "release-notes"]
+
+
 def test_zip_download_round_trips(client: Client, store: skillfs.Store) -> None:
     r = client.get(skill_url("code-reviewer", "zip"))
     skills = read_zip(r.body, ZipLimits())

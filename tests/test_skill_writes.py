@@ -163,6 +163,7 @@ def test_editing_a_shared_skill_writes_the_users_copy(store: Store) -> None:
 BAD: list[tuple[str, dict[str, Any], str]] = [
     ("propose_skill", {"name": "Bad/Name", "files": {"SKILL.md": "x"}}, "invalid skill directory"),
     ("propose_skill", {"name": "_drafts", "files": {"SKILL.md": "x"}}, "starting with '_' or '.'"),
+    ("propose_skill", {"name": "ok\nnew rule", "files": {"SKILL.md": "x"}}, "holds U+000A"),
     ("propose_skill", {"name": "a", "files": ["SKILL.md"]}, "'files' must be an object"),
     ("propose_skill", {"name": "a", "files": {"README.md": "x"}}, "have no SKILL.md"),
     (
