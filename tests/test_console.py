@@ -687,6 +687,11 @@ def test_zip_slip_and_symlinks_are_refused(client: Client, store: skillfs.Store)
     link = _zip({"greeter/SKILL.md": GOOD_MD, "greeter/l": b"/etc/passwd"}, {"greeter/l": 0o120777})
     with pytest.raises(InvalidPath, match="symbolic link"):
         read_zip(link, ZipLimits())
+    # a NUL in a member's name: Python's zipfile reads the name cut there, another path
+    marked = _zip({"greeter/SKILL.md": GOOD_MD, "greeter/ok.md<NUL>.sh": b"x"})
+    nul = marked.replace(b"<NUL>", b"\0NUL>")  # in both the local and the central header
+    with pytest.raises(InvalidPath, match="holds a NUL character"):
+        read_zip(nul, ZipLimits())
     r = client.upload(
         "/agents/support-bot/shared/skills/",
         {"op": "import"},

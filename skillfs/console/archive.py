@@ -47,6 +47,11 @@ def read_zip(data: bytes, limits: ZipLimits, name_hint: str = "") -> dict[str, d
     files: dict[str, File] = {}
     budget = limits.max_total_bytes
     for member in members:
+        if "\x00" in member.orig_filename:  # zipfile cuts the name there: another path
+            raise InvalidPath(
+                f"{member.orig_filename!r} in the zip holds a NUL character, which no file "
+                "name may hold: rename it and zip again"
+            )
         path = normalize_path(member.filename)
         mode = (member.external_attr >> 16) & 0o177777
         if stat.S_ISLNK(mode):
