@@ -83,7 +83,8 @@ class CurationReport(BaseModel):
     skills: int
     #: Idle for stale_after or more but less than archive_after: worth a look.
     stale: list[CuratedSkill]
-    #: Idle for archive_after or more: archived when applied.
+    #: Idle for archive_after or more: archived when applied (never a disabled skill, which
+    #: is in `skipped`).
     to_archive: list[CuratedSkill]
     #: Near-duplicate pairs, most alike first: at most DUPLICATES_MAX of them.
     duplicates: list[DuplicatePair]
@@ -91,7 +92,8 @@ class CurationReport(BaseModel):
     duplicates_total: int
     #: Applied only: archived now.
     archived: list[CuratedSkill] = []
-    #: Applied only: to archive but left in place, the reason says why (used meanwhile, ...).
+    #: Idle for archive_after or more but left in place, the reason says why: disabled by an
+    #: operator (in a report too), or, when applied, used or changed meanwhile.
     skipped: list[CuratedSkill] = []
 
 

@@ -99,12 +99,17 @@ class Curation(SideEntries):
         uses = self._uses(domain)
         stale_list: list[CuratedSkill] = []
         to_archive: list[CuratedSkill] = []
+        kept: list[CuratedSkill] = []
         for scope, m in skills:
             stat = uses(scope, m.skill)
             since = idle(m, stat, at)[0]
             if at - since >= cutoff:
                 verdict = f"to archive (idle {format_duration(cutoff)} or more)"
-                to_archive.append(curated(scope, m, stat, at, verdict))
+                if m.disabled:  # always idle: never archived, nor listed as if it would be
+                    verdict = f"kept though idle {format_duration(cutoff)} or more: {HOLE}"
+                    kept.append(curated(scope, m, stat, at, verdict))
+                else:
+                    to_archive.append(curated(scope, m, stat, at, verdict))
             elif at - since >= stale:
                 verdict = f"stale (idle {format_duration(stale)} or more)"
                 stale_list.append(curated(scope, m, stat, at, verdict))
@@ -120,11 +125,12 @@ class Curation(SideEntries):
             to_archive=to_archive,
             duplicates=duplicates,
             duplicates_total=total,
+            skipped=kept,
         )
         if dry_run:
             return report
         archived, skipped = self._archive_idle(domain, to_archive, now, cutoff, actor)
-        return report.model_copy(update={"archived": archived, "skipped": skipped})
+        return report.model_copy(update={"archived": archived, "skipped": kept + skipped})
 
     def _curated_domain(self, target: str) -> str:
         """`agents/A` or `markets/M` from an agent id or a domain; NotFound when never written."""
@@ -195,9 +201,8 @@ class Curation(SideEntries):
             if m is None or not _curatable(m):
                 skipped.append(_note(item, "gone or changed meanwhile, left as it is"))
                 continue
-            if m.disabled:  # a hole an operator made: archived, what it hides would show
-                why = "disabled by an operator, kept: archiving it would end the hole it makes"
-                skipped.append(_note(item, why + " over any lower layer's skill of that name"))
+            if m.disabled:  # switched off since the report
+                skipped.append(_note(item, DISABLED_KEPT))
                 continue
             if uses is None or time.monotonic() - read_at > RECHECK:
                 uses, read_at = self._uses(domain), time.monotonic()
@@ -225,6 +230,12 @@ class Curation(SideEntries):
 def _curatable(m: Manifest) -> bool:
     """A skill with files: not a tombstone, not a user's hiding entry, not a side entry."""
     return not m.deleted and bool(m.files) and not is_hidden_dir(m.skill)
+
+
+#: Why a disabled skill is never archived: it is a hole an operator made, and archived, the
+#: lower layer's skill it hides would show.
+HOLE = "archiving it would end the hole it makes over any lower layer's skill of that name"
+DISABLED_KEPT = f"disabled by an operator, kept: {HOLE}"
 
 
 def _note(item: CuratedSkill, why: str) -> CuratedSkill:

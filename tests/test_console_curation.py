@@ -20,6 +20,7 @@ from tests.test_console import (
 from tests.test_console_governance import ops_client  # noqa: F401  (a fixture)
 
 CURATION = "/agents/support-bot/curation"
+SWITCHED_OFF = b"---\nname: switched-off\ndescription: Off for now.\n---\n"
 
 
 def test_archive_from_the_skill_page_and_restore(client: Client, store: skillfs.Store) -> None:
@@ -73,11 +74,16 @@ def test_report_and_apply(client: Client, store: skillfs.Store) -> None:
     store.record_usage(
         AGENT, {("alice", "code-reviewer"): 3}, {("alice", "code-reviewer"): later - 10 * 86400}
     )
+    store.publish(SHARED, "switched-off", {"SKILL.md": File(SWITCHED_OFF)})
+    store.disable(SHARED, "switched-off")
     store.clock = lambda: later
     page = client.get(CURATION)
     assert page.status == 200
     to_archive = page.text.split('id="to-archive"', 1)[1].split("</table>", 1)[0]
     assert 'data-skill="release-notes"' in to_archive and "never used" in to_archive
+    assert "Archive these 1<" in page.text  # what applying archives: not the disabled skill
+    kept = page.text.split('id="kept"', 1)[1].split("</table>", 1)[0]
+    assert 'data-skill="switched-off"' in kept and "kept though idle 90 days" in kept
     assert 'data-skill="code-reviewer"' not in page.text
     assert "Nothing stale." in page.text
     shorter = client.get(CURATION + "?stale_after=1d&archive_after=200d")

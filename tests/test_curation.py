@@ -51,7 +51,7 @@ def fleet(store: skillfs.Store, store_url: str) -> Iterator[skillfs.Store]:
     review-copy  shared, nearly review, never used                    -> to archive, duplicate
     deploy       shared, used by alice 40 days ago                    -> stale
     notes        alice's own, never used                              -> to archive
-    off          shared, disabled 200 days ago                        -> to archive (disabled)
+    off          shared, disabled 200 days ago                        -> kept (disabled), skipped
     today        shared, committed today, never used                  -> kept
     bob hides deploy from himself (an entry without files)            -> not a skill, left out
     """
@@ -89,15 +89,19 @@ def test_report(fleet: skillfs.Store) -> None:
     (deploy,) = report.stale
     assert deploy.uses == 2 and deploy.last_used == pytest.approx(NOW - 40 * DAY)
     assert deploy.reason == "last used 40 days ago: stale (idle 30 days or more)"
-    assert sorted(_names(report.to_archive)) == [
-        f"{SHARED}/off", f"{SHARED}/review-copy", f"{ALICE}/notes"
-    ]  # fmt: skip
+    assert sorted(_names(report.to_archive)) == [f"{SHARED}/review-copy", f"{ALICE}/notes"]
     why = {i.skill: i for i in report.to_archive}
     assert why["notes"].last_used is None and why["notes"].uses == 0
     assert why["notes"].reason == (
         "never used; version 1 committed 200 days ago: to archive (idle 90 days or more)"
     )
-    assert why["off"].disabled and "disabled (superseded)" in why["off"].reason
+    # a disabled skill is always idle and never archived: the report says so, not "to archive"
+    (off,) = report.skipped
+    assert off.disabled and off.reason == (
+        "never used; version 2 committed 200 days ago; disabled (superseded): kept though idle "
+        "90 days or more: archiving it would end the hole it makes over any lower layer's "
+        "skill of that name"
+    )
     assert why["review-copy"].idle_seconds == pytest.approx(200 * DAY, abs=5)
     (pair,) = report.duplicates
     assert report.duplicates_total == 1
@@ -122,12 +126,8 @@ def test_windows_and_threshold(fleet: skillfs.Store) -> None:
 def test_apply_archives_restorably(fleet: skillfs.Store) -> None:
     report = fleet.curate(BOT, dry_run=False, now=NOW, actor="curator:test")
     assert not report.dry_run and _names(report.skipped) == [f"{SHARED}/off"]
-    assert report.skipped[0].reason.endswith("disabled by an operator, kept: archiving it "
-                                             "would end the hole it makes over any lower "
-                                             "layer's skill of that name")  # fmt: skip
-    assert sorted(_names(report.archived)) == sorted(
-        n for n in _names(report.to_archive) if n != f"{SHARED}/off"
-    )
+    assert "kept though idle 90 days or more: archiving it would end" in report.skipped[0].reason
+    assert sorted(_names(report.archived)) == sorted(_names(report.to_archive))
     assert fleet.skills(SHARED) == ["deploy", "off", "review", "today"]
     assert fleet.manifest(SHARED, "off").disabled  # an operator's hole stays where it is
     assert fleet.skills(ALICE) == []
@@ -138,8 +138,8 @@ def test_apply_archives_restorably(fleet: skillfs.Store) -> None:
     audit = fleet.audit(BOT, actor=actor)
     assert {(str(e.scope), e.skill) for e in audit} >= {(str(ALICE), "notes")}
     again = fleet.curate(BOT, dry_run=False, now=NOW)
-    assert again.skills == 4 and _names(again.to_archive) == [f"{SHARED}/off"]
-    assert again.archived == []
+    assert again.skills == 4 and again.to_archive == [] and again.archived == []
+    assert _names(again.skipped) == [f"{SHARED}/off"]
     fleet.restore(ALICE, "notes")
     assert fleet.skills(ALICE) == ["notes"]
     assert fleet.read(ALICE, "notes", "SKILL.md") == skill_md(
@@ -150,7 +150,7 @@ def test_apply_archives_restorably(fleet: skillfs.Store) -> None:
 def test_apply_skips_a_skill_used_meanwhile(fleet: skillfs.Store, store_url: str) -> None:
     """A worker records a use of the first skill to archive after the report is made and
     before it is archived: curation reads the use again and leaves that skill in place."""
-    archivable = [i for i in fleet.curate(BOT, now=NOW).to_archive if not i.disabled]
+    archivable = fleet.curate(BOT, now=NOW).to_archive
     first = min(archivable, key=lambda i: (str(i.scope), i.skill))
     user = first.scope.user_id or "carol"
     calls = itertools.count()
@@ -165,7 +165,7 @@ def test_apply_skips_a_skill_used_meanwhile(fleet: skillfs.Store, store_url: str
         report = curator.curate(BOT, dry_run=False)
     assert _names(report.skipped) == [f"{SHARED}/off", f"{first.scope}/{first.skill}"]
     assert report.skipped[1].reason.endswith("used or changed 0 seconds ago meanwhile, kept")
-    assert len(report.archived) == len(report.to_archive) - 2  # and off: disabled
+    assert len(report.archived) == len(report.to_archive) - 1
     assert first.skill in fleet.skills(first.scope)
 
 
@@ -266,16 +266,20 @@ def test_cli(tmp_path: Path) -> None:
         old.publish(SHARED, "old", _md("old", "Old one", "Old body."))
         old.publish(SHARED, "kept", _md("kept", "Kept one", "Kept body."))
         old.record_usage(BOT, {("u", "kept"): 1}, {("u", "kept"): time.time() - 40 * DAY})
+        old.publish(SHARED, "off", _md("off", "Switched off", "Off body."))
+        old.disable(SHARED, "off")
     text = ok(url, "curate").stdout
-    assert f"agents/{BOT}: 2 skills, 1 stale skill, 1 to archive" in text
+    assert f"agents/{BOT}: 3 skills, 1 stale skill, 1 to archive" in text
+    assert "pairs, 1 kept (a report: --apply archives)" in text
     assert f"archive    shared:{BOT}/old: never used; version 1 committed 200 days ago" in text
+    assert f"skipped    shared:{BOT}/off: never used" in text and "kept though idle" in text
     assert f"stale      shared:{BOT}/kept: last used 40 days ago" in text
     (data,) = as_json(url, "curate", BOT, "--archive-after", "300d")
     assert data["to_archive"] == [] and data["stale"][1]["scope"] == f"shared:{BOT}"
-    assert [i["skill"] for i in data["stale"]] == ["kept", "old"]
+    assert [i["skill"] for i in data["stale"]] == ["kept", "off", "old"]
     bad = run(url, "curate", "--stale-after", "7x")
     assert bad.exit_code == 2 and "invalid --stale-after '7x'" in bad.stderr
     (applied,) = as_json(url, "curate", BOT, "--apply")
     assert [i["skill"] for i in applied["archived"]] == ["old"]
     assert ok(url, "ls", "--scope", f"shared:{BOT}").stdout.count("kept") == 1
-    assert "archived 0, skipped 0" in ok(url, "curate", BOT, "--apply").stdout
+    assert "archived 0, skipped 1" in ok(url, "curate", BOT, "--apply").stdout

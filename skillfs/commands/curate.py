@@ -106,7 +106,8 @@ def _print(report: CurationReport) -> None:
     if report.duplicates_total > len(report.duplicates):
         counts[-1] += f" (the {len(report.duplicates)} most alike listed)"
     if report.dry_run:
-        tail = " (a report: --apply archives)" if report.to_archive else ""
+        tail = f", {len(report.skipped)} kept" if report.skipped else ""
+        tail += " (a report: --apply archives)" if report.to_archive else ""
     else:
         tail = f"; archived {len(report.archived)}, skipped {len(report.skipped)}"
     out.print(
