@@ -1023,3 +1023,27 @@ def test_tls_with_client_certificate(tls_server: tuple[str, Path]) -> None:
     with pytest.raises(StoreUnavailable):
         no_client_cert.ping()
     no_client_cert.close()
+
+
+def test_a_version_whose_predecessor_retention_dropped_is_still_in_the_log(etcd_url: str) -> None:
+    """The log dates version w+1 by the history copy of w its commit wrote; a policy that
+    keeps no replaced version drops that copy right after the commit. The live key dates the
+    current version then (review: with `keep_versions=0` a put went unreported, and a
+    worker's next step kept showing the old version: C3)."""
+    policy = skillfs.HistoryPolicy(keep_versions=0, keep_days=0)
+    scope, domain = Scope.shared("kept-none"), "agents/kept-none"
+    with (
+        skillfs.open_store(etcd_url, history_policy=policy) as store,
+        skillfs.Skills(store, "kept-none", "u") as skills,
+    ):
+        store.publish(scope, "x", {"SKILL.md": skill_md("x", "One.")})
+        assert "One." in skills.snapshot().load("x")
+        before = store.engine.revisions([domain])[domain]
+        assert before is not None
+        v2 = store.publish(scope, "x", {"SKILL.md": skill_md("x", "Two.")})
+        assert [m.version for m in store.history(scope, "x")] == [2]  # version 1 dropped
+        assert "Two." in skills.snapshot().load("x")
+        got = store.engine.changes(domain, before, 0)
+        assert [(c.op, c.skill, c.version, c.revision) for c in got] == [
+            ("put", "x", 2, v2.revision)
+        ]

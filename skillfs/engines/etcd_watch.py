@@ -13,7 +13,9 @@
 
 Rebuilding the log from the keys: version 1 of a skill was written at its live key's
 `create_revision`; version w+1 at the `mod_revision` of history key w (the commit of w+1
-copies w there); the manifest of a version is its history copy, or the live one. A `since`
+copies w there), and the current version at the live key's `mod_revision` too (a retention
+policy may have dropped that copy already); the manifest of a version is its history copy,
+or the live one. A `since`
 older than etcd's compaction point still means reset (as a watch from it would).
 """
 
@@ -275,6 +277,9 @@ def rebuild(
         written = {w + 1: copy.mod_revision for w, copy in held.items()}
         if kv.create_revision >= since.counter + 1:
             written[1] = kv.create_revision
+        # the live key was written after `since` (the range asked so): by its current
+        # version's commit, dated so also when retention dropped the copy that commit wrote
+        written.setdefault(current.version, kv.mod_revision)
         for version, at in written.items():
             m = current if version == current.version else None
             if m is None and version in held:
