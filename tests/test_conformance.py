@@ -470,6 +470,22 @@ def test_gc_keeps_referenced_and_recently_touched_blobs(store_url: str) -> None:
     assert digest not in set(s.engine.blob_shas())
 
 
+def test_a_step_sees_each_publish_when_no_history_is_kept(store_url: str) -> None:
+    """With nothing kept, a commit's copy of the version it replaced is dropped right after
+    it: a follower catching up still finds the new version and its removal (C3; etcd dated a
+    version only by that copy and lost the put)."""
+    keep_none = HistoryPolicy(keep_versions=0, keep_days=0)
+    with (
+        skillfs.open_store(store_url, history_policy=keep_none) as store,
+        skillfs.Skills(store, ALICE.agent_id, ALICE.user_id or "") as skills,
+    ):
+        for n in range(1, 4):
+            store.publish(ALICE, "k", files_v("k", n))
+            assert skills.snapshot().read_bytes("k", "references/r1.md") == f"v{n} ref 1\n".encode()
+        store.delete(ALICE, "k")
+        assert "k" not in [s.id for s in skills.snapshot().skills]
+
+
 def test_gc_racing_publishes_never_loses_a_blob(store_url: str) -> None:
     """History is kept for nothing, so between a delete and the next publish the blob is
     unreferenced: only the publisher's touch (the grace) keeps GC from sweeping it."""
