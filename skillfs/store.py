@@ -41,7 +41,7 @@ from skillfs.names import (
 )
 from skillfs.skill_md import SKILL_MD, inspect_skill
 from skillfs.store_blobs import Blobs
-from skillfs.store_commit import Prepared, already_committed, file_table, next_op, refuse_errors
+from skillfs.store_commit import Prepared, already_committed, file_table, next_ops, refuse_errors
 from skillfs.store_curate import Curation
 from skillfs.store_drafts import Drafts
 from skillfs.store_gc import GcReport, HistoryPolicy, gc, prune, prune_after_commit
@@ -310,10 +310,7 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
                 return already_committed(
                     self.engine, self._retrying, domain, prepared, current, commit_id
                 )
-            ops = [
-                next_op(p, current.get((p.scope, p.skill)), commit_id, self.clock())
-                for p in prepared
-            ]
+            ops = next_ops(prepared, current, commit_id, self.clock())
             try:
                 revision = self.engine.commit(domain, ops)
             except VersionMismatch:

@@ -4,7 +4,7 @@ reading back as written, and the report of a retried commit that had already lan
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -106,6 +106,48 @@ def _entry(
         mode=f.mode if f.mode is not None else default_mode(path, f.data),
         mtime=f.mtime if f.mtime is not None else now,
     )
+
+
+def next_ops(
+    prepared: Sequence[Prepared],
+    current: Mapping[tuple[Scope, str], Manifest],
+    commit_id: str,
+    now: float,
+) -> list[CommitOp]:
+    """Every change's next manifest (`next_op`), once `check_moves` lets the commit through."""
+    check_moves(prepared, current)
+    return [next_op(p, current.get((p.scope, p.skill)), commit_id, now) for p in prepared]
+
+
+def check_moves(
+    prepared: Sequence[Prepared], current: Mapping[tuple[Scope, str], Manifest]
+) -> None:
+    """A commit that removes a skill and creates another is what a rename or a move is (the
+    console's Rename, fsspec's `mv`). The new skill does not carry the old one's kill switch
+    or staged candidate, so the commit is refused while the removed skill has either: a
+    rename must not serve what an operator switched off, nor drop a rollout."""
+
+    def live(p: Prepared) -> Manifest | None:
+        cur = current.get((p.scope, p.skill))
+        return None if cur is None or cur.deleted else cur
+
+    if not any(p.files is not None and live(p) is None for p in prepared):
+        return
+    for p in prepared:
+        cur = live(p)
+        if p.files is not None or p.edit is not None or cur is None:
+            continue
+        if cur.disabled:
+            raise InvalidPath(
+                f"{p.scope}/{p.skill} is disabled ({cur.disabled_reason or 'no reason given'}): "
+                "removing it in the commit that creates another skill would serve what was "
+                "switched off under the new name; enable it first, or delete it on its own"
+            )
+        if cur.candidate is not None:
+            raise InvalidPath(
+                f"{p.scope}/{p.skill} has a staged candidate: promote or abort it before "
+                "renaming or moving the skill (the new name would not carry the rollout)"
+            )
 
 
 def next_op(p: Prepared, cur: Manifest | None, commit_id: str, now: float) -> CommitOp:

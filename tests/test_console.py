@@ -760,6 +760,14 @@ def test_rename_is_one_commit_and_follows_the_name(client: Client, store: skillf
         {"new_name": "code-reviewer", "expected": str(new.version)},
     )
     assert taken.status == 409 and "taken" in taken.text
+    # a disabled skill renamed would be served again under its new name: refused
+    store.disable(SHARED, "changelog", reason="wrong dates")
+    off = store.manifest(SHARED, "changelog")
+    refused = client.post(
+        skill_url("changelog", "rename"), {"new_name": "notes", "expected": str(off.version)}
+    )
+    assert refused.status == 400 and "is disabled (wrong dates)" in unescape(refused.text)
+    assert "notes" not in store.skills(SHARED) and store.manifest(SHARED, "changelog").disabled
 
 
 def test_delete_and_restore(client: Client, store: skillfs.Store) -> None:

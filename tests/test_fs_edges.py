@@ -12,6 +12,7 @@ from upath import UPath
 
 from skillfs.errors import InvalidPath
 from skillfs.fs import SkillFileSystem
+from skillfs.model import Rollout, Scope
 
 SKILL_MD = b"---\nname: demo\ndescription: A demo. Use when testing.\n---\n\n# Demo\n"
 
@@ -51,6 +52,25 @@ def test_mv_of_a_directory_moves_it_without_recursive(fs: SkillFileSystem) -> No
     fs.mv("skills/x", "skills/y")
     assert fs.find("skills") == ["skills/y/SKILL.md", "skills/y/docs/a.md"]
     assert fs.info("skills/y")["version"] == 1 and version == 2  # the rename: one commit
+
+
+def test_a_move_keeps_the_kill_switch_and_the_rollout(fs: SkillFileSystem) -> None:
+    """Moving a disabled skill to a new name would serve it again (the new name is not
+    disabled), moving a staged one would drop its rollout: both are refused, nothing moved
+    (outside testing: `mv` turned a disabled skill back on for every worker)."""
+    fs.pipe({"skills/x/SKILL.md": SKILL_MD})
+    scope = Scope.shared("a")
+    fs.store.disable(scope, "x", reason="leaks a key")
+    with pytest.raises(InvalidPath, match=r"is disabled \(leaks a key\).*enable it first"):
+        fs.mv("skills/x", "skills/y")
+    fs.store.enable(scope, "x")
+    fs.store.stage(scope, "x", {"SKILL.md": SKILL_MD + b"new\n"}, Rollout(users=["u"]))
+    with pytest.raises(InvalidPath, match="staged candidate: promote or abort it"):
+        fs.mv("skills/x", "skills/y")
+    assert fs.store.skills(scope) == ["x"] and fs.store.manifest(scope, "x").candidate
+    fs.store.promote(scope, "x")
+    fs.mv("skills/x", "skills/y")
+    assert fs.store.skills(scope) == ["y"]
 
 
 def test_underscore_and_dot_directories_are_not_skills(fs: SkillFileSystem) -> None:
