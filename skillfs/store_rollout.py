@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 from skillfs.errors import InvalidPath, NotFound
 from skillfs.model import Candidate, CommitResult, File, FileEntry, Manifest, Put, Rollout, Scope
 from skillfs.names import check_skill_name, is_hidden_dir
-from skillfs.rollout import has_live
 from skillfs.store_commit import refuse_errors
 from skillfs.store_governance import Governance, carried
 
@@ -162,10 +161,13 @@ class Rollouts(Governance):
         commit_id: str | None = None,
     ) -> CommitResult:
         """Drop the candidate: everyone sees the live version again. A skill that was only
-        staged (never live) is deleted, so nobody sees it; its history stays."""
+        staged (never live) is deleted, so nobody sees it, also when it was disabled since:
+        a disabled entry left in its place would hide the name from below. (In a user's
+        scope a disabled entry without files stays: it is how a user hides a skill.) Its
+        history stays."""
 
         def edit(cur: Manifest, c: Candidate) -> dict[str, Any]:
-            if not has_live(cur):  # staged, never live
+            if not cur.files and not (cur.disabled and scope.kind == "user"):  # staged only
                 return {"deleted": True, "files": {}}
             return {**carried(cur), "candidate": None}
 

@@ -158,6 +158,7 @@ def test_ls_deleted_finds_what_rollback_brings_back(filled: str) -> None:
     assert {k: v for k, v in row.items() if k not in ("commit_id", "deleted_at")} == {
         "skill": "reviewer",
         "version": 3,
+        "archived": False,
         "last_version": 2,
         "files": 1,
         "size": len(skill_md("reviewer", "v2\n")),
@@ -173,6 +174,15 @@ def test_ls_deleted_finds_what_rollback_brings_back(filled: str) -> None:
         "shared:bot has no deleted skills"
         in ok(filled, "ls", "-s", "shared:bot", "--deleted").stdout
     )
+    # an archived skill: restore brings it back, and its archive entry is no deleted skill
+    # (outside testing: both were listed, with the rollback hint)
+    ok(filled, "archive", "reviewer", "-s", "shared:bot", "-r", "old")
+    [row] = as_json(filled, "ls", "-s", "shared:bot", "--deleted")
+    assert row["skill"] == "reviewer" and row["archived"]
+    human = ok(filled, "ls", "-s", "shared:bot", "--deleted").stdout
+    assert "archived" in human and "skillfs restore SKILL --scope shared:bot" in human
+    ok(filled, "restore", "reviewer", "-s", "shared:bot")
+    assert as_json(filled, "ls", "-s", "shared:bot", "--deleted") == []
     assert "agent 'bto' has no skills" in error_line(
         run(filled, "ls", "-s", "shared:bto", "--deleted")
     )

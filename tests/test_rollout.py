@@ -112,6 +112,29 @@ def test_abort_and_a_skill_that_was_only_staged(store: skillfs.Store) -> None:
     assert [e.action for e in store.audit(SHARED, skill="s")][:2] == ["abort", "stage"]
 
 
+def test_a_staged_only_skill_disabled_then_aborted_leaves_no_hole(store: skillfs.Store) -> None:
+    """Outside testing: abort left a disabled entry without files in the shared scope, which
+    hid the market's skill of that name from every user; and a rollback to a version that
+    was only staged published an empty skill."""
+    team = {"layers": [skillfs.Market("team")]}
+    store.publish(MARKET, "m", files("m", "market"))
+    store.stage(SHARED, "m", files("m", "canary"), Rollout(users=["alice"]))
+    store.disable(SHARED, "m", reason="bad canary")
+    assert "m" not in seen(store, "bob", **team)  # the hole, while the candidate is out
+    store.abort(SHARED, "m")
+    assert "m" not in store.skills(SHARED) and seen(store, "bob", **team) == {"m": "market"}
+    # in a user's scope a disabled entry without files is how a user hides a skill: kept
+    store.disable(ALICE, "m")
+    store.stage(ALICE, "m", files("m", "mine"), Rollout(users=["alice"]))
+    store.abort(ALICE, "m")
+    assert store.manifest(ALICE, "m").hides and "m" not in seen(store, "alice", **team)
+    store.stage(SHARED, "n", files("n", "staged"), Rollout(users=["alice"]))
+    store.promote(SHARED, "n")
+    with pytest.raises(NotFound, match="version 1 of shared:support-bot/n holds no live files"):
+        store.rollback(SHARED, "n", 1)
+    assert seen(store, "bob")["n"] == "staged"
+
+
 def test_candidates_in_markets_user_scopes_and_under_the_kill_switch(
     store: skillfs.Store,
 ) -> None:

@@ -42,7 +42,7 @@ from skillfs.commands.common import (
 from skillfs.commands.text import unified
 from skillfs.errors import NotFound
 from skillfs.model import FileEntry, Manifest, Scope, UsageStat, usage_by_skill
-from skillfs.names import ARCHIVE, DRAFTS, side_entry
+from skillfs.names import ARCHIVE, DRAFTS, is_hidden_dir, side_entry
 from skillfs.store import Store
 
 VersionOption = Annotated[int | None, version_option("A kept version (default: latest).")]
@@ -175,21 +175,23 @@ def _ls_table(
 
 
 def _ls_deleted(store: Store, scope: Scope, as_json: bool) -> None:
-    """The scope's tombstones, each with the last version that held files: what `rollback
-    --to` brings back (docs/cli.md)."""
+    """The scope's deleted skills, each with the last version that held files: what
+    `rollback --to` brings back, or, for an archived one, `restore` (docs/cli.md). Drafts
+    and archive entries are no skills, deleted or not."""
     tombstones = store.manifests(scope, deleted=True)
     if not tombstones and store.revision(scope) is None:
         raise NotFound(_nothing_in(store, scope))
     rows: list[dict[str, Any]] = []
-    for name in sorted(tombstones):
+    for name in sorted(n for n in tombstones if not is_hidden_dir(n)):
         tomb = tombstones[name]
-        last = next((m for m in store.history(scope, name) if not m.deleted), None)
+        last = next((m for m in store.history(scope, name) if m.files), None)
         rows.append(
             {
                 "skill": name,
                 "version": tomb.version,
                 "commit_id": tomb.commit_id,
                 "deleted_at": iso(tomb.committed_at),
+                "archived": tomb.operation == "archive",
                 "last_version": last.version if last else None,
                 "files": len(last.files) if last else 0,
                 "size": last.size if last else 0,
@@ -207,7 +209,7 @@ def _ls_deleted(store: Store, scope: Scope, as_json: bool) -> None:
             shown(row["skill"]),
             when(tombstones[row["skill"]].committed_at),
             str(row["version"]),
-            str(row["last_version"] or "none kept"),
+            "archived" if row["archived"] else str(row["last_version"] or "none kept"),
             str(row["files"]),
             size(row["size"]),
             one_line(row["description"] or ""),
@@ -221,6 +223,8 @@ def _ls_deleted(store: Store, scope: Scope, as_json: bool) -> None:
     out.print(
         f"bring one back with: skillfs rollback SKILL --scope {scope} --to RESTORE", style="dim"
     )
+    if any(row["archived"] for row in rows):
+        out.print(f"an archived one with: skillfs restore SKILL --scope {scope}", style="dim")
 
 
 def _ls_files(
