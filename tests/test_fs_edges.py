@@ -73,6 +73,25 @@ def test_a_move_keeps_the_kill_switch_and_the_rollout(fs: SkillFileSystem) -> No
     assert fs.store.skills(scope) == ["y"]
 
 
+def test_a_move_into_the_store_that_fails_keeps_its_source(
+    fs: SkillFileSystem, tmp_path: Path
+) -> None:
+    """fsspec's mv is a copy and a removal: the base file was removed at once, the store's
+    copy only staged, so a commit that failed lost the file (outside testing: a file over
+    the size limit was gone from both places). The source now goes once the copy is in."""
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.md").write_bytes(b"keep me")
+    with pytest.raises(InvalidPath, match="control character"):
+        fs.mv("notes/a.md", "skills/bad\x07name/a.md")  # refused when committed
+    assert (tmp_path / "notes" / "a.md").read_bytes() == b"keep me"
+    with pytest.raises(RuntimeError, match="abandoned"), fs.transaction:
+        fs.mv("notes/a.md", "skills/x/a.md")
+        raise RuntimeError("abandoned")
+    assert (tmp_path / "notes" / "a.md").exists() and not fs.exists("skills/x/a.md")
+    fs.mv("notes/a.md", "skills/x/a.md")
+    assert fs.cat_file("skills/x/a.md") == b"keep me" and not (tmp_path / "notes/a.md").exists()
+
+
 def test_underscore_and_dot_directories_are_not_skills(fs: SkillFileSystem) -> None:
     fs.pipe(
         {

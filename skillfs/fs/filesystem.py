@@ -457,7 +457,8 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
 
     def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
         """Store files are removed per skill in one publish each; directories are implied,
-        so removing one removes nothing by itself."""
+        so removing one removes nothing by itself. Base files go once the store's changes
+        are committed: a move into the store whose commit fails keeps its source."""
         base: list[str] = []
         with self._skills.batching():
             for p in self._strip_protocol([path] if isinstance(path, str) else list(path)):
@@ -470,7 +471,10 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
                 for q in [q for q in store if self._skills.resolve(q)[1] is not None]:
                     self._skills.remove(q)
             if base:
-                self.base.rm(tops(base), recursive=recursive, maxdepth=maxdepth)
+                gone = tops(base)
+                self._skills.after_commit(
+                    lambda: self.base.rm(gone, recursive=recursive, maxdepth=maxdepth)
+                )
 
     def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
         """Store directories are implied by their files: nothing is made, but an existing

@@ -86,6 +86,9 @@ class Batch:
     skills: dict[str, StagedSkill] = field(default_factory=dict)
     complete: bool = False  # `skills` holds every skill in view
     blobs: dict[str, bytes] = field(default_factory=dict)  # fetched contents by sha256
+    #: Work on the base filesystem run once the changes are committed (a move's removal of
+    #: its base-side source), never when they fail.
+    after: list[Callable[[], None]] = field(default_factory=list)
 
 
 def publish(

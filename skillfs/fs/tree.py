@@ -121,6 +121,17 @@ class SkillTree:
             publish(self.store, self.scope, group, self.read)
         if touched:
             self._changed()
+        for work in batch.after:
+            work()
+
+    def after_commit(self, work: Callable[[], None]) -> None:
+        """Run `work` once this thread's batch is committed (at once when none is open): a
+        move from the base filesystem into the store removes its source only then."""
+        batch = self.batch
+        if batch is None:
+            work()
+        else:
+            batch.after.append(work)
 
     @contextmanager
     def batching(self, together: bool = False) -> Iterator[None]:
