@@ -92,6 +92,30 @@ def test_a_move_into_the_store_that_fails_keeps_its_source(
     assert fs.cat_file("skills/x/a.md") == b"keep me" and not (tmp_path / "notes/a.md").exists()
 
 
+def test_the_listings_cache_never_holds_staged_changes(tmp_path: Path) -> None:
+    """Outside testing: with use_listings_cache, a listing made inside a transaction was
+    cached and outlived its abort (a file listed that never existed), and one cached before
+    it hid the transaction's own changes from it."""
+    fs = SkillFileSystem(
+        store=f"memory://cache-{uuid.uuid4().hex[:8]}",
+        agent_id="a",
+        base=str(tmp_path),
+        use_listings_cache=True,
+        skip_instance_cache=True,
+    )
+    fs.pipe_file("skills/x/SKILL.md", SKILL_MD)
+    assert fs.ls("skills/x", detail=False) == ["skills/x/SKILL.md"]  # cached
+    with pytest.raises(RuntimeError, match="abandoned"), fs.transaction:
+        fs.pipe_file("skills/x/draft.md", b"staged")
+        assert fs.exists("skills/x/draft.md")
+        assert fs.ls("skills/x", detail=False) == ["skills/x/SKILL.md", "skills/x/draft.md"]
+        fs.rm("skills/x/SKILL.md")
+        assert not fs.exists("skills/x/SKILL.md")
+        raise RuntimeError("abandoned")
+    assert fs.ls("skills/x", detail=False) == ["skills/x/SKILL.md"]
+    assert not fs.exists("skills/x/draft.md") and fs.exists("skills/x/SKILL.md")
+
+
 def test_underscore_and_dot_directories_are_not_skills(fs: SkillFileSystem) -> None:
     fs.pipe(
         {

@@ -137,7 +137,7 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         elif self._split(path) is None:
             out = [from_base(i) for i in self.base.ls(path, detail=True, **kwargs)]
         else:
-            cached = None if kwargs.get("refresh") else self.dircache.get(path)
+            cached = None if kwargs.get("refresh") or self._staging() else self.dircache.get(path)
             out = cached if cached is not None else self._store_ls(path)
         out = sorted(out, key=lambda i: str(i["name"]))
         return out if detail else [i["name"] for i in out]
@@ -147,8 +147,15 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         if sk is not None and item is not None:
             return [self._skills.file_info(path, sk, item)]
         out = list(self._skills.listing(path, 1, True).values())
-        self.dircache[path] = out
+        if not self._staging():
+            self.dircache[path] = out
         return out
+
+    def _staging(self) -> bool:
+        """Whether this thread's changes are staged (a transaction, a bulk call): its
+        listings then show them and are not the store's, so the listings cache is left
+        alone until they are committed (which clears it) or dropped."""
+        return self._skills.batch is not None
 
     def info(self, path: str, **kwargs: Any) -> Info:
         path = self._strip_protocol(path)
@@ -156,7 +163,7 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
             return dir_info("")
         if self._split(path) is None:
             return from_base(self.base.info(path, **kwargs))
-        if self.dircache.use_listings_cache:
+        if self.dircache.use_listings_cache and not self._staging():
             try:
                 listing = self.dircache[self._parent(path)]
             except KeyError:
