@@ -116,6 +116,17 @@ def test_the_listings_cache_never_holds_staged_changes(tmp_path: Path) -> None:
     assert not fs.exists("skills/x/draft.md") and fs.exists("skills/x/SKILL.md")
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32", "utf-8-sig", "utf-8"])
+def test_text_written_in_any_encoding_reads_back(fs: SkillFileSystem, encoding: str) -> None:
+    """Outside testing: text written in UTF-16 or UTF-32 lost its byte-order mark (Python's
+    text wrapper writes it only on a seekable stream), so it could not be read back."""
+    with fs.open("skills/t/notes.txt", "w", encoding=encoding) as f:
+        f.write("hi é")
+        assert f.tell() == len("hi é".encode(encoding))
+    assert fs.cat_file("skills/t/notes.txt") == "hi é".encode(encoding)
+    assert fs.read_text("skills/t/notes.txt", encoding=encoding) == "hi é"
+
+
 def test_underscore_and_dot_directories_are_not_skills(fs: SkillFileSystem) -> None:
     fs.pipe(
         {

@@ -77,10 +77,29 @@ class TextWrite(io.TextIOWrapper):
     """Text written to a store file (or a compressor over one): when the `with` block raises,
     nothing is published. fsspec's own text wrapper would close, and so publish, the file."""
 
+    def __init__(self, buffer: Any, **text: Any) -> None:
+        super().__init__(_Told(buffer), **text)
+
     def __exit__(self, exc_type: type[BaseException] | None, *exc: Any) -> None:
         if exc_type is not None:
             self.buffer.discard()  # type: ignore[attr-defined]  # a StoreFile's or ours
         super().__exit__(exc_type, *exc)
+
+
+class _Told:
+    """A file being written as `TextIOWrapper` sees it: seekable as far as `tell` goes. The
+    wrapper writes the byte-order mark of UTF-16 and UTF-32 only at a known start of a
+    seekable stream; without it the file could not be read back in its encoding. Seeking
+    still fails, as on the file itself."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+
+    def seekable(self) -> bool:
+        return True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
 
 
 class CompressedWrite:
