@@ -193,8 +193,8 @@ class Governance:
                 raise NotFound(self._unknown(scope, skill))
             if not cur.disabled:
                 raise InvalidPath(f"{scope}/{skill} is not disabled: nothing to enable")
-            if cur.hides:  # a hole: enabling removes it
-                return {"deleted": True, "files": {}}
+            if cur.hides:  # a hole: enabling removes it (recorded as an enable, not a delete)
+                return {"deleted": True, "files": {}, "operation": "enable"}
             return {**carried(cur), "disabled": False, "disabled_reason": ""}
 
         return self._edit(

@@ -147,6 +147,8 @@ def test_disable_in_a_user_scope_hides_a_shared_skill_from_that_user_alone(
     assert view(store, "alice", layers=layers) == ["a"]
     with pytest.raises(NotFound):
         store.manifest(ALICE, "a")  # the hole is gone, not an empty skill
+    # recorded as what it was (outside testing: the audit said "delete")
+    assert [e.action for e in store.audit(ALICE, skill="a")] == ["enable", "disable"]
 
 
 def test_a_disabled_lower_layer_does_not_hide_a_higher_one(store: skillfs.Store) -> None:
