@@ -88,6 +88,8 @@ class Curation(SideEntries):
             )
         if not 0 < duplicate_threshold <= 1:
             raise InvalidPath(f"duplicate_threshold {duplicate_threshold} is not in (0, 1]")
+        if not dry_run:
+            actor = self.who(actor)  # a bad one is refused before anything is read
         domain = self._curated_domain(target)
         at = self.clock() if now is None else now
         skills = [

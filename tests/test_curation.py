@@ -147,6 +147,14 @@ def test_apply_archives_restorably(fleet: skillfs.Store) -> None:
     )
 
 
+def test_apply_refuses_a_bad_actor_first(fleet: skillfs.Store) -> None:
+    """Outside testing: each archive refused the actor, the call reported every skill as
+    skipped instead of saying what was wrong."""
+    with pytest.raises(InvalidPath, match="actor"):
+        fleet.curate(BOT, dry_run=False, now=NOW, actor="bad\nactor")
+    assert "review-copy" in fleet.skills(SHARED)
+
+
 def test_apply_skips_a_skill_used_meanwhile(fleet: skillfs.Store, store_url: str) -> None:
     """A worker records a use of the first skill to archive after the report is made and
     before it is archived: curation reads the use again and leaves that skill in place."""
