@@ -122,10 +122,15 @@ class SideEntries(Governance):
         def take(cur: Manifest | None) -> dict[str, Any]:
             if cur is None:
                 raise NotFound(f"skill {skill!r} does not exist in {scope}: nothing to archive")
-            if not cur.files:
+            if cur.hides:
                 raise InvalidPath(
                     f"{scope}/{skill} has no files (it hides a skill from below): "
                     "enable it instead of archiving it"
+                )
+            if not cur.files:
+                raise InvalidPath(
+                    f"{scope}/{skill} was only staged, never live: abort its candidate "
+                    "instead of archiving it"
                 )
             return carried.take(cur, "archive")
 
@@ -168,9 +173,14 @@ class SideEntries(Governance):
 
         def put(cur: Manifest | None) -> dict[str, Any]:
             if cur is not None:
+                fix = (
+                    "it hides a skill from below: enable it (which removes the entry) first"
+                    if cur.hides
+                    else "archive or delete it first"
+                )
                 raise Conflict(
-                    f"{scope}/{name} is live (version {cur.version}): restoring would "
-                    "overwrite it; nothing was written: archive or delete it first",
+                    f"{scope}/{name} holds version {cur.version}: restoring would overwrite "
+                    f"it; nothing was written: {fix}",
                     skill=name,
                     current_version=cur.version,
                 )

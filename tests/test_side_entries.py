@@ -109,7 +109,7 @@ def test_archive_and_restore_refuse_and_write_nothing(store: skillfs.Store) -> N
     rev = store.revision("support-bot")
     with pytest.raises(Conflict, match="already holds an archived a"):
         store.archive(SHARED, "a")
-    with pytest.raises(Conflict, match="is live"):
+    with pytest.raises(Conflict, match=r"holds version 3: .* archive or delete it first"):
         store.restore(SHARED, "a")
     with pytest.raises(NotFound, match="archived there: a"):
         store.restore(SHARED, "zz")
@@ -118,6 +118,17 @@ def test_archive_and_restore_refuse_and_write_nothing(store: skillfs.Store) -> N
     with pytest.raises(Conflict, match="changed since you read it"):
         store.archive(SHARED, "a", expected_version=1)
     assert store.revision("support-bot") == rev
+    # what to do instead, where archive and restore do not apply (outside testing: a staged
+    # skill was told to enable, a hiding entry to be archived first, which is refused)
+    store.stage(SHARED, "s", files("s"), skillfs.Rollout(users=["alice"]))
+    with pytest.raises(InvalidPath, match="only staged, never live: abort its candidate"):
+        store.archive(SHARED, "s")
+    store.publish(ALICE, "h", files("h"))
+    store.archive(ALICE, "h")
+    store.publish(SHARED, "h", files("h"))
+    store.disable(ALICE, "h")  # alice hides the shared h
+    with pytest.raises(Conflict, match="hides a skill from below: enable it"):
+        store.restore(ALICE, "h")
     done = store.archive(SHARED, "a", replace=True)
     assert done.versions == {"a": 4, ".archive/a": 2}
     assert [m.version for m in store.history(SHARED, ".archive/a")] == [2, 1]
