@@ -173,14 +173,14 @@ class SideEntries(Governance):
 
         def put(cur: Manifest | None) -> dict[str, Any]:
             if cur is not None:
-                fix = (
-                    "it hides a skill from below: enable it (which removes the entry) first"
+                what, fix = (
+                    ("hides a skill from below", "enable it (which removes the entry)")
                     if cur.hides
-                    else "archive or delete it first"
+                    else ("is live", "archive or delete it")
                 )
                 raise Conflict(
-                    f"{scope}/{name} holds version {cur.version}: restoring would overwrite "
-                    f"it; nothing was written: {fix}",
+                    f"{scope}/{name} {what} (version {cur.version}): restoring would "
+                    f"overwrite it; nothing was written: {fix} first",
                     skill=name,
                     current_version=cur.version,
                 )
