@@ -243,6 +243,21 @@ def test_bad_json_and_a_disabled_skill(tmp_path: Path) -> None:
     )
     assert "disabled for this user by an operator (leaks secrets)" in refused
     assert store.manifest(ALICE, "faq").version == 2  # the disable only
+    # switched off for everyone in the shared scope: the agent cannot write it back for its
+    # user under that name (outside testing: create made the killed skill live again)
+    store.publish(SHARED, "leaky", {"SKILL.md": md("leaky")})
+    store.disable(SHARED, "leaky", reason="leaks the API key")
+    snap = Skills(store, "bot", "alice", skill_writes="live").snapshot()
+    again = snap.call_tool(
+        "skill_manage", {"action": "create", "name": "leaky", "content": text("leaky")}
+    )
+    assert "'leaky' was disabled by an operator (leaks the API key)" in again
+    assert "leaky" not in store.skills(ALICE)
+    drafts = Skills(store, "bot", "alice", skill_writes="draft").snapshot()
+    proposed = drafts.call_tool(
+        "propose_skill", {"name": "leaky", "files": {"SKILL.md": text("leaky")}}
+    )
+    assert not proposed.startswith("Error"), proposed  # a draft: an operator reviews it
 
 
 def test_a_concurrent_writer_is_a_conflict_not_an_overwrite(tmp_path: Path) -> None:

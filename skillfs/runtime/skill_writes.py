@@ -143,15 +143,17 @@ class SkillWriter:
         args: Mapping[str, Any],
         view: Mapping[str, SkillInfo],
         read: Callable[[str, str], bytes],
+        off: Mapping[str, str] | None = None,
     ) -> str:
         """Run a write tool; JSON text, or `Error: ...` text. `view` is the step's skills by
         id and `read(skill, path)` its files (a skill from a lower layer is the base of the
-        user's copy)."""
+        user's copy); `off` the names an operator disabled in a layer of the step, with the
+        reason."""
         try:
             if name == "propose_skill":
                 return self._propose(args)
             action = _choice(args, "action", ACTIONS)
-            return self._manage(action, args, view, read)
+            return self._manage(action, args, view, read, off or {})
         except PermissionDenied as exc:
             return f"Error: {name}: {exc}; nothing was written{self._denied()}"
         except StoreUnavailable as exc:
@@ -201,10 +203,18 @@ class SkillWriter:
         args: Mapping[str, Any],
         view: Mapping[str, SkillInfo],
         read: Callable[[str, str], bytes],
+        off: Mapping[str, str],
     ) -> str:
         at = self._state(_name(args), view)
         name = at.name
         if action == "create":
+            if self.mode == "live" and at.own is None and name in off:
+                why = f" ({off[name]})" if off[name] else ""
+                raise InvalidPath(
+                    f"skill {name!r} was disabled by an operator{why}: the agent cannot "
+                    "write it again under that name; propose it for review, or pick another "
+                    "name"
+                )
             if at.own is not None or at.seen is not None or at.draft is not None:
                 what = "a draft of it is pending review" if at.draft else "it exists"
                 raise InvalidPath(

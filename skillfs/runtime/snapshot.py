@@ -321,7 +321,8 @@ class Snapshot:
         except SkillfsError as exc:
             return f"Error: {exc}", True
         if name in WRITE_TOOL_NAMES and self._writer is not None:
-            text = self._writer.call(name, args, self._merged.by_id, self.read_bytes)
+            off = {p.skill: p.disabled for p in self.problems if p.disabled is not None}
+            text = self._writer.call(name, args, self._merged.by_id, self.read_bytes, off)
             return text, text.startswith("Error:")  # its results are JSON, never that
         return f"Error: unknown tool {name!r}; tools: {', '.join(self.tool_names)}", True
 
