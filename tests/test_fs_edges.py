@@ -39,6 +39,11 @@ def test_mkdir_and_makedirs_refuse_what_exists(fs: SkillFileSystem) -> None:
         fs.makedirs("skills/x/SKILL.md", exist_ok=True)  # as os.makedirs
     with pytest.raises(FileExistsError, match="a file is there"):
         fs.mkdir("skills/x/SKILL.md")
+    for below in ("skills/x/SKILL.md/sub", "skills/x/SKILL.md/a/b"):  # as os.makedirs
+        with pytest.raises(NotADirectoryError, match=r"skills/x/SKILL\.md is a file"):
+            fs.makedirs(below, exist_ok=True)
+    with pytest.raises(NotADirectoryError):
+        fs.mkdir("skills/x/SKILL.md/sub")
     fs.mkdir("skills/x/new")  # implied: nothing made, nothing refused
     fs.makedirs("skills/y/a/b")
     assert fs.ls("skills", detail=False) == ["skills/x"]

@@ -240,14 +240,30 @@ class SkillTree:
 
     def check_new_dir(self, path: str, exist_ok: bool) -> None:
         """FileExistsError for a file's path, and for a directory's unless `exist_ok`, as
-        os.makedirs; nothing else to do, since store directories are implied."""
+        os.makedirs; NotADirectoryError below a file; nothing else to do, since store
+        directories are implied."""
         try:
             _, item = self.resolve(path)
         except FileNotFoundError:
+            self._no_file_above(path)
             return
         if item is not None or not exist_ok:
             kind = "directory" if item is None else "file"
             raise FileExistsError(f"cannot make directory {path}: a {kind} is there")
+
+    def _no_file_above(self, path: str) -> None:
+        """NotADirectoryError where a file holds the place of a directory above `path`
+        (inside a skill: `skills/<skill>/...`), as a local disk has it."""
+        parent = path.rpartition("/")[0]
+        while parent.count("/") >= 2:
+            try:
+                _, item = self.resolve(parent)
+            except FileNotFoundError:
+                parent = parent.rpartition("/")[0]
+                continue
+            if item is not None:
+                raise NotADirectoryError(f"cannot make directory {path}: {parent} is a file")
+            return
 
     def data(self, item: Item, start: int | None = None, end: int | None = None) -> bytes:
         """A file's bytes or the range [start, end) (negative counts from the end), reading
