@@ -11,6 +11,7 @@ from skillfs.errors import InvalidPath
 _ID = re.compile(r"[A-Za-z0-9._@+-]{1,128}")
 #: Lone surrogates excluded: no file system name holds them (nor does UTF-8).
 _SKILL_DIR = re.compile(r"[^/\\\x00\ud800-\udfff]+")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 #: What a new skill name may not hold: control characters (C0, DEL, C1), line and paragraph
 #: separators, bidirectional overrides and isolates. A name is shown in tables, listings and
 #: the agent's prompt, where these break lines or reorder what is read.
@@ -144,6 +145,11 @@ def normalize_path(path: str) -> str:
     if any(p == ".." for p in parts):
         raise InvalidPath(
             f"file path {path!r} contains '..': paths may not leave the skill directory"
+        )
+    if _SURROGATE.search(path):  # a file name that is not UTF-8 (read with surrogateescape)
+        raise InvalidPath(
+            f"file path {path!r} is not valid UTF-8 text (it holds a lone surrogate): "
+            "rename the file to a UTF-8 name"
         )
     norm = posixpath.normpath(path)
     if norm in (".", "") or any(len(p.encode()) > 255 for p in parts):

@@ -94,3 +94,46 @@ def test_follow_symlinks_reads_links_inside_the_directory_only(skill: Path, tmp_
         skipped["assets/zero.bin"] == "a symbolic link to /dev/zero, outside the imported directory"
     )
     assert "not a regular file" in skipped["references/pipe"]
+
+
+def test_a_directory_without_skill_md_is_reported_not_dropped(tmp_path: Path) -> None:
+    """Outside testing: `lower/skill.md` (a name skills-ref accepts) and a directory with no
+    SKILL.md were left out without a word; `skillfs validate` reports both."""
+    root = tmp_path / "skills"
+    (root / "good").mkdir(parents=True)
+    (root / "good" / "SKILL.md").write_bytes(skill_md("good"))
+    (root / "lower").mkdir()
+    (root / "lower" / "skill.md").write_bytes(skill_md("lower"))
+    (root / "empty" / "references").mkdir(parents=True)
+    (root / "empty" / "references" / "a.md").write_text("a\n")
+    url = f"sqlite:///{tmp_path / 'skills.db'}"
+    result = _import(url, root)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [s["skill"] for s in report["skills"]] == ["good"]
+    assert report["skipped"] == [
+        {
+            "skill": "empty",
+            "path": "",
+            "reason": "skill directory 'empty' has no SKILL.md; not imported",
+        },
+        {
+            "skill": "lower",
+            "path": "",
+            "reason": "skill directory 'lower' has no SKILL.md (found 'skill.md': rename it "
+            "to SKILL.md); not imported",
+        },
+    ]
+    assert "warning: skipped lower/: skill directory 'lower' has no SKILL.md" in result.stderr
+
+
+def test_a_file_name_that_is_not_utf8_is_one_error_line(tmp_path: Path) -> None:
+    root = tmp_path / "skills" / "s"
+    root.mkdir(parents=True)
+    (root / "SKILL.md").write_bytes(skill_md("s"))
+    with open(os.fsencode(root) + b"/caf\xe9.txt", "wb") as f:  # a Latin-1 file name
+        f.write(b"x")
+    result = _import(f"sqlite:///{tmp_path / 'skills.db'}", root.parent)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "caf\\xe9.txt': file path" in result.stderr
+    assert "not valid UTF-8 text" in result.stderr and "rename the file" in result.stderr

@@ -146,6 +146,24 @@ def test_search_skills_over_name_description_and_paths(skills: Skills) -> None:
     assert "No skill matches 'zzz'" in text and "code-reviewer, notes, sql-helper" in text
 
 
+def test_odd_tool_input_is_an_error_text_and_search_lines_are_one_per_skill() -> None:
+    """Outside testing: a lone surrogate in a path raised UnicodeEncodeError and arguments
+    of None a TypeError out of call_tool; a block description spread one search hit over
+    several lines; the prompt kept a name's surrounding spaces (skills-ref strips them)."""
+    store = memory_store()
+    text = b"---\nname: ' demo '\ndescription: |\n  First line.\n  Second line.\n---\nBody\n"
+    store.publish(SHARED, "demo", {"SKILL.md": text})
+    snap = Skills(store, "bot", "u").snapshot()
+    bad = snap.call_tool("load_skill_through_path", '{"skill_id": "demo", "path": "r/\\udce9.md"}')
+    assert bad.startswith("Error: file path") and "not valid UTF-8 text" in bad
+    assert snap.tool_outcome("read_skill", None) == (  # type: ignore[arg-type]
+        "Error: invalid arguments for read_skill: arguments must be a JSON object",
+        True,
+    )
+    assert snap.call_tool("search_skills", {"query": "first"}) == "demo: First line. Second line."
+    assert "<name>demo</name>" in snap.prompt()
+
+
 # ------------------------------------------------------------------ tools
 
 

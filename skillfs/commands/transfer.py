@@ -140,7 +140,10 @@ def skill_sources(
             dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS and d not in links)
             for filename in sorted(filenames):
                 path = here / filename
-                rel = normalize_path(path.relative_to(root).as_posix())
+                try:
+                    rel = normalize_path(path.relative_to(root).as_posix())
+                except InvalidPath as exc:  # said with the whole path: which file to rename
+                    raise InvalidPath(f"{os.fsencode(path)!r}: {exc}") from None
                 readable = _to_read(path, inside, follow_symlinks)
                 if isinstance(readable, str):
                     skipped[rel] = readable
@@ -162,6 +165,19 @@ def skill_sources(
             )
         sources.append(SkillSource(name, root, files, total, skipped))
     return sources
+
+
+def not_skills(directory: Path) -> list[dict[str, str]]:
+    """The directories below DIRECTORY that `skillfs validate` reports as skills without a
+    SKILL.md (none, or one misnamed, as `skill.md`): an import leaves them out and says so."""
+    rows = []
+    for d in find_skill_dirs(directory):
+        if d.is_dir() and not (d / SKILL_MD).is_file():
+            top = {p.name: b"" for p in d.iterdir() if p.is_file()}  # for the misnamed hint
+            _, findings = inspect_skill(d.name, top)
+            reason = f"{findings[0].message}; not imported"
+            rows.append({"skill": d.name, "path": "", "reason": reason})
+    return rows
 
 
 def _read(path: Path) -> tuple[bytes, os.stat_result]:
@@ -249,7 +265,7 @@ def import_(
     symbolic links (unless --follow-symlinks), pipes and devices are skipped with a warning."""
     with opened(store_url, token, create=True) as store:
         sources = skill_sources(directory, store.limits, follow_symlinks)
-        skipped = [
+        skipped = not_skills(directory) + [
             {"skill": s.name, "path": path, "reason": why}
             for s in sources
             for path, why in s.skipped.items()

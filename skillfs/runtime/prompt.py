@@ -97,7 +97,7 @@ def _xml(groups: list[tuple[str | None, list[SkillInfo]]], files_root: Path | No
             description = xml_escape(prompt_description(s.description))
             lines += [
                 f"{pad}<skill>",
-                f"{pad}  <name>{xml_escape(s.name)}</name>",
+                f"{pad}  <name>{xml_escape(s.name.strip())}</name>",
                 f"{pad}  <description>{description}</description>",
                 f"{pad}  <skill-id>{xml_escape(s.id)}</skill-id>",
             ]

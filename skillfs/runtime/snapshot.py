@@ -22,7 +22,7 @@ from skillfs.model import FileEntry, Revision
 from skillfs.names import normalize_path
 from skillfs.runtime.layers import Problem, SkillInfo
 from skillfs.runtime.materialize import materialize
-from skillfs.runtime.prompt import MAX_DESCRIPTION, PromptOptions, render
+from skillfs.runtime.prompt import MAX_DESCRIPTION, PromptOptions, prompt_description, render
 from skillfs.runtime.skill_writes import WRITE_TOOL_NAMES, SkillWriter, ToolStyle, shape
 from skillfs.runtime.usage import UsageRecorder
 from skillfs.skill_md import SKILL_MD, parse_skill_md
@@ -306,9 +306,10 @@ class Snapshot:
         """`call_tool`'s text, and whether the call failed: a file whose text begins with
         "Error:" is read, not failed (MCP's `isError`)."""
         try:
-            args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
-            if not isinstance(args, dict):
+            args = json.loads(arguments) if isinstance(arguments, str) else arguments
+            if not isinstance(args, Mapping):
                 raise ValueError("arguments must be a JSON object")
+            args = dict(args)
         except ValueError as exc:
             return f"Error: invalid arguments for {name}: {exc}", True
         try:
@@ -332,7 +333,8 @@ class Snapshot:
             return f"No skill matches {query!r}. Available skill ids: " + ", ".join(
                 s.id for s in self.skills
             )
-        return "\n".join(f"{s.id}: {s.description}" for s in hits)
+        lines = (f"{s.id}: {' '.join(prompt_description(s.description).split())}" for s in hits)
+        return "\n".join(lines)  # one line each: the description as the prompt shows it
 
     # ------------------------------------------------------------------ materializing
 
