@@ -148,3 +148,23 @@ def test_a_legacy_side_manifest_splits_in_one_commit(store: skillfs.Store) -> No
     assert store.split_legacy(SHARED) is None
     store.commit([Remove(SHARED, "_drafts/x")])
     assert set(store.manifests(SHARED)) == {"_drafts/y", ".archive/z"}  # src: deleted
+
+
+def test_archive_and_restore_carry_a_staged_candidate(store: skillfs.Store) -> None:
+    """On every topology (outside testing: over grpc:// the server took the moved candidate
+    for a new one and refused both moves), and an entry without files records no finding
+    (the server recorded 'skill-md-missing' for a staged-only skill and a hiding entry)."""
+    store.publish(SHARED, "pdf", files("pdf"))
+    store.stage(SHARED, "pdf", files("pdf", "canary"), skillfs.Rollout(users=["alice"]))
+    done = store.archive(SHARED, "pdf", "old")
+    assert done.versions == {"pdf": 3, ".archive/pdf": 1}
+    assert store.manifest(SHARED, ".archive/pdf").candidate is not None
+    store.restore(SHARED, "pdf")
+    back = store.manifest(SHARED, "pdf")
+    assert back.candidate is not None and back.candidate.rollout.users == ("alice",)
+    assert store.read(SHARED, "pdf", "SKILL.md") == files("pdf")["SKILL.md"]
+    store.stage(SHARED, "new", files("new"), skillfs.Rollout(users=["alice"]))
+    store.disable(ALICE, "pdf", reason="not for alice")
+    for scope, name in ((SHARED, "new"), (ALICE, "pdf")):
+        m = store.manifest(scope, name)
+        assert not m.files and not m.findings and m.frontmatter is None

@@ -124,10 +124,11 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         for _, m, _ in checked:
             self.backend.proofs.require_proven(principal, m, proofs)
         self._touch(checked, principal)
+        moved = [(scope, m.skill) for scope, m, _ in checked if m.deleted]  # a move's sources
         ops = [
             CommitOp(
                 scope=scope,
-                manifest=storable(scope, self._derived(m, principal, scope, expect)),
+                manifest=storable(scope, self._derived(m, principal, scope, expect, moved)),
                 expect=expect,
             )
             for scope, m, expect in checked
@@ -179,26 +180,43 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             check_rule(scope, m.candidate.rollout)
         return m
 
-    def _derived(self, m: Manifest, principal: Principal, scope: Scope, expect: int) -> Manifest:
+    def _derived(
+        self,
+        m: Manifest,
+        principal: Principal,
+        scope: Scope,
+        expect: int,
+        moved: Sequence[tuple[Scope, str]],
+    ) -> Manifest:
         """Frontmatter and findings as the server reads them from SKILL.md (a client cannot
-        make a skill look valid), and the server's clock unless a global admin commits."""
+        make a skill look valid; an entry without files has none, as `Store` records it),
+        and the server's clock unless a global admin commits."""
         update: dict[str, Any] = {"actor": principal.name}  # a client cannot claim another
         if not principal.is_global_admin:
             update["committed_at"] = time.time()
         if not m.deleted:
-            frontmatter, findings = self.store.inspect(m.skill, m.files)
+            frontmatter, findings = (
+                self.store.inspect(m.skill, m.files) if m.files else (None, [])
+            )  # (a staged-only skill, a hiding entry: no SKILL.md to miss)
             update.update(frontmatter=frontmatter, findings=findings)
         if m.candidate is not None:
-            update["candidate"] = self._staged(m, principal, scope, expect, update)
+            update["candidate"] = self._staged(m, principal, scope, expect, update, moved)
         return m.model_copy(update=update)
 
     def _staged(
-        self, m: Manifest, principal: Principal, scope: Scope, expect: int, update: dict[str, Any]
+        self,
+        m: Manifest,
+        principal: Principal,
+        scope: Scope,
+        expect: int,
+        update: dict[str, Any],
+        moved: Sequence[tuple[Scope, str]],
     ) -> Candidate:
         """The candidate as the server vouches for it (docs/governance.md, "Staged rollout"):
-        one the current manifest holds (same commit id) keeps its files, findings and who
-        staged it, taking only the client's rule (a widen, or any edit carrying it); a new one
-        must be staged by this very commit and gets the server's reading of its SKILL.md, the
+        one the store holds (same commit id) — on this entry, or on an entry this commit
+        deletes, as archive and restore move it — keeps its files, findings and who staged
+        it, taking only the client's rule (a widen, or any edit carrying it); a new one must
+        be staged by this very commit and gets the server's reading of its SKILL.md, the
         token's name and the commit's time."""
         c = m.candidate
         assert c is not None
@@ -206,6 +224,8 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         if (cur.version if cur is not None else 0) != expect:
             raise VersionMismatch(scope, m.skill, cur.version if cur is not None else 0)
         held = cur.candidate if cur is not None and not cur.deleted else None
+        if held is None or held.commit_id != c.commit_id:
+            held = self._moved_candidate(c, moved)
         if held is not None and held.commit_id == c.commit_id:
             return held.model_copy(update={"rollout": c.rollout})
         if c.commit_id != m.commit_id:
@@ -222,6 +242,18 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
                 "staged_at": update.get("committed_at", m.committed_at),
             }
         )
+
+    def _moved_candidate(
+        self, c: Candidate, moved: Sequence[tuple[Scope, str]]
+    ) -> Candidate | None:
+        """The candidate `c` names, held by an entry the same commit deletes (the source of
+        an archive or a restore); the commit's expected versions guard it as it is read."""
+        for scope, skill in moved:
+            source = self.engine.load_skills(scope, [skill]).get(skill)
+            held = source.candidate if source is not None and not source.deleted else None
+            if held is not None and held.commit_id == c.commit_id:
+                return held
+        return None
 
     @on_loop
     async def Publish(
