@@ -231,6 +231,16 @@ class SideEntries(Governance):
             changes.append(Remove(scope, where, expected_version=m.version))
         if not changes:
             return None
+        there = self.manifests(scope, [c.skill for c in changes if isinstance(c, Put)])
+        if there:  # written by a newer skillfs meanwhile: the split would overwrite it
+            first = min(there)
+            raise Conflict(
+                f"{scope}/{first} already exists beside the legacy manifest it would be split "
+                f"from; nothing was written: approve, reject, restore or delete {first} first, "
+                "then split again",
+                skill=first,
+                current_version=there[first].version,
+            )
         return self.commit(changes, actor=actor, message="split into one entry per skill")
 
 

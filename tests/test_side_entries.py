@@ -140,6 +140,10 @@ def test_a_legacy_side_manifest_splits_in_one_commit(store: skillfs.Store) -> No
     write_legacy(store, ".archive", {"z/SKILL.md": b"z"})
     with pytest.raises(InvalidPath, match="one entry per skill"):
         store.publish(SHARED, "_drafts", legacy)  # no new legacy writes
+    store.publish(SHARED, "_drafts/y", {"SKILL.md": skill_md("y")})  # a newer skillfs's draft
+    with pytest.raises(Conflict, match="_drafts/y already exists beside the legacy manifest"):
+        store.split_legacy(SHARED)  # (it said "you expected to not exist yet", no way out)
+    store.reject(SHARED, "y")
     done = store.split_legacy(SHARED)
     assert done is not None
     assert set(done.versions) == {"_drafts/x", "_drafts/y", ".archive/z", "_drafts", ".archive"}
