@@ -167,8 +167,10 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
         """Publish a new version whose files equal those of `version`."""
         old = self.manifest(scope, skill, version=version)
         if old.deleted or not old.files:  # a deletion, a staged-only skill, a hiding entry
-            what = "a deletion" if old.deleted else "no live files (staged only, or hiding)"
-            raise NotFound(f"version {version} of {scope}/{skill} holds {what}: pick another")
+            what = (
+                "is a deletion" if old.deleted else "holds no live files (staged only, or hiding)"
+            )
+            raise NotFound(f"version {version} of {scope}/{skill} {what}: pick another version")
         message = message or f"rollback to version {version}"
         return self.publish(
             scope, skill, dict(old.files), expected_version, strict=strict, actor=actor,

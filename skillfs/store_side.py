@@ -231,7 +231,9 @@ class SideEntries(Governance):
             changes.append(Remove(scope, where, expected_version=m.version))
         if not changes:
             return None
-        there = self.manifests(scope, [c.skill for c in changes if isinstance(c, Put)])
+        puts = [c.skill for c in changes if isinstance(c, Put)]
+        found = self._retrying(self.engine.load_skills, scope, puts)
+        there = {k: m for k, m in found.items() if m is not None and not m.deleted}
         if there:  # written by a newer skillfs meanwhile: the split would overwrite it
             first = min(there)
             raise Conflict(

@@ -27,7 +27,7 @@ from fsspec.utils import isfilelike, stringify_path
 
 from skillfs.fs.file import CompressedWrite, StoreFile, TextWrite
 from skillfs.fs.options import LazyStore, base_fs, from_base, tops, with_defaults
-from skillfs.fs.transaction import SkillTransaction
+from skillfs.fs.transaction import Batches, SkillTransaction
 from skillfs.fs.tree import SKILLS, Info, SkillTree, dir_info, split, target
 from skillfs.model import Scope
 from skillfs.store import Store
@@ -41,7 +41,7 @@ class _WithDefaults(_Cached):  # type: ignore[misc]
         return super().__call__(*args, **with_defaults(kwargs))
 
 
-class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ignore[misc]
+class SkillFileSystem(Batches, AbstractFileSystem, metaclass=_WithDefaults):  # type: ignore[misc]
     """fsspec filesystem over a skillfs store (`skills/`) and a base filesystem (the rest).
 
     `store`: a store URL or Store ($SKILLFS_STORE, else the embedded SQLite file);
@@ -87,22 +87,6 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         transaction.start()
         return transaction
 
-    def begin_batch(self) -> None:
-        """Stage this thread's store changes from now on, until `end_batch` (what
-        SkillTransaction drives: docs/fsspec.md)."""
-        if self._skills.batch is not None:
-            raise RuntimeError(
-                "a skillfs transaction is open in this thread already: they do not nest"
-            )
-        self._skills.begin(together=True)
-
-    def end_batch(self, commit: bool) -> None:
-        """End the transaction and its batch: publish its store changes in one commit when
-        `commit`, else drop them."""
-        self._intrans = False
-        self._transaction = None
-        self._skills.end(commit)
-
     # ------------------------------------------------------------------ paths
 
     @classmethod
@@ -137,7 +121,8 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         elif self._split(path) is None:
             out = [from_base(i) for i in self.base.ls(path, detail=True, **kwargs)]
         else:
-            cached = None if kwargs.get("refresh") or self._staging() else self.dircache.get(path)
+            fresh = kwargs.get("refresh") or self._skills.staging  # staged: not the store's
+            cached = None if fresh else self.dircache.get(path)
             out = cached if cached is not None else self._store_ls(path)
         out = sorted(out, key=lambda i: str(i["name"]))
         return out if detail else [i["name"] for i in out]
@@ -147,15 +132,9 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
         if sk is not None and item is not None:
             return [self._skills.file_info(path, sk, item)]
         out = list(self._skills.listing(path, 1, True).values())
-        if not self._staging():
+        if not self._skills.staging:
             self.dircache[path] = out
         return out
-
-    def _staging(self) -> bool:
-        """Whether this thread's changes are staged (a transaction, a bulk call): its
-        listings then show them and are not the store's, so the listings cache is left
-        alone until they are committed (which clears it) or dropped."""
-        return self._skills.batch is not None
 
     def info(self, path: str, **kwargs: Any) -> Info:
         path = self._strip_protocol(path)
@@ -163,7 +142,7 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
             return dir_info("")
         if self._split(path) is None:
             return from_base(self.base.info(path, **kwargs))
-        if self.dircache.use_listings_cache and not self._staging():
+        if self.dircache.use_listings_cache and not self._skills.staging:
             try:
                 listing = self.dircache[self._parent(path)]
             except KeyError:
@@ -464,8 +443,7 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
 
     def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
         """Store files are removed per skill in one publish each; directories are implied,
-        so removing one removes nothing by itself. Base files go once the store's changes
-        are committed: a move into the store whose commit fails keeps its source."""
+        so removing one removes nothing by itself."""
         base: list[str] = []
         with self._skills.batching():
             for p in self._strip_protocol([path] if isinstance(path, str) else list(path)):
@@ -477,11 +455,8 @@ class SkillFileSystem(AbstractFileSystem, metaclass=_WithDefaults):  # type: ign
                 store = [q for q in found if self._split(q) is not None]
                 for q in [q for q in store if self._skills.resolve(q)[1] is not None]:
                     self._skills.remove(q)
-            if base:
-                gone = tops(base)
-                self._skills.after_commit(
-                    lambda: self.base.rm(gone, recursive=recursive, maxdepth=maxdepth)
-                )
+            if base:  # once the store's changes are in: a failed move keeps its source
+                self._skills.after_commit(lambda: self.base.rm(tops(base), recursive, maxdepth))
 
     def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
         """Store directories are implied by their files: nothing is made, but an existing

@@ -1,14 +1,18 @@
 """`with fs.transaction:` for the fsspec filesystem (docs/fsspec.md).
 
-The transaction drives the filesystem's batch protocol (`begin_batch`, `end_batch`), so it
-needs no more of the filesystem than that and never imports it.
+The transaction drives the filesystem's batch protocol (`begin_batch`, `end_batch`, which
+`Batches` gives the filesystem), so it needs no more of the filesystem than that and never
+imports it.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fsspec.transaction import Transaction
+
+if TYPE_CHECKING:
+    from skillfs.fs.tree import SkillTree
 
 
 class Batching(Protocol):
@@ -19,10 +23,36 @@ class Batching(Protocol):
     def end_batch(self, commit: bool) -> None: ...
 
 
+class Batches:
+    """The filesystem's side of the batch protocol: this thread's batch of store changes."""
+
+    if TYPE_CHECKING:
+        _skills: SkillTree
+        _intrans: bool
+        _transaction: Any
+
+    def begin_batch(self) -> None:
+        """Stage this thread's store changes from now on, until `end_batch` (what
+        SkillTransaction drives: docs/fsspec.md)."""
+        if self._skills.staging:
+            raise RuntimeError(
+                "a skillfs transaction is open in this thread already: they do not nest"
+            )
+        self._skills.begin(together=True)
+
+    def end_batch(self, commit: bool) -> None:
+        """End the transaction and its batch: publish its store changes in one commit when
+        `commit`, else drop them."""
+        self._intrans = False
+        self._transaction = None
+        self._skills.end(commit)
+
+
 class SkillTransaction(Transaction):  # type: ignore[misc]
     """`with fs.transaction:` stages every store change of this thread and commits them with
     one store.commit on a clean exit, or drops them all on an exception. Changes to the
-    base filesystem happen at once, outside it."""
+    base filesystem happen at once, outside it, except removals: they wait for the commit
+    and are dropped with it."""
 
     fs: Batching | None
 

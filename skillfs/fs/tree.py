@@ -104,6 +104,13 @@ class SkillTree:
         batch: Batch | None = getattr(self._local, "batch", None)
         return batch
 
+    @property
+    def staging(self) -> bool:
+        """Whether this thread's changes are staged (a transaction, a bulk call): listings
+        then show them, not the store's, so the filesystem's listings cache is left alone
+        until they are committed (which clears it) or dropped."""
+        return self.batch is not None
+
     def begin(self, together: bool) -> None:
         """Start this thread's batch (none may be in progress)."""
         assert self.batch is None
