@@ -14,6 +14,7 @@ from tests.test_console import (
     READER,
     SHARED,
     Client,
+    _scoped_client,
     console_store,  # noqa: F401  (a fixture)
     skill_url,
 )
@@ -105,3 +106,15 @@ def test_report_and_apply(client: Client, store: skillfs.Store) -> None:
     assert 'data-archived="release-notes"' in r.text
     archived = next(e for e in store.audit(AGENT) if e.action == "archive")
     assert archived.actor == "ops"
+
+
+def test_a_market_report_needs_every_agents_usage(client: Client, store: skillfs.Store) -> None:
+    """A market's report pools every agent's usage by skill name: a token that administers
+    the market alone could name a skill of its market after another agent's private one and
+    read that agent's use of it off the page (outside testing). It needs `*:admin`, as the
+    `Usage` calls of `skillfs curate markets/M` over gRPC do."""
+    md = SWITCHED_OFF.replace(b"switched-off", b"secret-project")
+    store.publish(Scope.market("team"), "secret-project", {"SKILL.md": File(md)})
+    page = _scoped_client(store, ["market:team:admin"]).get("/markets/team/curation")
+    assert page.status == 200 and 'id="report"' not in page.text
+    assert 'id="report"' in client.get("/markets/team/curation").text  # *:admin

@@ -30,10 +30,12 @@ class Permissions:
 
     def admin(self, domain: str) -> bool:
         """Whether the token administers an agent or a market (`agents/A`, `markets/M`):
-        what curation needs, since it reads usage and archives across scopes."""
+        what curation needs, since it reads usage and archives across scopes. A market's
+        skills are used by every agent, so curating one reads every agent's usage: only a
+        global admin's (`*:admin`), as the `Usage` call asks over gRPC."""
         kind, name = domain.split("/", 1)
         if kind == "markets":
-            return self.principal.may(Level.admin, Scope.market(name))
+            return self.principal.is_global_admin
         return self.principal.administers_agent(name)
 
     def see(self, domain: str) -> bool:
