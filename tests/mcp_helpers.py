@@ -71,9 +71,11 @@ def digest(data: bytes) -> str:
 
 
 @contextlib.asynccontextmanager
-async def http_endpoint(store: skillfs.Store, tokens_text: str) -> AsyncIterator[str]:
-    """McpHttp mounted at /mcp as a server would, served by uvicorn; yields the base URL."""
-    mcp = McpHttp(store, Tokens(text=tokens_text))
+async def http_endpoint(store: skillfs.Store, tokens_text: str | Path) -> AsyncIterator[str]:
+    """McpHttp mounted at /mcp as a server would, served by uvicorn; yields the base URL.
+    Tokens from a text, or from a file (re-read when it changes, as a server's are)."""
+    tokens = Tokens(path=tokens_text) if isinstance(tokens_text, Path) else Tokens(text=tokens_text)
+    mcp = McpHttp(store, tokens)
     app = Starlette(routes=[Mount("/mcp", app=mcp)], lifespan=lambda app: mcp.lifespan())
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))

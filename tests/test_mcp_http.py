@@ -124,6 +124,56 @@ def test_a_publish_during_a_session_is_notified_and_listed(store: skillfs.Store,
     anyio.run(main)
 
 
+def test_a_revoked_tokens_open_session_hears_nothing_more(
+    store: skillfs.Store, tmp_path: Path
+) -> None:
+    """Outside (authorization) testing: a session's open stream kept getting change notices
+    for its view after its token was revoked. Each notice now asks the tokens first."""
+    from skillfs.auth import tokens_document
+    from support.grpc_servers import TOKENS
+
+    alice = skillfs.Scope.user(AGENT, "alice")
+    store.publish(alice, "first", {"SKILL.md": md("first")})
+    path = tmp_path / "tokens.json"
+    path.write_text(tokens_text())
+
+    async def main() -> None:
+        heard: list[str] = []
+
+        async def on_message(message: Any) -> None:
+            if "ResourceListChanged" in type(getattr(message, "root", message)).__name__:
+                heard.append("changed")
+
+        async def publish(name: str) -> None:
+            await anyio.to_thread.run_sync(
+                lambda: store.publish(alice, name, {"SKILL.md": md(name)})
+            )
+
+        async with (
+            http_endpoint(store, path) as base,
+            sdk_client(f"{base}/mcp", ALICE, "legacy", message_handler=on_message) as c,
+        ):
+            await sdk_list_skills(c.session)
+            await publish("second")
+            with anyio.fail_after(10):
+                while not heard:
+                    await anyio.sleep(0.05)
+            rest = [t for t in TOKENS if t[1] != ALICE]
+            path.write_text(tokens_document(rest, receipt_key="test-receipt-key"))
+            async with httpx2.AsyncClient() as http:
+                with anyio.fail_after(10):  # the server re-reads the tokens file
+                    while (await http.post(
+                        f"{base}/mcp/", json={}, headers={"authorization": f"Bearer {ALICE}"}
+                    )).status_code != 401:  # fmt: skip
+                        await anyio.sleep(0.2)
+            before = len(heard)
+            await publish("third")
+            await anyio.sleep(3)  # a notice takes well under a second (above)
+            assert len(heard) == before
+
+    anyio.run(main)
+
+
 def test_alice_cannot_read_bobs_files(store: skillfs.Store) -> None:
     store.publish(skillfs.Scope.user(AGENT, "alice"), "mine", {"SKILL.md": md("mine")})
     store.publish(skillfs.Scope.user(AGENT, "bob"), "secret", {"SKILL.md": md("secret")})

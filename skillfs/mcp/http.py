@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -35,8 +35,10 @@ from skillfs.model import Scope as SkillScope
 from skillfs.names import check_id
 from skillfs.store import Store
 
-#: Where the resolved view travels from the ASGI layer to the MCP handlers.
+#: Where the resolved view travels from the ASGI layer to the MCP handlers, and the check
+#: of whether the request's token may still read it.
 VIEW_KEY = "skillfs.mcp.view"
+ALLOWED_KEY = "skillfs.mcp.allowed"
 #: Sessions whose token is remembered (the oldest is forgotten: its requests then go to the
 #: SDK as they come, which answers an unknown session 404).
 MAX_SESSIONS = 10_000
@@ -57,7 +59,7 @@ class McpHttp:
     ) -> None:
         self.store = store
         self.tokens = tokens
-        views = Views(store, _resolved, max_views=max_views)
+        views = Views(store, _resolved, max_views=max_views, allowed=_allowed)
         self.server = build_server(views, page_size=page_size, ttl_ms=ttl_ms)
         self._manager: StreamableHTTPSessionManager | None = None
         #: session id -> the name of the token that opened it (MCP's guidance: bind a session
@@ -82,9 +84,10 @@ class McpHttp:
             await _reply(send, 503, "the MCP endpoint is not running (enter McpHttp.lifespan())")
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        query = scope.get("query_string", b"").decode("latin-1")
         try:
             principal = self.tokens.authenticate(headers.get("authorization"))
-            key = view_for(principal, headers, scope.get("query_string", b"").decode("latin-1"))
+            key = view_for(principal, headers, query)
         except Unauthenticated as exc:
             await _reply(send, 401, str(exc), {"www-authenticate": 'Bearer realm="skillfs"'})
             return
@@ -94,13 +97,23 @@ class McpHttp:
         except (SkillfsError, ValueError) as exc:
             await _reply(send, 400, str(exc))
             return
+
+        def still() -> bool:
+            """The token, looked up again: revoked or narrowed, its session hears no more."""
+            try:
+                again = self.tokens.authenticate(headers.get("authorization"))
+                return view_for(again, headers, query) == key
+            except (SkillfsError, ValueError):
+                return False
+
+        scope = {**scope, VIEW_KEY: key, ALLOWED_KEY: still}
         session = headers.get(SESSION_HEADER)
         if session is not None:
             owner = self._owners.get(session)
             if owner is not None and owner != principal.name:  # as the SDK answers a stranger
                 await _reply(send, 404, "Session not found")
                 return
-            await self._manager.handle_request({**scope, VIEW_KEY: key}, receive, send)
+            await self._manager.handle_request(scope, receive, send)
             return
 
         async def opened(message: Message) -> None:
@@ -111,7 +124,7 @@ class McpHttp:
                         self._owners.put(value.decode("latin-1"), principal.name)
             await send(message)
 
-        await self._manager.handle_request({**scope, VIEW_KEY: key}, receive, opened)
+        await self._manager.handle_request(scope, receive, opened)
 
 
 def _resolved(ctx: ServerRequestContext[Any, Any]) -> ViewKey:
@@ -120,6 +133,14 @@ def _resolved(ctx: ServerRequestContext[Any, Any]) -> ViewKey:
         raise PermissionDenied("an MCP request over HTTP must come through McpHttp")
     key: ViewKey = ctx.request.scope[VIEW_KEY]
     return key
+
+
+def _allowed(ctx: ServerRequestContext[Any, Any]) -> Callable[[], bool]:
+    """The check `__call__` made for this request's token and view."""
+    if ctx.request is None:
+        raise PermissionDenied("an MCP request over HTTP must come through McpHttp")
+    still: Callable[[], bool] = ctx.request.scope[ALLOWED_KEY]
+    return still
 
 
 def view_for(principal: Principal, headers: dict[str, str], query: str) -> ViewKey:

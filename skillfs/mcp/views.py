@@ -63,21 +63,23 @@ class View:
         self.skills = skills
         self.bus = InMemorySubscriptionBus()
         self.listen = ListenHandler(self.bus)
-        self._sessions: OrderedDict[int, ServerSession] = OrderedDict()
+        #: Per connection: its session, and whether its token may still read the view.
+        self._sessions: OrderedDict[int, tuple[ServerSession, Allowed]] = OrderedDict()
         self._cancel: anyio.CancelScope | None = None
 
     async def snapshot(self) -> Snapshot:
         """A fresh snapshot, taken in a thread (the store clients block)."""
         return await anyio.to_thread.run_sync(self.skills.snapshot)
 
-    def remember(self, session: ServerSession) -> None:
+    def remember(self, session: ServerSession, allowed: Allowed) -> None:
         """Notify this session's connection of changes too (handshake-era sessions have no
         listen stream). The SDK makes a `ServerSession` per request, each sending its
         notifications on its connection: one is kept per connection, which the request
         context does not expose otherwise (without this, a connection got one copy of
-        each notification per request it had made)."""
+        each notification per request it had made). `allowed` is asked before each notice:
+        a revoked or narrowed token's open stream is told nothing more."""
         key = id(getattr(session, "_connection", session))
-        self._sessions[key] = session
+        self._sessions[key] = (session, allowed)
         self._sessions.move_to_end(key)
         while len(self._sessions) > MAX_SESSIONS:
             self._sessions.popitem(last=False)
@@ -115,7 +117,10 @@ class View:
         await self.bus.publish(ResourcesListChanged())
         if tools:  # the skill tools come and go with the skills
             await self.bus.publish(ToolsListChanged())
-        for key, session in list(self._sessions.items()):
+        for key, (session, allowed) in list(self._sessions.items()):
+            if not allowed():
+                self._sessions.pop(key, None)
+                continue
             try:  # best effort: the connection may be gone
                 await session.send_resource_list_changed()
                 if tools:
@@ -149,6 +154,13 @@ def changed_uris(now: Snapshot, before: Snapshot) -> list[str]:
 
 
 Resolver = Callable[[ServerRequestContext[Any, Any]], ViewKey]
+#: Whether a session's token may still read its view (asked again before each notice).
+Allowed = Callable[[], bool]
+
+
+def always() -> bool:
+    """A session that cannot lose its view (stdio: the process's own)."""
+    return True
 
 
 class Views:
@@ -163,9 +175,12 @@ class Views:
         *,
         max_views: int = 1000,
         skill_writes: WriteMode | None = None,
+        allowed: Callable[[ServerRequestContext[Any, Any]], Allowed] | None = None,
     ) -> None:
         self.store = store
         self.resolve = resolve
+        #: The check a request's session keeps (HTTP: its token, looked up again).
+        self.allowed = allowed
         self.max_views = max_views
         #: The views' `Skills(..., skill_writes=)`: `skillfs mcp --skill-writes` only, whose
         #: store is the caller's own (the server's /mcp writes nothing: its store is its own).
@@ -194,7 +209,7 @@ class Views:
             while len(self._views) > self.max_views:
                 self._views.popitem(last=False)[1].close()
         self._views.move_to_end(key)
-        view.remember(ctx.session)
+        view.remember(ctx.session, always if self.allowed is None else self.allowed(ctx))
         return view
 
     @contextlib.asynccontextmanager
