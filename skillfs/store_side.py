@@ -139,7 +139,8 @@ class SideEntries(Governance):
                 raise Conflict(
                     f"{scope}/{entry} already holds an archived {skill} (version "
                     f"{cur.version}); nothing was written: restore or delete it first, or "
-                    "archive with replace=True (its versions stay in the entry's history)",
+                    "archive with replace=True (the CLI's --replace; its versions stay in the "
+                    "entry's history)",
                     skill=entry,
                     current_version=cur.version,
                 )
