@@ -127,19 +127,22 @@ class McpHttp:
         await self._manager.handle_request(scope, receive, opened)
 
 
-def _resolved(ctx: ServerRequestContext[Any, Any]) -> ViewKey:
-    """The view `__call__` resolved for this request's HTTP request."""
+def _from_request(ctx: ServerRequestContext[Any, Any], key: str) -> Any:
+    """What `__call__` put in this request's ASGI scope under `key`."""
     if ctx.request is None:
         raise PermissionDenied("an MCP request over HTTP must come through McpHttp")
-    key: ViewKey = ctx.request.scope[VIEW_KEY]
+    return ctx.request.scope[key]
+
+
+def _resolved(ctx: ServerRequestContext[Any, Any]) -> ViewKey:
+    """The view `__call__` resolved for this request."""
+    key: ViewKey = _from_request(ctx, VIEW_KEY)
     return key
 
 
 def _allowed(ctx: ServerRequestContext[Any, Any]) -> Callable[[], bool]:
     """The check `__call__` made for this request's token and view."""
-    if ctx.request is None:
-        raise PermissionDenied("an MCP request over HTTP must come through McpHttp")
-    still: Callable[[], bool] = ctx.request.scope[ALLOWED_KEY]
+    still: Callable[[], bool] = _from_request(ctx, ALLOWED_KEY)
     return still
 
 
