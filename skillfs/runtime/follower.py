@@ -155,10 +155,15 @@ class Follower:
         cache = self._cache
         current = cache.revision
         missing = [s for s in scopes if s not in cache.scopes]
+
+        def kept() -> _Cache:
+            """The cache as it is, with the scopes it misses loaded at its revision."""
+            if not missing:
+                return cache
+            return self._sync(cache, current, missing, seen_at=cache.observed_at)
+
         if same_revision(revision, current):
-            return (
-                self._sync(cache, current, missing, seen_at=cache.observed_at) if missing else cache
-            )
+            return kept()
         if (
             revision is not None
             and current is not None
@@ -167,10 +172,7 @@ class Follower:
         ):
             return self._sync(cache, revision, scopes, seen_at=time.monotonic())
         if current is not None and read_started <= cache.observed_at:
-            # that read may predate our newer observation: ours is at least as new
-            return (
-                self._sync(cache, current, missing, seen_at=cache.observed_at) if missing else cache
-            )
+            return kept()  # that read may predate our newer observation: ours is as new
         if current is not None:
             log.warning(
                 "%s: revision %s after %s (new epoch or went back); reloading",
