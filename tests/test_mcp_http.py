@@ -174,6 +174,55 @@ def test_a_revoked_tokens_open_session_hears_nothing_more(
     anyio.run(main)
 
 
+def test_a_revoked_tokens_listen_stream_ends_and_hears_nothing(
+    store: skillfs.Store, tmp_path: Path
+) -> None:
+    """Outside review: a 2026-07-28 `subscriptions/listen` stream kept hearing its view's
+    changes after its token was revoked. It now ends, with an error saying why, at the
+    first change after the revocation, and hears nothing of it."""
+    from mcp.client.subscriptions import SubscriptionLost
+    from skillfs.auth import tokens_document
+    from support.grpc_servers import TOKENS
+
+    alice = skillfs.Scope.user(AGENT, "alice")
+    store.publish(alice, "first", {"SKILL.md": md("first")})
+    path = tmp_path / "tokens.json"
+    path.write_text(tokens_text())
+
+    async def publish(name: str) -> None:
+        await anyio.to_thread.run_sync(lambda: store.publish(alice, name, {"SKILL.md": md(name)}))
+
+    async def main() -> None:
+        heard: list[str] = []
+        async with (
+            http_endpoint(store, path) as base,
+            sdk_client(f"{base}/mcp", ALICE) as c,
+        ):
+            with pytest.raises(SubscriptionLost) as info:  # the stream ends with our error
+                async with c.listen(resources_list_changed=True) as events:
+                    await publish("second")
+                    async for event in events:
+                        heard.append(type(event).__name__)
+                        if len(heard) == 1:  # heard while allowed; now revoke and change
+                            rest = [t for t in TOKENS if t[1] != ALICE]
+                            path.write_text(tokens_document(rest, receipt_key="test-receipt-key"))
+                            async with httpx2.AsyncClient() as http:
+                                with anyio.fail_after(10):  # the server re-reads the file
+                                    while (await http.post(
+                                        f"{base}/mcp/", json={},
+                                        headers={"authorization": f"Bearer {ALICE}"},
+                                    )).status_code != 401:  # fmt: skip
+                                        await anyio.sleep(0.2)
+                            with anyio.fail_after(10):
+                                await publish("third")
+            assert heard == ["ResourcesListChanged"]
+            cause = info.value.__cause__
+            assert isinstance(cause, MCPError), info.value
+            assert "may no longer read this view" in cause.error.message
+
+    anyio.run(main)
+
+
 def test_alice_cannot_read_bobs_files(store: skillfs.Store) -> None:
     store.publish(skillfs.Scope.user(AGENT, "alice"), "mine", {"SKILL.md": md("mine")})
     store.publish(skillfs.Scope.user(AGENT, "bob"), "secret", {"SKILL.md": md("secret")})

@@ -155,7 +155,7 @@ def build_server(views: Views, *, page_size: int = 100, ttl_ms: int = 0) -> Serv
         )
 
     async def listen(ctx: Ctx, params: Any) -> Any:
-        return await (await view_of(ctx)).listen(ctx, params)
+        return await (await view_of(ctx)).serve_listen(ctx, params, views.check(ctx))
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Server[Any]) -> AsyncIterator[dict[str, Any]]:

@@ -29,6 +29,8 @@ from mcp.server.subscriptions import (
     ResourceUpdated,
     ToolsListChanged,
 )
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_REQUEST
 
 from skillfs.mcp.catalog import uri
 from skillfs.runtime import Market, Skills, Snapshot
@@ -65,6 +67,8 @@ class View:
         self.listen = ListenHandler(self.bus)
         #: Per connection: its session, and whether its token may still read the view.
         self._sessions: OrderedDict[int, tuple[ServerSession, Allowed]] = OrderedDict()
+        #: Open listen streams (2026-07-28), each with its token's check.
+        self._listening: dict[anyio.CancelScope, Allowed] = {}
         self._cancel: anyio.CancelScope | None = None
 
     async def snapshot(self) -> Snapshot:
@@ -83,6 +87,24 @@ class View:
         self._sessions.move_to_end(key)
         while len(self._sessions) > MAX_SESSIONS:
             self._sessions.popitem(last=False)
+
+    async def serve_listen(
+        self, ctx: ServerRequestContext[Any, Any], params: Any, allowed: Allowed
+    ) -> Any:
+        """One `subscriptions/listen` stream. Once its token may no longer read the view
+        (revoked or narrowed, asked before each notice as for handshake-era sessions), the
+        stream ends with an error saying so, and the client's listen again is refused."""
+        with anyio.CancelScope() as scope:
+            self._listening[scope] = allowed
+            try:
+                return await self.listen(ctx, params)
+            finally:
+                del self._listening[scope]
+        raise MCPError(
+            code=INVALID_REQUEST,
+            message="this token may no longer read this view (revoked or narrowed): listen "
+            "again with a token that may",
+        )
 
     async def watch(self, limiter: anyio.CapacityLimiter) -> None:
         """Until cancelled: wait for the view to change, then tell its sessions."""
@@ -112,6 +134,9 @@ class View:
 
     async def _notify(self, now: Snapshot, before: Snapshot) -> None:
         tools = bool(now.skills) != bool(before.skills)
+        for scope, allowed in list(self._listening.items()):
+            if not allowed():
+                scope.cancel()  # before the publish below: the stream hears none of it
         for changed in changed_uris(now, before):  # resourceSubscriptions of listen streams
             await self.bus.publish(ResourceUpdated(changed))
         await self.bus.publish(ResourcesListChanged())
@@ -209,8 +234,12 @@ class Views:
             while len(self._views) > self.max_views:
                 self._views.popitem(last=False)[1].close()
         self._views.move_to_end(key)
-        view.remember(ctx.session, always if self.allowed is None else self.allowed(ctx))
+        view.remember(ctx.session, self.check(ctx))
         return view
+
+    def check(self, ctx: ServerRequestContext[Any, Any]) -> Allowed:
+        """Whether this request's token may still read its view, asked before each notice."""
+        return always if self.allowed is None else self.allowed(ctx)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
