@@ -45,14 +45,10 @@ def write_tokens(directory: Path) -> Path:
 
 
 def in_process(store_url: str, directory: Path, **config: object) -> SkillfsServer:
-    """A started server over `store_url` on free ports; stop it with `.stop(0)`."""
-    cfg = ServerConfig(
-        store=store_url,
-        grpc="127.0.0.1:0",
-        http="127.0.0.1:0",
-        tokens=write_tokens(directory),
-        **config,
-    )
+    """A started server over `store_url` on free ports (unless `grpc=` or `http=` says
+    where); stop it with `.stop(0)`."""
+    where = {"grpc": "127.0.0.1:0", "http": "127.0.0.1:0"}
+    cfg = ServerConfig(store=store_url, tokens=write_tokens(directory), **{**where, **config})
     return SkillfsServer(cfg).start()
 
 

@@ -359,6 +359,31 @@ def test_failover_to_the_next_server(tmp_path: Path) -> None:
         two.stop(0)
 
 
+def test_a_call_right_after_a_restart_waits_for_the_reconnect(tmp_path: Path) -> None:
+    """A call made while the channel backs off after its server restarted (up to a second)
+    failed at once with "Connection refused", though the server was back (CI saw it with a
+    new server on a port an earlier one had used); and calls that are not retried (usage
+    counts) failed outright. The engine now waits up to `RECONNECT_WAIT` for a reconnect."""
+    store_url = f"memory://{uuid.uuid4().hex}"
+    first = in_process(store_url, tmp_path / "1")
+    port = first.grpc_port
+    client = skillfs.open_store(f"grpc://127.0.0.1:{port}", token=ADMIN, retry_for=0)
+    try:
+        client.record_usage("bot", {("alice", "s"): 1})
+        first.stop(0)
+        with pytest.raises(skillfs.errors.StoreUnavailable):  # down: refused, after the wait
+            client.record_usage("bot", {("alice", "s"): 1})
+        again = in_process(store_url, tmp_path / "2", grpc=f"127.0.0.1:{port}")
+        try:
+            client.record_usage("bot", {("alice", "s"): 1})  # the channel is still backing off
+            assert client.usage_detail("bot")[("alice", "s")].count == 2
+        finally:
+            again.stop(0)
+    finally:
+        first.stop(0)
+        client.close()
+
+
 @pytest.mark.parametrize(
     "url", ["grpc://127.0.0.1:99999", "grpc://127.0.0.1", "grpc://127.0.0.1:0", "grpc://:7070"]
 )
