@@ -262,6 +262,40 @@ def test_a_resource_subscription_hears_when_its_file_changes() -> None:
     anyio.run(main)
 
 
+@pytest.mark.parametrize("first", ["list_tools", "listen"])
+def test_a_change_after_a_listen_is_told_however_late_the_watch_starts(
+    monkeypatch: pytest.MonkeyPatch, first: str
+) -> None:
+    """CI under load: a change made right after a request was answered was sometimes never
+    told, because the view's watch took its starting snapshot later, in its own thread, and
+    the change was already in it. The watch now starts from the first request's snapshot
+    (a listen takes one before its acknowledgement); here its start is held back 0.5 s."""
+    from skillfs.mcp.views import View
+
+    started = View.watch
+
+    async def late(self: View, limiter: anyio.CapacityLimiter) -> None:
+        await anyio.sleep(0.5)
+        await started(self, limiter)
+
+    monkeypatch.setattr(View, "watch", late)
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    store.publish(ALICE, "first", {"SKILL.md": md("first")})
+
+    async def main() -> None:
+        async with in_process(store) as c:
+            if first == "list_tools":
+                await c.list_tools()
+            async with c.listen(resources_list_changed=True) as events:
+                store.publish(ALICE, "second", {"SKILL.md": md("second")})
+                with anyio.fail_after(5):
+                    async for event in events:
+                        assert type(event).__name__ == "ResourcesListChanged"
+                        break
+
+    anyio.run(main)
+
+
 def test_empty_view_has_no_tools() -> None:
     async def main() -> None:
         async with in_process(skillfs.open_store(f"memory://{uuid.uuid4().hex}")) as c:

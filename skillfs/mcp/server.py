@@ -155,7 +155,8 @@ def build_server(views: Views, *, page_size: int = 100, ttl_ms: int = 0) -> Serv
         )
 
     async def listen(ctx: Ctx, params: Any) -> Any:
-        return await (await view_of(ctx)).serve_listen(ctx, params, views.check(ctx))
+        view, _ = await snapshot(ctx)  # the view's changes are told from here on (its watch's base)
+        return await view.serve_listen(ctx, params, views.check(ctx))
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Server[Any]) -> AsyncIterator[dict[str, Any]]:

@@ -70,10 +70,16 @@ class View:
         #: Open listen streams (2026-07-28), each with its token's check.
         self._listening: dict[anyio.CancelScope, Allowed] = {}
         self._cancel: anyio.CancelScope | None = None
+        #: The first snapshot a request of the view took, until the watch starts from it.
+        self._first: Snapshot | None = None
+        self._watching = False
 
     async def snapshot(self) -> Snapshot:
         """A fresh snapshot, taken in a thread (the store clients block)."""
-        return await anyio.to_thread.run_sync(self.skills.snapshot)
+        snap = await anyio.to_thread.run_sync(self.skills.snapshot)
+        if self._first is None and not self._watching:
+            self._first = snap
+        return snap
 
     def remember(self, session: ServerSession, allowed: Allowed) -> None:
         """Notify this session's connection of changes too (handshake-era sessions have no
@@ -115,7 +121,12 @@ class View:
             while True:
                 try:
                     if snap is None:  # a view made while the store is down waits for it too
-                        snap = await self.snapshot()
+                        await self.snapshot()
+                        # From the first request's snapshot, not this later one: a change
+                        # made once a request was answered (a listen stream acknowledged)
+                        # must be told, though this read may have begun after it landed.
+                        snap, self._first, self._watching = self._first, None, True
+                        assert snap is not None
                     now = await anyio.to_thread.run_sync(
                         self.skills.wait_changed,
                         snap.token,
