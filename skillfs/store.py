@@ -359,7 +359,7 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
     ) -> GcReport:
         """Prune every skill's history, then sweep the blobs nothing references that no
         publisher touched within `grace` seconds (default `gc_grace`)."""
-        domains = self._retrying(self.engine.domains)
+        domains = self._retrying(self.engine.stored_domains)
         grace = self.gc_grace if grace is None else grace
         return gc(self.engine, self.history_policy, self.clock, domains, grace, progress)
 

@@ -4,6 +4,7 @@ and Sentinel failovers, including one to a replica that missed writes."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import threading
@@ -291,6 +292,54 @@ def test_blob_primitives(request: pytest.FixtureRequest, topology: str) -> None:
     engine.add_usage("support-bot", {("alice", "a"): 3})
     assert engine.usage("support-bot") == {("alice", "a"): 5, ("", "market:team/x"): 1}
     engine.close()
+
+
+def test_cluster_gc_keeps_live_blobs_when_the_domain_index_is_lost(
+    redis_cluster: RedisCluster,
+) -> None:
+    """Outside (fault) testing: the domain index is one key on one Cluster node; restarted
+    without persistence it came back empty while the agents on the other nodes stayed, and
+    `gc` marked nothing and swept every live skill's blobs (C4). GC now finds the domains
+    by their revision keys too; the next commit of a domain lists it again."""
+    prefix = ns()
+    store = skillfs.open_store(f"{redis_cluster.url}?prefix={prefix}", clock=lambda: 1000.0)
+    for i in range(6):
+        store.publish(Scope.shared(f"agent-{i}"), "s", {"SKILL.md": skill_md("s", f"v{i}")})
+    store.publish(MARKET, "m", {"SKILL.md": skill_md("m")})
+    with redis_cluster.client() as rc:
+        assert rc.delete(f"{prefix}domains") == 1  # what the restarted node lost
+    assert store.agents() == []  # listings read the index
+    report = skillfs.open_store(f"{redis_cluster.url}?prefix={prefix}").gc(grace=0)
+    assert report.blobs_deleted == 0 and report.blobs_referenced == 7
+    for i in range(6):
+        assert b"v" + str(i).encode() in store.read(Scope.shared(f"agent-{i}"), "s", "SKILL.md")
+    store.publish(Scope.shared("agent-0"), "s", {"SKILL.md": skill_md("s", "again")})
+    assert store.agents() == ["agent-0"]
+    store.close()
+
+
+def test_gc_frees_a_store_at_maxmemory(tmp_path: Path) -> None:
+    """Outside (fault) testing: at maxmemory with `noeviction` (engine-redis.md's advice)
+    every write fails, and `gc` did too: its delete script was refused as a write. It only
+    deletes, and now runs over maxmemory."""
+    server = RedisServer(
+        tmp_path, extra_args=["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"]
+    ).start()
+    try:
+        store = skillfs.open_store(server.url, retry_for=0)
+        stored = 0
+        with pytest.raises(StoreUnavailable, match="maxmemory"):
+            for _ in range(200):  # garbage: blobs no manifest names (an upload never committed)
+                data = os.urandom(64 * 1024)
+                store.put_blob(hashlib.sha256(data).hexdigest(), data, 0.0)
+                stored += 1
+        assert stored > 10
+        report = store.gc(grace=0)
+        assert report.blobs_deleted == stored
+        store.publish(ALICE, "fits-again", {"SKILL.md": skill_md("fits-again")})
+        store.close()
+    finally:
+        server.stop()
 
 
 def test_revisions_of_many_domains_across_cluster_slots(redis_cluster: RedisCluster) -> None:

@@ -314,6 +314,13 @@ class Engine(ABC):
     def domains(self) -> list[str]:
         """Every domain ever written: `agents/<id>` and `markets/<id>`, sorted."""
 
+    def stored_domains(self) -> list[str]:
+        """Every domain holding data, for GC's mark: an engine whose domain index can be
+        lost apart from the domains (Redis Cluster) finds them without it, so GC never
+        sweeps the blobs of a domain the index forgot. Elsewhere the index is written with
+        the data, atomically: `domains()`."""
+        return self.domains()
+
     @abstractmethod
     def scopes(self, domain: str) -> list[Scope]:
         """The scopes of a domain that ever held a skill, sorted."""

@@ -352,7 +352,10 @@ class GrpcEngine(GrpcWatching, Engine):
     # ------------------------------------------------------------------ listings and usage
 
     def domains(self) -> list[str]:
-        return list(self._admin("ListDomains", pb.Empty()).domains)
+        return list(self._admin("ListDomains", pb.ListDomainsRequest()).domains)
+
+    def stored_domains(self) -> list[str]:
+        return list(self._admin("ListDomains", pb.ListDomainsRequest(stored=True)).domains)
 
     def scopes(self, domain: str) -> list[Scope]:
         reply = self._admin("ListScopes", pb.ListScopesRequest(domain=domain))

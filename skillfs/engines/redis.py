@@ -439,6 +439,23 @@ class RedisEngine(redis_lease.RedisLeases, Engine):
             raw = cast(set[bytes], self._client.smembers(self._domains_key))
         return sorted(d.decode() for d in raw)
 
+    def stored_domains(self) -> list[str]:
+        """In Cluster the index is one key on one node: a node restarted without persistence
+        loses it while the domains on the other nodes stay. Each domain's revision key is
+        found by SCAN there (GC only; listings read the index, which the next commit of each
+        domain restores)."""
+        found = set(self.domains())
+        if self.cluster:
+            for kind in ("agents", "markets"):
+                start = len(self.prefix) + len(kind) + len("/{")
+                pattern = f"{_glob_escape(self.prefix)}{kind}/{{*}}/rev"
+                with self._guard:
+                    keys = cast(
+                        list[bytes], list(self._client.scan_iter(match=pattern, count=1000))
+                    )
+                found |= {f"{kind}/{k.decode()[start : -len('}/rev')]}" for k in keys}
+        return sorted(found)
+
     def scopes(self, domain: str) -> list[Scope]:
         key = f"{self._domain_key(domain)}/scopes"
         with self._guard:

@@ -18,8 +18,8 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
-# KEYS: the lease. ARGV: holder. Delete only the holder's own lease.
-RELEASE = """#!lua
+# KEYS: the lease. ARGV: holder. Delete only the holder's own lease (also over maxmemory).
+RELEASE = """#!lua flags=allow-oom
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """

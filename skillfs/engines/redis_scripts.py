@@ -93,8 +93,9 @@ return {1, rev[1], counter, entries}
 """
 
 # KEYS: the blob's meta key. ARGV: cutoff, the prefix of its chunk keys (same hash tag, so the
-# same slot: Redis 7 lets a script reach undeclared keys of its own slot).
-DELETE_BLOB = """#!lua
+# same slot: Redis 7 lets a script reach undeclared keys of its own slot). It only deletes, so
+# it may run over maxmemory (`allow-oom`): GC is how an operator frees a full store.
+DELETE_BLOB = """#!lua flags=allow-oom
 local t = redis.call('GET', KEYS[1])
 if not t or tonumber(t) >= tonumber(ARGV[1]) then return 0 end
 redis.call('DEL', KEYS[1])

@@ -710,7 +710,7 @@ class SkillAdminStub:
                 _registered_method=True)
         self.ListDomains = channel.unary_unary(
                 '/skillfs.v1.SkillAdmin/ListDomains',
-                request_serializer=skillfs_dot_v1_dot_skillfs__pb2.Empty.SerializeToString,
+                request_serializer=skillfs_dot_v1_dot_skillfs__pb2.ListDomainsRequest.SerializeToString,
                 response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.ListDomainsResponse.FromString,
                 _registered_method=True)
         self.ListScopes = channel.unary_unary(
@@ -863,7 +863,7 @@ def add_SkillAdminServicer_to_server(servicer, server):
             ),
             'ListDomains': grpc.unary_unary_rpc_method_handler(
                     servicer.ListDomains,
-                    request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.Empty.FromString,
+                    request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.ListDomainsRequest.FromString,
                     response_serializer=skillfs_dot_v1_dot_skillfs__pb2.ListDomainsResponse.SerializeToString,
             ),
             'ListScopes': grpc.unary_unary_rpc_method_handler(
@@ -1107,7 +1107,7 @@ class SkillAdmin:
             request,
             target,
             '/skillfs.v1.SkillAdmin/ListDomains',
-            skillfs_dot_v1_dot_skillfs__pb2.Empty.SerializeToString,
+            skillfs_dot_v1_dot_skillfs__pb2.ListDomainsRequest.SerializeToString,
             skillfs_dot_v1_dot_skillfs__pb2.ListDomainsResponse.FromString,
             options,
             channel_credentials,

@@ -372,11 +372,10 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
 
     @unary
     def ListDomains(
-        self, request: pb.Empty, context: grpc.ServicerContext, principal: Principal
+        self, request: pb.ListDomainsRequest, context: grpc.ServicerContext, principal: Principal
     ) -> pb.ListDomainsResponse:
-        return pb.ListDomainsResponse(
-            domains=[d for d in self.engine.domains() if principal.may_see_domain(d)]
-        )
+        domains = self.engine.stored_domains() if request.stored else self.engine.domains()
+        return pb.ListDomainsResponse(domains=[d for d in domains if principal.may_see_domain(d)])
 
     @unary
     def ListScopes(
