@@ -771,14 +771,21 @@ def _restore(cluster: EtcdCluster) -> None:
 
 
 @pytest.mark.slow
-def test_rotation_when_the_member_in_use_is_killed(etcd_cluster: EtcdCluster) -> None:
+def test_rotation_when_the_member_in_use_is_killed(
+    etcd_cluster: EtcdCluster, caplog: pytest.LogCaptureFixture
+) -> None:
     store = _cluster_store(etcd_cluster, first=1, timeout=2.0)
     engine = store.engine
     assert isinstance(engine, EtcdEngine)
-    store.publish(ALICE, "a", {"SKILL.md": skill_md("a", "0")})
+    c = store.publish(ALICE, "a", {"SKILL.md": skill_md("a", "0")})
     assert engine._etcd.endpoint == etcd_cluster.endpoints[1]
+    assert engine.changes_many({ALICE.domain: c.revision}, 0.1) == {}  # the watch stream opens
     etcd_cluster.kill(1)
     try:
+        with caplog.at_level("WARNING", logger="skillfs.engines.etcd_watch"):
+            engine.changes_many({ALICE.domain: c.revision}, 2.0)  # the stream breaks
+        said = [r.getMessage() for r in caplog.records if "watch stream" in r.getMessage()]
+        assert said and all("\n" not in m and "UNAVAILABLE" in m for m in said), said
         t0 = time.monotonic()
         c = store.publish(ALICE, "a", {"SKILL.md": skill_md("a", "1")})
         first_write = time.monotonic() - t0

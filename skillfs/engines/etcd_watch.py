@@ -163,8 +163,13 @@ class RevWatch:
 
     def _failed(self, exc: BaseException | None) -> None:
         """The stream is gone: every waiter looks again; the next `follow` reopens it."""
-        if exc is not None:
-            log.warning("etcd watch stream of %s: %s", self._etcd.url, exc)
+        if exc is not None:  # one line: grpc's own text of a call spans several
+            said = f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.RpcError) else exc
+            log.warning(
+                "etcd watch stream of %s ended (%s); reopened at the next follow",
+                self._etcd.url,
+                said,
+            )
         if self._requests is not None:
             self._requests.put(None)
         self._requests, self._call = None, None
