@@ -12,9 +12,9 @@ _ID = re.compile(r"[A-Za-z0-9._@+-]{1,128}")
 #: Lone surrogates excluded: no file system name holds them (nor does UTF-8).
 _SKILL_DIR = re.compile(r"[^/\\\x00\ud800-\udfff]+")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
-#: What a new skill name may not hold: control characters (C0, DEL, C1), line and paragraph
-#: separators, bidirectional overrides and isolates. A name is shown in tables, listings and
-#: the agent's prompt, where these break lines or reorder what is read.
+#: What a new skill name or file path may not hold: control characters (C0, DEL, C1), line
+#: and paragraph separators, bidirectional overrides and isolates. Both are shown in tables,
+#: listings, links and the agent's prompt, where these break lines or reorder what is read.
 _UNSHOWN = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
@@ -64,13 +64,7 @@ def check_live_name(name: str) -> str:
     nothing that changes how it is shown. (A name stored before this rule is still read,
     renamed and deleted: `check_skill_name`.)"""
     check_skill_name(name)
-    unshown = _UNSHOWN.search(name)
-    if unshown is not None:
-        raise InvalidPath(
-            f"invalid skill name {name!r}: it holds U+{ord(unshown.group()):04X}, a control "
-            "character, line break or text-direction override, which would change how the "
-            "name reads in listings and prompts; use printable characters"
-        )
+    _refuse_unshown(f"invalid skill name {name!r}", name)
     if is_hidden_dir(name):
         raise InvalidPath(
             f"invalid skill name {name!r}: a name starting with '_' or '.' is a directory "
@@ -78,6 +72,25 @@ def check_live_name(name: str) -> str:
             "like the skill they become"
         )
     return name
+
+
+def check_new_path(path: str) -> str:
+    """A path a file can be written at: `normalize_path`, and nothing that changes how it is
+    shown (a line break made a console link that no route matches). A file stored before
+    this rule is still read, carried by edits and deleted."""
+    norm = normalize_path(path)
+    _refuse_unshown(f"invalid file path {path!r}", norm)
+    return norm
+
+
+def _refuse_unshown(what: str, value: str) -> None:
+    unshown = _UNSHOWN.search(value)
+    if unshown is not None:
+        raise InvalidPath(
+            f"{what}: it holds U+{ord(unshown.group()):04X}, a control character, line break "
+            "or text-direction override, which would change how it reads in listings, links "
+            "and prompts; use printable characters"
+        )
 
 
 def draft_entry(name: str) -> str:

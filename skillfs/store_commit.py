@@ -22,7 +22,7 @@ from skillfs.model import (
     Scope,
     error_findings,
 )
-from skillfs.names import normalize_path
+from skillfs.names import check_new_path, normalize_path
 from skillfs.store_blobs import Retrying, sha256
 from skillfs.store_limits import Limits, check_file, check_file_table, default_mode
 
@@ -68,10 +68,13 @@ def edited(
 def file_table(
     limits: Limits, change: Put, blobs: dict[str, bytes], now: float
 ) -> dict[str, FileEntry]:
-    """A Put's checked file table; its new bytes are added to `blobs`."""
+    """A Put's checked file table; its new bytes are added to `blobs`. A stored file kept by
+    reference keeps its path; new bytes need a path `check_new_path` allows."""
     entries: dict[str, FileEntry] = {}
     for raw_path, value in change.files.items():
-        path = normalize_path(raw_path)
+        path = (
+            normalize_path(raw_path) if isinstance(value, FileEntry) else check_new_path(raw_path)
+        )
         if path in entries:
             raise InvalidPath(f"{change.skill}: {raw_path!r} names the same file as another path")
         entries[path] = _entry(limits, change.skill, path, value, blobs, now)

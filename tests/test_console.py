@@ -671,6 +671,34 @@ def test_a_name_that_reads_otherwise_is_refused(
     assert store.skills(SHARED) == ["code-reviewer", "release-notes"]
 
 
+def test_a_file_path_that_reads_otherwise_is_refused(client: Client, store: skillfs.Store) -> None:
+    """Outside testing: the editor saved `notes\nmore.md`, then its page and download were
+    a bare 404 (no route matches a line break). A new file's path follows the name rule;
+    a file stored before it is still carried by edits of its skill."""
+    version = store.manifest(SHARED, "code-reviewer").version
+    r = client.post(
+        skill_url("code-reviewer", "save"),
+        {"path": "notes\nmore.md", "content": "x", "base": str(version), "expected": str(version)},
+    )
+    assert r.status == 400 and "holds U+000A" in unescape(r.text)
+    r = client.upload(
+        skill_url("code-reviewer", "upload"),
+        {"expected": str(version), "dir": ""},
+        {"file": ("a\x1b[31mred.txt", b"x")},
+    )
+    assert r.status == 400 and "holds U+001B" in unescape(r.text)
+    assert store.manifest(SHARED, "code-reviewer").version == version
+    legacy = store.manifest(SHARED, "code-reviewer").files["SKILL.md"]
+    store.publish(SHARED, "old", {"SKILL.md": GOOD_MD})  # as if stored before the rule:
+    old = store.manifest(SHARED, "old")
+    carried = {"SKILL.md": old.files["SKILL.md"], "tab\there.md": legacy}
+    store.publish(SHARED, "old", carried, expected_version=old.version)
+    store.publish(SHARED, "old", {**carried, "new.md": b"y"})  # an edit carries it
+    assert store.read(SHARED, "old", "tab\there.md") == store.read(
+        SHARED, "code-reviewer", "SKILL.md"
+    )
+
+
 def test_zip_download_round_trips(client: Client, store: skillfs.Store) -> None:
     r = client.get(skill_url("code-reviewer", "zip"))
     skills = read_zip(r.body, ZipLimits())
