@@ -272,6 +272,20 @@ def test_live_updates_end_when_the_token_is_revoked(
         store.close()
 
 
+def test_head_of_the_live_updates_leaves_the_connection_free(
+    store_base: str, on_store: ServerProcess
+) -> None:
+    """Outside testing: `HEAD /events` answered its headers and kept the event stream going
+    on the connection, so the next request on it was never answered."""
+    alice = signed_in(store_base, ALICE)
+    try:
+        r = alice.head(f"/events?domain=agents/{AGENT}")
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        assert alice.get("/healthz", timeout=5).status_code == 200  # the same connection
+    finally:
+        alice.close()
+
+
 # ---------------------------------------------------------------------- connections
 
 

@@ -112,8 +112,7 @@ def events(call: Call) -> Response:
                     },
                 )
 
-    return StreamingResponse(
-        stream(),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    if call.request.method == "HEAD":  # headers only: a stream would hold the connection
+        return Response(media_type="text/event-stream", headers=headers)
+    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
