@@ -296,6 +296,23 @@ def test_a_change_after_a_listen_is_told_however_late_the_watch_starts(
     anyio.run(main)
 
 
+def test_an_error_repeats_at_most_200_characters_of_what_was_sent() -> None:
+    """Outside testing: a 2 MB URI came back as a 2 MB error message."""
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    store.publish(ALICE, "first", {"SKILL.md": md("first")})
+
+    async def main() -> None:
+        async with in_process(store) as c:
+            for sent in ("skill://first/" + "x" * 2_000_000, "skill://" + "y" * 100_000):
+                with pytest.raises(MCPError) as info:
+                    await c.read_resource(sent)
+                said = info.value.error.message
+                assert len(said) < 1000 and f"({len(sent)} characters)" in said, said[:300]
+                assert "first" in said  # still names what exists
+
+    anyio.run(main)
+
+
 def test_empty_view_has_no_tools() -> None:
     async def main() -> None:
         async with in_process(skillfs.open_store(f"memory://{uuid.uuid4().hex}")) as c:

@@ -130,17 +130,17 @@ def parse(snap: Snapshot, text: str) -> tuple[SkillInfo, str]:
     """The skill and the path (`""` for its root) a `skill://` URI names; BadUri otherwise,
     naming the skills or files that exist."""
     if not text.startswith(SCHEME):
-        raise BadUri(f"{text!r} is not a skill:// URI; skills: {_ids(snap)}")
+        raise BadUri(f"{_echo(text)} is not a skill:// URI; skills: {_ids(snap)}")
     authority, _, rest = text[len(SCHEME) :].partition("/")
     skill_id = unquote(authority)
     s = next((x for x in snap.skills if x.id == skill_id), None)
     if s is None:
-        raise BadUri(f"no skill {skill_id!r} is served at {text}; skills: {_ids(snap)}")
+        raise BadUri(f"no skill {_echo(skill_id)} is served at {_echo(text)}; skills: {_ids(snap)}")
     path = unquote(rest).removesuffix("/")  # a directory may end with '/'; '//' is refused
     segments = path.split("/") if path else []
     if any(seg in ("", ".", "..") or "\\" in seg or "\0" in seg for seg in segments):
         raise BadUri(
-            f"{text!r} is not a path inside skill {s.id!r} ('.', '..', empty segments and "
+            f"{_echo(text)} is not a path inside skill {s.id!r} ('.', '..', empty segments and "
             f"backslashes are refused); its files: {_files(s)}"
         )
     return s, path
@@ -151,7 +151,7 @@ def file_of(snap: Snapshot, text: str) -> tuple[SkillInfo, str]:
     s, path = parse(snap, text)
     if path not in s.files:
         what = "a directory" if path == "" or _is_dir(s, path) else "no file"
-        raise BadUri(f"{text} is {what} of skill {s.id!r}; its files: {_files(s)}")
+        raise BadUri(f"{_echo(text)} is {what} of skill {s.id!r}; its files: {_files(s)}")
     return s, path
 
 
@@ -161,7 +161,7 @@ def directory(snap: Snapshot, text: str) -> list[dict[str, Any]]:
     s, path = parse(snap, text)
     if path and not _is_dir(s, path):
         raise BadUri(
-            f"{text} is not a directory of skill {s.id!r}; its directories: "
+            f"{_echo(text)} is not a directory of skill {s.id!r}; its directories: "
             + (", ".join(uri(s.id, d) for d in sorted(_dirs(s))) or uri(s.id))
         )
     prefix = f"{path}/" if path else ""
@@ -185,6 +185,17 @@ def directory(snap: Snapshot, text: str) -> list[dict[str, Any]]:
     return [children[k] for k in sorted(children)]
 
 
+#: How much of what a client sent an error message repeats.
+ECHO_CHARS = 200
+
+
+def _echo(text: str) -> str:
+    """What the client sent, quoted, and cut where long: a 2 MB URI made a 2 MB error."""
+    if len(text) <= ECHO_CHARS:
+        return repr(text)
+    return f"{text[:ECHO_CHARS]!r}… ({len(text)} characters)"
+
+
 def page(items: Sequence[Any], cursor: str | None, size: int) -> tuple[list[Any], str | None]:
     """One page of `items` and the cursor of the next (opaque: an offset)."""
     start = 0
@@ -194,7 +205,9 @@ def page(items: Sequence[Any], cursor: str | None, size: int) -> tuple[list[Any]
             if start < 0:
                 raise ValueError(start)
         except ValueError as exc:
-            raise BadUri(f"invalid cursor {cursor!r}: pass the nextCursor of a result") from exc
+            raise BadUri(
+                f"invalid cursor {_echo(cursor)}: pass the nextCursor of a result"
+            ) from exc
     end = start + size
     more = base64.urlsafe_b64encode(str(end).encode()).decode() if end < len(items) else None
     return list(items[start:end]), more
