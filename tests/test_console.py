@@ -495,6 +495,16 @@ def test_validate_api_finds_errors_with_lines(client: Client, store: skillfs.Sto
     r = raw(json.dumps({**body, "skill": "nope", "content": valid}).encode())
     assert r.status == 404 and "nope" in r.json()["error"]
     assert raw(b"[]").status == 400 and "JSON object" in raw(b"[]").json()["error"]
+    r = raw(b"{not json")  # outside testing: this one was an HTML page
+    assert r.status == 400 and "does not parse" in r.json()["error"]
+
+
+def test_a_wrong_method_is_told_the_methods_the_page_takes(client: Client) -> None:
+    """Outside testing: a 405 carried no `Allow` header (RFC 9110 §15.5.6)."""
+    r = client.request("GET", "/logout", follow=False)
+    assert r.status == 405 and r.header("allow") == "POST"
+    r = client.request("DELETE", skill_url("code-reviewer"), follow=False)
+    assert r.status == 405 and "GET" in (r.header("allow") or "")
 
 
 def test_conflict_shows_what_changed_and_overwrite_is_explicit(

@@ -209,8 +209,8 @@ class Console:
                         return self._csrf_failed()
                 call = self._call(request, session, cookie, form, body)
                 return await self.pool.run(self._dispatch, call, page, make)
-            except HTTPError as exc:
-                return self.error_page(exc.status, exc.title, exc.message, exc.hint)
+            except HTTPError as exc:  # a body over its limit or that does not parse
+                return await self._http_error(request, exc)
             finally:
                 await form.close()
 
@@ -320,13 +320,15 @@ class Console:
     async def _http_error(self, request: Request, exc: Exception) -> Response:
         """An error page raised outside a page (a body over its limit at sign-in, say)."""
         assert isinstance(exc, HTTPError)
+        if _path(request).startswith("/api/"):  # a script reads it (a body that does not parse)
+            return JSONResponse({"error": exc.message, "hint": exc.hint}, exc.status)
         return self.error_page(exc.status, exc.title, exc.message, exc.hint)
 
     async def _http_exception(self, request: Request, exc: Exception) -> Response:
         """Starlette's own refusals (no such page, wrong method, body over its limit, a form
         that does not parse) as the console's error pages."""
         assert isinstance(exc, HTTPException)
-        status, path = exc.status_code, str(request.scope.get("skillfs.path", request.url.path))
+        status, path = exc.status_code, _path(request)
         title, message, hint = HTTPStatus(status).phrase, str(exc.detail), ""
         cookie = request.cookies.get(COOKIE)
         session = self.sessions.check(cookie)
@@ -342,9 +344,13 @@ class Console:
                 "this page is only read" if only_read else "this action needs a form submission"
             )
         if session is None:
-            return self.error_page(status, title, message, hint)
-        call = self._call(request, session, cookie)
-        return await self.pool.run(self.error_page, status, title, message, hint, call)
+            page = self.error_page(status, title, message, hint)
+        else:
+            call = self._call(request, session, cookie)
+            page = await self.pool.run(self.error_page, status, title, message, hint, call)
+        if exc.headers and "Allow" in exc.headers:  # a 405 says which methods the page takes
+            page.headers["Allow"] = exc.headers["Allow"]
+        return page
 
     # ------------------------------------------------------------------ static files
 
@@ -453,3 +459,8 @@ def make_app(
             text=tokens_document([("admin", admin_token, ["*:admin"])], secrets.token_hex(16))
         )
     return Console(store, tokens, max_upload=max_upload, threads=threads, max_streams=max_streams)
+
+
+def _path(request: Request) -> str:
+    """The console path of a request (without the prefix it is mounted at)."""
+    return str(request.scope.get("skillfs.path", request.url.path))
