@@ -168,6 +168,22 @@ def test_import_in_batches(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyP
         assert store.skills(skillfs.Scope.shared("bot")) == [f"s{i}" for i in range(5)]
 
 
+def test_import_through_a_server_splits_by_its_stores_limit(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside (differential) testing: a grpc:// client did not know the limit of the store
+    behind the server, so an import of 64 skills to an etcd-backed server (63 per commit)
+    failed where a direct client split it. The server's Ping tells it."""
+    for i in range(5):
+        _skill(tmp_path / "src", f"s{i}")
+    monkeypatch.setattr(MemoryEngine, "max_ops", 3)  # the server's store (in this process)
+    url = url_for(request, "grpc", tmp_path)
+    with skillfs.open_store(url) as store:
+        assert store.max_ops == 3
+    report = as_json(url, "import", str(tmp_path / "src"), "-s", "shared:bot", "--batch", "50")
+    assert [len(c["skills"]) for c in report["commits"]] == [3, 2]
+
+
 def test_import_bad_input_writes_nothing(url: str, tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     assert "no skill in" in error_line(

@@ -120,6 +120,8 @@ class GrpcEngine(GrpcWatching, Engine):
         self._seen: Lru[str, tuple[Scope, str, int]] = Lru(200_000)
         #: sha256 -> (size, receipt) from the server's answers to uploads and touches.
         self._receipts: Lru[str, tuple[int, bytes]] = Lru(200_000)
+        #: The server's store's `max_ops` (0: none), once a Ping told it.
+        self._limit: int | None = None
         self._init_watching()
 
     # ------------------------------------------------------------------ calls
@@ -432,7 +434,15 @@ class GrpcEngine(GrpcWatching, Engine):
         )
 
     def ping(self) -> None:
-        self._read("Ping", pb.PingRequest(), timeout=5.0)
+        self._limit = self._read("Ping", pb.PingRequest(), timeout=5.0).max_ops
+
+    @property
+    def max_ops(self) -> int | None:  # type: ignore[override]  # (an attribute elsewhere)
+        """The limit of the server's store (asked once): a commit over it is refused before
+        any upload, and `skillfs import` splits by it, as a direct client of that store."""
+        if self._limit is None:
+            self.ping()
+        return self._limit or None
 
     def close(self) -> None:
         self._close_watches()

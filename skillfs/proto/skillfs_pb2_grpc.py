@@ -104,7 +104,7 @@ class SkillReaderStub:
         self.Ping = channel.unary_unary(
                 '/skillfs.v1.SkillReader/Ping',
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.PingRequest.SerializeToString,
-                response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.Empty.FromString,
+                response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.PingResponse.FromString,
                 _registered_method=True)
 
 
@@ -270,7 +270,7 @@ def add_SkillReaderServicer_to_server(servicer, server):
             'Ping': grpc.unary_unary_rpc_method_handler(
                     servicer.Ping,
                     request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.PingRequest.FromString,
-                    response_serializer=skillfs_dot_v1_dot_skillfs__pb2.Empty.SerializeToString,
+                    response_serializer=skillfs_dot_v1_dot_skillfs__pb2.PingResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -651,7 +651,7 @@ class SkillReader:
             target,
             '/skillfs.v1.SkillReader/Ping',
             skillfs_dot_v1_dot_skillfs__pb2.PingRequest.SerializeToString,
-            skillfs_dot_v1_dot_skillfs__pb2.Empty.FromString,
+            skillfs_dot_v1_dot_skillfs__pb2.PingResponse.FromString,
             options,
             channel_credentials,
             insecure,

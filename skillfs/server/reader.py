@@ -261,6 +261,6 @@ class Reader(Watching, pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # ge
     @unary
     def Ping(
         self, request: pb.PingRequest, context: grpc.ServicerContext, principal: Principal
-    ) -> pb.Empty:
+    ) -> pb.PingResponse:
         self.engine.ping()
-        return pb.Empty()
+        return pb.PingResponse(max_ops=self.engine.max_ops or 0)
