@@ -34,8 +34,10 @@ class Usage:
     ) -> None:
         """Add load counts keyed by (user, skill id), each checked by `check_usage`, and the
         time of each key's latest load (seconds since the epoch; now where not given). A
-        stored last-used time only moves forward."""
+        stored last-used time only moves forward. A count of 0 records nothing (no load: no
+        last use either), on every engine."""
         check_usage(counts, last_used)
+        counts = {key: n for key, n in counts.items() if n}
         if counts:
             now, times = self.clock(), last_used or {}
             stamped = {key: times.get(key) or now for key in counts}

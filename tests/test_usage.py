@@ -41,6 +41,17 @@ def test_last_used_moves_forward_only(store: skillfs.Store) -> None:
     assert store.usage_detail("nobody") == {}
 
 
+def test_a_count_of_zero_records_nothing(store: skillfs.Store) -> None:
+    """Outside (differential) testing: a 0 count stored a last use without a load on most
+    engines, was dropped on etcd, and made a server refuse the whole batch. It records
+    nothing everywhere; a negative count still refuses the batch."""
+    store.record_usage(BOT, {("u1", "alpha"): 0, ("u1", "beta"): 1})
+    assert store.usage_detail(BOT).keys() == {("u1", "beta")}
+    with pytest.raises(InvalidPath, match="usage count -1"):
+        store.record_usage(BOT, {("u1", "alpha"): -1, ("u1", "beta"): 1})
+    assert store.usage(BOT) == {("u1", "beta"): 1}
+
+
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -1.0, "soon", True])
 def test_bad_last_used_records_nothing(store: skillfs.Store, bad: object) -> None:
     with pytest.raises(InvalidPath, match="last-used time"):

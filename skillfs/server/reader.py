@@ -30,6 +30,7 @@ from skillfs.server.rpc import (
 from skillfs.server.views import view_key, view_scopes
 from skillfs.server.watching import Watching
 from skillfs.skill_md import SKILL_MD
+from skillfs.store_limits import check_usage
 
 #: The most entries one Audit call returns.
 AUDIT_MAX = 10_000
@@ -215,9 +216,10 @@ class Reader(Watching, pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # ge
         for c in request.counts:
             scope = Scope.user(agent, c.user_id) if c.user_id else Scope.shared(agent)
             principal.require(Level.read, scope)
-            if c.count <= 0:
-                raise InvalidPath(f"usage count {c.count} of {c.skill!r} must be positive")
             key = (c.user_id, check_skill_name(c.skill))
+            check_usage({key: c.count})  # each as sent, before a key's counts are summed
+            if c.count == 0:  # as `Store.record_usage`: no load, nothing to record
+                continue
             counts[key] = counts.get(key, 0) + c.count
             # a client's clock may be ahead: a time never passes the server's (kept forward)
             times[key] = max(times.get(key, 0.0), min(c.last_used, now) if c.last_used > 0 else now)

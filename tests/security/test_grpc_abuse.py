@@ -296,11 +296,13 @@ def test_a_user_token_cannot_break_its_scope_or_the_counters(server: ServerProce
         ghost = CommitOp(scope=A, manifest=manifest("ghost", 1, deleted=True), expect=0)
         with pytest.raises(NotFound):  # no tombstone of what never existed
             alice.engine.commit(A.domain, [ghost])
-        many = [skillfs.Put(A, f"s{i}", {"SKILL.md": md(f"s{i}")}) for i in range(65)]
+        many = [CommitOp(scope=A, manifest=manifest(f"s{i}", 1), expect=0) for i in range(65)]
         with pytest.raises(TooLarge):  # over max_ops (64 on Redis, 63 on etcd): bounded work
-            alice.commit(many)
+            alice.engine.commit(A.domain, many)  # (a Store refuses it before sending)
         with pytest.raises(TooLarge, match="nothing was recorded"):
             alice.engine.add_usage(AGENT, {("alice", "good"): 2**62})
+        with pytest.raises(InvalidPath, match="usage count -1"):
+            alice.engine.add_usage(AGENT, {("alice", "good"): 1, ("alice", "x"): -1})
         assert admin.revision(AGENT) == before
         assert sorted(admin.manifests(A)) == ["good"] and admin.manifests(A)["good"].usable
         assert admin.usage(AGENT) == {}
