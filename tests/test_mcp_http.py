@@ -181,6 +181,7 @@ def test_a_revoked_tokens_listen_stream_ends_and_hears_nothing(
     changes after its token was revoked. It now ends, with an error saying why, at the
     first change after the revocation, and hears nothing of it."""
     from mcp.client.subscriptions import SubscriptionLost
+
     from skillfs.auth import tokens_document
     from support.grpc_servers import TOKENS
 
