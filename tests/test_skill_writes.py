@@ -260,6 +260,24 @@ def test_bad_json_and_a_disabled_skill(tmp_path: Path) -> None:
     assert not proposed.startswith("Error"), proposed  # a draft: an operator reviews it
 
 
+def test_a_step_that_began_before_a_disable_cannot_copy_the_skill_back(store: Store) -> None:
+    """Outside (governance) testing: a step's view still held the shared skill when an
+    operator disabled it; the agent's write_file in that step made the user's copy of it,
+    and the killed skill's files were served to the user again. The layer is read again."""
+    store.publish(SHARED, "leaky", {"SKILL.md": md("leaky"), "run.sh": b"print key"})
+    store.publish(SHARED, "gone", {"SKILL.md": md("gone")})
+    skills = Skills(store, "bot", "alice", skill_writes="live")
+    step = skills.snapshot()
+    store.disable(SHARED, "leaky", reason="leaks the API key")
+    store.delete(SHARED, "gone")
+    write = {"action": "write_file", "path": "notes.md", "content": "n"}
+    refused = step.call_tool("skill_manage", {**write, "name": "leaky"})
+    assert "'leaky' was disabled by an operator (leaks the API key) since this step" in refused
+    refused = step.call_tool("skill_manage", {**write, "name": "gone"})
+    assert "'gone' was deleted from shared:bot since this step began" in refused
+    assert store.skills(ALICE) == [] and skills.snapshot().skills == ()
+
+
 def test_a_concurrent_writer_is_a_conflict_not_an_overwrite(tmp_path: Path) -> None:
     """The edit is based on the version it read: a write landing between that read and the
     commit makes the tool answer with a conflict, and the other writer's version stays."""

@@ -276,8 +276,28 @@ class SkillWriter:
                 "write a new one"
             )
         if at.seen.scope is not None:  # a store layer: its files by reference
+            if self.mode == "live":
+                self._still_served(at.name, at.seen.scope)
             return dict(at.seen.files)
         return {p: File(read(at.name, p), mode=e.mode) for p, e in at.seen.files.items()}
+
+    def _still_served(self, name: str, layer: Scope) -> None:
+        """A live copy of a lower layer's skill starts from the step's view, which an
+        operator's disable or delete acknowledged since does not reach: read the layer now,
+        or the copy would bring the killed skill back for this user."""
+        cur = self.store.manifests(layer, [name]).get(name)
+        if cur is None or cur.deleted:
+            raise NotFound(
+                f"skill {name!r} was deleted from {layer} since this step began: it can no "
+                "longer be edited; the next step shows what exists"
+            )
+        if cur.disabled:
+            why = f" ({cur.disabled_reason})" if cur.disabled_reason else ""
+            raise InvalidPath(
+                f"skill {name!r} was disabled by an operator{why} since this step began: the "
+                "agent cannot write it again under that name; propose it for review, or pick "
+                "another name"
+            )
 
     def _write(self, action: str, at: _State, files: Files, message: str) -> str:
         """One commit: the draft's next version, or the user's skill's."""
