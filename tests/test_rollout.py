@@ -164,6 +164,30 @@ def test_candidates_in_markets_user_scopes_and_under_the_kill_switch(
     assert seen(store, "alice")["a"] == "canary"
 
 
+def test_an_archive_that_loses_a_race_to_a_promote_is_retried(
+    store: skillfs.Store, other: skillfs.Store
+) -> None:
+    """Outside (governance) testing: over grpc:// an archive of a staged skill that raced a
+    promote was refused ("a new candidate is staged by the commit that writes it") where a
+    direct store retried it. The server now answers the lost race as one."""
+    store.publish(SHARED, "s0", {"SKILL.md": skill_md("s0", "live")})
+    store.stage(SHARED, "s0", {"SKILL.md": skill_md("s0", "cand")}, Rollout(users=("u1",)))
+    real, raced = store.engine.commit, []
+
+    def commit(domain: str, ops: list) -> skillfs.Revision:  # type: ignore[type-arg]
+        if not raced:  # the promote lands between the archive's read and its commit
+            raced.append(True)  # (memory: `other` shares this engine, and its commit)
+            other.promote(SHARED, "s0")
+        return real(domain, ops)
+
+    store.engine.commit = commit  # type: ignore[method-assign]
+    result = store.archive(SHARED, "s0", reason="old")
+    assert raced and result.versions == {"s0": 4, ".archive/s0": 1}
+    archived = store.manifest(SHARED, ".archive/s0")
+    assert b"cand" in store.read(SHARED, ".archive/s0", "SKILL.md")  # the promoted version
+    assert archived.candidate is None
+
+
 def test_candidate_blobs_survive_gc(store: skillfs.Store) -> None:
     store.publish(SHARED, "s", files("s", "live"))
     store.stage(SHARED, "s", files("s", "only-in-the-candidate"), Rollout(users=["bob"]))

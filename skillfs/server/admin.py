@@ -124,7 +124,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         for _, m, _ in checked:
             self.backend.proofs.require_proven(principal, m, proofs)
         self._touch(checked, principal)
-        moved = [(scope, m.skill) for scope, m, _ in checked if m.deleted]  # a move's sources
+        moved = [(scope, m.skill, expect) for scope, m, expect in checked if m.deleted]  # sources
         ops = [
             CommitOp(
                 scope=scope,
@@ -186,7 +186,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         principal: Principal,
         scope: Scope,
         expect: int,
-        moved: Sequence[tuple[Scope, str]],
+        moved: Sequence[tuple[Scope, str, int]],
     ) -> Manifest:
         """Frontmatter and findings as the server reads them from SKILL.md (a client cannot
         make a skill look valid; an entry without files has none, as `Store` records it),
@@ -210,7 +210,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         scope: Scope,
         expect: int,
         update: dict[str, Any],
-        moved: Sequence[tuple[Scope, str]],
+        moved: Sequence[tuple[Scope, str, int]],
     ) -> Candidate:
         """The candidate as the server vouches for it (docs/governance.md, "Staged rollout"):
         one the store holds (same commit id) — on this entry, or on an entry this commit
@@ -244,12 +244,16 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         )
 
     def _moved_candidate(
-        self, c: Candidate, moved: Sequence[tuple[Scope, str]]
+        self, c: Candidate, moved: Sequence[tuple[Scope, str, int]]
     ) -> Candidate | None:
         """The candidate `c` names, held by an entry the same commit deletes (the source of
-        an archive or a restore); the commit's expected versions guard it as it is read."""
-        for scope, skill in moved:
+        an archive or a restore). A source no longer at the version the commit expects lost
+        a race (a promote landed first): VersionMismatch, as the commit itself would answer,
+        so the client reads again and retries, not a refusal of a candidate it never made."""
+        for scope, skill, expect in moved:
             source = self.engine.load_skills(scope, [skill]).get(skill)
+            if (source.version if source is not None else 0) != expect:
+                raise VersionMismatch(scope, skill, source.version if source is not None else 0)
             held = source.candidate if source is not None and not source.deleted else None
             if held is not None and held.commit_id == c.commit_id:
                 return held
