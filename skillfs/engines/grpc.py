@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -51,10 +50,12 @@ R = TypeVar("R")
 
 #: A server that failed to answer is tried last for this long (seconds).
 DOWN_FOR = 1.0
-#: When no server answered, how long to wait for one to be connected before giving up: the
-#: longest reconnect backoff below, and a connect. A channel backing off after a restart
-#: (or sharing a connection, process-wide, that is) fails calls at once until it retries.
+#: While no server can be connected to, how long calls are tried again (every
+#: RECONNECT_POLL s) before giving up: the longest reconnect backoff below, and a connect. A
+#: channel backing off after a restart (or sharing a connection, process-wide, that is)
+#: fails calls at once until it connects again.
 RECONNECT_WAIT = 1.5
+RECONNECT_POLL = 0.05
 
 _CHANNEL_OPTIONS = [
     # A name that resolves to several servers (a headless Kubernetes Service) is balanced too.
@@ -135,39 +136,28 @@ class GrpcEngine(GrpcWatching, Engine):
         return sorted(ring, key=lambda s: s.down_until > now)
 
     def _run(self, attempt: Callable[[_Server], R]) -> R:
-        """Run `attempt` on one server after another until one answers; when none did, once
-        more on the first to reconnect within `RECONNECT_WAIT` (a restarted server)."""
-        failures = []
-        servers = self._order()
-        while servers:
-            server = servers.pop(0)
-            try:
-                return attempt(server)
-            except grpc.RpcError as exc:
-                if not wire.is_transport_failure(exc):
-                    raise wire.error_from(exc, server.target) from None
-                server.down_until = time.monotonic() + DOWN_FOR
-                failures.append(f"{server.target}: {exc.details()}")
-            if not servers and len(failures) == len(self._servers):
-                back = self._reconnected(RECONNECT_WAIT)
-                servers += [back] if back is not None else []
-        raise StoreUnavailable(
-            f"no skillfs server answered ({'; '.join(failures)}); "
-            "check that the servers are running and reachable, then retry"
-        )
-
-    def _reconnected(self, wait: float) -> _Server | None:
-        """The first server whose channel connects within `wait` seconds, if any."""
-        ready = threading.Event()
-        futures = [(s, grpc.channel_ready_future(s.channel)) for s in self._servers]
-        try:
-            for _, future in futures:
-                future.add_done_callback(lambda _: ready.set())
-            ready.wait(wait)
-            return next((s for s, f in futures if f.done() and not f.cancelled()), None)
-        finally:
-            for _, future in futures:
-                future.cancel()
+        """Run `attempt` on one server after another until one answers. While no server
+        could even be connected to (nothing was sent, so a write is safe to send again),
+        the servers are tried again for up to `RECONNECT_WAIT`: a restarted server is back
+        before its channel's reconnect backoff ends."""
+        deadline = time.monotonic() + RECONNECT_WAIT
+        while True:
+            failures, unsent = [], True
+            for server in self._order():
+                try:
+                    return attempt(server)
+                except grpc.RpcError as exc:
+                    if not wire.is_transport_failure(exc):
+                        raise wire.error_from(exc, server.target) from None
+                    server.down_until = time.monotonic() + DOWN_FOR
+                    failures.append(f"{server.target}: {exc.details()}")
+                    unsent = unsent and wire.never_sent(exc)
+            if not unsent or time.monotonic() >= deadline:
+                raise StoreUnavailable(
+                    f"no skillfs server answered ({'; '.join(failures)}); "
+                    "check that the servers are running and reachable, then retry"
+                )
+            time.sleep(RECONNECT_POLL)
 
     def _read(self, method: str, request: Any, timeout: float | None = None) -> Any:
         return self._run(

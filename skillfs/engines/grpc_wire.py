@@ -120,6 +120,15 @@ def is_transport_failure(exc: grpc.RpcError) -> bool:
     return code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
 
 
+def never_sent(exc: grpc.RpcError) -> bool:
+    """True when the call failed because no connection to the server could be made (gRPC's
+    pick failing fast, as round_robin and pick_first word it): the request never left, so
+    sending it again cannot repeat it."""
+    return (exc.details() or "").startswith(
+        ("connections to all backends failing", "failed to connect to all addresses")
+    )
+
+
 # ------------------------------------------------------------------ models <-> messages
 
 
