@@ -85,7 +85,9 @@ def test_backend_operations_and_writes_as_commits() -> None:
     store.publish(
         SHARED, "guide", {"SKILL.md": md("guide", body=body), "references/style.md": b"be kind\n"}
     )
-    backend = SkillfsBackend(skillfs.Skills(store, "bot", "alice"))
+    read_only = SkillfsBackend(skillfs.Skills(store, "bot", "alice"))
+    assert "skill writes are off for this worker" in (read_only.write("/guide/x", "x").error or "")
+    backend = SkillfsBackend(skillfs.Skills(store, "bot", "alice", skill_writes="live"))
     assert [e["path"] for e in backend.ls("/").entries or []] == ["/guide/"]
     listed = backend.ls("/guide").entries or []
     assert [(e["path"], e["is_dir"]) for e in listed] == [
@@ -109,9 +111,46 @@ def test_backend_operations_and_writes_as_commits() -> None:
     assert store.read(SHARED, "guide", "references/style.md") == b"be kind\n"
     assert backend.write("/guide/notes.md", "mine").error is None
     assert store.manifest(ALICE, "guide").version == 2
-    assert "read-only" in (
-        SkillfsBackend(backend.skills, writable=False).write("/guide/x.md", "x").error or ""
-    )
+
+
+def test_backend_writes_follow_every_rule_of_the_write_tools() -> None:
+    """Outside testing: the backend's writes were plain publishes, on by default; they
+    stored a SKILL.md without frontmatter (the skill left the user's view), a name with a
+    space, and brought back a skill an operator disabled. They are the write tools' now."""
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    store.publish(ALICE, "notes", {"SKILL.md": md("notes")})
+    store.publish(SHARED, "guide", {"SKILL.md": md("guide"), "run.sh": b"print key"})
+    store.disable(SHARED, "guide", reason="leaks the API key")
+    backend = SkillfsBackend(skillfs.Skills(store, "bot", "alice", skill_writes="live"))
+    refused = {
+        "/notes/SKILL.md": "breaks the Agent Skills spec",
+        "/Bad Name/SKILL.md": "breaks the Agent Skills spec",
+        "/guide/SKILL.md": "'guide' was disabled by an operator (leaks the API key)",
+        "/new/notes.md": "write its SKILL.md first",
+    }
+    for path, why in refused.items():
+        assert why in (backend.write(path, "garbage, no frontmatter").error or ""), path
+    assert store.manifest(ALICE, "notes").version == 1 and store.skills(ALICE) == ["notes"]
+    assert backend.write("/fresh/SKILL.md", md("fresh").decode()).error is None
+    assert store.manifest(ALICE, "fresh").actor == "agent:bot/alice"
+    up = backend.upload_files([("/fresh/logo.png", bytes(range(256)))])
+    assert up[0].error is None and store.read(ALICE, "fresh", "logo.png") == bytes(range(256))
+
+
+def test_backend_reports_a_store_that_is_down_as_each_calls_error() -> None:
+    """Outside testing: with the store down, read, ls and downloads raised StoreUnavailable,
+    which ended the agent's whole run; writes already answered an error."""
+    store = skillfs.open_store("redis://127.0.0.1:1/0", retry_for=0)
+    backend = SkillfsBackend(skillfs.Skills(store, "bot", "alice", skill_writes="live"))
+    for result in (
+        backend.read("/guide/SKILL.md"),
+        backend.ls("/"),
+        backend.glob("**"),
+        backend.grep("x"),
+        backend.write("/guide/x.md", "x"),
+        backend.download_files(["/guide/SKILL.md"])[0],
+    ):
+        assert "is unavailable" in (result.error or ""), result
 
 
 def test_backend_writes_drafts_when_skills_write_drafts() -> None:

@@ -10,15 +10,17 @@ agent.invoke(fresh_skills({"messages": [...]}), config)
 Every call takes a fresh snapshot (one store round trip when nothing changed, docs/runtime.md),
 so a file the agent reads is the current one at every step. deepagents' `SkillsMiddleware`
 caches the skills list in the thread's state (langchain-ai/deepagents#5416); `fresh_skills`
-clears that cache so the list is read again at the next invoke. Writes are commits to the
-user's scope by `agent:<agentId>/<userId>` (docs/governance.md): a skill the user sees from a
-lower layer is copied there first (the per-user override of docs/design.md §5).
+clears that cache so the list is read again at the next invoke. Writes are the agent-written
+skills of docs/governance.md, under the same rules as the `skill_manage` tool: off unless
+`Skills(..., skill_writes="draft" | "live")`, each a commit to the user's scope (a draft, or
+live) by `agent:<agentId>/<userId>`; a skill the user sees from a lower layer is copied there
+first (the per-user override of docs/design.md §5).
 """
 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from deepagents.backends.protocol import (
@@ -44,10 +46,7 @@ from deepagents.backends.utils import (
 )
 
 from skillfs.errors import SkillfsError
-from skillfs.model import File, FileEntry, Scope
-from skillfs.names import draft_entry, normalize_path
 from skillfs.runtime import Skills, Snapshot
-from skillfs.store_governance import agent_actor
 
 
 def fresh_skills(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -59,10 +58,8 @@ def fresh_skills(state: Mapping[str, Any]) -> dict[str, Any]:
 class SkillfsBackend(BackendProtocol):
     """The skills of `skills` (one agent and user) as files: `/<skill-id>/<path>`."""
 
-    def __init__(self, skills: Skills, *, writable: bool = True) -> None:
+    def __init__(self, skills: Skills) -> None:
         self.skills = skills
-        self.writable = writable
-        self.scope = Scope.user(skills.agent_id, skills.user_id)
 
     # ------------------------------------------------------------------ reading
 
@@ -79,7 +76,10 @@ class SkillfsBackend(BackendProtocol):
         return {f"/{s.id}/{p}": e.size for s in snap.skills for p, e in s.files.items()}
 
     def ls(self, path: str) -> LsResult:
-        snap = self.skills.snapshot()
+        try:
+            snap = self.skills.snapshot()
+        except SkillfsError as exc:
+            return LsResult(error=str(exc))
         prefix = "/" + "/".join(x for x in self._split(path) if x)
         prefix = prefix.rstrip("/") + "/"
         entries: dict[str, FileInfo] = {}
@@ -95,10 +95,9 @@ class SkillfsBackend(BackendProtocol):
         return LsResult(entries=[entries[k] for k in sorted(entries)])
 
     def read(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
-        snap = self.skills.snapshot()
         skill, rel = self._split(file_path)
         try:
-            data = snap.read_bytes(skill, rel)
+            data = self.skills.snapshot().read_bytes(skill, rel)
         except SkillfsError as exc:
             return ReadResult(error=str(exc))
         try:
@@ -110,7 +109,10 @@ class SkillfsBackend(BackendProtocol):
     def glob(self, pattern: str, path: str | None = None) -> GlobResult:
         root = (path or "/").rstrip("/") + "/"
         match = compile_grep_include_glob(pattern)
-        files = self._files(self.skills.snapshot())
+        try:
+            files = self._files(self.skills.snapshot())
+        except SkillfsError as exc:
+            return GlobResult(error=str(exc))
         return GlobResult(
             matches=[
                 {"path": f, "is_dir": False, "size": size}
@@ -127,17 +129,23 @@ class SkillfsBackend(BackendProtocol):
         *,
         max_count: int | None = None,
     ) -> GrepResult:
-        snap = self.skills.snapshot()
         texts: dict[str, Any] = {}
-        for s in snap.skills:
-            for p in s.files:
-                data = snap.read_bytes(s.id, p)
-                if b"\0" not in data:
-                    texts[f"/{s.id}/{p}"] = create_file_data(data.decode("utf-8", "replace"))
+        try:
+            snap = self.skills.snapshot()
+            for s in snap.skills:
+                for p in s.files:
+                    data = snap.read_bytes(s.id, p)
+                    if b"\0" not in data:
+                        texts[f"/{s.id}/{p}"] = create_file_data(data.decode("utf-8", "replace"))
+        except SkillfsError as exc:
+            return GrepResult(error=str(exc))
         return grep_matches_from_files(texts, pattern, path, glob, max_count=max_count)
 
     def download_files(self, paths: list[str]) -> list[FileDownloadResponse]:
-        snap = self.skills.snapshot()
+        try:
+            snap = self.skills.snapshot()
+        except SkillfsError as exc:
+            return [FileDownloadResponse(path=p, error=str(exc)) for p in paths]
         out: list[FileDownloadResponse] = []
         for p in paths:
             skill, rel = self._split(p)
@@ -152,53 +160,19 @@ class SkillfsBackend(BackendProtocol):
 
     # ------------------------------------------------------------------ writing
 
-    def _commit(self, file_path: str, change: Any) -> str | None:
-        """Apply `change(old text or None) -> new text or bytes` to a file as one commit to
-        the user's scope (with `Skills(..., skill_writes="draft")`: to the skill's draft
-        there, docs/governance.md); the error text, or None."""
-        if not self.writable:
-            return f"{file_path}: the skills mount is read-only"
+    def _commit(self, file_path: str, change: Callable[[bytes | None], bytes]) -> str | None:
+        """Set a file to `change(its bytes or None)` as the write tools write it
+        (`Snapshot.change_file`: one commit by `agent:<agentId>/<userId>`, a draft or live as
+        `Skills(..., skill_writes=)` says, refused when off); the error, or None."""
         skill, rel = self._split(file_path)
-        store, actor = self.skills.store, agent_actor(self.skills.agent_id, self.skills.user_id)
         try:
-            rel = normalize_path(rel)
-            snap = self.skills.snapshot()
-            base = snap.skill(skill) if any(s.id == skill for s in snap.skills) else None
-            files: dict[str, File | bytes | FileEntry] = {}
-            if base is not None:
-                for p, e in base.files.items():  # by reference when the store holds the blob
-                    files[p] = (
-                        e
-                        if base.scope is not None
-                        else File(snap.read_bytes(skill, p), mode=e.mode)
-                    )
-            if self.skills.skill_writes == "draft":
-                pending = store.manifests(self.scope, [draft_entry(skill)]).get(draft_entry(skill))
-                if pending is not None:  # the next version of the agent's draft
-                    files = dict(pending.files)
-                held = files.get(rel)
-                old = store.read_entry(held) if isinstance(held, FileEntry) else None
-                if isinstance(held, File):  # a disk layer's file, read above
-                    old = held.data
-                files[rel] = _encoded(change(None if old is None else old.decode("utf-8")))
-                expected = pending.version if pending is not None else 0
-                based = pending.base_version if pending is not None else None  # as skill_writes
-                store.propose(
-                    self.scope, skill, files, expected_version=expected, actor=actor, based_on=based
-                )
-                return None
-            old = snap.read_bytes(skill, rel) if base and rel in base.files else None
-            files[rel] = _encoded(change(None if old is None else old.decode("utf-8")))
-            mine = base is not None and base.scope == self.scope
-            store.publish(
-                self.scope, skill, files, base.version if mine and base else None, actor=actor
-            )
-        except (SkillfsError, ValueError) as exc:
+            text = self.skills.snapshot().change_file(skill, rel, change)
+        except SkillfsError as exc:
             return str(exc)
-        return None
+        return text.removeprefix("Error: ") if text.startswith("Error:") else None
 
     def write(self, file_path: str, content: str) -> WriteResult:
-        error = self._commit(file_path, lambda old: content)
+        error = self._commit(file_path, lambda old: content.encode("utf-8"))
         return WriteResult(error=error) if error else WriteResult(path=file_path)
 
     def edit(
@@ -206,14 +180,15 @@ class SkillfsBackend(BackendProtocol):
     ) -> EditResult:
         counted: list[int] = []
 
-        def change(old: str | None) -> str:
-            if old is None:
+        def change(data: bytes | None) -> bytes:
+            if data is None:
                 raise ValueError(f"{file_path}: no such file")
+            old = data.decode("utf-8")
             n = old.count(old_string)
             if n == 0 or (n > 1 and not replace_all):
                 raise ValueError(f"{file_path}: the text to replace occurs {n} times")
             counted.append(n if replace_all else 1)
-            return old.replace(old_string, new_string, -1 if replace_all else 1)
+            return old.replace(old_string, new_string, -1 if replace_all else 1).encode("utf-8")
 
         error = self._commit(file_path, change)
         if error:
@@ -221,15 +196,17 @@ class SkillfsBackend(BackendProtocol):
         return EditResult(path=file_path, occurrences=counted[0])
 
     def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
-        out: list[FileUploadResponse] = []
-        for path, data in files:
-            error = self._commit(path, lambda old, d=data: d)
-            out.append(FileUploadResponse(path=path, error=INVALID_PATH if error else None))
-        return out
+        return [
+            FileUploadResponse(
+                path=path, error=INVALID_PATH if self._commit(path, _as(data)) else None
+            )
+            for path, data in files
+        ]
 
 
-def _encoded(new: str | bytes) -> bytes:
-    return new if isinstance(new, bytes) else new.encode("utf-8")
+def _as(data: bytes) -> Callable[[bytes | None], bytes]:
+    """A change that sets a file to `data`, whatever it held."""
+    return lambda old: data
 
 
 def _ids(snap: Snapshot) -> str:

@@ -149,11 +149,35 @@ class SkillWriter:
         id and `read(skill, path)` its files (a skill from a lower layer is the base of the
         user's copy); `off` the names an operator disabled in a layer of the step, with the
         reason."""
-        try:
+
+        def run() -> str:
             if name == "propose_skill":
                 return self._propose(args)
             action = _choice(args, "action", ACTIONS)
             return self._manage(action, args, view, read, off or {})
+
+        return self._guarded(name, run)
+
+    def change_file(
+        self,
+        skill: str,
+        path: str,
+        change: Callable[[bytes | None], bytes],
+        view: Mapping[str, SkillInfo],
+        read: Callable[[str, str], bytes],
+        off: Mapping[str, str] | None = None,
+    ) -> str:
+        """One file of `skill` set to `change(its bytes, or None)`, under every rule of the
+        tools (a skill that exists nowhere is created by writing its SKILL.md): the file
+        writes of an agent framework's backend (deepagents). Text as `call`'s."""
+        return self._guarded(
+            "write_file", lambda: self._change_file(skill, path, change, view, read, off or {})
+        )
+
+    def _guarded(self, name: str, run: Callable[[], str]) -> str:
+        """`run()`, or what was wrong with it as `Error: ...` text: nothing was written."""
+        try:
+            return run()
         except PermissionDenied as exc:
             return f"Error: {name}: {exc}; nothing was written{self._denied()}"
         except StoreUnavailable as exc:
@@ -208,21 +232,13 @@ class SkillWriter:
         at = self._state(_name(args), view)
         name = at.name
         if action == "create":
-            if self.mode == "live" and at.own is None and name in off:
-                why = f" ({off[name]})" if off[name] else ""
-                raise InvalidPath(
-                    f"skill {name!r} was disabled by an operator{why}: the agent cannot "
-                    "write it again under that name; propose it for review, or pick another "
-                    "name"
-                )
             if at.own is not None or at.seen is not None or at.draft is not None:
                 what = "a draft of it is pending review" if at.draft else "it exists"
                 raise InvalidPath(
                     f"skill {name!r} cannot be created: {what}; use action 'edit' or "
                     "'write_file' to change it, or pick another name"
                 )
-            files: Files = {SKILL_MD: _text(args, "content").encode()}
-            return self._write(action, at, files, _message(args))
+            return self._create(at, _text(args, "content").encode(), off, _message(args))
         if action == "delete":
             return self._delete(at, _message(args))
         base = self._base(at, read)
@@ -245,6 +261,39 @@ class SkillWriter:
                     f"skill {name!r} has no file {path!r} (files: {', '.join(sorted(base))})"
                 )
         return self._write(action, at, base, _message(args))
+
+    def _change_file(
+        self,
+        skill: str,
+        path: str,
+        change: Callable[[bytes | None], bytes],
+        view: Mapping[str, SkillInfo],
+        read: Callable[[str, str], bytes],
+        off: Mapping[str, str],
+    ) -> str:
+        at = self._state(check_live_name(skill), view)
+        path = _path(path)
+        if at.own is None and at.seen is None and at.draft is None:
+            if path != SKILL_MD:
+                raise NotFound(
+                    f"skill {skill!r} does not exist: write its {SKILL_MD} first to create it"
+                )
+            return self._create(at, change(None), off, "")
+        base = self._base(at, read)
+        held = base.get(path)
+        base[path] = change(None if held is None else self._data(held))
+        return self._write("write_file", at, base, "")
+
+    def _create(self, at: _State, skill_md: bytes, off: Mapping[str, str], message: str) -> str:
+        """A new skill of one SKILL.md. In live mode not under a name an operator disabled
+        in a lower layer: the user's own skill would bring the killed one back for them."""
+        if self.mode == "live" and at.own is None and at.name in off:
+            why = f" ({off[at.name]})" if off[at.name] else ""
+            raise InvalidPath(
+                f"skill {at.name!r} was disabled by an operator{why}: the agent cannot write "
+                "it again under that name; propose it for review, or pick another name"
+            )
+        return self._write("create", at, {SKILL_MD: skill_md}, message)
 
     # ------------------------------------------------------------------ reading and writing
 
@@ -350,11 +399,7 @@ class SkillWriter:
         skill_md = files.get(SKILL_MD)
         if skill_md is None:
             raise InvalidPath(f"nothing was written: {name} would have no SKILL.md")
-        if isinstance(skill_md, FileEntry):
-            data = self.store.read_entry(skill_md)
-        else:
-            data = skill_md.data if isinstance(skill_md, File) else skill_md
-        _, findings = inspect_skill(name, {SKILL_MD: data})
+        _, findings = inspect_skill(name, {SKILL_MD: self._data(skill_md)})
         errors = error_findings(findings)
         if errors:
             raise InvalidSkill(
@@ -363,6 +408,12 @@ class SkillWriter:
                 list(errors),
             )
         return findings
+
+    def _data(self, value: File | bytes | FileEntry) -> bytes:
+        """A file's bytes: new from the model, read from a disk layer, or stored."""
+        if isinstance(value, FileEntry):
+            return self.store.read_entry(value)
+        return value.data if isinstance(value, File) else value
 
     def _done(
         self, action: str, name: str, version: int | None, findings: list[Finding], status: str

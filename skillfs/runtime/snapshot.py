@@ -13,7 +13,7 @@ import copy
 import difflib
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -322,10 +322,27 @@ class Snapshot:
         except SkillfsError as exc:
             return f"Error: {exc}", True
         if name in WRITE_TOOL_NAMES and self._writer is not None:
-            off = {p.skill: p.disabled for p in self.problems if p.disabled is not None}
-            text = self._writer.call(name, args, self._merged.by_id, self.read_bytes, off)
+            text = self._writer.call(name, args, self._merged.by_id, self.read_bytes, self._off())
             return text, text.startswith("Error:")  # its results are JSON, never that
         return f"Error: unknown tool {name!r}; tools: {', '.join(self.tool_names)}", True
+
+    def change_file(self, skill: str, path: str, change: Callable[[bytes | None], bytes]) -> str:
+        """One file of `skill` set to `change(its bytes, or None)` as `skill_manage` writes
+        it (same rules, same JSON text or `Error: ...` text): an agent framework's file
+        writes (deepagents). Off unless `Skills(..., skill_writes=)` is on."""
+        if self._writer is None:
+            return (
+                "Error: write_file: skill writes are off for this worker; the skills are "
+                "read-only (a worker turns them on with Skills(..., skill_writes='draft' or "
+                "'live'))"
+            )
+        return self._writer.change_file(
+            skill, path, change, self._merged.by_id, self.read_bytes, self._off()
+        )
+
+    def _off(self) -> dict[str, str]:
+        """The names an operator disabled in a layer of this step, with the reason."""
+        return {p.skill: p.disabled for p in self.problems if p.disabled is not None}
 
     def _search_text(self, query: str) -> str:
         hits = self.search_skills(query)
