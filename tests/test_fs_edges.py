@@ -3,6 +3,7 @@ moving them, the `_`/`.` directories that are not skills, and a store that does 
 
 from __future__ import annotations
 
+import errno
 import re
 import uuid
 from pathlib import Path
@@ -200,3 +201,22 @@ def test_anonymous_memory_store_is_shared_by_every_instance(tmp_path: Path) -> N
     one.pipe("skills/x/SKILL.md", SKILL_MD)
     assert two.cat("skills/x/SKILL.md") == SKILL_MD
     assert one.store is two.store
+
+
+def test_a_directory_is_not_moved_into_itself(fs: SkillFileSystem) -> None:
+    """Outside (differential) testing: fsspec's mv copied a directory into its own
+    subdirectory, then removed the source, subdirectory included: the skill was gone. It is
+    refused, as a local disk refuses it (EINVAL), and nothing changes."""
+    fs.pipe({"skills/r/SKILL.md": b"---\nname: r\ndescription: d\n---\n", "skills/r/d/y.txt": b"y"})
+    before = fs.find("skills")
+    for src, dst in [
+        ("skills/r/d", "skills/r/d/sub"),
+        ("skills/r", "skills/r/sub"),
+        ("skills/r", "skills/r"),
+    ]:
+        with pytest.raises(OSError, match="into itself") as info:
+            fs.mv(src, dst)
+        assert info.value.errno == errno.EINVAL
+    assert fs.find("skills") == before
+    fs.mv("skills/r/d", "skills/r/e")  # a sibling is fine
+    assert fs.cat("skills/r/e/y.txt") == b"y"

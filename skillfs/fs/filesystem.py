@@ -15,6 +15,7 @@ User documentation: docs/fsspec.md.
 
 from __future__ import annotations
 
+import errno
 import os
 from datetime import UTC, datetime
 from glob import has_magic
@@ -430,6 +431,11 @@ class SkillFileSystem(Batches, AbstractFileSystem, metaclass=_WithDefaults):  # 
             return
         if isinstance(path1, str) and not has_magic(path1) and self.isdir(path1):
             recursive = True
+            src, dst = self._strip_protocol(path1).rstrip("/"), self._strip_protocol(path2)
+            if dst.rstrip("/") == src or dst.startswith(src + "/"):  # it would copy, then rm
+                raise OSError(  # the whole source, as local disks refuse (EINVAL)
+                    errno.EINVAL, f"cannot move directory {path1!r} into itself ({path2!r})"
+                )
         with self._skills.batching(together=True):
             super().mv(path1, path2, recursive=recursive, **kwargs)
 
