@@ -331,6 +331,20 @@ def test_export_some_skills(url: str, tmp_path: Path) -> None:
     assert as_json(url, "export", str(tmp_path / "o3"), "-s", "shared:none")["skills"] == []
 
 
+def test_export_leaves_out_drafts_and_archived_skills(url: str, tmp_path: Path) -> None:
+    """Outside testing: export of a scope holding a draft or an archived skill failed
+    ("No such file or directory: .../_drafts/new"): they are not the scope's skills."""
+    for name in ("a", "b"):
+        _skill(tmp_path / "src", name)
+    ok(url, "import", str(tmp_path / "src"), "-s", "shared:bot")
+    ok(url, "archive", "b", "-s", "shared:bot")
+    with skillfs.open_store(url) as store:
+        store.propose(skillfs.Scope.shared("bot"), "new", {"SKILL.md": skill_md("new")})
+    data = as_json(url, "export", str(tmp_path / "out"), "-s", "shared:bot")
+    assert [row["skill"] for row in data["skills"]] == ["a"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a"]
+
+
 def test_import_and_ls_through_the_real_entry_point(url: str, tmp_path: Path) -> None:
     _skill(tmp_path / "src", "one")
     proc = process("import", str(tmp_path / "src"), "-s", "shared:bot", "--store", url)

@@ -47,7 +47,7 @@ from skillfs.commands.common import (
 )
 from skillfs.errors import InvalidPath, NotFound, SkillfsError, TooLarge
 from skillfs.model import File, Finding, Manifest, Put, Scope, error_findings
-from skillfs.names import check_skill_name, normalize_path
+from skillfs.names import check_skill_name, is_hidden_dir, normalize_path
 from skillfs.skill_dirs import find_skill_dirs
 from skillfs.skill_md import SKILL_MD, inspect_skill
 from skillfs.store_blobs import sha256
@@ -422,7 +422,9 @@ def export(
             "an empty directory",
         )
     with opened(store_url, token) as store:
-        manifests = store.manifests(scope, skills)
+        manifests = {  # drafts and archived skills are not the scope's skills (`_drafts/`)
+            name: m for name, m in store.manifests(scope, skills).items() if not is_hidden_dir(name)
+        }
         if skills:
             missing = sorted(set(skills) - manifests.keys())
             if missing:
