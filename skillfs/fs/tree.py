@@ -74,7 +74,7 @@ def dir_info(name: str, sk: StagedSkill | None = None) -> Info:
     info: Info = {"name": name, "size": 0, "type": "directory"}
     if name.split("/", 1)[-1] in SIDE_DIRS:
         info.update(skill=False)
-    if sk is not None:
+    if sk is not None and sk.name not in SIDE_DIRS:  # (a side directory has neither)
         info.update(version=sk.version, scope=str(sk.scope), skill=not is_hidden_dir(sk.name))
     return info
 
