@@ -251,6 +251,12 @@ def test_alice_cannot_read_bobs_files(store: skillfs.Store) -> None:
                         f"{base}/mcp/{query}", headers=headers, json={"jsonrpc": "2.0"}
                     )
                     assert r.status_code == status and words in r.json()["error"], (token, r.text)
+                r = await http.post(  # outside testing: the URL won silently over the header
+                    f"{base}/mcp/?agent={AGENT}&user=alice",
+                    headers={"authorization": f"Bearer {READER}", "x-skillfs-user": "bob"},
+                    json={"jsonrpc": "2.0"},
+                )
+                assert r.status_code == 400 and "give the user one way" in r.json()["error"]
             async with sdk_client(f"{base}/mcp/?agent={AGENT}&user=bob", READER) as c:
                 names = [
                     s["frontmatter"]["name"] for s in (await sdk_list_skills(c.session))["skills"]

@@ -152,8 +152,14 @@ def view_for(principal: Principal, headers: dict[str, str], query: str) -> ViewK
 
     def values(name: str) -> list[str]:
         header = headers.get(f"x-skillfs-{name}")
-        got = params.get(name) or ([v.strip() for v in header.split(",")] if header else [])
-        return [v for v in got if v]
+        sent = [v.strip() for v in header.split(",")] if header else []
+        query = params.get(name)
+        if query and sent and [v for v in query if v] != [v for v in sent if v]:
+            raise ValueError(
+                f"the URL says {name}={','.join(query)} and the X-Skillfs-{name.title()} "
+                f"header {','.join(sent)}: give the {name} one way"
+            )
+        return [v for v in (query or sent) if v]
 
     agents, users, envs = values("agent"), values("user"), values("environment")
     if len(agents) > 1 or len(users) > 1 or len(envs) > 1:
