@@ -137,6 +137,8 @@ def test_a_view_made_while_the_store_is_down_does_not_end_the_server() -> None:
             with anyio.fail_after(60):
                 with pytest.raises(MCPError, match="unavailable"):
                     await c.list_tools()
+                called = await c.call_tool("read_skill", {"skill_id": "a"})  # the model reads it
+                assert called.is_error and "unavailable" in called.content[0].text  # type: ignore[union-attr]
                 await anyio.sleep(8)  # the watch's own first snapshot has failed by now
                 await c.send_ping()
 

@@ -146,10 +146,14 @@ def build_server(views: Views, *, page_size: int = 100, ttl_ms: int = 0) -> Serv
         )
 
     async def call_tool(ctx: Ctx, params: types.CallToolRequestParams) -> Any:
-        _, snap = await snapshot(ctx)
-        text, failed = await anyio.to_thread.run_sync(
-            snap.tool_outcome, params.name, params.arguments or {}
-        )
+        try:
+            _, snap = await snapshot(ctx)
+        except MCPError as exc:  # a tool's failure is its result, which the model reads
+            text, failed = f"Error: {exc.error.message}", True
+        else:
+            text, failed = await anyio.to_thread.run_sync(
+                snap.tool_outcome, params.name, params.arguments or {}
+            )
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)], is_error=failed
         )
