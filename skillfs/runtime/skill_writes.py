@@ -170,9 +170,22 @@ class SkillWriter:
         """One file of `skill` set to `change(its bytes, or None)`, under every rule of the
         tools (a skill that exists nowhere is created by writing its SKILL.md): the file
         writes of an agent framework's backend (deepagents). Text as `call`'s."""
-        return self._guarded(
-            "write_file", lambda: self._change_file(skill, path, change, view, read, off or {})
-        )
+
+        def run() -> str:
+            at = self._state(check_live_name(skill), view)
+            rel = _path(path)
+            if at.own is None and at.seen is None and at.draft is None:
+                if rel != SKILL_MD:
+                    raise NotFound(
+                        f"skill {skill!r} does not exist: write its {SKILL_MD} first to create it"
+                    )
+                return self._create(at, change(None), off or {}, "")
+            base = self._base(at, read)
+            held = base.get(rel)
+            base[rel] = change(None if held is None else self._data(held))
+            return self._write("write_file", at, base, "")
+
+        return self._guarded("write_file", run)
 
     def _guarded(self, name: str, run: Callable[[], str]) -> str:
         """`run()`, or what was wrong with it as `Error: ...` text: nothing was written."""
@@ -261,28 +274,6 @@ class SkillWriter:
                     f"skill {name!r} has no file {path!r} (files: {', '.join(sorted(base))})"
                 )
         return self._write(action, at, base, _message(args))
-
-    def _change_file(
-        self,
-        skill: str,
-        path: str,
-        change: Callable[[bytes | None], bytes],
-        view: Mapping[str, SkillInfo],
-        read: Callable[[str, str], bytes],
-        off: Mapping[str, str],
-    ) -> str:
-        at = self._state(check_live_name(skill), view)
-        path = _path(path)
-        if at.own is None and at.seen is None and at.draft is None:
-            if path != SKILL_MD:
-                raise NotFound(
-                    f"skill {skill!r} does not exist: write its {SKILL_MD} first to create it"
-                )
-            return self._create(at, change(None), off, "")
-        base = self._base(at, read)
-        held = base.get(path)
-        base[path] = change(None if held is None else self._data(held))
-        return self._write("write_file", at, base, "")
 
     def _create(self, at: _State, skill_md: bytes, off: Mapping[str, str], message: str) -> str:
         """A new skill of one SKILL.md. In live mode not under a name an operator disabled
