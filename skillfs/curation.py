@@ -83,8 +83,8 @@ class CurationReport(BaseModel):
     skills: int
     #: Idle for stale_after or more but less than archive_after: worth a look.
     stale: list[CuratedSkill]
-    #: Idle for archive_after or more: archived when applied (never a disabled skill, which
-    #: is in `skipped`).
+    #: Idle for archive_after or more: archived when applied (never a disabled skill, nor one
+    #: with a staged candidate: those are in `skipped`).
     to_archive: list[CuratedSkill]
     #: Near-duplicate pairs, most alike first: at most DUPLICATES_MAX of them.
     duplicates: list[DuplicatePair]
@@ -93,7 +93,8 @@ class CurationReport(BaseModel):
     #: Applied only: archived now.
     archived: list[CuratedSkill] = []
     #: Idle for archive_after or more but left in place, the reason says why: disabled by an
-    #: operator (in a report too), or, when applied, used or changed meanwhile.
+    #: operator or rolling out a staged candidate (in a report too), or, when applied, used
+    #: or changed meanwhile.
     skipped: list[CuratedSkill] = []
 
 

@@ -107,8 +107,9 @@ class Curation(SideEntries):
             since = idle(m, stat, at)[0]
             if at - since >= cutoff:
                 verdict = f"to archive (idle {format_duration(cutoff)} or more)"
-                if m.disabled:  # always idle: never archived, nor listed as if it would be
-                    verdict = f"kept though idle {format_duration(cutoff)} or more: {HOLE}"
+                held = _held(m)
+                if held:  # never archived, nor listed as if it would be
+                    verdict = f"kept though idle {format_duration(cutoff)} or more: {held}"
                     kept.append(curated(scope, m, stat, at, verdict))
                 else:
                     to_archive.append(curated(scope, m, stat, at, verdict))
@@ -203,8 +204,10 @@ class Curation(SideEntries):
             if m is None or not _curatable(m):
                 skipped.append(_note(item, "gone or changed meanwhile, left as it is"))
                 continue
-            if m.disabled:  # switched off since the report
-                skipped.append(_note(item, DISABLED_KEPT))
+            held = _held(m)
+            if held:  # switched off, or staged, since the report
+                by = "disabled by an operator, " if m.disabled else ""
+                skipped.append(_note(item, f"{by}kept: {held}"))
                 continue
             if uses is None or time.monotonic() - read_at > RECHECK:
                 uses, read_at = self._uses(domain), time.monotonic()
@@ -237,7 +240,16 @@ def _curatable(m: Manifest) -> bool:
 #: Why a disabled skill is never archived: it is a hole an operator made, and archived, the
 #: lower layer's skill it hides would show.
 HOLE = "archiving it would end the hole it makes over any lower layer's skill of that name"
-DISABLED_KEPT = f"disabled by an operator, kept: {HOLE}"
+#: Why a skill with a staged candidate is never archived: archiving would end the rollout
+#: without anyone deciding it (as a rename is refused for it).
+STAGED = "a staged candidate is rolling out: archiving would end it; promote or abort it first"
+
+
+def _held(m: Manifest) -> str:
+    """Why an idle skill is kept, or "": an operator's kill switch or a rollout in progress."""
+    if m.disabled:
+        return HOLE
+    return STAGED if m.candidate is not None else ""
 
 
 def _note(item: CuratedSkill, why: str) -> CuratedSkill:

@@ -147,6 +147,20 @@ def test_apply_archives_restorably(fleet: skillfs.Store) -> None:
     )
 
 
+def test_a_skill_rolling_out_is_kept_though_idle(fleet: skillfs.Store, store_url: str) -> None:
+    """Outside testing: `--apply` archived a skill whose staged candidate was rolling out to
+    alice (the archive carries it, but the rollout ended without anyone deciding it). It is
+    kept, as a rename of it is refused."""
+    with _aged(store_url, 200) as old:
+        canary = _md("review-copy", "Reviews code changes, a new flow", "Do it the new way.")
+        old.stage(SHARED, "review-copy", canary, skillfs.Rollout(users=("alice",)))
+    report = fleet.curate(BOT, dry_run=False, now=NOW)
+    kept = {i.skill: i.reason for i in report.skipped}
+    assert "a staged candidate is rolling out" in kept["review-copy"]
+    assert f"{SHARED}/review-copy" not in _names(report.archived)
+    assert fleet.manifest(SHARED, "review-copy").candidate is not None
+
+
 def test_apply_refuses_a_bad_actor_first(fleet: skillfs.Store) -> None:
     """Outside testing: each archive refused the actor, the call reported every skill as
     skipped instead of saying what was wrong."""
