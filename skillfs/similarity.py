@@ -19,10 +19,10 @@ def words(text: str) -> list[str]:
 
 
 def shingles(text: str, size: int) -> frozenset[str]:
-    """The set of runs of `size` consecutive words (the words themselves when fewer)."""
+    """The set of runs of `size` consecutive words; none when there are fewer words (two
+    stub bodies, `TODO` each, were "100% alike": a text too short to hold a run says
+    nothing of what a skill does, so it is compared with nothing)."""
     found = words(text)
-    if len(found) <= size:
-        return frozenset([" ".join(found)] if found else [])
     return frozenset(" ".join(found[i : i + size]) for i in range(len(found) - size + 1))
 
 

@@ -246,7 +246,10 @@ def test_near_duplicates_are_deterministic(fleet: skillfs.Store) -> None:
     assert shingles("Deploy the  service, then WATCH.", 2) == frozenset(
         {"deploy the", "the service", "service then", "then watch"}
     )
-    assert shingles("one", 3) == frozenset({"one"}) and shingles("", 3) == frozenset()
+    assert shingles("one", 3) == frozenset() and shingles("", 3) == frozenset()
+    assert shingles("one two three", 3) == frozenset({"one two three"})
+    todo = [SkillRef(scope=SHARED, skill=n) for n in ("a", "b")]  # outside testing: stubs
+    assert near_duplicates(todo, ["Deploys things", "Reviews code"], ["TODO", "TODO"]) == ([], 0)
 
 
 def test_identical_copies_are_counted_not_all_listed() -> None:
