@@ -127,3 +127,7 @@ def run(
     if any(not r.valid for r in reports):
         raise typer.Exit(code=1)
     run_examples(examples, store, grpc, http)
+
+
+if __name__ == "__main__":  # `python -m skillfs.cli` ran nothing and exited 0
+    main()

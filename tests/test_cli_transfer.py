@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ import pytest
 import skillfs
 from skillfs.engines.memory import MemoryEngine
 from skillfs.errors import StoreUnavailable
-from tests.cli_helpers import CORPUS, as_json, error_line, ok, process, run, skill_md
+from tests.cli_helpers import CORPUS, REPO, as_json, error_line, ok, process, run, skill_md
 from tests.stores import url_for
 
 
@@ -357,3 +359,9 @@ def test_import_and_ls_through_the_real_entry_point(url: str, tmp_path: Path) ->
     assert proc.stderr.startswith("error: store redis://127.0.0.1:1/0 is unavailable")
     proc = process("ls", "-s", "nope", "--store", url)
     assert proc.returncode == 2 and "invalid scope 'nope'" in proc.stderr
+    for module in ("skillfs", "skillfs.cli"):  # outside testing: `-m skillfs.cli` ran nothing
+        ran = subprocess.run(
+            [sys.executable, "-m", module, "ls", "-s", "shared:bot", "--json", "--store", url],
+            capture_output=True, text=True, cwd=REPO, timeout=120,
+        )  # fmt: skip
+        assert [r["skill"] for r in json.loads(ran.stdout)] == ["one"], (module, ran.stderr)

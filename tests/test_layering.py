@@ -54,6 +54,7 @@ LAYERS: list[set[str]] = [
     {"server"},
     {"commands"},
     {"cli"},
+    {"__main__"},
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

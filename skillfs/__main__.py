@@ -1,0 +1,5 @@
+"""`python -m skillfs ...`: the `skillfs` command, for where its script is not on PATH."""
+
+from skillfs.cli import main
+
+main()
