@@ -330,7 +330,10 @@ def test_export_some_skills(url: str, tmp_path: Path) -> None:
     }
     line = error_line(run(url, "export", str(tmp_path / "o2"), "-s", "shared:bot", "--skill", "x"))
     assert "no skill 'x' in shared:bot; skills there: a, b, c" in line
-    assert as_json(url, "export", str(tmp_path / "o3"), "-s", "shared:none")["skills"] == []
+    line = error_line(run(url, "export", str(tmp_path / "o3"), "-s", "shared:nope"))
+    assert "agent 'nope' has no skills in" in line and "agents: bot" in line  # a typo: said
+    assert not (tmp_path / "o3").exists()  # (outside testing: an empty backup, exit 0)
+    assert as_json(url, "export", str(tmp_path / "o4"), "-s", "user:bot/zed")["skills"] == []
 
 
 def test_export_leaves_out_drafts_and_archived_skills(url: str, tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from skillfs.commands.common import (
     iso,
     manifest_row,
     mode,
+    nothing_in,
     one_line,
     opened,
     out,
@@ -109,22 +110,10 @@ def _ls_domains(store: Store, as_json: bool) -> None:
     print_table(["kind", "id", "revision"], cells)
 
 
-def _nothing_in(store: Store, scope: Scope) -> str:
-    """Why a scope whose agent or market was never written is empty (most likely a typo), and
-    the ids there are, as `ls --agent` says it."""
-    if scope.kind == "market":
-        return f"market {scope.market_id!r} has no skills in {store.url}; markets: " + (
-            ", ".join(store.markets()) or "none"
-        )
-    return f"agent {scope.agent_id!r} has no skills in {store.url}; agents: " + (
-        ", ".join(store.agents()) or "none"
-    )
-
-
 def _ls_scopes(store: Store, agent: str, as_json: bool) -> None:
     scopes = store.scopes(agent)
     if not scopes:
-        raise NotFound(_nothing_in(store, Scope.shared(agent)))
+        raise NotFound(nothing_in(store, Scope.shared(agent)))
     if as_json:
         emit_json([{"scope": str(s), "kind": s.kind, "user": s.user_id} for s in scopes])
         return
@@ -138,7 +127,7 @@ def _ls_skills(store: Store, scope: Scope, as_json: bool) -> None:
     skills (docs/governance.md)."""
     manifests = store.manifests(scope)
     if not manifests and store.revision(scope) is None:
-        raise NotFound(_nothing_in(store, scope))
+        raise NotFound(nothing_in(store, scope))
     side = {name for name in manifests if side_entry(name) is not None}
     rows = [manifest_row(manifests[name]) for name in sorted(manifests) if name not in side]
     if as_json:
@@ -180,7 +169,7 @@ def _ls_deleted(store: Store, scope: Scope, as_json: bool) -> None:
     and archive entries are no skills, deleted or not."""
     tombstones = store.manifests(scope, deleted=True)
     if not tombstones and store.revision(scope) is None:
-        raise NotFound(_nothing_in(store, scope))
+        raise NotFound(nothing_in(store, scope))
     rows: list[dict[str, Any]] = []
     for name in sorted(n for n in tombstones if not is_hidden_dir(n)):
         tomb = tombstones[name]

@@ -472,3 +472,15 @@ def print_patch(patch: str) -> None:
         else:
             style = ""
         out.print(Text(plain(line, multiline=True), style=style))
+
+
+def nothing_in(store: Store, scope: Scope) -> str:
+    """Why a scope whose agent or market was never written is empty (most likely a typo), and
+    the ids there are, as `ls --agent` says it."""
+    if scope.kind == "market":
+        return f"market {scope.market_id!r} has no skills in {store.url}; markets: " + (
+            ", ".join(store.markets()) or "none"
+        )
+    return f"agent {scope.agent_id!r} has no skills in {store.url}; agents: " + (
+        ", ".join(store.agents()) or "none"
+    )

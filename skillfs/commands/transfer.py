@@ -39,6 +39,7 @@ from skillfs.commands.common import (
     confirmed,
     emit_json,
     err,
+    nothing_in,
     opened,
     out,
     plural,
@@ -425,6 +426,8 @@ def export(
         manifests = {  # drafts and archived skills are not the scope's skills (`_drafts/`)
             name: m for name, m in store.manifests(scope, skills).items() if not is_hidden_dir(name)
         }
+        if not manifests and store.revision(scope) is None:  # a typo: no backup of nothing
+            raise NotFound(nothing_in(store, scope))
         if skills:
             missing = sorted(set(skills) - manifests.keys())
             if missing:
