@@ -34,10 +34,15 @@ def parse_duration(text: str | float, what: str = "duration", *, zero: bool = Fa
 
 
 def format_duration(seconds: float) -> str:
-    """A duration in words at its largest unit: `3 days`, `2 hours`, `1 minute`, `5 seconds`."""
-    for unit, size in (("day", 86400.0), ("hour", 3600.0), ("minute", 60.0)):
-        if seconds >= size:
-            n = int(seconds // size)
-            return f"{n} {unit}{'s' if n != 1 else ''}"
-    n = int(seconds)
-    return f"{n} second{'s' if n != 1 else ''}"
+    """A duration in words at its largest unit, and the next one where it is not nought:
+    `3 days`, `1 day 12 hours` (36h was "1 day", so "25h is shorter than 36h" read "1 day is
+    shorter than 1 day"), `2 hours`, `5 seconds`."""
+    units = (("day", 86400.0), ("hour", 3600.0), ("minute", 60.0), ("second", 1.0))
+    i = next((i for i, (_, size) in enumerate(units) if seconds >= size), len(units) - 1)
+    (unit, size), below = units[i], units[i + 1 : i + 2]
+    n = int(seconds // size)
+    said = f"{n} {unit}{'s' if n != 1 else ''}"
+    for name, small in below:
+        m = int((seconds - n * size) // small)
+        said += f" {m} {name}{'s' if m != 1 else ''}" if m else ""
+    return said

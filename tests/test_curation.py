@@ -17,7 +17,7 @@ import pytest
 import skillfs
 from skillfs import Scope
 from skillfs.curation import SkillRef, near_duplicates
-from skillfs.durations import parse_duration
+from skillfs.durations import format_duration, parse_duration
 from skillfs.errors import InvalidPath, NotFound
 from skillfs.similarity import jaccard, shingles, similar_pairs
 from tests.cli_helpers import as_json, ok, run
@@ -276,6 +276,14 @@ def test_durations(text: str | float, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
+def test_a_duration_is_said_to_its_second_unit() -> None:
+    said = {s: format_duration(s) for s in (0.5, 61, 3600, 129600, 200 * DAY, 86399)}
+    assert said == {
+        0.5: "0 seconds", 61: "1 minute 1 second", 3600: "1 hour", 129600: "1 day 12 hours",
+        200 * DAY: "200 days", 86399: "23 hours 59 minutes",
+    }  # fmt: skip
+
+
 @pytest.mark.parametrize("text", ["", "7x", "d", "-1h", "nan", "inf", "0s"])
 def test_bad_durations(text: str) -> None:
     with pytest.raises(InvalidPath, match="such as 30d, 2h, 30m or 45s"):
@@ -304,6 +312,9 @@ def test_cli(tmp_path: Path) -> None:
     assert [i["skill"] for i in data["stale"]] == ["kept", "off", "old"]
     bad = run(url, "curate", "--stale-after", "7x")
     assert bad.exit_code == 2 and "invalid --stale-after '7x'" in bad.stderr
+    bad = run(url, "curate", "--stale-after", "36h", "--archive-after", "25h")
+    assert bad.exit_code == 2  # outside testing: exit 1, "1 day is shorter than 1 day"
+    assert "25h is shorter than --stale-after 36h" in " ".join(bad.stderr.split())
     (applied,) = as_json(url, "curate", BOT, "--apply")
     assert [i["skill"] for i in applied["archived"]] == ["old"]
     assert ok(url, "ls", "--scope", f"shared:{BOT}").stdout.count("kept") == 1

@@ -61,6 +61,12 @@ def curate(
     skills to archive move to .archive/ (restorable), each re-checked just before."""
     stale = duration(stale_after, "--stale-after")
     cutoff = duration(archive_after, "--archive-after")
+    if cutoff < stale:  # bad usage: said with the options as given, before the store is opened
+        raise typer.BadParameter(
+            f"{archive_after} is shorter than --stale-after {stale_after}: a skill is stale "
+            "before it is archived",
+            param_hint="--archive-after",
+        )
     with opened(store_url, token) as store:
         targets = [target] if target is not None else store.agents()
         reports = [store.curate(t, stale, cutoff, dry_run=not apply) for t in targets]
