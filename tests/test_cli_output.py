@@ -108,3 +108,22 @@ def test_validate_strips_control_characters(tmp_path: Path) -> None:
     result = runner.invoke(app, ["validate", str(skill)], env={"COLUMNS": "200"})
     assert result.exit_code == 1, result.stdout  # the name is not the directory's
     assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["audit"], "give one of --agent AGENT"),
+        (["curate", "shared:bot"], "curate takes an agent id"),
+        (["curate", "Bad/Agent"], "invalid agent id"),
+        (["archive", ".hidden", "-s", "shared:bot"], "is not a live skill"),
+        (["archive", "a/SKILL.md", "-s", "shared:bot"], "a/SKILL.md names a file of a"),
+        (["widen", "x", "-s", "shared:bot", "--fraction", "1.5"], "from 0"),
+    ],
+)
+def test_bad_usage_exits_2_before_the_store_is_opened(args: list[str], words: str) -> None:
+    """Outside testing: these exited 1, some after reading the store (`widen` said "no
+    staged candidate" before the fraction was out of range)."""
+    result = run("sqlite:////nonexistent/never-opened.db", *args)
+    assert result.exit_code == 2, result.stderr
+    assert words in " ".join(result.stderr.replace("│", " ").split())

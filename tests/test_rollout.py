@@ -343,8 +343,8 @@ def test_cli_stage_widen_promote_abort(cli_url: str, tmp_path: Path) -> None:
     line = error_line(run(cli_url, "abort", "s", "-s", "shared:support-bot"))
     assert "no staged candidate" in line
     line = error_line(
-        run(cli_url, "stage", str(skill), "-s", "shared:support-bot", "--fraction", "2")
-    )
+        run(cli_url, "stage", str(skill), "-s", "shared:support-bot", "--fraction", "2"), code=2
+    )  # bad usage, said before anything is opened
     assert "from 0" in line
     audit = ok(cli_url, "audit", "-a", AGENT).stdout
     assert all(word in audit for word in ("stage", "widen", "promote"))

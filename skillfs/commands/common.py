@@ -325,7 +325,9 @@ def check_write(store: Store, scope: Scope) -> None:
 def skill_only(target: Target) -> str:
     """The skill of a target that must not name a file."""
     if target.path is not None:
-        raise typer.BadParameter(f"give a skill, not a file: {target.skill}")
+        raise typer.BadParameter(
+            f"give a skill, not a file: {target.skill}/{target.path} names a file of {target.skill}"
+        )
     return target.skill
 
 

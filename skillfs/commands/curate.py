@@ -29,6 +29,21 @@ from skillfs.curation import (
     DuplicatePair,
     SkillRef,
 )
+from skillfs.errors import InvalidPath
+from skillfs.names import check_id
+
+
+def parse_curated(text: str) -> str:
+    """An agent id or `markets/NAME`, checked before anything is opened (bad usage: exit 2)."""
+    kind, slash, ident = text.partition("/")
+    try:
+        if slash and kind == "markets":
+            return f"markets/{check_id('market', ident)}"
+        return check_id("agent", text)
+    except InvalidPath as exc:
+        raise typer.BadParameter(
+            f"{exc}; curate takes an agent id (support-bot) or markets/NAME, not a scope"
+        ) from None
 
 
 @command("curate", OPERATE)
@@ -37,6 +52,7 @@ def curate(
         str | None,
         typer.Argument(
             metavar="[AGENT]",
+            parser=parse_curated,
             show_default=False,
             help="An agent id, or markets/NAME for a market (default: every agent).",
         ),

@@ -39,7 +39,7 @@ from skillfs.commands.govern import (
 from skillfs.commands.helptext import Command, Group
 from skillfs.commands.rollout import EnvOption, FractionOption, UserOption, rule_of
 from skillfs.model import CommitResult, Scope
-from skillfs.names import draft_entry
+from skillfs.names import draft_entry, is_hidden_dir
 from skillfs.store_drafts import Draft
 from skillfs.store_rollout import describe
 
@@ -276,6 +276,10 @@ def archive(
     """Move a live skill to its scope's .archive/ in one commit: no worker sees it, its files
     and history are kept, `restore` brings it back."""
     skill = skill_only(target)
+    if is_hidden_dir(skill):  # bad usage, exit 2 (a draft or an archived skill is no skill)
+        raise typer.BadParameter(
+            f"{skill!r} is not a live skill: a name starting with '_' or '.' holds none"
+        )
     with opened(store_url, token) as store:
         result = store.archive(scope, skill, reason=reason, replace=replace)
     _done(f"archived {shown(skill)}", scope, result, as_json)

@@ -26,7 +26,6 @@ from skillfs.commands.common import (
     skill_only,
     when,
 )
-from skillfs.errors import InvalidPath
 from skillfs.model import CommitResult, Scope
 
 ReasonOption = Annotated[
@@ -49,8 +48,8 @@ def one_target(agent: str | None, scope: Scope | None, market: str | None) -> st
     """The one of --agent, --scope, --market given, as `Store.audit` and `Store.drafts`
     take it (an agent id, a scope, `markets/NAME`)."""
     targets = [t for t in (agent, scope, market) if t is not None]
-    if len(targets) != 1:
-        raise InvalidPath("give one of --agent AGENT, --scope SCOPE or --market NAME")
+    if len(targets) != 1:  # bad usage, exit 2 (as `watch` without one)
+        raise typer.BadParameter("give one of --agent AGENT, --scope SCOPE or --market NAME")
     return f"markets/{market}" if market is not None else targets[0]
 
 

@@ -48,11 +48,25 @@ UserOption = Annotated[
         help="This user gets the candidate (repeatable).",
     ),
 ]
+
+
+def parse_fraction(text: str) -> float:
+    """A share of users, checked by the rule's own check before anything is opened (a bad
+    one is bad usage, exit 2: `widen` said "no staged candidate" first)."""
+    try:
+        return Rollout(fraction=float(text)).fraction
+    except (ValueError, InvalidPath) as exc:
+        raise typer.BadParameter(
+            str(exc) if isinstance(exc, InvalidPath) else f"{text!r} is not a number"
+        ) from None
+
+
 FractionOption = Annotated[
     float | None,
     typer.Option(
         "--fraction",
         metavar="F",
+        parser=parse_fraction,
         show_default=False,
         help="This share of users (0-1) gets it, bucketed by a stable hash of the user.",
     ),
