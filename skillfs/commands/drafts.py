@@ -57,7 +57,7 @@ IntoOption = Annotated[
 
 app = typer.Typer(
     name="drafts",
-    help="Review proposed skills: list, show, approve, reject.",
+    help="Review proposed skills: list, show, approve, reject, split.",
     no_args_is_help=True,
     cls=Group,
 )
