@@ -49,7 +49,7 @@ from skillfs.store_governance import check_commit_id, check_message
 from skillfs.store_limits import Limits
 from skillfs.store_rollout import Rollouts
 from skillfs.store_usage import Usage
-from skillfs.store_watch import Following
+from skillfs.store_watch import Following, Watcher
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -82,6 +82,7 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
         self.retry_for = retry_for
         self.clock = clock
         self._blobs = Blobs(engine, self._retrying, blob_cache_bytes)
+        self._watches: list[Watcher] = []  # `watched_by`
 
     @property
     def url(self) -> str:
@@ -98,6 +99,7 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
         return self.engine.access(scope)
 
     def close(self) -> None:
+        self._close_watches()
         self.engine.close()
 
     def __enter__(self) -> Store:

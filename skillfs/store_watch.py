@@ -260,8 +260,19 @@ class Following:
 
     if TYPE_CHECKING:
         engine: Engine
+        _watches: list[Watcher]
 
         def _retrying(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T: ...
+
+    def watched_by(self, watcher: Watcher) -> None:
+        """Close `watcher` with this store object, before its engine: a runtime watch of a
+        store closed under it retried on the closed connection, a thread per worker, for as
+        long as the process lived."""
+        self._watches.append(watcher)
+
+    def _close_watches(self) -> None:
+        for watcher in self._watches:
+            watcher.close()
 
     # ------------------------------------------------------------------ revisions and watch
 

@@ -277,3 +277,20 @@ def test_a_grpc_workers_idle_watch_is_one_thread_that_sleeps(tmp_path: Path) -> 
         worker.close()
         store.close()
         writer.close()
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "redis", "grpc"])
+def test_closing_the_store_ends_its_watch(
+    request: pytest.FixtureRequest, tmp_path: Path, engine: str
+) -> None:
+    """Outside testing: a worker that closed its store without closing its `Skills` left
+    the watch thread retrying on the closed connection for as long as the process lived."""
+    store = skillfs.open_store(url_for(request, engine, tmp_path))
+    store.publish(Scope.shared("bot"), "s", {"SKILL.md": md("s", 1)})
+    skills = Skills(store, "bot", "alice")
+    skills.snapshot()
+    thread = watch_for(store).watcher.thread
+    assert thread is not None and thread.is_alive()
+    store.close()  # and not skills.close()
+    thread.join(10)
+    assert not thread.is_alive()

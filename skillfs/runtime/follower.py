@@ -437,6 +437,7 @@ class _Watch:
     def __init__(self, store: Store, _name: str) -> None:
         self._followers: dict[str, Follower] = {}
         self.watcher = Watcher(store.engine, self._on_changes, logger=log)
+        store.watched_by(self.watcher)
 
     def follow(self, follower: Follower, since: Revision) -> None:
         self._followers[follower.domain] = follower
