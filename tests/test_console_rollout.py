@@ -192,3 +192,26 @@ def test_promote_and_approve_are_strict_unless_done_anyway(
     assert store.skills(SHARED).count("fresh") == 0
     r = client.post(approve, {"expected": "1", "force": "1"})
     assert r.status == 200 and "fresh" in store.skills(SHARED)
+
+
+def test_a_never_live_skill_gets_its_upload_and_removal_on_its_candidate(
+    client: Client, store: skillfs.Store
+) -> None:
+    """Outside (browser) testing: an upload to a skill only staged (its page shows the
+    candidate) published a live version holding only the file, which every worker outside
+    the rule then listed as a broken skill. It is staged again, under the same rule."""
+    md = b"---\nname: fresh\ndescription: A new flow. Use when testing.\n---\nbody\n"
+    store.stage(SHARED, "fresh", {"SKILL.md": md}, Rollout(users=("alice",)))
+    version = store.manifest(SHARED, "fresh").version
+    r = client.upload(skill_url("fresh", "upload"), {"expected": str(version), "dir": ""},
+                      {"file": ("notes.md", b"n")})  # fmt: skip
+    assert r.status == 200, r.text
+    m = store.manifest(SHARED, "fresh")
+    assert m.files == {} and m.candidate is not None
+    assert sorted(m.candidate.files) == ["SKILL.md", "notes.md"]
+    assert m.candidate.rollout == Rollout(users=("alice",))
+    r = client.post(skill_url("fresh", "rmfile"), {"path": "notes.md", "expected": str(m.version)})
+    m = store.manifest(SHARED, "fresh")
+    assert m.files == {} and m.candidate is not None and sorted(m.candidate.files) == ["SKILL.md"]
+    bob = skillfs.Skills(store, AGENT, "bob").snapshot()
+    assert "fresh" not in [s.id for s in bob.skills] and not bob.problems

@@ -11,11 +11,13 @@ from skillfs.auth import Level
 from skillfs.console import urls
 from skillfs.console.archive import write_zip
 from skillfs.console.call import Call, HTTPError
+from skillfs.console.pages.rollout import candidate_manifest
 from skillfs.console.skill_files import with_file
 from skillfs.console.strict import confirm, forced
 from skillfs.errors import InvalidPath, InvalidSkill, NotFound
-from skillfs.model import File, FileEntry, Scope
+from skillfs.model import CommitResult, File, FileEntry, Manifest, Scope
 from skillfs.names import normalize_path
+from skillfs.rollout import has_live
 
 
 def download(call: Call, scope: Scope, skill: str, path: str) -> Response:
@@ -56,16 +58,9 @@ def upload(call: Call, scope: Scope, skill: str) -> Response:
     path = normalize_path(target)
     expected = call.form_int("expected")
     m = call.store.manifest(scope, skill, version=expected)
-    files = with_file(m, path, data)
+    files = with_file(_shown(m), path, data)
     try:
-        result = call.store.publish(
-            scope,
-            skill,
-            files,
-            expected_version=expected,
-            strict=not forced(call),
-            actor=call.actor,
-        )
+        result = _write(call, scope, m, files, expected)
     except InvalidSkill as exc:
         return call.render_scope(
             "upload_rejected.html",
@@ -87,21 +82,14 @@ def remove_file(call: Call, scope: Scope, skill: str) -> Response:
     path = normalize_path(call.field("path"))
     expected = call.form_int("expected")
     m = call.store.manifest(scope, skill, version=expected)
-    files: dict[str, File | FileEntry] = dict(m.files)  # kept by reference
+    files: dict[str, File | FileEntry] = dict(_shown(m).files)  # kept by reference
     if path not in files:
         raise NotFound(f"{skill} version {expected} has no file {path!r}")
     del files[path]
     if not files:
         raise InvalidPath(f"{path} is the last file of {skill}: delete the skill instead")
     try:
-        result = call.store.publish(
-            scope,
-            skill,
-            files,
-            expected_version=expected,
-            strict=not forced(call),
-            actor=call.actor,
-        )
+        result = _write(call, scope, m, files, expected)
     except InvalidSkill as exc:
         return confirm(
             call,
@@ -111,4 +99,27 @@ def remove_file(call: Call, scope: Scope, skill: str) -> Response:
         )
     return call.done(
         urls.skill_url(scope, skill), f"Removed {path}: {skill} is now version {result.version}"
+    )
+
+
+def _shown(m: Manifest) -> Manifest:
+    """The version the skill's page shows: a skill that was only staged, never live, opens
+    on its candidate (docs/console.md)."""
+    return m if has_live(m) else candidate_manifest(m)
+
+
+def _write(
+    call: Call, scope: Scope, m: Manifest, files: dict[str, File | FileEntry], expected: int
+) -> CommitResult:
+    """The page's files as the next version of what it shows: a never-live skill's candidate
+    is staged again under its rule (an upload published a live version holding only the
+    file, which every worker outside the rule then saw as a broken skill)."""
+    strict = not forced(call)
+    if m.candidate is not None and not has_live(m):
+        return call.store.stage(
+            scope, m.skill, files, m.candidate.rollout, expected_version=expected,
+            strict=strict, actor=call.actor,
+        )  # fmt: skip
+    return call.store.publish(
+        scope, m.skill, files, expected_version=expected, strict=strict, actor=call.actor
     )
