@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from skillfs.durations import format_duration
+from skillfs.durations import format_duration, parse_duration
+from skillfs.errors import InvalidPath
 from skillfs.model import Manifest, Scope, UsageStat
 from skillfs.similarity import jaccard, shingles, similar_pairs
 
@@ -96,6 +97,25 @@ class CurationReport(BaseModel):
     #: operator or rolling out a staged candidate (in a report too), or, when applied, used
     #: or changed meanwhile.
     skipped: list[CuratedSkill] = []
+
+
+def windows(
+    stale_after: float | str,
+    archive_after: float | str,
+    names: tuple[str, str] = ("stale_after", "archive_after"),
+) -> tuple[float, float]:
+    """The two windows in seconds, `names` saying them in errors (the CLI's options): a
+    window that is not a duration, or archive_after shorter than stale_after, is refused."""
+    stale, cutoff = parse_duration(stale_after, names[0]), parse_duration(archive_after, names[1])
+    if cutoff < stale:
+        said = [
+            v if isinstance(v, str) else format_duration(v) for v in (stale_after, archive_after)
+        ]
+        raise InvalidPath(
+            f"{names[1]} {said[1]} is shorter than {names[0]} {said[0]}: a skill is stale "
+            "before it is archived"
+        )
+    return stale, cutoff
 
 
 def idle(m: Manifest, stat: UsageStat | None, now: float) -> tuple[float, float | None, str]:

@@ -21,8 +21,9 @@ from skillfs.curation import (
     curated,
     idle,
     near_duplicates,
+    windows,
 )
-from skillfs.durations import format_duration, parse_duration
+from skillfs.durations import format_duration
 from skillfs.errors import Conflict, InvalidPath, NotFound
 from skillfs.model import Manifest, Scope, UsageStat, target_domain, usage_by_skill
 from skillfs.names import is_hidden_dir
@@ -79,13 +80,7 @@ class Curation(SideEntries):
         With `dry_run=False` each skill to archive is archived (`Store.archive`, one commit
         each, by `actor`) after its last use is read again: one used or changed meanwhile is
         left in place and reported in `skipped` with why."""
-        stale = parse_duration(stale_after, "stale_after")
-        cutoff = parse_duration(archive_after, "archive_after")
-        if cutoff < stale:
-            raise InvalidPath(
-                f"archive_after ({format_duration(cutoff)}) is shorter than stale_after "
-                f"({format_duration(stale)}): a skill is stale before it is archived"
-            )
+        stale, cutoff = windows(stale_after, archive_after)
         if not 0 < duplicate_threshold <= 1:
             raise InvalidPath(f"duplicate_threshold {duplicate_threshold} is not in (0, 1]")
         if not dry_run:

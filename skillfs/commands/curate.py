@@ -13,7 +13,6 @@ from skillfs.commands.common import (
     StoreOption,
     TokenOption,
     command,
-    duration,
     emit_json,
     iso,
     opened,
@@ -28,6 +27,7 @@ from skillfs.curation import (
     CurationReport,
     DuplicatePair,
     SkillRef,
+    windows,
 )
 from skillfs.errors import InvalidPath
 from skillfs.names import check_id
@@ -75,14 +75,10 @@ def curate(
     """Report skills idle for --stale-after (stale) or --archive-after (to archive) and pairs
     of near-duplicate skills, each with why. Idle: neither used nor changed. With --apply the
     skills to archive move to .archive/ (restorable), each re-checked just before."""
-    stale = duration(stale_after, "--stale-after")
-    cutoff = duration(archive_after, "--archive-after")
-    if cutoff < stale:  # bad usage: said with the options as given, before the store is opened
-        raise typer.BadParameter(
-            f"{archive_after} is shorter than --stale-after {stale_after}: a skill is stale "
-            "before it is archived",
-            param_hint="--archive-after",
-        )
+    try:  # bad usage: said with the options as given, before the store is opened
+        stale, cutoff = windows(stale_after, archive_after, ("--stale-after", "--archive-after"))
+    except InvalidPath as exc:
+        raise typer.BadParameter(str(exc)) from None
     with opened(store_url, token) as store:
         targets = [target] if target is not None else store.agents()
         reports = [store.curate(t, stale, cutoff, dry_run=not apply) for t in targets]
