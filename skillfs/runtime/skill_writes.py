@@ -279,11 +279,7 @@ class SkillWriter:
         """A new skill of one SKILL.md. In live mode not under a name an operator disabled
         in a lower layer: the user's own skill would bring the killed one back for them."""
         if self.mode == "live" and at.own is None and at.name in off:
-            why = f" ({off[at.name]})" if off[at.name] else ""
-            raise InvalidPath(
-                f"skill {at.name!r} was disabled by an operator{why}: the agent cannot write "
-                "it again under that name; propose it for review, or pick another name"
-            )
+            raise _switched_off(at.name, off[at.name])
         return self._write("create", at, {SKILL_MD: skill_md}, message)
 
     # ------------------------------------------------------------------ reading and writing
@@ -332,12 +328,7 @@ class SkillWriter:
                 "longer be edited; the next step shows what exists"
             )
         if cur.disabled:
-            why = f" ({cur.disabled_reason})" if cur.disabled_reason else ""
-            raise InvalidPath(
-                f"skill {name!r} was disabled by an operator{why} since this step began: the "
-                "agent cannot write it again under that name; propose it for review, or pick "
-                "another name"
-            )
+            raise _switched_off(name, cur.disabled_reason, " since this step began")
 
     def _write(self, action: str, at: _State, files: Files, message: str) -> str:
         """One commit: the draft's next version, or the user's skill's."""
@@ -435,6 +426,16 @@ class _State:
     own: Manifest | None
     draft: Manifest | None
     seen: SkillInfo | None
+
+
+def _switched_off(name: str, reason: str, when: str = "") -> InvalidPath:
+    """A live write of a name an operator disabled in a lower layer (the user's own copy
+    would bring the killed skill back for them)."""
+    why = f" ({reason})" if reason else ""
+    return InvalidPath(
+        f"skill {name!r} was disabled by an operator{why}{when}: the agent cannot write it "
+        "again under that name; propose it for review, or pick another name"
+    )
 
 
 def _name(args: Mapping[str, Any]) -> str:
