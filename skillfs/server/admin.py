@@ -220,9 +220,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         token's name and the commit's time."""
         c = m.candidate
         assert c is not None
-        cur = self.engine.load_skills(scope, [m.skill]).get(m.skill)
-        if (cur.version if cur is not None else 0) != expect:
-            raise VersionMismatch(scope, m.skill, cur.version if cur is not None else 0)
+        cur = self._expected(scope, m.skill, expect)
         held = cur.candidate if cur is not None and not cur.deleted else None
         if held is None or held.commit_id != c.commit_id:
             held = self._moved_candidate(c, moved)
@@ -243,17 +241,24 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             }
         )
 
+    def _expected(self, scope: Scope, skill: str, expect: int) -> Manifest | None:
+        """The entry as the commit expects it, read now; VersionMismatch (as the commit
+        itself would answer, so the client reads again and retries) when it moved since."""
+        cur = self.engine.load_skills(scope, [skill]).get(skill)
+        version = cur.version if cur is not None else 0
+        if version != expect:
+            raise VersionMismatch(scope, skill, version)
+        return cur
+
     def _moved_candidate(
         self, c: Candidate, moved: Sequence[tuple[Scope, str, int]]
     ) -> Candidate | None:
         """The candidate `c` names, held by an entry the same commit deletes (the source of
         an archive or a restore). A source no longer at the version the commit expects lost
-        a race (a promote landed first): VersionMismatch, as the commit itself would answer,
-        so the client reads again and retries, not a refusal of a candidate it never made."""
+        a race (a promote landed first): `_expected` says so, rather than a refusal of a
+        candidate the client never made."""
         for scope, skill, expect in moved:
-            source = self.engine.load_skills(scope, [skill]).get(skill)
-            if (source.version if source is not None else 0) != expect:
-                raise VersionMismatch(scope, skill, source.version if source is not None else 0)
+            source = self._expected(scope, skill, expect)
             held = source.candidate if source is not None and not source.deleted else None
             if held is not None and held.commit_id == c.commit_id:
                 return held
