@@ -6,6 +6,9 @@ exists; nested paths need no %2F; pagination, directory reads and the skill tool
 from __future__ import annotations
 
 import base64
+import json
+import subprocess
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -143,6 +146,40 @@ def test_a_view_made_while_the_store_is_down_does_not_end_the_server() -> None:
                 await c.send_ping()
 
     anyio.run(main)
+
+
+def test_the_stdio_server_exits_as_soon_as_its_input_ends(tmp_path: Path) -> None:
+    """A host stops `skillfs mcp` by closing its stdin: the process is gone within a second
+    or so, not after the view's watch has waited out its 5 s (as it was)."""
+    url = f"sqlite:///{tmp_path}/skills.db"
+    skillfs.open_store(url).publish(ALICE, "first", {"SKILL.md": md("first")})
+    command, args, env = stdio_command(url)
+    proc = subprocess.Popen(
+        [command, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    hello = {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    }
+    for message in (
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "resources/list"},
+    ):
+        proc.stdin.write(json.dumps(message).encode() + b"\n")
+        proc.stdin.flush()
+        if "id" in message:
+            assert json.loads(proc.stdout.readline())["id"] == message["id"]
+    time.sleep(0.5)  # the view's watch is waiting by now
+    ended = time.monotonic()
+    proc.stdin.close()
+    try:
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()
+    assert time.monotonic() - ended < 2.5
 
 
 class _nothing:

@@ -337,6 +337,26 @@ def test_closing_every_worker_stops_the_watch() -> None:
         assert [s.id for s in again.snapshot().skills] == ["x"]
 
 
+def test_closing_a_worker_ends_its_wait_changed_at_once_and_tracks_nothing_again() -> None:
+    """A host that closes a view while a thread waits on it (`skillfs mcp` at the end of its
+    input) is not held for the rest of the wait (it was: 5 s before the process could exit)."""
+    store = memory_store()
+    store.publish(SHARED, "s", {"SKILL.md": md("s")})
+    skills = Skills(store, "bot", "alice")
+    token = skills.snapshot().token
+    done: list[float] = []
+    waiter = threading.Thread(
+        target=lambda: (skills.wait_changed(token, 30.0), done.append(time.monotonic()))
+    )
+    waiter.start()
+    time.sleep(0.3)  # the waiter is in its wait
+    closed = time.monotonic()
+    skills.close()
+    waiter.join(5.0)
+    assert done and done[0] - closed < 1.0
+    assert watch_for(store).watcher.domains == []  # the wait did not track the view again
+
+
 def test_a_close_racing_another_workers_first_step_keeps_the_watch(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from skillfs.engines.base import EMPTY
@@ -422,11 +422,19 @@ class Follower:
         with self._changed:
             return self._changed.wait_for(there, timeout)
 
-    def wait_past(self, seen: Revision | None, timeout: float) -> None:
-        """Block until the watch moves past `seen` (a `ready` read earlier) or `timeout`
-        passes: what lets a server tell its clients of an edit as soon as it lands."""
+    def wait_past(self, seen: Revision | None, timeout: float, until: Callable[[], bool]) -> None:
+        """Block until the watch moves past `seen` (a `ready` read earlier), `until()` holds
+        (looked at when `wake` is called) or `timeout` passes: what lets a server tell its
+        clients of an edit as soon as it lands."""
         with self._changed:
-            self._changed.wait_for(lambda: not same_revision(self._ready, seen), timeout)
+            self._changed.wait_for(
+                lambda: until() or not same_revision(self._ready, seen), timeout
+            )
+
+    def wake(self) -> None:
+        """Let every `wait_past` look at its `until` again (a view closing ends its wait)."""
+        with self._changed:
+            self._changed.notify_all()
 
 
 class _Watch:

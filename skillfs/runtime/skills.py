@@ -153,9 +153,10 @@ class Skills:
                 raise
 
     def wait_changed(self, token: str, timeout: float) -> Snapshot:
-        """Block until the view differs from the one whose token is `token`, or `timeout`
-        passes, and return the snapshot then. Woken by the agent's watch as soon as it sees
-        a change; markets, disk and Git layers are looked at about every second."""
+        """Block until the view differs from the one whose token is `token`, `timeout`
+        passes or the worker is closed, and return the snapshot then. Woken by the agent's
+        watch as soon as it sees a change; markets, disk and Git layers are looked at about
+        every second."""
         deadline = time.monotonic() + timeout
         while True:
             agent = self._plan[0][0]
@@ -164,7 +165,9 @@ class Skills:
             left = deadline - time.monotonic()
             if snap.token != token or left <= 0:
                 return snap
-            agent.wait_past(seen, min(left, 1.0))
+            agent.wait_past(seen, min(left, 1.0), until=lambda: not self._tracking)
+            if not self._tracking:  # closed meanwhile: end now, tracking nothing again
+                return snap
 
     async def asnapshot(self, *, allow_stale: bool = False) -> Snapshot:
         """`snapshot()` for asyncio code, run in a worker thread (the store clients block)."""
@@ -251,6 +254,7 @@ class Skills:
                     for scope in scopes:
                         follower.untrack(scope)
                 self._tracking = False
+        self._plan[0][0].wake()
         self._usage.flush()
 
     def __enter__(self) -> Skills:
