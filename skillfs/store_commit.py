@@ -23,7 +23,6 @@ from skillfs.model import (
     error_findings,
 )
 from skillfs.names import check_new_path, normalize_path
-from skillfs.skill_md import SKILL_MD
 from skillfs.store_blobs import Retrying, sha256
 from skillfs.store_limits import Limits, check_file, check_file_table, default_mode
 
@@ -126,42 +125,29 @@ def next_ops(
 def check_moves(
     prepared: Sequence[Prepared], current: Mapping[tuple[Scope, str], Manifest]
 ) -> None:
-    """A commit that removes a skill and creates another, or writes the removed skill's
-    SKILL.md over another, is what a rename or a move is (the console's Rename, fsspec's `mv`,
-    onto a new name or over an existing one). The other skill does not carry the removed
-    one's kill switch or staged candidate, so the commit is refused while the removed skill
-    has either: a rename must not serve what an operator switched off, nor drop a rollout."""
-
-    def live(p: Prepared) -> Manifest | None:
-        cur = current.get((p.scope, p.skill))
-        return None if cur is None or cur.deleted else cur
-
-    def skill_md(files: Mapping[str, FileEntry] | None) -> set[str]:
-        """Its SKILL.md, what makes a skill that skill (files such as a LICENSE are
-        shared by many, so they say nothing of a move)."""
-        e = (files or {}).get(SKILL_MD)
-        return {e.sha256} if e is not None else set()
-
-    creates = any(p.files is not None and live(p) is None for p in prepared)
-    written = set().union(*(skill_md(p.files) for p in prepared))
+    """A commit that removes a skill and writes another is what a rename or a move is (the
+    console's Rename, fsspec's `mv`, onto a new name or over an existing one, its SKILL.md
+    perhaps edited on the way). The other skill does not carry the removed one's kill switch
+    or staged candidate, so the commit is refused while the removed skill has either: a move
+    must not serve what an operator switched off, nor drop a rollout. What the files are
+    decides nothing (a move may change any of them), so such a skill is removed on its own."""
+    if not any(p.files is not None for p in prepared):
+        return
     for p in prepared:
-        cur = live(p)
-        if p.files is not None or p.edit is not None or cur is None:
+        cur = current.get((p.scope, p.skill))
+        if p.files is not None or p.edit is not None or cur is None or cur.deleted:
             continue
-        held = skill_md(cur.files) | skill_md(cur.candidate.files if cur.candidate else None)
-        if not creates and not written & held:
-            continue  # removed beside unrelated writes: not a move
         if cur.disabled:
             raise InvalidPath(
                 f"{p.scope}/{p.skill} is disabled ({cur.disabled_reason or 'no reason given'}): "
-                "removing it in the commit that creates another skill, or writes its SKILL.md "
-                "over one, would serve what was switched off under another name; enable it first, "
-                "or delete it on its own"
+                "removing it in a commit that writes another skill could serve what was switched "
+                "off under another name; enable it first, or delete it on its own"
             )
         if cur.candidate is not None:
             raise InvalidPath(
                 f"{p.scope}/{p.skill} has a staged candidate: promote or abort it before "
-                "renaming or moving the skill (the new name would not carry the rollout)"
+                "renaming or moving the skill (the new name would not carry the rollout), or "
+                "delete it on its own"
             )
 
 

@@ -69,6 +69,11 @@ def test_a_move_keeps_the_kill_switch_and_the_rollout(fs: SkillFileSystem) -> No
     fs.store.disable(scope, "x", reason="leaks a key")
     with pytest.raises(InvalidPath, match=r"is disabled \(leaks a key\).*enable it first"):
         fs.mv("skills/x", "skills/y")
+    fs.pipe({"skills/z/SKILL.md": SKILL_MD})
+    with pytest.raises(InvalidPath, match=r"is disabled \(leaks a key\)"):  # into skills/z/x/
+        fs.mv("skills/x", "skills/z", recursive=True)
+    assert sorted(fs.store.manifest(scope, "z").files) == ["SKILL.md"]
+    fs.rm("skills/z", recursive=True)
     fs.store.enable(scope, "x")
     fs.store.stage(scope, "x", {"SKILL.md": SKILL_MD + b"new\n"}, Rollout(users=["u"]))
     with pytest.raises(InvalidPath, match="staged candidate: promote or abort it"):

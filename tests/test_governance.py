@@ -162,21 +162,29 @@ def test_a_disabled_lower_layer_does_not_hide_a_higher_one(store: skillfs.Store)
 def test_a_disabled_skill_cannot_be_moved_over_another_either(store: skillfs.Store) -> None:
     """Outside (governance) testing: the rename guard held for a move to a new name, but a
     commit removing the disabled skill and writing its files over an existing skill went
-    through, and the killed content was served under the other name. Removing it beside
-    unrelated writes is still one commit."""
+    through, and the killed content was served under the other name; then (review) the
+    guard compared SKILL.md's bytes, so a move that fixed the frontmatter's name on the
+    way went through too. A commit that removes it writes no other skill; alone it goes."""
     from skillfs.model import Put, Remove
 
-    store.publish(SHARED, "leaky", files("leaky", "print the API key"))
+    store.publish(SHARED, "leaky", {**files("leaky", "print the API key"), "run.sh": b"echo $K"})
     store.publish(SHARED, "other", files("other", "fine"))
     store.publish(SHARED, "third", files("third", "fine"))
     store.disable(SHARED, "leaky", reason="leaks the API key")
     leaky = store.manifest(SHARED, "leaky")
-    move = [Remove(SHARED, "leaky", leaky.version), Put(SHARED, "other", dict(leaky.files))]
-    with pytest.raises(InvalidPath, match="is disabled \\(leaks the API key\\): removing it"):
-        store.commit(move)
+    renamed = {**leaky.files, **files("other", "print the API key")}
+    for target in (dict(leaky.files), renamed):
+        move = [Remove(SHARED, "leaky", leaky.version), Put(SHARED, "other", target)]
+        with pytest.raises(InvalidPath, match="is disabled \\(leaks the API key\\): removing it"):
+            store.commit(move)
     assert store.manifest(SHARED, "other").version == 1
-    unrelated = [Remove(SHARED, "leaky", leaky.version), Put(SHARED, "third", files("third"))]
-    assert store.commit(unrelated).versions == {"leaky": leaky.version + 1, "third": 2}
+    beside = [Remove(SHARED, "leaky", leaky.version), Put(SHARED, "third", files("third"))]
+    with pytest.raises(InvalidPath, match="or delete it on its own"):
+        store.commit(beside)
+    assert store.manifest(SHARED, "third").version == 1
+    assert store.commit([Remove(SHARED, "leaky", leaky.version)]).versions == {
+        "leaky": leaky.version + 1
+    }
 
 
 def test_disable_bad_input_writes_nothing(store: skillfs.Store) -> None:
