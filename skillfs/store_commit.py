@@ -117,9 +117,33 @@ def next_ops(
     commit_id: str,
     now: float,
 ) -> list[CommitOp]:
-    """Every change's next manifest (`next_op`), once `check_moves` lets the commit through."""
+    """Every change's next manifest (`next_op`), once `check_moves` lets the commit through
+    and `check_added_paths` its paths."""
     check_moves(prepared, current)
-    return [next_op(p, current.get((p.scope, p.skill)), commit_id, now) for p in prepared]
+    ops = [next_op(p, current.get((p.scope, p.skill)), commit_id, now) for p in prepared]
+    check_added_paths(ops, current)
+    return ops
+
+
+def check_added_paths(
+    ops: Sequence[CommitOp], current: Mapping[tuple[Scope, str], Manifest]
+) -> None:
+    """A path a version adds — held neither by its entry now nor by an entry the commit
+    removes (a move's source) — must be one `check_new_path` allows, whether its bytes are
+    new or a stored file copied or moved there (fsspec's `cp` and `mv`): a file stored before
+    that rule is carried by edits and moves, never written at a new path."""
+
+    def paths(m: Manifest | None) -> set[str]:
+        if m is None:
+            return set()
+        return set(m.files) | set(m.candidate.files if m.candidate is not None else ())
+
+    moved = set().union(
+        *(paths(current.get((op.scope, op.manifest.skill))) for op in ops if op.manifest.deleted)
+    )
+    for op in ops:
+        for path in paths(op.manifest) - paths(current.get((op.scope, op.manifest.skill))) - moved:
+            check_new_path(path)
 
 
 def check_moves(

@@ -28,8 +28,9 @@ from skillfs.auth import Tokens, tokens_document
 from skillfs.console import make_app
 from skillfs.console.app import Console
 from skillfs.console.archive import ZipLimits, read_zip
+from skillfs.engines.base import CommitOp
 from skillfs.errors import InvalidPath, TooLarge
-from skillfs.model import File, Scope
+from skillfs.model import File, Put, Remove, Scope
 
 ADMIN = "admin-token-0123456789"
 READER = "reader-token-0123456789"
@@ -699,14 +700,24 @@ def test_a_file_path_that_reads_otherwise_is_refused(client: Client, store: skil
     assert r.status == 400 and "holds U+001B" in unescape(r.text)
     assert store.manifest(SHARED, "code-reviewer").version == version
     legacy = store.manifest(SHARED, "code-reviewer").files["SKILL.md"]
-    store.publish(SHARED, "old", {"SKILL.md": GOOD_MD})  # as if stored before the rule:
+    store.publish(SHARED, "old", {"SKILL.md": GOOD_MD})
     old = store.manifest(SHARED, "old")
     carried = {"SKILL.md": old.files["SKILL.md"], "tab\there.md": legacy}
-    store.publish(SHARED, "old", carried, expected_version=old.version)
+    before_the_rule = old.model_copy(update={"version": 2, "files": carried})
+    store.engine.commit(SHARED.domain, [CommitOp(scope=SHARED, manifest=before_the_rule, expect=1)])
     store.publish(SHARED, "old", {**carried, "new.md": b"y"})  # an edit carries it
     assert store.read(SHARED, "old", "tab\there.md") == store.read(
         SHARED, "code-reviewer", "SKILL.md"
     )
+    # ...and a move of the skill (a rename: one commit); but a stored file copied or moved to
+    # a new path is a new path (review: fsspec's cp and mv wrote any path that way)
+    store.commit([Remove(SHARED, "old"), Put(SHARED, "renamed", {**carried, "new.md": b"y"})])
+    for bad in ({"tab\tthere.md": legacy}, {"x\u202eevil.md": legacy}):
+        with pytest.raises(InvalidPath, match="holds U\\+"):
+            store.publish(SHARED, "renamed", {**carried, **bad})
+        with pytest.raises(InvalidPath, match="holds U\\+"):
+            store.publish(SHARED, "copy", {"SKILL.md": GOOD_MD, **bad})
+    assert store.manifest(SHARED, "renamed").version == 1 and "copy" not in store.skills(SHARED)
 
 
 def test_zip_download_round_trips(client: Client, store: skillfs.Store) -> None:
