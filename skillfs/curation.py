@@ -111,6 +111,8 @@ def windows(
         said = [
             v if isinstance(v, str) else format_duration(v) for v in (stale_after, archive_after)
         ]
+        if said[0] == said[1]:  # apart by less than words say: in seconds
+            said = [f"{stale:g} seconds", f"{cutoff:g} seconds"]
         raise InvalidPath(
             f"{names[1]} {said[1]} is shorter than {names[0]} {said[0]}: a skill is stale "
             "before it is archived"

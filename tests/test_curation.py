@@ -121,6 +121,9 @@ def test_windows_and_threshold(fleet: skillfs.Store) -> None:
     assert fleet.curate(BOT, duplicate_threshold=0.99, now=NOW).duplicates == []
     later = fleet.curate(BOT, stale_after=3600 * 2, archive_after=3600 * 3, now=NOW + 3 * 3600)
     assert "review" in {i.skill for i in later.to_archive}  # its last use is 4 hours ago then
+    with pytest.raises(InvalidPath, match="129600 seconds is shorter than stale_after 131400"):
+        fleet.curate(BOT, stale_after=36.5 * 3600, archive_after=36 * 3600)  # review: "1 day 12
+        # hours is shorter than 1 day 12 hours"
 
 
 def test_apply_archives_restorably(fleet: skillfs.Store) -> None:
