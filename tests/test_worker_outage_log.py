@@ -1,19 +1,23 @@
 """A worker whose store is down logs one warning, not one line per retry, and one more when it
-recovers (the runtime's background watch, and `Store.follow`)."""
+recovers (the runtime's background watch, `Store.follow`, and a server's hub)."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import re
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 import skillfs
 from skillfs.errors import StoreUnavailable
+from skillfs.server.hub import Hub
 from tests.cli_helpers import skill_md
 
 DOWN = "store grpc://10.0.0.1:7070 is unavailable (connection refused)"
@@ -82,3 +86,49 @@ def test_store_follow_logs_an_outage_once(caplog: pytest.LogCaptureFixture) -> N
         f"follow agents/bot: {DOWN}; retrying in the background (one more line when it recovers)"
     )
     assert re.fullmatch(RECOVERED, recovered), recovered
+
+
+def test_a_servers_hub_backs_off_and_logs_an_outage_once(caplog: pytest.LogCaptureFixture) -> None:
+    """Outside testing: with the store down the hub retried every 22 ms, a connect attempt and
+    a warning each time (253 lines in 5.5 s): its back-off was reset by every loop turn. It
+    now waits twice as long each time, up to 2 s, and logs the outage once and its end."""
+    caplog.set_level(logging.DEBUG, logger="skillfs.server")
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    store.publish(skillfs.Scope.shared("bot"), "a", {"SKILL.md": skill_md("a")})
+    down = threading.Event()
+    _break(store, down)
+    calls: list[float] = []
+    failing = store.engine.changes_many
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(time.monotonic())
+        return failing(*args, **kwargs)
+
+    store.engine.changes_many = counted  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+
+        async def run(fn: Callable[..., object], *args: object) -> object:
+            return await loop.run_in_executor(None, functools.partial(fn, *args))
+
+        hub = Hub(store.engine, run, wait=0.5)
+        hub.start()
+        hub.subscribe("agents/bot", False, "peer")
+        try:
+            await asyncio.sleep(0.3)
+            down.set()
+            await asyncio.sleep(3.0)
+            during = [t for t in calls if t > calls[-1] - 3.0]
+            down.clear()
+            deadline = loop.time() + 10
+            while len(_messages(caplog, "skillfs.server")) < 2 and loop.time() < deadline:
+                await asyncio.sleep(0.05)
+        finally:
+            await hub.close()
+        assert len(during) <= 10, f"{len(during)} store calls in 3 s while it was down"
+
+    asyncio.run(scenario())
+    outage, recovered = _messages(caplog, "skillfs.server")
+    assert outage == f"hub: {DOWN}; retrying in the background (one more line when it recovers)"
+    assert re.fullmatch(RECOVERED.replace("follow agents/bot", "hub"), recovered)

@@ -31,6 +31,7 @@ from skillfs.engines.base import EMPTY, Engine
 from skillfs.errors import SkillfsError
 from skillfs.model import Change, Manifest, Revision, Scope
 from skillfs.proto import skillfs_pb2 as pb
+from skillfs.store_watch import Outage
 
 log = logging.getLogger("skillfs.server")
 
@@ -331,9 +332,26 @@ class Hub:
     # ------------------------------------------------------------------ following
 
     async def _follow(self) -> None:
-        """Follow every domain, forever; a store error is logged and retried."""
+        """Follow every domain, forever. A store error is retried, waiting twice as long each
+        time up to 2 s, and logged once, with one more line when the store is back."""
         assert self._wake is not None
+        outage = Outage(log, "hub")
         delay = RETRY
+
+        async def failed(exc: BaseException) -> None:
+            nonlocal delay
+            if isinstance(exc, SkillfsError):
+                outage.failed(exc)
+            else:  # one its client left unwrapped: a bug to see, every time
+                log.warning("hub: %s; retrying in %.2fs", exc, delay, exc_info=exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+        def answered() -> None:
+            nonlocal delay
+            outage.recovered()
+            delay = RETRY
+
         while True:
             self._purge()
             if not self._domains and not self._waits:
@@ -341,13 +359,10 @@ class Hub:
                 await self._wake.wait()
                 continue
             try:
-                await self._start_new()
-                delay = RETRY
+                if await self._start_new():
+                    answered()
             except Exception as exc:  # a store error, or one its client left unwrapped
-                unwrapped = not isinstance(exc, SkillfsError)
-                log.warning("hub: %s; retrying in %.2fs", exc, delay, exc_info=unwrapped)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                await failed(exc)
                 continue
             if self._domains and self._current is None and len(self._waits) < MAX_WAITS:
                 since = {n: d.since for n, d in self._domains.items() if d.since is not None}
@@ -363,15 +378,18 @@ class Hub:
             finally:
                 woken.cancel()
             for wait in [w for w in self._waits if w.done()]:
-                if not await self._ended(wait):
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 2.0)
+                error = await self._ended(wait)
+                if error is None:
+                    answered()
+                else:
+                    await failed(error)
 
-    async def _start_new(self) -> None:
-        """Read where newly followed domains are (one store call) and tell their streams."""
+    async def _start_new(self) -> bool:
+        """Read where newly followed domains are (one store call) and tell their streams;
+        False when none is new (nothing was read)."""
         new = [n for n, d in self._domains.items() if d.since is None]
         if not new:
-            return
+            return False
         revisions = await self.run(self.engine.revisions, new)
         read_at = time.monotonic()
         self.follow_calls += 1
@@ -382,17 +400,17 @@ class Hub:
                 d.since = revisions[name] or EMPTY
                 self._current = None  # the wait out does not cover it
                 await self._publish(d, Event(d.since, (), read_at, {}))
+        return True
 
-    async def _ended(self, wait: asyncio.Future[Found]) -> bool:
-        """Publish what a wait found; False when it failed."""
+    async def _ended(self, wait: asyncio.Future[Found]) -> BaseException | None:
+        """Publish what a wait found; the error when it failed."""
         since = self._waits.pop(wait)
         if wait is self._current:
             self._current = None
         try:
             found, read_at = wait.result()
         except Exception as exc:  # StoreUnavailable, or the store closed under it
-            log.warning("hub: %s", exc)
-            return False
+            return exc
         for name, changes in found.items():
             d = self._domains.get(name)
             if d is None or d.since is not since[name] or not changes:
@@ -400,7 +418,7 @@ class Hub:
             d.since = changes[-1].revision
             self._current = None  # the waits out start before this: wait from here
             await self._publish(d, Event(since[name], tuple(changes), read_at, {}))
-        return True
+        return None
 
     def _in_thread(
         self, fn: Callable[..., dict[str, list[Change]]], *args: object
