@@ -16,6 +16,7 @@ import uuid
 import zipfile
 from collections.abc import Iterator
 from html import unescape
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -1161,6 +1162,67 @@ def test_conflict_on_the_same_lines_has_markers_and_overwrite_keeps_mine(
     assert "Save anyway" in refused.text and md_text(store, "code-reviewer") == theirs
     # Overwrite with my text: the operator's own text, as typed before the merge
     r = _save(client, "code-reviewer", with_markers, current, use="mine", mine=mine)
+    assert r.status == 200 and md_text(store, "code-reviewer") == mine
+
+
+class _FormFields(HTMLParser):
+    """The fields a browser posts with one form of a page: its named inputs and textareas
+    (the button pressed adds its own)."""
+
+    def __init__(self, form_id: str) -> None:
+        super().__init__()
+        self.form_id, self.inside, self.fields = form_id, False, {}
+        self.textarea: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "form":
+            self.inside = a.get("id") == self.form_id
+        elif self.inside and tag == "input" and a.get("name"):
+            self.fields[a["name"] or ""] = a.get("value") or ""
+        elif self.inside and tag == "textarea":
+            self.textarea = a.get("name")
+            self.fields[self.textarea or ""] = ""
+
+    def handle_data(self, data: str) -> None:
+        if self.textarea:
+            self.fields[self.textarea] += data
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "textarea" and self.textarea:
+            self.fields[self.textarea] = self.fields[self.textarea].removeprefix("\n")
+            self.textarea = None
+        elif tag == "form":
+            self.inside = False
+
+
+def _form_fields(reply: Reply, form_id: str = "editor-form") -> dict[str, str]:
+    parser = _FormFields(form_id)
+    parser.feed(reply.text)
+    return {k: v for k, v in parser.fields.items() if k != "csrf"}
+
+
+def test_a_refused_save_from_a_conflict_keeps_the_conflict(
+    client: Client, store: skillfs.Store
+) -> None:
+    r, _, mine, current = _edit_after_theirs(
+        client,
+        store,
+        ("# Code reviewer", "# Code reviewer (theirs)"),
+        ("# Code reviewer", "# Code reviewer (mine)"),
+    )
+    assert r.status == 409
+    # Save merged text, markers and all, as the browser posts the conflict page's form
+    refused = client.post(skill_url("code-reviewer", "save"), _form_fields(r))
+    assert refused.status == 422 and "still holds conflict markers" in refused.text
+    assert "changed while you were editing" in refused.text
+    assert f"Reload version {current}" in refused.text and "Overwrite with my text" in refused.text
+    assert "Your text against version" in refused.text  # the diff of their change
+    assert ">Save merged text<" in refused.text and ">Save<" not in refused.text
+    fields = _form_fields(refused)
+    assert fields["mine"] == mine and "<<<<<<< your edit" in fields["content"]
+    # the operator's pre-merge text is still there for Overwrite with my text
+    r = client.post(skill_url("code-reviewer", "save"), {**fields, "use": "mine"})
     assert r.status == 200 and md_text(store, "code-reviewer") == mine
 
 

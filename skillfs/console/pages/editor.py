@@ -129,15 +129,10 @@ def _canary_fields(call: Call, editing: Candidate | None) -> dict[str, str] | No
     }
 
 
-def _edit_text(call: Call) -> bytes:
-    """The text to save with the file's own line endings (browsers send CRLF): the editor's,
-    or after a conflict, with **Overwrite with my text**, the operator's own edit as it was
-    before the merge."""
-    field = "mine" if call.field("use") == "mine" else "content"
+def _edit_text(call: Call, field: str) -> str:
+    """A posted text with the file's own line endings (browsers send CRLF)."""
     text = call.field(field).replace("\r\n", "\n")
-    if call.field("newline") == "crlf":
-        text = text.replace("\n", "\r\n")
-    return text.encode("utf-8")
+    return text.replace("\n", "\r\n") if call.field("newline") == "crlf" else text
 
 
 def save(call: Call, scope: Scope, skill: str) -> Response:
@@ -145,13 +140,14 @@ def save(call: Call, scope: Scope, skill: str) -> Response:
     call.require(Level.write, scope)
     path = normalize_path(call.field("path"))
     base, expected = call.form_int("base"), call.form_int("expected")
-    data = _edit_text(call)
+    # after a conflict, **Overwrite with my text** saves the operator's edit from before the merge
+    text = _edit_text(call, "mine" if call.field("use") == "mine" else "content")
+    data = text.encode("utf-8")
     stored = call.store.manifest(scope, skill, version=base)
     # editing the staged candidate: its files are the base, and the save stages them again
     on_candidate = call.field("candidate") == "1" and stored.candidate is not None
     loaded = candidate_manifest(stored) if on_candidate else stored
     files = with_file(loaded, path, data)
-    text = data.decode("utf-8")
 
     def again(status: int, **why: Any) -> Response:
         """The editor again with the text kept and its findings (the warnings too)."""
@@ -168,6 +164,7 @@ def save(call: Call, scope: Scope, skill: str) -> Response:
             status=status,
             stored=stored,
             on_candidate=on_candidate,
+            conflict=_conflict_again(call, scope, skill, loaded, path, text, on_candidate),
             **why,
         )
 
@@ -238,32 +235,7 @@ def _conflict(
     staged = now.candidate if now is not None else None
     on_candidate = on_candidate and staged is not None
     current = candidate_manifest(now) if now is not None and on_candidate else now
-    diffs = diff_manifests(call.store, loaded, current)
-    mine = loaded.files.get(path)
-    theirs = current.files.get(path) if current else None
-    same_file = current is not None and (mine.sha256 if mine else None) != (
-        theirs.sha256 if theirs else None
-    )
-    their_text = _text_of(call, theirs)
-    yours = None
-    if their_text is not None and theirs is not None:
-        yours = FileDiff(path, "modified", theirs, None, lines=diff_text(their_text, text))
-    content, clean = text, True
-    base_text = _text_of(call, mine) if mine else ""
-    if same_file and current is not None and base_text is not None and their_text is not None:
-        content, clean = merge3(base_text, text, their_text, f"version {current.version}")
-    elif same_file:
-        clean = False  # not text on one side: no merge, the operator's text as it was
-    conflict = {
-        "loaded": loaded,
-        "current": current,
-        "diffs": diffs,
-        "yours": yours,
-        "same_file": same_file,
-        "merged": content != text,
-        "clean": clean,
-        "mine": text,
-    }
+    content, conflict = _conflict_view(call, loaded, current, path, text)
     return render_editor(
         call,
         scope,
@@ -278,6 +250,71 @@ def _conflict(
         stored=now,
         on_candidate=on_candidate,
     )
+
+
+def _conflict_again(
+    call: Call,
+    scope: Scope,
+    skill: str,
+    on: Manifest,
+    path: str,
+    text: str,
+    on_candidate: bool,
+) -> dict[str, Any] | None:
+    """The conflict a save from the conflict page answers (the form's `loaded`), for showing
+    that page again when the save is refused: a conflict page never offers a plain **Save**.
+    `on` is the version the form saves on top of, theirs (None when the form re-creates a
+    deleted skill); the operator's text stays as they left it, not merged anew."""
+    if not call.field("loaded"):
+        return None
+    old = call.store.manifest(scope, skill, version=call.form_int("loaded"))
+    loaded = candidate_manifest(old) if on_candidate and old.candidate is not None else old
+    current = on if call.form_int("expected") else None
+    mine = _edit_text(call, "mine") if call.field("mine") else text
+    return _conflict_view(call, loaded, current, path, mine, edited=text)[1]
+
+
+def _conflict_view(
+    call: Call,
+    loaded: Manifest,
+    current: Manifest | None,
+    path: str,
+    mine: str,
+    edited: str | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """The editor's text and the conflict panel of the operator's edit `mine` of `loaded`,
+    now that `current` is committed (None: deleted): the merge of both, or `edited`, the
+    text the operator made of it on the conflict page."""
+    diffs = diff_manifests(call.store, loaded, current)
+    ours = loaded.files.get(path)
+    theirs = current.files.get(path) if current else None
+    same_file = current is not None and (ours.sha256 if ours else None) != (
+        theirs.sha256 if theirs else None
+    )
+    their_text = _text_of(call, theirs)
+    yours = None
+    if their_text is not None and theirs is not None:
+        yours = FileDiff(path, "modified", theirs, None, lines=diff_text(their_text, mine))
+    content, clean = (mine if edited is None else edited), True
+    base_text = _text_of(call, ours) if ours else ""
+    if same_file:
+        if current is None or base_text is None or their_text is None:
+            clean = False  # not text on one side: no merge, the operator's text as it was
+        elif edited is None:
+            content, clean = merge3(base_text, mine, their_text, f"version {current.version}")
+        else:  # what the operator made of the merge, as they left it
+            clean = not has_markers(edited)
+    conflict = {
+        "loaded": loaded,
+        "current": current,
+        "diffs": diffs,
+        "yours": yours,
+        "same_file": same_file,
+        "merged": content != mine,
+        "clean": clean,
+        "mine": mine,
+    }
+    return content, conflict
 
 
 def _text_of(call: Call, entry: FileEntry | None) -> str | None:
