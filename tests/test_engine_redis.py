@@ -443,6 +443,26 @@ def test_writing_to_a_replica_is_unavailable(redis_sentinel: RedisSentinel) -> N
     engine.close()
 
 
+def test_a_timeout_through_sentinel_leaves_no_reply_behind(redis_sentinel: RedisSentinel) -> None:
+    """Outside (fault) testing: a command that timed out left its connection in the pool with
+    the reply still to come (redis-py's sentinel connections do not disconnect on an error
+    unless the retry covers it), and every later command read the one before's reply."""
+    engine = RedisEngine(f"{redis_sentinel.url}?prefix={ns()}&socket_timeout=0.2&max_connections=1")
+    engine.commit(DOMAIN, [put(ALICE, "a", 1)])
+    pid = redis_sentinel.primary.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)  # under the sentinel's down-after (1 s): no failover
+    try:
+        with pytest.raises(StoreUnavailable, match="Timeout"):
+            engine.load_skills(ALICE, ["a"])
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    time.sleep(0.3)  # the late reply, had the connection been kept, is on its socket now
+    assert engine.load_skills(ALICE, ["a"])["a"].version == 1
+    assert engine.revisions([DOMAIN])[DOMAIN] is not None
+    engine.close()
+
+
 def test_unreachable_stores_are_unavailable_without_the_password() -> None:
     port = free_port()
     urls = [

@@ -51,14 +51,33 @@ def client_query(scheme: str) -> tuple[str, ...]:
     return (*_CLIENT_QUERY, *tls, *sentinel)
 
 
+class _RetryOnce(Retry):
+    """One immediate retry of a connection error: a pooled connection the server closed (a
+    restart); waiting out an outage is the Store's job. A timeout is not retried, but its
+    connection is dropped all the same: redis-py's sentinel connections were otherwise put
+    back with the reply still to come, and each later command read the one before's reply."""
+
+    def call_with_retry(
+        self,
+        do: Callable[[], Any],
+        fail: Callable[..., Any],
+        is_retryable: Callable[[Exception], bool] | None = None,
+        with_failure_count: bool = False,
+    ) -> Any:
+        def failed(error: Exception, *count: int) -> None:
+            fail(error, *count)  # drops the connection
+            if isinstance(error, rx.TimeoutError):
+                raise error
+
+        return super().call_with_retry(do, failed, is_retryable, with_failure_count)
+
+
 def client_kwargs(options: Mapping[str, Any]) -> dict[str, Any]:
     """redis-py's keyword arguments: ours, overridden by the caller's `options`."""
     kwargs: dict[str, Any] = {
         "socket_timeout": SOCKET_TIMEOUT,
         "socket_connect_timeout": SOCKET_TIMEOUT,
-        # One immediate retry covers a pooled connection the server closed (a restart);
-        # waiting out an outage is the Store's job.
-        "retry": Retry(NoBackoff(), 1, supported_errors=(rx.ConnectionError,)),
+        "retry": _RetryOnce(NoBackoff(), 1, supported_errors=(rx.ConnectionError, rx.TimeoutError)),
     } | dict(options)
     kwargs["decode_responses"] = False
     return kwargs
@@ -104,7 +123,9 @@ def client_factory(
     )
     opts.pop("host", None)
     sentinel_password = opts.pop("sentinel_password", None)
-    opts = opts | kwargs | ({"ssl": True} if scheme.startswith("rediss") else {})
+    # The URL's options over ours, as `Redis.from_url` takes them (socket_timeout=0.2 in a
+    # Sentinel URL was overridden by the 5 s default).
+    opts = kwargs | opts | ({"ssl": True} if scheme.startswith("rediss") else {})
     if scheme in ("redis+cluster", "rediss+cluster"):
         startup = [ClusterNode(*host_port(n, 6379, WHERE)) for n in nodes]  # type: ignore[no-untyped-call]
         return lambda: RedisCluster(startup_nodes=startup, **opts)
@@ -114,7 +135,7 @@ def client_factory(
             "a Sentinel URL is redis+sentinel://[:password@]host:port[,host:port...]/service[/db]"
         )
     sentinels = [host_port(n, 26379, WHERE) for n in nodes]
-    sentinel_kwargs = {k: v for k, v in kwargs.items() if k.startswith("socket_") or k == "retry"}
+    sentinel_kwargs = {k: v for k, v in opts.items() if k.startswith("socket_") or k == "retry"}
     if sentinel_password:
         sentinel_kwargs["password"] = sentinel_password
     db = int(path[1]) if len(path) == 2 else 0
