@@ -13,44 +13,11 @@ from skillfs.engines.base import EMPTY, Engine
 from skillfs.errors import InvalidPath, StoreUnavailable
 from skillfs.model import Change, Revision, Scope, target_domain
 from skillfs.names import check_domain
+from skillfs.outage import Outage
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 P = ParamSpec("P")
-
-
-class Outage:
-    """One warning when a background loop starts failing and one when it recovers, instead of a
-    line per retry: a worker whose servers are all down would otherwise log one every two
-    seconds for as long as they are (each retry is logged at DEBUG). The recovery is logged at
-    the warning's level, so whoever saw the one sees the other."""
-
-    def __init__(self, logger: logging.Logger, what: str) -> None:
-        self._log = logger
-        self._what = what
-        self._since: float | None = None
-        self._failures = 0
-
-    def failed(self, exc: BaseException) -> None:
-        self._failures += 1
-        if self._since is not None:
-            self._log.debug("%s: %s; still retrying", self._what, exc)
-            return
-        self._since = time.monotonic()
-        self._log.warning(
-            "%s: %s; retrying in the background (one more line when it recovers)", self._what, exc
-        )
-
-    def recovered(self) -> None:
-        if self._since is None:
-            return
-        self._log.warning(
-            "%s: recovered after %.1fs and %d failed attempts",
-            self._what,
-            time.monotonic() - self._since,
-            self._failures,
-        )
-        self._since, self._failures = None, 0
 
 
 def follow_changes(

@@ -5,6 +5,7 @@ and Sentinel failovers, including one to a replica that missed writes."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import signal
 import threading
@@ -461,6 +462,31 @@ def test_a_timeout_through_sentinel_leaves_no_reply_behind(redis_sentinel: Redis
     assert engine.load_skills(ALICE, ["a"])["a"].version == 1
     assert engine.revisions([DOMAIN])[DOMAIN] is not None
     engine.close()
+
+
+def test_a_cluster_whose_nodes_all_went_away_is_unavailable(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Outside (fault) testing: an existing client whose nodes were all gone raised redis-py's
+    RedisClusterException, no SkillfsError: not retried, and a worker's
+    `snapshot(allow_stale=True)` raised it instead of keeping its last snapshot. The change
+    notices' listener logged a warning at every retry; now once."""
+    caplog.set_level(logging.INFO, logger="skillfs.engines.redis_watch")
+    with RedisCluster(tmp_path) as cluster:
+        store = skillfs.open_store(f"{cluster.url}?prefix={ns()}", retry_for=0.5)
+        store.publish(ALICE, "a", {"SKILL.md": skill_md("a")})
+        skills = skillfs.Skills(store, "support-bot", "alice")
+        before = skills.snapshot()
+        cluster.stop()
+        with pytest.raises(StoreUnavailable, match="is unavailable"):
+            store.manifest(ALICE, "a")
+        stale = skills.snapshot(allow_stale=True)
+        assert stale.stale and stale.token == before.token
+        time.sleep(2.0)  # the listener retries after 0.05, 0.1, 0.2, 0.4, 0.8 s ...
+        said = [r for r in caplog.records if r.name == "skillfs.engines.redis_watch"]
+        assert len(said) == 1 and "retrying in the background" in said[0].getMessage()
+        skills.close()
+        store.close()
 
 
 def test_unreachable_stores_are_unavailable_without_the_password() -> None:

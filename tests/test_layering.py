@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 # counts as one: skillfs.engines.grpc_wire is in `engines`). Names on one line are one layer
 # and may import each other.
 LAYERS: list[set[str]] = [
-    {"names", "errors", "lru", "text_merge", "durations", "similarity"},
+    {"names", "errors", "lru", "text_merge", "durations", "similarity", "outage"},
     {
         "model",
         "manifest",

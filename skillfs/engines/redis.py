@@ -92,6 +92,9 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     rx.TryAgainError,
     rx.OutOfMemoryError,
     rx.SlotNotCoveredError,
+    # A Cluster client that reaches no node (every one down): raised by an existing client
+    # too, not only when it is made
+    rx.RedisClusterException,
     _Transient,
 )
 
@@ -173,7 +176,7 @@ class RedisEngine(redis_lease.RedisLeases, Engine):
         if conn is None:
             with self._lock:
                 if self._conn is None:
-                    with self.unavailable(rx.RedisClusterException, *_UNAVAILABLE):
+                    with self.unavailable(*_UNAVAILABLE):
                         client = self._open()
                     self._conn = _Connected(
                         client,

@@ -25,6 +25,7 @@ import redis.exceptions as rx
 
 from skillfs.engines import redis_scripts as scripts
 from skillfs.model import Change, Revision
+from skillfs.outage import Outage
 
 #: The engine (`skillfs.engines.redis.RedisEngine`, which imports this module: no cycle).
 RedisEngine = Any
@@ -126,6 +127,7 @@ class Wake:
 
     def _run(self) -> None:
         delay = 0.05
+        outage = Outage(log, f"change notices of {self.engine.url}")
         while not self._closed.is_set():
             pubsub = None
             try:
@@ -138,11 +140,12 @@ class Wake:
                     if message["type"] == "subscribe":
                         self._subscribed.set()
                     self._bump()  # a notice, or (re)subscribed: look again
+                    outage.recovered()
                     delay = 0.05
             except Exception as exc:  # the connection dropped: subscribe again, look again
                 if self._closed.is_set():
                     return
-                log.warning("change notices of %s: %s; again in %.2fs", self.engine.url, exc, delay)
+                outage.failed(exc)
                 self._bump()
                 self._closed.wait(delay)
                 delay = min(delay * 2, 2.0)

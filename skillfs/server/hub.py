@@ -30,8 +30,8 @@ from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import EMPTY, Engine
 from skillfs.errors import SkillfsError
 from skillfs.model import Change, Manifest, Revision, Scope
+from skillfs.outage import Outage
 from skillfs.proto import skillfs_pb2 as pb
-from skillfs.store_watch import Outage
 
 log = logging.getLogger("skillfs.server")
 

@@ -17,7 +17,7 @@ from skillfs.console.pages.rollout import rollout_of
 from skillfs.console.paging import paged
 from skillfs.console.strict import confirm, forced
 from skillfs.errors import InvalidSkill, NotFound
-from skillfs.model import Scope
+from skillfs.model import Manifest, Scope
 from skillfs.names import draft_entry
 from skillfs.store_drafts import Draft, draft_of
 from skillfs.store_rollout import describe
@@ -55,13 +55,21 @@ def _text(d: Draft) -> tuple[str, ...]:
 
 
 def draft_page(call: Call, scope: Scope, skill: str) -> Response:
-    """One draft: what it changes against the live skill, its findings, and the decisions."""
+    """One draft: what it changes against the live skill (and, for a user's draft that may
+    go into the shared skills, against the shared one it would replace), its findings, and
+    the decisions."""
     call.require(Level.read, scope)
     held = call.store.manifests(scope, [draft_entry(skill), skill])  # one round trip
-    m, live = held.get(draft_entry(skill)), held.get(skill)
+    m, entry = held.get(draft_entry(skill)), held.get(skill)
     if m is None:
         raise NotFound(f"{call.store.no_draft(scope, skill)} (approved or rejected already?)")
-    draft = draft_of(scope, skill, m, live.version if live is not None else 0)
+    # stale or not is the store's check, against the entry whatever it holds
+    draft = draft_of(scope, skill, m, entry.version if entry is not None else 0)
+    live = _live(entry)
+    into_shared = _may_go_into_shared(call, scope)
+    shared = None
+    if into_shared is not None:
+        shared = _live(call.store.manifests(into_shared, [skill]).get(skill))
     text = skill_md_text(call.store, m)
     return call.render_scope(
         "draft.html",
@@ -69,11 +77,29 @@ def draft_page(call: Call, scope: Scope, skill: str) -> Response:
         draft=draft,
         m=m,
         live=live,
+        hiding=entry is not None and entry.hides,
         skill=skill,
         findings=shown(stored_findings(call.store, m), text),
         diffs=diff_manifests(call.store, live, m),
-        shared_scope=Scope.shared(scope.agent_id) if scope.agent_id else None,
+        into_shared=into_shared,
+        shared=shared,
+        shared_diffs=diff_manifests(call.store, shared, m) if into_shared else [],
     )
+
+
+def _live(m: Manifest | None) -> Manifest | None:
+    """`m` when it holds live files to compare a draft with: a tombstone, a user's hiding
+    entry or a skill only staged has none, so the draft is a new skill there."""
+    return m if m is not None and not m.deleted and m.files else None
+
+
+def _may_go_into_shared(call: Call, scope: Scope) -> Scope | None:
+    """The agent's shared scope, when this draft is in a user's scope and the token may
+    approve it into the shared skills."""
+    if scope.kind != "user" or scope.agent_id is None:
+        return None
+    shared = Scope.shared(scope.agent_id)
+    return shared if call.can.write(shared) else None
 
 
 def approve(call: Call, scope: Scope, skill: str) -> Response:
