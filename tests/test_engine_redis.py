@@ -496,6 +496,9 @@ def test_unreachable_stores_are_unavailable_without_the_password() -> None:
         f"rediss://127.0.0.1:{port}/0",
         f"redis+cluster://:s3cret@127.0.0.1:{port},127.0.0.1:{free_port()}",
         f"redis+sentinel://:s3cret@127.0.0.1:{port}/m/0",
+        # fault testing: a password in the query was printed as given
+        f"redis+sentinel://127.0.0.1:{port}/m/0?sentinel_password=s3cret",
+        f"rediss://127.0.0.1:{port}/0?ssl_password=s3cret&ssl_cert_reqs=none",
     ]
     for url in urls:
         engine = RedisEngine(url, socket_timeout=1.0)  # opening never needs the server

@@ -105,13 +105,16 @@ def host_port(text: str, default_port: int | None, where: str) -> tuple[str, int
 
 
 def redact(url: str) -> str:
-    """The URL without its password, for error messages and logs."""
+    """The URL without its passwords (the one before the host, and any query option named
+    like one: `sentinel_password`, `ssl_password`), for error messages and logs."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+    query = re.sub(r"((?:^|&)[^=&]*password=)[^&]*", r"\1***", parts.query)
+    if parts.password is None and query == parts.query:
+        return url  # as given (a round trip would turn sqlite:////x into sqlite://x)
+    if parts.password is not None:
+        netloc = parts.netloc.rsplit("@", 1)[1]
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{netloc}")
+    return urlunsplit(parts._replace(query=query))
 
 
 def unavailable_error(url: str, exc: BaseException) -> StoreUnavailable:
