@@ -18,7 +18,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from skillfs.engines import open_engine
 from skillfs.engines.base import Engine, MiB, VersionMismatch
-from skillfs.errors import Conflict, InvalidPath, NotFound, StoreUnavailable, TooLarge
+from skillfs.errors import Conflict, InvalidPath, NotFound, StoreUnavailable
 from skillfs.model import (
     Access,
     CommitResult,
@@ -41,7 +41,16 @@ from skillfs.names import (
 )
 from skillfs.skill_md import SKILL_MD, inspect_skill
 from skillfs.store_blobs import Blobs
-from skillfs.store_commit import Prepared, already_committed, file_table, next_ops, refuse_errors
+from skillfs.store_commit import (
+    Prepared,
+    already_committed,
+    check_shape,
+    file_table,
+    in_history,
+    next_ops,
+    ours,
+    refuse_errors,
+)
 from skillfs.store_curate import Curation
 from skillfs.store_drafts import Drafts
 from skillfs.store_gc import GcReport, HistoryPolicy, gc, prune, prune_after_commit
@@ -243,29 +252,9 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
         return prepared
 
     def check_commit(self, targets: Sequence[tuple[Scope, str]], domain: str | None = None) -> str:
-        """The shape every commit must have, whoever built it: at least one skill, each once,
-        all in one domain (`domain` when given), no more than the engine commits atomically.
-        Returns the domain."""
-        if not targets:
-            raise InvalidPath("empty commit: give at least one Put or Remove")
-        domain = domain or targets[0][0].domain
-        seen: set[tuple[Scope, str]] = set()
-        for scope, skill in targets:
-            scope.check()  # a Scope built with model_construct skips its own check
-            if scope.domain != domain:
-                raise InvalidPath(
-                    f"one commit spans one agent or one market: {scope} is not in {domain}"
-                )
-            check_entry(skill)
-            if (scope, skill) in seen:
-                raise InvalidPath(f"{scope}/{skill} appears twice in one commit")
-            seen.add((scope, skill))
-        if self.max_ops is not None and len(targets) > self.max_ops:
-            raise TooLarge(
-                f"a commit of {len(targets)} skills is over this store's limit of "
-                f"{self.max_ops} per atomic commit: split it into several commits"
-            )
-        return domain
+        """The shape every commit must have, whoever built it (`store_commit.check_shape`);
+        returns the domain."""
+        return check_shape(targets, domain, self.max_ops)
 
     def _prepare(
         self, change: Put | Remove, entries: dict[str, FileEntry] | None, blobs: dict[str, bytes]
@@ -300,20 +289,27 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
     def _commit(self, domain: str, prepared: list[Prepared], commit_id: str) -> CommitResult:
         check_commit_id(commit_id)
         deadline = time.monotonic() + self.retry_for
+        unsure = False  # a commit was sent and its answer lost: it may have landed
         for attempt in range(1000):
             current: dict[tuple[Scope, str], Manifest] = {}
             for scope in {p.scope for p in prepared}:
                 skills = [p.skill for p in prepared if p.scope == scope]
                 loaded = self._retrying(self.engine.load_skills, scope, skills)
                 current.update({(scope, k): m for k, m in loaded.items()})
-            if any(
-                (c := current.get((p.scope, p.skill))) is not None and c.commit_id == commit_id
-                for p in prepared
-            ):
+            landed = ours(prepared, current, commit_id)
+            if not landed and unsure:
+                landed = in_history(self.engine, self._retrying, prepared, commit_id)
+            if not landed:
+                try:
+                    ops = next_ops(prepared, current, commit_id, self.clock())
+                except Conflict:  # against our own commit, another writer's on top? (C6)
+                    if unsure or not in_history(self.engine, self._retrying, prepared, commit_id):
+                        raise
+                    landed = True
+            if landed:
                 return already_committed(
                     self.engine, self._retrying, domain, prepared, current, commit_id
                 )
-            ops = next_ops(prepared, current, commit_id, self.clock())
             try:
                 revision = self.engine.commit(domain, ops)
             except VersionMismatch:
@@ -324,6 +320,7 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
             except StoreUnavailable:
                 if time.monotonic() > deadline:
                     raise
+                unsure = True
                 time.sleep(min(0.05 * 2**attempt, 1.0))
                 continue
             prune_after_commit(self.engine, self.history_policy, self.clock(), ops)

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from skillfs.engines.base import CommitOp, Engine
-from skillfs.errors import Conflict, InvalidPath, InvalidSkill, NotFound
+from skillfs.errors import Conflict, InvalidPath, InvalidSkill, NotFound, TooLarge
 from skillfs.model import (
     CommitResult,
     File,
@@ -22,7 +22,7 @@ from skillfs.model import (
     Scope,
     error_findings,
 )
-from skillfs.names import check_new_path, normalize_path
+from skillfs.names import check_entry, check_new_path, normalize_path
 from skillfs.store_blobs import Retrying, sha256
 from skillfs.store_limits import Limits, check_file, check_file_table, default_mode
 
@@ -238,6 +238,56 @@ def storable(scope: Scope, manifest: Manifest) -> Manifest:
             "hold exactly); nothing was written: fix its frontmatter or file attributes"
         )
     return manifest
+
+
+def check_shape(
+    targets: Sequence[tuple[Scope, str]], domain: str | None, max_ops: int | None
+) -> str:
+    """The shape every commit must have, whoever built it: at least one skill, each once,
+    all in one domain (`domain` when given), no more than the engine commits atomically
+    (`max_ops`). Returns the domain."""
+    if not targets:
+        raise InvalidPath("empty commit: give at least one Put or Remove")
+    domain = domain or targets[0][0].domain
+    seen: set[tuple[Scope, str]] = set()
+    for scope, skill in targets:
+        scope.check()  # a Scope built with model_construct skips its own check
+        if scope.domain != domain:
+            raise InvalidPath(
+                f"one commit spans one agent or one market: {scope} is not in {domain}"
+            )
+        check_entry(skill)
+        if (scope, skill) in seen:
+            raise InvalidPath(f"{scope}/{skill} appears twice in one commit")
+        seen.add((scope, skill))
+    if max_ops is not None and len(targets) > max_ops:
+        raise TooLarge(
+            f"a commit of {len(targets)} skills is over this store's limit of "
+            f"{max_ops} per atomic commit: split it into several commits"
+        )
+    return domain
+
+
+def ours(
+    prepared: Sequence[Prepared], current: Mapping[tuple[Scope, str], Manifest], commit_id: str
+) -> bool:
+    """Whether a commit of this id is what one of these entries holds now."""
+    return any(
+        (c := current.get((p.scope, p.skill))) is not None and c.commit_id == commit_id
+        for p in prepared
+    )
+
+
+def in_history(
+    engine: Engine, retrying: Retrying, prepared: Sequence[Prepared], commit_id: str
+) -> bool:
+    """Whether a commit of this id landed on any of these entries, read back from their
+    history: another writer's version may stand on top of ours (a lost answer, C6)."""
+    return any(
+        m.commit_id == commit_id
+        for p in prepared
+        for m in retrying(engine.history, p.scope, p.skill)
+    )
 
 
 def already_committed(

@@ -14,7 +14,7 @@ import pytest
 import skillfs
 from skillfs import File, HistoryPolicy, Limits, Put, Remove, Scope
 from skillfs.engines.base import CommitOp, VersionMismatch
-from skillfs.errors import Conflict, InvalidPath, NotFound, TooLarge
+from skillfs.errors import Conflict, InvalidPath, NotFound, StoreUnavailable, TooLarge
 from tests.helpers import skill_md
 
 ALICE = Scope.user("support-bot", "alice")
@@ -573,6 +573,37 @@ def test_retried_commit_after_another_writer_is_still_ours(store: skillfs.Store)
     assert again.versions == {"a": 1, "b": 1}
     assert store.manifest(ALICE, "b").version == 2
     assert len(store.history(ALICE, "a")) == 1 and len(store.history(ALICE, "b")) == 2
+
+
+def test_a_lost_answer_and_another_writer_on_top_is_still_ours(
+    store: skillfs.Store, store_url: str
+) -> None:
+    """Outside (fault) testing: a commit that landed, whose answer was lost (a connection
+    reset, a leader change) while another writer published on top, was retried into a false
+    Conflict (C6): the retry looked for its commit id in the current version only. Likewise
+    a caller's own retry of a one-skill commit."""
+    store.publish(ALICE, "s", files_v("s", 1))
+    other = skillfs.open_store(store_url)
+    real = store.engine.commit
+    lost: list[int] = []
+
+    def commit_then_lose_the_answer(domain: str, ops: Any) -> Any:
+        revision = real(domain, ops)
+        if not lost:
+            lost.append(1)
+            other.publish(ALICE, "s", files_v("s", 3), expected_version=2)
+            raise StoreUnavailable("the connection was reset")
+        return revision
+
+    store.engine.commit = commit_then_lose_the_answer  # type: ignore[method-assign]
+    try:
+        result = store.publish(ALICE, "s", files_v("s", 2), expected_version=1, commit_id="lost")
+    finally:
+        del store.engine.commit
+    assert result.versions == {"s": 2} and store.manifest(ALICE, "s").version == 3
+    assert [m.commit_id for m in store.history(ALICE, "s")].count("lost") == 1
+    again = store.publish(ALICE, "s", files_v("s", 2), expected_version=1, commit_id="lost")
+    assert again.versions == {"s": 2} and store.manifest(ALICE, "s").version == 3
 
 
 def test_range_reads_at_and_past_the_end(store: skillfs.Store, store_url: str) -> None:
