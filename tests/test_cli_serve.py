@@ -1,9 +1,11 @@
 """`skillfs serve` and `skillfs run` on a port another process holds: one line saying which
-port and what to do, exit 1, for the gRPC port as for the HTTP port."""
+port and what to do, exit 1, for the gRPC port as for the HTTP port; a bad address, thread
+count or TLS pair is said as such (outside testing: tracebacks, and "is the port taken?")."""
 
 from __future__ import annotations
 
 import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,13 +22,13 @@ def busy() -> Iterator[int]:
         yield holder.getsockname()[1]
 
 
-def _serve(tmp_path: Path, grpc: str, http: str) -> list[str]:
+def _serve(tmp_path: Path, grpc: str, http: str, *more: str, code: int = 1) -> list[str]:
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text(tokens_document([("ops", "x" * 20, ["*:admin"])], "k"))
     store = f"sqlite:///{tmp_path / 's.db'}"
-    args = ["--store", store, "--tokens", str(tokens), "--grpc", grpc, "--http", http]
+    args = ["--store", store, "--tokens", str(tokens), "--grpc", grpc, "--http", http, *more]
     result = process("serve", *args)
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == code, result.stderr
     return result.stderr.splitlines()
 
 
@@ -52,4 +54,38 @@ def test_run_on_a_busy_grpc_port(tmp_path: Path, busy: int) -> None:
     assert result.stderr.splitlines() == [
         f"error: cannot listen on 127.0.0.1:{busy} for gRPC: the port is in use; stop what "
         "holds it, or pick another port with --grpc HOST:PORT"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("grpc", "http", "more", "said"),
+    [
+        ("127.0.0.1:0", "nonsense", [], "Invalid value for --http: 'nonsense': give HOST:PORT"),
+        ("127.0.0.1:0", "127.0.0.1:abc", [], "Invalid value for --http: '127.0.0.1:abc'"),
+        ("127.0.0.1:99999", "127.0.0.1:0", [], "Invalid value for --grpc: '127.0.0.1:99999'"),
+        ("127.0.0.1:0", "127.0.0.1:0", ["--max-workers", "0"], "greater than or equal to 1"),
+    ],
+)
+def test_a_bad_address_or_thread_count_is_bad_usage(
+    tmp_path: Path, grpc: str, http: str, more: list[str], said: str
+) -> None:
+    assert said in " ".join(" ".join(_serve(tmp_path, grpc, http, *more, code=2)).split())
+
+
+def _pem_pair(where: Path, name: str) -> tuple[Path, Path]:
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+         "/CN=localhost", "-keyout", f"{name}.key", "-out", f"{name}.pem"],
+        cwd=where, check=True, capture_output=True,
+    )  # fmt: skip
+    return where / f"{name}.pem", where / f"{name}.key"
+
+
+def test_a_tls_pair_that_does_not_match_is_said_so(tmp_path: Path) -> None:
+    cert, _ = _pem_pair(tmp_path, "one")
+    _, key = _pem_pair(tmp_path, "two")
+    tls = ["--tls-cert", str(cert), "--tls-key", str(key)]
+    assert _serve(tmp_path, "127.0.0.1:0", "127.0.0.1:0", *tls) == [
+        f"error: TLS: {cert} and {key} are not a PEM certificate and its private key "
+        "(KEY_VALUES_MISMATCH); give the files of one pair"
     ]

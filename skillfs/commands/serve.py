@@ -82,12 +82,24 @@ def _check_free(address: str, what: str, option: str) -> None:
             ) from None
 
 
+def _check_address(address: str, option: str) -> None:
+    """HOST:PORT, said as bad usage before anything starts (a bad port was a traceback)."""
+    host, _, port = address.rpartition(":")
+    if not host.strip("[]") or not port.isdigit() or int(port) > 65535:
+        raise typer.BadParameter(
+            f"{address!r}: give HOST:PORT, the port a number from 1 to 65535 (0: any free port)",
+            param_hint=option,
+        )
+
+
 def _server(config: ServerConfig) -> SkillfsServer:
     """The server over `config`, or one line on stderr saying why not (exit 1)."""
     from skillfs.server.app import SkillfsServer
 
+    _check_address(config.grpc, "--grpc")
     _check_free(config.grpc, "gRPC", "--grpc")
     if config.http:
+        _check_address(config.http, "--http")
         _check_free(config.http, "HTTP", "--http")
     try:
         return SkillfsServer(config)
@@ -142,6 +154,7 @@ def serve(
         int,
         typer.Option(
             metavar="N",
+            min=1,
             help="Threads for blocking store calls; the store's pool is sized from it.",
         ),
     ] = 64,

@@ -14,6 +14,7 @@ import gc
 import json
 import logging
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -192,6 +193,15 @@ class SkillfsServer:
             raise SkillfsError("TLS needs both --tls-cert and --tls-key")
         if c.tls_cert is None or c.tls_key is None:
             return None
+        try:  # gRPC's own refusal is a C-core log line, and a failed bind (read as a taken port)
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+                c.tls_cert, c.tls_key
+            )
+        except ssl.SSLError as exc:
+            raise SkillfsError(
+                f"TLS: {c.tls_cert} and {c.tls_key} are not a PEM certificate and its private key "
+                f"({exc.reason or exc}); give the files of one pair"
+            ) from None
         return c.tls_key.read_bytes(), c.tls_cert.read_bytes()
 
     def _bind_grpc(self, config: ServerConfig) -> int:
@@ -206,7 +216,10 @@ class SkillfsServer:
         except RuntimeError:  # grpc.aio raises where the sync server answered 0
             port = 0
         if port == 0:
-            raise SkillfsError(f"cannot listen on {config.grpc} for gRPC: is the port taken?")
+            raise SkillfsError(
+                f"cannot listen on {config.grpc} for gRPC: is the port taken, and is the host "
+                "an address of this machine?"
+            )
         return port
 
     def _listen_http(self, http: HttpPort, config: ServerConfig) -> int:
