@@ -4,6 +4,7 @@ metrics and status, TLS, reflection, and the committed generated code is current
 from __future__ import annotations
 
 import filecmp
+import logging
 import re
 import ssl
 import subprocess
@@ -29,7 +30,15 @@ from skillfs.model import Scope
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.app import SkillfsServer
-from support.grpc_servers import ADMIN, ALICE, ServerProcess, health, running, wait_health
+from support.grpc_servers import (
+    ADMIN,
+    ALICE,
+    ServerProcess,
+    health,
+    in_process,
+    running,
+    wait_health,
+)
 from support.servers import RedisServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -162,6 +171,48 @@ def test_sigterm_drains_and_ends_watches(tmp_path: Path) -> None:
         assert stub_done.wait(5) and codes == [grpc.StatusCode.OK]  # ended, not broken
         assert health(srv.address) == "DOWN"
         t.join()
+
+
+def test_a_stop_ends_the_http_port_s_streams_and_drains_both_ports_together(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Outside testing: a stop waited out the gRPC grace, then the HTTP grace (twice
+    `--grace`: past Kubernetes' termination grace at the defaults), and an MCP client's open
+    GET stream always held the HTTP port for its whole grace, then was cancelled and logged
+    as an error. Now the console's and MCP's streams end at once."""
+    server = in_process(f"sqlite:///{tmp_path / 's.db'}", tmp_path / "srv", grace=4.0)
+    base = f"http://127.0.0.1:{server.http_port}"
+    headers = {"authorization": f"Bearer {ALICE}", "accept": "application/json, text/event-stream"}
+    hello = {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "0"},
+    }
+    opened = httpx.post(
+        f"{base}/mcp/?agent=support-bot&user=alice",
+        headers=headers,
+        json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello},
+    )
+    session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
+    streaming, ended = threading.Event(), threading.Event()
+
+    def listen() -> None:
+        with httpx.stream(
+            "GET", f"{base}/mcp/?agent=support-bot&user=alice", headers=session, timeout=30
+        ) as stream:
+            streaming.set()
+            for _ in stream.iter_bytes():
+                pass
+        ended.set()
+
+    threading.Thread(target=listen, daemon=True).start()
+    assert streaming.wait(10)
+    time.sleep(0.3)
+    started = time.monotonic()
+    server.stop()
+    assert time.monotonic() - started < 3.0  # not the HTTP port's 4 s grace
+    assert ended.wait(5)
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 def self_signed(directory: Path) -> tuple[Path, Path]:

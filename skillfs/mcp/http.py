@@ -16,6 +16,7 @@ token for alice can never read bob's files, whatever URI it asks for.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
@@ -65,6 +66,23 @@ class McpHttp:
         #: session id -> the name of the token that opened it (MCP's guidance: bind a session
         #: to its user, so that another token can neither use nor end it).
         self._owners: Lru[str, str] = Lru(MAX_SESSIONS)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one serving the endpoint
+
+    def close(self, timeout: float = 2.0) -> None:
+        """End every session, its open GET stream included (a client holds one for as long as
+        its session lasts), so that a server's graceful stop is not held for them until its
+        grace runs out (each was then cancelled, and logged as an error). Any thread."""
+        loop, manager = self._loop, self._manager
+        if loop is None or manager is None or loop.is_closed():
+            return
+
+        async def end() -> None:
+            # The SDK has no public handle on its sessions; `terminate` is how it ends one.
+            for transport in list(manager._server_instances.values()):
+                await transport.terminate()
+
+        with contextlib.suppress(Exception):  # a session already gone, the loop stopping
+            asyncio.run_coroutine_threadsafe(end(), loop).result(timeout)
 
     @contextlib.asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:
@@ -83,6 +101,7 @@ class McpHttp:
         if self._manager is None:
             await _reply(send, 503, "the MCP endpoint is not running (enter McpHttp.lifespan())")
             return
+        self._loop = asyncio.get_running_loop()
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         query = scope.get("query_string", b"").decode("latin-1")
         try:

@@ -270,20 +270,27 @@ class SkillfsServer:
         await self.backend.run(self.backend.views.flush_usage)
 
     def stop(self, grace: float | None = None) -> None:
-        """Graceful: report NOT_SERVING (load balancers stop sending), end watches, let calls
-        in flight finish for up to `grace` seconds, then close the store."""
+        """Graceful: report NOT_SERVING (load balancers stop sending), end watches and the HTTP
+        port's streams (the console's, MCP's), let calls and requests in flight on both ports
+        finish for up to `grace` seconds, then close the store."""
         if self._stop.is_set():
             self._stopped.wait()
             return
         self._stop.set()
+        grace = self.config.grace if grace is None else grace
         if self.curator is not None:
             self.curator.stop()
-        self._await(self._stop_grpc(self.config.grace if grace is None else grace))
+        http: threading.Thread | None = None
+        if self.http is not None:  # its long streams end at once; both ports drain together
+            self.mcp.close()
+            http = threading.Thread(target=self.http.stop, args=(grace,), name="skillfs-http-stop")
+            http.start()
+        self._await(self._stop_grpc(grace))
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._loop_thread.join(5)
         self.backend.executor.shutdown(wait=False, cancel_futures=True)
-        if self.http is not None:
-            self.http.stop(self.config.grace if grace is None else grace)
+        if http is not None:
+            http.join()
         self.store.close()
         log.info("stopped", extra={"grpc_port": self.grpc_port})
         self._stopped.set()
@@ -294,7 +301,7 @@ class SkillfsServer:
             signal.signal(sig, lambda *_: threading.Thread(target=self.stop).start())
         self.start()
         settle_gc()
-        if ready is not None:
+        if ready is not None and not self._stop.is_set():  # (a signal during the start)
             ready()
         self._stopped.wait()
 
