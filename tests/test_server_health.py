@@ -39,7 +39,7 @@ from support.grpc_servers import (
     running,
     wait_health,
 )
-from support.servers import RedisServer
+from support.servers import RedisServer, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 A = Scope.user("support-bot", "alice")
@@ -98,6 +98,9 @@ def test_http_port_status_metrics_and_probes(server: SkillfsServer) -> None:
     assert console.url.endswith("/login?next=/") and "Sign in" in console.read().decode()
     assert urllib.request.urlopen(f"{base}/healthz", timeout=5).status == 200
     assert urllib.request.urlopen(f"{base}/readyz", timeout=5).status == 200
+    for probe in ("/healthz", "/readyz", "/metrics", "/status"):  # outside testing: 401 or 404
+        posted = httpx.post(f"{base}{probe}")
+        assert (posted.status_code, posted.headers["allow"]) == (405, "GET, HEAD")
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(f"{base}/static/nope.css", timeout=5)
     assert err.value.code == 404
@@ -110,6 +113,23 @@ def test_http_port_status_metrics_and_probes(server: SkillfsServer) -> None:
 
     server.mount("/console", console)
     assert urllib.request.urlopen(f"{base}/console/x", timeout=5).read() == b"/console /console/x"
+
+
+def test_a_server_started_with_its_store_down_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Outside testing: the log said "serving" and never that the store was down (only a
+    change of state was logged, and the state began as down)."""
+    caplog.set_level(logging.INFO, logger="skillfs.server")
+    server = in_process(f"redis://127.0.0.1:{free_port()}/0", tmp_path, health_interval=0.1)
+    try:
+        deadline = time.monotonic() + 10
+        said = lambda: [r for r in caplog.records if r.getMessage() == "store down"]  # noqa: E731
+        while not said() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [r.levelno for r in said()] == [logging.WARNING]
+    finally:
+        server.stop(0)
 
 
 @pytest.mark.slow

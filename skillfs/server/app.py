@@ -314,14 +314,13 @@ class SkillfsServer:
         for name in ("", *SERVICES):
             await self.health.set(name, status)
         self.metrics.store_up.set(1 if up else 0)
-        if up != self.serving:
-            log.info("store %s", "up" if up else "down", extra={"store": self.store.url})
         self.serving = up
 
     async def _health_loop(self) -> None:
         """SERVING while the store answers a ping; a check every `health_interval` seconds.
         The views' usage counts are written from here too, every USAGE_INTERVAL seconds."""
         flushed = time.monotonic()
+        said: bool | None = None  # what the log said last: the first check is said too
         while True:
             try:
                 await self.backend.run(self.store.engine.ping)
@@ -332,6 +331,10 @@ class SkillfsServer:
                 log.exception("health check failed")
                 up = False
             await self._health(up)
+            if up != said:
+                level = logging.INFO if up else logging.WARNING
+                log.log(level, "store %s", "up" if up else "down", extra={"store": self.store.url})
+                said = up
             if time.monotonic() - flushed >= USAGE_INTERVAL:
                 flushed = time.monotonic()
                 try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Protocol
@@ -65,10 +65,13 @@ class HttpPort:
         self.console = console
         self.services = services
         routes: list[BaseRoute] = [
-            Route("/metrics", self._metrics),
-            Route("/healthz", self._healthz),
-            Route("/readyz", self._readyz),
-            Route("/status", self._status),
+            _read_only(path, endpoint)
+            for path, endpoint in (
+                ("/metrics", self._metrics),
+                ("/healthz", self._healthz),
+                ("/readyz", self._readyz),
+                ("/status", self._status),
+            )
         ]
         for prefix, app in (mounts or {}).items():
             routes += _mounted(prefix, app)
@@ -181,6 +184,21 @@ class HttpPort:
             "<a class='btn ghost' href='/healthz'>/healthz</a></p>"
             "</div></div></body></html>"
         )
+
+
+def _read_only(path: str, endpoint: Callable[[Request], Awaitable[Response]]) -> Route:
+    """A GET/HEAD route that answers any other method 405 itself: the console's catch-all
+    would otherwise take it (a POST to /healthz was "Signed out", or a 404 page)."""
+
+    async def answer(request: Request) -> Response:
+        if request.method not in ("GET", "HEAD"):
+            return PlainTextResponse(
+                f"{path} answers GET and HEAD\n", status_code=405, headers={"allow": "GET, HEAD"}
+            )
+        return await endpoint(request)
+
+    methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+    return Route(path, answer, methods=methods)
 
 
 def _mounted(prefix: str, app: ASGIApp) -> list[BaseRoute]:
