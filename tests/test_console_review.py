@@ -145,3 +145,28 @@ def test_a_users_drafts_are_not_counted_as_the_users_own_skills(
     page = client.get("/agents/support-bot/users/alice")
     assert page.status == 200
     assert "alice’s own skills (1)" in unescape(page.text)
+
+
+def test_a_draft_is_compared_with_live_files_and_with_the_shared_skill_it_would_replace(
+    client: Client, store: skillfs.Store
+) -> None:
+    """A user's hiding entry (disabled, no files) or a tombstone is no live version to compare
+    a draft with; a user's draft that may go into the shared skills shows what it replaces."""
+    store.disable(ALICE, "release-notes", "not for alice")  # alice's hiding entry, v1
+    md = md_text(store, "release-notes").replace("# Release", "# Draft release", 1)
+    store.propose(ALICE, "release-notes", {"SKILL.md": File(md.encode())})
+    page = unescape(client.get(_draft_url(ALICE, "release-notes")).text)
+    assert "against the live" not in page and "keeps live v" not in page
+    assert "a new skill: nothing of this name is live here" in page and 'id="hiding"' in page
+    shared = store.manifest(SHARED, "release-notes")
+    assert f"replaces shared v{shared.version} (3 files)" in page
+    assert f"Changes against shared v{shared.version}" in page
+    assert "references/style-guide.md" in page.split('id="against-shared"')[1]  # removed
+    # a tombstone is no live skill either; no shared skill of that name is said so
+    store.publish(ALICE, "greeter", {"SKILL.md": File(GREETER)})
+    store.delete(ALICE, "greeter")
+    store.propose(ALICE, "greeter", {"SKILL.md": File(GREETER + b"Again.\n")})
+    page = unescape(client.get(_draft_url(ALICE, "greeter")).text)
+    assert "against the live" not in page and "a new skill" in page
+    assert "No shared skill of that name" in page and "a new shared skill" in page
+
