@@ -170,3 +170,16 @@ def test_a_draft_is_compared_with_live_files_and_with_the_shared_skill_it_would_
     assert "against the live" not in page and "a new skill" in page
     assert "No shared skill of that name" in page and "a new shared skill" in page
 
+
+def test_approve_says_whose_workers_get_the_draft(client: Client, store: skillfs.Store) -> None:
+    store.propose(ALICE, "greeter", {"SKILL.md": File(GREETER)})
+    store.propose(SHARED, "greeter", {"SKILL.md": File(GREETER)})
+    mine = unescape(client.get(_draft_url(ALICE, "greeter")).text)
+    reach = mine.split('id="approve-reach">')[1].split("</p>")[0]
+    assert "for alice's workers only" in reach and "every worker" not in reach.split(";")[0]
+    assert "ticked into the shared skills, for every worker of support-bot instead" in reach
+    shared = unescape(client.get(_draft_url(SHARED, "greeter")).text)
+    assert (
+        "for every worker of support-bot (a user with a greeter of their own keeps it)"
+        in (shared.split('id="approve-reach">')[1])
+    )
