@@ -9,8 +9,10 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
+from html import unescape
 from pathlib import Path
+from urllib.parse import urlencode
 
 import fsspec
 import pytest
@@ -146,6 +148,28 @@ def test_activity_page_lists_filters_and_pages(client: Client, store: skillfs.St
     crossed = client.get("/agents/support-bot/activity?since=2026-02-01&until=2026-01-01")
     assert crossed.status == 400 and "after" in crossed.text
     assert client.get("/agents/support-bot/activity?skill=..").status == 400
+
+
+def test_activity_times_are_taken_as_the_page_shows_them(
+    client: Client, store: skillfs.Store
+) -> None:
+    """A row's own time, copied into "since" or "until", keeps that row; ISO 8601 with `Z` or
+    an offset is taken too (converted to UTC)."""
+    store.publish(ALICE, "greeter", {"SKILL.md": GOOD_MD}, actor="ana")
+    page = client.get("/agents/support-bot/activity?skill=greeter")
+    shown = re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", page.text)
+    assert shown is not None
+    at = datetime.strptime(shown.group(0), "%Y-%m-%d %H:%M:%S UTC").replace(tzinfo=UTC)
+    second, minute = at.strftime("%Y-%m-%dT%H:%M:%S"), at.strftime("%Y-%m-%dT%H:%M")
+    local = at.astimezone(timezone(timedelta(hours=2))).strftime("%Y-%m-%dT%H:%M:%S+02:00")
+    for when in (shown.group(0), second.replace("T", " "), second + "Z", minute + "+00:00"):
+        for field in ("since", "until"):
+            r = client.get(f"/agents/support-bot/activity?skill=greeter&{urlencode({field: when})}")
+            assert r.status == 200 and len(_activity_rows(r.text)) == 1, (field, when)
+    r = client.get(f"/agents/support-bot/activity?{urlencode({'until': local})}")
+    assert r.status == 200 and len(_activity_rows(r.text)) >= 1  # 02:00 ahead, as UTC
+    bad = client.get(f"/agents/support-bot/activity?{urlencode({'since': second + ' CET'})}")
+    assert bad.status == 400 and "converted to UTC" in unescape(bad.text)
 
 
 def test_activity_shows_only_what_the_token_may_read(client: Client, store: skillfs.Store) -> None:

@@ -4,7 +4,8 @@ like every long list (docs/console.md, "Long lists")."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import re
+from datetime import datetime
 
 from starlette.responses import Response
 
@@ -16,8 +17,16 @@ from skillfs.names import check_skill_name
 #: The most entries one Activity page reads from the store (a `grpc://` Audit call's cap):
 #: the newest ones; narrower filters reach further back.
 MAX_ENTRIES = 10_000
-#: How the time filters may be written (a `datetime-local` input sends the second form).
-TIME_FORMATS = ("%Y-%m-%d", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M")
+#: How the time filters may be written: as the page shows a time (`2026-11-24 09:30:20 UTC`,
+#: copied from a row), or ISO 8601 to the day, minute or second with `T` or a space (as a
+#: `datetime-local` input sends it); UTC unless it says `Z`, `+00:00` or another offset,
+#: which is converted to UTC (as `skillfs audit --since` does).
+TIME = re.compile(
+    r"(?P<day>\d{4}-\d{2}-\d{2})"
+    r"(?:[T ](?P<minute>\d{2}:\d{2})(?P<second>:\d{2}(?P<fraction>\.\d{1,6})?)?)?"
+    r"(?P<zone>Z| ?UTC|[+-]\d{2}:?\d{2})?",
+    re.IGNORECASE,
+)
 
 
 def agent_activity(call: Call, agent: str) -> Response:
@@ -77,26 +86,32 @@ def _filters(call: Call) -> dict[str, str]:
 
 
 def _time(text: str, field: str, *, end: bool = True) -> float | None:
-    """A UTC time from the form; a bare date means its whole day (from its start for
-    “since”, to its end for “until”)."""
+    """A time from the form (`TIME`). As "until" it means the end of what it names: a bare
+    date its whole day, a minute or a second all of it (so a row's own time keeps the row)."""
     if not text:
         return None
-    for fmt in TIME_FORMATS:
-        try:
-            at = datetime.strptime(text, fmt).replace(tzinfo=UTC)
-        except ValueError:
-            continue
-        if fmt == "%Y-%m-%d" and end:
-            return at.timestamp() + 86400 - 0.001
-        if fmt in ("%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M") and end:
-            return at.timestamp() + 59.999
-        return at.timestamp()
-    raise HTTPError(
-        400,
-        "Bad filter",
-        f"“{field}” must be a UTC date or time such as 2026-11-24 or 2026-11-24T09:30, "
-        f"not {text!r}",
-    )
+    got = TIME.fullmatch(text)
+    try:
+        if got is None:
+            raise ValueError(text)
+        zone = got["zone"] or "Z"
+        offset = "+00:00" if zone.strip().upper() in ("Z", "UTC") else zone
+        at = datetime.fromisoformat(
+            f"{got['day']}T{got['minute'] or '00:00'}{got['second'] or ''}{offset}"
+        ).timestamp()
+    except ValueError:
+        raise HTTPError(
+            400,
+            "Bad filter",
+            f"“{field}” must be a date or time such as 2026-11-24, 2026-11-24 09:30:20 UTC "
+            f"or 2026-11-24T09:30Z (UTC unless it gives an offset, such as +02:00, which is "
+            f"converted to UTC), not {text!r}",
+        ) from None
+    if not end or got["fraction"]:
+        return at
+    if not got["minute"]:
+        return at + 86400 - 0.001
+    return at + (0.999 if got["second"] else 59.999)
 
 
 def _text(e: AuditEntry) -> tuple[str, ...]:
