@@ -139,7 +139,6 @@ class Watcher:
             self.engine.interrupt_wait(self._waiting)
 
     def _run(self) -> None:
-        delay = 0.05
         outage = Outage(self._log, f"watch {self.engine.url}")
         while True:
             with self._lock:
@@ -158,15 +157,13 @@ class Watcher:
                     if self._closed:
                         self._thread = None
                         return
-                outage.failed(exc)
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                time.sleep(outage.failed(exc))
                 continue
             returned = time.monotonic()
             with self._lock:
                 self._waiting = None
                 cut_short = self._cut_short
-            failed = False
+            pause = 0.0  # after a handler failed: the back-off
             for domain, rev in since.items():
                 with self._lock:
                     if self._since.get(domain) is not rev:
@@ -177,18 +174,15 @@ class Watcher:
                 try:
                     after = self._on_changes(domain, rev, changes, started, returned)
                 except Exception as exc:  # the store failed under the handler: again, later
-                    outage.failed(exc)
-                    failed = True
+                    pause = outage.failed(exc)
                     continue
                 after = after or (changes[-1].revision if changes else rev)
                 with self._lock:
                     if self._since.get(domain) is rev:  # else removed or moved meanwhile
                         self._since[domain] = after
-            if failed:
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+            if pause:
+                time.sleep(pause)
             else:
-                delay = 0.05
                 outage.recovered()
 
 

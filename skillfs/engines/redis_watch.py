@@ -126,7 +126,6 @@ class Wake:
             self._cond.notify_all()
 
     def _run(self) -> None:
-        delay = 0.05
         outage = Outage(log, f"change notices of {self.engine.url}")
         while not self._closed.is_set():
             pubsub = None
@@ -141,14 +140,12 @@ class Wake:
                         self._subscribed.set()
                     self._bump()  # a notice, or (re)subscribed: look again
                     outage.recovered()
-                    delay = 0.05
             except Exception as exc:  # the connection dropped: subscribe again, look again
                 if self._closed.is_set():
                     return
-                outage.failed(exc)
+                wait = outage.failed(exc)
                 self._bump()
-                self._closed.wait(delay)
-                delay = min(delay * 2, 2.0)
+                self._closed.wait(wait)
             finally:
                 if pubsub is not None:
                     with contextlib.suppress(Exception):  # closing a broken connection

@@ -427,9 +427,7 @@ class Follower:
         (looked at when `wake` is called) or `timeout` passes: what lets a server tell its
         clients of an edit as soon as it lands."""
         with self._changed:
-            self._changed.wait_for(
-                lambda: until() or not same_revision(self._ready, seen), timeout
-            )
+            self._changed.wait_for(lambda: until() or not same_revision(self._ready, seen), timeout)
 
     def wake(self) -> None:
         """Let every `wait_past` look at its `until` again (a view closing ends its wait)."""

@@ -335,22 +335,12 @@ class Hub:
         """Follow every domain, forever. A store error is retried, waiting twice as long each
         time up to 2 s, and logged once, with one more line when the store is back."""
         assert self._wake is not None
-        outage = Outage(log, "hub")
-        delay = RETRY
+        outage = Outage(log, "hub", first=RETRY)
 
         async def failed(exc: BaseException) -> None:
-            nonlocal delay
-            if isinstance(exc, SkillfsError):
-                outage.failed(exc)
-            else:  # one its client left unwrapped: a bug to see, every time
-                log.warning("hub: %s; retrying in %.2fs", exc, delay, exc_info=exc)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
-
-        def answered() -> None:
-            nonlocal delay
-            outage.recovered()
-            delay = RETRY
+            if not isinstance(exc, SkillfsError):  # one its client left unwrapped: a bug to see
+                log.warning("hub: %s", exc, exc_info=exc)
+            await asyncio.sleep(outage.failed(exc))
 
         while True:
             self._purge()
@@ -360,7 +350,7 @@ class Hub:
                 continue
             try:
                 if await self._start_new():
-                    answered()
+                    outage.recovered()
             except Exception as exc:  # a store error, or one its client left unwrapped
                 await failed(exc)
                 continue
@@ -380,7 +370,7 @@ class Hub:
             for wait in [w for w in self._waits if w.done()]:
                 error = await self._ended(wait)
                 if error is None:
-                    answered()
+                    outage.recovered()
                 else:
                     await failed(error)
 
