@@ -215,3 +215,20 @@ def test_a_never_live_skill_gets_its_upload_and_removal_on_its_candidate(
     assert m.files == {} and m.candidate is not None and sorted(m.candidate.files) == ["SKILL.md"]
     bob = skillfs.Skills(store, AGENT, "bob").snapshot()
     assert "fresh" not in [s.id for s in bob.skills] and not bob.problems
+
+
+def test_a_never_live_skill_is_listed_as_its_candidate(
+    client: Client, store: skillfs.Store
+) -> None:
+    """The scope's table and the agent's list show a skill only staged as its page does: the
+    candidate's description, files and size, marked as staged."""
+    new = b"---\nname: greeter\ndescription: Greets people.\n---\n\nSay hi.\n"
+    store.stage(SHARED, "greeter", {"SKILL.md": File(new)}, Rollout(users=["alice"]))
+    for url in ("/" + SHARED.prefix, "/" + SHARED.prefix + "?q=greets", "/agents/support-bot/"):
+        row = re.search(
+            r"<tr data-row[^>]*>\s*<td><a [^>]*>greeter</a>.*?</tr>", client.get(url).text, re.S
+        )
+        assert row is not None, url
+        assert "Greets people." in row.group(0) and "staged only" in row.group(0), url
+        if url.startswith("/" + SHARED.prefix):
+            assert f"1 · {len(new)} B" in row.group(0)  # the scope's table has the Files column

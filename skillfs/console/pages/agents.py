@@ -7,10 +7,12 @@ from starlette.responses import Response
 from skillfs.auth import Level
 from skillfs.console import urls
 from skillfs.console.call import Call, redirect
+from skillfs.console.pages.files import shown_version
 from skillfs.console.paging import paged
 from skillfs.errors import NotFound
 from skillfs.model import Manifest, Scope
 from skillfs.names import check_id, is_hidden_dir
+from skillfs.rollout import has_live
 
 #: The per-user listings stop here; an agent with more users is browsed by user id.
 MAX_USERS_LISTED = 200
@@ -26,6 +28,13 @@ def own_skills(entries: dict[str, Manifest]) -> dict[str, Manifest]:
     """A scope's own skills: no side entries, and no hiding entries (in a user's scope those
     hide a skill from below: docs/governance.md)."""
     return {k: m for k, m in skills_of(entries).items() if not m.hides}
+
+
+def as_listed(skills: dict[str, Manifest]) -> tuple[list[Manifest], set[str]]:
+    """A scope's skills as their pages show them, by name (a skill only staged, never live,
+    as its candidate: its description, files and size), and the names of those."""
+    staged = {k for k, m in skills.items() if not has_live(m)}
+    return sorted((shown_version(m) for m in skills.values()), key=lambda m: m.skill), staged
 
 
 def home(call: Call) -> Response:
@@ -121,12 +130,14 @@ def agent_page(call: Call, agent: str) -> Response:
                 "hidden": hidden,
             }
         )
-    page = paged(sorted((skills or {}).values(), key=lambda m: m.skill), call.query, _described)
+    listed, staged = as_listed(skills or {})
+    page = paged(listed, call.query, _described)
     return call.render(
         "agent.html",
         agent=agent,
         shared=shared,
         skills=page.items,
+        staged=staged,
         page=page,
         can_read_shared=skills is not None,
         users=users,
@@ -148,8 +159,8 @@ def scope_page(call: Call, scope: Scope) -> Response:
     entries = {k: m for k, m in every.items() if not m.deleted}
     # a user's hiding entries are not skills of the user's: listed apart (docs/governance.md)
     hiding = sorted((m for m in entries.values() if m.hides), key=lambda m: m.skill)
-    manifests = own_skills(entries)
-    page = paged(sorted(manifests.values(), key=lambda m: m.skill), call.query, _described)
+    listed, staged = as_listed(own_skills(entries))
+    page = paged(listed, call.query, _described)
     shared: dict[str, Manifest] = {}
     if scope.kind == "user" and scope.agent_id is not None:
         base = Scope.shared(scope.agent_id)
@@ -164,6 +175,7 @@ def scope_page(call: Call, scope: Scope) -> Response:
         "scope.html",
         scope,
         skills=page.items,
+        staged=staged,
         page=page,
         shared=shared,
         deleted=deleted,

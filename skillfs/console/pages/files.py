@@ -58,7 +58,7 @@ def upload(call: Call, scope: Scope, skill: str) -> Response:
     path = normalize_path(target)
     expected = call.form_int("expected")
     m = call.store.manifest(scope, skill, version=expected)
-    files = with_file(_shown(m), path, data)
+    files = with_file(shown_version(m), path, data)
     try:
         result = _write(call, scope, m, files, expected)
     except InvalidSkill as exc:
@@ -82,7 +82,7 @@ def remove_file(call: Call, scope: Scope, skill: str) -> Response:
     path = normalize_path(call.field("path"))
     expected = call.form_int("expected")
     m = call.store.manifest(scope, skill, version=expected)
-    files: dict[str, File | FileEntry] = dict(_shown(m).files)  # kept by reference
+    files: dict[str, File | FileEntry] = dict(shown_version(m).files)  # kept by reference
     if path not in files:
         raise NotFound(f"{skill} version {expected} has no file {path!r}")
     del files[path]
@@ -102,7 +102,7 @@ def remove_file(call: Call, scope: Scope, skill: str) -> Response:
     )
 
 
-def _shown(m: Manifest) -> Manifest:
+def shown_version(m: Manifest) -> Manifest:
     """The version the skill's page shows: a skill that was only staged, never live, opens
     on its candidate (docs/console.md)."""
     return m if has_live(m) else candidate_manifest(m)
