@@ -284,6 +284,40 @@ def test_create_upload_rename_delete(page: Page, store: skillfs.Store, tmp_path:
     assert "refunds" in store.skills(SHARED)
 
 
+def test_every_action_works_without_javascript(
+    browser: Browser, console: ConsoleServer, store: skillfs.Store, tmp_path: Path
+) -> None:
+    """console.js only folds New skill, Upload zip and Save as canary… behind their buttons:
+    without it they are on the page as plain forms, and the buttons (which need it) are not."""
+    with signed_in(browser, console.url, TOKEN, javascript=False) as pg:
+        pg.goto(f"/{SHARED.prefix}")
+        expect(pg.locator("button[data-toggle]")).to_have_count(2)
+        expect(pg.locator("button[data-toggle]:visible")).to_have_count(0)
+        expect(pg.locator("#import-zip")).to_be_visible()
+        pg.fill("#new-name", "no-script")
+        pg.fill("#new-description", "Made without JavaScript.")
+        pg.click("text=Create skill")
+        expect(pg.locator(".flash.ok")).to_contain_text("Created no-script")
+        expect(pg.locator("#canary-toggle")).to_be_hidden()
+        pg.fill("#canary-users", "alice")
+        pg.click("#save-canary")
+        expect(pg.locator(".flash.ok")).to_contain_text("Staged SKILL.md as a canary")
+    m = store.manifest(SHARED, "no-script")
+    assert m.candidate is not None and m.candidate.rollout.users == ("alice",)
+
+
+def test_the_script_folds_the_panels_behind_their_buttons(page: Page) -> None:
+    page.goto(f"/{SHARED.prefix}")
+    expect(page.locator("#new-skill")).to_be_hidden()
+    expect(page.locator("#import-zip")).to_be_hidden()
+    page.click("text=Upload zip")
+    expect(page.locator("#import-zip")).to_be_visible()
+    page.goto(f"/{SHARED.prefix}code-reviewer/files/SKILL.md")
+    expect(page.locator("#canary-panel")).to_be_hidden()
+    page.click("#canary-toggle")
+    expect(page.locator("#canary-envs")).to_be_focused()
+
+
 def test_zip_upload_from_the_browser(page: Page, store: skillfs.Store, tmp_path: Path) -> None:
     import zipfile
 

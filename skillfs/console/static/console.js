@@ -34,10 +34,15 @@
     });
   });
 
+  // A panel behind a button (New skill, Upload zip, Save as canary…) comes open, and its
+  // button hidden, so that it works without this script; here it folds behind its button,
+  // unless the page opened it (data-open).
   document.querySelectorAll("[data-toggle]").forEach(function (btn) {
+    const target = document.getElementById(btn.dataset.toggle);
+    if (!target) return;
+    btn.hidden = false;
+    if (target.dataset.open === undefined) target.hidden = true;
     btn.addEventListener("click", function () {
-      const target = document.getElementById(btn.dataset.toggle);
-      if (!target) return;
       target.hidden = !target.hidden;
       const first = target.querySelector("input:not([type=hidden]), textarea");
       if (!target.hidden && first) first.focus();
