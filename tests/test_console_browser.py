@@ -318,6 +318,26 @@ def test_the_script_folds_the_panels_behind_their_buttons(page: Page) -> None:
     expect(page.locator("#canary-envs")).to_be_focused()
 
 
+def test_the_keyboard_gets_out_of_the_editor_and_past_the_sidebar(page: Page) -> None:
+    page.goto(f"/{SHARED.prefix}code-reviewer/files/SKILL.md")
+    page.keyboard.press("Tab")  # the first stop of every page
+    expect(page.locator(".skip-link")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.locator("main")).to_be_focused()
+    page.focus("#content")
+    before = editor_text(page)
+    page.keyboard.press("Tab")  # indents
+    expect(page.locator("#content")).to_be_focused()
+    assert editor_text(page) == "  " + before
+    page.keyboard.press("Escape")
+    page.keyboard.press("Tab")  # leaves, forwards
+    expect(page.locator("#content")).not_to_be_focused()
+    assert editor_text(page) == "  " + before
+    page.focus("#content")
+    page.keyboard.press("Tab")  # indents again: Escape counts for one Tab
+    assert editor_text(page) == "    " + before
+
+
 def test_zip_upload_from_the_browser(page: Page, store: skillfs.Store, tmp_path: Path) -> None:
     import zipfile
 

@@ -339,8 +339,14 @@
     timer = setTimeout(validate, 450);
   });
   area.addEventListener("scroll", function () { gutter.scrollTop = area.scrollTop; });
+  // Tab indents; after Escape the next Tab leaves the editor instead (as in CodeMirror and
+  // GitHub's editor), so the keyboard can always get out forwards.
+  let escaped = false;
+  area.addEventListener("focus", function () { escaped = false; });
   area.addEventListener("keydown", function (ev) {
-    if (ev.key === "Tab" && !ev.shiftKey && !area.readOnly) {
+    const leave = escaped;
+    escaped = ev.key === "Escape";
+    if (ev.key === "Tab" && !ev.shiftKey && !area.readOnly && !leave) {
       ev.preventDefault();
       area.setRangeText("  ", area.selectionStart, area.selectionEnd, "end");
       area.dispatchEvent(new Event("input"));
