@@ -101,7 +101,7 @@ def test_report_and_apply(client: Client, store: skillfs.Store) -> None:
     assert denied.status == 403 and "release-notes" in store.skills(SHARED)
 
     r = client.post(CURATION, {"stale_after": "30d", "archive_after": "90d"})
-    assert r.status == 200 and "Archived 1 idle skill(s): release-notes" in r.text
+    assert r.status == 200 and "Archived 1 idle skill: release-notes" in r.text
     assert "release-notes" not in store.skills(SHARED) and "code-reviewer" in store.skills(SHARED)
     assert 'data-archived="release-notes"' in r.text
     archived = next(e for e in store.audit(AGENT) if e.action == "archive")

@@ -13,6 +13,7 @@ from starlette.responses import Response
 from skillfs.auth import Level
 from skillfs.console import urls
 from skillfs.console.call import Call
+from skillfs.console.filters import plural
 from skillfs.curation import ARCHIVE_AFTER, STALE_AFTER
 from skillfs.errors import PermissionDenied
 from skillfs.model import Manifest, Scope
@@ -86,7 +87,7 @@ def _apply(call: Call, domain: str) -> Response:
     stale, archive = _windows(call)
     report = call.store.curate(domain, stale, archive, dry_run=False, actor=call.actor)
     done = ", ".join(c.skill for c in report.archived) or "none"
-    said = f"Archived {len(report.archived)} idle skill(s): {done}"
+    said = f"Archived {plural(len(report.archived), 'idle skill')}: {done}"
     if report.skipped:
         said += "; left in place: " + "; ".join(f"{c.skill} ({c.reason})" for c in report.skipped)
     return call.done(
