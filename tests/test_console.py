@@ -757,8 +757,11 @@ def test_zip_bombs_stop_at_the_limit() -> None:
         z.writestr("SKILL.md", GOOD_MD)
         z.writestr("big.bin", b"\0" * 5_000_000)
     assert len(buf.getvalue()) < 50_000
-    with pytest.raises(TooLarge):
+    with pytest.raises(TooLarge) as refused:
         read_zip(buf.getvalue(), ZipLimits(max_total_bytes=1_000_000), "greeter")
+    said = str(refused.value)  # the limit, and where the zip passed it
+    assert "more than 976.6 KiB, the store's limit for one skill" in said
+    assert "'big.bin'" in said and "bytes left" not in said
 
 
 def test_upload_over_the_request_limit_is_refused(store: skillfs.Store, tokens: Tokens) -> None:

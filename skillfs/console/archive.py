@@ -14,6 +14,7 @@ import time
 import zipfile
 from dataclasses import dataclass
 
+from skillfs.console.filters import human_size
 from skillfs.errors import InvalidPath, InvalidSkill, NotFound, TooLarge
 from skillfs.model import File, Manifest
 from skillfs.names import check_skill_name, is_hidden_dir, normalize_path
@@ -58,7 +59,7 @@ def read_zip(data: bytes, limits: ZipLimits, name_hint: str = "") -> dict[str, d
             raise InvalidPath(
                 f"{member.filename!r} in the zip is a symbolic link: skills hold files"
             )
-        content = _read_capped(archive, member, budget)
+        content = _read_capped(archive, member, budget, limits.max_total_bytes)
         budget -= len(content)
         if path in files:
             raise InvalidPath(f"the zip holds {member.filename!r} twice")
@@ -96,7 +97,11 @@ def _junk(name: str) -> bool:
     return name.startswith(_JUNK[0]) or name.rsplit("/", 1)[-1] in _JUNK[1:]
 
 
-def _read_capped(archive: zipfile.ZipFile, member: zipfile.ZipInfo, budget: int) -> bytes:
+def _read_capped(
+    archive: zipfile.ZipFile, member: zipfile.ZipInfo, budget: int, limit: int
+) -> bytes:
+    """The member's bytes, TooLarge as soon as they pass `budget`, what is left of the zip's
+    `limit` (the store's per-skill limit, from the console)."""
     out = bytearray()
     try:
         with archive.open(member) as stream:
@@ -104,8 +109,8 @@ def _read_capped(archive: zipfile.ZipFile, member: zipfile.ZipInfo, budget: int)
                 out += chunk
                 if len(out) > budget:
                     raise TooLarge(
-                        "the zip unpacks to more than the console's limit for one upload "
-                        f"({budget} bytes left at {member.filename!r})"
+                        f"the zip unpacks to more than {human_size(limit)}, the store's limit "
+                        f"for one skill: it passed it at {member.filename!r}"
                     )
     except (zipfile.BadZipFile, NotImplementedError, RuntimeError) as exc:
         raise InvalidSkill(f"cannot unpack {member.filename!r} from the zip: {exc}") from None
