@@ -1244,6 +1244,15 @@ def test_bad_new_name_suggests_a_valid_one(client: Client, store: skillfs.Store)
     assert renamed.status == 422 and "Use “refunds”" in unescape(renamed.text)
 
 
+def test_renaming_to_its_own_name_says_so(client: Client, store: skillfs.Store) -> None:
+    v = str(store.manifest(SHARED, "release-notes").version)
+    for typed in ("release-notes", "Release Notes"):  # as it is, or as the spec makes it
+        r = client.post(skill_url("release-notes", "rename"), {"new_name": typed, "expected": v})
+        assert r.status == 200 and "Not renamed: “release-notes” is already its name" in r.text
+        assert "Use “release-notes”" not in r.text
+    assert store.manifest(SHARED, "release-notes").version == int(v)
+
+
 def test_suggest_name() -> None:
     from skillfs.validation import suggest_name
 

@@ -10,7 +10,7 @@ from starlette.responses import Response
 from skillfs.auth import Level
 from skillfs.console import urls
 from skillfs.console.archive import read_zip
-from skillfs.console.call import Call, HTTPError, redirect
+from skillfs.console.call import Call, HTTPError
 from skillfs.console.diff import as_text
 from skillfs.console.findings import findings_of
 from skillfs.console.strict import confirm, forced
@@ -18,6 +18,7 @@ from skillfs.errors import Conflict, InvalidSkill
 from skillfs.model import File, FileEntry, Put, Remove, Scope, error_findings
 from skillfs.names import check_id, check_skill_name
 from skillfs.skill_md import SKILL_MD, skill_template
+from skillfs.validation import suggest_name
 
 
 def scope_post(call: Call, scope: Scope) -> Response:
@@ -131,8 +132,10 @@ def rename(call: Call, scope: Scope, skill: str) -> Response:
     call.require(Level.write, scope)
     new = check_skill_name(call.field("new_name").strip())
     expected = call.form_int("expected")
-    if new == skill:
-        return redirect(urls.skill_url(scope, skill))
+    if skill in (new, suggest_name(new)):  # typed as it is, or as what the spec makes of it
+        return call.done(
+            urls.skill_url(scope, skill), f"Not renamed: “{skill}” is already its name"
+        )
     m = call.store.manifest(scope, skill, version=expected)
     files: dict[str, File | FileEntry] = dict(m.files)  # the others kept by reference
     md = m.files.get(SKILL_MD)
