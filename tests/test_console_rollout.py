@@ -91,6 +91,8 @@ def test_widen_promote_and_abort(client: Client, store: skillfs.Store) -> None:
     v = store.stage(SHARED, SKILL, {"SKILL.md": File(text.encode())}, Rollout(fraction=0.1)).version
     page = client.get(skill_url(SKILL) + "?who=carol")
     assert 'id="who-answer"' in page.text and "carol" in page.text
+    assert "no worker gets it by its environment" in page.text  # none named: nobody by it
+    assert "every worker that declares one" not in page.text
     narrow = client.post(skill_url(SKILL, "widen"), {"expected": str(v), "percent": "5"})
     assert narrow.status == 400 and "keep everyone already in" in unescape(narrow.text)
     bad = client.post(skill_url(SKILL, "widen"), {"expected": str(v), "percent": "-1"})
