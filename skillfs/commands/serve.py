@@ -63,12 +63,18 @@ def _url(scheme: str, host_port: str, port: int | None) -> str:
 
 
 def _check_free(address: str, what: str, option: str) -> None:
-    """Fail with one line when another process listens on `address` (docs/cli.md): gRPC's own
-    bind error is a C-core log line and a traceback. Port 0 (any free port) needs no check;
-    other bind errors are left to the server to report."""
+    """HOST:PORT, said as bad usage before anything starts (a bad port was a traceback); then
+    one line when another process listens there (docs/cli.md): gRPC's own bind error is a
+    C-core log line and a traceback. Port 0 (any free port) needs no check; other bind errors
+    are left to the server to report."""
     host, _, port = address.rpartition(":")
     host = host.strip("[]")
-    if not port.isdigit() or int(port) == 0:
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise typer.BadParameter(
+            f"{address!r}: give HOST:PORT, the port a number from 1 to 65535 (0: any free port)",
+            param_hint=option,
+        )
+    if int(port) == 0:
         return
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
@@ -82,24 +88,12 @@ def _check_free(address: str, what: str, option: str) -> None:
             ) from None
 
 
-def _check_address(address: str, option: str) -> None:
-    """HOST:PORT, said as bad usage before anything starts (a bad port was a traceback)."""
-    host, _, port = address.rpartition(":")
-    if not host.strip("[]") or not port.isdigit() or int(port) > 65535:
-        raise typer.BadParameter(
-            f"{address!r}: give HOST:PORT, the port a number from 1 to 65535 (0: any free port)",
-            param_hint=option,
-        )
-
-
 def _server(config: ServerConfig) -> SkillfsServer:
     """The server over `config`, or one line on stderr saying why not (exit 1)."""
     from skillfs.server.app import SkillfsServer
 
-    _check_address(config.grpc, "--grpc")
     _check_free(config.grpc, "gRPC", "--grpc")
     if config.http:
-        _check_address(config.http, "--http")
         _check_free(config.http, "HTTP", "--http")
     try:
         return SkillfsServer(config)

@@ -44,6 +44,8 @@ ALLOWED_KEY = "skillfs.mcp.allowed"
 #: SDK as they come, which answers an unknown session 404).
 MAX_SESSIONS = 10_000
 SESSION_HEADER = "mcp-session-id"
+#: How long `close()` waits for the sessions to end (it must not hold a server's stop).
+CLOSE_SECONDS = 2.0
 
 
 class McpHttp:
@@ -68,7 +70,7 @@ class McpHttp:
         self._owners: Lru[str, str] = Lru(MAX_SESSIONS)
         self._loop: asyncio.AbstractEventLoop | None = None  # the one serving the endpoint
 
-    def close(self, timeout: float = 2.0) -> None:
+    def close(self) -> None:
         """End every session, its open GET stream included (a client holds one for as long as
         its session lasts), so that a server's graceful stop is not held for them until its
         grace runs out (each was then cancelled, and logged as an error). Any thread."""
@@ -82,7 +84,7 @@ class McpHttp:
                 await transport.terminate()
 
         with contextlib.suppress(Exception):  # a session already gone, the loop stopping
-            asyncio.run_coroutine_threadsafe(end(), loop).result(timeout)
+            asyncio.run_coroutine_threadsafe(end(), loop).result(CLOSE_SECONDS)
 
     @contextlib.asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:
