@@ -882,6 +882,8 @@ def bench_views(srv: Server, size: Size) -> Views:
     def sample() -> tuple[int, int, int | None, float]:
         return threads(srv.pid), srv.store_conns(), srv.redis_clients(), rss_mib(srv.pid)
 
+    from support.grpc_servers import single
+
     s0 = sample()
     known: dict[str, Any] = {}
     t0 = time.monotonic()
@@ -890,9 +892,11 @@ def bench_views(srv: Server, size: Size) -> Views:
         for a in agents:
             view = pb.View(agent_id=a, user_id="u")
             try:
-                reply = stub.Snapshot(pb.SnapshotRequest(view=view), metadata=meta, timeout=30)
+                reply = single(
+                    stub.Snapshot(pb.SnapshotRequest(view=view), metadata=meta, timeout=30)
+                )
                 known[a] = reply.revisions
-                prompt = stub.Prompt(pb.PromptRequest(view=view), metadata=meta, timeout=30)
+                prompt = single(stub.Prompt(pb.PromptRequest(view=view), metadata=meta, timeout=30))
                 assert "<skill-id>only</skill-id>" in prompt.prompt, prompt
             except (grpc.RpcError, AssertionError) as exc:
                 errors.append(repr(exc)[:300])
@@ -901,8 +905,12 @@ def bench_views(srv: Server, size: Size) -> Views:
         for a in agents:
             view = pb.View(agent_id=a, user_id="u")
             try:
-                reply = stub.Snapshot(
-                    pb.SnapshotRequest(view=view, known=known.get(a, {})), metadata=meta, timeout=30
+                reply = single(
+                    stub.Snapshot(
+                        pb.SnapshotRequest(view=view, known=known.get(a, {})),
+                        metadata=meta,
+                        timeout=30,
+                    )
                 )
                 assert reply.unchanged, reply
             except (grpc.RpcError, AssertionError) as exc:

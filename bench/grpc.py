@@ -97,7 +97,7 @@ def p50(call: Callable[[], object], n: int) -> float:
 
 def run(seconds: float, n: int) -> str:
     sys.path.insert(0, str(ROOT))
-    from support.grpc_servers import ADMIN, ALICE, ServerProcess
+    from support.grpc_servers import ADMIN, ALICE, ServerProcess, single
     from support.servers import RedisServer, free_port
 
     with tempfile.TemporaryDirectory() as tmp, RedisServer(Path(tmp) / "redis") as redis_server:
@@ -143,9 +143,9 @@ def run(seconds: float, n: int) -> str:
             with grpc.insecure_channel(server.address) as ch:
                 stub = pb_grpc.SkillReaderStub(ch)
                 view = pb.View(agent_id=AGENT, user_id=USER)
-                first = stub.Snapshot(pb.SnapshotRequest(view=view), metadata=meta)
+                first = single(stub.Snapshot(pb.SnapshotRequest(view=view), metadata=meta))
                 known = pb.SnapshotRequest(view=view, known=first.revisions)
-                snap_rpc = p50(lambda: stub.Snapshot(known, metadata=meta), n)
+                snap_rpc = p50(lambda: single(stub.Snapshot(known, metadata=meta)), n)
             direct.close()
             remote.close()
         finally:

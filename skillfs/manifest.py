@@ -233,6 +233,89 @@ class Manifest(Edge):
         staged = self.candidate.files.items() if self.candidate is not None else ()
         return [*self.files.items(), *staged]
 
+    def summary(self) -> VersionSummary:
+        """This version without its file table (a history listing's row)."""
+        c = self.candidate
+        description = (self.frontmatter or {}).get("description")
+        return VersionSummary(
+            skill=self.skill,
+            version=self.version,
+            commit_id=self.commit_id,
+            committed_at=self.committed_at,
+            deleted=self.deleted,
+            actor=self.actor,
+            message=self.message,
+            operation=self.operation,
+            disabled=self.disabled,
+            disabled_reason=self.disabled_reason,
+            file_count=len(self.files),
+            size=self.size,
+            usable=self.usable,
+            findings=self.findings,
+            description=shortened(description) if isinstance(description, str) else None,
+            candidate=None
+            if c is None
+            else CandidateSummary(
+                rollout=c.rollout,
+                commit_id=c.commit_id,
+                actor=c.actor,
+                staged_at=c.staged_at,
+                file_count=len(c.files),
+                size=sum(e.size for e in c.files.values()),
+                findings=c.findings,
+            ),
+        )
+
+
+#: The longest description a listing row carries (the spec's limit; longer ones are cut with
+#: "…"), so that a row stays small whatever a stored SKILL.md says.
+DESCRIPTION_MAX = 1024
+
+
+def shortened(text: str, limit: int = DESCRIPTION_MAX) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CandidateSummary(Edge):
+    """A staged candidate without its file table."""
+
+    rollout: Rollout
+    commit_id: str
+    actor: str = ""
+    staged_at: float = 0.0
+    file_count: int = 0
+    size: int = 0
+    findings: tuple[Finding, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VersionSummary(Edge):
+    """A kept version without its file table: what history listings show (`Store.versions`,
+    `skillfs history`, the console's History page), small whatever the skill's size; the
+    whole version is read on demand (`Store.manifest(scope, skill, version=)`)."""
+
+    skill: str
+    version: int
+    commit_id: str
+    committed_at: float
+    deleted: bool = False
+    actor: str = ""
+    message: str = ""
+    operation: str = ""
+    disabled: bool = False
+    disabled_reason: str = ""
+    file_count: int = 0
+    size: int = 0
+    usable: bool = False
+    findings: tuple[Finding, ...] = ()
+    description: str | None = None
+    candidate: CandidateSummary | None = None
+
+    @property
+    def errors(self) -> list[Finding]:
+        return error_findings(self.findings)
+
 
 class Parsed:
     """Parsed manifests by a 128-bit digest of their stored bytes, held as an int (44 bytes;

@@ -14,9 +14,11 @@ from skillfs.file_entry import FileEntry as FileEntry
 from skillfs.manifest import MTIME_MAX as MTIME_MAX
 from skillfs.manifest import MTIME_MIN as MTIME_MIN
 from skillfs.manifest import Candidate as Candidate
+from skillfs.manifest import CandidateSummary as CandidateSummary
 from skillfs.manifest import Finding as Finding
 from skillfs.manifest import Manifest as Manifest
 from skillfs.manifest import Rollout as Rollout
+from skillfs.manifest import VersionSummary as VersionSummary
 from skillfs.manifest import error_findings as error_findings
 from skillfs.names import check_domain, check_id
 

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
+from skillfs.deadline import deadline
 from skillfs.engines import open_engine
 from skillfs.engines.base import Engine, MiB, VersionMismatch
 from skillfs.errors import Conflict, InvalidPath, NotFound, StoreUnavailable
@@ -29,6 +30,7 @@ from skillfs.model import (
     Put,
     Remove,
     Scope,
+    VersionSummary,
 )
 from skillfs.names import (
     SIDE_DIRS,
@@ -288,7 +290,7 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
 
     def _commit(self, domain: str, prepared: list[Prepared], commit_id: str) -> CommitResult:
         check_commit_id(commit_id)
-        deadline = time.monotonic() + self.retry_for
+        end = deadline(self.retry_for)
         unsure = False  # a commit was sent and its answer lost: it may have landed
         for attempt in range(1000):
             current: dict[tuple[Scope, str], Manifest] = {}
@@ -310,18 +312,19 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
                 return already_committed(
                     self.engine, self._retrying, domain, prepared, current, commit_id
                 )
+            started = time.monotonic()
             try:
                 revision = self.engine.commit(domain, ops)
             except VersionMismatch:
-                if time.monotonic() > deadline:
+                if time.monotonic() > end:
                     break
                 time.sleep(min(0.001 * 2**attempt, 0.05))
                 continue
             except StoreUnavailable:
-                if time.monotonic() > deadline:
+                if _out_of_time(end, started):
                     raise
                 unsure = True
-                time.sleep(min(0.05 * 2**attempt, 1.0))
+                time.sleep(min(0.05 * 2**attempt, 1.0, max(end - time.monotonic(), 0.0)))
                 continue
             prune_after_commit(self.engine, self.history_policy, self.clock(), ops)
             return CommitResult(
@@ -334,17 +337,18 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
         )
 
     def _retrying(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """Retry an idempotent engine call while the store is unavailable, up to `retry_for`."""
-        deadline = time.monotonic() + self.retry_for
+        """Retry an idempotent engine call while the store is unavailable, up to `retry_for`
+        or the end of the budget it runs under (`skillfs.deadline`), whichever is first."""
+        end = deadline(self.retry_for)
         delay = 0.05
         while True:
+            started = time.monotonic()
             try:
                 return fn(*args, **kwargs)
             except StoreUnavailable:
-                left = deadline - time.monotonic()
-                if left <= 0:
+                if _out_of_time(end, started):
                     raise
-                time.sleep(min(delay, left))  # the last try starts when the budget ends
+                time.sleep(min(delay, end - time.monotonic()))
                 delay = min(delay * 2, 1.0)
 
     # ------------------------------------------------------------------ history retention
@@ -388,13 +392,13 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
             if live is None or (live.deleted and version is None):
                 raise NotFound(self._no_skill(scope, skill))
             return live
-        older = self._retrying(self.engine.history, scope, skill)
-        for m in older:
-            if m.version == version:
-                return m
+        found = self._retrying(self.engine.history_version, scope, skill, version)
+        if found is not None:
+            return found
         if live is None:
             raise NotFound(self._no_skill(scope, skill))
-        kept = ", ".join(str(m.version) for m in [live, *older])
+        older = self._retrying(self.engine.history_summaries, scope, skill)
+        kept = ", ".join(str(v) for v in [live.version, *(m.version for m in older)])
         raise NotFound(
             f"version {version} of {scope}/{skill} is not kept (current version {live.version}); "
             f"kept versions: {kept}"
@@ -414,12 +418,23 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
         return (shared, found) if found is not None else None
 
     def history(self, scope: Scope, skill: str) -> list[Manifest]:
-        """Every kept version of a skill, newest first, the live one (or its tombstone) first."""
+        """Every kept version of a skill, whole, newest first, the live one (or its tombstone)
+        first. A listing reads `versions` instead."""
         live = self._retrying(self.engine.load_skills, scope, [skill]).get(skill)
         older = self._retrying(self.engine.history, scope, skill)
         if live is None and not older:
             raise NotFound(self._no_skill(scope, skill))
         return ([live] if live else []) + older
+
+    def versions(self, scope: Scope, skill: str) -> list[VersionSummary]:
+        """Every kept version of a skill without its file table, newest first, the live one
+        (or its tombstone) first: what a history listing shows, small whatever the skill's
+        size; `manifest(scope, skill, version=)` reads one whole."""
+        live = self._retrying(self.engine.load_skills, scope, [skill]).get(skill)
+        older = self._retrying(self.engine.history_summaries, scope, skill)
+        if live is None and not older:
+            raise NotFound(self._no_skill(scope, skill))
+        return ([live.summary()] if live else []) + older
 
     def read(self, scope: Scope, skill: str, path: str, version: int | None = None) -> bytes:
         m = self.manifest(scope, skill, version)
@@ -477,6 +492,14 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
         """A scope's live skills; its drafts and archived skills (`_drafts/`, `.archive/`) are
         not skills (docs/design.md §1)."""
         return sorted(k for k in self.manifests(scope) if not is_hidden_dir(k))
+
+
+def _out_of_time(end: float, started: float) -> bool:
+    """Whether a failed attempt begun at `started` leaves no time for another before `end`:
+    none is left, or less than the failed one took (a store that hangs makes every attempt
+    wait out the client's timeout; one that refuses fails fast and is tried until `end`)."""
+    now = time.monotonic()
+    return now >= end or end - now < now - started
 
 
 #: The keyword options `Store` takes (the rest of open_store's options go to the engine).

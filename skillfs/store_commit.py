@@ -286,7 +286,7 @@ def in_history(
     return any(
         m.commit_id == commit_id
         for p in prepared
-        for m in retrying(engine.history, p.scope, p.skill)
+        for m in retrying(engine.history_summaries, p.scope, p.skill)
     )
 
 
@@ -311,7 +311,7 @@ def already_committed(
         if live is not None and live.commit_id == commit_id:
             versions[p.skill] = live.version
         else:
-            older = retrying(engine.history, p.scope, p.skill)
+            older = retrying(engine.history_summaries, p.scope, p.skill)
             versions[p.skill] = next(m.version for m in older if m.commit_id == commit_id)
     return CommitResult(revision=rev, commit_id=commit_id, versions=versions)
 

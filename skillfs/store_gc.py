@@ -9,8 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pydantic import BaseModel, ConfigDict
 
 from skillfs.engines.base import CommitOp, Engine
-from skillfs.errors import StoreUnavailable
-from skillfs.model import Manifest, Scope
+from skillfs.model import Manifest, Scope, VersionSummary
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +31,9 @@ class GcReport(BaseModel):
     history_dropped: int
 
 
-def _to_drop(policy: HistoryPolicy, now: float, history: Sequence[Manifest]) -> list[int]:
+def _to_drop(
+    policy: HistoryPolicy, now: float, history: Sequence[Manifest | VersionSummary]
+) -> list[int]:
     """The versions of a history (newest first) the policy no longer keeps."""
     cutoff = now - policy.keep_days * 86400
     return [m.version for m in history[policy.keep_versions :] if m.committed_at < cutoff]
@@ -40,7 +41,7 @@ def _to_drop(policy: HistoryPolicy, now: float, history: Sequence[Manifest]) -> 
 
 def prune(engine: Engine, policy: HistoryPolicy, now: float, scope: Scope, skill: str) -> int:
     """Drop the versions of a skill the policy no longer keeps; how many were dropped."""
-    drop = _to_drop(policy, now, engine.history(scope, skill))
+    drop = _to_drop(policy, now, engine.history_summaries(scope, skill))
     if drop:
         engine.drop_history(scope, skill, drop)
     return len(drop)
@@ -101,15 +102,17 @@ def prune_after_commit(
     engine: Engine, policy: HistoryPolicy, now: float, ops: Sequence[CommitOp]
 ) -> None:
     """Retention after a commit, amortized: a skill's history grows by one per version, so
-    reading it once every `keep_versions` versions keeps it within twice the policy at
-    1/keep_versions of a read per publish (gc() applies the policy to every skill)."""
+    reading its summaries (bounded by the policy, whatever the skill's size) once every
+    `keep_versions` versions keeps it within twice the policy at 1/keep_versions of a read per
+    publish (gc() applies the policy to every skill). The commit has landed: a failure here
+    is logged, never reported as the commit's."""
     keep = max(policy.keep_versions, 1)
     for op in ops:
         older = op.manifest.version - 1
         if older > policy.keep_versions and older % keep == 0:
             try:
                 prune(engine, policy, now, op.scope, op.manifest.skill)
-            except StoreUnavailable as exc:
+            except Exception as exc:  # the commit landed, whatever this says
                 log.warning(
                     "history retention skipped for %s/%s: %s", op.scope, op.manifest.skill, exc
                 )

@@ -13,9 +13,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Self
+from typing import Self, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -35,6 +35,7 @@ TOKENS = [
     ("reader", READER, ["*:read"]),
 ]
 REPO = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
 
 
 def write_tokens(directory: Path) -> Path:
@@ -46,8 +47,10 @@ def write_tokens(directory: Path) -> Path:
 
 def in_process(store_url: str, directory: Path, **config: object) -> SkillfsServer:
     """A started server over `store_url` on free ports (unless `grpc=` or `http=` says
-    where); stop it with `.stop(0)`."""
-    where = {"grpc": "127.0.0.1:0", "http": "127.0.0.1:0"}
+    where); stop it with `.stop(0)`. Its messages are capped at 1 MiB (`max_message_mib`),
+    far below the default: an answer or request that grows with the store fails the test
+    that makes it (docs/server.md, "Bounded messages")."""
+    where = {"grpc": "127.0.0.1:0", "http": "127.0.0.1:0", "max_message_mib": 1}
     cfg = ServerConfig(store=store_url, tokens=write_tokens(directory), **{**where, **config})
     return SkillfsServer(cfg).start()
 
@@ -159,3 +162,10 @@ class ServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def single(call: Iterable[T]) -> T:
+    """The one message a server-streaming call answers a caller of protocol 1 with (a raw
+    stub sends no `skillfs-protocol` metadata): its error, if any, raised here."""
+    [message] = list(call)
+    return message

@@ -307,15 +307,15 @@ def test_grpc_audit_is_one_call_within_the_tokens_read_grants(tmp_path: Path) ->
         with skillfs.open_store(url, token=grpc_servers.ALICE) as alice:
             calls: list[str] = []
             engine = alice.engine
-            real = engine._read  # type: ignore[attr-defined]
+            real = engine._pool.run  # type: ignore[attr-defined]
 
-            def counted(method: str, *args: object, **kw: object) -> object:
-                calls.append(method)
-                return real(method, *args, **kw)
+            def counted(attempt: object, limit: float) -> object:
+                calls.append("call")
+                return real(attempt, limit)
 
-            engine._read = counted  # type: ignore[attr-defined]
+            engine._pool.run = counted  # type: ignore[attr-defined]
             mine = alice.audit("support-bot")
-            assert calls == ["Audit"]  # one call, no listing or manifest reads
+            assert calls == ["call"]  # one call (Audit), no listing or manifest reads
             assert {(str(e.scope), e.skill) for e in mine} == {
                 (str(SHARED), "s"),
                 (str(ALICE), "a"),

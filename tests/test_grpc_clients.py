@@ -30,7 +30,7 @@ from skillfs.server.backend import Caps
 from skillfs.server.proofs import ManifestIndex
 from skillfs.store import Store
 from skillfs.store_gc import HistoryPolicy
-from support.grpc_servers import ADMIN, ALICE, READER, in_process, running
+from support.grpc_servers import ADMIN, ALICE, READER, in_process, running, single
 from tests.helpers import skill_md as md
 
 AGENT = "support-bot"
@@ -100,15 +100,17 @@ def test_view_rpcs_answer_as_the_runtime_does(url: str, server: SkillfsServer) -
     view = pb.View(agent_id=AGENT, user_id="alice")
     with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as ch:
         stub = pb_grpc.SkillReaderStub(ch)
-        snap = stub.Snapshot(pb.SnapshotRequest(view=view), metadata=meta)
+        snap = single(stub.Snapshot(pb.SnapshotRequest(view=view), metadata=meta))
         assert snap.token == local.token
         assert [(s.id, s.scope, s.version) for s in snap.skills] == [
             (s.id, str(s.scope), s.version) for s in local.skills
         ]
         assert list(snap.skills[1].shadows) == [str(SHARED)]
-        same = stub.Snapshot(pb.SnapshotRequest(view=view, known=snap.revisions), metadata=meta)
+        same = single(
+            stub.Snapshot(pb.SnapshotRequest(view=view, known=snap.revisions), metadata=meta)
+        )
         assert same.unchanged and not same.skills
-        prompt = stub.Prompt(pb.PromptRequest(view=view), metadata=meta).prompt
+        prompt = single(stub.Prompt(pb.PromptRequest(view=view), metadata=meta)).prompt
         assert prompt == local.prompt()
         load = stub.LoadSkillThroughPath(
             pb.LoadRequest(view=view, skill_id="reviewer"), metadata=meta

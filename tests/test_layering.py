@@ -1,5 +1,6 @@
 """The package's architecture, checked from its source: imports only point down the layers,
-the import graph has no cycle, and no hand-written module grows past 500 lines.
+the import graph has no cycle, and no hand-written module grows past 600 lines (a signal
+that it holds more than one idea).
 
 Every `import` and `from ... import` of every module under skillfs/ is read with `ast`,
 including imports inside functions and under `if TYPE_CHECKING:` (a deferred or type-only
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 # counts as one: skillfs.engines.grpc_wire is in `engines`). Names on one line are one layer
 # and may import each other.
 LAYERS: list[set[str]] = [
-    {"names", "errors", "lru", "text_merge", "durations", "similarity", "outage"},
+    {"names", "errors", "lru", "text_merge", "durations", "similarity", "outage", "deadline"},
     {
         "model",
         "manifest",
@@ -58,7 +59,8 @@ LAYERS: list[set[str]] = [
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 
-MAX_LINES = 500
+#: A signal that a module holds more than one idea, never a reason to split a class.
+MAX_LINES = 600
 GENERATED = ("proto",)  # skillfs/proto/: made by `make proto`
 
 
@@ -285,7 +287,7 @@ def long_modules(root: Path = ROOT, package: str = PACKAGE) -> list[str]:
         if lines > MAX_LINES:
             found.append(
                 f"{path.relative_to(root.parent)}: {lines} lines; rule: no source file over"
-                f" {MAX_LINES} lines except the generated skillfs/proto/ (split it along its seams)"
+                f" {MAX_LINES} lines except the generated skillfs/proto/ (does it hold one idea?)"
             )
     return found
 
@@ -388,5 +390,5 @@ def test_reader_reports_the_facade_an_upward_import_and_a_cycle(tmp_path: Path) 
 
 
 def test_long_modules_leave_generated_code_alone(tmp_path: Path) -> None:
-    root = _toy(tmp_path, {"store.py": "x = 1\n" * 501, "proto/pb2.py": "x = 1\n" * 900})
+    root = _toy(tmp_path, {"store.py": "x = 1\n" * (MAX_LINES + 1), "proto/pb2.py": "x = 1\n" * 900})
     assert [f.split(":")[0] for f in long_modules(root)] == ["skillfs/store.py"]

@@ -21,6 +21,7 @@ from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.rollout import bucket, effective, gets_candidate
 from support import grpc_servers
+from support.grpc_servers import single
 from tests.cli_helpers import as_json, error_line, ok, run
 from tests.helpers import skill_md
 from tests.runtime_helpers import counting_store
@@ -371,11 +372,11 @@ def test_grpc_stage_goes_through_commit_and_views_take_the_environment(tmp_path:
 
             def view_of(env: str) -> list[tuple[str, bool, str]]:
                 view = pb.View(agent_id=AGENT, user_id="alice", environment=env)
-                snap = stub.Snapshot(pb.SnapshotRequest(view=view), metadata=meta)
+                snap = single(stub.Snapshot(pb.SnapshotRequest(view=view), metadata=meta))
                 text = stub.LoadSkillThroughPath(
                     pb.LoadRequest(view=view, skill_id="s", path="references/r.md"), metadata=meta
                 ).text
-                prompt = stub.Prompt(pb.PromptRequest(view=view), metadata=meta).prompt
+                prompt = single(stub.Prompt(pb.PromptRequest(view=view), metadata=meta)).prompt
                 assert "<name>s</name>" in prompt
                 return [(s.id, s.candidate, body(text)) for s in snap.skills]
 

@@ -28,7 +28,7 @@ from skillfs.server.app import SkillfsServer
 from skillfs.server.backend import Caps
 from skillfs.server.hub import Event, Hub, Stream, Wake
 from skillfs.store_blobs import SMALL_FILE_BYTES
-from support.grpc_servers import ADMIN, ALICE, BOB, running
+from support.grpc_servers import ADMIN, ALICE, BOB, running, single
 from tests.helpers import wait_until
 from tests.runtime_helpers import memory_store
 from tests.stores import url_for
@@ -275,7 +275,7 @@ def test_views_start_no_thread_and_eviction_stops_following(url: str, tmp_path: 
         with grpc.insecure_channel(address) as ch:
             stub = pb_grpc.SkillReaderStub(ch)
             view = pb.View(agent_id="agent-0", user_id="u", markets=["m"])
-            stub.Snapshot(pb.SnapshotRequest(view=view), metadata=meta(ADMIN))
+            single(stub.Snapshot(pb.SnapshotRequest(view=view), metadata=meta(ADMIN)))
             before = set(threading.enumerate())
             for i in range(30):
                 view = pb.View(agent_id=f"agent-{i}", user_id="u", markets=["m"])

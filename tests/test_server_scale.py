@@ -19,7 +19,7 @@ from skillfs.model import Change, Scope
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.runtime import Skills
-from support.grpc_servers import ADMIN, ALICE, ServerProcess, wait_health
+from support.grpc_servers import ADMIN, ALICE, ServerProcess, single, wait_health
 from tests.stores import url_for
 
 AGENT = "support-bot"
@@ -63,13 +63,15 @@ def test_publish_through_one_is_read_through_another(servers: list[ServerProcess
             c = writer.publish(A, "s", files(n))
             m = reader.manifest(A, "s")  # a read through server 3
             snap = worker.snapshot()  # the runtime through server 3
-            served = rpc.Snapshot(pb.SnapshotRequest(view=view), metadata=meta)  # its snapshot
+            served = single(
+                rpc.Snapshot(pb.SnapshotRequest(view=view), metadata=meta)
+            )  # its snapshot
             got = (m.version, snap.skill("s").version, served.skills[0].version)
             if got != (c.version,) * 3:
                 stale.append((n, c.version, got))
             if n % 50 == 0:  # and the file bytes of that version, through either side
                 assert snap.read_bytes("s", "references/r.md") == f"v{n}\n".encode()
-                prompt = rpc.Prompt(pb.PromptRequest(view=view), metadata=meta).prompt
+                prompt = single(rpc.Prompt(pb.PromptRequest(view=view), metadata=meta)).prompt
                 assert f"Version {n}." in prompt
         assert not stale, stale[:5]
     worker.close()

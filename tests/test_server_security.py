@@ -34,7 +34,7 @@ from skillfs.proto import skillfs_pb2 as pb
 from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.app import SkillfsServer
 from skillfs.store_gc import HistoryPolicy
-from support.grpc_servers import ADMIN, ALICE, READER, running
+from support.grpc_servers import ADMIN, ALICE, READER, running, single
 from tests.helpers import skill_md
 
 AGENT = "support-bot"
@@ -349,7 +349,7 @@ def test_commit_cannot_reference_a_blob_it_neither_uploaded_nor_may_read(
             ],
         )
         with pytest.raises(grpc.RpcError) as err:
-            admin.Commit(req, metadata=auth(ALICE))
+            admin.Commit(iter([req]), metadata=auth(ALICE))
         assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
         assert "neither uploaded nor read" in err.value.details()
     assert seeded.revision(AGENT) == before
@@ -386,7 +386,7 @@ def test_commit_refuses_blobs_the_store_no_longer_holds(
                     scope=str(A), skill="s", version=1)) for e in v1.files.values()],
             )  # fmt: skip
             with pytest.raises(grpc.RpcError) as err:
-                admin.Commit(req, metadata=auth(token))
+                admin.Commit(iter([req]), metadata=auth(token))
             assert err.value.code() == grpc.StatusCode.NOT_FOUND, err.value.details()
             assert "f.md names blob" in (err.value.details() or "")
             assert "upload it again" in (err.value.details() or "")
@@ -572,7 +572,7 @@ def test_no_token_or_a_wrong_one(
     req = pb.GetManifestsRequest(scope=str(A), whole_scope=True)
     for meta in ([], auth("not-a-token-0123456789"), [("authorization", f"Basic {ADMIN}")]):
         with pytest.raises(grpc.RpcError) as err:
-            reader.GetManifests(req, metadata=meta)
+            single(reader.GetManifests(req, metadata=meta))
         assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
     with pytest.raises(grpc.RpcError) as err:
         admin.UploadBlob(iter([pb.UploadBlobRequest(data=b"x")]), metadata=[])
@@ -600,9 +600,9 @@ def test_path_traversal_in_names(
     reader, admin = stubs
     meta = auth(ADMIN)
     calls = [
-        lambda: reader.GetManifests(
-            pb.GetManifestsRequest(scope=scope, skills=[skill]), metadata=meta),
-        lambda: reader.History(pb.HistoryRequest(scope=scope, skill=skill), metadata=meta),
+        lambda: single(reader.GetManifests(
+            pb.GetManifestsRequest(scope=scope, skills=[skill]), metadata=meta)),
+        lambda: single(reader.History(pb.HistoryRequest(scope=scope, skill=skill), metadata=meta)),
         lambda: admin.Delete(pb.DeleteRequest(scope=scope, skill=skill), metadata=meta),
         lambda: admin.Publish(
             iter([pb.PublishRequest(header=pb.PublishHeader(scope=scope, skill=skill, force=True)),
@@ -637,7 +637,7 @@ def test_path_traversal_in_files(
         domain=f"agents/{AGENT}",
         ops=[pb.CommitOp(scope=str(A), manifest_json=json.dumps(m).encode())],
     )
-    assert code_of(lambda: admin.Commit(commit, metadata=auth(ADMIN))) == (
+    assert code_of(lambda: admin.Commit(iter([commit]), metadata=auth(ADMIN))) == (
         grpc.StatusCode.INVALID_ARGUMENT
     )
     assert server.store.revision(AGENT) is None and blobs(server) == set()
@@ -680,7 +680,7 @@ def test_only_permission_bits_are_stored(
         ops=[pb.CommitOp(scope=str(A), manifest_json=json.dumps(m).encode())],
     )
     with pytest.raises(grpc.RpcError) as err:
-        admin.Commit(commit, metadata=auth(ADMIN))
+        admin.Commit(iter([commit]), metadata=auth(ADMIN))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "only permission bits 0o777" in (err.value.details() or "")
     assert server.store.revision(AGENT) is None and blobs(server) == set()
@@ -718,7 +718,8 @@ def test_oversize_messages_and_files(
         ops=[pb.CommitOp(scope=str(A), manifest_json=json.dumps(m).encode())],
     )
     assert (
-        code_of(lambda: admin.Commit(commit, metadata=meta)) == grpc.StatusCode.RESOURCE_EXHAUSTED
+        code_of(lambda: admin.Commit(iter([commit]), metadata=meta))
+        == grpc.StatusCode.RESOURCE_EXHAUSTED
     )
     assert server.store.revision(AGENT) is None and blobs(server) == set()
 
@@ -732,23 +733,23 @@ def test_malformed_requests(
     sha = hashlib.sha256(data).hexdigest()
     cases = {
         "bytes that are not a protobuf message": lambda: server_raw(server, b"\xff\xff\xff"),
-        "a manifest that is not JSON": lambda: admin.Commit(
+        "a manifest that is not JSON": lambda: admin.Commit(iter([
             pb.CommitRequest(domain=f"agents/{AGENT}",
-                             ops=[pb.CommitOp(scope=str(A), manifest_json=b"{nope")]),
+                             ops=[pb.CommitOp(scope=str(A), manifest_json=b"{nope")])]),
             metadata=meta),
-        "a version that is not expect + 1": lambda: admin.Commit(
+        "a version that is not expect + 1": lambda: admin.Commit(iter([
             pb.CommitRequest(domain=f"agents/{AGENT}", ops=[pb.CommitOp(
                 scope=str(A), expect=3, manifest_json=json.dumps(
                     {"skill": "x", "version": 9, "commit_id": "c", "committed_at": 0,
-                     "files": {}}).encode())]),
+                     "files": {}}).encode())])]),
             metadata=meta),
-        "a scope outside the commit's domain": lambda: admin.Commit(
+        "a scope outside the commit's domain": lambda: admin.Commit(iter([
             pb.CommitRequest(domain="agents/other", ops=[pb.CommitOp(
                 scope=str(A), manifest_json=json.dumps(
                     {"skill": "x", "version": 1, "commit_id": "c", "committed_at": 0,
-                     "files": {}}).encode())]),
+                     "files": {}}).encode())])]),
             metadata=meta),
-        "an empty commit": lambda: admin.Commit(pb.CommitRequest(domain=f"agents/{AGENT}"),
+        "an empty commit": lambda: admin.Commit(iter([pb.CommitRequest(domain=f"agents/{AGENT}")]),
                                                 metadata=meta),
         "a bad domain": lambda: reader.Revisions(pb.RevisionsRequest(domains=["agents"]),
                                                  metadata=meta),
@@ -764,8 +765,8 @@ def test_malformed_requests(
         "a publish without header": lambda: admin.Publish(
             iter([pb.PublishRequest(file=pb.PublishFile(path="SKILL.md", data=data))]),
             metadata=meta),
-        "a view without user": lambda: reader.Snapshot(
-            pb.SnapshotRequest(view=pb.View(agent_id=AGENT)), metadata=meta),
+        "a view without user": lambda: single(reader.Snapshot(
+            pb.SnapshotRequest(view=pb.View(agent_id=AGENT)), metadata=meta)),
     }  # fmt: skip
     for what, call in cases.items():
         assert code_of(call) == grpc.StatusCode.INVALID_ARGUMENT, what

@@ -38,6 +38,7 @@ from skillfs.commands.common import (
     status,
     target_argument,
     version_option,
+    version_row,
     when,
 )
 from skillfs.commands.text import unified
@@ -173,7 +174,7 @@ def _ls_deleted(store: Store, scope: Scope, as_json: bool) -> None:
     rows: list[dict[str, Any]] = []
     for name in sorted(n for n in tombstones if not is_hidden_dir(n)):
         tomb = tombstones[name]
-        last = next((m for m in store.history(scope, name) if m.files), None)
+        last = next((v for v in store.versions(scope, name) if v.file_count), None)
         rows.append(
             {
                 "skill": name,
@@ -182,9 +183,9 @@ def _ls_deleted(store: Store, scope: Scope, as_json: bool) -> None:
                 "deleted_at": iso(tomb.committed_at),
                 "archived": tomb.operation == "archive",
                 "last_version": last.version if last else None,
-                "files": len(last.files) if last else 0,
+                "files": last.file_count if last else 0,
                 "size": last.size if last else 0,
-                "description": manifest_row(last)["description"] if last else None,
+                "description": last.description if last else None,
             }
         )
     if as_json:
@@ -271,16 +272,16 @@ def history(
     """Every kept version of a skill, newest first (a deletion is a version too)."""
     skill = skill_only(target)
     with opened(store_url, token) as store:
-        versions = store.history(scope, skill)
+        versions = store.versions(scope, skill)
     if as_json:
-        emit_json([manifest_row(m) for m in versions])
+        emit_json([version_row(m) for m in versions])
         return
     cells = [
         [
             str(m.version),
             when(m.committed_at),
             m.commit_id[:12],
-            str(len(m.files)),
+            str(m.file_count),
             size(m.size),
             "[dim]deleted[/dim]" if m.deleted else status(m),
             shown(m.actor),

@@ -27,7 +27,16 @@ from rich.text import Text
 from skillfs.durations import parse_duration
 from skillfs.engines import default_url, file_to_create
 from skillfs.errors import InvalidPath, SkillfsError
-from skillfs.model import Candidate, FileEntry, Finding, Manifest, Revision, Scope, error_findings
+from skillfs.model import (
+    CandidateSummary,
+    FileEntry,
+    Finding,
+    Manifest,
+    Revision,
+    Scope,
+    VersionSummary,
+    error_findings,
+)
 from skillfs.names import SIDE_DIRS, check_entry, check_id, normalize_path
 from skillfs.store import Store, open_store
 from skillfs.store_rollout import describe
@@ -364,23 +373,24 @@ def mode(entry: FileEntry) -> str:
     return f"{entry.mode:04o}"
 
 
-def status(m: Manifest) -> str:
+def status(m: Manifest | VersionSummary) -> str:
     """Validity at a glance: usable or not, how many findings, and a staged candidate."""
-    if m.candidate is None:
-        return _live_status(m)
-    rule = describe(m.candidate.rollout)
-    if not m.files and not m.disabled:
+    v = m.summary() if isinstance(m, Manifest) else m
+    if v.candidate is None:
+        return _live_status(v)
+    rule = describe(v.candidate.rollout)
+    if not v.file_count and not v.disabled:
         return f"[cyan]⇡ staged only, for {rule}[/cyan]"
-    return f"{_live_status(m)} [cyan]⇡ candidate for {rule}[/cyan]"
+    return f"{_live_status(v)} [cyan]⇡ candidate for {rule}[/cyan]"
 
 
-def _live_status(m: Manifest) -> str:
-    errors = len(m.errors)
-    warnings = len(m.findings) - errors
-    if m.disabled:
-        why = f": {one_line(m.disabled_reason)}" if m.disabled_reason else ""
+def _live_status(v: VersionSummary) -> str:
+    errors = len(v.errors)
+    warnings = len(v.findings) - errors
+    if v.disabled:
+        why = f": {one_line(v.disabled_reason)}" if v.disabled_reason else ""
         return f"[yellow]⏻ disabled{why}[/yellow]"
-    if not m.usable:
+    if not v.usable:
         return f"[red]✗ unusable ({errors} error{'s' * (errors != 1)})[/red]"
     if errors:
         return f"[red]✗ {errors} error{'s' * (errors != 1)}[/red]"
@@ -389,11 +399,11 @@ def _live_status(m: Manifest) -> str:
     return "[green]✓[/green]"
 
 
-def candidate_row(c: Candidate) -> dict[str, Any]:
+def candidate_row(c: CandidateSummary) -> dict[str, Any]:
     """A staged candidate as `--json` prints it (docs/governance.md, "Staged rollout")."""
     return {
         **c.rollout.model_dump(mode="json"),
-        "files": len(c.files),
+        "files": c.file_count,
         "errors": [f.message for f in error_findings(c.findings)],
         "staged_by": c.actor or None,
         "staged_at": iso(c.staged_at),
@@ -402,27 +412,34 @@ def candidate_row(c: Candidate) -> dict[str, Any]:
 
 
 def manifest_row(m: Manifest) -> dict[str, Any]:
-    """One skill as `ls --json` and `history --json` print it."""
-    fm = m.frontmatter or {}
-    description = fm.get("description")
+    """One skill as `ls --json` prints it: `version_row` with the whole description."""
+    description = (m.frontmatter or {}).get("description")
     return {
-        "skill": m.skill,
-        "version": m.version,
-        "commit_id": m.commit_id,
-        "committed_at": iso(m.committed_at),
-        "deleted": m.deleted,
-        "disabled": m.disabled,
-        "disabled_reason": m.disabled_reason or None,
-        "candidate": None if m.candidate is None else candidate_row(m.candidate),
-        "actor": m.actor or None,
-        "message": m.message or None,
-        "files": len(m.files),
-        "size": m.size,
-        "usable": m.usable,
-        "valid": not m.errors,
+        **version_row(m.summary()),
         "description": description if isinstance(description, str) else None,
-        "errors": [f.message for f in m.errors],
-        "warnings": [f.message for f in m.findings if f.severity == "warning"],
+    }
+
+
+def version_row(v: VersionSummary) -> dict[str, Any]:
+    """One version as `history --json` prints it."""
+    return {
+        "skill": v.skill,
+        "version": v.version,
+        "commit_id": v.commit_id,
+        "committed_at": iso(v.committed_at),
+        "deleted": v.deleted,
+        "disabled": v.disabled,
+        "disabled_reason": v.disabled_reason or None,
+        "candidate": None if v.candidate is None else candidate_row(v.candidate),
+        "actor": v.actor or None,
+        "message": v.message or None,
+        "files": v.file_count,
+        "size": v.size,
+        "usable": v.usable,
+        "valid": not v.errors,
+        "description": v.description,
+        "errors": [f.message for f in v.errors],
+        "warnings": [f.message for f in v.findings if f.severity == "warning"],
     }
 
 

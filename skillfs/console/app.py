@@ -434,7 +434,7 @@ class Console:
             return []
         try:
             skill = check_skill_name(rest[0])
-            call.store.history(scope, skill)
+            call.store.versions(scope, skill)
         except SkillfsError:  # never existed: the message lists the skills there are
             return []
         return [(f"History of {skill}", urls.skill_url(scope, skill, "history"))]

@@ -27,6 +27,7 @@ from skillfs.model import (
     Revision,
     Scope,
     UsageStat,
+    VersionSummary,
 )
 
 MiB = 1024 * 1024
@@ -248,6 +249,16 @@ class Engine(ABC):
     @abstractmethod
     def drop_history(self, scope: Scope, skill: str, versions: Sequence[int]) -> None:
         """Forget these versions of a skill's history (retention)."""
+
+    def history_summaries(self, scope: Scope, skill: str) -> list[VersionSummary]:
+        """`history` without the file tables, newest first: what listings, retention and a
+        retried commit's search for its id read (a grpc:// engine asks the server for these
+        alone, so their size does not grow with the skill's files)."""
+        return [m.summary() for m in self.history(scope, skill)]
+
+    def history_version(self, scope: Scope, skill: str, version: int) -> Manifest | None:
+        """One replaced version of a skill, whole; None when it is not kept."""
+        return next((m for m in self.history(scope, skill) if m.version == version), None)
 
     def scope_history(self, scope: Scope, skills: Sequence[str]) -> dict[str, list[Manifest]]:
         """`history` of several skills of one scope (GC's mark phase), newest first; skills

@@ -18,6 +18,7 @@ from urllib.parse import unquote, urlsplit
 import grpc
 from etcd3 import etcdrpc
 
+from skillfs.deadline import deadline as budget_end
 from skillfs.engines.base import MiB, redact, unavailable_error
 from skillfs.errors import InvalidPath, PermissionDenied, SkillfsError, StoreUnavailable, TooLarge
 
@@ -252,8 +253,9 @@ class EtcdClient:
     ) -> T:
         """Run `fn` on the current endpoint; on a connection failure rotate to the next one
         and try again, each endpoint at most twice and never past the budget (`retry_for`, or
-        `deadline` for waits, which also becomes the RPC's deadline)."""
-        end = deadline if deadline is not None else time.monotonic() + self.retry_for
+        `deadline` for waits, which also becomes the RPC's deadline), nor past the end of the
+        budget the call runs under (`skillfs.deadline`: a worker's step)."""
+        end = budget_end(self.retry_for if deadline is None else deadline - time.monotonic())
         n = len(self.endpoints)
         failures: dict[str, str] = {}
         reauthenticated = False

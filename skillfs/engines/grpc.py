@@ -18,10 +18,9 @@ watch slot on the server, not one Watch stream per agent.
 
 from __future__ import annotations
 
-import itertools
+import functools
 import os
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -31,12 +30,12 @@ import grpc.experimental
 
 from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import CommitOp, Engine, UrlOptions, host_port
+from skillfs.engines.grpc_pool import Attempt, Pool, Server
 from skillfs.engines.grpc_watch import GrpcWatching
-from skillfs.errors import InvalidPath, StoreUnavailable
+from skillfs.errors import InvalidPath
 from skillfs.lru import Lru
-from skillfs.model import Access, AuditEntry, Manifest, Revision, Scope, UsageStat
+from skillfs.model import Access, AuditEntry, Manifest, Revision, Scope, UsageStat, VersionSummary
 from skillfs.proto import skillfs_pb2 as pb
-from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 
 ENV_TOKEN = "SKILLFS_TOKEN"
 
@@ -48,20 +47,13 @@ def default_token() -> str | None:
 
 R = TypeVar("R")
 
-#: A server that failed to answer is tried last for this long (seconds).
-DOWN_FOR = 1.0
-#: While no server can be connected to, how long calls are tried again (every
-#: RECONNECT_POLL s) before giving up: the longest reconnect backoff below, and a connect. A
-#: channel backing off after a restart (or sharing a connection, process-wide, that is)
-#: fails calls at once until it connects again.
-RECONNECT_WAIT = 1.5
-RECONNECT_POLL = 0.05
+#: The largest message sent or received by default (a server of protocol 1 may answer up to
+#: its own limit, 16 MiB by default; one of protocol 2 never sends more than ~512 KiB).
+MAX_MESSAGE = 16 * 1024 * 1024
 
 _CHANNEL_OPTIONS = [
     # A name that resolves to several servers (a headless Kubernetes Service) is balanced too.
     ("grpc.lb_policy_name", "round_robin"),
-    ("grpc.max_receive_message_length", -1),
-    ("grpc.max_send_message_length", 16 * 1024 * 1024),
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
@@ -72,18 +64,6 @@ _CHANNEL_OPTIONS = [
     # (a process holding many followers' streams idles).
     (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
 ]
-
-
-class _Server:
-    def __init__(self, target: str, credentials: grpc.ChannelCredentials | None) -> None:
-        self.target = target
-        if credentials is None:
-            self.channel = grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
-        else:
-            self.channel = grpc.secure_channel(target, credentials, options=_CHANNEL_OPTIONS)
-        self.reader = pb_grpc.SkillReaderStub(self.channel)
-        self.admin = pb_grpc.SkillAdminStub(self.channel)
-        self.down_until = 0.0
 
 
 class GrpcEngine(GrpcWatching, Engine):
@@ -103,7 +83,7 @@ class GrpcEngine(GrpcWatching, Engine):
                 f"invalid server URL {self.url!r}: use grpc://host:port[,host:port...] "
                 "or grpcs://..."
             )
-        options = UrlOptions(url, ("ca", "timeout"))
+        options = UrlOptions(url, ("ca", "timeout", "max_message"))
         targets = [t.strip() for t in parts.netloc.split(",") if t.strip()]
         for target in targets:
             host_port(target, None, repr(self.url))
@@ -113,63 +93,60 @@ class GrpcEngine(GrpcWatching, Engine):
             roots = Path(ca_path).read_bytes() if ca_path else None
             credentials = grpc.ssl_channel_credentials(root_certificates=roots)
         self.timeout = options.number("timeout", float, timeout)
-        self._servers = [_Server(t, credentials) for t in targets]
-        self._turn = itertools.count(int.from_bytes(os.urandom(2), "big"))
+        max_message = options.number("max_message", int, MAX_MESSAGE)
+        channel = [
+            *_CHANNEL_OPTIONS,
+            ("grpc.max_receive_message_length", max_message),
+            ("grpc.max_send_message_length", max_message),
+        ]
+        self._pool = Pool(
+            [
+                Server(
+                    t,
+                    grpc.insecure_channel(t, options=channel)
+                    if credentials is None
+                    else grpc.secure_channel(t, credentials, options=channel),
+                )
+                for t in targets
+            ]
+        )
         token = token or default_token()
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        auth = (("authorization", f"Bearer {token}"),) if token else ()
+        self._metadata = (*auth, (wire.PROTOCOL_KEY, str(wire.PROTOCOL)))
         #: sha256 -> (scope, skill, version): a readable manifest holding the blob.
         self._seen: Lru[str, tuple[Scope, str, int]] = Lru(200_000)
         #: sha256 -> (size, receipt) from the server's answers to uploads and touches.
         self._receipts: Lru[str, tuple[int, bytes]] = Lru(200_000)
-        #: The server's store's `max_ops` (0: none), once a Ping told it.
+        #: The server's store's `max_ops` (0: none) and the server's protocol, once a Ping
+        #: told them.
         self._limit: int | None = None
+        self._protocol: int | None = None
         self._init_watching()
 
     # ------------------------------------------------------------------ calls
 
-    def _order(self) -> list[_Server]:
-        """Round-robin from the next server; servers that just failed go last."""
-        n = len(self._servers)
-        start = next(self._turn) % n
-        ring = [self._servers[(start + i) % n] for i in range(n)]
-        now = time.monotonic()
-        return sorted(ring, key=lambda s: s.down_until > now)
+    def _run(self, attempt: Attempt[R], limit: float | None = None) -> R:
+        """`attempt(server, timeout)` on the pool's servers until one answers, within `limit`
+        seconds (default: the per-call `timeout`) or the budget the call runs under."""
+        return self._pool.run(attempt, self.timeout if limit is None else limit)
 
-    def _run(self, attempt: Callable[[_Server], R]) -> R:
-        """Run `attempt` on one server after another until one answers. While no server
-        could even be connected to (nothing was sent, so a write is safe to send again),
-        the servers are tried again for up to `RECONNECT_WAIT`: a restarted server is back
-        before its channel's reconnect backoff ends."""
-        deadline = time.monotonic() + RECONNECT_WAIT
-        while True:
-            failures, unsent = [], True
-            for server in self._order():
-                try:
-                    return attempt(server)
-                except grpc.RpcError as exc:
-                    if not wire.is_transport_failure(exc):
-                        raise wire.error_from(exc, server.target) from None
-                    server.down_until = time.monotonic() + DOWN_FOR
-                    failures.append(f"{server.target}: {exc.details()}")
-                    unsent = unsent and wire.never_sent(exc)
-            if not unsent or time.monotonic() >= deadline:
-                raise StoreUnavailable(
-                    f"no skillfs server answered ({'; '.join(failures)}); "
-                    "check that the servers are running and reachable, then retry"
-                )
-            time.sleep(RECONNECT_POLL)
-
-    def _read(self, method: str, request: Any, timeout: float | None = None) -> Any:
+    def _read(self, method: str, request: Any, limit: float | None = None) -> Any:
         return self._run(
-            lambda s: getattr(s.reader, method)(
-                request, metadata=self._metadata, timeout=timeout or self.timeout
-            )
+            lambda s, t: getattr(s.reader, method)(request, metadata=self._metadata, timeout=t),
+            limit,
         )
 
-    def _admin(self, method: str, request: Any, timeout: float | None = None) -> Any:
+    def _admin(self, method: str, request: Any) -> Any:
         return self._run(
-            lambda s: getattr(s.admin, method)(
-                request, metadata=self._metadata, timeout=timeout or self.timeout
+            lambda s, t: getattr(s.admin, method)(request, metadata=self._metadata, timeout=t)
+        )
+
+    def _all(self, service: str, method: str, request: Any) -> list[Any]:
+        """Every message of a server-streaming call, read to its end on one server (a
+        collection is one read the server made once: all of it or none, C1 and C4)."""
+        return self._run(
+            lambda s, t: list(
+                getattr(getattr(s, service), method)(request, metadata=self._metadata, timeout=t)
             )
         )
 
@@ -214,15 +191,15 @@ class GrpcEngine(GrpcWatching, Engine):
     # ------------------------------------------------------------------ blobs
 
     def touch_blobs(self, shas: Sequence[str], now: float) -> set[str]:
-        if not shas:
-            return set()
-        reply = self._admin(
-            "TouchBlobs", pb.TouchBlobsRequest(blobs=[self._proof(s) for s in shas], now=now)
-        )
-        for p in reply.present:
-            if p.receipt:
-                self._receipts.put(p.sha256, (p.size, p.receipt))
-        present = {p.sha256 for p in reply.present}
+        present: set[str] = set()
+        for some in wire.chunked(list(shas)) if shas else ():
+            reply = self._admin(
+                "TouchBlobs", pb.TouchBlobsRequest(blobs=[self._proof(s) for s in some], now=now)
+            )
+            for p in reply.present:
+                if p.receipt:
+                    self._receipts.put(p.sha256, (p.size, p.receipt))
+            present.update(p.sha256 for p in reply.present)
         for sha in shas:  # a receipt that proved nothing is stale: forget it
             if sha not in present:
                 self._receipts.pop(sha)
@@ -238,7 +215,7 @@ class GrpcEngine(GrpcWatching, Engine):
                     yield pb.UploadBlobRequest(data=chunk[off : off + wire.PIECE])
 
         reply = self._run(
-            lambda s: s.admin.UploadBlob(messages(), metadata=self._metadata, timeout=self.timeout)
+            lambda s, t: s.admin.UploadBlob(messages(), metadata=self._metadata, timeout=t)
         )
         self._receipts.put(sha, (size, reply.receipt))
 
@@ -251,34 +228,39 @@ class GrpcEngine(GrpcWatching, Engine):
             else:
                 runs.append((sha, i, i))
         size = self.chunk_size
-        request = pb.ReadFileRequest(
-            ranges=[
-                pb.BlobRange(
-                    sha256=sha,
-                    offset=first * size,
-                    length=(last - first + 1) * size,
-                    source=self._source(sha),
-                )
-                for sha, first, last in runs
-            ]
-        )
 
-        def read(server: _Server) -> list[bytearray]:
-            got = [bytearray() for _ in runs]
-            stream = server.reader.ReadFile(request, metadata=self._metadata, timeout=self.timeout)
+        def read(
+            some: Sequence[tuple[str, int, int]], server: Server, timeout: float
+        ) -> list[bytearray]:
+            request = pb.ReadFileRequest(
+                ranges=[
+                    pb.BlobRange(
+                        sha256=sha,
+                        offset=first * size,
+                        length=(last - first + 1) * size,
+                        source=self._source(sha),
+                    )
+                    for sha, first, last in some
+                ]
+            )
+            got = [bytearray() for _ in some]
+            stream = server.reader.ReadFile(request, metadata=self._metadata, timeout=timeout)
             for piece in stream:
                 got[piece.range] += piece.data
             return got
 
+        read_all: list[bytearray] = []
+        for some in wire.chunked(runs):
+            read_all += self._run(functools.partial(read, some))
         out: list[bytes | None] = []
-        for (_, first, last), data in zip(runs, self._run(read), strict=True):
+        for (_, first, last), data in zip(runs, read_all, strict=True):
             for k in range(last - first + 1):
                 chunk = bytes(data[k * size : (k + 1) * size])
                 out.append(chunk if chunk or k == 0 else None)
         return out
 
     def blob_shas(self) -> Iterator[str]:
-        def listing(server: _Server) -> list[str]:
+        def listing(server: Server, timeout: float) -> list[str]:
             stream = server.admin.ListBlobs(pb.Empty(), metadata=self._metadata, timeout=None)
             return [sha for batch in stream for sha in batch.sha256]
 
@@ -291,41 +273,57 @@ class GrpcEngine(GrpcWatching, Engine):
     # ------------------------------------------------------------------ manifests and history
 
     def load_scope(self, scope: Scope) -> dict[str, Manifest]:
-        reply = self._read(
-            "GetManifests", pb.GetManifestsRequest(scope=str(scope), whole_scope=True)
-        )
-        return {m.skill: m for m in self._manifests(scope, reply.manifests_json)}
+        """The scope as one read of the server's (streamed in bounded messages)."""
+        request = pb.GetManifestsRequest(scope=str(scope), whole_scope=True)
+        return {m.skill: m for m in self._manifests(scope, self._manifest_stream(request))}
 
     def load_skills(self, scope: Scope, skills: Sequence[str]) -> dict[str, Manifest]:
-        if not skills:
-            return {}
-        reply = self._read(
-            "GetManifests", pb.GetManifestsRequest(scope=str(scope), skills=list(skills))
-        )
-        return {m.skill: m for m in self._manifests(scope, reply.manifests_json)}
+        """By name, `grpc_wire.NAMES` at a time: more than that are several reads (each
+        manifest is as of its read; a commit's compare-and-set, not this read, decides)."""
+        out: dict[str, Manifest] = {}
+        for names in wire.chunked(list(skills)) if skills else ():
+            request = pb.GetManifestsRequest(scope=str(scope), skills=list(names))
+            found = self._manifests(scope, self._manifest_stream(request))
+            out.update((m.skill, m) for m in found)
+        return out
+
+    def _manifest_stream(self, request: pb.GetManifestsRequest) -> list[bytes]:
+        replies = self._all("reader", "GetManifests", request)
+        return wire.joined((r.manifests_json, r.continued) for r in replies)
 
     def commit(self, domain: str, ops: Sequence[CommitOp]) -> Revision:
+        """One Commit call: in bounded messages to a server of protocol 2 (an op's manifest
+        in pieces where it passes a message), in one message to an older one."""
         shas = {e.sha256 for op in ops for _, e in op.manifest.all_files()}
-        request = pb.CommitRequest(
-            domain=domain,
-            ops=[
-                pb.CommitOp(
-                    scope=str(op.scope),
-                    manifest_json=wire.manifest_bytes(op.manifest),
-                    expect=op.expect,
-                )
-                for op in ops
-            ],
-            proofs=[self._proof(s) for s in sorted(shas)],
+        proofs = [self._proof(s) for s in sorted(shas)]
+        budget = wire.BUDGET if self.protocol >= 2 else wire.UNBOUNDED
+        messages = _commit_messages(domain, ops, proofs, budget)
+        reply = self._run(
+            lambda s, t: s.admin.Commit(iter(messages), metadata=self._metadata, timeout=t)
         )
-        reply = self._admin("Commit", request)
         for op in ops:
             self._saw(op.scope, [op.manifest])
         return wire.rev_from_pb(reply.revision)
 
     def history(self, scope: Scope, skill: str) -> list[Manifest]:
-        reply = self._read("History", pb.HistoryRequest(scope=str(scope), skill=skill))
-        return self._manifests(scope, reply.history_json, live=False)
+        replies = self._all("reader", "History", pb.HistoryRequest(scope=str(scope), skill=skill))
+        blobs = wire.joined((r.history_json, r.continued) for r in replies)
+        return self._manifests(scope, blobs, live=False)
+
+    def history_summaries(self, scope: Scope, skill: str) -> list[VersionSummary]:
+        request = pb.HistoryRequest(scope=str(scope), skill=skill, summaries=True)
+        replies = self._all("reader", "History", request)
+        if any(r.history_json for r in replies):  # a server before summaries: whole manifests
+            blobs = wire.joined((r.history_json, r.continued) for r in replies)
+            return [m.summary() for m in self._manifests(scope, blobs, live=False)]
+        return [wire.summary_from(b) for r in replies for b in r.summaries_json]
+
+    def history_version(self, scope: Scope, skill: str, version: int) -> Manifest | None:
+        request = pb.HistoryRequest(scope=str(scope), skill=skill, version=version)
+        replies = self._all("reader", "History", request)
+        blobs = wire.joined((r.history_json, r.continued) for r in replies)
+        found = self._manifests(scope, blobs, live=False)  # an older server sends them all
+        return next((m for m in found if m.version == version), None)
 
     def drop_history(self, scope: Scope, skill: str, versions: Sequence[int]) -> None:
         self._admin(
@@ -336,22 +334,25 @@ class GrpcEngine(GrpcWatching, Engine):
     # ------------------------------------------------------------------ revisions and changes
 
     def revisions(self, domains: Sequence[str]) -> dict[str, Revision | None]:
-        if not domains:
-            return {}
-        reply = self._read("Revisions", pb.RevisionsRequest(domains=list(domains)))
-        return wire.revs_from_pb(domains, reply.revisions)
+        out: dict[str, Revision | None] = {}
+        for some in wire.chunked(list(domains)) if domains else ():
+            reply = self._read("Revisions", pb.RevisionsRequest(domains=list(some)))
+            out.update(wire.revs_from_pb(some, reply.revisions))
+        return out
 
     # ------------------------------------------------------------------ listings and usage
 
     def domains(self) -> list[str]:
-        return list(self._admin("ListDomains", pb.ListDomainsRequest()).domains)
+        replies = self._all("admin", "ListDomains", pb.ListDomainsRequest())
+        return [d for r in replies for d in r.domains]
 
     def stored_domains(self) -> list[str]:
-        return list(self._admin("ListDomains", pb.ListDomainsRequest(stored=True)).domains)
+        replies = self._all("admin", "ListDomains", pb.ListDomainsRequest(stored=True))
+        return [d for r in replies for d in r.domains]
 
     def scopes(self, domain: str) -> list[Scope]:
-        reply = self._admin("ListScopes", pb.ListScopesRequest(domain=domain))
-        return [Scope.parse(s) for s in reply.scopes]
+        replies = self._all("admin", "ListScopes", pb.ListScopesRequest(domain=domain))
+        return [Scope.parse(s) for r in replies for s in r.scopes]
 
     def add_usage(
         self,
@@ -360,20 +361,18 @@ class GrpcEngine(GrpcWatching, Engine):
         last_used: Mapping[tuple[str, str], float] | None = None,
     ) -> None:
         times = last_used or {}
-        self._read(
-            "RecordUsage",
-            pb.RecordUsageRequest(
-                agent_id=agent,
-                counts=[
-                    pb.UsageCount(user_id=u, skill=s, count=n, last_used=times.get((u, s), 0.0))
-                    for (u, s), n in counts.items()
-                ],
-            ),
-        )
+        rows = [
+            pb.UsageCount(user_id=u, skill=s, count=n, last_used=times.get((u, s), 0.0))
+            for (u, s), n in counts.items()
+        ]
+        for some in wire.chunked(rows):
+            self._read("RecordUsage", pb.RecordUsageRequest(agent_id=agent, counts=some))
 
     def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
-        reply = self._admin("Usage", pb.UsageRequest(agent_id=agent))
-        return {(c.user_id, c.skill): UsageStat(c.count, c.last_used) for c in reply.counts}
+        replies = self._all("admin", "Usage", pb.UsageRequest(agent_id=agent))
+        return {
+            (c.user_id, c.skill): UsageStat(c.count, c.last_used) for r in replies for c in r.counts
+        }
 
     def audit(
         self,
@@ -388,7 +387,8 @@ class GrpcEngine(GrpcWatching, Engine):
         request = pb.AuditRequest(
             target=target, since=since, until=until, actor=actor, skill=skill, limit=limit
         )
-        return [wire.audit_from_pb(e) for e in self._read("Audit", request).entries]
+        replies = self._all("reader", "Audit", request)
+        return [wire.audit_from_pb(e) for r in replies for e in r.entries]
 
     # ------------------------------------------------------------------ access and life cycle
 
@@ -424,7 +424,15 @@ class GrpcEngine(GrpcWatching, Engine):
         )
 
     def ping(self) -> None:
-        self._limit = self._read("Ping", pb.PingRequest(), timeout=5.0).max_ops
+        reply = self._read("Ping", pb.PingRequest(), limit=5.0)
+        self._limit, self._protocol = reply.max_ops, reply.protocol or 1
+
+    @property
+    def protocol(self) -> int:
+        """The servers' protocol (asked once): 2 takes a Commit in several messages."""
+        if self._protocol is None:
+            self.ping()
+        return self._protocol or 1
 
     @property
     def max_ops(self) -> int | None:  # type: ignore[override]  # (an attribute elsewhere)
@@ -436,5 +444,34 @@ class GrpcEngine(GrpcWatching, Engine):
 
     def close(self) -> None:
         self._close_watches()
-        for server in self._servers:
-            server.channel.close()
+        self._pool.close()
+
+
+def _commit_messages(
+    domain: str, ops: Sequence[CommitOp], proofs: Sequence[pb.BlobProof], budget: int
+) -> list[pb.CommitRequest]:
+    """A commit's Commit stream: each message at most `budget` bytes of manifests (an op's
+    manifest in pieces where it passes one), the proofs after the ops, the domain first."""
+    blobs = [wire.manifest_bytes(op.manifest) for op in ops]
+    messages: list[pb.CommitRequest] = []
+    at = 0  # the op the next piece belongs to
+    for batch, continued in wire.packed(blobs, budget):
+        message = pb.CommitRequest()
+        last = len(batch) - 1
+        for i, piece in enumerate(batch):
+            op = ops[at]
+            cont = continued and i == last
+            message.ops.append(
+                pb.CommitOp(
+                    scope=str(op.scope), manifest_json=piece, expect=op.expect, continued=cont
+                )
+            )
+            if not cont:
+                at += 1
+        messages.append(message)
+    for some in wire.by_size(proofs, pb.BlobProof.ByteSize, budget):
+        if messages[-1].proofs or (messages[-1].ops and budget != wire.UNBOUNDED):
+            messages.append(pb.CommitRequest())
+        messages[-1].proofs.extend(some)
+    messages[0].domain = domain
+    return messages

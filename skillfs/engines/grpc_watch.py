@@ -23,6 +23,7 @@ import grpc
 
 from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import Engine
+from skillfs.engines.grpc_pool import Pool, Server
 from skillfs.lru import Lru
 from skillfs.model import Change, Manifest, Revision, Scope, same_revision
 from skillfs.proto import skillfs_pb2 as pb
@@ -34,6 +35,9 @@ PUSHED = 4096
 #: Bytes of the small files watch events carried kept for `known_blob`: a publish's files,
 #: taken by every follower of the process as it prefetches them.
 PUSHED_BYTES = 16 * 1024 * 1024
+#: How much longer than its own wait a watch call waits for the server's answer before
+#: taking it as hung.
+IDLE_MARGIN = 10.0
 #: A wait of one domain at least this long keeps its stream for the next wait (a process's
 #: `Watcher`); shorter ones (`Store.follow(poll=1)`) are one call each, as they may be the
 #: last of a caller that stops iterating.
@@ -59,6 +63,7 @@ class _Held:
     domain: str
     through: Revision
     call: Any  # grpc's streaming call: iterate for events, cancel() to end it
+    server: Server
 
 
 class GrpcWatching:
@@ -67,8 +72,9 @@ class GrpcWatching:
     if TYPE_CHECKING:
         _metadata: tuple[tuple[str, str], ...]
         timeout: float
+        _pool: Pool
 
-        def _run(self, attempt: Callable[[Any], R]) -> R: ...
+        def _run(self, attempt: Callable[[Any, float], R], limit: float | None = None) -> R: ...
         def _manifests(self, scope: Scope, blobs: Any, live: bool = True) -> list[Manifest]: ...
 
     #: A watch's wait: a Watch stream or WatchMany call the server holds (below its 30 s
@@ -155,16 +161,19 @@ class GrpcWatching:
             with_files=True,
         )
 
-        def first(server: Any) -> list[Change]:
-            stream = server.reader.Watch(request, metadata=self._metadata, timeout=wait + 30)
+        def first(server: Any, timeout: float) -> list[Change]:
+            stream = server.reader.Watch(request, metadata=self._metadata, timeout=timeout)
             try:
-                for event in stream:
-                    return self._event(event)
-                return []
+                out: list[Change] = []
+                for event in stream:  # a batch, its `continued` events included
+                    out += self._event(event)
+                    if not event.continued:
+                        break
+                return out
             finally:
                 stream.cancel()
 
-        return self._run(first)
+        return self._run(first, wait + IDLE_MARGIN)
 
     def changes_many(
         self, since: Mapping[str, Revision], timeout: float
@@ -199,32 +208,43 @@ class GrpcWatching:
             with_files=True,
         )
 
-        def open_next(server: Any) -> tuple[Any, pb.WatchEvent | None]:
+        def open_next(server: Server, _: float) -> tuple[Server, Any, pb.WatchEvent | None]:
             call = server.reader.Watch(request, metadata=self._metadata, timeout=None)
-            return call, self._next(call)
+            return server, call, self._next(call)
 
         try:
             if held is not None:
-                call, event = held.call, self._next(held.call)
+                server, call, event = held.server, held.call, self._next(held.call)
             else:
-                call, event = self._run(open_next)
-        except grpc.RpcError as exc:  # the held stream broke: open one again, anywhere
+                server, call, event = self._run(open_next)
+        except grpc.RpcError as exc:  # the held stream broke (or hung): open one again
             if not wire.is_transport_failure(exc):
                 raise wire.error_from(exc, "grpc watch") from None
-            call, event = self._run(open_next)
+            if held is not None:
+                self._pool.failed(held.server, exc)
+            server, call, event = self._run(open_next)
         if event is None:  # quiet for `timeout` seconds, or interrupted
             call.cancel()
             return {}
         changes = self._event(event)
+        while event is not None and event.continued:  # the rest of the batch
+            event = self._next(call)
+            if event is None:  # the stream ended inside a batch: follow it again
+                call.cancel()
+                return {}
+            changes += self._event(event)
         if changes:
             with self._lock:
-                self._held[threading.get_ident()] = _Held(domain, changes[-1].revision, call)
+                me = threading.get_ident()
+                self._held[me] = _Held(domain, changes[-1].revision, call, server)
         else:
             call.cancel()
         return {domain: changes} if changes else {}
 
     def _next(self, call: Any) -> pb.WatchEvent | None:
-        """The stream's next event; None when it ended quietly or the wait was interrupted."""
+        """The stream's next event; None when it ended quietly or the wait was interrupted.
+        A server that hung is found by gRPC's keepalive (a ping unanswered: `Pool.failed`
+        ejects it), with no thread of our own to time the wait: an idle watch is one thread."""
         self._enter(call)
         try:
             return next(call)
@@ -250,27 +270,29 @@ class GrpcWatching:
             with_files=True,
         )
 
-        def call(server: Any) -> pb.WatchManyResponse | None:
-            future = server.reader.WatchMany.future(
-                request, metadata=self._metadata, timeout=wait + 30
-            )
-            self._enter(future)
+        def call(server: Any, timeout: float) -> list[pb.WatchManyResponse] | None:
+            stream = server.reader.WatchMany(request, metadata=self._metadata, timeout=timeout)
+            self._enter(stream)
             try:
-                return future.result()
-            except grpc.FutureCancelledError:  # interrupt_wait: nothing yet
-                return pb.WatchManyResponse()
+                return list(stream)
             except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.CANCELLED and self._leave_peek():
+                    return []  # interrupt_wait: nothing yet
                 if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
                     return None
                 raise
             finally:
                 self._leave()
 
-        reply = self._run(call)
-        if reply is None:
+        replies = self._run(call, wait + IDLE_MARGIN)
+        if replies is None:
             self._many = False
             return Engine.changes_many(self, since, timeout)  # type: ignore[arg-type]
-        return {e.domain: self._event(e.event) for e in reply.events}
+        out: dict[str, list[Change]] = {}
+        for reply in replies:  # a domain's events in order, across the stream's messages
+            for e in reply.events:
+                out.setdefault(e.domain, []).extend(self._event(e.event))
+        return out
 
     def _close_watches(self) -> None:
         with self._lock:

@@ -10,7 +10,9 @@ so the client raises the same `skillfs.errors` class the server caught.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TypeVar
 
 import grpc
 from pydantic import ValidationError
@@ -27,11 +29,27 @@ from skillfs.errors import (
     StoreUnavailable,
     TooLarge,
 )
-from skillfs.model import AuditEntry, Change, Manifest, Revision, Scope
+from skillfs.model import AuditEntry, Change, Manifest, Revision, Scope, VersionSummary
 from skillfs.proto import skillfs_pb2 as pb
 
-#: Messages carrying file data are split at this size (gRPC's default limit is 4 MiB).
-PIECE = 1024 * 1024
+T = TypeVar("T")
+
+#: Messages carrying file data are split at this size.
+PIECE = 256 * 1024
+#: The bytes of items one message of a bounded answer (protocol 2) carries at most, well under
+#: gRPC's default limit of 4 MiB and under 1 MiB with the envelope (docs/server.md, "Bounded
+#: messages"): no message grows with the number of skills, versions, files, domains or keys.
+BUDGET = 512 * 1024
+#: What a protocol 1 caller is answered in: one message, however large (the server's message
+#: limit still applies).
+UNBOUNDED = sys.maxsize
+#: Names (skills, domains, blob proofs, usage counts, file ranges) one request carries at
+#: most: a client sends more in several calls, and a server refuses more than `NAMES_MAX`.
+NAMES = 500
+NAMES_MAX = 10_000
+#: The protocol this side speaks, and the metadata key a client declares it with.
+PROTOCOL = 2
+PROTOCOL_KEY = "skillfs-protocol"
 
 ERROR_KEY = "skillfs-error"
 VERSION_KEY = "skillfs-current-version"
@@ -111,13 +129,19 @@ def is_transport_failure(exc: grpc.RpcError) -> bool:
 
     RESOURCE_EXHAUSTED without skillfs metadata is gRPC's own "Concurrent RPC limit
     exceeded" (the server is overloaded: try another), unless it is about a message over
-    the size limit, which another server would refuse too."""
+    the size limit, which another server would refuse too. DEADLINE_EXCEEDED without it is
+    the client's own deadline: the server hung (a write may have landed: the store's retry
+    finds its commit id)."""
     code = exc.code()
     if any(k == ERROR_KEY for k, _ in _metadata(exc)):
         return False
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return "larger than max" not in (exc.details() or "")
-    return code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+    return code in (
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+    )
 
 
 def never_sent(exc: grpc.RpcError) -> bool:
@@ -218,3 +242,85 @@ def scope_from(text: str) -> Scope:
     """A scope string from a request; a bad one is INVALID_ARGUMENT. Cached: scopes are few
     and immutable, and parsing one is a visible part of a cached read."""
     return Scope.parse(text)
+
+
+def summary_from(data: bytes) -> VersionSummary:
+    return VersionSummary.model_validate_json(data)
+
+
+# ------------------------------------------------------------------ bounded messages
+
+
+def protocol_of(metadata: Iterable[tuple[str, str | bytes]] | None) -> int:
+    """The protocol a call's metadata declares (1 when it declares none)."""
+    for key, value in metadata or ():
+        if key == PROTOCOL_KEY:
+            text = value if isinstance(value, str) else value.decode()
+            return int(text) if text.isdigit() else 1
+    return 1
+
+
+def packed(items: Iterable[bytes], budget: int = BUDGET) -> Iterator[tuple[list[bytes], bool]]:
+    """`items` (JSON documents) in messages of at most `budget` bytes each: (the items of one
+    message, whether its last item continues in the next message's first). An item larger
+    than a message is cut into pieces; at least one message is made, empty when there is
+    nothing to send (a protocol 1 caller reads exactly one)."""
+    batch: list[bytes] = []
+    size = 0
+    sent = False
+    for item in items:
+        if batch and size + len(item) > budget and (len(item) <= budget or size >= budget):
+            yield batch, False  # the item fits a message of its own, or this one is full
+            batch, size, sent = [], 0, True
+        while size + len(item) > budget:
+            cut = budget - size
+            batch.append(item[:cut])
+            yield batch, True
+            batch, size, sent, item = [], 0, True, item[cut:]
+        batch.append(item)
+        size += len(item)
+    if batch or not sent:
+        yield batch, False
+
+
+def joined(messages: Iterable[tuple[Sequence[bytes], bool]]) -> list[bytes]:
+    """The items `packed` sent, their pieces put back together."""
+    out: list[bytes] = []
+    carry: bytes | None = None
+    for items, continued in messages:
+        last = len(items) - 1
+        for i, item in enumerate(items):
+            if carry is not None:
+                item, carry = carry + item, None
+            if continued and i == last:
+                carry = item
+            else:
+                out.append(item)
+    if carry is not None:
+        raise InvalidPath("the server's answer ended inside an item: retry")
+    return out
+
+
+def by_size(
+    items: Iterable[T], size: Callable[[T], int], budget: int = BUDGET
+) -> Iterator[list[T]]:
+    """`items` in batches of at most `budget` bytes by `size` (an item is never cut; one
+    larger than `budget` goes alone); at least one batch, empty when there are no items."""
+    batch: list[T] = []
+    total = 0
+    sent = False
+    for item in items:
+        n = size(item) + 8  # a list entry's tag and length
+        if batch and total + n > budget:
+            yield batch
+            batch, total, sent = [], 0, True
+        batch.append(item)
+        total += n
+    if batch or not sent:
+        yield batch
+
+
+def chunked(items: Sequence[T], n: int = NAMES) -> Iterator[Sequence[T]]:
+    """`items` in runs of at most `n`, for requests that name many things (at least one run)."""
+    for i in range(0, max(len(items), 1), n):
+        yield items[i : i + n]

@@ -36,17 +36,17 @@ class SkillReaderStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.Snapshot = channel.unary_unary(
+        self.Snapshot = channel.unary_stream(
                 '/skillfs.v1.SkillReader/Snapshot',
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.SnapshotRequest.SerializeToString,
                 response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.SnapshotResponse.FromString,
                 _registered_method=True)
-        self.ListSkills = channel.unary_unary(
+        self.ListSkills = channel.unary_stream(
                 '/skillfs.v1.SkillReader/ListSkills',
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.ListSkillsRequest.SerializeToString,
                 response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.ListSkillsResponse.FromString,
                 _registered_method=True)
-        self.GetManifests = channel.unary_unary(
+        self.GetManifests = channel.unary_stream(
                 '/skillfs.v1.SkillReader/GetManifests',
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.GetManifestsRequest.SerializeToString,
                 response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.GetManifestsResponse.FromString,
@@ -66,7 +66,7 @@ class SkillReaderStub:
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.LoadRequest.SerializeToString,
                 response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.LoadResponse.FromString,
                 _registered_method=True)
-        self.Prompt = channel.unary_unary(
+        self.Prompt = channel.unary_stream(
                 '/skillfs.v1.SkillReader/Prompt',
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.PromptRequest.SerializeToString,
                 response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.PromptResponse.FromString,
@@ -76,12 +76,12 @@ class SkillReaderStub:
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.WatchRequest.SerializeToString,
                 response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.WatchEvent.FromString,
                 _registered_method=True)
-        self.WatchMany = channel.unary_unary(
+        self.WatchMany = channel.unary_stream(
                 '/skillfs.v1.SkillReader/WatchMany',
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.WatchManyRequest.SerializeToString,
                 response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.WatchManyResponse.FromString,
                 _registered_method=True)
-        self.History = channel.unary_unary(
+        self.History = channel.unary_stream(
                 '/skillfs.v1.SkillReader/History',
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.HistoryRequest.SerializeToString,
                 response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.HistoryResponse.FromString,
@@ -91,7 +91,7 @@ class SkillReaderStub:
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.RecordUsageRequest.SerializeToString,
                 response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.Empty.FromString,
                 _registered_method=True)
-        self.Audit = channel.unary_unary(
+        self.Audit = channel.unary_stream(
                 '/skillfs.v1.SkillReader/Audit',
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.AuditRequest.SerializeToString,
                 response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.AuditResponse.FromString,
@@ -202,17 +202,17 @@ class SkillReaderServicer:
 
 def add_SkillReaderServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'Snapshot': grpc.unary_unary_rpc_method_handler(
+            'Snapshot': grpc.unary_stream_rpc_method_handler(
                     servicer.Snapshot,
                     request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.SnapshotRequest.FromString,
                     response_serializer=skillfs_dot_v1_dot_skillfs__pb2.SnapshotResponse.SerializeToString,
             ),
-            'ListSkills': grpc.unary_unary_rpc_method_handler(
+            'ListSkills': grpc.unary_stream_rpc_method_handler(
                     servicer.ListSkills,
                     request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.ListSkillsRequest.FromString,
                     response_serializer=skillfs_dot_v1_dot_skillfs__pb2.ListSkillsResponse.SerializeToString,
             ),
-            'GetManifests': grpc.unary_unary_rpc_method_handler(
+            'GetManifests': grpc.unary_stream_rpc_method_handler(
                     servicer.GetManifests,
                     request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.GetManifestsRequest.FromString,
                     response_serializer=skillfs_dot_v1_dot_skillfs__pb2.GetManifestsResponse.SerializeToString,
@@ -232,7 +232,7 @@ def add_SkillReaderServicer_to_server(servicer, server):
                     request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.LoadRequest.FromString,
                     response_serializer=skillfs_dot_v1_dot_skillfs__pb2.LoadResponse.SerializeToString,
             ),
-            'Prompt': grpc.unary_unary_rpc_method_handler(
+            'Prompt': grpc.unary_stream_rpc_method_handler(
                     servicer.Prompt,
                     request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.PromptRequest.FromString,
                     response_serializer=skillfs_dot_v1_dot_skillfs__pb2.PromptResponse.SerializeToString,
@@ -242,12 +242,12 @@ def add_SkillReaderServicer_to_server(servicer, server):
                     request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.WatchRequest.FromString,
                     response_serializer=skillfs_dot_v1_dot_skillfs__pb2.WatchEvent.SerializeToString,
             ),
-            'WatchMany': grpc.unary_unary_rpc_method_handler(
+            'WatchMany': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchMany,
                     request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.WatchManyRequest.FromString,
                     response_serializer=skillfs_dot_v1_dot_skillfs__pb2.WatchManyResponse.SerializeToString,
             ),
-            'History': grpc.unary_unary_rpc_method_handler(
+            'History': grpc.unary_stream_rpc_method_handler(
                     servicer.History,
                     request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.HistoryRequest.FromString,
                     response_serializer=skillfs_dot_v1_dot_skillfs__pb2.HistoryResponse.SerializeToString,
@@ -257,7 +257,7 @@ def add_SkillReaderServicer_to_server(servicer, server):
                     request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.RecordUsageRequest.FromString,
                     response_serializer=skillfs_dot_v1_dot_skillfs__pb2.Empty.SerializeToString,
             ),
-            'Audit': grpc.unary_unary_rpc_method_handler(
+            'Audit': grpc.unary_stream_rpc_method_handler(
                     servicer.Audit,
                     request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.AuditRequest.FromString,
                     response_serializer=skillfs_dot_v1_dot_skillfs__pb2.AuditResponse.SerializeToString,
@@ -295,7 +295,7 @@ class SkillReader:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(
+        return grpc.experimental.unary_stream(
             request,
             target,
             '/skillfs.v1.SkillReader/Snapshot',
@@ -322,7 +322,7 @@ class SkillReader:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(
+        return grpc.experimental.unary_stream(
             request,
             target,
             '/skillfs.v1.SkillReader/ListSkills',
@@ -349,7 +349,7 @@ class SkillReader:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(
+        return grpc.experimental.unary_stream(
             request,
             target,
             '/skillfs.v1.SkillReader/GetManifests',
@@ -457,7 +457,7 @@ class SkillReader:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(
+        return grpc.experimental.unary_stream(
             request,
             target,
             '/skillfs.v1.SkillReader/Prompt',
@@ -511,7 +511,7 @@ class SkillReader:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(
+        return grpc.experimental.unary_stream(
             request,
             target,
             '/skillfs.v1.SkillReader/WatchMany',
@@ -538,7 +538,7 @@ class SkillReader:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(
+        return grpc.experimental.unary_stream(
             request,
             target,
             '/skillfs.v1.SkillReader/History',
@@ -592,7 +592,7 @@ class SkillReader:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(
+        return grpc.experimental.unary_stream(
             request,
             target,
             '/skillfs.v1.SkillReader/Audit',
@@ -683,7 +683,7 @@ class SkillAdminStub:
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.UploadBlobRequest.SerializeToString,
                 response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.UploadBlobResponse.FromString,
                 _registered_method=True)
-        self.Commit = channel.unary_unary(
+        self.Commit = channel.stream_unary(
                 '/skillfs.v1.SkillAdmin/Commit',
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.CommitRequest.SerializeToString,
                 response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.CommitResponse.FromString,
@@ -708,17 +708,17 @@ class SkillAdminStub:
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.DropHistoryRequest.SerializeToString,
                 response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.Empty.FromString,
                 _registered_method=True)
-        self.ListDomains = channel.unary_unary(
+        self.ListDomains = channel.unary_stream(
                 '/skillfs.v1.SkillAdmin/ListDomains',
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.ListDomainsRequest.SerializeToString,
                 response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.ListDomainsResponse.FromString,
                 _registered_method=True)
-        self.ListScopes = channel.unary_unary(
+        self.ListScopes = channel.unary_stream(
                 '/skillfs.v1.SkillAdmin/ListScopes',
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.ListScopesRequest.SerializeToString,
                 response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.ListScopesResponse.FromString,
                 _registered_method=True)
-        self.Usage = channel.unary_unary(
+        self.Usage = channel.unary_stream(
                 '/skillfs.v1.SkillAdmin/Usage',
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.UsageRequest.SerializeToString,
                 response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.UsageResponse.FromString,
@@ -756,7 +756,7 @@ class SkillAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def Commit(self, request, context):
+    def Commit(self, request_iterator, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -836,7 +836,7 @@ def add_SkillAdminServicer_to_server(servicer, server):
                     request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.UploadBlobRequest.FromString,
                     response_serializer=skillfs_dot_v1_dot_skillfs__pb2.UploadBlobResponse.SerializeToString,
             ),
-            'Commit': grpc.unary_unary_rpc_method_handler(
+            'Commit': grpc.stream_unary_rpc_method_handler(
                     servicer.Commit,
                     request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.CommitRequest.FromString,
                     response_serializer=skillfs_dot_v1_dot_skillfs__pb2.CommitResponse.SerializeToString,
@@ -861,17 +861,17 @@ def add_SkillAdminServicer_to_server(servicer, server):
                     request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.DropHistoryRequest.FromString,
                     response_serializer=skillfs_dot_v1_dot_skillfs__pb2.Empty.SerializeToString,
             ),
-            'ListDomains': grpc.unary_unary_rpc_method_handler(
+            'ListDomains': grpc.unary_stream_rpc_method_handler(
                     servicer.ListDomains,
                     request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.ListDomainsRequest.FromString,
                     response_serializer=skillfs_dot_v1_dot_skillfs__pb2.ListDomainsResponse.SerializeToString,
             ),
-            'ListScopes': grpc.unary_unary_rpc_method_handler(
+            'ListScopes': grpc.unary_stream_rpc_method_handler(
                     servicer.ListScopes,
                     request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.ListScopesRequest.FromString,
                     response_serializer=skillfs_dot_v1_dot_skillfs__pb2.ListScopesResponse.SerializeToString,
             ),
-            'Usage': grpc.unary_unary_rpc_method_handler(
+            'Usage': grpc.unary_stream_rpc_method_handler(
                     servicer.Usage,
                     request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.UsageRequest.FromString,
                     response_serializer=skillfs_dot_v1_dot_skillfs__pb2.UsageResponse.SerializeToString,
@@ -958,7 +958,7 @@ class SkillAdmin:
             _registered_method=True)
 
     @staticmethod
-    def Commit(request,
+    def Commit(request_iterator,
             target,
             options=(),
             channel_credentials=None,
@@ -968,8 +968,8 @@ class SkillAdmin:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
+        return grpc.experimental.stream_unary(
+            request_iterator,
             target,
             '/skillfs.v1.SkillAdmin/Commit',
             skillfs_dot_v1_dot_skillfs__pb2.CommitRequest.SerializeToString,
@@ -1103,7 +1103,7 @@ class SkillAdmin:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(
+        return grpc.experimental.unary_stream(
             request,
             target,
             '/skillfs.v1.SkillAdmin/ListDomains',
@@ -1130,7 +1130,7 @@ class SkillAdmin:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(
+        return grpc.experimental.unary_stream(
             request,
             target,
             '/skillfs.v1.SkillAdmin/ListScopes',
@@ -1157,7 +1157,7 @@ class SkillAdmin:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(
+        return grpc.experimental.unary_stream(
             request,
             target,
             '/skillfs.v1.SkillAdmin/Usage',

@@ -61,8 +61,8 @@ class Blobs:
     def __init__(self, data: Mapping[str, bytes]) -> None:
         self._data = dict(data)
 
-    def read_entry(self, entry: FileEntry) -> bytes:
-        return self._data[entry.sha256]
+    def read_entry(self, entry: FileEntry, start: int = 0, end: int | None = None) -> bytes:
+        return self._data[entry.sha256][start:end]
 
     def read_entries(self, entries: Iterable[FileEntry]) -> Mapping[str, bytes]:
         return {e.sha256: self._data[e.sha256] for e in entries}

@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from skillfs import deadline
 from skillfs.engines.base import EMPTY
 from skillfs.errors import SkillfsError, StoreUnavailable
 from skillfs.model import Change, Manifest, Revision, Scope, same_revision
@@ -34,6 +35,9 @@ from skillfs.store_watch import Watcher
 
 log = logging.getLogger(__name__)
 
+#: The longest a step waits for another thread's sync of the same domain (within its budget:
+#: a sync stuck on a hung store must not hold every step past theirs).
+LOCK_WAIT = 60.0
 #: Reads a sync may take before giving up. Each round reloads only the skills that a commit
 #: landing between two reads left out of date, so only a write storm on them gets this far.
 MAX_ROUNDS = 32
@@ -144,10 +148,17 @@ class Follower:
             if None not in found:
                 # the cached object, so that callers comparing snapshots hit identity
                 return cache.revision, found  # type: ignore[return-value]  # no None left
-        with self._lock:
+        if not self._lock.acquire(timeout=deadline.left(LOCK_WAIT) if deadline.bounded() else -1):
+            raise StoreUnavailable(
+                f"{self.domain}: another reader has been waiting on {self.store.url} for "
+                "this step's whole budget; retry"
+            )
+        try:
             cache = self._cache = self._advance(revision, read_started, scopes)
             self.verified_at = max(self.verified_at, read_started)
             return cache.revision, tuple(cache.scopes[s] for s in scopes)
+        finally:
+            self._lock.release()
 
     def _advance(
         self, revision: Revision | None, read_started: float, scopes: Sequence[Scope]

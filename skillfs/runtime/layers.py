@@ -21,7 +21,9 @@ class Reader(Protocol):
     """Reads files of a layer by their manifest entries: the `Store` itself for store
     layers, the bytes held in memory for disk and Git layers."""
 
-    def read_entry(self, entry: FileEntry) -> bytes: ...
+    def read_entry(self, entry: FileEntry, start: int = 0, end: int | None = None) -> bytes:
+        """A file's bytes, or those of [start, end)."""
+        ...
 
     def read_entries(self, entries: Iterable[FileEntry]) -> Mapping[str, bytes]:
         """Bytes by SHA-256, in as few round trips as the layer allows."""

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
+from skillfs.deadline import budget
 from skillfs.errors import InvalidPath, StoreUnavailable
 from skillfs.model import Revision, Scope
 from skillfs.names import check_id
@@ -24,6 +25,7 @@ from skillfs.runtime.follower import Follower, follower_for
 from skillfs.runtime.fsspec_dir import FsspecDir
 from skillfs.runtime.git_repo import GitRepo
 from skillfs.runtime.layers import Layer, LayerSkills, Market, StoreScope, merge
+from skillfs.runtime.recovery import Recovery
 from skillfs.runtime.skill_writes import SkillWriter, WriteMode, check_mode
 from skillfs.runtime.snapshot import MergedSkills, Snapshot
 from skillfs.runtime.usage import UsageRecorder, recorder_for
@@ -118,6 +120,9 @@ class Skills:
             (i, x) for i, x in enumerate(self.layers) if isinstance(x, FsspecDir | GitRepo)
         ]
         self._lock = threading.Lock()
+        self._recovery = Recovery(
+            lambda: self.store.domain_revisions(self._domains), log, f"worker {self!r}"
+        )
         self._confirmed = -float("inf")  # when the last store round trip started
         self._tracking = False
         self._last: Snapshot | None = None
@@ -135,22 +140,31 @@ class Skills:
     # ------------------------------------------------------------------ snapshots
 
     def snapshot(self, *, allow_stale: bool = False) -> Snapshot:
-        """The skills for the next reasoning step (C3-C5).
+        """The skills for the next reasoning step (C3-C5), within one budget: the store's
+        `retry_for` for every store call the step makes (docs/runtime.md).
 
         With `allow_stale`, a store outage returns the last snapshot marked `stale` instead
-        of raising StoreUnavailable (docs/design.md §7: only where the caller asked for it)."""
+        of raising StoreUnavailable (docs/design.md §7: only where the caller asked for it),
+        within the budget; once the outage is known, at once, while a background probe
+        watches for the store's return."""
         with self._lock:
             if not self._tracking:
                 for follower, scopes, _ in self._plan:
                     for scope in scopes:
                         follower.track(scope)
                 self._tracking = True
+            if allow_stale and self._last is not None and self._recovery.down:
+                return self._last._replace(stale=True)
             try:
-                return self._snapshot()
-            except StoreUnavailable:
+                with budget(self.store.retry_for):
+                    snap = self._snapshot()
+            except StoreUnavailable as exc:
                 if allow_stale and self._last is not None:
+                    self._recovery.failed(exc)
                     return self._last._replace(stale=True)
                 raise
+            self._recovery.recovered()
+            return snap
 
     def wait_changed(self, token: str, timeout: float) -> Snapshot:
         """Block until the view differs from the one whose token is `token`, `timeout`
@@ -255,6 +269,7 @@ class Skills:
                         follower.untrack(scope)
                 self._tracking = False
         self._plan[0][0].wake()
+        self._recovery.close()
         self._usage.flush()
 
     def __enter__(self) -> Skills:

@@ -231,7 +231,8 @@ class Snapshot:
         """load_skill_through_path: SKILL.md with a header saying which skill, from which
         layer, and where its files are; any other path returns that file's text."""
         s, norm, entry = self._entry(skill_id, path)
-        text = _text(norm, s.reader.read_entry(entry))
+        cut = entry.size > LOAD_MAX
+        text = _text(norm, s.reader.read_entry(entry, 0, LOAD_MAX if cut else None), entry.size)
         self._usage.add(self.user_id, s.id)
         if norm != SKILL_MD:
             return text
@@ -240,10 +241,10 @@ class Snapshot:
         header = [f"Skill: {s.id} (source: {s.source}{version})"]
         if self.files_root is not None:
             header.append(f"Files root: {self.files_root / s.source_dir / s.id}")
-        header.append(
-            f"Files (load with load_skill_through_path, skill_id={s.id!r}): "
-            + (", ".join(others) if others else "none besides SKILL.md")
-        )
+        listed = ", ".join(others[:LIST_MAX]) if others else "none besides SKILL.md"
+        if len(others) > LIST_MAX:
+            listed += f", … and {len(others) - LIST_MAX} more (search_skills finds them by path)"
+        header.append(f"Files (load with load_skill_through_path, skill_id={s.id!r}): {listed}")
         return "\n".join([*header, "", text])
 
     def read_skill(self, skill_id: str) -> str:
@@ -365,6 +366,11 @@ class Snapshot:
 
 
 _DEFAULT_PROMPT = PromptOptions()
+#: The most bytes of a file `load` returns (a tool result a model can use, and one message of
+#: the server's LoadSkillThroughPath); a longer file is cut with a marker naming the range.
+LOAD_MAX = 256 * 1024
+#: The most file paths SKILL.md's header lists.
+LIST_MAX = 200
 
 
 def _arg(args: Mapping[str, Any], key: str) -> str:
@@ -374,14 +380,22 @@ def _arg(args: Mapping[str, Any], key: str) -> str:
     return value
 
 
-def _text(path: str, data: bytes) -> str:
-    """A file as tool-result text; a binary file is described instead of dumped."""
+def _text(path: str, data: bytes, size: int) -> str:
+    """A file as tool-result text (`data`: its first bytes when it is longer than LOAD_MAX,
+    cut with a marker naming the range shown); a binary file is described instead."""
     if b"\0" not in data:
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError:
-            pass
+        for trim in range(4 if len(data) < size else 1):  # a character cut by the range
+            try:
+                text = data[: len(data) - trim].decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            if len(data) < size:
+                shown = len(data) - trim
+                text += (
+                    f"\n[… cut: bytes 0-{shown} of {size} shown, the most one tool result "
+                    f"holds; materialize the skills to read all of {path} from a shell]"
+                )
+            return text
     return (
-        f"[{path} is a binary file of {len(data)} bytes; materialize the skills "
-        "to use it from a shell]"
+        f"[{path} is a binary file of {size} bytes; materialize the skills to use it from a shell]"
     )

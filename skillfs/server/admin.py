@@ -25,6 +25,7 @@ from skillfs.server.backend import Backend
 from skillfs.server.rpc import (
     allowed,
     bearer,
+    budget,
     check_sha,
     expected,
     messages,
@@ -38,6 +39,13 @@ from skillfs.store_governance import check_commit_id
 from skillfs.store_limits import check_file_table
 from skillfs.store_rollout import check_rule
 
+#: Hashes per ListBlobs message (66 bytes each with their framing: about 260 KiB).
+BLOBS_BATCH = 4000
+MiB = 1024 * 1024
+#: The most manifest bytes one Commit stream may carry (a hundred skills at the limit of
+#: files, ~2 MiB of manifest each, fit): what the server holds of one commit at a time.
+COMMIT_BYTES = 256 * MiB
+
 
 class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, untyped
     def __init__(self, backend: Backend) -> None:
@@ -50,6 +58,11 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         self, request: pb.TouchBlobsRequest, context: grpc.ServicerContext, principal: Principal
     ) -> pb.TouchBlobsResponse:
         now = self.backend.now(principal, request.now)
+        if len(request.blobs) > wire.NAMES_MAX:
+            raise InvalidPath(
+                f"TouchBlobs names {len(request.blobs)} blobs: at most {wire.NAMES_MAX}; send "
+                "them in several calls"
+            )
         if principal.reads_everything:
             present = self.engine.touch_blobs([check_sha(b.sha256) for b in request.blobs], now)
             return pb.TouchBlobsResponse(present=[pb.BlobProof(sha256=s) for s in sorted(present)])
@@ -109,17 +122,65 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         if sha not in self.engine.touch_blobs([sha], now):
             self.store.put_blob(sha, data, now)
 
-    @unary
-    def Commit(
-        self, request: pb.CommitRequest, context: grpc.ServicerContext, principal: Principal
+    @on_loop
+    async def Commit(
+        self,
+        request: AsyncIterator[pb.CommitRequest],
+        context: grpc.ServicerContext,
+        principal: Principal,
     ) -> pb.CommitResponse:
-        domain = check_domain(request.domain)
-        proofs = {p.sha256: p for p in request.proofs}
+        """The messages of the stream gathered on the event loop as they arrive (each op's
+        manifest put back together from its pieces, bounded by the store's limits), then one
+        atomic commit in the executor; the token is checked again before it."""
+        with self.backend.streams.hold(principal):
+            domain, ops, proofs = await self._gathered(messages(request))
+        principal = self.backend.tokens.authenticate(bearer(context))
+        return await self.backend.run(self._commit, principal, domain, ops, proofs)
+
+    async def _gathered(
+        self, incoming: AsyncIterator[pb.CommitRequest]
+    ) -> tuple[str, list[tuple[str, bytes, int]], dict[str, pb.BlobProof]]:
+        domain = ""
+        ops: list[tuple[str, bytes, int]] = []
+        proofs: dict[str, pb.BlobProof] = {}
+        piece: list[bytes] = []
+        size = 0
+        limit = COMMIT_BYTES
+        async for message in incoming:
+            domain = domain or message.domain
+            for op in message.ops:
+                piece.append(op.manifest_json)
+                size += len(op.manifest_json)
+                if size > limit:
+                    raise TooLarge(
+                        f"a commit of more than {limit} bytes of manifests: split it into "
+                        "several commits"
+                    )
+                if not op.continued:
+                    ops.append((op.scope, b"".join(piece), op.expect))
+                    piece = []
+            if len(ops) > wire.NAMES_MAX or len(proofs) + len(message.proofs) > 4 * wire.NAMES_MAX:
+                raise TooLarge(
+                    f"a commit of more than {wire.NAMES_MAX} skills: split it into several commits"
+                )
+            proofs.update((p.sha256, p) for p in message.proofs)
+        if piece:
+            raise InvalidPath("Commit: the stream ended inside a manifest; nothing was written")
+        return domain, ops, proofs
+
+    def _commit(
+        self,
+        principal: Principal,
+        domain_name: str,
+        sent: list[tuple[str, bytes, int]],
+        proofs: dict[str, pb.BlobProof],
+    ) -> pb.CommitResponse:
+        domain = check_domain(domain_name)
         checked: list[tuple[Scope, Manifest, int]] = []
-        for op in request.ops:
-            m = wire.manifest_request(op.manifest_json)
-            scope = allowed(principal, write_level(check_entry(m.skill)), op.scope)
-            checked.append((scope, self._checked(scope, m, op.expect), op.expect))
+        for scope_text, manifest_json, expect in sent:
+            m = wire.manifest_request(manifest_json)
+            scope = allowed(principal, write_level(check_entry(m.skill)), scope_text)
+            checked.append((scope, self._checked(scope, m, expect), expect))
         self.store.check_commit([(scope, m.skill) for scope, m, _ in checked], domain)
         for _, m, _ in checked:
             self.backend.proofs.require_proven(principal, m, proofs)
@@ -379,35 +440,39 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             self.store.prune(scope, skill)  # the server's retention policy, not the caller's
         return pb.Empty()
 
-    @unary
-    def ListDomains(
+    @streaming
+    async def ListDomains(
         self, request: pb.ListDomainsRequest, context: grpc.ServicerContext, principal: Principal
-    ) -> pb.ListDomainsResponse:
-        domains = self.engine.stored_domains() if request.stored else self.engine.domains()
-        return pb.ListDomainsResponse(domains=[d for d in domains if principal.may_see_domain(d)])
+    ) -> AsyncIterator[pb.ListDomainsResponse]:
+        read = self.engine.stored_domains if request.stored else self.engine.domains
+        domains = [d for d in await self.backend.run(read) if principal.may_see_domain(d)]
+        for batch in wire.by_size(domains, len, budget(context)):
+            yield pb.ListDomainsResponse(domains=batch)
 
-    @unary
-    def ListScopes(
+    @streaming
+    async def ListScopes(
         self, request: pb.ListScopesRequest, context: grpc.ServicerContext, principal: Principal
-    ) -> pb.ListScopesResponse:
+    ) -> AsyncIterator[pb.ListScopesResponse]:
         domain = check_domain(request.domain)
         principal.require_domain(domain)
-        return pb.ListScopesResponse(
-            scopes=[str(s) for s in self.engine.scopes(domain) if principal.may(Level.read, s)]
-        )
+        found = await self.backend.run(self.engine.scopes, domain)
+        scopes = [str(s) for s in found if principal.may(Level.read, s)]
+        for batch in wire.by_size(scopes, len, budget(context)):
+            yield pb.ListScopesResponse(scopes=batch)
 
-    @unary
-    def Usage(
+    @streaming
+    async def Usage(
         self, request: pb.UsageRequest, context: grpc.ServicerContext, principal: Principal
-    ) -> pb.UsageResponse:
+    ) -> AsyncIterator[pb.UsageResponse]:
         agent = check_id("agent", request.agent_id)
         principal.require_agent_admin(agent)
-        return pb.UsageResponse(
-            counts=[
-                pb.UsageCount(user_id=u, skill=s, count=n.count, last_used=n.last_used)
-                for (u, s), n in sorted(self.store.usage_detail(agent).items())
-            ]
-        )
+        detail = await self.backend.run(self.store.usage_detail, agent)
+        counts = [
+            pb.UsageCount(user_id=u, skill=s, count=n.count, last_used=n.last_used)
+            for (u, s), n in sorted(detail.items())
+        ]
+        for batch in wire.by_size(counts, pb.UsageCount.ByteSize, budget(context)):
+            yield pb.UsageResponse(counts=batch)
 
     @streaming
     async def ListBlobs(
@@ -417,9 +482,9 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         with self.backend.streams.hold(principal):
             shas = iter(await self.backend.run(self.engine.blob_shas))
             while True:
-                batch = await self.backend.run(lambda: list(itertools.islice(shas, 10_000)))
+                batch = await self.backend.run(lambda: list(itertools.islice(shas, BLOBS_BATCH)))
                 yield pb.ListBlobsResponse(sha256=batch)
-                if len(batch) < 10_000:
+                if len(batch) < BLOBS_BATCH:
                     return
 
     @unary

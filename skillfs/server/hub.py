@@ -74,8 +74,10 @@ class Event:
     changes: tuple[Change, ...]
     read_at: float
     manifests: dict[tuple[Scope, str, int], pb.ScopedManifest]
-    #: The message each principal's streams are sent (the reader's `_shown`).
-    shown: dict[tuple[int, bool, bool], tuple[Any, pb.WatchEvent]] = field(default_factory=dict)
+    #: The messages each principal's streams are sent (the reader's `_shown`).
+    shown: dict[tuple[int, bool, bool, int], tuple[Any, list[pb.WatchEvent]]] = field(
+        default_factory=dict
+    )
 
     @property
     def through(self) -> Revision:
@@ -136,6 +138,9 @@ class Stream:
         self.peer = peer
         #: The subscriber also wants the manifests' small files (a Watch `with_files`).
         self.files = False
+        #: The bytes one message to the subscriber may carry (`grpc_wire.BUDGET` for a
+        #: caller of protocol 2).
+        self.budget = wire.UNBOUNDED
         self.size = size
         self.events: deque[Event] = deque()
         self.overflowed = False

@@ -6,14 +6,15 @@ Every call is authorized by the token's grants (docs/server.md)."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any, TypeVar
 
 import grpc
 
 from skillfs.auth import Level, Principal
 from skillfs.engines import grpc_wire as wire
 from skillfs.errors import InvalidPath, PermissionDenied
+from skillfs.manifest import shortened
 from skillfs.model import FileEntry, Scope, error_findings
 from skillfs.names import check_domain, check_entry, check_id, check_skill_name
 from skillfs.proto import skillfs_pb2 as pb
@@ -22,6 +23,7 @@ from skillfs.runtime import Snapshot
 from skillfs.server.backend import Backend
 from skillfs.server.rpc import (
     allowed,
+    budget,
     check_sha,
     on_loop,
     streaming,
@@ -34,20 +36,66 @@ from skillfs.store_limits import check_usage
 
 #: The most entries one Audit call returns.
 AUDIT_MAX = 10_000
+T = TypeVar("T")
+
+
+def _names(items: Sequence[T], what: str) -> Sequence[T]:
+    """A request's list of names, refused past `grpc_wire.NAMES_MAX` (a client sends more in
+    several calls), so that no request grows without bound."""
+    if len(items) > wire.NAMES_MAX:
+        raise InvalidPath(
+            f"a request names {len(items)} {what}: at most {wire.NAMES_MAX}; send them in "
+            "several calls"
+        )
+    return items
+
+
+def _view_batches(skills: Sequence[Any], size: int) -> Iterator[tuple[list[pb.ViewSkill], bool]]:
+    """A view's skills in messages of at most `size` bytes, a skill with more files than one
+    message holds continued in the next (its head again, with the rest of its files)."""
+    batch: list[pb.ViewSkill] = []
+    used = 0
+    sent = False
+    for s in skills:
+        head = _view_skill(s)
+        files = [
+            pb.FileEntry(path=p, sha256=e.sha256, size=e.size, mode=e.mode, mtime=e.mtime)
+            for p, e in sorted(s.files.items())
+        ]
+        n = head.ByteSize() + 8 + sum(f.ByteSize() + 8 for f in files)
+        if batch and used + n > size:
+            yield batch, False
+            batch, used, sent = [], 0, True
+        taken: list[pb.FileEntry] = []
+        part = head.ByteSize() + 8
+        for f in files:
+            if taken and used + part + f.ByteSize() + 8 > size:
+                batch.append(_with_files(head, taken))
+                yield batch, True
+                batch, used, sent, taken, part = [], 0, True, [], head.ByteSize() + 8
+            taken.append(f)
+            part += f.ByteSize() + 8
+        batch.append(_with_files(head, taken))
+        used += part
+    if batch or not sent:
+        yield batch, False
+
+
+def _with_files(head: pb.ViewSkill, files: list[pb.FileEntry]) -> pb.ViewSkill:
+    out = pb.ViewSkill()
+    out.CopyFrom(head)
+    out.files.extend(files)
+    return out
 
 
 def _view_skill(s: Any) -> pb.ViewSkill:
     return pb.ViewSkill(
         id=s.id,
         name=s.name,
-        description=s.description,
+        description=shortened(s.description),
         scope=str(s.scope) if s.scope else "",
         version=s.version or 0,
         commit_id=s.digest,
-        files=[
-            pb.FileEntry(path=p, sha256=e.sha256, size=e.size, mode=e.mode, mtime=e.mtime)
-            for p, e in sorted(s.files.items())
-        ],
         shadows=list(s.shadows),
         candidate=s.candidate,
     )
@@ -65,65 +113,78 @@ class Reader(Watching, pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # ge
             principal.require(Level.read, scope)
         return self.backend.views.snapshot(key)
 
-    @unary
-    def Snapshot(
+    @streaming
+    async def Snapshot(
         self, request: pb.SnapshotRequest, context: grpc.ServicerContext, principal: Principal
-    ) -> pb.SnapshotResponse:
-        snap = self._snapshot(principal, request.view)
+    ) -> AsyncIterator[pb.SnapshotResponse]:
+        """The view's skills from one snapshot, in bounded messages: revisions and token in
+        the first, a skill whose file table passes a message continued in the next."""
+        snap = await self.backend.run(self._snapshot, principal, request.view)
         revisions = wire.revs_to_pb(snap.revisions)
         known = {d: wire.rev_from_pb(r) for d, r in request.known.items()}
         if known and known == {d: r for d, r in snap.revisions.items() if r is not None}:
-            return pb.SnapshotResponse(revisions=revisions, unchanged=True, token=snap.token)
-        return pb.SnapshotResponse(
-            revisions=revisions, skills=[_view_skill(s) for s in snap.skills], token=snap.token
-        )
+            yield pb.SnapshotResponse(revisions=revisions, unchanged=True, token=snap.token)
+            return
+        first = True
+        for skills, continued in _view_batches(snap.skills, budget(context)):
+            message = pb.SnapshotResponse(skills=skills, continued=continued)
+            if first:
+                for domain, rev in revisions.items():
+                    message.revisions[domain].CopyFrom(rev)
+                message.token = snap.token
+                first = False
+            yield message
 
-    @unary
-    def ListSkills(
+    @streaming
+    async def ListSkills(
         self, request: pb.ListSkillsRequest, context: grpc.ServicerContext, principal: Principal
-    ) -> pb.ListSkillsResponse:
+    ) -> AsyncIterator[pb.ListSkillsResponse]:
+        infos = await self.backend.run(self._skill_infos, principal, request)
+        for batch in wire.by_size(infos, pb.SkillInfo.ByteSize, budget(context)):
+            yield pb.ListSkillsResponse(skills=batch)
+
+    def _skill_infos(self, principal: Principal, request: pb.ListSkillsRequest) -> list[Any]:
         if request.WhichOneof("target") == "view":
             snap = self._snapshot(principal, request.view)
-            return pb.ListSkillsResponse(
-                skills=[
-                    pb.SkillInfo(
-                        scope=str(s.scope) if s.scope else "",
-                        skill=s.id,
-                        version=s.version or 0,
-                        description=s.description,
-                        usable=True,
-                        errors=len(error_findings(s.findings)),
-                    )
-                    for s in snap.skills
-                ]
-            )
-        scope = allowed(principal, Level.read, request.scope)
-        return pb.ListSkillsResponse(
-            skills=[
+            return [
                 pb.SkillInfo(
-                    scope=str(scope),
-                    skill=name,
-                    version=m.version,
-                    description=str((m.frontmatter or {}).get("description", "")),
-                    usable=m.usable,
-                    errors=len(m.errors),
+                    scope=str(s.scope) if s.scope else "",
+                    skill=s.id,
+                    version=s.version or 0,
+                    description=shortened(s.description),
+                    usable=True,
+                    errors=len(error_findings(s.findings)),
                 )
-                for name, m in sorted(self.store.manifests(scope).items())
+                for s in snap.skills
             ]
-        )
+        scope = allowed(principal, Level.read, request.scope)
+        return [
+            pb.SkillInfo(
+                scope=str(scope),
+                skill=name,
+                version=m.version,
+                description=shortened(str((m.frontmatter or {}).get("description", ""))),
+                usable=m.usable,
+                errors=len(m.errors),
+            )
+            for name, m in sorted(self.store.manifests(scope).items())
+        ]
 
-    @unary
-    def GetManifests(
+    @streaming
+    async def GetManifests(
         self, request: pb.GetManifestsRequest, context: grpc.ServicerContext, principal: Principal
-    ) -> pb.GetManifestsResponse:
+    ) -> AsyncIterator[pb.GetManifestsResponse]:
+        """One read of the store (a scope is one consistent read: C1, C4), streamed in
+        bounded messages."""
         scope = allowed(principal, Level.read, request.scope)
         if request.whole_scope:
-            found = self.engine.load_scope(scope)
+            found = await self.backend.run(self.engine.load_scope, scope)
         else:
-            found = self.engine.load_skills(scope, [check_entry(s) for s in request.skills])
-        return pb.GetManifestsResponse(
-            manifests_json=[wire.manifest_bytes(m) for m in found.values()]
-        )
+            names = [check_entry(s) for s in _names(request.skills, "skills")]
+            found = await self.backend.run(self.engine.load_skills, scope, names)
+        blobs = (wire.manifest_bytes(m) for m in found.values())
+        for batch, continued in wire.packed(blobs, budget(context)):
+            yield pb.GetManifestsResponse(manifests_json=batch, continued=continued)
 
     @on_loop
     async def Revisions(
@@ -131,7 +192,7 @@ class Reader(Watching, pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # ge
     ) -> pb.RevisionsResponse:
         """The per-step check (C3): read from the store after the call arrived, in one read
         shared with the calls that arrived with it (`skillfs/server/revisions.py`)."""
-        domains = [check_domain(d) for d in request.domains]
+        domains = [check_domain(d) for d in _names(request.domains, "domains")]
         for d in domains:
             principal.require_domain(d)
         found = await self.backend.shared_reads.revisions(domains)
@@ -146,7 +207,7 @@ class Reader(Watching, pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # ge
         executor; a client that stops reading leaves the stream waiting on the event loop,
         holding no thread (capped per token)."""
         with self.backend.streams.hold(principal):
-            for i, r in enumerate(request.ranges):
+            for i, r in enumerate(_names(request.ranges, "ranges")):
                 data = self._read(principal, r, True)
                 if data is None:
                     data = await self.backend.run(self._read, principal, r)
@@ -188,22 +249,44 @@ class Reader(Watching, pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # ge
         snap = self._snapshot(principal, request.view)
         return pb.LoadResponse(text=snap.load(request.skill_id, request.path or SKILL_MD))
 
-    @unary
-    def Prompt(
+    @streaming
+    async def Prompt(
         self, request: pb.PromptRequest, context: grpc.ServicerContext, principal: Principal
-    ) -> pb.PromptResponse:
-        snap = self._snapshot(principal, request.view)
-        return pb.PromptResponse(prompt=snap.prompt(), revisions=wire.revs_to_pb(snap.revisions))
+    ) -> AsyncIterator[pb.PromptResponse]:
+        """The prompt block of one snapshot, its text in bounded pieces (revisions first)."""
+        snap = await self.backend.run(self._snapshot, principal, request.view)
+        text = await self.backend.run(snap.prompt)
+        step = max(budget(context) // 4, 1)  # characters: at most 4 bytes each in UTF-8
+        for i in range(0, max(len(text), 1), step):
+            message = pb.PromptResponse(prompt=text[i : i + step])
+            if i == 0:
+                for domain, rev in wire.revs_to_pb(snap.revisions).items():
+                    message.revisions[domain].CopyFrom(rev)
+            yield message
 
-    @unary
-    def History(
+    @streaming
+    async def History(
         self, request: pb.HistoryRequest, context: grpc.ServicerContext, principal: Principal
-    ) -> pb.HistoryResponse:
+    ) -> AsyncIterator[pb.HistoryResponse]:
+        """A skill's replaced versions from one read: whole manifests, their summaries, or one
+        version, in bounded messages."""
         scope = allowed(principal, Level.read, request.scope)
         skill = check_entry(request.skill)
-        return pb.HistoryResponse(
-            history_json=[wire.manifest_bytes(m) for m in self.engine.history(scope, skill)]
-        )
+        size = budget(context)
+        if request.summaries:
+            found = await self.backend.run(self.engine.history_summaries, scope, skill)
+            rows = [m.model_dump_json().encode() for m in found]
+            for batch in wire.by_size(rows, len, size):  # a summary is small: never cut
+                yield pb.HistoryResponse(summaries_json=batch)
+            return
+        if request.HasField("version"):
+            one = await self.backend.run(self.engine.history_version, scope, skill, request.version)
+            versions = [] if one is None else [one]
+        else:
+            versions = await self.backend.run(self.engine.history, scope, skill)
+        blobs = (wire.manifest_bytes(m) for m in versions)
+        for batch, continued in wire.packed(blobs, size):
+            yield pb.HistoryResponse(history_json=batch, continued=continued)
 
     @unary
     def RecordUsage(
@@ -213,7 +296,7 @@ class Reader(Watching, pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # ge
         counts: dict[tuple[str, str], int] = {}
         times: dict[tuple[str, str], float] = {}
         now = time.time()
-        for c in request.counts:
+        for c in _names(request.counts, "usage counts"):
             scope = Scope.user(agent, c.user_id) if c.user_id else Scope.shared(agent)
             principal.require(Level.read, scope)
             key = (c.user_id, check_skill_name(c.skill))
@@ -226,13 +309,19 @@ class Reader(Watching, pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # ge
         self.store.record_usage(agent, counts, times)
         return pb.Empty()
 
-    @unary
-    def Audit(
+    @streaming
+    async def Audit(
         self, request: pb.AuditRequest, context: grpc.ServicerContext, principal: Principal
-    ) -> pb.AuditResponse:
+    ) -> AsyncIterator[pb.AuditResponse]:
         if not 0 <= request.limit <= AUDIT_MAX:
             raise InvalidPath(f"audit limit {request.limit}: give 1 to {AUDIT_MAX} (0: 1000)")
-        entries = self.store.audit_scopes(
+        entries = await self.backend.run(self._audit, principal, request)
+        records = [wire.audit_to_pb(e) for e in entries]
+        for batch in wire.by_size(records, pb.AuditRecord.ByteSize, budget(context)):
+            yield pb.AuditResponse(entries=batch)
+
+    def _audit(self, principal: Principal, request: pb.AuditRequest) -> list[Any]:
+        return self.store.audit_scopes(
             self._audit_scopes(principal, request.target),
             since=request.since if request.HasField("since") else None,
             until=request.until if request.HasField("until") else None,
@@ -240,7 +329,6 @@ class Reader(Watching, pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # ge
             skill=check_entry(request.skill) if request.HasField("skill") else None,
             limit=request.limit or 1000,
         )
-        return pb.AuditResponse(entries=[wire.audit_to_pb(e) for e in entries])
 
     def _audit_scopes(self, principal: Principal, target: str) -> list[Scope]:
         """The scopes an audit target names that the token may read: one scope or market
@@ -265,4 +353,4 @@ class Reader(Watching, pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # ge
         self, request: pb.PingRequest, context: grpc.ServicerContext, principal: Principal
     ) -> pb.PingResponse:
         self.engine.ping()
-        return pb.PingResponse(max_ops=self.engine.max_ops or 0)
+        return pb.PingResponse(max_ops=self.engine.max_ops or 0, protocol=wire.PROTOCOL)

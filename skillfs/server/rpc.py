@@ -186,6 +186,13 @@ async def messages(request: AsyncIterator[Any]) -> AsyncIterator[Any]:
         yield well_formed(message)
 
 
+def budget(context: grpc.aio.ServicerContext) -> int:
+    """The bytes of items one message of a collection carries for this caller: bounded for a
+    caller of protocol 2, one message as protocol 1 sent for others (`grpc_wire.BUDGET`)."""
+    protocol = wire.protocol_of(context.invocation_metadata())
+    return wire.BUDGET if protocol >= 2 else wire.UNBOUNDED
+
+
 def bearer(context: grpc.aio.ServicerContext) -> str | None:
     """The token the call carries, if any."""
     for key, value in context.invocation_metadata() or ():

@@ -6,7 +6,7 @@ events and filtered by the caller's grants, the changed manifests carried along 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 
 import grpc
 
@@ -20,7 +20,7 @@ from skillfs.names import check_domain
 from skillfs.proto import skillfs_pb2 as pb
 from skillfs.server.backend import Backend
 from skillfs.server.hub import Event, Stream, Wake, manifests_of
-from skillfs.server.rpc import bearer, on_loop, streaming
+from skillfs.server.rpc import bearer, budget, streaming
 from skillfs.store import Store
 from skillfs.store_blobs import SMALL_FILE_BYTES, small_files
 
@@ -33,7 +33,7 @@ SHORT_WATCH = 0.25
 MAX_WATCH_MANY = 10_000
 MANY_WAIT = 30.0
 #: Bytes of small files (`store_blobs.SMALL_FILE_BYTES` each) an event carries when asked
-#: `with_files`, at most (under gRPC's 4 MiB message limit).
+#: `with_files`, at most (and no more than its message has room for).
 EVENT_FILE_BYTES = 1024 * 1024
 
 Manifests = dict[tuple[Scope, str, int], pb.ScopedManifest]
@@ -68,13 +68,20 @@ class Watching:
                 loaded: Manifests = {}
                 if request.with_manifests and any(c.op == "put" for c in batch):
                     loaded = await self._manifests(batch, request.with_files)
-                yield self._event(
-                    principal, batch, loaded, request.with_manifests, request.with_files
-                )
+                for event in self._event(
+                    principal,
+                    batch,
+                    loaded,
+                    request.with_manifests,
+                    request.with_files,
+                    budget(context),
+                ):
+                    yield event
             return
         with self.backend.watches.hold(principal):
             stream = self.backend.hub.subscribe(domain, request.with_manifests, context.peer())
             stream.files = request.with_manifests and request.with_files
+            stream.budget = budget(context)
             # where the hub is already at `since`, its events from now on are all there is
             # to send: no read of the log (a grpc:// worker's watch reopening its stream)
             behind = None if same_revision(self.backend.hub.position(domain), since) else since
@@ -84,13 +91,14 @@ class Watching:
             finally:
                 self.backend.hub.unsubscribe(stream)
 
-    @on_loop
+    @streaming
     async def WatchMany(
         self, request: pb.WatchManyRequest, context: grpc.ServicerContext, principal: Principal
-    ) -> pb.WatchManyResponse:
+    ) -> AsyncIterator[pb.WatchManyResponse]:
         """`Engine.changes_many` for grpc:// clients: one call, one watch slot, however many
         domains. It waits on the hub's events (subscribed for the call), reading the store
-        only for domains the hub is not at: an idle call costs no store call."""
+        only for domains the hub is not at: an idle call costs no store call. The answer is
+        streamed in bounded messages (protocol 2), each domain's events in order."""
         if len(request.domains) > MAX_WATCH_MANY:
             raise InvalidPath(
                 f"WatchMany names {len(request.domains)} domains: at most {MAX_WATCH_MANY}"
@@ -132,16 +140,15 @@ class Watching:
             missing = [c for changes in found.values() for c in changes if _key(c) not in manifests]
             if any(c.op == "put" for c in missing):
                 manifests.update(await self._manifests(missing, files))
-        return pb.WatchManyResponse(
-            events=[
-                pb.DomainEvent(
-                    domain=d,
-                    event=self._event(principal, changes, manifests, with_manifests, files),
-                )
-                for d, changes in found.items()
-                if changes
-            ]
-        )
+        size = budget(context)
+        events = [
+            pb.DomainEvent(domain=d, event=event)
+            for d, changes in found.items()
+            if changes
+            for event in self._event(principal, changes, manifests, with_manifests, files, size)
+        ]
+        for batch in wire.by_size(events, pb.DomainEvent.ByteSize, size):
+            yield pb.WatchManyResponse(events=batch)
 
     async def _many_wait(
         self,
@@ -229,9 +236,13 @@ class Watching:
                 continue
             since = changes[-1].revision
             if event is not None and changes is event.changes:
-                yield self._shown(event, principal, stream)
+                shown = self._shown(event, principal, stream)
             else:
-                yield self._event(principal, changes, manifests, stream.manifests, stream.files)
+                shown = self._event(
+                    principal, changes, manifests, stream.manifests, stream.files, stream.budget
+                )
+            for message in shown:
+                yield message
             if quiet_until is not None:
                 quiet_until = time.monotonic() + wait
 
@@ -259,19 +270,19 @@ class Watching:
         seen = self.backend.seen if files else None
         return await self.backend.run(manifests_of, self.engine, changes, seen)
 
-    def _shown(self, event: Event, principal: Principal, stream: Stream) -> pb.WatchEvent:
+    def _shown(self, event: Event, principal: Principal, stream: Stream) -> list[pb.WatchEvent]:
         """`_event` of a whole hub event, built once per principal and kept on the event: a
-        fleet's streams on one token share one message (its bytes are still sent to each).
+        fleet's streams on one token share its messages (their bytes are still sent to each).
         Keyed by the principal object, which a new tokens config replaces."""
-        key = (id(principal), stream.manifests, stream.files)
+        key = (id(principal), stream.manifests, stream.files, stream.budget)
         kept = event.shown.get(key)
         if kept is not None and kept[0] is principal:
             return kept[1]
-        message = self._event(
-            principal, event.changes, event.manifests, stream.manifests, stream.files
+        messages = self._event(
+            principal, event.changes, event.manifests, stream.manifests, stream.files, stream.budget
         )
-        event.shown[key] = (principal, message)
-        return message
+        event.shown[key] = (principal, messages)
+        return messages
 
     async def _catch_up(self, domain: str, since: Revision) -> list[Change]:
         """The log after `since` up to where it ends now, in a few reads."""
@@ -296,31 +307,65 @@ class Watching:
         manifests: dict[tuple[Scope, str, int], pb.ScopedManifest],
         with_manifests: bool,
         with_files: bool = False,
-    ) -> pb.WatchEvent:
+        size: int = wire.UNBOUNDED,
+    ) -> list[pb.WatchEvent]:
+        """What a stream of this principal is sent of `changes`: events of at most `size`
+        bytes, each ending at a revision (a revision whose changes pass a message alone is
+        split, all but its last event `continued`: only callers of protocol 2 are given a
+        `size`), the manifests and small files that fit beside the changes (a follower loads
+        those left out)."""
         shown = [
             c
             for c in changes
             if c.op == "reset" or (c.scope is not None and principal.may(Level.read, c.scope))
         ]
+        through = wire.rev_to_pb(changes[-1].revision)
         # Sent even when nothing is shown: `through` lets the follower move on without
         # reloading (C3), and reveals nothing `Revisions` would not.
-        event = pb.WatchEvent(
-            changes=[wire.change_to_pb(c) for c in shown],
-            through=wire.rev_to_pb(changes[-1].revision),
-        )
+        events: list[pb.WatchEvent] = []
+        batch: list[pb.Change] = []
+        used = 0
+        for group in _by_revision(shown):
+            rows = [wire.change_to_pb(c) for c in group]
+            n = sum(r.ByteSize() + 8 for r in rows)
+            if batch and used + n > size:
+                events.append(pb.WatchEvent(changes=batch, through=batch[-1].revision))
+                batch, used = [], 0
+            for row in rows:
+                if batch and used + row.ByteSize() + 8 > size:  # one revision, over a message
+                    events.append(
+                        pb.WatchEvent(changes=batch, through=batch[-1].revision, continued=True)
+                    )
+                    batch, used = [], 0
+                batch.append(row)
+                used += row.ByteSize() + 8
+        events.append(pb.WatchEvent(changes=batch, through=through))
         if with_manifests:
-            event.manifests.extend(
-                manifests[key]
-                for c in shown
-                if c.op == "put"
-                and c.scope is not None
-                and (key := (c.scope, c.skill or "", c.version or 0)) in manifests
-            )
-            if with_files:
-                event.files.extend(self._files(event.manifests))
-        return event
+            for event in events:
+                self._carried(event, manifests, with_files, size)
+        return events
 
-    def _files(self, shown: Iterable[pb.ScopedManifest]) -> list[pb.BlobBytes]:
+    def _carried(
+        self,
+        event: pb.WatchEvent,
+        manifests: dict[tuple[Scope, str, int], pb.ScopedManifest],
+        with_files: bool,
+        size: int,
+    ) -> None:
+        """Add to `event` the manifests its puts wrote, and with `with_files` their small
+        files, as far as they fit in `size` bytes with the changes."""
+        room = size - event.ByteSize()
+        for c in event.changes:
+            if c.op != "put" or not c.scope:
+                continue
+            found = manifests.get((wire.scope_from(c.scope), c.skill, c.version))
+            if found is not None and found.ByteSize() + 8 <= room:
+                event.manifests.append(found)
+                room -= found.ByteSize() + 8
+        if with_files:
+            event.files.extend(self._files(event.manifests, min(room, EVENT_FILE_BYTES)))
+
+    def _files(self, shown: Iterable[pb.ScopedManifest], budget: int) -> list[pb.BlobBytes]:
         """The small files of the manifests an event shows (`store_blobs.small_files`, at most
         EVENT_FILE_BYTES), as far as the server's blob cache holds them (the hub warmed it
         with a publish's files): never a store read here, on the event loop. A file left out
@@ -335,5 +380,17 @@ class Watching:
                     cached.append(e)
         return [
             pb.BlobBytes(sha256=e.sha256, data=held[e.sha256])
-            for e in small_files(cached, EVENT_FILE_BYTES)
+            for e in small_files(cached, max(budget, 0))
         ]
+
+
+def _by_revision(changes: Sequence[Change]) -> Iterator[list[Change]]:
+    """`changes` in runs of one revision each (a commit's changes share its revision)."""
+    run: list[Change] = []
+    for c in changes:
+        if run and not same_revision(run[-1].revision, c.revision):
+            yield run
+            run = []
+        run.append(c)
+    if run:
+        yield run

@@ -16,7 +16,7 @@ from skillfs.model import CommitResult, Manifest, Scope
 
 def history_page(call: Call, scope: Scope, skill: str) -> Response:
     call.require(Level.read, scope)
-    history = call.store.history(scope, skill)
+    history = call.store.versions(scope, skill)
     live = history[0] if history and not history[0].deleted else None
     return call.render_scope("history.html", scope, skill=skill, history=history, live=live)
 
@@ -26,8 +26,7 @@ def diff_page(call: Call, scope: Scope, skill: str) -> Response:
     against this per-user override, or (with `candidate=1`) the live files against the
     staged candidate."""
     call.require(Level.read, scope)
-    history = call.store.history(scope, skill)
-    versions = [h.version for h in history]
+    versions = [h.version for h in call.store.versions(scope, skill)]
     left_scope = scope
     left: Manifest | None
     if call.query.get("candidate") == "1":  # the staged candidate against the live files
@@ -100,7 +99,7 @@ def restore(call: Call, scope: Scope, skill: str) -> Response:
     the skill changed since, nothing is written."""
     call.require(Level.write, scope)
     seen = call.form_int("deleted")
-    history = call.store.history(scope, skill)
+    history = call.store.versions(scope, skill)
     if not history or not history[0].deleted or history[0].version != seen:
         now = f"is at version {history[0].version}" if history else "has no history"
         raise HTTPError(
@@ -109,7 +108,7 @@ def restore(call: Call, scope: Scope, skill: str) -> Response:
             f"{skill} {now}, not the deletion (version {seen}) you saw",
             "Nothing was written. Look at its page and history, then decide again.",
         )
-    last = next((h for h in history if not h.deleted and h.files), None)
+    last = next((h for h in history if not h.deleted and h.file_count), None)
     if last is None:
         raise HTTPError(
             404,

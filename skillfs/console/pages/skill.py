@@ -20,7 +20,7 @@ def skill_page(call: Call, scope: Scope, skill: str) -> Response:
     try:
         m = call.store.manifest(scope, skill)
     except NotFound:
-        history = call.store.history(scope, skill)  # NotFound again: never existed
+        history = call.store.versions(scope, skill)  # NotFound again: never existed
         if not history or not history[0].deleted:
             raise
         return call.render_scope(
