@@ -46,7 +46,7 @@ def url_for(request: pytest.FixtureRequest, engine: str, tmp_path: Path) -> str:
         server = in_process(f"memory://{ns}", tmp_path)
         request.addfinalizer(lambda: server.stop(0))
         request.getfixturevalue("monkeypatch").setenv("SKILLFS_TOKEN", ADMIN)
-        return f"grpc://127.0.0.1:{server.grpc_port}"
+        return f"grpc://127.0.0.1:{server.grpc_port}?max_message={1024 * 1024}"  # as the server
     server = request.getfixturevalue(SERVER_FIXTURE[engine])
     sep = "&" if "?" in server.url else "?"
     return f"{server.url}{sep}prefix=t{ns}/"

@@ -23,6 +23,7 @@ from skillfs.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.runtime import Skills
 from skillfs.server.app import SkillfsServer
 from skillfs.store import Store
+from skillfs.store_gc import HistoryPolicy
 from support.grpc_servers import ADMIN, running
 from tests.helpers import skill_md
 
@@ -198,3 +199,52 @@ def test_a_client_falls_back_on_a_server_of_protocol_1(
         assert old.read(SHARED, "p", "SKILL.md", version=1) == skill_md("p")
     finally:
         old.close()
+
+
+@pytest.mark.slow
+def test_past_16_mib_a_scope_and_a_history_through_grpc(
+    server: SkillfsServer, remote: Store, tmp_path: Path
+) -> None:
+    """The outside tester's case: 9,000 ordinary skills of 10 files (18 MB of manifests) in
+    the shared scope, and a skill whose kept history passes 16 MiB; every grpc:// surface
+    still works, and a publish on top is reported as what it is."""
+    import fsspec
+    from typer.testing import CliRunner
+
+    from skillfs.cli import app
+
+    seed(server, SHARED, [manifest(f"s{i:04d}", 1, table(10, f"{i}-")) for i in range(9000)])
+    url = f"grpc://127.0.0.1:{server.grpc_port}"
+    with Skills(remote, AGENT, "alice") as worker:
+        assert len(worker.snapshot().skills) == 9000
+    fs = fsspec.filesystem(
+        "skillfs", store=url, agent_id=AGENT, token=ADMIN, base=str(tmp_path / "ws"),
+        skip_instance_cache=True,
+    )  # fmt: skip
+    assert len(fs.ls("skills", detail=False)) == 9000
+    listed = CliRunner().invoke(
+        app, ["ls", "--scope", str(SHARED), "--store", url, "--token", ADMIN, "--json"]
+    )
+    assert listed.exit_code == 0, listed.output
+    # 30 versions of a 4,000-file skill: ~19 MB of history
+    seed(server, ALICE, [manifest("deep", 1, table(4000))])
+    for v in range(2, 31):
+        nxt = manifest("deep", v, table(4000, tag=f"v{v}-"))
+        server.store.engine.commit(
+            ALICE.domain, [CommitOp(scope=ALICE, manifest=nxt, expect=v - 1)]
+        )
+    assert [s.version for s in remote.versions(ALICE, "deep")][:3] == [30, 29, 28]
+    history = CliRunner().invoke(
+        app, ["history", "deep", "--scope", str(ALICE), "--store", url, "--token", ADMIN]
+    )
+    assert history.exit_code == 0, history.output
+    files = {"SKILL.md": skill_md("deep"), "one.md": b"one"}
+    pruning = skillfs.open_store(
+        f"{url}?max_message={MiB}",
+        token=ADMIN,
+        history_policy=HistoryPolicy(keep_versions=10, keep_days=0),
+    )
+    result = pruning.publish(ALICE, "deep", files, expected_version=30)  # then retention
+    assert result.version == 31 and remote.manifest(ALICE, "deep").version == 31
+    assert len(remote.versions(ALICE, "deep")) == 11  # the live one and the ten it keeps
+    pruning.close()
