@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
-from skillfs.deadline import deadline
+from skillfs.deadline import bounded, deadline
 from skillfs.engines import open_engine
 from skillfs.engines.base import Engine, MiB, VersionMismatch
 from skillfs.errors import Conflict, InvalidPath, NotFound, StoreUnavailable
@@ -496,10 +496,12 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
 
 def _out_of_time(end: float, started: float) -> bool:
     """Whether a failed attempt begun at `started` leaves no time for another before `end`:
-    none is left, or less than the failed one took (a store that hangs makes every attempt
-    wait out the client's timeout; one that refuses fails fast and is tried until `end`)."""
+    none is left, or, under a step's budget, less than the failed one took (a store that
+    hangs makes every attempt wait out the client's timeout, which would pass the budget;
+    one that refuses fails fast and is tried until `end`). Outside a budget a last attempt
+    may run past `end` (a lock held for a while is waited out, as before)."""
     now = time.monotonic()
-    return now >= end or end - now < now - started
+    return now >= end or (bounded() and end - now < now - started)
 
 
 #: The keyword options `Store` takes (the rest of open_store's options go to the engine).
