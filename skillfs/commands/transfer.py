@@ -455,5 +455,5 @@ def _write_skill(root: Path, m: Manifest, data: dict[str, bytes]) -> None:
         target = root / normalize_path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data[entry.sha256])
-        os.chmod(target, entry.mode & 0o777)  # permission bits only, as the materializer
+        os.chmod(target, entry.mode & 0o777)  # the exact bits, for the round trip (cli.md)
         os.utime(target, (entry.mtime, entry.mtime))

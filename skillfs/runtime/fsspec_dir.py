@@ -28,6 +28,7 @@ from skillfs.runtime.checked import (
 )
 from skillfs.runtime.layers import LayerSkills
 from skillfs.store_blobs import sha256
+from skillfs.store_limits import disk_mode
 from skillfs.validation import finding
 
 log = logging.getLogger("skillfs.runtime")
@@ -183,7 +184,7 @@ class FsspecDir(CheckedLayer):
         unreadable: dict[str, list[Finding]] = {}
         for rel, now in listed.items():
             skill = rel.split("/", 1)[0]
-            mode = 0o755 if now.mode & 0o111 else 0o644
+            mode = disk_mode(now.mode)  # a 0o600 file stays owner-only
             before = self._listed.get(rel)
             if rel in old and before is not None and before.key == now.key:
                 entry, data = old[rel]
