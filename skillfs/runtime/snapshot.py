@@ -351,7 +351,7 @@ class Snapshot:
             return f"No skill matches {query!r}. Available skill ids: " + ", ".join(
                 s.id for s in self.skills
             )
-        lines = (f"{s.id}: {' '.join(prompt_description(s.description).split())}" for s in hits)
+        lines = (f"{s.id}: {prompt_description(s.description)}" for s in hits)
         return "\n".join(lines)  # one line each: the description as the prompt shows it
 
     # ------------------------------------------------------------------ materializing
