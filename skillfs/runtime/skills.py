@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from skillfs.deadline import budget
-from skillfs.errors import InvalidPath, SkillfsError, StoreUnavailable
+from skillfs.errors import InvalidPath, SkillfsError, StoreFailed, StoreUnavailable
 from skillfs.model import Revision, Scope
 from skillfs.names import check_id
 from skillfs.runtime.follower import Follower, follower_for
@@ -162,7 +162,8 @@ class Skills:
         With `allow_stale`, a store outage returns the last snapshot marked `stale` instead
         of raising StoreUnavailable (docs/design.md §7: only where the caller asked for it),
         within the budget; once the outage is known, at once, while a background probe
-        watches for the store's return."""
+        watches for the store's return. A store that fails (StoreFailed: a corrupt file, a
+        full disk) counts as an outage here: the worker goes on with what it has."""
         with self._lock:
             if self._held.closed and self._held.opened is not None:
                 raise SkillfsError(
@@ -174,7 +175,7 @@ class Skills:
             try:
                 with budget(self.store.retry_for):
                     snap = self._snapshot()
-            except StoreUnavailable as exc:
+            except (StoreUnavailable, StoreFailed) as exc:  # a store down, or failing
                 if allow_stale and self._last is not None:
                     self._recovery.failed(exc)
                     return self._last._replace(stale=True)

@@ -15,7 +15,7 @@ import threading
 import time
 from collections import Counter
 
-from skillfs.errors import StoreUnavailable
+from skillfs.errors import StoreFailed, StoreUnavailable
 from skillfs.runtime.per_store import PerStore
 from skillfs.store import Store
 
@@ -75,7 +75,7 @@ class UsageRecorder:
                 return
             try:
                 self.store.record_usage(self.agent, dict(counts), times)
-            except StoreUnavailable as exc:
+            except (StoreUnavailable, StoreFailed) as exc:  # a full disk may be freed
                 log.warning("usage of %s not recorded yet: %s", self.agent, exc)
                 with self._lock:
                     self._counts.update(counts)
