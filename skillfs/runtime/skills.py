@@ -103,8 +103,11 @@ class Skills:
             raise InvalidPath(
                 f"two layers share the name {', '.join(twice)}: give them distinct name=..."
             )
-        opened = None if isinstance(store, Store) else open_store(store)  # checked first
-        self.store = opened or cast(Store, store)
+        opened = None  # the store this worker opened itself (the arguments checked first)
+        if isinstance(store, Store):
+            self.store = store
+        else:
+            self.store = opened = open_store(store)
         self._writer = (
             None
             if self.skill_writes is None
