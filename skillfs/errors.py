@@ -70,6 +70,17 @@ class StoreUnavailable(SkillfsError, ConnectionError):
     http_status = 503
 
 
+class StoreFailed(SkillfsError):
+    """The store answered, but cannot do this until someone acts on it: its file is corrupt
+    or not a database, its disk is full, it is read-only or out of this user's reach, it was
+    written by a newer skillfs. Waiting would not help, so nothing retries it; the message
+    says what is wrong and what to do. (`StoreUnavailable` is a store that did not answer,
+    which the store retries.)"""
+
+    grpc_code = "FAILED_PRECONDITION"
+    http_status = 500
+
+
 class PermissionDenied(SkillfsError, PermissionError):
     """The caller may not do this (a token's grants, or a shared-only path from a user scope)."""
 

@@ -1,10 +1,12 @@
-"""Skill directories on disk: finding them below a path and validating each, as
-`skillfs validate` and `skillfs import` do (docs/validation.md)."""
+"""Skill directories on disk: finding them below a path, validating each, and which of their
+files may be read, as `skillfs validate`, `skillfs import` and `LocalDir` do
+(docs/validation.md, docs/cli.md "import", docs/runtime.md "LocalDir")."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+import stat
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,67 @@ from skillfs.model import error_findings
 from skillfs.names import is_hidden_dir
 from skillfs.skill_md import SKILL_MD, inspect_skill
 from skillfs.validation import finding
+
+#: Directories inside a skill that are not part of it (byte-code of a script that was run).
+SKIPPED_DIRS = ("__pycache__",)
+
+#: What `lstat` may find that is not a regular file, as a person calls it.
+_KINDS = {
+    stat.S_IFIFO: "a named pipe (FIFO)",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFDIR: "a directory",
+}
+
+
+def kind(mode: int) -> str:
+    """What a file of this `st_mode` is, when it is not a regular file."""
+    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def file_to_read(
+    path: Path, inside: Sequence[Path], *, follow: bool, where: str, how: str
+) -> Path | str:
+    """The path to read for `path`, or why it is skipped. Only regular files are read: a link
+    to ~/.ssh/id_rsa would hand the operator's key to whoever reads the skill, a FIFO would
+    block the reader and /dev/zero would fill memory. A symbolic link is read only with
+    `follow`, and only when it leads to a regular file inside one of the resolved `inside`
+    directories (`where` names them, `how` says how to ask for following)."""
+    st = path.lstat()
+    if stat.S_ISREG(st.st_mode):
+        return path
+    if not stat.S_ISLNK(st.st_mode):
+        return f"{kind(st.st_mode)}, not a regular file"
+    target = Path(os.path.realpath(path))
+    if not follow:
+        return f"a symbolic link (to {target}); {how}"
+    if not any(target.is_relative_to(d) for d in inside):
+        return f"a symbolic link to {target}, outside {where}"
+    try:
+        mode = target.lstat().st_mode
+    except OSError:
+        return f"a broken symbolic link (to {target})"
+    return target if stat.S_ISREG(mode) else f"a symbolic link to {kind(mode)} ({target})"
+
+
+class NotRegular(OSError):
+    """What was listed as a regular file is not one any more: it was swapped since."""
+
+    def __init__(self, path: Path, mode: int) -> None:
+        self.kind = kind(mode)
+        super().__init__(f"{path} became {self.kind}")
+
+
+def read_regular(path: Path) -> tuple[bytes, os.stat_result]:
+    """A file's bytes and status, opened without following a last link or blocking on a pipe;
+    NotRegular unless it is (still) a regular file once open."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with open(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegular(path, st.st_mode)
+        return f.read(), st
 
 
 class ValidationReport(BaseModel):

@@ -28,6 +28,14 @@ def default_mode(path: str, data: bytes) -> int:
     return 0o755 if data.startswith(b"#!") or path.endswith(SCRIPT_SUFFIXES) else 0o644
 
 
+def disk_mode(mode: int) -> int:
+    """The most a skill file is given on disk (docs/runtime.md, "Materializing"): its owner
+    reads and writes it, its execute bits stay, nobody else writes it, no setuid, setgid or
+    sticky bit; an owner-only file (0o600, 0o700) stays owner-only. The umask narrows it
+    further where the file is created."""
+    return (mode | 0o600) & (0o755 if mode & 0o111 else 0o644)
+
+
 class Limits(BaseModel):
     """Size limits; an over-limit write raises TooLarge before anything is written."""
 

@@ -18,6 +18,8 @@ from skillfs.outage import Outage
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 P = ParamSpec("P")
+#: The longest `Watcher.close` waits for its thread to end.
+CLOSE_WAIT = 5.0
 
 
 def follow_changes(
@@ -126,11 +128,18 @@ class Watcher:
                 self._interrupt()
 
     def close(self) -> None:
+        """Stop following, and let the thread end before the engine is closed: a wait still
+        in flight then (Redis cannot cut an XREAD short) failed, reconnected and left its
+        new connection open for as long as the process lived. The wait lasts `watch_wait`
+        (1 s on a store) unless the engine cuts it short; `CLOSE_WAIT` bounds it anyway."""
         with self._lock:
             self._closed = True
             self._since.clear()
             self._interrupt()
             self._lock.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(CLOSE_WAIT)
 
     def _interrupt(self) -> None:
         """End the wait under way, if any (under the lock)."""

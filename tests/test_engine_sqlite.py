@@ -8,6 +8,7 @@ import os
 import random
 import signal
 import sqlite3
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -20,8 +21,10 @@ import pytest
 import skillfs
 from skillfs.engines.base import CommitOp, VersionMismatch
 from skillfs.engines.sqlite import SCHEMA_VERSION, SqliteEngine, parse_path
-from skillfs.errors import InvalidPath, StoreUnavailable
+from skillfs.errors import InvalidPath, StoreFailed, StoreUnavailable
 from skillfs.model import Manifest, Revision, Scope
+from support.grpc_servers import ADMIN as GRPC_ADMIN
+from support.grpc_servers import running
 from tests.helpers import manifest, skill_md
 
 ALICE = Scope.user("support-bot", "alice")
@@ -343,7 +346,7 @@ def test_schema_version_from_a_newer_skillfs_is_refused(db: Path) -> None:
     raw.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
     raw.commit()
     raw.close()
-    with pytest.raises(StoreUnavailable, match="newer skillfs") as info:
+    with pytest.raises(StoreFailed, match="newer skillfs") as info:
         SqliteEngine(url_of(db))
     assert str(db) in str(info.value)
 
@@ -358,7 +361,7 @@ def test_a_running_engine_refuses_a_file_upgraded_under_it(engine: SqliteEngine,
     def new_thread() -> None:
         try:
             engine.revisions([DOMAIN])
-        except StoreUnavailable as exc:
+        except StoreFailed as exc:
             errors.append(exc)
 
     t = threading.Thread(target=new_thread)
@@ -367,24 +370,133 @@ def test_a_running_engine_refuses_a_file_upgraded_under_it(engine: SqliteEngine,
     assert len(errors) == 1 and "newer skillfs" in str(errors[0])
 
 
-def test_unwritable_paths_are_store_unavailable(tmp_path: Path) -> None:
+def test_unwritable_paths_are_said_at_once(tmp_path: Path) -> None:
+    """Waiting makes no path writable: StoreFailed naming it, not an outage to retry."""
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     for path in [blocker / "skills.db", Path("/proc/skillfs-no-such/skills.db")]:
-        with pytest.raises(StoreUnavailable, match=str(path.parent)):
+        with pytest.raises(StoreFailed, match=str(path.parent)):
             SqliteEngine(url_of(path))
     directory = tmp_path / "dir.db"
     directory.mkdir()
-    with pytest.raises(StoreUnavailable, match=str(directory)):
+    with pytest.raises(StoreFailed, match=f"{directory} cannot be opened"):
         SqliteEngine(url_of(directory))
 
 
-def test_corrupt_file_is_store_unavailable(db: Path) -> None:
+def test_a_file_that_is_not_a_database_is_said_at_once(db: Path) -> None:
     db.parent.mkdir(parents=True)
     db.write_bytes(b"this is not an SQLite database, just some bytes " * 100)
-    with pytest.raises(StoreUnavailable, match="not a database") as info:
+    with pytest.raises(StoreFailed, match="is not an SQLite database") as info:
         SqliteEngine(url_of(db))
-    assert str(db) in str(info.value)
+    assert str(db) in str(info.value) and "file is not a database" in str(info.value)
+
+
+def _store_of_30_skills(path: Path) -> None:
+    store = skillfs.open_store(url_of(path))
+    for i in range(30):
+        store.publish(SHARED, f"s{i}", {"SKILL.md": skill_md(f"s{i}"), "data": os.urandom(5000)})
+    store.close()
+
+
+def test_a_corrupt_file_is_said_at_once_not_retried(db: Path) -> None:
+    """Issue 28: "database disk image is malformed" was retried for 10 s, then reported as
+    "unavailable … retry". It is StoreFailed at once, saying what to do."""
+    _store_of_30_skills(db)
+    raw = sqlite3.connect(db)
+    raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    raw.close()
+    with open(db, "r+b") as f:  # every page but the first (the header and the schema)
+        for offset in range(4096, db.stat().st_size, 4096):
+            f.seek(offset)
+            f.write(b"\xde\xad\xbe\xef" * 256)
+    store = skillfs.open_store(url_of(db))  # retry_for: 10 s
+    started = time.monotonic()
+    with pytest.raises(StoreFailed) as info:
+        store.manifests(SHARED, ["s1", "s2"])
+    assert time.monotonic() - started < 2
+    assert not isinstance(info.value, StoreUnavailable)
+    message = str(info.value)
+    assert f"{db} is corrupt" in message and "backup" in message and ".recover" in message
+    assert "database disk image is malformed" in message
+    store.close()
+
+
+def _mount(*args: str) -> None:
+    done = subprocess.run(["mount", *args], capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount here (root needed): {done.stderr.strip()}")
+
+
+def _unmount(where: Path) -> None:
+    if subprocess.run(["umount", str(where)], capture_output=True).returncode:
+        subprocess.run(["umount", "-l", str(where)], check=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB file system (tmpfs), unmounted after the test."""
+    where = tmp_path / "small"
+    where.mkdir()
+    _mount("-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where))
+    yield where
+    _unmount(where)
+
+
+def test_a_full_disk_is_said_at_once_and_reads_go_on(small_disk: Path) -> None:
+    """Issue 28: "database or disk is full" was retried for 10 s as an outage."""
+    store = skillfs.open_store(url_of(small_disk / "skills.db"))
+    store.publish(SHARED, "kept", {"SKILL.md": skill_md("kept")})
+    with pytest.raises(StoreFailed) as info:
+        for i in range(100):
+            started = time.monotonic()
+            store.publish(SHARED, f"s{i}", {"SKILL.md": skill_md(f"s{i}"), "d": os.urandom(10**5)})
+    assert time.monotonic() - started < 2
+    message = str(info.value)
+    assert "disk is full: free space" in message and "database or disk is full" in message
+    assert store.manifest(SHARED, "kept").version == 1  # reads go on
+    store.close()
+
+
+def test_a_full_disk_is_said_at_once_through_a_server(small_disk: Path, tmp_path: Path) -> None:
+    """The error keeps its class over grpc:// (FAILED_PRECONDITION with its name): neither
+    the client nor the server retries it, nor does the client try another server."""
+    with running(url_of(small_disk / "skills.db"), tmp_path / "server") as server:
+        client = skillfs.open_store(f"grpc://127.0.0.1:{server.grpc_port}", token=GRPC_ADMIN)
+        with pytest.raises(StoreFailed, match="disk is full: free space"):
+            for i in range(100):
+                started = time.monotonic()
+                data = {"SKILL.md": skill_md(f"s{i}"), "d": os.urandom(10**5)}
+                client.publish(SHARED, f"s{i}", data)
+        assert time.monotonic() - started < 2
+        client.close()
+
+
+@pytest.fixture
+def read_only_view(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """A directory and a read-only bind mount of it, unmounted after the test."""
+    writable, read_only = tmp_path / "rw", tmp_path / "ro"
+    writable.mkdir()
+    read_only.mkdir()
+    _mount("--bind", str(writable), str(read_only))
+    try:
+        _mount("-o", "remount,bind,ro", str(read_only))
+        yield writable, read_only
+    finally:
+        _unmount(read_only)
+
+
+def test_a_read_only_file_is_said_at_once(read_only_view: tuple[Path, Path]) -> None:
+    writable, read_only = read_only_view
+    owner = skillfs.open_store(url_of(writable / "skills.db"))
+    owner.publish(SHARED, "s", {"SKILL.md": skill_md("s")})
+    store = skillfs.open_store(url_of(read_only / "skills.db"))
+    assert store.skills(SHARED) == ["s"]  # reads go on
+    started = time.monotonic()
+    with pytest.raises(StoreFailed, match=r"cannot be written: make the file, its directory"):
+        store.publish(SHARED, "t", {"SKILL.md": skill_md("t")})
+    assert time.monotonic() - started < 2
+    store.close()
+    owner.close()
 
 
 def test_opening_a_new_file_another_connection_writes_waits_for_it(db: Path) -> None:

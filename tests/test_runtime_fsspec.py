@@ -155,3 +155,32 @@ def test_missing_layers_warn_once(tmp_path: Path, caplog: pytest.LogCaptureFixtu
     assert any("missing does not exist" in m for m in messages)
     assert any("nothing-" in m for m in messages)
     assert any("market 'typo' does not exist" in m and "markets: team" in m for m in messages)
+
+
+def test_links_in_a_listing_are_left_out_and_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 28: a link is no skill file. A zip entry that is a symbolic link was served (and
+    materialized) as a file holding its target's path; a local link was dropped unsaid."""
+    caplog.set_level(logging.WARNING, logger="skillfs.runtime")
+    archive = tmp_path / "team.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("skills/z/SKILL.md", md("z"))
+        link = zipfile.ZipInfo("skills/z/references/notes.md")
+        link.external_attr = (0o120777 << 16) | 0x20  # S_IFLNK, as `zip --symlinks` writes
+        zf.writestr(link, "/root/.ssh/id_rsa")
+    write_skill(tmp_path / "local", "l", {"SKILL.md": md("l")})
+    (tmp_path / "local" / "l" / "key").symlink_to("/root/.ssh/id_rsa")
+    layers = [
+        skillfs.FsspecDir(f"zip://skills::file://{archive}", name="zip", check_interval=0),
+        skillfs.FsspecDir(str(tmp_path / "local"), name="local", check_interval=0),
+    ]
+    with skillfs.Skills(memory_store(), "bot", "alice", layers) as skills:
+        snap = skills.snapshot()
+        assert list(snap.skill("z").files) == ["SKILL.md"]
+        assert list(snap.skill("l").files) == ["SKILL.md"]
+        skills.snapshot()
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2, messages  # one per layer, not one per check
+    assert "z/references/notes.md: a symbolic link" in messages[0]
+    assert "l/key: a symbolic link" in messages[1]

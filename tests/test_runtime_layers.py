@@ -3,6 +3,7 @@ skills, LocalDir change detection and the Git layer following its remote."""
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 import skillfs
 from skillfs import GitRepo, LocalDir, Market, Scope, Skills
 from skillfs.errors import InvalidPath, StoreUnavailable
+from skillfs.runtime import local_dir
 from tests.runtime_helpers import GitRemote, md, memory_store, write_skill
 
 SHARED = Scope.shared("bot")
@@ -147,13 +149,13 @@ def test_local_dir_rereads_only_changed_files(
     before = layer.state()
     (tmp_path / "s" / "new.md").write_bytes(b"n")
     read: list[str] = []
-    real = Path.read_bytes
+    real = local_dir.read_regular
 
-    def spy(path: Path) -> bytes:
+    def spy(path: Path) -> tuple[bytes, os.stat_result]:
         read.append(path.relative_to(tmp_path).as_posix())
         return real(path)
 
-    monkeypatch.setattr(Path, "read_bytes", spy)
+    monkeypatch.setattr(local_dir, "read_regular", spy)
     after = layer.state()
     assert read == ["s/new.md"]  # the unchanged files are not read again
     assert after is not before
@@ -257,3 +259,56 @@ def test_git_layer_follows_a_named_branch(tmp_path: Path) -> None:
     remote.git("push", "-q", "origin", "HEAD:release")
     described = git.state().manifests["s"].frontmatter
     assert described == {"name": "s", "description": "on main, later"}
+
+
+def test_local_dir_skips_symlinks_unless_asked_and_then_stays_inside(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 28: `references/notes.md -> ~/.ssh/id_rsa` was served to the model and
+    materialized. Links are left out, named in one warning; `follow_symlinks=True` follows a
+    linked skill directory and links to files inside the skills directory or the skill."""
+    secret = tmp_path / "home" / ".ssh" / "id_rsa"
+    secret.parent.mkdir(parents=True)
+    secret.write_bytes(b"-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    root = tmp_path / "skills"
+    write_skill(root, "s", {"SKILL.md": md("s"), "references/style.md": b"style\n"})
+    (root / "s" / "references" / "notes.md").symlink_to(secret)
+    (root / "s" / "references" / "alias.md").symlink_to("style.md")  # inside the skill
+    (root / "s" / "home").symlink_to(secret.parent.parent)  # a directory: never entered
+    elsewhere = tmp_path / "src"
+    write_skill(elsewhere, "linked", {"SKILL.md": md("linked"), "real.md": b"real\n"})
+    (elsewhere / "linked" / "same.md").symlink_to("real.md")
+    (root / "linked").symlink_to(elsewhere / "linked")  # a skill linked into the directory
+
+    store = memory_store()
+    caplog.set_level(logging.WARNING, logger="skillfs.runtime")
+    layer = LocalDir(root, check_interval=0)
+    skills = Skills(store, "bot", "alice", [layer])
+    snap = skills.snapshot()
+    assert sorted(snap.skill("s").files) == ["SKILL.md", "references/style.md"]
+    assert [s.id for s in snap.skills] == ["s"]
+    [warning] = [r.getMessage() for r in caplog.records]
+    for rel in ("linked", "s/home", "s/references/alias.md", "s/references/notes.md"):
+        assert rel in warning
+    assert f"s/references/notes.md: a symbolic link (to {secret})" in warning
+    assert "follow_symlinks=True" in warning
+    cache = tmp_path / "cache"
+    snap.materialize(cache)
+    assert not [
+        p for p in cache.rglob("*") if b"PRIVATE KEY" in (p.read_bytes() if p.is_file() else b"")
+    ]
+    caplog.clear()
+    skills.snapshot()
+    assert not caplog.records  # said once, not at every check
+
+    followed = Skills(store, "bot", "alice", [LocalDir(root, follow_symlinks=True)]).snapshot()
+    assert [s.id for s in followed.skills] == ["linked", "s"]
+    assert sorted(followed.skill("s").files) == [
+        "SKILL.md",
+        "references/alias.md",
+        "references/style.md",
+    ]
+    assert followed.load("s", "references/alias.md") == "style\n"
+    assert followed.load("linked", "same.md") == "real\n"  # inside the linked skill's own directory
+    assert "outside the skills directory" in caplog.text
+    assert "s/references/notes.md" in caplog.text and "s/home" in caplog.text

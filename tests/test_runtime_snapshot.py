@@ -3,11 +3,13 @@ read_skill, search_skills, tool definitions, call_tool, usage counts, materializ
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
 import threading
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
@@ -372,3 +374,85 @@ def test_materialize_writes_permission_bits_only(skills: Skills, tmp_path: Path)
     skills.snapshot().materialize(root)
     stats_sh = root / "shared/code-reviewer/scripts/stats.sh"
     assert stat.S_IMODE(stats_sh.stat().st_mode) == 0o755
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    """The usual umask for one test (which may change it), the process's put back after."""
+    before = os.umask(0o022)
+    yield
+    os.umask(before)
+
+
+def test_materialize_respects_the_umask_and_keeps_owner_only_files_owner_only(
+    tmp_path: Path, umask_022: None
+) -> None:
+    """Issue 28: stored 0o777/0o666 were applied as they are whatever the umask, and a 0600
+    LocalDir file became 0644. A file gets at most 0o755/0o644, narrowed by the umask, and an
+    owner-only file stays owner-only."""
+    store = memory_store()
+    store.publish(
+        SHARED,
+        "m",
+        {
+            "SKILL.md": md("m"),
+            "open.sh": File(b"#!/bin/sh\n", mode=0o777),
+            "open.txt": File(b"text\n", mode=0o666),
+            "group.txt": File(b"text\n", mode=0o640),
+        },
+    )
+    local = tmp_path / "local"
+    write_skill(local, "loc", {"SKILL.md": md("loc"), "token.txt": b"t", "mine.sh": b"#!/bin/sh\n"})
+    os.chmod(local / "loc" / "token.txt", 0o600)
+    os.chmod(local / "loc" / "mine.sh", 0o700)
+    snap = Skills(store, "bot", "alice", [LocalDir(local)]).snapshot()
+    assert snap.skill("loc").files["token.txt"].mode == 0o600
+
+    snap.materialize(tmp_path / "default")
+    files = tree(tmp_path / "default")
+    assert files["shared/m/open.sh"][1] == 0o755
+    assert files["shared/m/open.txt"][1] == 0o644
+    assert files["shared/m/group.txt"][1] == 0o640
+    assert files["local-local/loc/token.txt"][1] == 0o600
+    assert files["local-local/loc/mine.sh"][1] == 0o700
+
+    os.umask(0o077)
+    snap.materialize(tmp_path / "private")
+    modes = {rel: mode for rel, (_, mode) in tree(tmp_path / "private").items()}
+    assert modes["shared/m/open.sh"] == 0o700 and modes["shared/m/open.txt"] == 0o600
+    assert set(modes.values()) <= {0o600, 0o700}
+
+
+def test_materialize_puts_back_a_file_edited_in_place_with_its_size(
+    skills: Skills, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28: a same-size edit in place survived the next `materialize()` (only size and
+    mode were compared). The status after writing (size, mtime, ctime, inode) is recorded, and
+    only a file whose status changed is hashed again."""
+    root = tmp_path / "cache"
+    snap = skills.snapshot()
+    snap.materialize(root)
+    checklist = root / "shared/code-reviewer/references/checklist.md"
+    stats_sh = root / "shared/code-reviewer/scripts/stats.sh"
+    before = stats_sh.stat()
+    with open(stats_sh, "r+b") as fh:  # same size, same inode; the mtime put back
+        fh.write(b"#!/bin/sh\nrm -rf ~\n"[: before.st_size].ljust(before.st_size, b"#"))
+    os.utime(stats_sh, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert stats_sh.stat().st_size == before.st_size and stats_sh.stat().st_ino == before.st_ino
+    os.utime(checklist)  # touched: its status changed, its bytes did not
+
+    hashed: list[str] = []
+    real = hashlib.sha256
+
+    def spy(*args: bytes) -> hashlib._Hash:
+        hashed.append("x")
+        return real(*args)
+
+    monkeypatch.setattr(hashlib, "sha256", spy)
+    snap.materialize(root)
+    assert stats_sh.read_bytes() == b"#!/bin/sh\necho stats\n"
+    assert len(hashed) == 2  # the two files whose status changed; none of the others
+    inode = checklist.stat().st_ino
+    hashed.clear()
+    snap.materialize(root)
+    assert hashed == [] and checklist.stat().st_ino == inode  # kept, and its status recorded

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import skillfs
-from skillfs.errors import StoreUnavailable
+from skillfs.errors import StoreFailed, StoreUnavailable
 from skillfs.server.hub import Hub
 from tests.cli_helpers import skill_md
 
@@ -132,3 +132,27 @@ def test_a_servers_hub_backs_off_and_logs_an_outage_once(caplog: pytest.LogCaptu
     outage, recovered = _messages(caplog, "skillfs.server")
     assert outage == f"hub: {DOWN}; retrying in the background (one more line when it recovers)"
     assert re.fullmatch(RECOVERED.replace("follow agents/bot", "hub"), recovered)
+
+
+def test_a_failing_store_is_an_outage_to_a_worker_that_accepts_a_stale_view(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store that answers but cannot serve (StoreFailed: a corrupt SQLite file) is said at
+    once; a worker that asked for `allow_stale` goes on with its last snapshot meanwhile."""
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    store.publish(skillfs.Scope.shared("bot"), "a", {"SKILL.md": skill_md("a")})
+    with skillfs.Skills(store, "bot", "alice") as skills:
+        last = skills.snapshot()
+        broken = StoreFailed("store memory://x: x.db is corrupt: restore it from a backup")
+
+        def failing(*args: Any, **kwargs: Any) -> Any:
+            raise broken
+
+        monkeypatch.setattr(store.engine, "revisions", failing)
+        started = time.monotonic()
+        with pytest.raises(StoreFailed):
+            skills.snapshot()
+        stale = skills.snapshot(allow_stale=True)
+        assert time.monotonic() - started < 1  # neither waited out a retry budget
+        assert stale.stale and stale.token == last.token
+        assert "is corrupt" in caplog.text

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -49,13 +48,17 @@ from skillfs.commands.common import (
 from skillfs.errors import InvalidPath, NotFound, SkillfsError, TooLarge
 from skillfs.model import File, Finding, Manifest, Put, Scope, error_findings
 from skillfs.names import check_skill_name, is_hidden_dir, normalize_path
-from skillfs.skill_dirs import find_skill_dirs
+from skillfs.skill_dirs import (
+    SKIPPED_DIRS,
+    NotRegular,
+    file_to_read,
+    find_skill_dirs,
+    read_regular,
+)
 from skillfs.skill_md import SKILL_MD, inspect_skill
 from skillfs.store_blobs import sha256
 from skillfs.store_limits import Limits
 
-#: Directories inside a skill that are not part of it (byte-code of a script that was run).
-SKIPPED_DIRS = ("__pycache__",)
 #: Skills per commit when the store sets no limit of its own: small enough that the progress
 #: bar moves, big enough that an import is few commits.
 DEFAULT_BATCH = 64
@@ -73,48 +76,12 @@ class SkillSource:
     skipped: dict[str, str]
 
 
-#: What `lstat` may find that is not a regular file, as a person calls it.
-_KINDS = {
-    stat.S_IFIFO: "a named pipe (FIFO)",
-    stat.S_IFSOCK: "a socket",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-    stat.S_IFDIR: "a directory",
-}
-
-
-def _kind(mode: int) -> str:
-    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
-
-
-def _to_read(path: Path, inside: tuple[Path, ...], follow: bool) -> Path | str:
-    """The path to read for `path`, or why it is skipped (docs/cli.md, "import"). Only regular
-    files are read: a link to ~/.ssh/id_rsa would upload the operator's key where agents read
-    it, a FIFO would block the import and /dev/zero would fill memory. A symbolic link is read
-    only with `follow` and when it leads to a regular file inside the imported directory."""
-    st = path.lstat()
-    if stat.S_ISREG(st.st_mode):
-        return path
-    if not stat.S_ISLNK(st.st_mode):
-        return f"{_kind(st.st_mode)}, not a regular file"
-    target = Path(os.path.realpath(path))
-    if not follow:
-        return f"a symbolic link (to {target}); --follow-symlinks reads links inside DIRECTORY"
-    if not any(target.is_relative_to(d) for d in inside):
-        return f"a symbolic link to {target}, outside the imported directory"
-    try:
-        mode = target.lstat().st_mode
-    except OSError:
-        return f"a broken symbolic link (to {target})"
-    return target if stat.S_ISREG(mode) else f"a symbolic link to {_kind(mode)} ({target})"
-
-
 def skill_sources(
     directory: Path, limits: Limits, follow_symlinks: bool = False
 ) -> list[SkillSource]:
     """Every skill DIRECTORY holds (itself when it is one), checked against the path rules and
     the store's size limits before anything is written; what is not a regular file is
-    skipped (see `_to_read`)."""
+    skipped (see `file_to_read`)."""
     found = [d for d in find_skill_dirs(directory) if (d / SKILL_MD).is_file()]
     if not found:
         raise NotFound(f"no skill in {directory}: no SKILL.md in it or in any directory below")
@@ -145,7 +112,13 @@ def skill_sources(
                     rel = normalize_path(path.relative_to(root).as_posix())
                 except InvalidPath as exc:  # said with the whole path: which file to rename
                     raise InvalidPath(f"{os.fsencode(path)!r}: {exc}") from None
-                readable = _to_read(path, inside, follow_symlinks)
+                readable = file_to_read(
+                    path,
+                    inside,
+                    follow=follow_symlinks,
+                    where="the imported directory",
+                    how="--follow-symlinks reads links inside DIRECTORY",
+                )
                 if isinstance(readable, str):
                     skipped[rel] = readable
                     continue
@@ -182,17 +155,13 @@ def not_skills(directory: Path) -> list[dict[str, str]]:
 
 
 def _read(path: Path) -> tuple[bytes, os.stat_result]:
-    """A file's bytes and status, opened without following a link or blocking on a pipe, and
-    refused unless it is (still) a regular file: it may have been swapped since it was listed."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    with open(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise InvalidPath(
-                f"{path} became {_kind(st.st_mode)} while it was imported: the import stopped "
-                "there; re-run it"
-            )
-        return f.read(), st
+    """`read_regular`, said as the import's error: a file may be swapped since it was listed."""
+    try:
+        return read_regular(path)
+    except NotRegular as exc:
+        raise InvalidPath(
+            f"{path} became {exc.kind} while it was imported: the import stopped there; re-run it"
+        ) from None
 
 
 def read_source(source: SkillSource) -> dict[str, File]:
@@ -486,5 +455,5 @@ def _write_skill(root: Path, m: Manifest, data: dict[str, bytes]) -> None:
         target = root / normalize_path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data[entry.sha256])
-        os.chmod(target, entry.mode & 0o777)  # permission bits only, as the materializer
+        os.chmod(target, entry.mode & 0o777)  # the exact bits, for the round trip (cli.md)
         os.utime(target, (entry.mtime, entry.mtime))

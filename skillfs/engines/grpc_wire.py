@@ -26,6 +26,7 @@ from skillfs.errors import (
     PermissionDenied,
     ReplicationTimeout,
     SkillfsError,
+    StoreFailed,
     StoreUnavailable,
     TooLarge,
 )
@@ -66,6 +67,7 @@ _CLASSES: dict[str, type[SkillfsError]] = {
         NotFound,
         TooLarge,
         StoreUnavailable,
+        StoreFailed,
         PermissionDenied,
         ReplicationTimeout,
     )

@@ -27,7 +27,7 @@ from skillfs.engines.base import (
     reset_to,
 )
 from skillfs.engines.sqlite_file import SqliteFile
-from skillfs.errors import InvalidPath, StoreUnavailable
+from skillfs.errors import InvalidPath, StoreFailed
 from skillfs.model import USAGE_MAX, Change, Manifest, Revision, Scope, UsageStat, saturated
 from skillfs.names import check_domain
 
@@ -106,7 +106,7 @@ class SqliteEngine(sqlite_lease.SqliteLeases, Engine):
     def __init__(self, url: str) -> None:
         super().__init__(url)
         if sqlite3.sqlite_version_info < (3, 24, 0):
-            raise StoreUnavailable(
+            raise StoreFailed(
                 f"store {self.url}: SQLite {sqlite3.sqlite_version} is too old (skillfs needs "
                 "3.24 or newer for UPSERT): use a Python linked against a newer SQLite"
             )

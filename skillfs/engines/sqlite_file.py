@@ -14,16 +14,46 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from skillfs.errors import StoreUnavailable
+from skillfs.errors import StoreFailed, StoreUnavailable
 
 #: The WAL is truncated back to this size after a checkpoint (a 64 MiB blob grows it).
 WAL_SIZE_LIMIT = 16 * 1024 * 1024
 #: Seconds between two tries to switch a file to WAL while another connection writes it.
 BUSY_RETRY = 0.005
-_HINT = (
-    "check that the file and its directory exist and are writable, that the file is a skillfs "
-    "database and not corrupt, and that no process holds a long write lock; then retry"
-)
+#: What to do about an error that may pass (a lock held past the timeout, an I/O error).
+_HINT = "check that no process holds a long write lock and that the disk answers; then retry"
+#: SQLite's primary result codes that waiting does not fix (docs/engine-sqlite.md, "Errors"):
+#: what the file's state is, and what to do; `{path}` and `{uid}` are filled in. Retrying
+#: them for the store's `retry_for` only delayed the news, then called it an outage.
+_FAILED = {
+    sqlite3.SQLITE_CORRUPT: (
+        "is corrupt: stop the processes using it, restore it from a backup (or salvage what "
+        "SQLite can still read with `sqlite3 {path} .recover`) and open that; retrying will "
+        "not help"
+    ),
+    sqlite3.SQLITE_NOTADB: (
+        "is not an SQLite database: check that the URL names your skillfs store, or move the "
+        "file away to have skillfs create a new store there"
+    ),
+    sqlite3.SQLITE_FULL: (
+        "cannot grow, its disk is full: free space on the file system holding it (or move "
+        "the store to a larger one), then retry; the failed write changed nothing"
+    ),
+    sqlite3.SQLITE_READONLY: (
+        "cannot be written: make the file, its directory (SQLite writes {path}-wal and "
+        "{path}-shm beside it) and their file system writable for this user (uid {uid}), "
+        "then retry"
+    ),
+    sqlite3.SQLITE_CANTOPEN: (
+        "cannot be opened: check that its directory exists and that this user (uid {uid}) "
+        "may read and write the file and the directory, and that the process has file "
+        "descriptors left; then retry"
+    ),
+    sqlite3.SQLITE_PERM: (
+        "is refused to this user (uid {uid}): check the permissions of the file and its "
+        "directory; then retry"
+    ),
+}
 
 
 class SqliteFile:
@@ -56,7 +86,7 @@ class SqliteFile:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise StoreUnavailable(
+            raise StoreFailed(
                 f"store {self.url}: cannot create the directory {self.path.parent} "
                 f"({type(exc).__name__}: {exc}); pick a writable path"
             ) from exc
@@ -75,7 +105,7 @@ class SqliteFile:
             try:
                 mode = self._wal(conn)
                 if mode != "wal":
-                    raise StoreUnavailable(
+                    raise StoreFailed(
                         f"store {self.url}: {self.path} cannot use WAL mode (journal mode "
                         f"stays {mode!r}); put it on a local file system"
                     )
@@ -130,7 +160,7 @@ class SqliteFile:
 
     def _check_version(self, found: int) -> None:
         if found > self.schema_version:
-            raise StoreUnavailable(
+            raise StoreFailed(
                 f"store {self.url}: {self.path} was written by a newer skillfs (schema version "
                 f"{found}; this skillfs reads up to {self.schema_version}): upgrade skillfs to "
                 "use it"
@@ -155,18 +185,25 @@ class SqliteFile:
 
     @contextlib.contextmanager
     def guard(self) -> Iterator[None]:
-        """SQLite's locked, I/O, read-only and corruption errors as StoreUnavailable naming
-        the file; integrity and programming errors stay what they are (bugs)."""
+        """SQLite's errors naming the file: a corrupt file, one that is not a database, a
+        full disk, a read-only or unreachable file as StoreFailed saying what to do (waiting
+        fixes none of them); a lock held past the timeout and the rest as StoreUnavailable,
+        which the store retries. Integrity and programming errors stay what they are (bugs)."""
         try:
             yield
         except sqlite3.OperationalError as exc:
-            raise self._unavailable(exc) from exc
+            raise self._error(exc) from exc
         except sqlite3.DatabaseError as exc:
             if type(exc) is not sqlite3.DatabaseError:
                 raise
-            raise self._unavailable(exc) from exc
+            raise self._error(exc) from exc
 
-    def _unavailable(self, exc: Exception) -> StoreUnavailable:
+    def _error(self, exc: sqlite3.DatabaseError) -> StoreFailed | StoreUnavailable:
+        code = getattr(exc, "sqlite_errorcode", None)
+        advice = None if code is None else _FAILED.get(code & 0xFF)
+        if advice is not None:
+            what = advice.format(path=self.path, uid=os.getuid())
+            return StoreFailed(f"store {self.url}: {self.path} {what} (SQLite: {exc})")
         return StoreUnavailable(f"store {self.url} is unavailable: {self.path}: {exc}; {_HINT}")
 
     def query(self, sql: str, params: Sequence[object] = ()) -> list[Any]:

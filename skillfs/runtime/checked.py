@@ -14,10 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from skillfs.model import FileEntry, Finding, Manifest
 from skillfs.runtime.layers import Layer, LayerSkills
+from skillfs.skill_dirs import SKIPPED_DIRS
 from skillfs.skill_md import inspect_skill
-
-#: Directories inside a skill that disk layers leave out (byte-code of a script that was run).
-SKIPPED_DIRS = ("__pycache__",)
 
 
 def safe_name(text: str) -> str:

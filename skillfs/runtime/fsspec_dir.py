@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import posixpath
+import stat
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -27,6 +28,7 @@ from skillfs.runtime.checked import (
 )
 from skillfs.runtime.layers import LayerSkills
 from skillfs.store_blobs import sha256
+from skillfs.store_limits import disk_mode
 from skillfs.validation import finding
 
 log = logging.getLogger("skillfs.runtime")
@@ -42,6 +44,7 @@ class Listed(NamedTuple):
     key: Key
     mode: int
     mtime: float
+    path: str  # where to read it: the listed path, or a followed link's target
 
 
 #: Listing fields that change when a file's content does, across fsspec implementations
@@ -96,14 +99,16 @@ class FsspecDir(CheckedLayer):
         self._fs: Any = None
         self._root = ""
         self._warned = False  # a missing directory is reported once
+        self._links_warned: set[str] = set()  # skipped links already reported
 
     def __repr__(self) -> str:
         return f"FsspecDir({self.url!r})"
 
     # ------------------------------------------------------------------ what subclasses change
 
-    def _walk(self) -> Iterator[Listed]:
-        """Every file of every skill, as listed."""
+    def _walk(self, skipped: dict[str, str]) -> Iterator[Listed]:
+        """Every file of every skill, as listed; what is left out ("skill/path" -> why) goes
+        to `skipped`."""
         fs, root = self._filesystem()
         try:
             listing = fs.find(root, detail=True)
@@ -118,20 +123,22 @@ class FsspecDir(CheckedLayer):
         for path in sorted(listing):
             info = listing[path]
             rel = posixpath.normpath(path.lstrip("/")[len(prefix.lstrip("/")) :])
-            if info.get("type") != "file" or "/" not in rel or rel.startswith("../"):
+            if "/" not in rel or rel.startswith("../") or _left_out(rel):
                 continue
-            if (
-                is_hidden_dir(rel.split("/", 1)[0])
-                or skipped(rel)
-                or rel.rsplit("/", 1)[-1][:1] == "."
-            ):
+            if info.get("islink") or _zip_link(info):
+                skipped[rel] = (
+                    "a symbolic link; FsspecDir follows none (LocalDir(..., "
+                    "follow_symlinks=True) follows links inside its directory)"
+                )
+                continue
+            if info.get("type") != "file":
                 continue
             key = tuple((f, str(info[f])) for f in _KEY_FIELDS if f in info)
-            yield Listed(rel, key, _mode(info), _mtime(info))
+            yield Listed(rel, key, _mode(info), _mtime(info), path)
 
-    def _read(self, rel: str) -> bytes:
-        fs, root = self._filesystem()
-        data: bytes = fs.cat_file(posixpath.join(root, rel))
+    def _read(self, listed: Listed) -> bytes:
+        fs, _ = self._filesystem()
+        data: bytes = fs.cat_file(listed.path)
         return data
 
     def _missing(self) -> None:
@@ -157,10 +164,19 @@ class FsspecDir(CheckedLayer):
 
     def _refresh(self) -> None:
         """Read again the files whose key changed, when any did."""
-        listed = {f.rel: f for f in self._walk()}
+        skipped: dict[str, str] = {}
+        listed = {f.rel: f for f in self._walk(skipped)}
+        self._report(skipped)
         if listed != self._listed:
             self._state = self._rebuild(listed)
             self._listed = listed
+
+    def _report(self, skipped: Mapping[str, str]) -> None:
+        """One warning naming the links a check left out that the last one did not."""
+        new = [f"{rel}: {why}" for rel, why in skipped.items() if rel not in self._links_warned]
+        if new:
+            log.warning("%s left out %s", self, "; ".join(new))
+        self._links_warned = set(skipped)
 
     def _rebuild(self, listed: Mapping[str, Listed]) -> LayerSkills:
         old = self._files
@@ -168,14 +184,14 @@ class FsspecDir(CheckedLayer):
         unreadable: dict[str, list[Finding]] = {}
         for rel, now in listed.items():
             skill = rel.split("/", 1)[0]
-            mode = 0o755 if now.mode & 0o111 else 0o644
+            mode = disk_mode(now.mode)  # a 0o600 file stays owner-only
             before = self._listed.get(rel)
             if rel in old and before is not None and before.key == now.key:
                 entry, data = old[rel]
                 files[rel] = (entry.model_copy(update={"mode": mode}), data)
                 continue
             try:
-                data = self._read(rel)
+                data = self._read(now)
             except OSError as exc:
                 unreadable.setdefault(skill, []).append(
                     finding("error", None, "unreadable", f"cannot read {rel}: {exc}")
@@ -201,6 +217,17 @@ class FsspecDir(CheckedLayer):
             manifests[skill] = build_manifest(skill, skill_files, unreadable.get(skill, []), newest)
         blobs = Blobs({e.sha256: d for e, d in files.values()})
         return LayerSkills(manifests, blobs)
+
+
+def _left_out(rel: str) -> bool:
+    """`_`/`.` directories, dot-files and `__pycache__` are not part of any skill."""
+    return is_hidden_dir(rel.split("/", 1)[0]) or skipped(rel) or rel.rsplit("/", 1)[-1][:1] == "."
+
+
+def _zip_link(info: Mapping[str, Any]) -> bool:
+    """A zip entry that is a symbolic link: its bytes are the target's path, not a file."""
+    attr = info.get("external_attr")
+    return isinstance(attr, int) and stat.S_ISLNK(attr >> 16)
 
 
 def _mode(info: Mapping[str, Any]) -> int:

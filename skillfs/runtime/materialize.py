@@ -1,9 +1,11 @@
 """Writing a snapshot's skills to a local directory for shell use (docs/design.md §4).
 
 Layout: `<root>/<source>/<skill>/<path>`, e.g. `.skills-cache/user/code-reviewer/SKILL.md`.
-A state file records the hash and mode of every file written, so the next call rewrites only
-files whose hash changed (or that someone altered on disk) and removes the ones that left the
-snapshot. Each file is written to a temporary name and renamed into place, so a script running
+A state file records the hash and mode of every file written and its status just after
+(size, mtime, ctime, inode, mode), so the next call rewrites only files whose hash changed or
+that someone altered on disk (a changed status, then a different hash), and removes the ones
+that left the snapshot. Each file is created with `disk_mode` of its recorded mode, which the
+umask narrows, written under a temporary name and renamed into place, so a script running
 from the tree never sees a half-written file. A lock file serializes processes sharing a root.
 """
 
@@ -11,22 +13,41 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
-import tempfile
+import secrets
+import stat
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from skillfs.errors import InvalidPath
 from skillfs.model import FileEntry
 from skillfs.names import normalize_path
 from skillfs.runtime.layers import Reader, SkillInfo
+from skillfs.store_limits import disk_mode
 
 STATE_FILE = ".skillfs-state.json"
 LOCK_FILE = ".skillfs.lock"
 
-_Written = dict[str, tuple[str, int]]  # relative path -> (sha256, mode)
+#: A file's status just after it was written: size, mtime_ns, ctime_ns, inode, st_mode. An
+#: edit in place changes ctime even when it keeps the size and puts the mtime back.
+Status = tuple[int, int, int, int, int]
+
+
+class Written(NamedTuple):
+    """What the state file says of one file: the manifest's hash and mode it was written
+    from, and its status then (None in a state file of before the status was kept)."""
+
+    sha256: str
+    mode: int
+    status: Status | None
+
+
+def _status(st: os.stat_result) -> Status:
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode)
 
 
 @contextlib.contextmanager
@@ -36,14 +57,24 @@ def _locked(root: Path) -> Iterator[None]:
         yield
 
 
-def _read_state(root: Path) -> tuple[str, _Written]:
+def _read_state(root: Path) -> tuple[str, dict[str, Written]]:
     """The token and files of the last write; paths that would leave the root are ignored."""
     try:
         raw = json.loads((root / STATE_FILE).read_text())
-        files = {p: (str(s), int(m)) for p, (s, m) in raw["files"].items()}
+        files = {p: _written(row) for p, row in raw["files"].items()}
         return str(raw["token"]), {p: v for p, v in files.items() if _inside(p)}
     except (OSError, ValueError, KeyError, TypeError):
-        return "", {}  # none yet, or unreadable: every file is checked and rewritten if needed
+        return "", {}  # none yet, or unreadable: every file is rewritten
+
+
+def _written(row: list[Any]) -> Written:
+    """One row of the state file: `[sha256, mode, status]`, or `[sha256, mode]` as written
+    before the status was kept (those files are written again, once)."""
+    sha, mode, *rest = row
+    status = tuple(int(x) for x in rest[0]) if rest else None
+    if status is not None and len(status) != 5:
+        raise ValueError(f"not a file status: {rest[0]!r}")
+    return Written(str(sha), int(mode), status)
 
 
 def _inside(rel: str) -> bool:
@@ -53,27 +84,51 @@ def _inside(rel: str) -> bool:
         return False
 
 
-def _write_atomic(path: Path, data: bytes, mode: int, mtime: float) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+def _write_atomic(path: Path, data: bytes, mode: int, mtime: float) -> Status:
+    """Write `path` whole, created with `disk_mode(mode)` for the umask to narrow (as any
+    file the process creates); its status once in place."""
+    while True:
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(tmp, flags, disk_mode(mode))
+            break
+        except FileExistsError:
+            continue
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-        os.chmod(tmp, mode & 0o777)  # permission bits only: never setuid, setgid, sticky
         os.utime(tmp, (mtime, mtime))
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    return _status(path.lstat())
 
 
-def _intact(path: Path, entry: FileEntry) -> bool:
-    """The file we wrote is still there, same size and mode (a cheap check, no hashing)."""
+def _intact(path: Path, entry: FileEntry, written: Written | None) -> Status | None:
+    """The file's status when it still holds what was written from `entry`, else None. Its
+    bytes are hashed again only when its status changed since (an unchanged status costs
+    one lstat); it is opened without following a link or blocking on a pipe."""
+    if written is None or written.status is None or written[:2] != (entry.sha256, entry.mode):
+        return None
     try:
-        st = path.lstat()
+        if _status(path.lstat()) == written.status:
+            return written.status
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with open(fd, "rb") as fh:
+            before = os.fstat(fd)
+            if not stat.S_ISREG(before.st_mode) or before.st_mode != written.status[4]:
+                return None
+            h = hashlib.sha256()
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
+            after = _status(os.fstat(fd))
     except OSError:
-        return False
-    return st.st_size == entry.size and (st.st_mode & 0o7777) == (entry.mode & 0o777)
+        return None
+    same = h.hexdigest() == entry.sha256 and after == _status(before)
+    return after if same else None
 
 
 def materialize(skills: Sequence[SkillInfo], root: Path, token: str) -> None:
@@ -85,12 +140,16 @@ def materialize(skills: Sequence[SkillInfo], root: Path, token: str) -> None:
     }
     with _locked(root):
         old_token, written = _read_state(root)
-        stale = [
-            rel
-            for rel, (s, e) in target.items()
-            if written.get(rel) != (e.sha256, e.mode) or not _intact(root / rel, e)
-        ]
-        if old_token == token and not stale and written.keys() == target.keys():
+        statuses: dict[str, Status] = {}
+        stale = []
+        for rel, (_, e) in target.items():
+            status = _intact(root / rel, e, written.get(rel))
+            if status is None:
+                stale.append(rel)
+            else:
+                statuses[rel] = status
+        checked = all(statuses[rel] == written[rel].status for rel in statuses)
+        if old_token == token and not stale and checked and written.keys() == target.keys():
             return
         for rel in sorted(written.keys() - target.keys()):  # first, so a file may become a dir
             with contextlib.suppress(FileNotFoundError):
@@ -108,8 +167,8 @@ def materialize(skills: Sequence[SkillInfo], root: Path, token: str) -> None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 if not os.path.realpath(path.parent).startswith(real_root + os.sep):
                     raise InvalidPath(f"{path.parent} leads out of {root} through a symlink")
-                _write_atomic(path, data[entry.sha256], entry.mode, entry.mtime)
-        files = {rel: [e.sha256, e.mode] for rel, (_, e) in target.items()}
+                statuses[rel] = _write_atomic(path, data[entry.sha256], entry.mode, entry.mtime)
+        files = {rel: [e.sha256, e.mode, list(statuses[rel])] for rel, (_, e) in target.items()}
         state = json.dumps({"token": token, "files": files}).encode()
         _write_atomic(root / STATE_FILE, state, 0o644, time.time())
 

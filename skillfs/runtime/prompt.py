@@ -30,6 +30,27 @@ DEFAULT_HEADER = (
 
 # XML 1.0 forbids these characters even escaped; a description holding one would break the block.
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+#: Control characters (C0, DEL, C1) other than whitespace, and text-direction marks and
+#: overrides: dropped from the text a skill carries into the prompt.
+_UNSHOWN = re.compile("(?!\\s)[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+#: Whitespace other than the space: line breaks of every kind (LF, CR, VT, FF, NEL, U+2028,
+#: U+2029) and tabs.
+_BREAKS = re.compile(r"[^\S ]")
+
+
+def one_line(text: str) -> str:
+    """A name or description as the prompt shows it: every run of whitespace, line breaks
+    included, one space; other control characters and text-direction overrides dropped. Text
+    a skill carries never starts a line of its own in the prompt: no forged `### From
+    shared:<agent>` heading, no instruction passing for the operator's (docs/runtime.md)."""
+    return " ".join(_UNSHOWN.sub("", text).split())
+
+
+def one_line_literal(text: str) -> str:
+    """A skill id or a path, which the model must be able to give back: as `one_line`, but
+    only what would break the line becomes a space, so an id or path holding spaces is
+    shown exactly."""
+    return _BREAKS.sub(" ", _UNSHOWN.sub("", text))
 
 
 def xml_escape(text: str) -> str:
@@ -43,13 +64,13 @@ def xml_escape(text: str) -> str:
 
 
 def prompt_description(text: str) -> str:
-    """A description as the prompt shows it: a block scalar's trailing newline and surrounding
-    spaces stripped (as the reference implementation, skills-ref, does), cut with a marker
-    past the specification's 1,024 characters."""
+    """A description as the prompt shows it: stripped (a block scalar's trailing newline, as
+    the reference implementation, skills-ref, does), cut with a marker past the
+    specification's 1,024 characters, on one line (`one_line`)."""
     text = text.strip()
     if len(text) > MAX_DESCRIPTION:
-        return text[:MAX_DESCRIPTION].rstrip() + CUT_MARKER
-    return text
+        text = text[:MAX_DESCRIPTION].rstrip() + CUT_MARKER
+    return one_line(text)
 
 
 @dataclass(frozen=True)
@@ -91,19 +112,21 @@ def _xml(groups: list[tuple[str | None, list[SkillInfo]]], files_root: Path | No
     for source, skills in groups:
         pad = "  "
         if source is not None:
-            lines.append(f'  <source name="{xml_escape(source)}">')
+            lines.append(f'  <source name="{xml_escape(one_line(source))}">')
             pad = "    "
         for s in skills:
             description = xml_escape(prompt_description(s.description))
             lines += [
                 f"{pad}<skill>",
-                f"{pad}  <name>{xml_escape(s.name.strip())}</name>",
+                f"{pad}  <name>{xml_escape(one_line(s.name))}</name>",
                 f"{pad}  <description>{description}</description>",
-                f"{pad}  <skill-id>{xml_escape(s.id)}</skill-id>",
+                f"{pad}  <skill-id>{xml_escape(one_line_literal(s.id))}</skill-id>",
             ]
             root = _root(files_root, s)
             if root is not None:
-                lines.append(f"{pad}  <files-root>{xml_escape(root)}</files-root>")
+                lines.append(
+                    f"{pad}  <files-root>{xml_escape(one_line_literal(root))}</files-root>"
+                )
             lines.append(f"{pad}</skill>")
         if source is not None:
             lines.append("  </source>")
@@ -116,12 +139,13 @@ def _markdown(groups: list[tuple[str | None, list[SkillInfo]]], files_root: Path
     for source, skills in groups:
         lines.append("")
         if source is not None:
-            lines += [f"### From {source}", ""]
+            lines += [f"### From {one_line(source)}", ""]
         for s in skills:
-            description = " ".join(prompt_description(s.description).split())
-            line = f"- **{s.name}** (skill id `{s.id}`): {description}"
+            description = prompt_description(s.description)
+            skill_id = one_line_literal(s.id)
+            line = f"- **{one_line(s.name)}** (skill id `{skill_id}`): {description}"
             root = _root(files_root, s)
             if root is not None:
-                line += f" Files: `{root}`"
+                line += f" Files: `{one_line_literal(root)}`"
             lines.append(line)
     return "\n".join(lines)

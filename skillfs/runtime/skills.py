@@ -10,6 +10,7 @@ when their content changes, so "did anything change" is a handful of `is` compar
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import operator
 import threading
@@ -18,12 +19,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from skillfs.deadline import budget
-from skillfs.errors import InvalidPath, StoreUnavailable
+from skillfs.errors import InvalidPath, SkillfsError, StoreFailed, StoreUnavailable
 from skillfs.model import Revision, Scope
 from skillfs.names import check_id
 from skillfs.runtime.follower import Follower, follower_for
 from skillfs.runtime.fsspec_dir import FsspecDir
 from skillfs.runtime.git_repo import GitRepo
+from skillfs.runtime.held import Held
 from skillfs.runtime.layers import Layer, LayerSkills, Market, StoreScope, merge
 from skillfs.runtime.recovery import Recovery
 from skillfs.runtime.skill_writes import SkillWriter, WriteMode, check_mode
@@ -59,7 +61,12 @@ class Skills:
 
     `skill_writes` ("draft" or "live"; off by default) adds the tools `propose_skill` and
     `skill_manage` to every snapshot: the agent writes skills to this user's scope, as
-    drafts for review or live (docs/governance.md, "Agent-written skills")."""
+    drafts for review or live (docs/governance.md, "Agent-written skills").
+
+    Close it (`close()`, or `with Skills(...) as skills:`): that releases its scopes and,
+    when `store` was a URL, closes the store it opened. A store object you pass in is yours
+    to close. One dropped unclosed is released when it and its snapshots are collected
+    (with a ResourceWarning when it had opened its store)."""
 
     def __init__(
         self,
@@ -75,16 +82,10 @@ class Skills:
         skill_writes: WriteMode | None = None,
     ) -> None:
         self.skill_writes = check_mode(skill_writes)
-        self.store = store if isinstance(store, Store) else open_store(store)
         self.agent_id = check_id("agent", agent_id)
         self.user_id = check_id("user", user_id)
         self.environment = None if environment is None else check_id("environment", environment)
         self.max_staleness = max_staleness
-        self._writer = (
-            None
-            if self.skill_writes is None
-            else SkillWriter(self.store, self.agent_id, self.user_id, self.skill_writes)
-        )
         for layer in layers:
             if not isinstance(layer, FsspecDir | GitRepo | Market):
                 raise InvalidPath(
@@ -102,6 +103,16 @@ class Skills:
             raise InvalidPath(
                 f"two layers share the name {', '.join(twice)}: give them distinct name=..."
             )
+        opened = None  # the store this worker opened itself (the arguments checked first)
+        if isinstance(store, Store):
+            self.store = store
+        else:
+            self.store = opened = open_store(store)
+        self._writer = (
+            None
+            if self.skill_writes is None
+            else SkillWriter(self.store, self.agent_id, self.user_id, self.skill_writes)
+        )
         # Store layers grouped by domain: one follower each, the agent's domain first.
         plan: dict[str, tuple[list[Scope], list[int]]] = {f"agents/{agent_id}": ([], [])}
         for i, each in enumerate(self.layers):
@@ -120,11 +131,19 @@ class Skills:
             (i, x) for i, x in enumerate(self.layers) if isinstance(x, FsspecDir | GitRepo)
         ]
         self._lock = threading.Lock()
-        self._recovery = Recovery(
-            lambda: self.store.domain_revisions(self._domains), log, f"worker {self!r}"
+        # no reference to self: a collected worker must not be kept alive by its probe
+        probe = functools.partial(self.store.domain_revisions, list(self._domains))
+        self._recovery = Recovery(probe, log, f"worker {self!r}")
+        self._held = Held(
+            [(f, scopes) for f, scopes, _ in self._plan],
+            self._recovery,
+            self._usage,
+            opened,
+            own_usage=opened is not None and usage is None,
+            what=repr(self),
         )
+        self._lease = self._held.lease()
         self._confirmed = -float("inf")  # when the last store round trip started
-        self._tracking = False
         self._last: Snapshot | None = None
         self._states: tuple[LayerSkills, ...] = ()
 
@@ -146,19 +165,20 @@ class Skills:
         With `allow_stale`, a store outage returns the last snapshot marked `stale` instead
         of raising StoreUnavailable (docs/design.md §7: only where the caller asked for it),
         within the budget; once the outage is known, at once, while a background probe
-        watches for the store's return."""
+        watches for the store's return. A store that fails (StoreFailed: a corrupt file, a
+        full disk) counts as an outage here: the worker goes on with what it has."""
         with self._lock:
-            if not self._tracking:
-                for follower, scopes, _ in self._plan:
-                    for scope in scopes:
-                        follower.track(scope)
-                self._tracking = True
+            if self._held.closed and self._held.opened is not None:
+                raise SkillfsError(
+                    f"{self!r} is closed, and so is the store it opened: make a new Skills"
+                )
+            self._held.track()
             if allow_stale and self._last is not None and self._recovery.down:
                 return self._last._replace(stale=True)
             try:
                 with budget(self.store.retry_for):
                     snap = self._snapshot()
-            except StoreUnavailable as exc:
+            except (StoreUnavailable, StoreFailed) as exc:  # a store down, or failing
                 if allow_stale and self._last is not None:
                     self._recovery.failed(exc)
                     return self._last._replace(stale=True)
@@ -179,8 +199,8 @@ class Skills:
             left = deadline - time.monotonic()
             if snap.token != token or left <= 0:
                 return snap
-            agent.wait_past(seen, min(left, 1.0), until=lambda: not self._tracking)
-            if not self._tracking:  # closed meanwhile: end now, tracking nothing again
+            agent.wait_past(seen, min(left, 1.0), until=lambda: not self._held.tracking)
+            if not self._held.tracking:  # closed meanwhile: end now, tracking nothing again
                 return snap
 
     async def asnapshot(self, *, allow_stale: bool = False) -> Snapshot:
@@ -226,6 +246,7 @@ class Skills:
                 problems=problems,
                 usage=self._usage,
                 writer=self._writer,
+                lease=self._lease,
             )
         self._last, self._states = snap, now
         return snap
@@ -261,16 +282,10 @@ class Skills:
         self._usage.flush()
 
     def close(self) -> None:
-        """Release this worker's scopes from the followers and write its pending counts."""
+        """Release this worker's scopes from the followers, write its pending counts, and
+        close the store it opened from a URL (a store passed in stays open: the caller's)."""
         with self._lock:
-            if self._tracking:
-                for follower, scopes, _ in self._plan:
-                    for scope in scopes:
-                        follower.untrack(scope)
-                self._tracking = False
-        self._plan[0][0].wake()
-        self._recovery.close()
-        self._usage.flush()
+            self._held.release()
 
     def __enter__(self) -> Skills:
         return self

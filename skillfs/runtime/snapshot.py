@@ -118,6 +118,7 @@ class Snapshot:
     """The skills of one (agent, user) for one reasoning step; immutable (C4)."""
 
     __slots__ = (
+        "_lease",
         "_merged",
         "_usage",
         "_writer",
@@ -141,10 +142,13 @@ class Snapshot:
         files_root: Path | None = None,
         stale: bool = False,
         writer: SkillWriter | None = None,
+        lease: object = None,
     ) -> None:
         self._merged = merged
         self._usage = usage
         self._writer = writer
+        #: Keeps what the worker holds (its store) while this snapshot is in use.
+        self._lease = lease
         self.agent_id = agent_id
         self.user_id = user_id
         #: The revision of each store domain (agent, markets) this snapshot is as of.
@@ -166,6 +170,7 @@ class Snapshot:
             "files_root": self.files_root,
             "stale": self.stale,
             "writer": self._writer,
+            "lease": self._lease,
         }
         fields.update(changes)
         merged = fields.pop("merged", self._merged)
@@ -351,7 +356,7 @@ class Snapshot:
             return f"No skill matches {query!r}. Available skill ids: " + ", ".join(
                 s.id for s in self.skills
             )
-        lines = (f"{s.id}: {' '.join(prompt_description(s.description).split())}" for s in hits)
+        lines = (f"{s.id}: {prompt_description(s.description)}" for s in hits)
         return "\n".join(lines)  # one line each: the description as the prompt shows it
 
     # ------------------------------------------------------------------ materializing

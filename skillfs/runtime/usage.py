@@ -15,7 +15,7 @@ import threading
 import time
 from collections import Counter
 
-from skillfs.errors import StoreUnavailable
+from skillfs.errors import StoreFailed, StoreUnavailable
 from skillfs.runtime.per_store import PerStore
 from skillfs.store import Store
 
@@ -48,6 +48,7 @@ class UsageRecorder:
         self._flush_lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._closed = False
 
     def add(self, user: str, skill: str) -> None:
         """Count one load at this time; never touches the store."""
@@ -56,7 +57,7 @@ class UsageRecorder:
             self._counts[(user, skill)] += 1
             self._times[(user, skill)] = max(now, self._times.get((user, skill), 0.0))
             self._pending += 1
-            if self._thread is None and self.background:
+            if self._thread is None and self.background and not self._closed:
                 self._thread = threading.Thread(
                     target=self._run, name=f"skillfs-usage {self.agent}", daemon=True
                 )
@@ -74,7 +75,7 @@ class UsageRecorder:
                 return
             try:
                 self.store.record_usage(self.agent, dict(counts), times)
-            except StoreUnavailable as exc:
+            except (StoreUnavailable, StoreFailed) as exc:  # a full disk may be freed
                 log.warning("usage of %s not recorded yet: %s", self.agent, exc)
                 with self._lock:
                     self._counts.update(counts)
@@ -82,8 +83,19 @@ class UsageRecorder:
                     for key, t in times.items():
                         self._times[key] = max(t, self._times.get(key, 0.0))
 
+    def close(self) -> None:
+        """Write the pending counts and end the flush thread: its store is being closed (a
+        thread left behind would hold the store, and its connections, for good)."""
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+        self._wake.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        self.flush()
+
     def _run(self) -> None:
-        while True:
+        while not self._closed:
             self._wake.wait(self.interval)
             self._wake.clear()
             self.flush()
