@@ -37,7 +37,7 @@ servers:
 run: $(RUNTIME)
 	$(BIN)/skillfs run
 
-# Regenerate skillfs/proto/ from protos/skillfs/v1/ (tests/test_grpc_proto.py checks it is current).
+# Regenerate skillfs/remote/proto/ from protos/skillfs/v1/ (tests/test_grpc_proto.py checks it is current).
 proto: $(DEV)
 	$(BIN)/python protos/generate.py
 

@@ -40,7 +40,7 @@ from bench import common
 from bench.common import DOCS, Timing, interleaved, row, timed
 from skillfs import File, Put, Scope
 from skillfs.engines.base import Engine
-from skillfs.manifest import PARSED
+from skillfs.model.manifest import PARSED
 
 AGENT = "bench"
 SHARED = Scope.shared(AGENT)

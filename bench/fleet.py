@@ -61,8 +61,8 @@ from bench import common
 from bench.common import ROOT, percentile
 from skillfs.auth import tokens_document
 from skillfs.model import Scope
-from skillfs.proto import skillfs_pb2 as pb
-from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.remote.proto import skillfs_pb2 as pb
+from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.app import settle_gc
 
 AGENT = "fleet"
@@ -633,8 +633,8 @@ def workers_main(url: str, users: Sequence[str], conn: Connection) -> None:
     """A load process of workers; commands from `conn`: ("start",), ("reach", counter,
     version, acked), ("stop", since) -> the steps' numbers and the C3 checks."""
     raise_nofile()
-    from skillfs.engines import open_engine
-    from skillfs.store import Store
+    from skillfs.store.core import Store
+    from skillfs.store.opening import open_engine
 
     engine = open_engine(url, token=WORKERS_TOKEN)  # one channel for the whole process
     workers = [Worker(skillfs.Skills(Store(engine), AGENT, user)) for user in users]

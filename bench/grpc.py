@@ -39,8 +39,8 @@ import skillfs
 from bench import common
 from bench.common import ROOT, timed
 from skillfs.model import Scope
-from skillfs.proto import skillfs_pb2 as pb
-from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.remote.proto import skillfs_pb2 as pb
+from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.runtime import Skills
 
 TARGET = 0.7

@@ -29,7 +29,7 @@ from pathlib import Path
 from bench import common
 from skillfs.engines.base import CommitOp
 from skillfs.model import FileEntry, Manifest, Scope
-from skillfs.store import open_store
+from skillfs.store.core import open_store
 
 AGENT = "support-bot"  # what the test tokens grant (support/grpc_servers.py)
 SHARED = Scope.shared(AGENT)

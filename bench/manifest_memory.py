@@ -11,7 +11,7 @@ Two measures, with tracemalloc (allocations still held, after a garbage collecti
   the classes are copied below as they were);
 - a worker: `Skills` over a SQLite store of the same N skills, a snapshot taken and the
   follower's warm done, as tests/test_manifest_memory.py measures it. SQLite keeps the
-  stored copy in its file; the file-content cache (`store_blobs.py`) is not counted. Split
+  stored copy in its file; the file-content cache (`store/blobs.py`) is not counted. Split
   into the manifests' cache and the last snapshot's per-skill views.
 """
 
@@ -32,8 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field
 import skillfs
 from bench import common
 from skillfs import Scope, Skills
-from skillfs.manifest import Manifest
 from skillfs.model import Rollout
+from skillfs.model.manifest import Manifest
 from tests.test_manifest_memory import three_files  # the skill the test caches
 
 SHARED = Scope.shared("mem-bot")
@@ -135,7 +135,7 @@ def a_worker(url: str) -> int:
         assert rev is not None and skills.followers[0].wait_for(rev, 30)
         return skills
 
-    total, skills = held_bytes(worker, "*/skillfs/store_blobs.py")
+    total, skills = held_bytes(worker, "*/skillfs/store/blobs.py")
     assert isinstance(skills, Skills)
     skills.store.close()
     return total

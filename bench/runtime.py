@@ -43,7 +43,7 @@ from bench import common
 from bench.common import Timing, interleaved, row, timed
 from skillfs import File, Revision, Scope, Skills
 from skillfs.runtime.prompt import xml_escape
-from skillfs.skill_md import parse_skill_md
+from skillfs.spec.skill_md import parse_skill_md
 
 AGENT = "bench-rt"
 SHARED = Scope.shared(AGENT)
@@ -383,7 +383,7 @@ def table(results: Sequence[Result], followers: int) -> str:
 def environment() -> str:
     import redis
 
-    from skillfs.engines import etcd  # noqa: F401 - the etcd3 distribution is its dependency
+    from skillfs.engines.etcd import engine  # noqa: F401 - the etcd3 distribution is its dependency
 
     return (
         f"Machine: {common.machine()}, redis-py {redis.__version__}, "

@@ -1,11 +1,11 @@
-"""Generate skillfs/proto/ from protos/skillfs/v1/*.proto (`make proto`).
+"""Generate skillfs/remote/proto/ from protos/skillfs/v1/*.proto (`make proto`).
 
 protoc names the generated modules after the proto path (`skillfs.v1`), which would shadow
 our own `skillfs` package, so the modules are generated into a temporary directory and their
-one cross-import is rewritten to `skillfs.proto`. tests/test_grpc_proto.py runs this into a
-temporary directory and compares, so the committed code stays current.
+one cross-import is rewritten to `skillfs.remote.proto`. tests/test_grpc_proto.py runs this into
+a temporary directory and compares, so the committed code stays current.
 
-    python protos/generate.py [OUTDIR]      # default: skillfs/proto
+    python protos/generate.py [OUTDIR]      # default: skillfs/remote/proto
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def generate(out: Path) -> list[Path]:
         for path in sorted((Path(tmp) / "skillfs" / "v1").iterdir()):
             text = re.sub(
                 r"^from skillfs\.v1 import ",
-                "from skillfs.proto import ",
+                "from skillfs.remote.proto import ",
                 path.read_text(),
                 flags=re.MULTILINE,
             )
@@ -57,5 +57,6 @@ def generate(out: Path) -> list[Path]:
 
 
 if __name__ == "__main__":
-    for p in generate(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "skillfs" / "proto"):
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "skillfs" / "remote" / "proto"
+    for p in generate(out):
         print(p.relative_to(ROOT) if p.is_relative_to(ROOT) else p)

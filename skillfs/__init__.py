@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from skillfs import errors
-from skillfs.curation import CuratedSkill, CurationReport, DuplicatePair, SkillRef
-from skillfs.engines import default_url
+from skillfs.governance.curation_report import CuratedSkill, CurationReport, DuplicatePair, SkillRef
 from skillfs.model import (
     Change,
     CommitResult,
@@ -20,9 +19,10 @@ from skillfs.model import (
     UsageStat,
 )
 from skillfs.runtime import FsspecDir, GitRepo, LocalDir, Market, PromptOptions, Skills, Snapshot
-from skillfs.store import Store, open_store
-from skillfs.store_gc import GcReport, HistoryPolicy
-from skillfs.store_limits import Limits
+from skillfs.store.core import Store, open_store
+from skillfs.store.limits import Limits
+from skillfs.store.opening import default_url
+from skillfs.store.retention import GcReport, HistoryPolicy
 
 __all__ = [
     "Change",

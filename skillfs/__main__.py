@@ -1,5 +1,5 @@
 """`python -m skillfs ...`: the `skillfs` command, for where its script is not on PATH."""
 
-from skillfs.cli import main
+from skillfs.cli.app import main
 
 main()

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict
 
 from skillfs.errors import InvalidPath, PermissionDenied
 from skillfs.model import Access, Scope
-from skillfs.names import DRAFTS, check_id, in_side
+from skillfs.model.names import DRAFTS, check_id, in_side
 
 ENV_TOKENS = "SKILLFS_TOKENS"
 #: Authorization values whose principal is kept at most (unknown ones never are).

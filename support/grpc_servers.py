@@ -116,7 +116,7 @@ class ServerProcess:
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
                 [
-                    sys.executable, "-c", "from skillfs.cli import main; main()", "serve",
+                    sys.executable, "-c", "from skillfs.cli.app import main; main()", "serve",
                     "--store", self.store_url,
                     "--grpc", self.address,
                     "--http", f"127.0.0.1:{self.http_port}",

@@ -23,9 +23,9 @@ Linux host) and writes its record to a JSON-lines file. `check` then reads the w
       versions;
 - R   (staged runs, `stage_ratio`) a staged rollout's view: some writes stage, widen, promote
       or abort a candidate (docs/governance.md) instead of publishing, and runtime readers of
-      several users read each version's files as `skillfs.rollout` gives them: never a
-      candidate its rule excludes for that user, always the candidate where it includes them.
-      With C3 (a step sees every version acknowledged before it) this is "seen at the next
+      several users read each version's files as `skillfs.governance.rollout_rule` gives them:
+      never a candidate its rule excludes for that user, always the candidate where it includes
+      them. With C3 (a step sees every version acknowledged before it) this is "seen at the next
       step after it is staged for it". C1 then checks files against the content a version
       holds for the reader (the live or the candidate write's tag), not its commit id.
 
@@ -62,8 +62,8 @@ from typing import Any, Literal
 
 import skillfs
 from skillfs.errors import Conflict, NotFound
+from skillfs.governance.rollout_rule import gets_candidate
 from skillfs.model import FileEntry, Manifest, Put, Rollout, Scope
-from skillfs.rollout import gets_candidate
 
 #: Paths every write puts; a manifest with a different file set is a partial publish.
 PATHS = ("SKILL.md", "references/notes.md", "scripts/run.sh", "assets/data.txt")
@@ -803,7 +803,7 @@ def _expected_tag(history: History, f: FilesRead) -> str:
 
 def _check_rollout(history: History, freads: list[FilesRead], r: Report) -> None:
     """Every runtime read holds the candidate exactly where its version's rule gives it to
-    the reader's user (`skillfs.rollout.gets_candidate`)."""
+    the reader's user (`skillfs.governance.rollout_rule.gets_candidate`)."""
     for f in freads:
         content = history.contents.get(Target(f.scope, f.skill), {}).get(f.version)
         if not f.user or content is None:

@@ -12,7 +12,7 @@ from typing import Any
 from typer.testing import CliRunner, Result
 
 import skillfs
-from skillfs.cli import app
+from skillfs.cli.app import app
 from tests import helpers
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,7 +58,7 @@ def error_line(result: Result, code: int = 1) -> str:
 
 def command_line(*args: str) -> list[str]:
     """The real `skillfs` entry point as a child process runs it."""
-    return [sys.executable, "-c", "from skillfs.cli import main; main()", *args]
+    return [sys.executable, "-c", "from skillfs.cli.app import main; main()", *args]
 
 
 def environment(**env: str) -> dict[str, str]:

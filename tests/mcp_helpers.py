@@ -99,7 +99,7 @@ def tokens_text() -> str:
 def stdio_command(store_url: str, user: str = "alice") -> tuple[str, list[str], dict[str, str]]:
     """`skillfs mcp` as a host would start it, with this checkout on PYTHONPATH."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    args = ["-c", "from skillfs.cli import main; main()", "mcp", "--store", store_url]
+    args = ["-c", "from skillfs.cli.app import main; main()", "mcp", "--store", store_url]
     return sys.executable, [*args, "--agent", AGENT, "--user", user], env
 
 

@@ -11,7 +11,7 @@ import pytest
 import skillfs
 from skillfs import Rollout, Scope, Skills, Store
 from skillfs.errors import Conflict, InvalidPath
-from skillfs.rollout import bucket
+from skillfs.governance.rollout_rule import bucket
 from tests.runtime_helpers import md
 
 SHARED = Scope.shared("bot")

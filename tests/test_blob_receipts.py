@@ -14,11 +14,11 @@ import pytest
 
 import skillfs
 from skillfs.auth import Tokens
-from skillfs.engines.grpc import GrpcEngine
 from skillfs.errors import TooLarge
 from skillfs.model import Scope
-from skillfs.proto import skillfs_pb2 as pb
-from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.remote.engine import GrpcEngine
+from skillfs.remote.proto import skillfs_pb2 as pb
+from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.app import SkillfsServer
 from skillfs.server.proofs import UploadBudget
 from support.grpc_servers import ADMIN, ALICE, running

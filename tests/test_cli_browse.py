@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import skillfs
-from skillfs.commands import common
+from skillfs.cli import common
 from tests.cli_helpers import as_json, error_line, ok, publish, run, skill_md
 from tests.stores import url_for
 
@@ -317,7 +317,7 @@ def test_unknown_store_url() -> None:
 def test_store_from_environment(filled: str) -> None:
     from typer.testing import CliRunner
 
-    from skillfs.cli import app
+    from skillfs.cli.app import app
 
     result = CliRunner().invoke(app, ["ls", "--json"], env={"SKILLFS_STORE": filled})
     assert result.exit_code == 0 and '"bot"' in result.stdout
@@ -340,7 +340,7 @@ def test_token_goes_only_to_grpc(monkeypatch: pytest.MonkeyPatch, url: str) -> N
 def test_help_lists_every_command() -> None:
     from typer.testing import CliRunner
 
-    from skillfs.cli import app
+    from skillfs.cli.app import app
 
     result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "150"})
     for name in [

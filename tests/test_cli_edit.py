@@ -12,9 +12,9 @@ import pytest
 from typer.testing import Result
 
 import skillfs
-from skillfs.commands import common
+from skillfs.cli import common
 from skillfs.errors import StoreUnavailable
-from skillfs.text_merge import has_markers, merge3
+from skillfs.util.text_merge import has_markers, merge3
 from tests.cli_helpers import REPO, as_json, error_line, ok, process, publish, run, skill_md
 from tests.stores import url_for
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from skillfs.cli import app
+from skillfs.cli.app import app
 from skillfs.errors import InvalidPath
-from skillfs.names import check_skill_name
+from skillfs.model.names import check_skill_name
 from tests.cli_helpers import REPO, command_line, ok, publish, run, runner
 
 LONG = "finishing-a-development-branch"
@@ -45,7 +45,7 @@ def url(tmp_path: Path) -> str:
         publish(url, "shared:bot", evil, {"SKILL.md": text.encode()})
     # such a name from before the rule is still shown defused (written past the rule here)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("skillfs.store.check_live_name", check_skill_name)
+        mp.setattr("skillfs.store.core.check_live_name", check_skill_name)
         publish(url, "shared:bot", evil, {"SKILL.md": text.encode()})
     return url
 

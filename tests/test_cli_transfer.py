@@ -264,7 +264,7 @@ def test_export_refuses_a_non_empty_directory(url: str, tmp_path: Path) -> None:
 def test_export_into_a_non_empty_directory_asks_a_person(
     url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from skillfs.commands import common
+    from skillfs.cli import common
 
     monkeypatch.setattr(common, "interactive", lambda: True)
     ok(url, "import", str(_skill(tmp_path / "src", "one")), "-s", "shared:bot")
@@ -284,7 +284,7 @@ def test_an_export_that_fails_midway_leaves_the_directory_as_it_was(
 ) -> None:
     """Every skill is written beside the directory's own, then moved in (outside testing: a
     failing third skill left the first two replaced, their local files gone)."""
-    from skillfs.commands import transfer
+    from skillfs.cli import transfer
 
     for name in ("a", "b", "c"):
         _skill(tmp_path / "src", name)

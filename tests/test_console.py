@@ -1254,7 +1254,7 @@ def test_renaming_to_its_own_name_says_so(client: Client, store: skillfs.Store) 
 
 
 def test_suggest_name() -> None:
-    from skillfs.validation import suggest_name
+    from skillfs.spec.validation import suggest_name
 
     assert suggest_name("Refund Policy") == "refund-policy"
     assert suggest_name("Café  Menu!") == "cafe-menu"

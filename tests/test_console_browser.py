@@ -129,7 +129,7 @@ def cli_edit(store_url: str, tmp_path: Path, skill: str, old: str, new: str) -> 
         [
             sys.executable,
             "-c",
-            "from skillfs.cli import main; main()",
+            "from skillfs.cli.app import main; main()",
             "edit",
             f"{skill}/SKILL.md",
             "--scope",

@@ -8,7 +8,7 @@ import time
 
 import skillfs
 from skillfs.model import File, Scope
-from skillfs.names import archive_entry
+from skillfs.model.names import archive_entry
 from tests.test_console import (
     AGENT,
     READER,

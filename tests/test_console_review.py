@@ -9,7 +9,7 @@ from html import unescape
 
 import skillfs
 from skillfs.model import File, Scope
-from skillfs.names import draft_entry
+from skillfs.model.names import draft_entry
 from tests.test_console import (
     AGENT,
     READER,

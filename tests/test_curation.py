@@ -16,10 +16,10 @@ import pytest
 
 import skillfs
 from skillfs import Scope
-from skillfs.curation import SkillRef, near_duplicates
-from skillfs.durations import format_duration, parse_duration
 from skillfs.errors import InvalidPath, NotFound
-from skillfs.similarity import jaccard, shingles, similar_pairs
+from skillfs.governance.curation_report import SkillRef, near_duplicates
+from skillfs.util.durations import format_duration, parse_duration
+from skillfs.util.similarity import jaccard, shingles, similar_pairs
 from tests.cli_helpers import as_json, ok, run
 from tests.helpers import skill_md
 

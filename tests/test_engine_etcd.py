@@ -23,10 +23,10 @@ import pytest
 from etcd3 import etcdrpc
 
 import skillfs
-from skillfs.engines import etcd_client as ec
-from skillfs.engines import etcd_gateway
 from skillfs.engines.base import EMPTY, CommitOp, VersionMismatch
-from skillfs.engines.etcd import EtcdEngine
+from skillfs.engines.etcd import client as ec
+from skillfs.engines.etcd import gateway as etcd_gateway
+from skillfs.engines.etcd.engine import EtcdEngine
 from skillfs.errors import InvalidPath, PermissionDenied, StoreUnavailable, TooLarge
 from skillfs.model import Candidate, Manifest, Revision, Rollout, Scope
 from support.servers import HOST, EtcdCluster, EtcdServer, free_port
@@ -699,7 +699,7 @@ def test_gateway_reads_rest_then_follow_the_failover(
     try:
         assert gateway.revisions(domain) == {ALICE.domain: rev}  # member 1's gateway
         etcd_cluster.kill(1)
-        with caplog.at_level(logging.WARNING, logger="skillfs.engines.etcd_gateway"):
+        with caplog.at_level(logging.WARNING, logger="skillfs.engines.etcd.gateway"):
             t0 = time.monotonic()
             assert gateway.revisions(domain) is None
             assert time.monotonic() - t0 < 1.0
@@ -782,7 +782,7 @@ def test_rotation_when_the_member_in_use_is_killed(
     assert engine.changes_many({ALICE.domain: c.revision}, 0.1) == {}  # the watch stream opens
     etcd_cluster.kill(1)
     try:
-        with caplog.at_level("WARNING", logger="skillfs.engines.etcd_watch"):
+        with caplog.at_level("WARNING", logger="skillfs.engines.etcd.watch"):
             engine.changes_many({ALICE.domain: c.revision}, 2.0)  # the stream breaks
         said = [r.getMessage() for r in caplog.records if "watch stream" in r.getMessage()]
         assert said and all("\n" not in m and "UNAVAILABLE" in m for m in said), said

@@ -22,7 +22,7 @@ from redis.crc import key_slot
 
 import skillfs
 from skillfs.engines.base import LOG_LIMIT, CommitOp, VersionMismatch
-from skillfs.engines.redis import RedisEngine, ReplicationTimeout
+from skillfs.engines.redis.engine import RedisEngine, ReplicationTimeout
 from skillfs.errors import InvalidPath, NotFound, PermissionDenied, StoreUnavailable
 from skillfs.model import Manifest, Revision, Scope
 from support.servers import RedisCluster, RedisSentinel, RedisServer, free_port
@@ -471,7 +471,7 @@ def test_a_cluster_whose_nodes_all_went_away_is_unavailable(
     RedisClusterException, no SkillfsError: not retried, and a worker's
     `snapshot(allow_stale=True)` raised it instead of keeping its last snapshot. The change
     notices' listener logged a warning at every retry; now once."""
-    caplog.set_level(logging.INFO, logger="skillfs.engines.redis_watch")
+    caplog.set_level(logging.INFO, logger="skillfs.engines.redis.watch")
     with RedisCluster(tmp_path) as cluster:
         store = skillfs.open_store(f"{cluster.url}?prefix={ns()}", retry_for=0.5)
         store.publish(ALICE, "a", {"SKILL.md": skill_md("a")})
@@ -483,7 +483,7 @@ def test_a_cluster_whose_nodes_all_went_away_is_unavailable(
         stale = skills.snapshot(allow_stale=True)
         assert stale.stale and stale.token == before.token
         time.sleep(2.0)  # the listener retries after 0.05, 0.1, 0.2, 0.4, 0.8 s ...
-        said = [r for r in caplog.records if r.name == "skillfs.engines.redis_watch"]
+        said = [r for r in caplog.records if r.name == "skillfs.engines.redis.watch"]
         assert len(said) == 1 and "retrying in the background" in said[0].getMessage()
         skills.close()
         store.close()

@@ -20,7 +20,7 @@ import pytest
 
 import skillfs
 from skillfs.engines.base import CommitOp, VersionMismatch
-from skillfs.engines.sqlite import SCHEMA_VERSION, SqliteEngine, parse_path
+from skillfs.engines.sqlite.engine import SCHEMA_VERSION, SqliteEngine, parse_path
 from skillfs.errors import InvalidPath, StoreFailed, StoreUnavailable
 from skillfs.model import Manifest, Revision, Scope
 from support.grpc_servers import ADMIN as GRPC_ADMIN

@@ -1,5 +1,5 @@
-"""`FileEntry` holds a canonical digest packed with its size (skillfs/file_entry.py) and reads,
-writes, compares and fails exactly as the pydantic dataclass it was."""
+"""`FileEntry` holds a canonical digest packed with its size (skillfs/model/file_entry.py) and
+reads, writes, compares and fails exactly as the pydantic dataclass it was."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import pytest
 import skillfs
 from skillfs import Scope
 from skillfs.errors import Conflict, InvalidPath, NotFound
-from skillfs.store_governance import default_actor
+from skillfs.store.governance import default_actor
 from support import grpc_servers
 from tests.cli_helpers import as_json, error_line, ok, run
 from tests.helpers import skill_files as files

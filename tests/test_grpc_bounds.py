@@ -16,14 +16,14 @@ import pytest
 
 import skillfs
 from skillfs.engines.base import CommitOp
-from skillfs.engines.grpc_wire import BUDGET, PROTOCOL_KEY, UNBOUNDED, joined, packed
 from skillfs.model import FileEntry, Manifest, Scope
-from skillfs.proto import skillfs_pb2 as pb
-from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.remote.proto import skillfs_pb2 as pb
+from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.remote.wire import BUDGET, PROTOCOL_KEY, UNBOUNDED, joined, packed
 from skillfs.runtime import Skills
 from skillfs.server.app import SkillfsServer
-from skillfs.store import Store
-from skillfs.store_gc import HistoryPolicy
+from skillfs.store.core import Store
+from skillfs.store.retention import HistoryPolicy
 from support.grpc_servers import ADMIN, running
 from tests.helpers import skill_md
 
@@ -211,7 +211,7 @@ def test_past_16_mib_a_scope_and_a_history_through_grpc(
     import fsspec
     from typer.testing import CliRunner
 
-    from skillfs.cli import app
+    from skillfs.cli.app import app
 
     seed(server, SHARED, [manifest(f"s{i:04d}", 1, table(10, f"{i}-")) for i in range(9000)])
     url = f"grpc://127.0.0.1:{server.grpc_port}"

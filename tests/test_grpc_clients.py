@@ -17,19 +17,19 @@ import pytest
 from typer.testing import CliRunner
 
 import skillfs
-from skillfs.cli import app
-from skillfs.engines.grpc import GrpcEngine
-from skillfs.engines.grpc_wire import manifest_from
+from skillfs.cli.app import app
 from skillfs.errors import InvalidPath
 from skillfs.model import Scope
-from skillfs.proto import skillfs_pb2 as pb
-from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.remote.engine import GrpcEngine
+from skillfs.remote.proto import skillfs_pb2 as pb
+from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.remote.wire import manifest_from
 from skillfs.runtime import Skills
 from skillfs.server.app import SkillfsServer
 from skillfs.server.backend import Caps
 from skillfs.server.proofs import ManifestIndex
-from skillfs.store import Store
-from skillfs.store_gc import HistoryPolicy
+from skillfs.store.core import Store
+from skillfs.store.retention import HistoryPolicy
 from support.grpc_servers import ADMIN, ALICE, READER, in_process, running, single
 from tests.helpers import skill_md as md
 

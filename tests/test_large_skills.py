@@ -9,7 +9,7 @@ import pytest
 import skillfs
 from skillfs import FileEntry, Scope
 from skillfs.errors import NotFound
-from skillfs.store_blobs import sha256
+from skillfs.store.blobs import sha256
 from tests.helpers import skill_md
 
 SHARED = Scope.shared("support-bot")

@@ -19,41 +19,19 @@ PACKAGE = "skillfs"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 
 # Lowest first. A module's layer is that of its top-level name under skillfs/ (a subpackage
-# counts as one: skillfs.engines.grpc_wire is in `engines`). Names on one line are one layer
-# and may import each other.
+# counts as one: skillfs.remote.wire is in `remote`). Names on one line are one layer and may
+# import each other.
 LAYERS: list[set[str]] = [
-    {"names", "errors", "lru", "text_merge", "durations", "similarity", "outage", "deadline"},
-    {
-        "model",
-        "manifest",
-        "file_entry",
-        "rollout",
-        "skill_md",
-        "skill_dirs",
-        "validation",
-        "curation",
-    },
-    {"engines", "proto"},
-    {
-        "store",
-        "store_limits",
-        "store_commit",
-        "store_blobs",
-        "store_gc",
-        "store_watch",
-        "store_governance",
-        "store_usage",
-        "store_rollout",
-        "store_curate",
-        "store_side",
-        "store_drafts",
-        "auth",
-    },
+    {"errors", "util"},
+    {"model"},
+    {"spec"},
+    {"engines"},
+    {"remote"},
+    {"store", "governance", "auth"},
     {"runtime", "fs"},
     {"integrations", "mcp"},
     {"console"},
     {"server"},
-    {"commands"},
     {"cli"},
     {"__main__"},
 ]
@@ -61,7 +39,7 @@ RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 
 #: A signal that a module holds more than one idea, never a reason to split a class.
 MAX_LINES = 600
-GENERATED = ("proto",)  # skillfs/proto/: made by `make proto`
+GENERATED = "skillfs.remote.proto"  # made by `make proto`
 
 
 # ---------------------------------------------------------------------------- the reader
@@ -281,13 +259,14 @@ def long_modules(root: Path = ROOT, package: str = PACKAGE) -> list[str]:
     """Rule (c): hand-written modules over MAX_LINES lines."""
     found = []
     for module, path in modules_of(root, package).items():
-        if unit_of(module) in GENERATED:
+        if module.startswith(GENERATED):
             continue
         lines = len(path.read_text().splitlines())
         if lines > MAX_LINES:
             found.append(
                 f"{path.relative_to(root.parent)}: {lines} lines; rule: no source file over"
-                f" {MAX_LINES} lines except the generated skillfs/proto/ (does it hold one idea?)"
+                f" {MAX_LINES} lines except the generated skillfs/remote/proto/"
+                " (does it hold one idea?)"
             )
     return found
 
@@ -378,7 +357,7 @@ def test_reader_reports_the_facade_an_upward_import_and_a_cycle(tmp_path: Path) 
     assert len(up) == 2
     assert "skillfs/model.py:1: `from skillfs import Store`" in up[0] and "facade" in up[0]
     assert up[1].startswith("skillfs/model.py:2: `from skillfs.store import open_store`: ")
-    assert "(layer 1: model) imports skillfs.store (layer 3: store)" in up[1]
+    assert "(layer 1: model) imports skillfs.store (layer 5: store)" in up[1]
     found = import_cycles(root)
     assert [f.splitlines()[0].split(";")[0] for f in found] == [
         "import cycle skillfs.fs -> skillfs.fs_transaction -> skillfs.fs",
@@ -391,5 +370,5 @@ def test_reader_reports_the_facade_an_upward_import_and_a_cycle(tmp_path: Path) 
 
 def test_long_modules_leave_generated_code_alone(tmp_path: Path) -> None:
     long = "x = 1\n" * (MAX_LINES + 1)
-    root = _toy(tmp_path, {"store.py": long, "proto/pb2.py": "x = 1\n" * 900})
+    root = _toy(tmp_path, {"store.py": long, "remote/proto/pb2.py": "x = 1\n" * 900})
     assert [f.split(":")[0] for f in long_modules(root)] == ["skillfs/store.py"]

@@ -11,12 +11,12 @@ import pytest
 
 import skillfs
 from skillfs import Put, Scope
-from skillfs.engines import redis_scripts
 from skillfs.engines.base import CommitOp
-from skillfs.engines.redis import RedisEngine
+from skillfs.engines.redis import scripts as redis_scripts
+from skillfs.engines.redis.engine import RedisEngine
 from skillfs.errors import InvalidPath, NotFound, TooLarge
 from skillfs.model import USAGE_MAX
-from skillfs.store_limits import USAGE_BATCH_MAX
+from skillfs.store.limits import USAGE_BATCH_MAX
 from tests.helpers import manifest, skill_md
 from tests.stores import url_for
 

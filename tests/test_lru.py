@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from skillfs.lru import Lru
+from skillfs.util.lru import Lru
 
 
 def test_count_bounded_drops_the_least_recently_used() -> None:

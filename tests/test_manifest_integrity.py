@@ -14,9 +14,9 @@ from skillfs import File, Scope
 from skillfs.engines.base import CommitOp
 from skillfs.errors import InvalidPath, InvalidSkill
 from skillfs.model import FileEntry, Manifest
-from skillfs.skill_md import MAX_DEPTH, inspect_skill
-from skillfs.store_blobs import sha256
-from skillfs.store_commit import storable
+from skillfs.spec.skill_md import MAX_DEPTH, inspect_skill
+from skillfs.store.blobs import sha256
+from skillfs.store.commit import storable
 from tests.stores import url_for
 
 ALICE = Scope.user("support-bot", "alice")

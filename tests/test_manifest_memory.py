@@ -14,7 +14,7 @@ from pathlib import Path
 
 import skillfs
 from skillfs import File, Scope, Skills
-from skillfs.manifest import PARSED
+from skillfs.model.manifest import PARSED
 
 N = 2000
 #: Issue 12's target: 1,536 B per cached manifest of 3 files; measured here: 1,397-1,432 B
@@ -52,7 +52,7 @@ def test_a_cached_manifest_of_three_files_stays_lean(tmp_path: Path) -> None:
     """Measured on a worker (`Skills` over SQLite, a snapshot taken), as traced allocations
     it still holds once the snapshot is built and garbage collected. SQLite keeps the stored
     manifests in its file, so nothing of the store's own copy is counted. Not counted: the
-    file-content cache (`store_blobs.py`, bounded by bytes, holds files not manifests; the
+    file-content cache (`store/blobs.py`, bounded by bytes, holds files not manifests; the
     follower warms it in the background). Split by where an allocation was made: the last
     snapshot's per-skill views (`runtime/layers.py`, `runtime/snapshot.py`) and the rest,
     the cache of manifests (the follower's tables, the parse cache, the manifests)."""
@@ -77,7 +77,7 @@ def test_a_cached_manifest_of_three_files_stays_lean(tmp_path: Path) -> None:
         held = tracemalloc.take_snapshot()
     finally:
         tracemalloc.stop()
-    blobs = tracemalloc.Filter(False, "*/skillfs/store_blobs.py", all_frames=True)
+    blobs = tracemalloc.Filter(False, "*/skillfs/store/blobs.py", all_frames=True)
     traces = held.filter_traces([blobs]).traces
     views_at = ("/skillfs/runtime/layers.py", "/skillfs/runtime/snapshot.py")
     views = sum(t.size for t in traces if any(f.filename.endswith(views_at) for f in t.traceback))

@@ -16,10 +16,10 @@ import pytest
 import skillfs
 from skillfs import Rollout, Scope
 from skillfs.errors import Conflict, InvalidPath, NotFound, PermissionDenied
+from skillfs.governance.rollout_rule import bucket, effective, gets_candidate
 from skillfs.model import Manifest
-from skillfs.proto import skillfs_pb2 as pb
-from skillfs.proto import skillfs_pb2_grpc as pb_grpc
-from skillfs.rollout import bucket, effective, gets_candidate
+from skillfs.remote.proto import skillfs_pb2 as pb
+from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
 from support import grpc_servers
 from support.grpc_servers import single
 from tests.cli_helpers import as_json, error_line, ok, run

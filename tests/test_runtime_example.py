@@ -42,7 +42,7 @@ def test_governed_rollout_example_logs_who_saw_which_version(
     refused), approved as a 10 % canary, widened, promoted; the users it logs at each step
     are exactly those the rollout's stable buckets put in."""
     from skillfs import Scope
-    from skillfs.rollout import bucket
+    from skillfs.governance.rollout_rule import bucket
     from tests.stores import url_for
 
     url = url_for(request, engine, tmp_path)

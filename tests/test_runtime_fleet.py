@@ -13,7 +13,7 @@ import pytest
 import skillfs
 from skillfs import Scope, Skills
 from skillfs.runtime.follower import watch_for
-from skillfs.store_blobs import SMALL_FILE_BYTES
+from skillfs.store.blobs import SMALL_FILE_BYTES
 from tests.stores import url_for
 
 AGENTS = [f"a{i:02d}" for i in range(50)]

@@ -24,11 +24,11 @@ import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 import skillfs
-from skillfs.engines.grpc_wire import rev_to_pb
 from skillfs.errors import StoreUnavailable
 from skillfs.model import Scope
-from skillfs.proto import skillfs_pb2 as pb
-from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.remote.proto import skillfs_pb2 as pb
+from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.remote.wire import rev_to_pb
 from skillfs.server.app import SkillfsServer
 from support.grpc_servers import (
     ADMIN,
@@ -58,9 +58,9 @@ def test_generated_code_is_current(tmp_path: Path) -> None:
         check=True,
         capture_output=True,
     )
-    names = sorted(p.name for p in (REPO / "skillfs" / "proto").glob("*.py"))
+    names = sorted(p.name for p in (REPO / "skillfs" / "remote" / "proto").glob("*.py"))
     assert names == sorted(p.name for p in tmp_path.glob("*.py"))
-    _, mismatch, errors = filecmp.cmpfiles(REPO / "skillfs" / "proto", tmp_path, names, False)
+    _, mismatch, errors = filecmp.cmpfiles(REPO / "skillfs" / "remote" / "proto", tmp_path, names, False)
     assert not mismatch and not errors, f"run `make proto`: {mismatch or errors} differ"
 
 

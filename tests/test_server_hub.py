@@ -20,14 +20,14 @@ import redis
 
 import skillfs
 from skillfs.engines.base import Engine
-from skillfs.engines.grpc_wire import manifest_from, rev_to_pb
 from skillfs.model import Change, Revision, Scope
-from skillfs.proto import skillfs_pb2 as pb
-from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.remote.proto import skillfs_pb2 as pb
+from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.remote.wire import manifest_from, rev_to_pb
 from skillfs.server.app import SkillfsServer
 from skillfs.server.backend import Caps
 from skillfs.server.hub import Event, Hub, Stream, Wake
-from skillfs.store_blobs import SMALL_FILE_BYTES
+from skillfs.store.blobs import SMALL_FILE_BYTES
 from support.grpc_servers import ADMIN, ALICE, BOB, running, single
 from tests.helpers import wait_until
 from tests.runtime_helpers import memory_store
@@ -486,7 +486,7 @@ def test_events_carry_the_small_files_of_the_manifests_the_token_may_read(
 def test_a_carried_file_that_does_not_match_its_digest_is_not_used() -> None:
     """The grpc:// engine keeps a watch event's file only when its bytes hash to the digest
     that names it; otherwise the file is read (with ReadFile) when it is needed."""
-    from skillfs.engines.grpc import GrpcEngine
+    from skillfs.remote.engine import GrpcEngine
 
     engine = GrpcEngine("grpc://127.0.0.1:1")
     try:

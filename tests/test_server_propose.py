@@ -14,8 +14,8 @@ import skillfs
 from skillfs import Put, Scope
 from skillfs.auth import Grant, Level, tokens_document
 from skillfs.errors import PermissionDenied
-from skillfs.proto import skillfs_pb2 as pb
-from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.remote.proto import skillfs_pb2 as pb
+from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.app import ServerConfig, SkillfsServer
 from tests.helpers import skill_files as files
 from tests.helpers import skill_md

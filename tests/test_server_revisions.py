@@ -15,8 +15,8 @@ import pytest
 
 import skillfs
 from skillfs.model import Revision, Scope
-from skillfs.proto import skillfs_pb2 as pb
-from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.remote.proto import skillfs_pb2 as pb
+from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.revisions import PACE, SharedReads
 from support.grpc_servers import ADMIN, running
 from tests.stores import url_for

@@ -33,7 +33,7 @@ def start(home: Path) -> tuple[subprocess.Popen[str], dict[str, str]]:
     env["PATH"] = _path_without_skillfs()
     env.pop("SKILLFS_STORE", None)
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from skillfs.cli import main; main()", "run",
+        [sys.executable, "-c", "from skillfs.cli.app import main; main()", "run",
          "--grpc", f"127.0.0.1:{free_port()}", "--http", f"127.0.0.1:{free_port()}"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -109,7 +109,7 @@ def test_serve_says_where_it_listens_once_ready(tmp_path: Path) -> None:
     tokens.write_text(tokens_document([("ops", "x" * 20, ["*:admin"])], "k"))
     grpc_port, http_port = free_port(), free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from skillfs.cli import main; main()", "serve",
+        [sys.executable, "-c", "from skillfs.cli.app import main; main()", "serve",
          "--store", f"sqlite:///{tmp_path / 's.db'}", "--tokens", str(tokens),
          "--grpc", f"127.0.0.1:{grpc_port}", "--http", f"0.0.0.0:{http_port}"],
         stdout=subprocess.PIPE,
@@ -141,7 +141,7 @@ def test_serve_without_tokens_says_how_to_make_them(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("SKILLFS_TOKENS", None)
     proc = subprocess.run(
-        [sys.executable, "-c", "from skillfs.cli import main; main()", "serve",
+        [sys.executable, "-c", "from skillfs.cli.app import main; main()", "serve",
          "--store", f"sqlite:///{tmp_path / 's.db'}", "--grpc", "127.0.0.1:0",
          "--http", "127.0.0.1:0"],
         capture_output=True,
@@ -155,7 +155,7 @@ def test_serve_without_tokens_says_how_to_make_them(tmp_path: Path) -> None:
     assert "tokens: [{name: ops, token:" in line and "grants: ['*:admin']" in line
     assert "docs/server.md" in line and "run `skillfs run`" in line
     missing = subprocess.run(
-        [sys.executable, "-c", "from skillfs.cli import main; main()", "serve",
+        [sys.executable, "-c", "from skillfs.cli.app import main; main()", "serve",
          "--tokens", str(tmp_path / "nope.yaml"), "--store", "memory://x"],
         capture_output=True,
         text=True,

@@ -16,8 +16,8 @@ import pytest
 
 import skillfs
 from skillfs.model import Change, Scope
-from skillfs.proto import skillfs_pb2 as pb
-from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.remote.proto import skillfs_pb2 as pb
+from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.runtime import Skills
 from support.grpc_servers import ADMIN, ALICE, ServerProcess, single, wait_health
 from tests.stores import url_for

@@ -27,13 +27,13 @@ from skillfs.auth import (
     Unauthenticated,
     tokens_document,
 )
-from skillfs.engines.grpc import GrpcEngine
 from skillfs.errors import InvalidPath, PermissionDenied
 from skillfs.model import Manifest, Scope
-from skillfs.proto import skillfs_pb2 as pb
-from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.remote.engine import GrpcEngine
+from skillfs.remote.proto import skillfs_pb2 as pb
+from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.app import SkillfsServer
-from skillfs.store_gc import HistoryPolicy
+from skillfs.store.retention import HistoryPolicy
 from support.grpc_servers import ADMIN, ALICE, READER, running, single
 from tests.helpers import skill_md
 

@@ -10,7 +10,7 @@ import skillfs
 from skillfs import Remove, Scope
 from skillfs.engines.base import CommitOp
 from skillfs.errors import Conflict, InvalidPath, NotFound
-from skillfs.names import archive_entry, check_entry, draft_entry
+from skillfs.model.names import archive_entry, check_entry, draft_entry
 from tests.helpers import skill_files as files
 from tests.helpers import skill_md
 from tests.runtime_helpers import view

@@ -20,8 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skillfs.model import Finding
-from skillfs.skill_dirs import find_skill_dirs, validate_dir
-from skillfs.skill_md import SkillDoc, inspect_skill, parse_skill_md
+from skillfs.spec.skill_dirs import find_skill_dirs, validate_dir
+from skillfs.spec.skill_md import SkillDoc, inspect_skill, parse_skill_md
 
 DESC = "Does one useful thing. Use when a test needs a valid skill."
 

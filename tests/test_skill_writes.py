@@ -16,8 +16,8 @@ import pytest
 import skillfs
 from skillfs import Scope, Skills, Store
 from skillfs.errors import InvalidPath
-from skillfs.names import draft_entry
-from skillfs.store_limits import Limits
+from skillfs.model.names import draft_entry
+from skillfs.store.limits import Limits
 from tests.runtime_helpers import md
 from tests.stores import url_for
 

@@ -13,8 +13,8 @@ import pytest
 
 import skillfs
 from skillfs import UsageStat
-from skillfs.commands.common import iso
-from skillfs.engines.sqlite import MIGRATIONS
+from skillfs.cli.common import iso
+from skillfs.engines.sqlite.engine import MIGRATIONS
 from skillfs.errors import InvalidPath
 from skillfs.runtime.usage import UsageRecorder
 from tests.cli_helpers import as_json, ok

@@ -16,7 +16,7 @@ import pytest
 import skills_ref
 from typer.testing import CliRunner
 
-from skillfs.cli import app
+from skillfs.cli.app import app
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
@@ -137,9 +137,9 @@ def test_missing_path_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_one_console_and_one_json_writer_for_every_command() -> None:
-    import skillfs.cli as cli
-    from skillfs.commands import common
-    from skillfs.commands import serve as server_commands
+    import skillfs.cli.app as cli
+    from skillfs.cli import common
+    from skillfs.cli import serve as server_commands
 
     for module in (cli, server_commands):
         assert not {"console", "err_console", "_emit_json", "_fail", "_fail_usage"} & set(
@@ -226,7 +226,7 @@ def test_console_script_entry_point(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "from skillfs.cli import main; main()",
+            "from skillfs.cli.app import main; main()",
             "validate",
             "--json",
             str(bad),

@@ -16,12 +16,12 @@ import redis
 from etcd3 import etcdrpc
 
 import skillfs
-from skillfs.engines import etcd_client as ec
 from skillfs.engines.base import EMPTY, Engine
-from skillfs.engines.etcd import EtcdEngine
+from skillfs.engines.etcd import client as ec
+from skillfs.engines.etcd.engine import EtcdEngine
 from skillfs.engines.memory import MemoryEngine
 from skillfs.model import Change, Revision, Scope
-from skillfs.store_watch import Watcher, follow_many
+from skillfs.store.changes import Watcher, follow_many
 from support.servers import EtcdServer, RedisCluster, RedisServer
 from tests.helpers import wait_until
 from tests.stores import url_for

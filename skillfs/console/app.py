@@ -47,9 +47,9 @@ from skillfs.console.signin import SignIn
 from skillfs.console.skill_files import MAX_EDIT_BYTES
 from skillfs.console.streams import LiveStreams, Pool
 from skillfs.errors import InvalidPath, NotFound, SkillfsError, StoreUnavailable
-from skillfs.names import check_skill_name
-from skillfs.store import Store
-from skillfs.store_rollout import describe
+from skillfs.model.names import check_skill_name
+from skillfs.store.core import Store
+from skillfs.store.rollouts import describe
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from skillfs.console.filters import human_size
 from skillfs.errors import InvalidPath, InvalidSkill, NotFound, TooLarge
 from skillfs.model import File, Manifest
-from skillfs.names import check_skill_name, is_hidden_dir, normalize_path
-from skillfs.skill_md import SKILL_MD, parse_skill_md
-from skillfs.store import Store
+from skillfs.model.names import check_skill_name, is_hidden_dir, normalize_path
+from skillfs.spec.skill_md import SKILL_MD, parse_skill_md
+from skillfs.store.core import Store
 
 #: Entries that archivers add and that are never part of a skill.
 _JUNK = ("__MACOSX/", ".DS_Store", "Thumbs.db")

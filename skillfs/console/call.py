@@ -24,7 +24,7 @@ from skillfs.console.session import Session
 from skillfs.console.streams import LiveStreams
 from skillfs.errors import SkillfsError
 from skillfs.model import Scope
-from skillfs.store import Store
+from skillfs.store.core import Store
 
 FLASH_COOKIE = "skillfs_flash"
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from skillfs.model import FileEntry, Manifest
-from skillfs.store import Store
+from skillfs.store.core import Store
 
 #: Text files larger than this are compared by hash only: a diff of them would not be read.
 MAX_DIFF_BYTES = 512 * 1024

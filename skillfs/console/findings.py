@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from skillfs.console.diff import as_text
 from skillfs.model import File, FileEntry, Finding, Manifest
-from skillfs.names import entry_name
-from skillfs.skill_md import SKILL_MD, inspect_skill
-from skillfs.store import Store
+from skillfs.model.names import entry_name
+from skillfs.spec.skill_md import SKILL_MD, inspect_skill
+from skillfs.store.core import Store
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from skillfs.console.pages import (
     worker,
 )
 from skillfs.model import Scope
-from skillfs.names import check_id, check_skill_name
+from skillfs.model.names import check_id, check_skill_name
 
 Handler = Callable[..., Response]
 #: Which request-body limit a route has (docs/console.md, "Limits"): none read, a form

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from skillfs.model import File, FileEntry, Manifest
-from skillfs.skill_md import SKILL_MD
+from skillfs.spec.skill_md import SKILL_MD
 
 #: Text files up to this size open in the editor; larger ones are downloaded and uploaded.
 MAX_EDIT_BYTES = 2 * 1024 * 1024

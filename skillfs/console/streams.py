@@ -20,8 +20,8 @@ from typing import Literal, TypeVar
 
 from skillfs.engines.base import EMPTY
 from skillfs.model import Change, Revision
-from skillfs.store import Store
-from skillfs.store_watch import Watcher
+from skillfs.store.changes import Watcher
+from skillfs.store.core import Store
 
 T = TypeVar("T")
 

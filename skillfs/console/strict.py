@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from starlette.responses import Response
 
 from skillfs.console.call import Call
-from skillfs.validation import suggest_name
+from skillfs.spec.validation import suggest_name
 
 
 def forced(call: Call) -> bool:

@@ -1,7 +1,7 @@
 """The engine interface: the few primitives that differ between stores.
 
 Everything else (validation, hashing, chunking, versions, conflicts, retries, GC policy,
-history retention) is written once in `skillfs.store` on top of these. An engine keeps the
+history retention) is written once in `skillfs.store.core` on top of these. An engine keeps the
 consistency contract only through `commit`, which must be one atomic step.
 """
 
@@ -183,7 +183,7 @@ class Engine(ABC):
     chunk_size: int = 4 * MiB
     #: At most this many ops fit in one atomic commit (etcd: 128 operations per transaction).
     max_ops: int | None = None
-    #: How long a process's watch (`store_watch.Watcher`) waits in one `changes_many` call
+    #: How long a process's watch (`store.changes.Watcher`) waits in one `changes_many` call
     #: while nothing changes. A store's wait is cheap to repeat every second; a skillfs
     #: server's is a call it answers, so a grpc:// engine waits longer and ends a wait early
     #: with `interrupt_wait` when a domain is added.

@@ -31,7 +31,7 @@ from skillfs.fs.options import LazyStore, base_fs, from_base, tops, with_default
 from skillfs.fs.transaction import Batches, SkillTransaction
 from skillfs.fs.tree import SKILLS, Info, SkillTree, dir_info, split, target
 from skillfs.model import Scope
-from skillfs.store import Store
+from skillfs.store.core import Store
 
 
 class _WithDefaults(_Cached):  # type: ignore[misc]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from skillfs.errors import Conflict
 from skillfs.model import File, FileEntry, Put, Remove, Scope
-from skillfs.store import Store
+from skillfs.store.core import Store
 
 Item = FileEntry | File  # a stored file (by hash) or content staged in this process
 

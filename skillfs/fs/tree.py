@@ -21,10 +21,10 @@ from skillfs.errors import InvalidPath, PermissionDenied
 from skillfs.fs.options import LazyStore
 from skillfs.fs.staging import Batch, Delete, Item, StagedSkill, Write, publish
 from skillfs.model import File, FileEntry, Scope
-from skillfs.names import SIDE_DIRS, check_entry, is_hidden_dir, normalize_path, side_entry
-from skillfs.store import Store
-from skillfs.store_blobs import sha256
-from skillfs.store_limits import default_mode
+from skillfs.model.names import SIDE_DIRS, check_entry, is_hidden_dir, normalize_path, side_entry
+from skillfs.store.blobs import sha256
+from skillfs.store.core import Store
+from skillfs.store.limits import default_mode
 
 Info = dict[str, Any]
 SKILLS = "skills"

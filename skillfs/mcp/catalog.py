@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from skillfs.runtime import SkillInfo, Snapshot
-from skillfs.skill_md import SKILL_MD
+from skillfs.spec.skill_md import SKILL_MD
 
 EXTENSION = "io.modelcontextprotocol/skills"
 SCHEME = "skill://"

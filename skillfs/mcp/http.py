@@ -29,12 +29,12 @@ from starlette.types import Message, Receive, Scope, Send
 
 from skillfs.auth import Level, Principal, Tokens, Unauthenticated
 from skillfs.errors import PermissionDenied, SkillfsError
-from skillfs.lru import Lru
 from skillfs.mcp.server import build_server
 from skillfs.mcp.views import ViewKey, Views
 from skillfs.model import Scope as SkillScope
-from skillfs.names import check_id
-from skillfs.store import Store
+from skillfs.model.names import check_id
+from skillfs.store.core import Store
+from skillfs.util.lru import Lru
 
 #: Where the resolved view travels from the ASGI layer to the MCP handlers, and the check
 #: of whether the request's token may still read it.

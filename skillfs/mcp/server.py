@@ -24,7 +24,7 @@ from skillfs.errors import NotFound, PermissionDenied, SkillfsError
 from skillfs.mcp import catalog
 from skillfs.mcp.catalog import EXTENSION, BadUri
 from skillfs.mcp.views import View, Views
-from skillfs.skill_md import SKILL_MD
+from skillfs.spec.skill_md import SKILL_MD
 
 Ctx = ServerRequestContext[Any, Any]
 

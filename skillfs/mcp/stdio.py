@@ -10,9 +10,9 @@ from mcp.server.stdio import stdio_server
 
 from skillfs.mcp.server import build_server
 from skillfs.mcp.views import ViewKey, Views
-from skillfs.names import check_id
+from skillfs.model.names import check_id
 from skillfs.runtime.skill_writes import WriteMode
-from skillfs.store import Store
+from skillfs.store.core import Store
 
 
 def run_stdio(

@@ -33,10 +33,10 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_REQUEST
 
 from skillfs.mcp.catalog import uri
-from skillfs.outage import Outage
 from skillfs.runtime import Market, Skills, Snapshot
 from skillfs.runtime.skill_writes import WriteMode, check_mode
-from skillfs.store import Store
+from skillfs.store.core import Store
+from skillfs.util.outage import Outage
 
 log = logging.getLogger("skillfs.mcp")
 

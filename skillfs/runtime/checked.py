@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from skillfs.model import FileEntry, Finding, Manifest
 from skillfs.runtime.layers import Layer, LayerSkills
-from skillfs.skill_dirs import SKIPPED_DIRS
-from skillfs.skill_md import inspect_skill
+from skillfs.spec.skill_dirs import SKIPPED_DIRS
+from skillfs.spec.skill_md import inspect_skill
 
 
 def safe_name(text: str) -> str:

@@ -22,16 +22,16 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from skillfs import deadline
 from skillfs.engines.base import EMPTY
 from skillfs.errors import SkillfsError, StoreUnavailable
 from skillfs.model import Change, Manifest, Revision, Scope, same_revision
 from skillfs.runtime.cut import Key, find_cut
 from skillfs.runtime.layers import LayerSkills
 from skillfs.runtime.per_store import PerStore
-from skillfs.store import Store
-from skillfs.store_blobs import small_files
-from skillfs.store_watch import Watcher
+from skillfs.store.blobs import small_files
+from skillfs.store.changes import Watcher
+from skillfs.store.core import Store
+from skillfs.util import deadline
 
 log = logging.getLogger(__name__)
 

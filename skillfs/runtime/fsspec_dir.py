@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from skillfs.errors import StoreUnavailable
 from skillfs.model import FileEntry, Finding, Manifest
-from skillfs.names import is_hidden_dir
+from skillfs.model.names import is_hidden_dir
 from skillfs.runtime.checked import (
     Blobs,
     CheckedLayer,
@@ -27,9 +27,9 @@ from skillfs.runtime.checked import (
     skipped,
 )
 from skillfs.runtime.layers import LayerSkills
-from skillfs.store_blobs import sha256
-from skillfs.store_limits import disk_mode
-from skillfs.validation import finding
+from skillfs.spec.validation import finding
+from skillfs.store.blobs import sha256
+from skillfs.store.limits import disk_mode
 
 log = logging.getLogger("skillfs.runtime")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from skillfs.errors import InvalidPath, StoreUnavailable
 from skillfs.model import FileEntry, Manifest
-from skillfs.names import check_skill_name, is_hidden_dir
+from skillfs.model.names import check_skill_name, is_hidden_dir
 from skillfs.runtime.checked import (
     Blobs,
     CheckedLayer,
@@ -23,7 +23,7 @@ from skillfs.runtime.checked import (
     skipped,
 )
 from skillfs.runtime.layers import LayerSkills
-from skillfs.store_blobs import sha256
+from skillfs.store.blobs import sha256
 
 log = logging.getLogger(__name__)
 

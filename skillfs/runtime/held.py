@@ -19,7 +19,7 @@ from skillfs.model import Scope
 from skillfs.runtime.follower import Follower
 from skillfs.runtime.recovery import Recovery
 from skillfs.runtime.usage import UsageRecorder
-from skillfs.store import Store
+from skillfs.store.core import Store
 
 
 class Lease:

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from skillfs.governance.rollout_rule import effective
 from skillfs.model import FileEntry, Finding, Manifest, Scope, error_findings
-from skillfs.names import check_id, is_hidden_dir
-from skillfs.rollout import effective
+from skillfs.model.names import check_id, is_hidden_dir
 
 
 class Reader(Protocol):

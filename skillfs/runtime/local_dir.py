@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from skillfs.errors import StoreUnavailable
-from skillfs.names import is_hidden_dir
+from skillfs.model.names import is_hidden_dir
 from skillfs.runtime.checked import safe_name
 from skillfs.runtime.fsspec_dir import FsspecDir, Listed
-from skillfs.skill_dirs import SKIPPED_DIRS, file_to_read, read_regular
-from skillfs.skill_md import SKILL_MD
+from skillfs.spec.skill_dirs import SKIPPED_DIRS, file_to_read, read_regular
+from skillfs.spec.skill_md import SKILL_MD
 
 #: How a warning about a skipped link says to follow links.
 _HOW = "LocalDir(..., follow_symlinks=True) follows links inside the skills directory"

@@ -25,9 +25,9 @@ from typing import Any, NamedTuple
 
 from skillfs.errors import InvalidPath
 from skillfs.model import FileEntry
-from skillfs.names import normalize_path
+from skillfs.model.names import normalize_path
 from skillfs.runtime.layers import Reader, SkillInfo
-from skillfs.store_limits import disk_mode
+from skillfs.store.limits import disk_mode
 
 STATE_FILE = ".skillfs-state.json"
 LOCK_FILE = ".skillfs.lock"

@@ -9,9 +9,9 @@ import logging
 import threading
 from collections.abc import Callable
 
-from skillfs.deadline import budget
 from skillfs.errors import SkillfsError
-from skillfs.outage import Outage
+from skillfs.util.deadline import budget
+from skillfs.util.outage import Outage
 
 #: Seconds between two probes of a store that is down, and the budget of each.
 PROBE_EVERY = 1.0

@@ -24,11 +24,11 @@ from skillfs.errors import (
     StoreUnavailable,
 )
 from skillfs.model import File, FileEntry, Finding, Manifest, Scope, error_findings
-from skillfs.names import check_live_name, draft_entry, normalize_path
+from skillfs.model.names import check_live_name, draft_entry, normalize_path
 from skillfs.runtime.layers import SkillInfo
-from skillfs.skill_md import SKILL_MD, inspect_skill
-from skillfs.store import Store
-from skillfs.store_governance import agent_actor
+from skillfs.spec.skill_md import SKILL_MD, inspect_skill
+from skillfs.store.core import Store
+from skillfs.store.governance import agent_actor
 
 WriteMode = Literal["draft", "live"]
 ToolStyle = Literal["openai", "anthropic"]

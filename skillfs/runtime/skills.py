@@ -18,10 +18,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from skillfs.deadline import budget
 from skillfs.errors import InvalidPath, SkillfsError, StoreFailed, StoreUnavailable
 from skillfs.model import Revision, Scope
-from skillfs.names import check_id
+from skillfs.model.names import check_id
 from skillfs.runtime.follower import Follower, follower_for
 from skillfs.runtime.fsspec_dir import FsspecDir
 from skillfs.runtime.git_repo import GitRepo
@@ -31,7 +30,8 @@ from skillfs.runtime.recovery import Recovery
 from skillfs.runtime.skill_writes import SkillWriter, WriteMode, check_mode
 from skillfs.runtime.snapshot import MergedSkills, Snapshot
 from skillfs.runtime.usage import UsageRecorder, recorder_for
-from skillfs.store import Store, open_store
+from skillfs.store.core import Store, open_store
+from skillfs.util.deadline import budget
 
 log = logging.getLogger("skillfs.runtime")
 

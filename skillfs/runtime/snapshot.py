@@ -19,13 +19,13 @@ from typing import Any
 
 from skillfs.errors import InvalidPath, NotFound, SkillfsError
 from skillfs.model import FileEntry, Revision
-from skillfs.names import normalize_path
+from skillfs.model.names import normalize_path
 from skillfs.runtime.layers import Problem, SkillInfo
 from skillfs.runtime.materialize import materialize
 from skillfs.runtime.prompt import MAX_DESCRIPTION, PromptOptions, prompt_description, render
 from skillfs.runtime.skill_writes import WRITE_TOOL_NAMES, SkillWriter, ToolStyle, shape
 from skillfs.runtime.usage import UsageRecorder
-from skillfs.skill_md import SKILL_MD, parse_skill_md
+from skillfs.spec.skill_md import SKILL_MD, parse_skill_md
 
 TOOL_NAMES = ("load_skill_through_path", "read_skill", "search_skills")
 

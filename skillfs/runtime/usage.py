@@ -17,7 +17,7 @@ from collections import Counter
 
 from skillfs.errors import StoreFailed, StoreUnavailable
 from skillfs.runtime.per_store import PerStore
-from skillfs.store import Store
+from skillfs.store.core import Store
 
 log = logging.getLogger(__name__)
 

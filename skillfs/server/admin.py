@@ -14,13 +14,13 @@ from typing import Any
 import grpc
 
 from skillfs.auth import Level, Principal, write_level
-from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import CommitOp, VersionMismatch
 from skillfs.errors import InvalidPath, NotFound, PermissionDenied, TooLarge
 from skillfs.model import Candidate, CommitResult, File, Manifest, Scope
-from skillfs.names import check_domain, check_entry, check_id, normalize_path
-from skillfs.proto import skillfs_pb2 as pb
-from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.model.names import check_domain, check_entry, check_id, normalize_path
+from skillfs.remote import wire
+from skillfs.remote.proto import skillfs_pb2 as pb
+from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.backend import Backend
 from skillfs.server.rpc import (
     allowed,
@@ -33,11 +33,11 @@ from skillfs.server.rpc import (
     streaming,
     unary,
 )
-from skillfs.store_blobs import sha256
-from skillfs.store_commit import storable
-from skillfs.store_governance import check_commit_id
-from skillfs.store_limits import check_file_table
-from skillfs.store_rollout import check_rule
+from skillfs.store.blobs import sha256
+from skillfs.store.commit import storable
+from skillfs.store.governance import check_commit_id
+from skillfs.store.limits import check_file_table
+from skillfs.store.rollouts import check_rule
 
 #: Hashes per ListBlobs message (66 bytes each with their framing: about 260 KiB).
 BLOBS_BATCH = 4000

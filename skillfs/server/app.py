@@ -33,8 +33,8 @@ from skillfs.auth import Tokens
 from skillfs.console import make_app
 from skillfs.errors import SkillfsError
 from skillfs.mcp.http import McpHttp
-from skillfs.proto import skillfs_pb2 as pb
-from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.remote.proto import skillfs_pb2 as pb
+from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.admin import Admin
 from skillfs.server.backend import Backend, Caps
 from skillfs.server.curator import CurateConfig, Curator
@@ -43,7 +43,7 @@ from skillfs.server.http import ASGIApp, HttpPort
 from skillfs.server.metrics import Metrics
 from skillfs.server.reader import Reader
 from skillfs.server.rpc import GenericOnly, add_lenient
-from skillfs.store import open_store
+from skillfs.store.core import open_store
 
 log = logging.getLogger("skillfs.server")
 

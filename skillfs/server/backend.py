@@ -24,8 +24,8 @@ from skillfs.server.proofs import BlobProofs, ManifestIndex
 from skillfs.server.revisions import SharedReads
 from skillfs.server.rpc import Busy
 from skillfs.server.views import Views
-from skillfs.store import Store
-from skillfs.store_blobs import small_files
+from skillfs.store.blobs import small_files
+from skillfs.store.core import Store
 
 T = TypeVar("T")
 MiB = 1024 * 1024
@@ -127,7 +127,7 @@ class Backend:
     def seen(self, written: Sequence[tuple[Scope, Manifest]]) -> None:
         """The manifests a batch of the log wrote (the hub loaded them for its events): index
         them for blob proofs and read their small files into the blob cache in one round trip
-        (`store_blobs.small_files`, as a worker's follower reads them ahead), so the events
+        (`store.blobs.small_files`, as a worker's follower reads them ahead), so the events
         carry them and the fleet's ReadFile calls are answered from memory on the loop."""
         for scope, m in written:
             self.proofs.index.remember(scope, m)

@@ -19,10 +19,10 @@ import uuid
 
 from pydantic import BaseModel, ConfigDict
 
-from skillfs.curation import ARCHIVE_AFTER, STALE_AFTER
-from skillfs.durations import parse_duration
 from skillfs.errors import SkillfsError, StoreUnavailable
-from skillfs.store import Store
+from skillfs.governance.curation_report import ARCHIVE_AFTER, STALE_AFTER
+from skillfs.store.core import Store
+from skillfs.util.durations import parse_duration
 
 log = logging.getLogger("skillfs.server.curator")
 

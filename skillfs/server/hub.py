@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
-from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import EMPTY, Engine
 from skillfs.errors import SkillfsError
 from skillfs.model import Change, Manifest, Revision, Scope
-from skillfs.outage import Outage
-from skillfs.proto import skillfs_pb2 as pb
+from skillfs.remote import wire
+from skillfs.remote.proto import skillfs_pb2 as pb
+from skillfs.util.outage import Outage
 
 log = logging.getLogger("skillfs.server")
 
@@ -138,7 +138,7 @@ class Stream:
         self.peer = peer
         #: The subscriber also wants the manifests' small files (a Watch `with_files`).
         self.files = False
-        #: The bytes one message to the subscriber may carry (`grpc_wire.BUDGET` for a
+        #: The bytes one message to the subscriber may carry (`remote.wire.BUDGET` for a
         #: caller of protocol 2).
         self.budget = wire.UNBOUNDED
         self.size = size

@@ -13,14 +13,14 @@ import time
 from collections.abc import Mapping
 
 from skillfs.auth import Level, Principal, Tokens
-from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import MiB
 from skillfs.errors import NotFound, PermissionDenied, TooLarge
-from skillfs.lru import Lru
 from skillfs.model import Manifest, Scope
-from skillfs.proto import skillfs_pb2 as pb
+from skillfs.remote import wire
+from skillfs.remote.proto import skillfs_pb2 as pb
 from skillfs.server.rpc import allowed, check_sha
-from skillfs.store import Store
+from skillfs.store.core import Store
+from skillfs.util.lru import Lru
 
 
 class ManifestIndex:

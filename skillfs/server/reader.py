@@ -12,13 +12,13 @@ from typing import Any, TypeVar
 import grpc
 
 from skillfs.auth import Level, Principal
-from skillfs.engines import grpc_wire as wire
 from skillfs.errors import InvalidPath, PermissionDenied
-from skillfs.manifest import shortened
 from skillfs.model import FileEntry, Scope, error_findings
-from skillfs.names import check_domain, check_entry, check_id, check_skill_name
-from skillfs.proto import skillfs_pb2 as pb
-from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.model.manifest import shortened
+from skillfs.model.names import check_domain, check_entry, check_id, check_skill_name
+from skillfs.remote import wire
+from skillfs.remote.proto import skillfs_pb2 as pb
+from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.runtime import Snapshot
 from skillfs.server.backend import Backend
 from skillfs.server.rpc import (
@@ -31,8 +31,8 @@ from skillfs.server.rpc import (
 )
 from skillfs.server.views import view_key, view_scopes
 from skillfs.server.watching import Watching
-from skillfs.skill_md import SKILL_MD
-from skillfs.store_limits import check_usage
+from skillfs.spec.skill_md import SKILL_MD
+from skillfs.store.limits import check_usage
 
 #: The most entries one Audit call returns.
 AUDIT_MAX = 10_000
@@ -40,7 +40,7 @@ T = TypeVar("T")
 
 
 def _names(items: Sequence[T], what: str) -> Sequence[T]:
-    """A request's list of names, refused past `grpc_wire.NAMES_MAX` (a client sends more in
+    """A request's list of names, refused past `remote.wire.NAMES_MAX` (a client sends more in
     several calls), so that no request grows without bound."""
     if len(items) > wire.NAMES_MAX:
         raise InvalidPath(

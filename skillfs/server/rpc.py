@@ -1,6 +1,6 @@
 """The plumbing every RPC of the server runs through: the caller's token, the request checked
 to be the method's message, the error raised turned into a status the client reads back as
-the same skillfs error (`skillfs.engines.grpc_wire`), cut to a size gRPC can deliver, and the
+the same skillfs error (`skillfs.remote.wire`), cut to a size gRPC can deliver, and the
 call timed for /metrics. Handlers run on grpc.aio's event loop; what blocks on the store runs
 in the backend's one bounded executor (docs/server.md, "The serving model")."""
 
@@ -19,10 +19,10 @@ import grpc
 from pydantic import ValidationError
 
 from skillfs.auth import Level, Principal, Tokens
-from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import VersionMismatch
 from skillfs.errors import InvalidPath, SkillfsError
 from skillfs.model import Scope
+from skillfs.remote import wire
 from skillfs.server.metrics import Metrics
 
 log = logging.getLogger("skillfs.server")
@@ -188,7 +188,7 @@ async def messages(request: AsyncIterator[Any]) -> AsyncIterator[Any]:
 
 def budget(context: grpc.aio.ServicerContext) -> int:
     """The bytes of items one message of a collection carries for this caller: bounded for a
-    caller of protocol 2, one message as protocol 1 sent for others (`grpc_wire.BUDGET`)."""
+    caller of protocol 2, one message as protocol 1 sent for others (`remote.wire.BUDGET`)."""
     protocol = wire.protocol_of(context.invocation_metadata())
     return wire.BUDGET if protocol >= 2 else wire.UNBOUNDED
 

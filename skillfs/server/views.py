@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 from skillfs.errors import InvalidPath
 from skillfs.model import Scope
-from skillfs.names import check_id
-from skillfs.proto import skillfs_pb2 as pb
+from skillfs.model.names import check_id
+from skillfs.remote.proto import skillfs_pb2 as pb
 from skillfs.runtime import Market, Skills, Snapshot
 from skillfs.runtime.follower import Follower
 from skillfs.runtime.usage import UsageRecorder
 from skillfs.server.hub import Hub
-from skillfs.store import Store
+from skillfs.store.core import Store
 
 #: Markets one view may name (each is a layer and a domain to follow).
 MAX_VIEW_MARKETS = 32

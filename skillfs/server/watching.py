@@ -11,18 +11,18 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 import grpc
 
 from skillfs.auth import Level, Principal
-from skillfs.engines import grpc_wire as wire
 from skillfs.engines.base import EMPTY, Engine
 from skillfs.errors import InvalidPath
-from skillfs.manifest import Manifest
 from skillfs.model import Change, FileEntry, Revision, Scope, same_revision
-from skillfs.names import check_domain
-from skillfs.proto import skillfs_pb2 as pb
+from skillfs.model.manifest import Manifest
+from skillfs.model.names import check_domain
+from skillfs.remote import wire
+from skillfs.remote.proto import skillfs_pb2 as pb
 from skillfs.server.backend import Backend
 from skillfs.server.hub import Event, Stream, Wake, manifests_of
 from skillfs.server.rpc import bearer, budget, streaming
-from skillfs.store import Store
-from skillfs.store_blobs import SMALL_FILE_BYTES, small_files
+from skillfs.store.blobs import SMALL_FILE_BYTES, small_files
+from skillfs.store.core import Store
 
 #: Reads of the log a Watch stream makes by itself to catch up to the hub, at most.
 CATCH_UP_ROUNDS = 16
@@ -32,7 +32,7 @@ SHORT_WATCH = 0.25
 #: Domains one WatchMany call may name, and the longest it waits (the client asks again).
 MAX_WATCH_MANY = 10_000
 MANY_WAIT = 30.0
-#: Bytes of small files (`store_blobs.SMALL_FILE_BYTES` each) an event carries when asked
+#: Bytes of small files (`store.blobs.SMALL_FILE_BYTES` each) an event carries when asked
 #: `with_files`, at most (and no more than its message has room for).
 EVENT_FILE_BYTES = 1024 * 1024
 
@@ -366,7 +366,7 @@ class Watching:
             event.files.extend(self._files(event.manifests, min(room, EVENT_FILE_BYTES)))
 
     def _files(self, shown: Iterable[pb.ScopedManifest], budget: int) -> list[pb.BlobBytes]:
-        """The small files of the manifests an event shows (`store_blobs.small_files`, at most
+        """The small files of the manifests an event shows (`store.blobs.small_files`, at most
         EVENT_FILE_BYTES), as far as the server's blob cache holds them (the hub warmed it
         with a publish's files): never a store read here, on the event loop. A file left out
         is read by the client with ReadFile."""

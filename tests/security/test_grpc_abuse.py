@@ -21,8 +21,8 @@ from skillfs.auth import tokens_document
 from skillfs.engines.base import CommitOp
 from skillfs.errors import InvalidPath, NotFound, PermissionDenied, TooLarge
 from skillfs.model import Scope
-from skillfs.proto import skillfs_pb2 as pb
-from skillfs.proto import skillfs_pb2_grpc as pb_grpc
+from skillfs.remote.proto import skillfs_pb2 as pb
+from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
 from support.grpc_servers import ADMIN, ALICE, BOB, TOKENS, ServerProcess, single
 from tests.helpers import manifest
 from tests.stores import url_for

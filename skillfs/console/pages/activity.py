@@ -12,7 +12,7 @@ from starlette.responses import Response
 from skillfs.console.call import Call, HTTPError
 from skillfs.console.paging import paged
 from skillfs.model import AuditEntry, Scope
-from skillfs.names import check_skill_name
+from skillfs.model.names import check_skill_name
 
 #: The most entries one Activity page reads from the store (a `grpc://` Audit call's cap):
 #: the newest ones; narrower filters reach further back.

@@ -10,9 +10,9 @@ from skillfs.console.call import Call, redirect
 from skillfs.console.pages.files import shown_version
 from skillfs.console.paging import paged
 from skillfs.errors import NotFound
+from skillfs.governance.rollout_rule import has_live
 from skillfs.model import Manifest, Scope
-from skillfs.names import check_id, is_hidden_dir
-from skillfs.rollout import has_live
+from skillfs.model.names import check_id, is_hidden_dir
 
 #: The per-user listings stop here; an agent with more users is browsed by user id.
 MAX_USERS_LISTED = 200

@@ -14,10 +14,10 @@ from skillfs.auth import Level
 from skillfs.console import urls
 from skillfs.console.call import Call
 from skillfs.console.filters import plural
-from skillfs.curation import ARCHIVE_AFTER, STALE_AFTER
 from skillfs.errors import PermissionDenied
+from skillfs.governance.curation_report import ARCHIVE_AFTER, STALE_AFTER
 from skillfs.model import Manifest, Scope
-from skillfs.names import ARCHIVE, side_entry
+from skillfs.model.names import ARCHIVE, side_entry
 
 
 @dataclass(frozen=True)

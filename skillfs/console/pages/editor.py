@@ -22,12 +22,12 @@ from skillfs.console.pages.rollout import candidate_manifest, percent, rollout_o
 from skillfs.console.skill_files import MAX_EDIT_BYTES, file_tree, with_file
 from skillfs.console.strict import forced
 from skillfs.errors import Conflict, InvalidPath, InvalidSkill
+from skillfs.governance.rollout_rule import has_live
 from skillfs.model import Candidate, FileEntry, Finding, Manifest, Scope, error_findings
-from skillfs.names import check_skill_name, normalize_path
-from skillfs.rollout import has_live
-from skillfs.skill_md import SKILL_MD
-from skillfs.store_rollout import describe
-from skillfs.text_merge import has_markers, merge3
+from skillfs.model.names import check_skill_name, normalize_path
+from skillfs.spec.skill_md import SKILL_MD
+from skillfs.store.rollouts import describe
+from skillfs.util.text_merge import has_markers, merge3
 
 #: Files edited as prose, soft-wrapped; any other file keeps its lines as they are (code).
 PROSE_SUFFIXES = (".md", ".markdown", ".mdx", ".txt", ".rst")

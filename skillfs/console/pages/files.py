@@ -15,9 +15,9 @@ from skillfs.console.pages.rollout import candidate_manifest
 from skillfs.console.skill_files import with_file
 from skillfs.console.strict import confirm, forced
 from skillfs.errors import InvalidPath, InvalidSkill, NotFound
+from skillfs.governance.rollout_rule import has_live
 from skillfs.model import CommitResult, File, FileEntry, Manifest, Scope
-from skillfs.names import normalize_path
-from skillfs.rollout import has_live
+from skillfs.model.names import normalize_path
 
 
 def download(call: Call, scope: Scope, skill: str, path: str) -> Response:

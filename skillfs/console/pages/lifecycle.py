@@ -16,9 +16,9 @@ from skillfs.console.findings import findings_of
 from skillfs.console.strict import confirm, forced
 from skillfs.errors import Conflict, InvalidSkill
 from skillfs.model import File, FileEntry, Put, Remove, Scope, error_findings
-from skillfs.names import check_id, check_skill_name
-from skillfs.skill_md import SKILL_MD, skill_template
-from skillfs.validation import suggest_name
+from skillfs.model.names import check_id, check_skill_name
+from skillfs.spec.skill_md import SKILL_MD, skill_template
+from skillfs.spec.validation import suggest_name
 
 
 def scope_post(call: Call, scope: Scope) -> Response:

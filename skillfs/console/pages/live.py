@@ -19,7 +19,7 @@ from skillfs.auth import Level
 from skillfs.console.call import Call
 from skillfs.errors import SkillfsError
 from skillfs.model import Change, Revision
-from skillfs.names import check_domain
+from skillfs.model.names import check_domain
 
 #: How often a live-update stream sends a comment, so proxies and the browser keep it open;
 #: also the longest a stream goes without checking its session again.

@@ -18,9 +18,9 @@ from skillfs.console.paging import paged
 from skillfs.console.strict import confirm, forced
 from skillfs.errors import InvalidSkill, NotFound
 from skillfs.model import Manifest, Scope
-from skillfs.names import draft_entry
-from skillfs.store_drafts import Draft, draft_of
-from skillfs.store_rollout import describe
+from skillfs.model.names import draft_entry
+from skillfs.store.drafts import Draft, draft_of
+from skillfs.store.rollouts import describe
 
 
 def agent_queue(call: Call, agent: str) -> Response:

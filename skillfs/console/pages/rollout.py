@@ -15,10 +15,10 @@ from skillfs.console import urls
 from skillfs.console.call import Call
 from skillfs.console.strict import confirm, forced
 from skillfs.errors import InvalidPath, InvalidSkill
+from skillfs.governance.rollout_rule import as_candidate, bucket, gets_candidate, has_live
 from skillfs.model import Candidate, Manifest, Rollout, Scope
-from skillfs.names import check_id
-from skillfs.rollout import as_candidate, bucket, gets_candidate, has_live
-from skillfs.store_rollout import describe
+from skillfs.model.names import check_id
+from skillfs.store.rollouts import describe
 
 #: The most users the rollout panel names (an agent with more is asked about by user id).
 MAX_NAMED = 200
@@ -93,7 +93,8 @@ def reach(call: Call, scope: Scope, m: Manifest) -> Reach | None:
 
 def candidate_manifest(m: Manifest) -> Manifest:
     """`m` as the workers the rule reaches see it: the candidate's files, frontmatter and
-    findings under the same version (what `skillfs.rollout.effective` gives them)."""
+    findings under the same version (what `skillfs.governance.rollout_rule.effective` gives
+    them)."""
     if m.candidate is None:
         raise InvalidPath(f"{m.skill} has no staged candidate")
     return as_candidate(m)

@@ -11,8 +11,8 @@ from skillfs.console.pages.agents import MAX_USERS_LISTED
 from skillfs.console.pages.rollout import candidate_manifest, reach
 from skillfs.console.skill_files import file_tree
 from skillfs.errors import NotFound
+from skillfs.governance.rollout_rule import has_live
 from skillfs.model import Manifest, Scope
-from skillfs.rollout import has_live
 
 
 def skill_page(call: Call, scope: Scope, skill: str) -> Response:

@@ -8,7 +8,7 @@ from skillfs.auth import Level
 from skillfs.console.call import Call
 from skillfs.console.pages.agents import own_skills
 from skillfs.model import Candidate, Manifest, Scope
-from skillfs.names import check_id
+from skillfs.model.names import check_id
 from skillfs.runtime import Market, Skills
 
 

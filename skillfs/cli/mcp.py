@@ -1,0 +1,48 @@
+"""`skillfs mcp`: the MCP Skills extension on stdin/stdout, for desktop hosts
+(docs/integrations.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from skillfs.cli.common import (
+    AgentOption,
+    EnvironmentOption,
+    MarketsOption,
+    StoreOption,
+    TokenOption,
+    command,
+    connect,
+)
+
+
+@command("mcp", "Serve")
+def mcp(
+    agent: AgentOption,
+    user: Annotated[
+        str, typer.Option("--user", "-u", metavar="USER", show_default=False, help="User id.")
+    ],
+    markets: MarketsOption = None,
+    environment: EnvironmentOption = None,
+    skill_writes: Annotated[
+        str | None,
+        typer.Option(
+            "--skill-writes",
+            metavar="draft|live",
+            show_default=False,
+            help="Add propose_skill and skill_manage: the host's model writes skills to the "
+            "user's scope as drafts for review, or live (docs/governance.md).",
+        ),
+    ] = None,
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Serve the skills of (agent, user) over MCP on stdin/stdout: skills/list, skills/get,
+    skill:// resources and the skill tools, fresh at every request."""
+    from skillfs.mcp import run_stdio  # the MCP SDK is imported only by this command
+    from skillfs.runtime.skill_writes import check_mode
+
+    writes = check_mode(skill_writes)  # before the store is opened: a typo says so at once
+    run_stdio(connect(store_url, token), agent, user, markets or [], environment, writes)

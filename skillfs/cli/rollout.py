@@ -1,0 +1,200 @@
+"""Staged rollout (docs/governance.md, "Staged rollout"): `stage`, `widen`, `promote`,
+`abort`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from skillfs.cli.common import (
+    EDIT,
+    ForceOption,
+    JsonOption,
+    ScopeOption,
+    SkillArgument,
+    StoreOption,
+    TokenOption,
+    command,
+    opened,
+    print_findings,
+    skill_only,
+    version_option,
+)
+from skillfs.cli.govern import MessageOption, done
+from skillfs.cli.transfer import read_source, skill_sources
+from skillfs.errors import InvalidPath
+from skillfs.model import Rollout
+from skillfs.store.rollouts import describe
+
+EnvOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--env",
+        "-e",
+        metavar="ENV",
+        show_default=False,
+        help="Workers declaring this environment get the candidate (repeatable).",
+    ),
+]
+UserOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--user",
+        "-u",
+        metavar="USER",
+        show_default=False,
+        help="This user gets the candidate (repeatable).",
+    ),
+]
+
+
+def parse_fraction(text: str) -> float:
+    """A share of users, checked by the rule's own check before anything is opened (a bad
+    one is bad usage, exit 2: `widen` said "no staged candidate" first)."""
+    try:
+        return Rollout(fraction=float(text)).fraction
+    except (ValueError, InvalidPath) as exc:
+        raise typer.BadParameter(
+            str(exc) if isinstance(exc, InvalidPath) else f"{text!r} is not a number"
+        ) from None
+
+
+FractionOption = Annotated[
+    float | None,
+    typer.Option(
+        "--fraction",
+        metavar="F",
+        parser=parse_fraction,
+        show_default=False,
+        help="This share of users (0-1) gets it, bucketed by a stable hash of the user.",
+    ),
+]
+
+
+def rule_of(env: list[str] | None, user: list[str] | None, fraction: float | None) -> Rollout:
+    """The rollout rule the --env, --user and --fraction options name."""
+    return Rollout(environments=env or [], users=user or [], fraction=fraction or 0.0)
+
+
+ExpectOption = Annotated[
+    int | None,
+    version_option("The version you staged against: a Conflict if the skill moved on since."),
+]
+
+
+@command("stage", EDIT)
+def stage(
+    directory: Annotated[
+        Path,
+        typer.Argument(
+            exists=True,
+            file_okay=False,
+            metavar="DIRECTORY",
+            show_default=False,
+            help="One skill directory; the skill is named after it.",
+        ),
+    ],
+    scope: ScopeOption,
+    env: EnvOption = None,
+    user: UserOption = None,
+    fraction: FractionOption = None,
+    version: ExpectOption = None,
+    message: MessageOption = "",
+    force: ForceOption = False,
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Stage a skill directory as the skill's candidate: the workers the rule names (--env,
+    --user, --fraction; any one is enough) get it at their next step, everyone else keeps
+    the live version (a new skill: nobody else sees it). Staging again replaces the
+    candidate. A candidate that breaks the spec needs --force."""
+    rule = rule_of(env, user, fraction)
+    with opened(store_url, token, create=True) as store:
+        sources = skill_sources(directory, store.limits)
+        if len(sources) != 1 or sources[0].root.resolve() != directory.resolve():
+            raise InvalidPath(
+                f"{directory} is not one skill directory (a SKILL.md at its top): stage one "
+                "skill at a time"
+            )
+        source = sources[0]
+        files = read_source(source)
+        result = store.stage(
+            scope, source.name, files, rule, version, strict=not force, message=message
+        )
+        staged = store.manifest(scope, source.name).candidate
+    if staged is not None and staged.findings and not as_json:
+        print_findings(staged.findings)
+    done(f"staged for {describe(rule)}:", scope, source.name, result, as_json)
+
+
+@command("widen", EDIT)
+def widen(
+    target: SkillArgument,
+    scope: ScopeOption,
+    env: EnvOption = None,
+    user: UserOption = None,
+    fraction: FractionOption = None,
+    message: MessageOption = "",
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Give a skill's candidate to more workers: the environments and users given are added
+    to its rule, and --fraction raises its share (never lowers it: everyone already in
+    stays in). To narrow, abort and stage again."""
+    skill = skill_only(target)
+    with opened(store_url, token, create=True) as store:
+        m = store.manifest(scope, skill)
+        if m.candidate is None:
+            raise InvalidPath(f"{scope}/{skill} has no staged candidate: stage one first")
+        old = m.candidate.rollout
+        rule = Rollout(  # sorted and deduplicated by the rule itself
+            environments=[*old.environments, *(env or [])],
+            users=[*old.users, *(user or [])],
+            fraction=old.fraction if fraction is None else fraction,
+        )
+        result = store.widen(scope, skill, rule, expected_version=m.version, message=message)
+    done(f"widened to {describe(rule)}:", scope, skill, result, as_json)
+
+
+@command("promote", EDIT)
+def promote(
+    target: SkillArgument,
+    scope: ScopeOption,
+    version: ExpectOption = None,
+    force: ForceOption = False,
+    message: MessageOption = "",
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Make a skill's candidate the live version for everyone, in one commit (the version it
+    replaces stays in history). A candidate that breaks the spec needs --force."""
+    skill = skill_only(target)
+    with opened(store_url, token, create=True) as store:
+        expected = store.manifest(scope, skill).version if version is None else version
+        result = store.promote(
+            scope, skill, expected_version=expected, message=message, strict=not force
+        )
+    done("promoted the candidate of", scope, skill, result, as_json)
+
+
+@command("abort", EDIT)
+def abort(
+    target: SkillArgument,
+    scope: ScopeOption,
+    version: ExpectOption = None,
+    message: MessageOption = "",
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Drop a skill's candidate: everyone sees the live version again (a skill that was only
+    staged is deleted; history keeps it)."""
+    skill = skill_only(target)
+    with opened(store_url, token, create=True) as store:
+        result = store.abort(scope, skill, expected_version=version, message=message)
+    done("aborted the candidate of", scope, skill, result, as_json)

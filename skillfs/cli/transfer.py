@@ -1,0 +1,459 @@
+"""Whole skill directories in and out of a scope: import and export.
+
+Import is a bulk surface (docs/design.md §7): skills that break the spec are stored with
+their findings recorded, and the summary lists them. Bytes, modes and modification times
+survive the round trip both ways.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeRemainingColumn,
+)
+
+from skillfs.cli.common import (
+    TRANSFER,
+    JsonOption,
+    ScopeOption,
+    StoreOption,
+    TokenOption,
+    YesOption,
+    check_write,
+    command,
+    confirmed,
+    emit_json,
+    err,
+    nothing_in,
+    opened,
+    out,
+    plural,
+    print_findings,
+    shown,
+)
+from skillfs.errors import InvalidPath, NotFound, SkillfsError, TooLarge
+from skillfs.model import File, Finding, Manifest, Put, Scope, error_findings
+from skillfs.model.names import check_skill_name, is_hidden_dir, normalize_path
+from skillfs.spec.skill_dirs import (
+    SKIPPED_DIRS,
+    NotRegular,
+    file_to_read,
+    find_skill_dirs,
+    read_regular,
+)
+from skillfs.spec.skill_md import SKILL_MD, inspect_skill
+from skillfs.store.blobs import sha256
+from skillfs.store.limits import Limits
+
+#: Skills per commit when the store sets no limit of its own: small enough that the progress
+#: bar moves, big enough that an import is few commits.
+DEFAULT_BATCH = 64
+
+
+@dataclass(frozen=True)
+class SkillSource:
+    """A skill directory on disk: its files (relative POSIX path -> the path to read, a
+    followed link's target) and what was skipped (relative path -> why)."""
+
+    name: str
+    root: Path
+    files: dict[str, Path]
+    size: int
+    skipped: dict[str, str]
+
+
+def skill_sources(
+    directory: Path, limits: Limits, follow_symlinks: bool = False
+) -> list[SkillSource]:
+    """Every skill DIRECTORY holds (itself when it is one), checked against the path rules and
+    the store's size limits before anything is written; what is not a regular file is
+    skipped (see `file_to_read`)."""
+    found = [d for d in find_skill_dirs(directory) if (d / SKILL_MD).is_file()]
+    if not found:
+        raise NotFound(f"no skill in {directory}: no SKILL.md in it or in any directory below")
+    by_name: dict[str, Path] = {}
+    sources = []
+    for root in found:
+        name = check_skill_name(Path(os.path.abspath(root)).name)
+        if name in by_name:
+            raise InvalidPath(
+                f"two skills are named {name!r}: {by_name[name]} and {root}; "
+                "import them into different scopes"
+            )
+        by_name[name] = root
+        files: dict[str, Path] = {}
+        skipped: dict[str, str] = {}
+        total = 0
+        inside = (directory.resolve(), root.resolve())  # a linked skill: its own directory
+        for dirpath, dirnames, filenames in os.walk(root):
+            here = Path(dirpath)
+            links = sorted(d for d in dirnames if (here / d).is_symlink())
+            for d in links:  # os.walk lists them and does not enter them
+                rel = (here / d).relative_to(root).as_posix()
+                skipped[rel] = "a symbolic link to a directory; directories are not followed"
+            dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS and d not in links)
+            for filename in sorted(filenames):
+                path = here / filename
+                try:
+                    rel = normalize_path(path.relative_to(root).as_posix())
+                except InvalidPath as exc:  # said with the whole path: which file to rename
+                    raise InvalidPath(f"{os.fsencode(path)!r}: {exc}") from None
+                readable = file_to_read(
+                    path,
+                    inside,
+                    follow=follow_symlinks,
+                    where="the imported directory",
+                    how="--follow-symlinks reads links inside DIRECTORY",
+                )
+                if isinstance(readable, str):
+                    skipped[rel] = readable
+                    continue
+                path = readable
+                n = path.stat().st_size
+                if n > limits.max_file_size:
+                    raise TooLarge(
+                        f"{path} is {n} bytes, over the store's limit of "
+                        f"{limits.max_file_size} bytes per file; nothing was imported"
+                    )
+                files[rel] = path
+                total += n
+        if len(files) > limits.max_files or total > limits.max_skill_size:
+            raise TooLarge(
+                f"{root} holds {len(files)} files, {total} bytes: over the store's limit of "
+                f"{limits.max_files} files, {limits.max_skill_size} bytes per skill; "
+                "nothing was imported"
+            )
+        sources.append(SkillSource(name, root, files, total, skipped))
+    return sources
+
+
+def not_skills(directory: Path) -> list[dict[str, str]]:
+    """The directories below DIRECTORY that `skillfs validate` reports as skills without a
+    SKILL.md (none, or one misnamed, as `skill.md`): an import leaves them out and says so."""
+    rows = []
+    for d in find_skill_dirs(directory):
+        if d.is_dir() and not (d / SKILL_MD).is_file():
+            top = {p.name: b"" for p in d.iterdir() if p.is_file()}  # for the misnamed hint
+            _, findings = inspect_skill(d.name, top)
+            reason = f"{findings[0].message}; not imported"
+            rows.append({"skill": d.name, "path": "", "reason": reason})
+    return rows
+
+
+def _read(path: Path) -> tuple[bytes, os.stat_result]:
+    """`read_regular`, said as the import's error: a file may be swapped since it was listed."""
+    try:
+        return read_regular(path)
+    except NotRegular as exc:
+        raise InvalidPath(
+            f"{path} became {exc.kind} while it was imported: the import stopped there; re-run it"
+        ) from None
+
+
+def read_source(source: SkillSource) -> dict[str, File]:
+    files = {}
+    for rel, path in source.files.items():
+        data, st = _read(path)
+        files[rel] = File(data, mode=st.st_mode & 0o777, mtime=st.st_mtime)
+    return files
+
+
+def _same(files: dict[str, File], m: Manifest | None) -> bool:
+    """Whether the store already holds exactly these bytes and modes (mtimes aside)."""
+    if m is None or m.files.keys() != files.keys():
+        return False
+    return all(
+        m.files[p].sha256 == sha256(f.data) and m.files[p].mode == f.mode for p, f in files.items()
+    )
+
+
+@contextmanager
+def _progress() -> Iterator[Progress]:
+    """A progress bar in bytes on stderr, so stdout stays clean for --json."""
+    columns = [
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        DownloadColumn(binary_units=True),
+        TaskProgressColumn(),
+        TimeRemainingColumn(),
+    ]
+    with Progress(*columns, console=err, transient=True) as progress:
+        yield progress
+
+
+@command("import", TRANSFER)
+def import_(
+    directory: Annotated[
+        Path,
+        typer.Argument(
+            exists=True,
+            file_okay=False,
+            metavar="DIRECTORY",
+            show_default=False,
+            help="A skill directory, or a directory holding skills (searched recursively).",
+        ),
+    ],
+    scope: ScopeOption,
+    batch: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            metavar="N",
+            show_default=False,
+            help=f"Skills per commit (default: the store's limit, else {DEFAULT_BATCH}).",
+        ),
+    ] = None,
+    follow_symlinks: Annotated[
+        bool,
+        typer.Option(
+            "--follow-symlinks",
+            help="Read symbolic links to regular files inside DIRECTORY (others are skipped).",
+        ),
+    ] = False,
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Store every skill below DIRECTORY in a scope, bytes and modes kept.
+
+    Skills that break the spec are stored anyway, their findings recorded and listed below;
+    skills whose files are unchanged are not written again. Only regular files are read:
+    symbolic links (unless --follow-symlinks), pipes and devices are skipped with a warning."""
+    with opened(store_url, token, create=True) as store:
+        sources = skill_sources(directory, store.limits, follow_symlinks)
+        skipped = not_skills(directory) + [
+            {"skill": s.name, "path": path, "reason": why}
+            for s in sources
+            for path, why in s.skipped.items()
+        ]
+        for row in skipped:
+            err.print(
+                f"[yellow]warning:[/yellow] skipped {shown(row['skill'])}/{shown(row['path'])}: "
+                f"{shown(row['reason'])}"
+            )
+        check_write(store, scope)  # the grant to ask for, before any upload
+        limit = store.max_ops
+        size = batch or limit or DEFAULT_BATCH
+        if limit is not None:  # the store's limit per atomic commit caps any batch
+            size = min(size, limit)
+        current = store.manifests(scope, [s.name for s in sources])
+        rows: dict[str, dict[str, Any]] = {}
+        commits: list[dict[str, Any]] = []
+        findings: dict[str, list[Finding]] = {}
+        with _progress() as progress:
+            task = progress.add_task("importing", total=sum(s.size for s in sources))
+            for i in range(0, len(sources), size):
+                chunk = sources[i : i + size]
+                puts = []
+                for source in chunk:
+                    progress.update(task, description=f"reading {source.name}")
+                    files = read_source(source)
+                    unchanged = _same(files, current.get(source.name))
+                    _, findings[source.name] = inspect_skill(
+                        source.name, {p: f.data for p, f in files.items()}
+                    )
+                    row = _row(source, current.get(source.name), unchanged, findings[source.name])
+                    rows[source.name] = row
+                    if not unchanged:
+                        puts.append(Put(scope, source.name, dict(files)))
+                if puts:
+                    progress.update(task, description=f"committing {plural(len(puts), 'skill')}")
+                    try:
+                        result = store.commit(puts)
+                    except SkillfsError:
+                        _partial(scope, commits)
+                        raise
+                    commits.append(
+                        {
+                            "revision": str(result.revision),
+                            "commit_id": result.commit_id,
+                            "skills": sorted(result.versions),
+                        }
+                    )
+                    for name, version in result.versions.items():
+                        rows[name]["version"] = version
+                progress.advance(task, sum(s.size for s in chunk))
+    if as_json:
+        emit_json(
+            {
+                "scope": str(scope),
+                "commits": commits,
+                "skills": list(rows.values()),
+                "skipped": skipped,
+            }
+        )
+    else:
+        _summary(scope, list(rows.values()), commits, findings)
+
+
+def _partial(scope: Scope, commits: list[dict[str, Any]]) -> None:
+    """Before a batch's failure is reported: what the batches before it committed, which stays."""
+    if commits:
+        done = sorted(name for c in commits for name in c["skills"])
+        err.print(
+            f"[yellow]warning:[/yellow] {plural(len(done), 'skill')} of this import "
+            f"{'were' if len(done) != 1 else 'was'} committed to {scope} before the failure "
+            f"(revision {commits[-1]['revision']}); run the same import again to finish it: "
+            "skills already imported are unchanged, so they are not written again"
+        )
+
+
+def _row(
+    source: SkillSource, current: Manifest | None, unchanged: bool, findings: list[Finding]
+) -> dict[str, Any]:
+    """One skill of the import report."""
+    errors = [f.message for f in error_findings(findings)]
+    return {
+        "skill": source.name,
+        "source": str(source.root),
+        "status": "unchanged" if unchanged else "updated" if current else "created",
+        "version": current.version if current else None,
+        "files": len(source.files),
+        "size": source.size,
+        "valid": not errors,
+        "errors": errors,
+        "warnings": [f.message for f in findings if f.severity == "warning"],
+    }
+
+
+def _summary(
+    scope: Scope,
+    rows: list[dict[str, Any]],
+    commits: list[dict[str, Any]],
+    findings: dict[str, list[Finding]],
+) -> None:
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("created", "updated", "unchanged")}
+    where = f"in {len(commits)} commit{'s' * (len(commits) != 1)}"
+    if commits:
+        where += f", now at revision {commits[-1]['revision']}"
+    out.print(
+        f"imported {len(rows)} skill{'s' * (len(rows) != 1)} into {scope} {where}: "
+        f"{counts['created']} created, {counts['updated']} updated, "
+        f"{counts['unchanged']} unchanged"
+    )
+    flagged = [r for r in rows if r["errors"] or r["warnings"]]
+    for r in flagged:
+        mark = "[red]✗[/red]" if r["errors"] else "[yellow]![/yellow]"
+        out.print(f"{mark} [bold]{shown(r['skill'])}[/bold]  [dim]{shown(r['source'])}[/dim]")
+        print_findings(findings[r["skill"]])
+    invalid = sum(bool(r["errors"]) for r in rows)
+    if flagged:
+        out.print(
+            f"{invalid} with errors (stored; a worker shows a skill only if its SKILL.md has a "
+            f"name and description), {len(flagged) - invalid} with warnings only"
+        )
+
+
+@command("export", TRANSFER)
+def export(
+    directory: Annotated[
+        Path,
+        typer.Argument(
+            file_okay=False, metavar="DIRECTORY", show_default=False, help="Where to write."
+        ),
+    ],
+    scope: ScopeOption,
+    skills: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--skill", metavar="NAME", show_default=False, help="Only this skill (repeatable)."
+        ),
+    ] = None,
+    yes: YesOption = False,
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Write a scope's skills to DIRECTORY, one sub-directory each, bytes and modes kept.
+
+    Into a DIRECTORY that is not empty it asks first (--yes does not ask): each exported
+    skill's directory is then replaced whole, everything else is left alone."""
+    if directory.exists() and any(directory.iterdir()):
+        confirmed(
+            f"{directory} is not empty: replace the exported skills' directories in it?",
+            f"nothing exported: {directory} is not empty",
+            yes,
+            unattended=f"nothing exported: {directory} is not empty and there is no terminal to "
+            "ask; pass --yes to replace the exported skills' directories in it, or export into "
+            "an empty directory",
+        )
+    with opened(store_url, token) as store:
+        manifests = {  # drafts and archived skills are not the scope's skills (`_drafts/`)
+            name: m for name, m in store.manifests(scope, skills).items() if not is_hidden_dir(name)
+        }
+        if not manifests and store.revision(scope) is None:  # a typo: no backup of nothing
+            raise NotFound(nothing_in(store, scope))
+        if skills:
+            missing = sorted(set(skills) - manifests.keys())
+            if missing:
+                raise NotFound(
+                    f"no skill {', '.join(map(repr, missing))} in {scope}; skills there: "
+                    + (", ".join(store.skills(scope)) or "none")
+                )
+        rows = []
+        # every skill is written beside the directory's own first, and moved in once all
+        # are: a store or disk failure midway leaves DIRECTORY as it was
+        made = not directory.exists()
+        directory.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".skillfs-export-", dir=directory))
+        done = False
+        try:
+            with _progress() as progress:
+                total = sum(m.size for m in manifests.values())
+                task = progress.add_task("exporting", total=total)
+                for name in sorted(manifests):
+                    m = manifests[name]
+                    progress.update(task, description=f"writing {name}")
+                    try:
+                        _write_skill(staging / name, m, store.read_entries(m.files.values()))
+                    except OSError as exc:
+                        raise InvalidPath(
+                            f"nothing exported: writing {name} failed ({exc.strerror or exc})"
+                        ) from None
+                    progress.advance(task, m.size)
+                    rows.append(
+                        {"skill": name, "version": m.version, "files": len(m.files), "size": m.size}
+                    )
+            for name in sorted(manifests):
+                _replace(directory / name)
+                os.replace(staging / name, directory / name)
+            done = True
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+            if made and not done:
+                shutil.rmtree(directory, ignore_errors=True)
+    if as_json:
+        emit_json({"scope": str(scope), "directory": str(directory), "skills": rows})
+    else:
+        out.print(f"exported {len(rows)} skill{'s' * (len(rows) != 1)} of {scope} to {directory}")
+
+
+def _replace(root: Path) -> None:
+    """Make room for an exported skill's directory: what stood there goes, whole."""
+    if root.is_symlink() or root.is_file():
+        root.unlink()
+    elif root.exists():
+        shutil.rmtree(root)
+
+
+def _write_skill(root: Path, m: Manifest, data: dict[str, bytes]) -> None:
+    for path, entry in sorted(m.files.items()):
+        target = root / normalize_path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data[entry.sha256])
+        os.chmod(target, entry.mode & 0o777)  # the exact bits, for the round trip (cli.md)
+        os.utime(target, (entry.mtime, entry.mtime))

@@ -1,0 +1,1 @@
+"""etcd v3 (docs/engine-etcd.md)."""

@@ -1,0 +1,1 @@
+"""Redis 7, standalone, Cluster or Sentinel (docs/engine-redis.md)."""

@@ -1,0 +1,1 @@
+"""SQLite: the embedded default (docs/engine-sqlite.md)."""

@@ -1,0 +1,1 @@
+"""Governed change (docs/governance.md): the services behind the store's namespaces."""

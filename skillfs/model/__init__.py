@@ -1,0 +1,61 @@
+"""Records only (docs/architecture.md): names and path rules, scopes, files, manifests and
+their summaries, revisions, changes, what a commit returns and the writes a commit takes.
+This face hands on the records every layer uses."""
+
+from skillfs.model.file_entry import FileEntry
+from skillfs.model.manifest import (
+    MTIME_MAX,
+    MTIME_MIN,
+    Candidate,
+    CandidateSummary,
+    Finding,
+    Manifest,
+    Rollout,
+    VersionSummary,
+    error_findings,
+)
+from skillfs.model.records import (
+    USAGE_MAX,
+    Access,
+    AuditEntry,
+    Change,
+    CommitResult,
+    File,
+    Put,
+    Remove,
+    Revision,
+    Scope,
+    UsageStat,
+    same_revision,
+    saturated,
+    target_domain,
+    usage_by_skill,
+)
+
+__all__ = [
+    "MTIME_MAX",
+    "MTIME_MIN",
+    "USAGE_MAX",
+    "Access",
+    "AuditEntry",
+    "Candidate",
+    "CandidateSummary",
+    "Change",
+    "CommitResult",
+    "File",
+    "FileEntry",
+    "Finding",
+    "Manifest",
+    "Put",
+    "Remove",
+    "Revision",
+    "Rollout",
+    "Scope",
+    "UsageStat",
+    "VersionSummary",
+    "error_findings",
+    "same_revision",
+    "saturated",
+    "target_domain",
+    "usage_by_skill",
+]

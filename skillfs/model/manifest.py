@@ -1,0 +1,414 @@
+"""Manifests: what a worker caches of every skill, so they are held lean (docs/design.md §2).
+
+`Finding`, `Candidate` and `Manifest` are slotted, frozen pydantic dataclasses: pydantic
+validates them wherever they cross the wire or the disk (the same JSON, byte for byte, as
+when they were `BaseModel`s), and an instance costs its slots, with no per-instance
+`__dict__` or fields-set; a file row, `FileEntry`, packs its digest with its size
+(skillfs/model/file_entry.py; docs/benchmarks.md, "Manifests in memory")."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import logging
+import math
+import re
+import threading
+from collections.abc import Iterable
+from typing import Any, ClassVar, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic.dataclasses import dataclass
+
+from skillfs.errors import InvalidPath
+from skillfs.model.file_entry import FileEntry
+from skillfs.model.names import check_id
+
+log = logging.getLogger(__name__)
+
+#: The file times a manifest may hold: years 1 to 9999, what every platform's clock and
+#: `os.utime` accept (docs/validation.md).
+MTIME_MIN, MTIME_MAX = -62135596800.0, 253402300799.0
+
+
+_ADAPTERS: dict[str, TypeAdapter[Any]] = {}
+
+
+def _adapter(cls: type[Any]) -> TypeAdapter[Any]:
+    """The pydantic validator and serializer of a lean record class, made on first use."""
+    adapter = _ADAPTERS.get(cls.__qualname__)
+    if adapter is None:
+        adapter = _ADAPTERS[cls.__qualname__] = TypeAdapter(cls)
+    return adapter
+
+
+class Edge:
+    """The pydantic calls the edges make on a lean record (parse, dump, copy with changes),
+    under `BaseModel`'s names so callers read the same either way."""
+
+    __slots__ = ()
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @classmethod
+    def model_validate_json(cls, raw: bytes | str) -> Self:
+        result: Self = _adapter(cls).validate_json(raw)
+        return result
+
+    @classmethod
+    def model_validate(cls, data: Any) -> Self:
+        result: Self = _adapter(cls).validate_python(data)
+        return result
+
+    def model_dump_json(self) -> str:
+        return _adapter(type(self)).dump_json(self).decode()
+
+    def model_dump(self, *, mode: Literal["json", "python"] = "python") -> dict[str, Any]:
+        result: dict[str, Any] = _adapter(type(self)).dump_python(self, mode=mode)
+        return result
+
+    def model_copy(self, *, update: dict[str, Any] | None = None) -> Self:
+        """A copy with `update`'s fields changed (validated, unlike `BaseModel.model_copy`)."""
+        return dataclasses.replace(self, **(update or {}))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finding(Edge):
+    """A validation finding: an error breaks the spec, a warning is usable but off-spec."""
+
+    severity: Literal["error", "warning"]
+    field: str | None = None
+    rule: str
+    message: str
+
+
+def error_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """The findings that break the spec: what a strict surface refuses (docs/design.md §7)."""
+    return [f for f in findings if f.severity == "error"]
+
+
+class Rollout(BaseModel):
+    """Who gets a skill's staged candidate (docs/governance.md, "Staged rollout"): a worker
+    whose environment is one of `environments`, a user named in `users`, or a user whose
+    stable bucket (`skillfs.governance.rollout_rule.bucket`) is below `fraction`. Any one of
+    them is enough, so a wider rule only adds workers; the empty rule reaches nobody."""
+
+    model_config = ConfigDict(frozen=True)
+
+    environments: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+    fraction: float = 0.0
+
+    def __init__(
+        self,
+        environments: Iterable[str] = (),
+        users: Iterable[str] = (),
+        fraction: float = 0.0,
+    ) -> None:
+        if isinstance(environments, str) or isinstance(users, str):
+            raise InvalidPath("a rollout takes lists: environments=[...], users=[...]")
+        try:  # sorted and once each: equal rules compare equal
+            envs, names = tuple(sorted(set(environments))), tuple(sorted(set(users)))
+        except TypeError:
+            raise InvalidPath("a rollout's environments and users are lists of names") from None
+        try:
+            super().__init__(environments=envs, users=names, fraction=fraction)
+        except ValidationError as exc:
+            problem = exc.errors()[0]
+            raise InvalidPath(
+                f"invalid rollout {'.'.join(map(str, problem['loc']))}: {problem['msg']}; give "
+                "environments=[names], users=[user ids] and fraction= a number from 0 to 1"
+            ) from None
+        self.check()
+
+    def check(self) -> Rollout:
+        """Raise InvalidPath unless names are ids (docs/design.md §1) and 0 <= fraction <= 1."""
+        for env in self.environments:
+            check_id("environment", env)
+        for user in self.users:
+            check_id("user", user)
+        if not (math.isfinite(self.fraction) and 0.0 <= self.fraction <= 1.0):
+            raise InvalidPath(
+                f"invalid rollout fraction {self.fraction!r}: give a share of users from 0 "
+                "(nobody by share) to 1 (everyone), e.g. 0.1 for 10 %"
+            )
+        return self
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Candidate(Edge):
+    """The version a skill stages beside its live one (docs/governance.md, "Staged rollout"):
+    a whole file table with its frontmatter and findings, the rule saying who gets it, and
+    who staged it when (`commit_id`: the commit that staged it)."""
+
+    files: dict[str, FileEntry]
+    frontmatter: dict[str, Any] | None = None
+    findings: tuple[Finding, ...] = ()
+    rollout: Rollout
+    commit_id: str
+    actor: str = ""
+    staged_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Manifest(Edge):
+    """One skill in one scope at one version (docs/design.md §2).
+
+    A delete writes a tombstone (`deleted`, no files) so versions keep counting up across a
+    delete and a re-create, and history records who deleted what.
+    """
+
+    skill: str
+    version: int
+    commit_id: str
+    committed_at: float
+    deleted: bool = False
+    frontmatter: dict[str, Any] | None = None
+    findings: tuple[Finding, ...] = ()
+    files: dict[str, FileEntry]
+    #: Who made this version and why (docs/governance.md): a token's name on a server,
+    #: `actor=` / `$SKILLFS_ACTOR` / `user@host` elsewhere, `agent:A/U` for an agent's own.
+    actor: str = ""
+    message: str = ""
+    #: Switched off (docs/governance.md): a skill-shaped hole at its layer, files kept.
+    disabled: bool = False
+    disabled_reason: str = ""
+    #: A staged version and who gets it (docs/governance.md); absent from the stored JSON
+    #: when None, so manifests without one keep their bytes and size.
+    candidate: Candidate | None = Field(default=None, exclude_if=lambda v: v is None)
+    #: A draft's (`_drafts/<name>`, docs/governance.md): the live skill's version it was
+    #: proposed against, 0 when there was none; approve refuses once the live skill moved.
+    #: Absent from the stored JSON when None (a manifest without one keeps its bytes).
+    base_version: int | None = Field(default=None, exclude_if=lambda v: v is None)
+    #: The governed operation that wrote this version, when not a publish or a delete
+    #: (approve, reject, archive, restore): what the audit reports. Absent when empty.
+    operation: str = Field(default="", exclude_if=lambda v: not v)
+
+    def __post_init__(self) -> None:
+        fm = self.frontmatter  # its name is most often the skill's: one string object for both
+        if fm is not None and fm.get("name") == self.skill:
+            fm["name"] = self.skill
+
+    @property
+    def hides(self) -> bool:
+        """A hiding entry (docs/governance.md): disabled with no files and nothing staged, so it
+        holds nothing itself and, in a user's scope, hides the skill of its name from below."""
+        return self.disabled and not self.files and self.candidate is None and not self.deleted
+
+    @property
+    def usable(self) -> bool:
+        """A worker shows only skills whose SKILL.md has a name and a description
+        (docs/design.md §1)."""
+        fm = self.frontmatter
+        return (
+            not self.deleted
+            and fm is not None
+            and isinstance(fm.get("name"), str)
+            and bool(fm.get("name"))
+            and isinstance(fm.get("description"), str)
+            and bool(str(fm.get("description")).strip())
+        )
+
+    @property
+    def errors(self) -> list[Finding]:
+        return error_findings(self.findings)
+
+    @staticmethod
+    def from_json(raw: bytes | str) -> Manifest:
+        """Parse a stored manifest, sharing the result for the same bytes.
+
+        Parsing is most of what loading a scope costs (~15 µs a manifest against ~1 µs
+        for the round trip's share); a stored manifest's bytes never change meaning, so
+        equal bytes may share one (frozen) model. Treat the result as read-only."""
+        return _parse_manifest(raw)
+
+    @property
+    def size(self) -> int:
+        return sum(e.size for e in self.files.values())
+
+    def all_files(self) -> list[tuple[str, FileEntry]]:
+        """Every (path, entry) the manifest references: its files, then its staged
+        candidate's (what GC keeps, and what a server's blob proofs cover)."""
+        staged = self.candidate.files.items() if self.candidate is not None else ()
+        return [*self.files.items(), *staged]
+
+    def summary(self) -> VersionSummary:
+        """This version without its file table (a history listing's row)."""
+        c = self.candidate
+        description = (self.frontmatter or {}).get("description")
+        return VersionSummary(
+            skill=self.skill,
+            version=self.version,
+            commit_id=self.commit_id,
+            committed_at=self.committed_at,
+            deleted=self.deleted,
+            actor=self.actor,
+            message=self.message,
+            operation=self.operation,
+            disabled=self.disabled,
+            disabled_reason=self.disabled_reason,
+            file_count=len(self.files),
+            size=self.size,
+            usable=self.usable,
+            findings=self.findings,
+            description=shortened(description) if isinstance(description, str) else None,
+            candidate=None
+            if c is None
+            else CandidateSummary(
+                rollout=c.rollout,
+                commit_id=c.commit_id,
+                actor=c.actor,
+                staged_at=c.staged_at,
+                file_count=len(c.files),
+                size=sum(e.size for e in c.files.values()),
+                findings=c.findings,
+            ),
+        )
+
+
+#: The longest description a listing row carries (the spec's limit; longer ones are cut with
+#: "…"), so that a row stays small whatever a stored SKILL.md says.
+DESCRIPTION_MAX = 1024
+
+
+def shortened(text: str, limit: int = DESCRIPTION_MAX) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CandidateSummary(Edge):
+    """A staged candidate without its file table."""
+
+    rollout: Rollout
+    commit_id: str
+    actor: str = ""
+    staged_at: float = 0.0
+    file_count: int = 0
+    size: int = 0
+    findings: tuple[Finding, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VersionSummary(Edge):
+    """A kept version without its file table: what history listings show (`Store.versions`,
+    `skillfs history`, the console's History page), small whatever the skill's size; the
+    whole version is read on demand (`Store.manifest(scope, skill, version=)`)."""
+
+    skill: str
+    version: int
+    commit_id: str
+    committed_at: float
+    deleted: bool = False
+    actor: str = ""
+    message: str = ""
+    operation: str = ""
+    disabled: bool = False
+    disabled_reason: str = ""
+    file_count: int = 0
+    size: int = 0
+    usable: bool = False
+    findings: tuple[Finding, ...] = ()
+    description: str | None = None
+    candidate: CandidateSummary | None = None
+
+    @property
+    def errors(self) -> list[Finding]:
+        return error_findings(self.findings)
+
+
+class Parsed:
+    """Parsed manifests by a 128-bit digest of their stored bytes, held as an int (44 bytes;
+    a `bytes` of 16 takes 49): the bytes themselves (~700 a manifest) are not kept, and an
+    entry costs its key and a dict slot. When full, the older half goes (an `Lru`'s ordered
+    links would cost ~85 bytes more a manifest)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._items: dict[int, Manifest] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: int) -> Manifest | None:
+        return self._items.get(key)
+
+    def put(self, key: int, manifest: Manifest) -> None:
+        with self._lock:
+            if len(self._items) >= self.capacity:
+                kept = itertools.islice(self._items.items(), self.capacity // 2, None)
+                self._items = dict(kept)
+            self._items[key] = manifest
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items = {}
+
+
+PARSED = Parsed(8192)
+
+
+def _parse_manifest(raw: bytes | str) -> Manifest:
+    data = raw.encode() if isinstance(raw, str) else raw
+    key = int.from_bytes(hashlib.blake2b(data, digest_size=16).digest())
+    parsed = PARSED.get(key)
+    if parsed is None:
+        try:
+            parsed = Manifest.model_validate_json(raw)
+        except ValidationError as exc:
+            parsed = _salvage(raw, exc)
+        PARSED.put(key, parsed)
+    return parsed
+
+
+_HEAD = re.compile(rb'"skill":"((?:[^"\\]|\\.)*)","version":(\d+)')
+
+
+def _salvage(raw: bytes | str, exc: ValidationError) -> Manifest:
+    """A stored manifest this version of skillfs cannot read (one written before its content
+    was checked: frontmatter nested too deep, a file time of NaN). Only its own skill is
+    affected: it loads with what can be read, no frontmatter (so no worker shows it) and an
+    error finding telling operators to republish or delete it, which repairs it."""
+    data = raw.encode() if isinstance(raw, str) else raw
+    problem = exc.errors()[0]["msg"] if exc.errors() else str(exc)
+    doc: dict[str, Any] = {}
+    try:
+        loaded = json.loads(data)
+        doc = loaded if isinstance(loaded, dict) else {}
+    except (ValueError, RecursionError):
+        head = _HEAD.search(data)
+        if head:
+            doc = {"skill": json.loads(b'"' + head.group(1) + b'"'), "version": int(head.group(2))}
+    files: dict[str, FileEntry] = {}
+    raw_files = doc.get("files")
+    for path, e in (raw_files if isinstance(raw_files, dict) else {}).items():
+        try:
+            mtime = e.get("mtime")
+            if not isinstance(mtime, int | float) or not MTIME_MIN <= mtime <= MTIME_MAX:
+                e = {**e, "mtime": 0.0}
+            files[path] = FileEntry.model_validate(e)
+        except (ValidationError, AttributeError):
+            continue
+    skill, version = doc.get("skill"), doc.get("version")
+    skill = skill if isinstance(skill, str) else "?"
+    version = version if isinstance(version, int) else 0
+    stamp = doc.get("committed_at")
+    log.warning("the stored manifest of %s (version %s) is unreadable: %s", skill, version, problem)
+    return Manifest(
+        skill=skill,
+        version=version,
+        commit_id=str(doc.get("commit_id") or "unreadable"),
+        committed_at=float(stamp) if isinstance(stamp, int | float) and math.isfinite(stamp) else 0,
+        deleted=doc.get("deleted") is True,
+        frontmatter=None,
+        findings=(
+            Finding(
+                severity="error",
+                rule="manifest-unreadable",
+                message=(
+                    f"the stored manifest of version {version} cannot be read ({problem}); "
+                    "its files are kept where readable: publish the skill again (or delete it) "
+                    "to repair it"
+                ),
+            ),
+        ),
+        files=files,
+    )
