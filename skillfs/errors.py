@@ -1,8 +1,25 @@
 """Every error skillfs raises is a SkillfsError; its message says what is wrong and what to do.
 
+    SkillfsError                  INTERNAL             500
+    ├── InvalidArgument           INVALID_ARGUMENT     400  a value no state would accept
+    │   ├── InvalidPath                                     an id, name or path
+    │   └── InvalidSkill                                    a skill a strict surface refuses
+    ├── FailedPrecondition        FAILED_PRECONDITION  409  the right request in the wrong
+    │                                                       state (disable what is disabled)
+    ├── Conflict                  ABORTED              409  changed since you read it
+    ├── NotFound                  NOT_FOUND            404
+    ├── TooLarge                  RESOURCE_EXHAUSTED   413
+    ├── PermissionDenied          PERMISSION_DENIED    403
+    ├── StoreUnavailable          UNAVAILABLE          503  the store did not answer: retry
+    ├── StoreFailed               FAILED_PRECONDITION  500  it answered but cannot until
+    │                                                       someone acts (a full disk)
+    └── ReplicationTimeout        DEADLINE_EXCEEDED    504  Redis `?wait=N` not confirmed
+
 Each class carries the status it is answered with on each front door: the gRPC code (by name,
-so this module needs no gRPC) and the HTTP status. The server and the console read these;
-neither keeps a table of its own."""
+so this module needs no gRPC) and the HTTP status; `code` tells a 409 of a wrong state from a
+409 of a conflict in an HTTP answer. The server and the console read these; neither keeps a
+table of its own. The store's own compare-and-set signal (`VersionMismatch`) never leaves it.
+"""
 
 from __future__ import annotations
 
@@ -13,23 +30,37 @@ class SkillfsError(Exception):
     grpc_code = "INTERNAL"
     http_status = 500
 
+    @property
+    def code(self) -> str:
+        """The error's name on the wire (gRPC metadata, an HTTP answer's `code` field)."""
+        return type(self).__name__
 
-class InvalidSkill(SkillfsError, ValueError):
-    """A skill breaks the Agent Skills specification where the surface is strict."""
+
+class InvalidArgument(SkillfsError, ValueError):
+    """A value that no state of the store would accept: fix the request, not the store."""
 
     grpc_code = "INVALID_ARGUMENT"
     http_status = 400
+
+
+class InvalidSkill(InvalidArgument):
+    """A skill breaks the Agent Skills specification where the surface is strict."""
 
     def __init__(self, message: str, findings: list[object] | None = None) -> None:
         super().__init__(message)
         self.findings = findings or []
 
 
-class InvalidPath(SkillfsError, ValueError):
-    """An id or path breaks the naming rules of docs/design.md §1."""
+class InvalidPath(InvalidArgument):
+    """An id, name or path breaks the naming rules of docs/design.md §1."""
 
-    grpc_code = "INVALID_ARGUMENT"
-    http_status = 400
+
+class FailedPrecondition(SkillfsError):
+    """The request is well formed but the skill is not in a state it applies to (already
+    disabled, nothing staged, still disabled, ...): the message says what to do first."""
+
+    grpc_code = "FAILED_PRECONDITION"
+    http_status = 409
 
 
 class Conflict(SkillfsError):

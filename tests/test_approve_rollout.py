@@ -10,7 +10,7 @@ import pytest
 
 import skillfs
 from skillfs import Rollout, Scope, Skills, Store
-from skillfs.errors import Conflict, InvalidPath
+from skillfs.errors import Conflict, InvalidArgument
 from skillfs.governance.rollout_rule import bucket
 from tests.runtime_helpers import md
 
@@ -67,11 +67,11 @@ def test_bad_approvals_write_nothing(store: Store) -> None:
     before = counter(store)
     with pytest.raises(Conflict, match=r"already has a staged candidate .*promote or abort it"):
         store.approve(ALICE, "faq", rollout=Rollout(fraction=0.1), into=SHARED)
-    with pytest.raises(InvalidPath, match="one commit spans one agent"):
+    with pytest.raises(InvalidArgument, match="one commit spans one agent"):
         store.approve(ALICE, "faq", into=Scope.shared("other-bot"))
-    with pytest.raises(InvalidPath, match="fraction"):
+    with pytest.raises(InvalidArgument, match="fraction"):
         store.approve(ALICE, "faq", rollout=Rollout.model_construct(fraction=2.0))
-    with pytest.raises(InvalidPath, match="cannot name bob"):
+    with pytest.raises(InvalidArgument, match="cannot name bob"):
         store.approve(ALICE, "faq", rollout=Rollout(users=["bob"]))
     assert counter(store) == before
     assert [d.name for d in store.drafts(ALICE)] == ["faq"]

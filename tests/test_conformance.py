@@ -14,7 +14,14 @@ import pytest
 import skillfs
 from skillfs import File, HistoryPolicy, Limits, Put, Remove, Scope
 from skillfs.engines.base import CommitOp, VersionMismatch
-from skillfs.errors import Conflict, InvalidPath, NotFound, StoreUnavailable, TooLarge
+from skillfs.errors import (
+    Conflict,
+    InvalidArgument,
+    InvalidPath,
+    NotFound,
+    StoreUnavailable,
+    TooLarge,
+)
 from tests.helpers import skill_md
 
 ALICE = Scope.user("support-bot", "alice")
@@ -166,7 +173,7 @@ def test_commit_is_all_or_nothing(store: skillfs.Store) -> None:
     c = store.commit([Put(ALICE, "a", files_v("a", 1)), Remove(SHARED, "b", expected_version=1)])
     assert c.versions == {"a": 1, "b": 2} and c.revision > rev
     assert store.skills(SHARED) == [] and store.skills(ALICE) == ["a"]
-    with pytest.raises(InvalidPath, match="one agent or one market"):
+    with pytest.raises(InvalidArgument, match="one agent or one market"):
         store.commit([Put(ALICE, "a", files_v("a", 2)), Put(MARKET, "x", files_v("x", 1))])
 
 
@@ -235,14 +242,14 @@ def test_invalid_skill_dirs(store: skillfs.Store, skill: str) -> None:
 @pytest.mark.parametrize("files", [{"SKILL.md": None}, ["SKILL.md"], {"SKILL.md": 3}])
 def test_files_of_the_wrong_type_are_named(store: skillfs.Store, files: Any) -> None:
     """Not pydantic's ValidationError (outside testing): what is wrong, and what to give."""
-    with pytest.raises(InvalidPath, match=r"give .*bytes, text, a File or a FileEntry"):
+    with pytest.raises(InvalidArgument, match=r"give .*bytes, text, a File or a FileEntry"):
         store.publish(ALICE, "a", files)
     assert store.revision("support-bot") is None
 
 
 def test_a_commit_id_over_128_characters_writes_nothing(store: skillfs.Store) -> None:
     store.publish(ALICE, "a", {"SKILL.md": skill_md("a")})
-    with pytest.raises(InvalidPath, match="a commit id is 1-128 characters"):
+    with pytest.raises(InvalidArgument, match="a commit id is 1-128 characters"):
         store.delete(ALICE, "a", commit_id="x" * 129)
     assert store.manifest(ALICE, "a").version == 1
 
@@ -587,8 +594,8 @@ def test_a_lost_answer_and_another_writer_on_top_is_still_ours(
     real = store.engine.commit
     lost: list[int] = []
 
-    def commit_then_lose_the_answer(domain: str, ops: Any) -> Any:
-        revision = real(domain, ops)
+    def commit_then_lose_the_answer(domain: str, ops: Any, checks: Any = ()) -> Any:
+        revision = real(domain, ops, checks)
         if not lost:
             lost.append(1)
             other.publish(ALICE, "s", files_v("s", 3), expected_version=2)

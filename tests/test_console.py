@@ -819,7 +819,7 @@ def test_rename_is_one_commit_and_follows_the_name(client: Client, store: skillf
     refused = client.post(
         skill_url("changelog", "rename"), {"new_name": "notes", "expected": str(off.version)}
     )
-    assert refused.status == 400 and "is disabled (wrong dates)" in unescape(refused.text)
+    assert refused.status == 409 and "is disabled (wrong dates)" in unescape(refused.text)
     assert "notes" not in store.skills(SHARED) and store.manifest(SHARED, "changelog").disabled
 
 

@@ -204,7 +204,7 @@ def test_disable_with_reason_and_enable(client: Client, store: skillfs.Store) ->
     assert 'data-skill="code-reviewer"' not in view.text
     assert 'data-left-out="code-reviewer"' in view.text and "leaks &lt;keys&gt;" in view.text
     again = client.post(skill_url("code-reviewer", "disable"), {"expected": str(m.version)})
-    assert again.status == 400 and "already disabled" in again.text
+    assert again.status == 409 and "already disabled" in again.text
     r = client.post(skill_url("code-reviewer", "enable"), {"expected": str(m.version)})
     assert r.status == 200 and "Enabled code-reviewer" in r.text
     assert 'data-skill="code-reviewer"' in client.get("/agents/support-bot/users/alice/").text

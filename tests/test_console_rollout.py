@@ -94,7 +94,7 @@ def test_widen_promote_and_abort(client: Client, store: skillfs.Store) -> None:
     assert "no worker gets it by its environment" in page.text  # none named: nobody by it
     assert "every worker that declares one" not in page.text
     narrow = client.post(skill_url(SKILL, "widen"), {"expected": str(v), "percent": "5"})
-    assert narrow.status == 400 and "keep everyone already in" in unescape(narrow.text)
+    assert narrow.status == 409 and "keep everyone already in" in unescape(narrow.text)
     bad = client.post(skill_url(SKILL, "widen"), {"expected": str(v), "percent": "-1"})
     assert bad.status == 400 and "Nothing was written" in bad.text
     stale = client.post(skill_url(SKILL, "widen"), {"expected": str(v - 1), "percent": "50"})
@@ -108,7 +108,7 @@ def test_widen_promote_and_abort(client: Client, store: skillfs.Store) -> None:
     assert r.status == 200 and "Promoted" in r.text
     assert md_text(store, SKILL) == text and store.manifest(SHARED, SKILL).candidate is None
     again = client.post(skill_url(SKILL, "promote"), {"expected": str(m.version + 1)})
-    assert again.status == 404 and "no staged candidate" in again.text
+    assert again.status == 409 and "no staged candidate" in again.text
 
     m = store.manifest(SHARED, SKILL)
     store.stage(SHARED, SKILL, {"SKILL.md": File(b"x")}, Rollout(users=["alice"]), strict=False)

@@ -16,7 +16,7 @@ import pytest
 
 import skillfs
 from skillfs import Scope
-from skillfs.errors import InvalidPath, NotFound
+from skillfs.errors import InvalidArgument, NotFound
 from skillfs.governance.curation_report import SkillRef, near_duplicates
 from skillfs.util.durations import format_duration, parse_duration
 from skillfs.util.similarity import jaccard, shingles, similar_pairs
@@ -121,7 +121,7 @@ def test_windows_and_threshold(fleet: skillfs.Store) -> None:
     assert fleet.curate(BOT, duplicate_threshold=0.99, now=NOW).duplicates == []
     later = fleet.curate(BOT, stale_after=3600 * 2, archive_after=3600 * 3, now=NOW + 3 * 3600)
     assert "review" in {i.skill for i in later.to_archive}  # its last use is 4 hours ago then
-    with pytest.raises(InvalidPath, match="129600 seconds is shorter than stale_after 131400"):
+    with pytest.raises(InvalidArgument, match="129600 seconds is shorter than stale_after 131400"):
         fleet.curate(BOT, stale_after=36.5 * 3600, archive_after=36 * 3600)  # review: "1 day 12
         # hours is shorter than 1 day 12 hours"
 
@@ -167,7 +167,7 @@ def test_a_skill_rolling_out_is_kept_though_idle(fleet: skillfs.Store, store_url
 def test_apply_refuses_a_bad_actor_first(fleet: skillfs.Store) -> None:
     """Outside testing: each archive refused the actor, the call reported every skill as
     skipped instead of saying what was wrong."""
-    with pytest.raises(InvalidPath, match="actor"):
+    with pytest.raises(InvalidArgument, match="actor"):
         fleet.curate(BOT, dry_run=False, now=NOW, actor="bad\nactor")
     assert "review-copy" in fleet.skills(SHARED)
 
@@ -215,11 +215,11 @@ def test_bad_input_writes_nothing(fleet: skillfs.Store) -> None:
         ({"stale_after": 0}, "invalid stale_after 0"),
         ({"duplicate_threshold": 1.5}, r"not in \(0, 1\]"),
     ]:
-        with pytest.raises(InvalidPath, match=says):
+        with pytest.raises(InvalidArgument, match=says):
             fleet.curate(BOT, dry_run=False, now=NOW, **kwargs)  # type: ignore[arg-type]
     with pytest.raises(NotFound, match="agents/nobody has never held a skill"):
         fleet.curate("nobody", dry_run=False, now=NOW)
-    with pytest.raises(InvalidPath, match="invalid domain"):
+    with pytest.raises(InvalidArgument, match="invalid domain"):
         fleet.curate("teams/x", now=NOW)
     assert fleet.skills(SHARED) == ["deploy", "off", "review", "review-copy", "today"]
     assert fleet.skills(ALICE) == ["notes"]
@@ -289,7 +289,7 @@ def test_a_duration_is_said_to_its_second_unit() -> None:
 
 @pytest.mark.parametrize("text", ["", "7x", "d", "-1h", "nan", "inf", "0s"])
 def test_bad_durations(text: str) -> None:
-    with pytest.raises(InvalidPath, match="such as 30d, 2h, 30m or 45s"):
+    with pytest.raises(InvalidArgument, match="such as 30d, 2h, 30m or 45s"):
         parse_duration(text, "--curate-every")
 
 

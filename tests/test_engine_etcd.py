@@ -27,7 +27,13 @@ from skillfs.engines.base import EMPTY, CommitOp, VersionMismatch
 from skillfs.engines.etcd import client as ec
 from skillfs.engines.etcd import gateway as etcd_gateway
 from skillfs.engines.etcd.engine import EtcdEngine
-from skillfs.errors import InvalidPath, PermissionDenied, StoreUnavailable, TooLarge
+from skillfs.errors import (
+    InvalidArgument,
+    InvalidPath,
+    PermissionDenied,
+    StoreUnavailable,
+    TooLarge,
+)
 from skillfs.model import Candidate, Manifest, Revision, Rollout, Scope
 from support.servers import HOST, EtcdCluster, EtcdServer, free_port
 from tests import helpers
@@ -76,11 +82,11 @@ def test_url_options(etcd_server: EtcdServer) -> None:
     assert [ep.target for ep in e._etcd.endpoints] == [etcd_server.endpoint, "localhost:2379"]
     assert e._etcd.timeout == 2.0 and e.max_ops == 63 and e.chunk_size == MiB
     e.close()
-    with pytest.raises(InvalidPath, match="unknown option"):
+    with pytest.raises(InvalidArgument, match="unknown option"):
         EtcdEngine(f"etcd://{etcd_server.endpoint}?prefx=a/")
-    with pytest.raises(InvalidPath, match="timeout"):
+    with pytest.raises(InvalidArgument, match="timeout"):
         EtcdEngine(f"etcd://{etcd_server.endpoint}?timeout=soon")
-    with pytest.raises(InvalidPath, match="need TLS"):
+    with pytest.raises(InvalidArgument, match="need TLS"):
         EtcdEngine(f"etcd://{etcd_server.endpoint}?cert=/x")
     assert isinstance(skillfs.open_store(etcd_server.url).engine, EtcdEngine)
 

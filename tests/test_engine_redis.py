@@ -23,7 +23,13 @@ from redis.crc import key_slot
 import skillfs
 from skillfs.engines.base import LOG_LIMIT, CommitOp, VersionMismatch
 from skillfs.engines.redis.engine import RedisEngine, ReplicationTimeout
-from skillfs.errors import InvalidPath, NotFound, PermissionDenied, StoreUnavailable
+from skillfs.errors import (
+    InvalidArgument,
+    InvalidPath,
+    NotFound,
+    PermissionDenied,
+    StoreUnavailable,
+)
 from skillfs.model import Manifest, Revision, Scope
 from support.servers import RedisCluster, RedisSentinel, RedisServer, free_port
 from tests.helpers import manifest, skill_md
@@ -382,7 +388,7 @@ def test_wait_in_cluster_goes_to_the_slots_node(redis_cluster: RedisCluster) -> 
         with pytest.raises(ReplicationTimeout, match="0 of 1"):
             store.publish(Scope.shared(agent), "s", {"SKILL.md": skill_md("s")})
         assert store.manifest(Scope.shared(agent), "s").version == 1
-    with pytest.raises(InvalidPath, match="wait"):
+    with pytest.raises(InvalidArgument, match="wait"):
         RedisEngine(f"{redis_cluster.url}?wait=x")
 
 
@@ -550,7 +556,7 @@ def test_wrong_password_is_permission_denied(tmp_path: Path) -> None:
     ],
 )
 def test_bad_urls_are_refused(url: str) -> None:
-    with pytest.raises(InvalidPath):
+    with pytest.raises(InvalidArgument):
         RedisEngine(url)
 
 

@@ -21,7 +21,7 @@ import pytest
 import skillfs
 from skillfs.engines.base import CommitOp, VersionMismatch
 from skillfs.engines.sqlite.engine import SCHEMA_VERSION, SqliteEngine, parse_path
-from skillfs.errors import InvalidPath, StoreFailed, StoreUnavailable
+from skillfs.errors import InvalidArgument, StoreFailed, StoreUnavailable
 from skillfs.model import Manifest, Revision, Scope
 from support.grpc_servers import ADMIN as GRPC_ADMIN
 from support.grpc_servers import running
@@ -81,11 +81,11 @@ def test_url_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         "sqlite:///:memory:",
         "sqlite:///d/",
     ]:
-        with pytest.raises(InvalidPath, match="sqlite:///"):
+        with pytest.raises(InvalidArgument, match="sqlite:///"):
             parse_path(bad)
-    with pytest.raises(InvalidPath, match="unknown option"):
+    with pytest.raises(InvalidArgument, match="unknown option"):
         SqliteEngine(url_of(tmp_path / "x.db", "colour=red"))
-    with pytest.raises(InvalidPath, match="positive"):
+    with pytest.raises(InvalidArgument, match="positive"):
         SqliteEngine(url_of(tmp_path / "x.db", "log_limit=0"))
 
 

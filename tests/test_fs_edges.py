@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from upath import UPath
 
-from skillfs.errors import InvalidPath
+from skillfs.errors import FailedPrecondition, InvalidPath
 from skillfs.fs import SkillFileSystem
 from skillfs.model import Rollout, Scope
 
@@ -67,16 +67,17 @@ def test_a_move_keeps_the_kill_switch_and_the_rollout(fs: SkillFileSystem) -> No
     fs.pipe({"skills/x/SKILL.md": SKILL_MD})
     scope = Scope.shared("a")
     fs.store.disable(scope, "x", reason="leaks a key")
-    with pytest.raises(InvalidPath, match=r"is disabled \(leaks a key\).*enable it first"):
+    with pytest.raises(FailedPrecondition, match=r"is disabled \(leaks a key\).*enable it first"):
         fs.mv("skills/x", "skills/y")
     fs.pipe({"skills/z/SKILL.md": SKILL_MD})
-    with pytest.raises(InvalidPath, match=r"is disabled \(leaks a key\)"):  # into skills/z/x/
+    # into skills/z/x/
+    with pytest.raises(FailedPrecondition, match=r"is disabled \(leaks a key\)"):
         fs.mv("skills/x", "skills/z", recursive=True)
     assert sorted(fs.store.manifest(scope, "z").files) == ["SKILL.md"]
     fs.rm("skills/z", recursive=True)
     fs.store.enable(scope, "x")
     fs.store.stage(scope, "x", {"SKILL.md": SKILL_MD + b"new\n"}, Rollout(users=["u"]))
-    with pytest.raises(InvalidPath, match="staged candidate: promote or abort it"):
+    with pytest.raises(FailedPrecondition, match="staged candidate: promote or abort it"):
         fs.mv("skills/x", "skills/y")
     assert fs.store.skills(scope) == ["x"] and fs.store.manifest(scope, "x").candidate
     fs.store.promote(scope, "x")

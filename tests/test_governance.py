@@ -12,8 +12,8 @@ import pytest
 
 import skillfs
 from skillfs import Scope
-from skillfs.errors import Conflict, InvalidPath, NotFound
-from skillfs.store.governance import default_actor
+from skillfs.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound
+from skillfs.store.who import default_actor
 from support import grpc_servers
 from tests.cli_helpers import as_json, error_line, ok, run
 from tests.helpers import skill_files as files
@@ -70,7 +70,7 @@ def test_actor_defaults(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None
         assert store.manifest(SHARED, "b").actor == actor_of(store, "release-bot")
     monkeypatch.delenv("SKILLFS_ACTOR")
     assert "@" in default_actor()
-    with pytest.raises(InvalidPath):
+    with pytest.raises(InvalidArgument):
         skillfs.open_store(store_url, actor="x\ny").publish(SHARED, "c", files("c"))
 
 
@@ -98,7 +98,7 @@ def test_audit_newest_first_filtered(store: skillfs.Store) -> None:
     assert store.audit("agents/support-bot", limit=1)[0].version == 3
     store.publish(MARKET, "m", files("m"), message="market")
     assert [e.message for e in store.audit("markets/team")] == ["market"]
-    with pytest.raises(InvalidPath, match="since=nan"):  # (outside testing: silently nothing)
+    with pytest.raises(InvalidArgument, match="since=nan"):  # (outside testing: silently nothing)
         store.audit("support-bot", since=float("nan"))
 
 
@@ -175,11 +175,13 @@ def test_a_disabled_skill_cannot_be_moved_over_another_either(store: skillfs.Sto
     renamed = {**leaky.files, **files("other", "print the API key")}
     for target in (dict(leaky.files), renamed):
         move = [Remove(SHARED, "leaky", leaky.version), Put(SHARED, "other", target)]
-        with pytest.raises(InvalidPath, match="is disabled \\(leaks the API key\\): removing it"):
+        with pytest.raises(
+            FailedPrecondition, match="is disabled \\(leaks the API key\\): removing it"
+        ):
             store.commit(move)
     assert store.manifest(SHARED, "other").version == 1
     beside = [Remove(SHARED, "leaky", leaky.version), Put(SHARED, "third", files("third"))]
-    with pytest.raises(InvalidPath, match="or delete it on its own"):
+    with pytest.raises(FailedPrecondition, match="or delete it on its own"):
         store.commit(beside)
     assert store.manifest(SHARED, "third").version == 1
     assert store.commit([Remove(SHARED, "leaky", leaky.version)]).versions == {
@@ -194,16 +196,16 @@ def test_disable_bad_input_writes_nothing(store: skillfs.Store) -> None:
         store.disable(SHARED, "nope")
     with pytest.raises(NotFound, match="nor its agent's shared scope"):
         store.disable(ALICE, "nope")
-    with pytest.raises(InvalidPath, match="not disabled"):
+    with pytest.raises(FailedPrecondition, match="not disabled"):
         store.enable(SHARED, "a")
     with pytest.raises(NotFound):
         store.enable(ALICE, "a")
-    with pytest.raises(InvalidPath, match="not a skill"):
+    with pytest.raises(InvalidArgument, match="not a skill"):
         store.disable(SHARED, "_drafts")
     assert store.revision("support-bot") == rev
     store.disable(SHARED, "a")
     rev = store.revision("support-bot")
-    with pytest.raises(InvalidPath, match="already disabled"):
+    with pytest.raises(FailedPrecondition, match="already disabled"):
         store.disable(SHARED, "a")
     with pytest.raises(Conflict):
         store.enable(SHARED, "a", expected_version=1)
@@ -212,7 +214,7 @@ def test_disable_bad_input_writes_nothing(store: skillfs.Store) -> None:
     # switched the archive entry on, and a restore then served it)
     store.archive(SHARED, "a", reason="old")
     rev = store.revision("support-bot")
-    with pytest.raises(InvalidPath, match="only skills can be enabled"):
+    with pytest.raises(InvalidArgument, match="only skills can be enabled"):
         store.enable(SHARED, ".archive/a")
     assert store.revision("support-bot") == rev
 

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 import skillfs
 from skillfs.cli.app import app
-from skillfs.errors import InvalidPath
+from skillfs.errors import InvalidArgument
 from skillfs.model import Scope
 from skillfs.remote.engine import GrpcEngine
 from skillfs.remote.proto import skillfs_pb2 as pb
@@ -391,5 +391,5 @@ def test_a_call_right_after_a_restart_waits_for_the_reconnect(tmp_path: Path) ->
 )
 def test_a_server_address_without_a_valid_port_is_refused(url: str) -> None:
     """gRPC would take port 99999 as 34463 (outside testing): the URL is refused instead."""
-    with pytest.raises(InvalidPath, match="give host:port, port 1-65535"):
+    with pytest.raises(InvalidArgument, match="give host:port, port 1-65535"):
         GrpcEngine(url)

@@ -125,11 +125,12 @@ def test_backend_writes_follow_every_rule_of_the_write_tools() -> None:
     refused = {
         "/notes/SKILL.md": "breaks the Agent Skills spec",
         "/Bad Name/SKILL.md": "breaks the Agent Skills spec",
-        "/guide/SKILL.md": "'guide' was disabled by an operator (leaks the API key)",
         "/new/notes.md": "write its SKILL.md first",
     }
     for path, why in refused.items():
         assert why in (backend.write(path, "garbage, no frontmatter").error or ""), path
+    killed = backend.write("/guide/SKILL.md", md("guide").decode()).error or ""
+    assert "'guide' is disabled in shared:bot by an operator (leaks the API key)" in killed
     assert store.manifest(ALICE, "notes").version == 1 and store.skills(ALICE) == ["notes"]
     assert backend.write("/fresh/SKILL.md", md("fresh").decode()).error is None
     assert store.manifest(ALICE, "fresh").actor == "agent:bot/alice"

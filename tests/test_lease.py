@@ -14,7 +14,7 @@ import pytest
 import redis
 
 import skillfs
-from skillfs.errors import InvalidPath
+from skillfs.errors import InvalidArgument, InvalidPath
 from tests.stores import ENGINES, url_for
 
 
@@ -82,7 +82,7 @@ def test_bad_lease_input_is_refused(store: skillfs.Store) -> None:
         ("curate", "a", 0.0, "invalid lease time"),
         ("curate", "a", float("nan"), "invalid lease time"),
     ]:
-        with pytest.raises(InvalidPath, match=says):
+        with pytest.raises(InvalidArgument, match=says):
             engine.acquire_lease(name, holder, ttl)
     assert engine.acquire_lease("curate", "a", 30)  # nothing was taken by the bad calls
 

@@ -12,11 +12,11 @@ import pytest
 import skillfs
 from skillfs import File, Scope
 from skillfs.engines.base import CommitOp
-from skillfs.errors import InvalidPath, InvalidSkill
+from skillfs.errors import InvalidArgument, InvalidPath, InvalidSkill
 from skillfs.model import FileEntry, Manifest
 from skillfs.spec.skill_md import MAX_DEPTH, inspect_skill
 from skillfs.store.blobs import sha256
-from skillfs.store.commit import storable
+from skillfs.store.rules import storable
 from tests.stores import url_for
 
 ALICE = Scope.user("support-bot", "alice")
@@ -66,7 +66,7 @@ def test_frontmatter_at_the_depth_limit_is_kept() -> None:
 def test_a_file_time_that_is_not_a_time_writes_nothing(store: skillfs.Store, mtime: float) -> None:
     store.publish(ALICE, "good", {"SKILL.md": GOOD_MD})
     before = store.revision(ALICE)
-    with pytest.raises(InvalidPath, match="is not a time"):
+    with pytest.raises(InvalidArgument, match="is not a time"):
         store.publish(ALICE, "bad", {"SKILL.md": GOOD_MD, "a.txt": File(b"x", mtime=mtime)})
     assert store.revision(ALICE) == before and store.skills(ALICE) == ["good"]
 
@@ -150,11 +150,11 @@ def test_the_server_refuses_a_manifest_that_would_not_read_back(
     request.addfinalizer(store.close)
     store.publish(ALICE, "good", {"SKILL.md": GOOD_MD})
     before = store.revision(ALICE)
-    with pytest.raises(InvalidPath, match=r"not valid at files\.a\.txt\.mtime"):
+    with pytest.raises(InvalidArgument, match=r"not valid at files\.a\.txt\.mtime"):
         _plant(store, "bad", mtime=math.nan)  # JSON has no NaN: it arrives as null
-    with pytest.raises(InvalidPath, match="is not a time"):
+    with pytest.raises(InvalidArgument, match="is not a time"):
         _plant(store, "bad", mtime=1e308)
-    with pytest.raises(InvalidPath, match="recursion limit exceeded"):
+    with pytest.raises(InvalidArgument, match="recursion limit exceeded"):
         _plant(store, "deep", frontmatter=deep_dict(220))
     assert store.revision(ALICE) == before and store.skills(ALICE) == ["good"]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import uuid
 from pathlib import Path
+from typing import Any
 
 import anyio
 import grpc
@@ -15,7 +16,15 @@ import pytest
 
 import skillfs
 from skillfs import Rollout, Scope
-from skillfs.errors import Conflict, InvalidPath, NotFound, PermissionDenied
+from skillfs.engines.base import CommitOp
+from skillfs.errors import (
+    Conflict,
+    FailedPrecondition,
+    InvalidArgument,
+    InvalidPath,
+    NotFound,
+    PermissionDenied,
+)
 from skillfs.governance.rollout_rule import bucket, effective, gets_candidate
 from skillfs.model import Manifest
 from skillfs.remote.proto import skillfs_pb2 as pb
@@ -175,11 +184,11 @@ def test_an_archive_that_loses_a_race_to_a_promote_is_retried(
     store.stage(SHARED, "s0", {"SKILL.md": skill_md("s0", "cand")}, Rollout(users=("u1",)))
     real, raced = store.engine.commit, []
 
-    def commit(domain: str, ops: list) -> skillfs.Revision:  # type: ignore[type-arg]
+    def commit(domain: str, ops: list, checks: Any = ()) -> skillfs.Revision:  # type: ignore[type-arg]
         if not raced:  # the promote lands between the archive's read and its commit
             raced.append(True)  # (memory: `other` shares this engine, and its commit)
             other.promote(SHARED, "s0")
-        return real(domain, ops)
+        return real(domain, ops, checks)
 
     store.engine.commit = commit  # type: ignore[method-assign]
     result = store.archive(SHARED, "s0", reason="old")
@@ -203,11 +212,15 @@ def test_bad_input_writes_nothing(store: skillfs.Store) -> None:
         lambda: store.widen(SHARED, "nope", Rollout(fraction=0.5)),
         lambda: store.promote(SHARED, "nope"),
         lambda: store.abort(SHARED, "nope"),
-        lambda: store.promote(SHARED, "s"),  # no candidate
+    ):
+        with pytest.raises(NotFound):
+            bad()
+    for bad in (  # no candidate: there is nothing to act on yet
+        lambda: store.promote(SHARED, "s"),
         lambda: store.abort(SHARED, "s"),
         lambda: store.widen(SHARED, "s", Rollout(fraction=0.5)),
     ):
-        with pytest.raises(NotFound):
+        with pytest.raises(FailedPrecondition, match="no staged candidate"):
             bad()
     for rule in (
         {"fraction": 1.5},
@@ -218,15 +231,15 @@ def test_bad_input_writes_nothing(store: skillfs.Store) -> None:
         {"users": ["a b"]},
         {"environments": "prod"},
     ):
-        with pytest.raises(InvalidPath, match=r"rollout|environment|user"):
+        with pytest.raises(InvalidArgument, match=r"rollout|environment|user"):
             Rollout(**rule)  # type: ignore[arg-type]
-    with pytest.raises(InvalidPath, match="alone"):
+    with pytest.raises(InvalidArgument, match="alone"):
         store.stage(ALICE, "a", files("a", "x"), Rollout(users=["bob"]))
-    with pytest.raises(InvalidPath, match=r"skillfs\.Rollout"):
+    with pytest.raises(InvalidArgument, match=r"skillfs\.Rollout"):
         store.stage(SHARED, "s", files("s", "x"), {"fraction": 0.5})  # type: ignore[arg-type]
-    with pytest.raises(InvalidPath, match="not a skill"):
+    with pytest.raises(InvalidArgument, match="not a skill"):
         store.stage(SHARED, "_drafts", files("d", "x"), Rollout(fraction=0.5))
-    with pytest.raises(InvalidPath):
+    with pytest.raises(InvalidArgument):
         store.stage(SHARED, "s", {"../x": b"x"}, Rollout(fraction=0.5))
     with pytest.raises(Conflict):
         store.stage(SHARED, "s", files("s", "x"), Rollout(fraction=0.5), expected_version=7)
@@ -240,7 +253,7 @@ def test_bad_input_writes_nothing(store: skillfs.Store) -> None:
         Rollout(environments=["prod"], fraction=0.1),  # lowers the fraction
         Rollout(environments=["prod"], fraction=0.2),  # the same rule: nothing to widen
     ):
-        with pytest.raises(InvalidPath, match=r"keep everyone|nothing to widen"):
+        with pytest.raises(FailedPrecondition, match=r"keep everyone|nothing to widen"):
             store.widen(SHARED, "s", narrower)
     with pytest.raises(Conflict):
         store.promote(SHARED, "s", expected_version=1)
@@ -414,12 +427,12 @@ def test_grpc_server_vouches_for_the_candidate(tmp_path: Path) -> None:
                 update={"commit_id": "someone-else", "frontmatter": {"name": "x"}}
             )
 
-            def edit(cur: Manifest | None) -> dict[str, object]:
-                assert cur is not None
-                return {"files": cur.files, "frontmatter": cur.frontmatter, "candidate": forged}
-
-            with pytest.raises(InvalidPath, match="staged by the commit that writes it"):
-                alice._edit(ALICE, "a", edit)
+            sent = m.model_copy(  # built by hand and sent as a raw Commit
+                update={"version": m.version + 1, "commit_id": "forger", "candidate": forged}
+            )
+            op = CommitOp(scope=ALICE, manifest=sent, expect=m.version)
+            with pytest.raises(InvalidArgument, match="staged by the commit that writes it"):
+                alice.engine.commit(ALICE.domain, [op])
             again = alice.manifest(ALICE, "a")
             assert again.version == m.version and again.candidate == m.candidate
     finally:

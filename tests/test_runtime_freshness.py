@@ -7,6 +7,7 @@ import asyncio
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import cast
@@ -57,14 +58,16 @@ def test_unchanged_snapshot_is_one_revisions_call_and_nothing_else() -> None:
 
 
 def test_other_users_changes_never_reload_this_users_scopes() -> None:
-    store, counter = counting_store()
+    url = f"memory://{uuid.uuid4().hex}"
+    store, counter = counting_store(url)
+    bobs = skillfs.open_store(url)  # another replica: its commit's own reads are not counted
     store.publish(SHARED, "s", {"SKILL.md": md("s")})
     store.publish(ALICE, "a", {"SKILL.md": md("a")})
     skills = Skills(store, "bot", "alice")
     first = skills.snapshot()
     counter.clear()
     for i in range(20):
-        store.publish(BOB, f"b{i}", {"SKILL.md": md(f"b{i}")})
+        bobs.publish(BOB, f"b{i}", {"SKILL.md": md(f"b{i}")})
         snap = skills.snapshot()
         assert snap.token == first.token and snap.merged is first.merged
         assert snap.revisions["agents/bot"] != first.revisions["agents/bot"]

@@ -11,7 +11,7 @@ import pytest
 
 import skillfs
 from skillfs import GitRepo, LocalDir, Market, Scope, Skills
-from skillfs.errors import InvalidPath, StoreUnavailable
+from skillfs.errors import InvalidArgument, StoreUnavailable
 from skillfs.runtime import local_dir
 from tests.runtime_helpers import GitRemote, md, memory_store, write_skill
 
@@ -220,7 +220,7 @@ def test_git_layer_keeps_serving_its_clone_when_the_remote_is_gone(tmp_path: Pat
 def test_layers_must_have_distinct_names(tmp_path: Path) -> None:
     (tmp_path / "a" / "skills").mkdir(parents=True)
     (tmp_path / "b" / "skills").mkdir(parents=True)
-    with pytest.raises(InvalidPath, match="name="):
+    with pytest.raises(InvalidArgument, match="name="):
         Skills(
             memory_store(),
             "bot",
@@ -233,7 +233,7 @@ def test_layers_must_have_distinct_names(tmp_path: Path) -> None:
         "alice",
         [LocalDir(tmp_path / "a" / "skills"), LocalDir(tmp_path / "b" / "skills", name="b")],
     )
-    with pytest.raises(InvalidPath):
+    with pytest.raises(InvalidArgument):
         Skills(memory_store(), "bot", "_reserved")
 
 

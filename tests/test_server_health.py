@@ -58,9 +58,10 @@ def test_generated_code_is_current(tmp_path: Path) -> None:
         check=True,
         capture_output=True,
     )
-    names = sorted(p.name for p in (REPO / "skillfs" / "remote" / "proto").glob("*.py"))
+    generated = REPO / "skillfs" / "remote" / "proto"
+    names = sorted(p.name for p in generated.glob("*.py"))
     assert names == sorted(p.name for p in tmp_path.glob("*.py"))
-    _, mismatch, errors = filecmp.cmpfiles(REPO / "skillfs" / "remote" / "proto", tmp_path, names, False)
+    _, mismatch, errors = filecmp.cmpfiles(generated, tmp_path, names, False)
     assert not mismatch and not errors, f"run `make proto`: {mismatch or errors} differ"
 
 

@@ -27,7 +27,7 @@ from skillfs.auth import (
     Unauthenticated,
     tokens_document,
 )
-from skillfs.errors import InvalidPath, PermissionDenied
+from skillfs.errors import InvalidArgument, InvalidPath, PermissionDenied
 from skillfs.model import Manifest, Scope
 from skillfs.remote.engine import GrpcEngine
 from skillfs.remote.proto import skillfs_pb2 as pb
@@ -657,9 +657,9 @@ def test_only_permission_bits_are_stored(
         "run.sh": skillfs.File(b"#!/bin/sh\n", mode=mode),
     }
     why = f"mode {oct(mode)} of x/run.sh: only permission bits 0o777 are stored"
-    with pytest.raises(InvalidPath, match=why):
+    with pytest.raises(InvalidArgument, match=why):
         server.store.publish(A, "x", files)  # the server's own store (memory://)
-    with pytest.raises(InvalidPath, match=why):
+    with pytest.raises(InvalidArgument, match=why):
         skillfs.open_store(url, token=ALICE).publish(A, "x", files)
     _, admin = stubs
     if mode >= 0:  # a uint32 on the wire

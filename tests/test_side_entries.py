@@ -9,7 +9,7 @@ import pytest
 import skillfs
 from skillfs import Remove, Scope
 from skillfs.engines.base import CommitOp
-from skillfs.errors import Conflict, InvalidPath, NotFound
+from skillfs.errors import Conflict, FailedPrecondition, InvalidArgument, InvalidPath, NotFound
 from skillfs.model.names import archive_entry, check_entry, draft_entry
 from tests.helpers import skill_files as files
 from tests.helpers import skill_md
@@ -113,7 +113,7 @@ def test_archive_and_restore_refuse_and_write_nothing(store: skillfs.Store) -> N
         store.restore(SHARED, "a")
     with pytest.raises(NotFound, match="archived there: a"):
         store.restore(SHARED, "zz")
-    with pytest.raises(InvalidPath):
+    with pytest.raises(InvalidArgument):
         store.archive(SHARED, "_drafts")
     with pytest.raises(Conflict, match="changed since you read it"):
         store.archive(SHARED, "a", expected_version=1)
@@ -121,7 +121,7 @@ def test_archive_and_restore_refuse_and_write_nothing(store: skillfs.Store) -> N
     # what to do instead, where archive and restore do not apply (outside testing: a staged
     # skill was told to enable, a hiding entry to be archived first, which is refused)
     store.stage(SHARED, "s", files("s"), skillfs.Rollout(users=["alice"]))
-    with pytest.raises(InvalidPath, match="only staged, never live: abort its candidate"):
+    with pytest.raises(FailedPrecondition, match="only staged, never live: abort its candidate"):
         store.archive(SHARED, "s")
     store.publish(ALICE, "h", files("h"))
     store.archive(ALICE, "h")

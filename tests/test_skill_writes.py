@@ -15,7 +15,7 @@ import pytest
 
 import skillfs
 from skillfs import Scope, Skills, Store
-from skillfs.errors import InvalidPath
+from skillfs.errors import InvalidArgument, InvalidPath
 from skillfs.model.names import draft_entry
 from skillfs.store.limits import Limits
 from tests.runtime_helpers import md
@@ -63,7 +63,7 @@ def test_off_by_default_and_the_mode_is_checked() -> None:
     refused = snap.call_tool("propose_skill", {"name": "x", "files": {"SKILL.md": "x"}})
     assert refused.startswith("Error: unknown tool 'propose_skill'")
     with pytest.raises(
-        InvalidPath, match=r"skill_writes='yes': give 'draft' .* or 'live' .*leave it off"
+        InvalidArgument, match=r"skill_writes='yes': give 'draft' .* or 'live' .*leave it off"
     ):
         Skills(store, "bot", "alice", skill_writes="yes")  # type: ignore[arg-type]
 
@@ -251,7 +251,7 @@ def test_bad_json_and_a_disabled_skill(tmp_path: Path) -> None:
     again = snap.call_tool(
         "skill_manage", {"action": "create", "name": "leaky", "content": text("leaky")}
     )
-    assert "'leaky' was disabled by an operator (leaks the API key)" in again
+    assert "'leaky' is disabled in shared:bot by an operator (leaks the API key)" in again
     assert "leaky" not in store.skills(ALICE)
     drafts = Skills(store, "bot", "alice", skill_writes="draft").snapshot()
     proposed = drafts.call_tool(
@@ -263,7 +263,8 @@ def test_bad_json_and_a_disabled_skill(tmp_path: Path) -> None:
 def test_a_step_that_began_before_a_disable_cannot_copy_the_skill_back(store: Store) -> None:
     """Outside (governance) testing: a step's view still held the shared skill when an
     operator disabled it; the agent's write_file in that step made the user's copy of it,
-    and the killed skill's files were served to the user again. The layer is read again."""
+    and the killed skill's files were served to the user again. The copy names its origin,
+    which the store reads with the commit."""
     store.publish(SHARED, "leaky", {"SKILL.md": md("leaky"), "run.sh": b"print key"})
     store.publish(SHARED, "gone", {"SKILL.md": md("gone")})
     skills = Skills(store, "bot", "alice", skill_writes="live")
@@ -272,9 +273,9 @@ def test_a_step_that_began_before_a_disable_cannot_copy_the_skill_back(store: St
     store.delete(SHARED, "gone")
     write = {"action": "write_file", "path": "notes.md", "content": "n"}
     refused = step.call_tool("skill_manage", {**write, "name": "leaky"})
-    assert "'leaky' was disabled by an operator (leaks the API key) since this step" in refused
+    assert "'leaky' is disabled in shared:bot by an operator (leaks the API key)" in refused
     refused = step.call_tool("skill_manage", {**write, "name": "gone"})
-    assert "'gone' was deleted from shared:bot since this step began" in refused
+    assert "'gone' was deleted from shared:bot since it was read" in refused
     assert store.skills(ALICE) == [] and skills.snapshot().skills == ()
 
 
@@ -506,7 +507,7 @@ def test_mcp_stdio_views_offer_the_write_tools_when_asked() -> None:
 
     anyio.run(main)
     assert [d.name for d in store.drafts(ALICE)] == ["notes"]
-    with pytest.raises(InvalidPath, match="skill_writes='on'"):
+    with pytest.raises(InvalidArgument, match="skill_writes='on'"):
         Views(store, lambda ctx: ViewKey("bot", "alice"), skill_writes="on")  # type: ignore[arg-type]
 
 
@@ -548,3 +549,17 @@ def test_malformed_calls_never_raise_into_the_loop(mode: str) -> None:
         result = snap.call_tool(rng.choice(["propose_skill", "skill_manage"]), args)
         answered += isinstance(result, str) and bool(result)
     assert answered == 500
+
+
+def test_two_paths_naming_one_file_are_refused_as_the_store_refuses_them() -> None:
+    """Issue 28: `propose_skill` kept one of `SKILL.md` and `./SKILL.md` silently, where
+    `Store.publish` refused the same files; the rule has one owner now, the store's."""
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    snap = Skills(store, "bot", "alice", skill_writes="live").snapshot()
+    files = {"SKILL.md": text("twin"), "./SKILL.md": text("twin", body="other")}
+    refused = snap.call_tool("propose_skill", {"name": "twin", "files": files})
+    assert refused.startswith("Error: propose_skill:"), refused
+    assert "'./SKILL.md' names the same file as another path" in refused
+    assert store.manifests(ALICE, ["twin"]) == {}
+    with pytest.raises(InvalidPath, match="names the same file"):
+        store.publish(ALICE, "twin", {p: v.encode() for p, v in files.items()})

@@ -15,7 +15,7 @@ import skillfs
 from skillfs import UsageStat
 from skillfs.cli.common import iso
 from skillfs.engines.sqlite.engine import MIGRATIONS
-from skillfs.errors import InvalidPath
+from skillfs.errors import InvalidArgument, InvalidPath
 from skillfs.runtime.usage import UsageRecorder
 from tests.cli_helpers import as_json, ok
 from tests.stores import url_for
@@ -54,7 +54,7 @@ def test_a_count_of_zero_records_nothing(store: skillfs.Store) -> None:
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -1.0, "soon", True])
 def test_bad_last_used_records_nothing(store: skillfs.Store, bad: object) -> None:
-    with pytest.raises(InvalidPath, match="last-used time"):
+    with pytest.raises(InvalidArgument, match="last-used time"):
         store.record_usage(BOT, {("alice", "a"): 1}, {("alice", "a"): bad})  # type: ignore[dict-item]
     assert store.usage_detail(BOT) == {}
 

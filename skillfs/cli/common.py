@@ -24,7 +24,7 @@ from rich.segment import Segment, Segments
 from rich.table import Table
 from rich.text import Text
 
-from skillfs.errors import InvalidPath, SkillfsError
+from skillfs.errors import InvalidArgument, SkillfsError
 from skillfs.model import (
     CandidateSummary,
     FileEntry,
@@ -38,7 +38,6 @@ from skillfs.model import (
 from skillfs.model.names import SIDE_DIRS, check_entry, check_id, normalize_path
 from skillfs.store.core import Store, open_store
 from skillfs.store.opening import default_url, file_to_create
-from skillfs.store.rollouts import describe
 from skillfs.util.durations import parse_duration
 
 P = ParamSpec("P")
@@ -173,21 +172,21 @@ def parse_target(text: str) -> Target:
         skill = f"{skill}/{name}"
     try:
         return Target(check_entry(skill), normalize_path(path) if path else None)
-    except InvalidPath as exc:
+    except InvalidArgument as exc:
         raise typer.BadParameter(str(exc)) from None
 
 
 def parse_scope(text: str) -> Scope:
     try:
         return Scope.parse(text)
-    except InvalidPath as exc:
+    except InvalidArgument as exc:
         raise typer.BadParameter(str(exc)) from None
 
 
 def parse_agent(text: str) -> str:
     try:
         return check_id("agent", text)
-    except InvalidPath as exc:
+    except InvalidArgument as exc:
         raise typer.BadParameter(str(exc)) from None
 
 
@@ -204,7 +203,7 @@ def duration(text: str, option: str, *, zero: bool = False) -> float:
     """Seconds of a duration option (30d, 2h, …); a bad one exits 2 naming the option."""
     try:
         return parse_duration(text, option, zero=zero)
-    except InvalidPath as exc:
+    except InvalidArgument as exc:
         raise typer.BadParameter(str(exc), param_hint=option) from None
 
 
@@ -378,7 +377,7 @@ def status(m: Manifest | VersionSummary) -> str:
     v = m.summary() if isinstance(m, Manifest) else m
     if v.candidate is None:
         return _live_status(v)
-    rule = describe(v.candidate.rollout)
+    rule = v.candidate.rollout.describe()
     if not v.file_count and not v.disabled:
         return f"[cyan]⇡ staged only, for {rule}[/cyan]"
     return f"{_live_status(v)} [cyan]⇡ candidate for {rule}[/cyan]"

@@ -20,7 +20,7 @@ from skillfs.cli.common import (
     plural,
     shown,
 )
-from skillfs.errors import InvalidPath
+from skillfs.errors import InvalidArgument
 from skillfs.governance.curation_report import (
     ARCHIVE_AFTER,
     STALE_AFTER,
@@ -40,7 +40,7 @@ def parse_curated(text: str) -> str:
         if slash and kind == "markets":
             return f"markets/{check_id('market', ident)}"
         return check_id("agent", text)
-    except InvalidPath as exc:
+    except InvalidArgument as exc:
         raise typer.BadParameter(
             f"{exc}; curate takes an agent id (support-bot) or markets/NAME, not a scope"
         ) from None
@@ -77,7 +77,7 @@ def curate(
     skills to archive move to .archive/ (restorable), each re-checked just before."""
     try:  # bad usage: said with the options as given, before the store is opened
         stale, cutoff = windows(stale_after, archive_after, ("--stale-after", "--archive-after"))
-    except InvalidPath as exc:
+    except InvalidArgument as exc:
         raise typer.BadParameter(str(exc)) from None
     with opened(store_url, token) as store:
         targets = [target] if target is not None else store.agents()

@@ -41,7 +41,6 @@ from skillfs.cli.rollout import EnvOption, FractionOption, UserOption, rule_of
 from skillfs.model import CommitResult, Scope
 from skillfs.model.names import draft_entry, is_hidden_dir
 from skillfs.store.drafts import Draft
-from skillfs.store.rollouts import describe
 
 #: Another scope of the agent an approved draft goes to (docs/governance.md).
 IntoOption = Annotated[
@@ -218,7 +217,7 @@ def approve(
             rollout=rule if canary else None,
             into=into,
         )
-    how = f" as a canary for {describe(rule)}" if canary else ""
+    how = f" as a canary for {rule.describe()}" if canary else ""
     _done(f"approved {shown(name)}{how}", into or scope, result, as_json)
 
 

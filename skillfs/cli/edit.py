@@ -48,8 +48,8 @@ from skillfs.errors import Conflict, InvalidSkill, NotFound, SkillfsError
 from skillfs.model import CommitResult, File, Finding, Manifest, Scope, error_findings
 from skillfs.model.names import entry_name
 from skillfs.spec.skill_md import SKILL_MD, TEMPLATE_DESCRIPTION, inspect_skill, skill_template
-from skillfs.store.commit import refuse_errors
 from skillfs.store.core import Store
+from skillfs.store.rules import refuse_errors
 from skillfs.util.text_merge import has_markers, merge3
 
 

@@ -24,9 +24,8 @@ from skillfs.cli.common import (
 )
 from skillfs.cli.govern import MessageOption, done
 from skillfs.cli.transfer import read_source, skill_sources
-from skillfs.errors import InvalidPath
+from skillfs.errors import FailedPrecondition, InvalidArgument, InvalidPath
 from skillfs.model import Rollout
-from skillfs.store.rollouts import describe
 
 EnvOption = Annotated[
     list[str] | None,
@@ -55,9 +54,9 @@ def parse_fraction(text: str) -> float:
     one is bad usage, exit 2: `widen` said "no staged candidate" first)."""
     try:
         return Rollout(fraction=float(text)).fraction
-    except (ValueError, InvalidPath) as exc:
+    except (ValueError, InvalidArgument) as exc:
         raise typer.BadParameter(
-            str(exc) if isinstance(exc, InvalidPath) else f"{text!r} is not a number"
+            str(exc) if isinstance(exc, InvalidArgument) else f"{text!r} is not a number"
         ) from None
 
 
@@ -127,7 +126,7 @@ def stage(
         staged = store.manifest(scope, source.name).candidate
     if staged is not None and staged.findings and not as_json:
         print_findings(staged.findings)
-    done(f"staged for {describe(rule)}:", scope, source.name, result, as_json)
+    done(f"staged for {rule.describe()}:", scope, source.name, result, as_json)
 
 
 @command("widen", EDIT)
@@ -149,7 +148,7 @@ def widen(
     with opened(store_url, token, create=True) as store:
         m = store.manifest(scope, skill)
         if m.candidate is None:
-            raise InvalidPath(f"{scope}/{skill} has no staged candidate: stage one first")
+            raise FailedPrecondition(f"{scope}/{skill} has no staged candidate: stage one first")
         old = m.candidate.rollout
         rule = Rollout(  # sorted and deduplicated by the rule itself
             environments=[*old.environments, *(env or [])],
@@ -157,7 +156,7 @@ def widen(
             fraction=old.fraction if fraction is None else fraction,
         )
         result = store.widen(scope, skill, rule, expected_version=m.version, message=message)
-    done(f"widened to {describe(rule)}:", scope, skill, result, as_json)
+    done(f"widened to {rule.describe()}:", scope, skill, result, as_json)
 
 
 @command("promote", EDIT)

@@ -45,7 +45,7 @@ from skillfs.cli.common import (
     print_findings,
     shown,
 )
-from skillfs.errors import InvalidPath, NotFound, SkillfsError, TooLarge
+from skillfs.errors import InvalidArgument, InvalidPath, NotFound, SkillfsError, TooLarge
 from skillfs.model import File, Finding, Manifest, Put, Scope, error_findings
 from skillfs.model.names import check_skill_name, is_hidden_dir, normalize_path
 from skillfs.spec.skill_dirs import (
@@ -110,7 +110,7 @@ def skill_sources(
                 path = here / filename
                 try:
                     rel = normalize_path(path.relative_to(root).as_posix())
-                except InvalidPath as exc:  # said with the whole path: which file to rename
+                except InvalidArgument as exc:  # said with the whole path: which file to rename
                     raise InvalidPath(f"{os.fsencode(path)!r}: {exc}") from None
                 readable = file_to_read(
                     path,

@@ -47,9 +47,9 @@ from skillfs.console.signin import SignIn
 from skillfs.console.skill_files import MAX_EDIT_BYTES
 from skillfs.console.streams import LiveStreams, Pool
 from skillfs.errors import InvalidPath, NotFound, SkillfsError, StoreUnavailable
+from skillfs.model import Rollout
 from skillfs.model.names import check_skill_name
 from skillfs.store.core import Store
-from skillfs.store.rollouts import describe
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,8 @@ SECURITY_HEADERS = {
 }
 
 #: What an operator reads above a store error's message, by the HTTP status its class carries.
-_TITLES = {
+_TITLES: dict[int | str, str] = {
+    "FailedPrecondition": "Not possible now",
     400: "Not accepted",
     403: "Not allowed",
     404: "Not found",
@@ -142,7 +143,7 @@ class Console:
             mode=filters.file_mode,
             rev=filters.rev_text,
             plural=filters.plural,
-            rule=describe,
+            rule=Rollout.describe,
         )
         #: Request-body limits by route kind (docs/console.md, "Limits").
         self.body_limits: dict[Body, int] = {
@@ -388,9 +389,12 @@ class Console:
         hint: str = "",
         call: Call | None = None,
         links: list[tuple[str, str]] | None = None,
+        code: str = "",
     ) -> Response:
+        """The error page; for a script (`/api/`), JSON whose `code` names the error class (a
+        409 of a wrong state, FailedPrecondition, from one of a conflict, Conflict)."""
         if call is not None and call.path.startswith("/api/"):  # a script reads it, not a person
-            return JSONResponse({"error": message, "hint": hint}, status)
+            return JSONResponse({"error": message, "hint": hint, "code": code}, status)
         context = {
             "code": status,
             "heading": title,
@@ -418,10 +422,10 @@ class Console:
                 call,
             )
         status = exc.http_status
-        title = _TITLES.get(status, "Store error")
+        title = _TITLES.get(exc.code) or _TITLES.get(status, "Store error")
         hint = "Nothing was written." if posted and status in (400, 409, 413) else ""
         links = self._history_link(call) if isinstance(exc, NotFound) else []
-        return self.error_page(status, title, str(exc), hint, call, links)
+        return self.error_page(status, title, str(exc), hint, call, links, exc.code)
 
     def _history_link(self, call: Call) -> list[tuple[str, str]]:
         """On a skill's page that found nothing (a version no longer kept, a file not in it):

@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict
 
-from skillfs.errors import InvalidPath, NotFound, StoreUnavailable
+from skillfs.errors import InvalidArgument, NotFound, StoreUnavailable
 from skillfs.model import (
     Access,
     AuditEntry,
@@ -51,6 +51,24 @@ class CommitOp(BaseModel):
     expect: int
 
 
+class Check(BaseModel):
+    """An entry a commit reads but does not write, which must still be at version `expect`
+    (0: none) for the commit to apply: how a user's write compares the lower layer's skill
+    whose kill switch it must keep (docs/governance.md, "Disable")."""
+
+    model_config = ConfigDict(frozen=True)
+
+    scope: Scope
+    skill: str
+    expect: int
+
+
+def check_unchanged(check: Check, version: int) -> None:
+    """What every engine's atomic step checks of a `Check`: VersionMismatch, nothing written."""
+    if version != check.expect:
+        raise VersionMismatch(check.scope, check.skill, version)
+
+
 class VersionMismatch(Exception):
     """`Engine.commit` found a skill not at the version its op expects; nothing was written."""
 
@@ -81,13 +99,13 @@ def check_lease(name: str, holder: str, ttl: float | None = None) -> int:
     """A lease's name (1-64 of a-z 0-9 . _ -), holder (1-256 characters) and time to live
     (seconds, more than zero) checked before the store is asked; the TTL in milliseconds."""
     if not isinstance(name, str) or not _LEASE_NAME.fullmatch(name):
-        raise InvalidPath(f"invalid lease name {name!r}: use 1-64 of a-z, 0-9, '.', '_', '-'")
+        raise InvalidArgument(f"invalid lease name {name!r}: use 1-64 of a-z, 0-9, '.', '_', '-'")
     if not isinstance(holder, str) or not 0 < len(holder) <= 256:
-        raise InvalidPath(f"invalid lease holder {holder!r}: give 1-256 characters")
+        raise InvalidArgument(f"invalid lease holder {holder!r}: give 1-256 characters")
     if ttl is None:
         return 0
     if not isinstance(ttl, int | float) or not math.isfinite(ttl) or ttl <= 0:
-        raise InvalidPath(f"invalid lease time {ttl!r}: give seconds, more than zero")
+        raise InvalidArgument(f"invalid lease time {ttl!r}: give seconds, more than zero")
     return max(1, math.ceil(ttl * 1000))
 
 
@@ -101,7 +119,9 @@ def host_port(text: str, default_port: int | None, where: str) -> tuple[str, int
         host, _, port = text.partition(":")
     number = int(port) if port.isdigit() else -1 if port or default_port is None else default_port
     if not host or not 0 < number < 65536:
-        raise InvalidPath(f"invalid host:port {text!r} in {where}: give host:port, port 1-65535")
+        raise InvalidArgument(
+            f"invalid host:port {text!r} in {where}: give host:port, port 1-65535"
+        )
     return host, number
 
 
@@ -135,7 +155,7 @@ class UrlOptions:
         self.values = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
         unknown = sorted(set(self.values) - set(known))
         if unknown:
-            raise InvalidPath(
+            raise InvalidArgument(
                 f"unknown option {', '.join(unknown)} in {self.url}: "
                 f"known options are {', '.join(sorted(known))}"
             )
@@ -156,7 +176,7 @@ class UrlOptions:
         if value is None or not (value >= 0 if zero else value > 0):
             what = "an integer" if kind is int else "a number"
             sign = "zero or more" if zero else "positive"
-            raise InvalidPath(f"option {name}={raw!r} in {self.url}: give {what}, {sign}")
+            raise InvalidArgument(f"option {name}={raw!r} in {self.url}: give {what}, {sign}")
         return value
 
 
@@ -236,11 +256,13 @@ class Engine(ABC):
         """The live manifests of some skills of a scope (absent ones left out)."""
 
     @abstractmethod
-    def commit(self, domain: str, ops: Sequence[CommitOp]) -> Revision:
-        """In one atomic step: check every op's `expect` (else VersionMismatch, nothing
-        written), move the replaced manifests to history, put the new ones, advance the
-        domain's revision (creating it with a fresh epoch) and append one change per op to
-        the domain's bounded change log. Returns the new revision."""
+    def commit(
+        self, domain: str, ops: Sequence[CommitOp], checks: Sequence[Check] = ()
+    ) -> Revision:
+        """In one atomic step: check every op's `expect` and every check's (else
+        VersionMismatch, nothing written), move the replaced manifests to history, put the
+        new ones, advance the domain's revision (creating it with a fresh epoch) and append
+        one change per op to the domain's bounded change log. Returns the new revision."""
 
     @abstractmethod
     def history(self, scope: Scope, skill: str) -> list[Manifest]:

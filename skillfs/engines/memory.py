@@ -10,10 +10,12 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from skillfs.engines.base import (
     LOG_LIMIT,
+    Check,
     CommitOp,
     Engine,
     check_current,
     check_lease,
+    check_unchanged,
     must_reset,
     reset_to,
 )
@@ -73,11 +75,16 @@ class MemoryEngine(Engine):
             live = self._live.get(scope, {})
             return {s: live[s] for s in skills if s in live}
 
-    def commit(self, domain: str, ops: Sequence[CommitOp]) -> Revision:
+    def commit(
+        self, domain: str, ops: Sequence[CommitOp], checks: Sequence[Check] = ()
+    ) -> Revision:
         with self._lock:
             for op in ops:
                 cur = self._live[op.scope].get(op.manifest.skill)
                 check_current(op, cur.version if cur else 0, cur is not None and not cur.deleted)
+            for c in checks:
+                held = self._live[c.scope].get(c.skill)
+                check_unchanged(c, held.version if held else 0)
             old = self._revs.get(domain)
             rev = Revision(
                 epoch=old.epoch if old else uuid.uuid4().hex,

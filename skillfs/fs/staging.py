@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from skillfs.errors import Conflict
-from skillfs.model import File, FileEntry, Put, Remove, Scope
+from skillfs.model import File, FileEntry, Origin, Put, Remove, Scope
 from skillfs.store.core import Store
 
 Item = FileEntry | File  # a stored file (by hash) or content staged in this process
@@ -117,11 +117,14 @@ def publish(
 
 
 def _changes(scope: Scope, group: list[StagedSkill]) -> list[Put | Remove]:
-    """The Put or Remove of each skill; unchanged stored files go by reference."""
+    """The Put or Remove of each skill; unchanged stored files go by reference. A skill read
+    from the shared scope and written becomes the user's copy, which records its origin."""
     out: list[Put | Remove] = []
     for sk in group:
         if sk.files:
-            out.append(Put(scope, sk.name, dict(sk.files), sk.expected))
+            copied = sk.scope is not None and sk.scope != scope and not sk.expected
+            origin = Origin(scope=str(sk.scope), skill=sk.name, version=sk.version)
+            out.append(Put(scope, sk.name, dict(sk.files), sk.expected, origin if copied else None))
         elif sk.expected:
             out.append(Remove(scope, sk.name, sk.expected))
     return out

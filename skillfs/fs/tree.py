@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from skillfs.errors import InvalidPath, PermissionDenied
+from skillfs.errors import InvalidArgument, InvalidPath, PermissionDenied
 from skillfs.fs.options import LazyStore
 from skillfs.fs.staging import Batch, Delete, Item, StagedSkill, Write, publish
 from skillfs.model import File, FileEntry, Scope
@@ -44,7 +44,7 @@ def split(path: str) -> tuple[str, str] | None:
     try:
         skill = check_entry(parts[1]) if len(parts) > 1 else ""
         return skill, normalize_path(parts[2]) if len(parts) > 2 else ""
-    except InvalidPath as exc:
+    except InvalidArgument as exc:
         raise InvalidPath(f"invalid path {path!r}: {exc}") from None
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from skillfs.errors import InvalidPath
+from skillfs.errors import InvalidArgument
 from skillfs.model import Manifest, Scope, UsageStat
 from skillfs.util.durations import format_duration, parse_duration
 from skillfs.util.similarity import jaccard, shingles, similar_pairs
@@ -113,7 +113,7 @@ def windows(
         ]
         if said[0] == said[1]:  # apart by less than words say: in seconds
             said = [f"{stale:g} seconds", f"{cutoff:g} seconds"]
-        raise InvalidPath(
+        raise InvalidArgument(
             f"{names[1]} {said[1]} is shorter than {names[0]} {said[0]}: a skill is stale "
             "before it is archived"
         )

@@ -10,10 +10,12 @@ from skillfs.model.manifest import (
     CandidateSummary,
     Finding,
     Manifest,
+    Origin,
     Rollout,
     VersionSummary,
     error_findings,
 )
+from skillfs.model.ops import Put, Remove
 from skillfs.model.records import (
     USAGE_MAX,
     Access,
@@ -21,8 +23,6 @@ from skillfs.model.records import (
     Change,
     CommitResult,
     File,
-    Put,
-    Remove,
     Revision,
     Scope,
     UsageStat,
@@ -46,6 +46,7 @@ __all__ = [
     "FileEntry",
     "Finding",
     "Manifest",
+    "Origin",
     "Put",
     "Remove",
     "Revision",

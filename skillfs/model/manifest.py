@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic.dataclasses import dataclass
 
-from skillfs.errors import InvalidPath
+from skillfs.errors import InvalidArgument
 from skillfs.model.file_entry import FileEntry
 from skillfs.model.names import check_id
 
@@ -107,20 +107,44 @@ class Rollout(BaseModel):
         fraction: float = 0.0,
     ) -> None:
         if isinstance(environments, str) or isinstance(users, str):
-            raise InvalidPath("a rollout takes lists: environments=[...], users=[...]")
+            raise InvalidArgument("a rollout takes lists: environments=[...], users=[...]")
         try:  # sorted and once each: equal rules compare equal
             envs, names = tuple(sorted(set(environments))), tuple(sorted(set(users)))
         except TypeError:
-            raise InvalidPath("a rollout's environments and users are lists of names") from None
+            raise InvalidArgument("a rollout's environments and users are lists of names") from None
         try:
             super().__init__(environments=envs, users=names, fraction=fraction)
         except ValidationError as exc:
             problem = exc.errors()[0]
-            raise InvalidPath(
+            raise InvalidArgument(
                 f"invalid rollout {'.'.join(map(str, problem['loc']))}: {problem['msg']}; give "
                 "environments=[names], users=[user ids] and fraction= a number from 0 to 1"
             ) from None
         self.check()
+
+    def describe(self) -> str:
+        """The rule in words, for messages and listings: `env prod, staging; users alice; 10 %`."""
+        parts = []
+        if self.environments:
+            parts.append("env " + ", ".join(self.environments))
+        if self.users:
+            parts.append("users " + ", ".join(self.users))
+        if self.fraction:
+            parts.append(f"{self.fraction * 100:g} %")
+        return "; ".join(parts) or "nobody"
+
+    def dropped_by(self, new: Rollout) -> str:
+        """What `new` drops of this rule's reach ("" when it keeps everyone)."""
+        parts = []
+        envs = [e for e in self.environments if e not in new.environments]
+        users = [u for u in self.users if u not in new.users]
+        if envs:
+            parts.append("environment " + ", ".join(envs))
+        if users:
+            parts.append("user " + ", ".join(users))
+        if new.fraction < self.fraction:
+            parts.append(f"users between fraction {new.fraction:g} and {self.fraction:g}")
+        return "; ".join(parts)
 
     def check(self) -> Rollout:
         """Raise InvalidPath unless names are ids (docs/design.md §1) and 0 <= fraction <= 1."""
@@ -129,7 +153,7 @@ class Rollout(BaseModel):
         for user in self.users:
             check_id("user", user)
         if not (math.isfinite(self.fraction) and 0.0 <= self.fraction <= 1.0):
-            raise InvalidPath(
+            raise InvalidArgument(
                 f"invalid rollout fraction {self.fraction!r}: give a share of users from 0 "
                 "(nobody by share) to 1 (everyone), e.g. 0.1 for 10 %"
             )
@@ -149,6 +173,17 @@ class Candidate(Edge):
     commit_id: str
     actor: str = ""
     staged_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Origin(Edge):
+    """Where a copy came from (copy-on-write of a lower layer's skill, an agent's live copy, an
+    operator's override for a user): the entry and the version its files were taken from. A
+    copy whose origin an operator disabled is not served (docs/governance.md, "Disable")."""
+
+    scope: str
+    skill: str
+    version: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -184,6 +219,8 @@ class Manifest(Edge):
     #: The governed operation that wrote this version, when not a publish or a delete
     #: (approve, reject, archive, restore): what the audit reports. Absent when empty.
     operation: str = Field(default="", exclude_if=lambda v: not v)
+    #: A copy's origin (`Origin`); absent from the stored JSON when None.
+    origin: Origin | None = Field(default=None, exclude_if=lambda v: v is None)
 
     def __post_init__(self) -> None:
         fm = self.frontmatter  # its name is most often the skill's: one string object for both
@@ -232,6 +269,104 @@ class Manifest(Edge):
         candidate's (what GC keeps, and what a server's blob proofs cover)."""
         staged = self.candidate.files.items() if self.candidate is not None else ()
         return [*self.files.items(), *staged]
+
+    # ------------------------------------------------------------------ transitions
+    # Each gives the next content of this entry; the commit stamps version, commit id, time,
+    # actor, message and operation (`stamped`).
+
+    @classmethod
+    def empty(cls, skill: str) -> Manifest:
+        """An entry that holds nothing yet (what a commit starts from where there is none)."""
+        return cls(skill=skill, version=0, commit_id="", committed_at=0.0, files={})
+
+    def with_files(
+        self,
+        files: dict[str, FileEntry],
+        frontmatter: dict[str, Any] | None,
+        findings: tuple[Finding, ...],
+        origin: Origin | None = None,
+    ) -> Manifest:
+        """A new file set; the kill switch and a staged candidate stay as they were."""
+        return dataclasses.replace(
+            self,
+            deleted=False,
+            files=files,
+            frontmatter=frontmatter,
+            findings=findings,
+            base_version=None,
+            origin=origin,
+            operation="",
+        )
+
+    def tombstone(self) -> Manifest:
+        """A deletion: no files, nothing staged, switched on (versions go on counting)."""
+        return Manifest(skill=self.skill, version=self.version, commit_id="", committed_at=0.0,
+                        deleted=True, files={})  # fmt: skip
+
+    def with_disabled(self, reason: str) -> Manifest:
+        return dataclasses.replace(
+            self, deleted=False, disabled=True, disabled_reason=reason, operation=""
+        )
+
+    def enabled(self) -> Manifest:
+        """Switched on, and no longer tied to an origin an operator disabled (a copy an
+        operator enables for its user is that user's own from then on)."""
+        return dataclasses.replace(
+            self, disabled=False, disabled_reason="", origin=None, operation=""
+        )
+
+    def with_candidate(self, candidate: Candidate | None) -> Manifest:
+        return dataclasses.replace(self, deleted=False, candidate=candidate, operation="")
+
+    def promoted(self) -> Manifest:
+        """The staged candidate made the live version (for everyone)."""
+        c = self.candidate
+        assert c is not None  # the commit checks there is one
+        return dataclasses.replace(
+            self,
+            files=c.files,
+            frontmatter=c.frontmatter,
+            findings=c.findings,
+            candidate=None,
+            operation="",
+        )
+
+    def moved_to(self, skill: str) -> Manifest:
+        """This entry's content as entry `skill`'s (an archive, a restore, an approval): files,
+        findings, kill switch and candidate; not its history, base or origin."""
+        return Manifest(
+            skill=skill,
+            version=0,
+            commit_id="",
+            committed_at=0.0,
+            frontmatter=self.frontmatter,
+            findings=self.findings,
+            files=self.files,
+            disabled=self.disabled,
+            disabled_reason=self.disabled_reason,
+            candidate=self.candidate,
+        )
+
+    def with_base(self, version: int) -> Manifest:
+        """A draft proposed against the live skill's `version` (0: none)."""
+        return dataclasses.replace(self, base_version=version)
+
+    def did(self, operation: str) -> Manifest:
+        """The version records the governed operation that wrote it (what the audit says)."""
+        return dataclasses.replace(self, operation=operation)
+
+    def stamped(
+        self, *, version: int, commit_id: str, committed_at: float, actor: str, message: str
+    ) -> Manifest:
+        """The next version as committed."""
+        return dataclasses.replace(
+            self,
+            version=version,
+            commit_id=commit_id,
+            committed_at=committed_at,
+            actor=actor,
+            message=message,
+        )
 
     def summary(self) -> VersionSummary:
         """This version without its file table (a history listing's row)."""

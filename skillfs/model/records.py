@@ -10,7 +10,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from skillfs.errors import InvalidPath, PermissionDenied
-from skillfs.model.file_entry import FileEntry
 from skillfs.model.names import check_domain, check_id
 
 log = logging.getLogger(__name__)
@@ -272,49 +271,3 @@ class CommitResult(BaseModel):
         if len(self.versions) != 1:
             raise ValueError("this commit wrote several skills: use .versions")
         return next(iter(self.versions.values()))
-
-
-class Put(BaseModel):
-    """Replace a skill's whole file set; `expected_version` 0 means 'must not exist yet'.
-
-    A file may be a `FileEntry` of a stored file, kept by reference without re-sending it."""
-
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
-
-    scope: Scope
-    skill: str
-    files: dict[str, File | bytes | FileEntry]
-    expected_version: int | None = None
-
-    def __init__(
-        self,
-        scope: Scope,
-        skill: str,
-        files: dict[str, File | bytes | FileEntry],
-        expected_version: int | None = None,
-    ) -> None:
-        if not isinstance(files, dict):
-            raise InvalidPath(
-                f"the files of {skill!r} are a {type(files).__name__}: give a dict of path to "
-                "bytes, text, a File or a FileEntry"
-            )
-        for path, f in files.items():
-            if not isinstance(f, bytes | bytearray | str | File | FileEntry):
-                raise InvalidPath(
-                    f"file {path!r} of {skill!r} is a {type(f).__name__}: give bytes, text, a "
-                    "File or a FileEntry"
-                )
-        super().__init__(scope=scope, skill=skill, files=files, expected_version=expected_version)
-
-
-class Remove(BaseModel):
-    """Delete a skill (its manifest moves to history)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    scope: Scope
-    skill: str
-    expected_version: int | None = None
-
-    def __init__(self, scope: Scope, skill: str, expected_version: int | None = None) -> None:
-        super().__init__(scope=scope, skill=skill, expected_version=expected_version)

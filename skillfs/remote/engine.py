@@ -28,8 +28,8 @@ from urllib.parse import urlsplit
 import grpc
 import grpc.experimental
 
-from skillfs.engines.base import CommitOp, Engine, UrlOptions, host_port
-from skillfs.errors import InvalidPath
+from skillfs.engines.base import Check, CommitOp, Engine, UrlOptions, host_port
+from skillfs.errors import InvalidArgument, InvalidPath
 from skillfs.model import Access, AuditEntry, Manifest, Revision, Scope, UsageStat, VersionSummary
 from skillfs.remote import wire
 from skillfs.remote.pool import Attempt, Pool, Server
@@ -79,7 +79,7 @@ class GrpcEngine(GrpcWatching, Engine):
         super().__init__(url)
         parts = urlsplit(url)
         if parts.scheme not in ("grpc", "grpcs") or not parts.netloc:
-            raise InvalidPath(
+            raise InvalidArgument(
                 f"invalid server URL {self.url!r}: use grpc://host:port[,host:port...] "
                 "or grpcs://..."
             )
@@ -291,9 +291,12 @@ class GrpcEngine(GrpcWatching, Engine):
         replies = self._all("reader", "GetManifests", request)
         return wire.joined((r.manifests_json, r.continued) for r in replies)
 
-    def commit(self, domain: str, ops: Sequence[CommitOp]) -> Revision:
+    def commit(
+        self, domain: str, ops: Sequence[CommitOp], checks: Sequence[Check] = ()
+    ) -> Revision:
         """One Commit call: in bounded messages to a server of protocol 2 (an op's manifest
-        in pieces where it passes a message), in one message to an older one."""
+        in pieces where it passes a message), in one message to an older one. The checks are
+        the server's to make: it runs the commit's rules on its own reads."""
         shas = {e.sha256 for op in ops for _, e in op.manifest.all_files()}
         proofs = [self._proof(s) for s in sorted(shas)]
         budget = wire.BUDGET if self.protocol >= 2 else wire.UNBOUNDED

@@ -20,6 +20,8 @@ from pydantic import ValidationError
 from skillfs.engines.base import VersionMismatch
 from skillfs.errors import (
     Conflict,
+    FailedPrecondition,
+    InvalidArgument,
     InvalidPath,
     InvalidSkill,
     NotFound,
@@ -62,8 +64,10 @@ SKILL_KEY = "skillfs-skill"
 _CLASSES: dict[str, type[SkillfsError]] = {
     c.__name__: c
     for c in (
+        InvalidArgument,
         InvalidSkill,
         InvalidPath,
+        FailedPrecondition,
         NotFound,
         TooLarge,
         StoreUnavailable,
@@ -74,7 +78,8 @@ _CLASSES: dict[str, type[SkillfsError]] = {
 }
 #: Status codes gRPC itself raises (no skillfs metadata), as the error a caller expects.
 _BY_CODE: dict[grpc.StatusCode, type[SkillfsError]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidPath,
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
     grpc.StatusCode.NOT_FOUND: NotFound,
     grpc.StatusCode.RESOURCE_EXHAUSTED: TooLarge,
     grpc.StatusCode.UNAUTHENTICATED: PermissionDenied,
@@ -233,7 +238,7 @@ def manifest_request(data: bytes) -> Manifest:
     except ValidationError as exc:
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": str(exc)}
         where = ".".join(str(p) for p in first["loc"])
-        raise InvalidPath(
+        raise InvalidArgument(
             f"the manifest sent is not valid{f' at {where}' if where else ''}: {first['msg']}; "
             "nothing was written"
         ) from None

@@ -11,7 +11,7 @@ import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from skillfs.errors import InvalidPath, StoreUnavailable
+from skillfs.errors import InvalidArgument, StoreUnavailable
 from skillfs.model import FileEntry, Manifest
 from skillfs.model.names import check_skill_name, is_hidden_dir
 from skillfs.runtime.checked import (
@@ -168,7 +168,7 @@ class GitRepo(CheckedLayer):
         for skill, files in by_skill.items():
             try:
                 check_skill_name(skill)
-            except InvalidPath:
+            except InvalidArgument:
                 continue
             prev = previous.get(skill)
             digest = content_digest({p: e for p, (e, _) in files.items()})

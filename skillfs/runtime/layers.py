@@ -120,9 +120,11 @@ def merge(
     nothing, so a half-written override never hides the working skill below it. A disabled
     skill is a hole: it shadows its name and contributes nothing (docs/governance.md). A
     store skill with a staged candidate is what `rollout.effective` gives `user` in
-    `environment` (the layer's own, for a `Market` that names one)."""
+    `environment` (the layer's own, for a `Market` that names one). A copy whose origin an
+    operator disabled is a hole too (docs/governance.md, "Disable"), whenever it was made."""
     winners: dict[str, SkillInfo] = {}
     problems: list[Problem] = []
+    stacked = {str(layer.scope): skills for layer, skills in layers if layer.scope is not None}
     for layer, skills in layers:
         scope = layer.scope
         env = layer.environment or environment
@@ -136,6 +138,11 @@ def merge(
             if m.disabled:
                 winners.pop(skill, None)
                 problems.append(Problem(skill, layer.label, (), disabled=m.disabled_reason))
+                continue
+            off = _origin_disabled(m, stacked, layer.label)
+            if off is not None:
+                winners.pop(skill, None)
+                problems.append(off)
                 continue
             if not m.usable:
                 problems.append(Problem(skill, layer.label, tuple(m.findings)))
@@ -159,3 +166,23 @@ def merge(
                 candidate=m is not live,  # effective's new object: the candidate
             )
     return [winners[k] for k in sorted(winners)], problems
+
+
+def _origin_disabled(m: Manifest, stacked: Mapping[str, LayerSkills], label: str) -> Problem | None:
+    """Why a copy in layer `label` is left out: its origin, a layer of this view, is
+    disabled there now."""
+    if m.origin is None or m.origin.scope not in stacked:
+        return None
+    origin = stacked[m.origin.scope].manifests.get(m.origin.skill)
+    if origin is None or origin.deleted or not origin.disabled:
+        return None
+    finding = Finding(
+        severity="warning",
+        rule="origin-disabled",
+        message=(
+            f"a copy of {m.origin.scope}/{m.origin.skill}, which an operator disabled "
+            f"({origin.disabled_reason or 'no reason given'}): hidden until an operator "
+            "enables it for this user"
+        ),
+    )
+    return Problem(m.skill, label, (finding,), disabled=origin.disabled_reason)

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from skillfs.errors import InvalidPath
+from skillfs.errors import InvalidArgument, InvalidPath
 from skillfs.model import FileEntry
 from skillfs.model.names import normalize_path
 from skillfs.runtime.layers import Reader, SkillInfo
@@ -80,7 +80,7 @@ def _written(row: list[Any]) -> Written:
 def _inside(rel: str) -> bool:
     try:
         return normalize_path(rel) == rel
-    except InvalidPath:
+    except InvalidArgument:
         return False
 
 

@@ -16,19 +16,20 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from skillfs.errors import (
-    InvalidPath,
+    FailedPrecondition,
+    InvalidArgument,
     InvalidSkill,
     NotFound,
     PermissionDenied,
     SkillfsError,
     StoreUnavailable,
 )
-from skillfs.model import File, FileEntry, Finding, Manifest, Scope, error_findings
+from skillfs.model import File, FileEntry, Finding, Manifest, Origin, Put, Scope, error_findings
 from skillfs.model.names import check_live_name, draft_entry, normalize_path
 from skillfs.runtime.layers import SkillInfo
 from skillfs.spec.skill_md import SKILL_MD, inspect_skill
 from skillfs.store.core import Store
-from skillfs.store.governance import agent_actor
+from skillfs.store.who import agent_actor
 
 WriteMode = Literal["draft", "live"]
 ToolStyle = Literal["openai", "anthropic"]
@@ -43,7 +44,7 @@ def check_mode(mode: str | None) -> WriteMode | None:
     """`skill_writes` as given to `Skills`: None (off), "draft" or "live"."""
     if mode is None or mode in get_args(WriteMode):
         return mode  # type: ignore[return-value]  # one of WriteMode's values, checked
-    raise InvalidPath(
+    raise InvalidArgument(
         f"skill_writes={mode!r}: give 'draft' (agents propose drafts for review) or 'live' "
         "(agents publish to their user's scope), or leave it off (no write tools)"
     )
@@ -143,18 +144,16 @@ class SkillWriter:
         args: Mapping[str, Any],
         view: Mapping[str, SkillInfo],
         read: Callable[[str, str], bytes],
-        off: Mapping[str, str] | None = None,
     ) -> str:
         """Run a write tool; JSON text, or `Error: ...` text. `view` is the step's skills by
         id and `read(skill, path)` its files (a skill from a lower layer is the base of the
-        user's copy); `off` the names an operator disabled in a layer of the step, with the
-        reason."""
+        user's copy)."""
 
         def run() -> str:
             if name == "propose_skill":
                 return self._propose(args)
             action = _choice(args, "action", ACTIONS)
-            return self._manage(action, args, view, read, off or {})
+            return self._manage(action, args, view, read)
 
         return self._guarded(name, run)
 
@@ -165,7 +164,6 @@ class SkillWriter:
         change: Callable[[bytes | None], bytes],
         view: Mapping[str, SkillInfo],
         read: Callable[[str, str], bytes],
-        off: Mapping[str, str] | None = None,
     ) -> str:
         """One file of `skill` set to `change(its bytes, or None)`, under every rule of the
         tools (a skill that exists nowhere is created by writing its SKILL.md): the file
@@ -179,7 +177,7 @@ class SkillWriter:
                     raise NotFound(
                         f"skill {skill!r} does not exist: write its {SKILL_MD} first to create it"
                     )
-                return self._create(at, change(None), off or {}, "")
+                return self._write("create", at, {SKILL_MD: change(None)}, "")
             base = self._base(at, read)
             held = base.get(rel)
             base[rel] = change(None if held is None else self._data(held))
@@ -225,13 +223,14 @@ class SkillWriter:
         if not isinstance(files, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in files.items()
         ):
-            raise InvalidPath(
+            raise InvalidArgument(
                 "argument 'files' must be an object of path -> text, e.g. "
                 '{"SKILL.md": "---\\nname: ' + name + '\\ndescription: ...\\n---\\n..."}'
             )
-        table: Files = {_path(p): v.encode() for p, v in files.items()}
-        if SKILL_MD not in table:
-            raise InvalidPath(f"files of {name!r} have no SKILL.md: every skill needs one")
+        # as written: two paths that name one file are the store's to refuse, as for any write
+        table: Files = {p: v.encode() for p, v in files.items()}
+        if SKILL_MD not in {_path(p) for p in table}:
+            raise InvalidArgument(f"files of {name!r} have no SKILL.md: every skill needs one")
         return self._write("propose_skill", self._state(name, None), table, _message(args))
 
     def _manage(
@@ -240,18 +239,18 @@ class SkillWriter:
         args: Mapping[str, Any],
         view: Mapping[str, SkillInfo],
         read: Callable[[str, str], bytes],
-        off: Mapping[str, str],
     ) -> str:
         at = self._state(_name(args), view)
         name = at.name
         if action == "create":
             if at.own is not None or at.seen is not None or at.draft is not None:
                 what = "a draft of it is pending review" if at.draft else "it exists"
-                raise InvalidPath(
+                raise FailedPrecondition(
                     f"skill {name!r} cannot be created: {what}; use action 'edit' or "
                     "'write_file' to change it, or pick another name"
                 )
-            return self._create(at, _text(args, "content").encode(), off, _message(args))
+            content = _text(args, "content").encode()
+            return self._write("create", at, {SKILL_MD: content}, _message(args))
         if action == "delete":
             return self._delete(at, _message(args))
         base = self._base(at, read)
@@ -268,19 +267,12 @@ class SkillWriter:
         else:  # delete_file
             path = _path(_text(args, "path"))
             if path == SKILL_MD:
-                raise InvalidPath("SKILL.md cannot be deleted: delete the skill instead")
+                raise FailedPrecondition("SKILL.md cannot be deleted: delete the skill instead")
             if base.pop(path, None) is None:
                 raise NotFound(
                     f"skill {name!r} has no file {path!r} (files: {', '.join(sorted(base))})"
                 )
         return self._write(action, at, base, _message(args))
-
-    def _create(self, at: _State, skill_md: bytes, off: Mapping[str, str], message: str) -> str:
-        """A new skill of one SKILL.md. In live mode not under a name an operator disabled
-        in a lower layer: the user's own skill would bring the killed one back for them."""
-        if self.mode == "live" and at.own is None and at.name in off:
-            raise _switched_off(at.name, off[at.name])
-        return self._write("create", at, {SKILL_MD: skill_md}, message)
 
     # ------------------------------------------------------------------ reading and writing
 
@@ -292,7 +284,7 @@ class SkillWriter:
         own, draft = held.get(name), held.get(entry)
         if self.mode == "live" and own is not None and own.disabled:
             why = f" ({own.disabled_reason})" if own.disabled_reason else ""
-            raise InvalidPath(
+            raise FailedPrecondition(
                 f"skill {name!r} is disabled for this user by an operator{why}: the agent "
                 "cannot change it"
             )
@@ -312,23 +304,8 @@ class SkillWriter:
                 "write a new one"
             )
         if at.seen.scope is not None:  # a store layer: its files by reference
-            if self.mode == "live":
-                self._still_served(at.name, at.seen.scope)
             return dict(at.seen.files)
         return {p: File(read(at.name, p), mode=e.mode) for p, e in at.seen.files.items()}
-
-    def _still_served(self, name: str, layer: Scope) -> None:
-        """A live copy of a lower layer's skill starts from the step's view, which an
-        operator's disable or delete acknowledged since does not reach: read the layer now,
-        or the copy would bring the killed skill back for this user."""
-        cur = self.store.manifests(layer, [name]).get(name)
-        if cur is None or cur.deleted:
-            raise NotFound(
-                f"skill {name!r} was deleted from {layer} since this step began: it can no "
-                "longer be edited; the next step shows what exists"
-            )
-        if cur.disabled:
-            raise _switched_off(name, cur.disabled_reason, " since this step began")
 
     def _write(self, action: str, at: _State, files: Files, message: str) -> str:
         """One commit: the draft's next version, or the user's skill's."""
@@ -345,8 +322,18 @@ class SkillWriter:
             version = result.versions.get(draft_entry(at.name))
             return self._done(action, at.name, version, findings, "draft")
         expected = at.own.version if at.own is not None else 0
-        result = self.store.publish(self.scope, at.name, files, expected, strict=True, **who)
+        put = Put(self.scope, at.name, files, expected, self._origin(at))
+        result = self.store.commit([put], strict=True, **who)
         return self._done(action, at.name, result.versions.get(at.name), findings, "live")
+
+    def _origin(self, at: _State) -> Origin | None:
+        """What a live edit of a store layer's skill copies (the store holds the copy to
+        that skill's kill switch, as it is when the copy is written and afterwards)."""
+        own_files = at.own is not None and bool(at.own.files)
+        seen = at.seen
+        if own_files or seen is None or seen.scope is None or seen.version is None:
+            return None
+        return Origin(scope=str(seen.scope), skill=at.name, version=seen.version)
 
     def _delete(self, at: _State, message: str) -> str:
         """Live: delete the user's own skill. Draft: withdraw the pending draft; deleting a
@@ -378,9 +365,9 @@ class SkillWriter:
     def _check(self, name: str, files: Files) -> list[Finding]:
         """The skill's findings; one with errors (broken YAML, a name that is not the
         directory's, ...) is refused before anything is written."""
-        skill_md = files.get(SKILL_MD)
+        skill_md = next((v for p, v in files.items() if _path(p) == SKILL_MD), None)
         if skill_md is None:
-            raise InvalidPath(f"nothing was written: {name} would have no SKILL.md")
+            raise InvalidArgument(f"nothing was written: {name} would have no SKILL.md")
         _, findings = inspect_skill(name, {SKILL_MD: self._data(skill_md)})
         errors = error_findings(findings)
         if errors:
@@ -428,30 +415,20 @@ class _State:
     seen: SkillInfo | None
 
 
-def _switched_off(name: str, reason: str, when: str = "") -> InvalidPath:
-    """A live write of a name an operator disabled in a lower layer (the user's own copy
-    would bring the killed skill back for them)."""
-    why = f" ({reason})" if reason else ""
-    return InvalidPath(
-        f"skill {name!r} was disabled by an operator{why}{when}: the agent cannot write it "
-        "again under that name; propose it for review, or pick another name"
-    )
-
-
 def _name(args: Mapping[str, Any]) -> str:
     return check_live_name(_text(args, "name"))
 
 
 def _path(path: object) -> str:
     if not isinstance(path, str):
-        raise InvalidPath(f"argument 'path' must be a string, got {path!r}")
+        raise InvalidArgument(f"argument 'path' must be a string, got {path!r}")
     return normalize_path(path)
 
 
 def _text(args: Mapping[str, Any], key: str) -> str:
     value = args.get(key)
     if not isinstance(value, str):
-        raise InvalidPath(f"argument {key!r} must be a string, got {value!r}")
+        raise InvalidArgument(f"argument {key!r} must be a string, got {value!r}")
     return value
 
 
@@ -463,5 +440,7 @@ def _message(args: Mapping[str, Any]) -> str:
 def _choice(args: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> str:
     value = args.get(key)
     if value not in allowed:
-        raise InvalidPath(f"argument {key!r} must be one of {', '.join(allowed)}; got {value!r}")
+        raise InvalidArgument(
+            f"argument {key!r} must be one of {', '.join(allowed)}; got {value!r}"
+        )
     return str(value)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from skillfs.errors import InvalidPath, SkillfsError, StoreFailed, StoreUnavailable
+from skillfs.errors import InvalidArgument, SkillfsError, StoreFailed, StoreUnavailable
 from skillfs.model import Revision, Scope
 from skillfs.model.names import check_id
 from skillfs.runtime.follower import Follower, follower_for
@@ -88,7 +88,7 @@ class Skills:
         self.max_staleness = max_staleness
         for layer in layers:
             if not isinstance(layer, FsspecDir | GitRepo | Market):
-                raise InvalidPath(
+                raise InvalidArgument(
                     f"layer {layer!r} is not a LocalDir, FsspecDir, GitRepo or Market: "
                     "the agent-shared and per-user scopes are added on top by themselves"
                 )
@@ -100,7 +100,7 @@ class Skills:
         dirs = [layer.source_dir for layer in self.layers]
         if len(set(dirs)) != len(dirs):
             twice = sorted({d for d in dirs if dirs.count(d) > 1})
-            raise InvalidPath(
+            raise InvalidArgument(
                 f"two layers share the name {', '.join(twice)}: give them distinct name=..."
             )
         opened = None  # the store this worker opened itself (the arguments checked first)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from skillfs.errors import InvalidPath, NotFound, SkillfsError
+from skillfs.errors import InvalidArgument, NotFound, SkillfsError
 from skillfs.model import FileEntry, Revision
 from skillfs.model.names import normalize_path
 from skillfs.runtime.layers import Problem, SkillInfo
@@ -214,7 +214,7 @@ class Snapshot:
         s = self.skill(skill_id)
         try:
             norm = normalize_path(path)
-        except InvalidPath as exc:
+        except InvalidArgument as exc:
             raise NotFound(f"{exc}. Files of skill {skill_id!r}: {', '.join(s.files)}") from exc
         entry = s.files.get(norm)
         if entry is None:
@@ -328,7 +328,7 @@ class Snapshot:
         except SkillfsError as exc:
             return f"Error: {exc}", True
         if name in WRITE_TOOL_NAMES and self._writer is not None:
-            text = self._writer.call(name, args, self._merged.by_id, self.read_bytes, self._off())
+            text = self._writer.call(name, args, self._merged.by_id, self.read_bytes)
             return text, text.startswith("Error:")  # its results are JSON, never that
         return f"Error: unknown tool {name!r}; tools: {', '.join(self.tool_names)}", True
 
@@ -342,13 +342,7 @@ class Snapshot:
                 "read-only (a worker turns them on with Skills(..., skill_writes='draft' or "
                 "'live'))"
             )
-        return self._writer.change_file(
-            skill, path, change, self._merged.by_id, self.read_bytes, self._off()
-        )
-
-    def _off(self) -> dict[str, str]:
-        """The names an operator disabled in a layer of this step, with the reason."""
-        return {p.skill: p.disabled for p in self.problems if p.disabled is not None}
+        return self._writer.change_file(skill, path, change, self._merged.by_id, self.read_bytes)
 
     def _search_text(self, query: str) -> str:
         hits = self.search_skills(query)
@@ -381,7 +375,7 @@ LIST_MAX = 200
 def _arg(args: Mapping[str, Any], key: str) -> str:
     value = args.get(key)
     if not isinstance(value, str):
-        raise InvalidPath(f"argument {key!r} must be a string, got {value!r}")
+        raise InvalidArgument(f"argument {key!r} must be a string, got {value!r}")
     return value
 
 

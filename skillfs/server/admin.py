@@ -15,7 +15,7 @@ import grpc
 
 from skillfs.auth import Level, Principal, write_level
 from skillfs.engines.base import CommitOp, VersionMismatch
-from skillfs.errors import InvalidPath, NotFound, PermissionDenied, TooLarge
+from skillfs.errors import InvalidArgument, InvalidPath, NotFound, PermissionDenied, TooLarge
 from skillfs.model import Candidate, CommitResult, File, Manifest, Scope
 from skillfs.model.names import check_domain, check_entry, check_id, normalize_path
 from skillfs.remote import wire
@@ -34,10 +34,9 @@ from skillfs.server.rpc import (
     unary,
 )
 from skillfs.store.blobs import sha256
-from skillfs.store.commit import storable
-from skillfs.store.governance import check_commit_id
 from skillfs.store.limits import check_file_table
-from skillfs.store.rollouts import check_rule
+from skillfs.store.rules import storable
+from skillfs.store.who import check_commit_id
 
 #: Hashes per ListBlobs message (66 bytes each with their framing: about 260 KiB).
 BLOBS_BATCH = 4000
@@ -59,7 +58,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
     ) -> pb.TouchBlobsResponse:
         now = self.backend.now(principal, request.now)
         if len(request.blobs) > wire.NAMES_MAX:
-            raise InvalidPath(
+            raise InvalidArgument(
                 f"TouchBlobs names {len(request.blobs)} blobs: at most {wire.NAMES_MAX}; send "
                 "them in several calls"
             )
@@ -90,7 +89,9 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             incoming = messages(request)
             header = await anext(incoming, None)
             if header is None or header.WhichOneof("part") != "header":
-                raise InvalidPath("UploadBlob: send the header (sha256, size) first, then the data")
+                raise InvalidArgument(
+                    "UploadBlob: send the header (sha256, size) first, then the data"
+                )
             sha, size = check_sha(header.header.sha256), header.header.size
             limit = self.store.limits.max_file_size
             if size < 0 or size > limit:
@@ -102,10 +103,10 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             buf = bytearray()
             async for msg in incoming:
                 if msg.WhichOneof("part") != "data":
-                    raise InvalidPath("UploadBlob: only data may follow the header")
+                    raise InvalidArgument("UploadBlob: only data may follow the header")
                 buf += msg.data
                 if len(buf) > size:
-                    raise InvalidPath(
+                    raise InvalidArgument(
                         f"UploadBlob: more than the {size} bytes the header announced"
                     )
         data = bytes(buf)
@@ -115,7 +116,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
 
     def _store_blob(self, sha: str, size: int, data: bytes, now: float) -> None:
         if len(data) != size or sha256(data) != sha:
-            raise InvalidPath(
+            raise InvalidArgument(
                 f"UploadBlob: the {len(data)} bytes sent do not hash to {sha} of {size} bytes; "
                 "nothing was stored"
             )
@@ -165,7 +166,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
                 )
             proofs.update((p.sha256, p) for p in message.proofs)
         if piece:
-            raise InvalidPath("Commit: the stream ended inside a manifest; nothing was written")
+            raise InvalidArgument("Commit: the stream ended inside a manifest; nothing was written")
         return domain, ops, proofs
 
     def _commit(
@@ -194,7 +195,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             )
             for scope, m, expect in checked
         ]
-        revision = self.engine.commit(domain, ops)
+        revision = self.store.committer.commit_built(domain, ops)
         for op_ in ops:
             self.backend.proofs.index.remember(op_.scope, op_.manifest)
         return pb.CommitResponse(revision=wire.rev_to_pb(revision))
@@ -227,10 +228,10 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         check_entry(m.skill)
         where = f"{scope}/{m.skill}"
         if expect < 0 or m.version != expect + 1:
-            raise InvalidPath(f"{where}: version {m.version} must be the expected {expect} + 1")
+            raise InvalidArgument(f"{where}: version {m.version} must be the expected {expect} + 1")
         check_commit_id(m.commit_id)
         if m.deleted and (m.files or m.candidate):
-            raise InvalidPath(f"{where}: a deletion has no files (nor a staged candidate)")
+            raise InvalidArgument(f"{where}: a deletion has no files (nor a staged candidate)")
         for path, e in m.all_files():
             if normalize_path(path) != path:
                 raise InvalidPath(f"{where}: file path {path!r} is not normalized")
@@ -238,7 +239,6 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         check_file_table(self.store.limits, m.skill, m.files)
         if m.candidate is not None:
             check_file_table(self.store.limits, m.skill, m.candidate.files)
-            check_rule(scope, m.candidate.rollout)
         return m
 
     def _derived(
@@ -288,7 +288,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         if held is not None and held.commit_id == c.commit_id:
             return held.model_copy(update={"rollout": c.rollout})
         if c.commit_id != m.commit_id:
-            raise InvalidPath(
+            raise InvalidArgument(
                 f"{scope}/{m.skill}: a new candidate is staged by the commit that writes it "
                 f"(commit id {m.commit_id!r}), not {c.commit_id!r}"
             )
@@ -340,7 +340,9 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             incoming = messages(request)
             first = await anext(incoming, None)
             if first is None or first.WhichOneof("part") != "header":
-                raise InvalidPath("Publish: send the header (scope, skill) first, then the files")
+                raise InvalidArgument(
+                    "Publish: send the header (scope, skill) first, then the files"
+                )
             h = first.header
             skill = check_entry(h.skill)
             allowed(principal, write_level(skill), h.scope)
@@ -371,11 +373,11 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         last = None
         async for msg in incoming:
             if msg.WhichOneof("part") != "file":
-                raise InvalidPath("Publish: only files may follow the header")
+                raise InvalidArgument("Publish: only files may follow the header")
             f = msg.file
             if f.path != last:
                 if f.path in parts:
-                    raise InvalidPath(
+                    raise InvalidArgument(
                         f"Publish: the data of {f.path!r} must come in consecutive messages"
                     )
                 normalize_path(f.path)  # a bad path is refused before more is read

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import grpc
 
 from skillfs.auth import Level, Principal
-from skillfs.errors import InvalidPath, PermissionDenied
+from skillfs.errors import InvalidArgument, PermissionDenied
 from skillfs.model import FileEntry, Scope, error_findings
 from skillfs.model.manifest import shortened
 from skillfs.model.names import check_domain, check_entry, check_id, check_skill_name
@@ -43,7 +43,7 @@ def _names(items: Sequence[T], what: str) -> Sequence[T]:
     """A request's list of names, refused past `remote.wire.NAMES_MAX` (a client sends more in
     several calls), so that no request grows without bound."""
     if len(items) > wire.NAMES_MAX:
-        raise InvalidPath(
+        raise InvalidArgument(
             f"a request names {len(items)} {what}: at most {wire.NAMES_MAX}; send them in "
             "several calls"
         )
@@ -222,7 +222,7 @@ class Reader(Watching, pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # ge
         """A range's bytes; with `cached_only`, None unless memory holds all it needs."""
         sha = check_sha(r.sha256)
         if r.offset < 0 or r.length < 0:
-            raise InvalidPath(f"invalid range of {sha}: offset and length must not be negative")
+            raise InvalidArgument(f"invalid range of {sha}: offset and length must not be negative")
         end = r.offset + r.length if r.length else None
         if r.HasField("source") and r.source.scope:
             size = self.backend.proofs.readable_size(principal, r.source, sha, cached_only)
@@ -314,7 +314,7 @@ class Reader(Watching, pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # ge
         self, request: pb.AuditRequest, context: grpc.ServicerContext, principal: Principal
     ) -> AsyncIterator[pb.AuditResponse]:
         if not 0 <= request.limit <= AUDIT_MAX:
-            raise InvalidPath(f"audit limit {request.limit}: give 1 to {AUDIT_MAX} (0: 1000)")
+            raise InvalidArgument(f"audit limit {request.limit}: give 1 to {AUDIT_MAX} (0: 1000)")
         entries = await self.backend.run(self._audit, principal, request)
         records = [wire.audit_to_pb(e) for e in entries]
         for batch in wire.by_size(records, pb.AuditRecord.ByteSize, budget(context)):

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from skillfs.auth import Level, Principal, Tokens
 from skillfs.engines.base import VersionMismatch
-from skillfs.errors import InvalidPath, SkillfsError
+from skillfs.errors import InvalidArgument, InvalidPath, SkillfsError
 from skillfs.model import Scope
 from skillfs.remote import wire
 from skillfs.server.metrics import Metrics
@@ -175,7 +175,7 @@ def add_lenient(
 def well_formed(request: Any) -> Any:
     """The request; INVALID_ARGUMENT for a message that did not decode."""
     if isinstance(request, Malformed):
-        raise InvalidPath(f"malformed request: not the method's message ({request.error})")
+        raise InvalidArgument(f"malformed request: not the method's message ({request.error})")
     return request
 
 
@@ -266,5 +266,5 @@ def expected(message: Any) -> int | None:
 
 def check_sha(sha: str) -> str:
     if not _SHA.fullmatch(sha):
-        raise InvalidPath(f"invalid SHA-256 {sha!r}: give 64 lowercase hex digits")
+        raise InvalidArgument(f"invalid SHA-256 {sha!r}: give 64 lowercase hex digits")
     return sha

@@ -11,7 +11,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from skillfs.errors import InvalidPath
+from skillfs.errors import InvalidArgument
 from skillfs.model import Scope
 from skillfs.model.names import check_id
 from skillfs.remote.proto import skillfs_pb2 as pb
@@ -37,10 +37,10 @@ def view_key(view: pb.View) -> Key:
     request naming one market many times costs what naming it once does; the environment
     staged rollouts see (docs/governance.md)."""
     if not view.user_id:
-        raise InvalidPath("a view needs agent_id and user_id")
+        raise InvalidArgument("a view needs agent_id and user_id")
     markets = tuple(dict.fromkeys(view.markets))
     if len(markets) > MAX_VIEW_MARKETS:
-        raise InvalidPath(
+        raise InvalidArgument(
             f"a view names {len(markets)} markets: at most {MAX_VIEW_MARKETS} (MAX_VIEW_MARKETS)"
         )
     for m in markets:

@@ -12,7 +12,7 @@ import grpc
 
 from skillfs.auth import Level, Principal
 from skillfs.engines.base import EMPTY, Engine
-from skillfs.errors import InvalidPath
+from skillfs.errors import InvalidArgument
 from skillfs.model import Change, FileEntry, Revision, Scope, same_revision
 from skillfs.model.manifest import Manifest
 from skillfs.model.names import check_domain
@@ -100,7 +100,7 @@ class Watching:
         only for domains the hub is not at: an idle call costs no store call. The answer is
         streamed in bounded messages (protocol 2), each domain's events in order."""
         if len(request.domains) > MAX_WATCH_MANY:
-            raise InvalidPath(
+            raise InvalidArgument(
                 f"WatchMany names {len(request.domains)} domains: at most {MAX_WATCH_MANY}"
             )
         since: dict[str, Revision] = {}

@@ -12,16 +12,14 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
-from skillfs.engines.base import Engine, MiB, VersionMismatch
-from skillfs.errors import Conflict, InvalidPath, NotFound, StoreUnavailable
+from skillfs.engines.base import Engine, MiB
+from skillfs.errors import NotFound, StoreUnavailable
 from skillfs.model import (
     Access,
     CommitResult,
-    File,
     FileEntry,
     Finding,
     Manifest,
@@ -30,37 +28,21 @@ from skillfs.model import (
     Scope,
     VersionSummary,
 )
-from skillfs.model.names import (
-    SIDE_DIRS,
-    check_entry,
-    check_live_name,
-    entry_name,
-    is_hidden_dir,
-    normalize_path,
-    side_entry,
-)
-from skillfs.spec.skill_md import SKILL_MD, inspect_skill
+from skillfs.model.entry import DRAFTS, EntryKind, EntryRef
+from skillfs.model.names import check_entry, is_hidden_dir, normalize_path
+from skillfs.model.ops import Command, FileValue, WriteOptions
+from skillfs.store import rules
 from skillfs.store.blobs import Blobs
 from skillfs.store.changes import Following, Watcher
-from skillfs.store.commit import (
-    Prepared,
-    already_committed,
-    check_shape,
-    file_table,
-    in_history,
-    next_ops,
-    ours,
-    refuse_errors,
-)
+from skillfs.store.committer import Committer, out_of_time
 from skillfs.store.curate import Curation
 from skillfs.store.drafts import Drafts
-from skillfs.store.governance import check_commit_id, check_message
 from skillfs.store.limits import Limits
 from skillfs.store.opening import open_engine
-from skillfs.store.retention import GcReport, HistoryPolicy, gc, prune, prune_after_commit
+from skillfs.store.retention import GcReport, HistoryPolicy, gc, prune
 from skillfs.store.rollouts import Rollouts
 from skillfs.store.usage import Usage
-from skillfs.util.deadline import bounded, deadline
+from skillfs.util.deadline import deadline
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -94,6 +76,18 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
         self.clock = clock
         self._blobs = Blobs(engine, self._retrying, blob_cache_bytes)
         self._watches: list[Watcher] = []  # `watched_by`
+        self.committer = Committer(
+            engine=engine,
+            blobs=self._blobs,
+            limits=self.limits,
+            history_policy=self.history_policy,
+            clock=lambda: self.clock(),
+            retry_for=retry_for,
+            retrying=self._retrying,
+            missing=self.missing,
+            markets=self.markets,
+            actor=actor,
+        )
 
     @property
     def url(self) -> str:
@@ -125,7 +119,7 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
         self,
         scope: Scope,
         skill: str,
-        files: Mapping[str, File | bytes | FileEntry],
+        files: Mapping[str, FileValue],
         expected_version: int | None = None,
         *,
         commit_id: str | None = None,
@@ -135,14 +129,7 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
     ) -> CommitResult:
         """Replace a skill's whole file set (one-skill `commit`)."""
         return self.commit(
-            [
-                Put(
-                    scope,
-                    skill,
-                    dict(files) if isinstance(files, Mapping) else files,
-                    expected_version,
-                )
-            ],
+            [Put(scope, skill, files, expected_version)],
             commit_id=commit_id,
             strict=strict,
             actor=actor,
@@ -192,87 +179,27 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
 
     def commit(
         self,
-        changes: Sequence[Put | Remove],
+        changes: Sequence[Command],
         *,
         commit_id: str | None = None,
         strict: bool = False,
         actor: str | None = None,
         message: str = "",
     ) -> CommitResult:
-        """Several skills of one agent (or one market), all or nothing (docs/design.md §2).
+        """Several writes of one agent (or one market), all or nothing (docs/design.md §2):
+        Puts and Removes, and any governed command (skillfs.model.ops). Each is held to every
+        rule of the Committer.
 
         `strict` is the admin surfaces' policy (docs/design.md §7): a skill with error findings
         is refused with InvalidSkill carrying them, before anything is uploaded. `actor` and
         `message` say who made the change and why (default: this store's `actor`)."""
-        domain = self.check_commit([(ch.scope, ch.skill) for ch in changes])
-        prepared = self._prepared(changes, strict=strict, actor=actor, message=message)
-        return self._commit(domain, prepared, commit_id or uuid.uuid4().hex)
-
-    def _prepared(
-        self,
-        changes: Sequence[Put | Remove],
-        *,
-        strict: bool,
-        actor: str | None,
-        message: str,
-        bases: Mapping[tuple[Scope, str], int] | None = None,
-    ) -> list[Prepared]:
-        """Everything a commit does before its atomic step: files checked against the limits,
-        hashed and inspected, the strict policy applied, the new blobs uploaded. A staged
-        candidate (`store.rollouts`) is prepared here too."""
-        for ch in changes:
-            if not isinstance(ch, Put):
-                continue
-            if ch.skill in SIDE_DIRS:
-                raise InvalidPath(
-                    f"{ch.skill!r} holds one entry per skill: write {ch.skill}/<name> "
-                    "(docs/governance.md)"
-                )
-            if side_entry(ch.skill) is None:
-                check_live_name(ch.skill)  # `_x`, `.x`: a directory no worker reads as a skill
-            elif not ch.files:
-                raise InvalidPath(f"skill {ch.skill!r} has no files")
-        now = self.clock()
-        blobs: dict[str, bytes] = {}  # the new bytes of every Put, uploaded together
-        tables = [
-            None if isinstance(ch, Remove) else file_table(self.limits, ch, blobs, now)
-            for ch in changes
-        ]
-        who = {"actor": self.who(actor), "message": check_message(message)}
-        prepared = self._based(
-            [
-                self._prepare(ch, t, blobs).model_copy(update=who)
-                for ch, t in zip(changes, tables, strict=True)
-            ],
-            bases,
-        )
-        if strict:
-            for p in prepared:
-                refuse_errors(p.skill, p.findings)
-        refs = {e.sha256 for t in tables if t for e in t.values()} - blobs.keys()
-        self._blobs.upload(blobs, refs, now)
-        return prepared
+        options = WriteOptions(actor=actor, message=message, commit_id=commit_id)
+        return self.committer.commit(changes, options, strict=strict)
 
     def check_commit(self, targets: Sequence[tuple[Scope, str]], domain: str | None = None) -> str:
-        """The shape every commit must have, whoever built it (`store.commit.check_shape`);
-        returns the domain."""
-        return check_shape(targets, domain, self.max_ops)
-
-    def _prepare(
-        self, change: Put | Remove, entries: dict[str, FileEntry] | None, blobs: dict[str, bytes]
-    ) -> Prepared:
-        """A change after validation: a Put's SKILL.md inspected."""
-        frontmatter, findings = (
-            (None, []) if entries is None else self.inspect(change.skill, entries, blobs)
-        )
-        return Prepared(
-            scope=change.scope,
-            skill=change.skill,
-            expected_version=change.expected_version,
-            files=None if entries is None else dict(sorted(entries.items())),
-            frontmatter=frontmatter,
-            findings=findings,
-        )
+        """The shape every commit must have, whoever built it (`rules.check_shape`); returns
+        the domain."""
+        return rules.check_shape(targets, domain, self.max_ops)
 
     def inspect(
         self,
@@ -282,59 +209,11 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
     ) -> tuple[dict[str, Any] | None, list[Finding]]:
         """A skill's frontmatter and findings as its SKILL.md says, read once per write; the
         other files are named but not read. `unstored` holds bytes not uploaded yet."""
-        texts = dict.fromkeys(files, b"")
-        entry = files.get(SKILL_MD)
-        if entry is not None:
-            texts[SKILL_MD] = (unstored or {}).get(entry.sha256) or self.read_entry(entry)
-        return inspect_skill(entry_name(skill), texts)
+        return self.committer.inspect(skill, files, unstored)
 
-    def _commit(self, domain: str, prepared: list[Prepared], commit_id: str) -> CommitResult:
-        check_commit_id(commit_id)
-        end = deadline(self.retry_for)
-        unsure = False  # a commit was sent and its answer lost: it may have landed
-        for attempt in range(1000):
-            current: dict[tuple[Scope, str], Manifest] = {}
-            for scope in {p.scope for p in prepared}:
-                skills = [p.skill for p in prepared if p.scope == scope]
-                loaded = self._retrying(self.engine.load_skills, scope, skills)
-                current.update({(scope, k): m for k, m in loaded.items()})
-            landed = ours(prepared, current, commit_id)
-            if not landed and unsure:
-                landed = in_history(self.engine, self._retrying, prepared, commit_id)
-            if not landed:
-                try:
-                    ops = next_ops(prepared, current, commit_id, self.clock())
-                except Conflict:  # against our own commit, another writer's on top? (C6)
-                    if unsure or not in_history(self.engine, self._retrying, prepared, commit_id):
-                        raise
-                    landed = True
-            if landed:
-                return already_committed(
-                    self.engine, self._retrying, domain, prepared, current, commit_id
-                )
-            started = time.monotonic()
-            try:
-                revision = self.engine.commit(domain, ops)
-            except VersionMismatch:
-                if time.monotonic() > end:
-                    break
-                time.sleep(min(0.001 * 2**attempt, 0.05))
-                continue
-            except StoreUnavailable:
-                if _out_of_time(end, started):
-                    raise
-                unsure = True
-                time.sleep(min(0.05 * 2**attempt, 1.0, max(end - time.monotonic(), 0.0)))
-                continue
-            prune_after_commit(self.engine, self.history_policy, self.clock(), ops)
-            return CommitResult(
-                revision=revision,
-                commit_id=commit_id,
-                versions={op.manifest.skill: op.manifest.version for op in ops},
-            )
-        raise Conflict(
-            f"gave up after {self.retry_for:.0f}s of concurrent writers to the same skills; retry",
-        )
+    def who(self, actor: str | None = None) -> str:
+        """The actor a commit is recorded by: `actor`, else the store's, else the default."""
+        return self.committer.who(actor)
 
     def _retrying(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Retry an idempotent engine call while the store is unavailable, up to `retry_for`
@@ -346,7 +225,7 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
             try:
                 return fn(*args, **kwargs)
             except StoreUnavailable:
-                if _out_of_time(end, started):
+                if out_of_time(end, started):
                     raise
                 time.sleep(min(delay, end - time.monotonic()))
                 delay = min(delay * 2, 1.0)
@@ -390,13 +269,13 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
         live = self._retrying(self.engine.load_skills, scope, [skill]).get(skill)
         if version is None or (live is not None and live.version == version):
             if live is None or (live.deleted and version is None):
-                raise NotFound(self._no_skill(scope, skill))
+                raise self.missing(scope, skill)
             return live
         found = self._retrying(self.engine.history_version, scope, skill, version)
         if found is not None:
             return found
         if live is None:
-            raise NotFound(self._no_skill(scope, skill))
+            raise self.missing(scope, skill)
         older = self._retrying(self.engine.history_summaries, scope, skill)
         kept = ", ".join(str(v) for v in [live.version, *(m.version for m in older)])
         raise NotFound(
@@ -423,7 +302,7 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
         live = self._retrying(self.engine.load_skills, scope, [skill]).get(skill)
         older = self._retrying(self.engine.history, scope, skill)
         if live is None and not older:
-            raise NotFound(self._no_skill(scope, skill))
+            raise self.missing(scope, skill)
         return ([live] if live else []) + older
 
     def versions(self, scope: Scope, skill: str) -> list[VersionSummary]:
@@ -433,7 +312,7 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
         live = self._retrying(self.engine.load_skills, scope, [skill]).get(skill)
         older = self._retrying(self.engine.history_summaries, scope, skill)
         if live is None and not older:
-            raise NotFound(self._no_skill(scope, skill))
+            raise self.missing(scope, skill)
         return ([live.summary()] if live else []) + older
 
     def read(self, scope: Scope, skill: str, path: str, version: int | None = None) -> bytes:
@@ -488,20 +367,37 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
     def users(self, agent: str) -> list[str]:
         return sorted(s.user_id for s in self.scopes(agent) if s.user_id is not None)
 
+    def missing(self, scope: Scope, entry: str, *, below: bool = False) -> NotFound:
+        """The NotFound of `entry`, naming what `scope` holds of its kind: the skills, the
+        drafts or the archived skills (`below`: the agent's shared scope and the markets were
+        looked at too)."""
+        ref = EntryRef.parse(entry)
+        held = [(EntryRef.parse(k), m) for k, m in self.entries(scope).items()]
+        names = sorted(r.name for r, m in held if r.kind is ref.kind and not m.deleted)
+        if ref.is_skill:
+            names = [n for n in names if not is_hidden_dir(n)]
+        shown = ", ".join(names[:50]) + (" …" if len(names) > 50 else "") if names else "none"
+        if ref.kind is EntryKind.DRAFT:
+            if any(
+                r.kind is EntryKind.LEGACY and r.name == DRAFTS and not m.deleted
+                and any(p.startswith(f"{ref.name}/") for p in m.files)
+                for r, m in held
+            ):  # fmt: skip
+                return NotFound(
+                    f"the draft {ref.name!r} in {scope} is held in the single `_drafts` manifest "
+                    "of an older skillfs: split it into entries first (store.split_legacy, "
+                    "`skillfs drafts split`), then review it"
+                )
+            return NotFound(f"no draft {ref.name!r} in {scope}; drafts there: {shown}")
+        if ref.kind is EntryKind.ARCHIVED:
+            return NotFound(f"no archived skill {ref.name!r} in {scope}; archived there: {shown}")
+        where = " (nor its agent's shared scope or any market)" if below else ""
+        return NotFound(f"skill {entry!r} does not exist in {scope}{where}; skills there: {shown}")
+
     def skills(self, scope: Scope) -> list[str]:
         """A scope's live skills; its drafts and archived skills (`_drafts/`, `.archive/`) are
         not skills (docs/design.md §1)."""
         return sorted(k for k in self.manifests(scope) if not is_hidden_dir(k))
-
-
-def _out_of_time(end: float, started: float) -> bool:
-    """Whether a failed attempt begun at `started` leaves no time for another before `end`:
-    none is left, or, under a step's budget, less than the failed one took (a store that
-    hangs makes every attempt wait out the client's timeout, which would pass the budget;
-    one that refuses fails fast and is tried until `end`). Outside a budget a last attempt
-    may run past `end` (a lock held for a while is waited out, as before)."""
-    now = time.monotonic()
-    return now >= end or (bounded() and end - now < now - started)
 
 
 #: The keyword options `Store` takes (the rest of open_store's options go to the engine).

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from skillfs.errors import Conflict, InvalidPath, NotFound
+from skillfs.errors import Conflict, InvalidArgument, InvalidPath, NotFound
 from skillfs.governance.curation_report import (
     ARCHIVE_AFTER,
     DUPLICATE_THRESHOLD,
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from skillfs.model import FileEntry
+    from skillfs.store.committer import Committer
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class Curation(SideEntries):
 
     if TYPE_CHECKING:
         clock: Callable[[], float]
+        committer: Committer
 
         def agents(self) -> list[str]: ...
 
@@ -83,9 +85,9 @@ class Curation(SideEntries):
         left in place and reported in `skipped` with why."""
         stale, cutoff = windows(stale_after, archive_after)
         if not 0 < duplicate_threshold <= 1:
-            raise InvalidPath(f"duplicate_threshold {duplicate_threshold} is not in (0, 1]")
+            raise InvalidArgument(f"duplicate_threshold {duplicate_threshold} is not in (0, 1]")
         if not dry_run:
-            actor = self.who(actor)  # a bad one is refused before anything is read
+            actor = self.committer.who(actor)  # a bad one is refused before anything is read
         domain = self._curated_domain(target)
         at = self.clock() if now is None else now
         skills = [

@@ -6,28 +6,15 @@ is removed, in one commit) or rejected (the draft removed, the reason in its his
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from skillfs.errors import Conflict, NotFound
-from skillfs.model import (
-    CommitResult,
-    File,
-    FileEntry,
-    Finding,
-    Manifest,
-    Put,
-    Rollout,
-    Scope,
-)
-from skillfs.model.names import DRAFTS, draft_entry, entry_name, in_side
-from skillfs.store.commit import Prepared, refuse_errors
-from skillfs.store.governance import check_message
-from skillfs.store.rollouts import candidate_of, check_rule, describe, staged
-from skillfs.store.side import Carried, SideEntries, split_files
+from skillfs.model import CommitResult, Finding, Manifest, Rollout, Scope
+from skillfs.model.entry import EntryKind, EntryRef
+from skillfs.model.ops import Approve, FileValue, Propose, Reject
+from skillfs.store.side import SideEntries, split_files
+from skillfs.store.who import check_message
 
 
 class Draft(BaseModel):
@@ -58,17 +45,13 @@ class Draft(BaseModel):
 
 
 class Drafts(SideEntries):
-    """propose / drafts / approve / reject of `Store` (docs/governance.md); an approval or a
-    rejection is a move of side entries (`SideEntries._moves`)."""
-
-    if TYPE_CHECKING:
-        clock: Callable[[], float]
+    """propose / drafts / approve / reject of `Store` (docs/governance.md)."""
 
     def propose(
         self,
         scope: Scope,
         name: str,
-        files: Mapping[str, File | bytes | FileEntry],
+        files: Mapping[str, FileValue],
         *,
         message: str = "",
         actor: str | None = None,
@@ -82,35 +65,11 @@ class Drafts(SideEntries):
         the live version now, or `based_on` for files built on an older one (an edit of the
         pending draft passes the draft's own base, so that a live edit made since still
         shows it stale)."""
-        put = Put(scope, draft_entry(name), dict(files), expected_version)
-        domain = self.check_commit([(scope, put.skill)])
-        bases = {} if based_on is None else {(scope, name): based_on}
-        prepared = self._prepared([put], strict=strict, actor=actor, message=message, bases=bases)
-        return self._commit(domain, prepared, uuid.uuid4().hex)
-
-    def _based(
-        self, prepared: list[Prepared], given: Mapping[tuple[Scope, str], int] | None = None
-    ) -> list[Prepared]:
-        """Each Put of a draft records the live skill's version it is proposed against, read
-        once per scope before the commit (a live skill that moves in between makes the draft
-        look stale, never fresh); `given`: (scope, name) -> the base its files were built on
-        (`propose`'s `based_on`)."""
-        drafts = [p for p in prepared if p.files is not None and in_side(p.skill, DRAFTS)]
-        if not drafts:
-            return prepared
-        bases: dict[tuple[Scope, str], int] = dict(given or {})
-        for scope in {p.scope for p in drafts}:  # the live versions of the others, read once
-            names = [entry_name(p.skill) for p in drafts if p.scope == scope]
-            unread = [n for n in names if (scope, n) not in bases]
-            if unread:
-                live = self._retrying(self.engine.load_skills, scope, unread)
-                bases.update({(scope, n): m.version for n, m in live.items() if not m.deleted})
-        return [
-            p.model_copy(update={"edit": _put(p, bases.get((p.scope, entry_name(p.skill)), 0))})
-            if any(p is d for d in drafts)
-            else p
-            for p in prepared
-        ]
+        command = Propose(
+            scope=scope, name=name, files=dict(files), based_on=based_on,
+            expected_version=expected_version,
+        )  # fmt: skip
+        return self.commit([command], strict=strict, actor=actor, message=message)
 
     def drafts(self, target: str | Scope) -> list[Draft]:
         """The drafts of a scope, or of every scope of an agent (by id or `agents/<id>`) or of
@@ -119,12 +78,14 @@ class Drafts(SideEntries):
         for scope in self.scopes_named(target):
             live: dict[str, Manifest] = self.entries(scope)
             for key, m in sorted(live.items()):
-                if m.deleted or not (key == DRAFTS or in_side(key, DRAFTS)):
+                ref = EntryRef.parse(key)
+                legacy = ref.kind is EntryKind.LEGACY and ref.name == "_drafts"
+                if m.deleted or not (ref.kind is EntryKind.DRAFT or legacy):
                     continue
-                now = live.get(entry_name(key))
+                now = live.get(ref.name)
                 now_v = now.version if now is not None and not now.deleted else 0
-                if key != DRAFTS:
-                    out.append(draft_of(scope, entry_name(key), m, now_v))
+                if not legacy:
+                    out.append(draft_of(scope, ref.name, m, now_v))
                     continue
                 for name in split_files(scope, m):  # an older skillfs's single manifest
                     held = live.get(name)
@@ -156,72 +117,10 @@ class Drafts(SideEntries):
         scope of the same agent the skill goes to, e.g. an agent's draft in a user's scope
         approved into the agent's shared scope; the draft's base is its own scope's, so it
         is not compared there (a rollout leaves the live version there untouched)."""
-        entry = draft_entry(name)
-        target = into if into is not None else scope
-        rule = check_rule(target, rollout) if rollout is not None else None
-        commit_id = uuid.uuid4().hex
-        carried = Carried()
-
-        def take(cur: Manifest | None) -> dict[str, Any]:
-            if cur is None:
-                raise NotFound(self.no_draft(scope, name))
-            if strict:
-                refuse_errors(name, cur.findings)
-            return carried.take(cur, "approve")
-
-        def put(cur: Manifest | None) -> dict[str, Any]:
-            draft = carried.taken
-            if target == scope:
-                _check_base(scope, name, draft, cur)
-            if rule is not None:
-                return self._staged(target, name, cur, draft, rule, commit_id, actor)
-            out: dict[str, Any] = {
-                "frontmatter": draft.frontmatter,
-                "findings": draft.findings,
-                "files": draft.files,
-                "operation": "approve",
-            }
-            if cur is not None:  # a new file set keeps the kill switch and a candidate
-                out.update(
-                    disabled=cur.disabled,
-                    disabled_reason=cur.disabled_reason,
-                    candidate=cur.candidate,
-                )
-            return out
-
-        said = check_message(message) or "approved" + (
-            f" as a canary for {describe(rule)}" if rule is not None else ""
+        command = Approve(
+            scope=scope, name=name, rollout=rollout, into=into, expected_version=expected_version
         )
-        return self._moves(
-            scope,
-            [(entry, take, expected_version), (name, put, None)],
-            actor=actor,
-            message=said,
-            scopes=[scope, target],
-            commit_id=commit_id,
-        )
-
-    def _staged(
-        self,
-        scope: Scope,
-        name: str,
-        cur: Manifest | None,
-        draft: Manifest,
-        rule: Rollout,
-        commit_id: str,
-        actor: str | None,
-    ) -> dict[str, Any]:
-        """The live entry with the draft as its candidate (store.rollouts's `stage`)."""
-        if cur is not None and cur.candidate is not None:
-            raise Conflict(
-                f"{scope}/{name} already has a staged candidate (for "
-                f"{describe(cur.candidate.rollout)}); nothing was written: promote or abort "
-                "it first, then approve the draft",
-                skill=name,
-                current_version=cur.version,
-            )
-        candidate = candidate_of(draft, rule, commit_id, self.who(actor), self.clock())
-        return staged(cur, candidate, "approve")
+        return self.commit([command], strict=strict, actor=actor, message=message)
 
     def reject(
         self,
@@ -234,62 +133,8 @@ class Drafts(SideEntries):
     ) -> CommitResult:
         """Remove the draft; the reason is the commit's message, kept in its history and in
         the audit (as `reject`)."""
-
-        def take(cur: Manifest | None) -> dict[str, Any]:
-            if cur is None:
-                raise NotFound(self.no_draft(scope, name))
-            return {"deleted": True, "files": {}, "operation": "reject"}
-
-        return self._moves(
-            scope,
-            [(draft_entry(name), take, expected_version)],
-            actor=actor,
-            message=check_message(reason) or "rejected",
-        )
-
-    def no_draft(self, scope: Scope, name: str) -> str:
-        """Why there is no draft `name` to act on in `scope`, naming the drafts there."""
-        held = self.drafts(scope)
-        if any(d.name == name and d.legacy for d in held):
-            return (
-                f"the draft {name!r} in {scope} is held in the single `_drafts` manifest of an "
-                "older skillfs: split it into entries first (store.split_legacy, `skillfs "
-                "drafts split`), then review it"
-            )
-        names = ", ".join(d.name for d in held if not d.legacy) or "none"
-        return f"no draft {name!r} in {scope}; drafts there: {names}"
-
-
-def _put(p: Prepared, base: int) -> Callable[[Manifest | None], dict[str, Any]]:
-    """The edit writing a draft's prepared files with the base it was proposed against."""
-
-    def edit(cur: Manifest | None) -> dict[str, Any]:
-        return {
-            "frontmatter": p.frontmatter,
-            "findings": p.findings,
-            "files": p.files or {},
-            "base_version": base,
-        }
-
-    return edit
-
-
-def _check_base(scope: Scope, name: str, draft: Manifest, cur: Manifest | None) -> None:
-    """Conflict when the live skill is not at the version the draft was proposed against
-    (not checked for a draft that does not record it: one an older skillfs wrote)."""
-    base, now = draft.base_version, cur.version if cur is not None else 0
-    if base is None or base == now:
-        return
-    based = f"version {base} of it" if base else "no live skill"
-    is_now = f"version {now}" if now else "deleted"
-    raise Conflict(
-        f"{scope}/{name} moved since its draft was proposed: the draft (version "
-        f"{draft.version}) was proposed against {based}, the live skill is now {is_now}; "
-        "nothing was written: look at the live skill, then propose the draft again on it "
-        "(its next version) or reject it",
-        skill=name,
-        current_version=now,
-    )
+        command = Reject(scope=scope, name=name, expected_version=expected_version)
+        return self.commit([command], actor=actor, message=check_message(reason))
 
 
 def draft_of(

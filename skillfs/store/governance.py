@@ -1,71 +1,22 @@
-"""Governed change (docs/governance.md, DESIGN §9): who made each version and why, the audit
-that lists them, and the kill switch (disable / enable). `Store` takes these methods from
-`Governance`; each operation is one commit of `Store._commit` (C1), so it is seen at the
-next step (C3) like any publish."""
+"""Governed change (docs/governance.md): the audit of who made each version and why, and the
+kill switch (disable / enable). `Store` takes these methods from `Governance`; each operation
+is one commit (C1), so it is seen at the next step (C3) like any publish."""
 
 from __future__ import annotations
 
-import getpass
 import math
-import os
-import socket
-import uuid
 from typing import TYPE_CHECKING, Any
 
-from skillfs.errors import InvalidPath, NotFound
-from skillfs.model import AuditEntry, CommitResult, Manifest, Put, Scope, target_domain
-from skillfs.model.names import DRAFTS, check_entry, in_side, is_hidden_dir
-from skillfs.store.commit import Edit, Prepared, edited
+from skillfs.errors import InvalidArgument
+from skillfs.model import AuditEntry, CommitResult, Manifest, Scope, target_domain
+from skillfs.model.entry import EntryKind, EntryRef
+from skillfs.model.ops import Command, Disable, Enable
+from skillfs.store.who import check_message
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Sequence
 
     from skillfs.engines.base import Engine
-
-#: The longest actor name and commit message kept (longer ones are refused, not cut).
-ACTOR_MAX, MESSAGE_MAX = 256, 4096
-
-
-def default_actor() -> str:
-    """`$SKILLFS_ACTOR`, else `user@host`: who a commit made from here is by."""
-    named = os.environ.get("SKILLFS_ACTOR", "").strip()
-    if named:
-        return check_actor(named)
-    try:
-        user = getpass.getuser()
-    except (OSError, KeyError):
-        user = "unknown"
-    return check_actor(f"{user}@{socket.gethostname()}")
-
-
-def check_actor(actor: str) -> str:
-    if not isinstance(actor, str) or not actor.strip() or len(actor) > ACTOR_MAX:
-        raise InvalidPath(f"invalid actor {actor!r}: give 1-{ACTOR_MAX} characters")
-    if any(ord(c) < 32 for c in actor):
-        raise InvalidPath(f"invalid actor {actor!r}: no control characters")
-    return actor.strip()
-
-
-def agent_actor(agent_id: str, user_id: str) -> str:
-    """The actor of an agent's own writes for one user."""
-    return f"agent:{agent_id}/{user_id}"
-
-
-def check_commit_id(commit_id: str) -> str:
-    """A caller's commit id (the key that makes a retried commit happen once)."""
-    if not isinstance(commit_id, str) or not 0 < len(commit_id) <= 128:
-        raise InvalidPath("a commit id is 1-128 characters")
-    return commit_id
-
-
-def check_message(message: str | None) -> str:
-    if message is None:
-        return ""
-    if not isinstance(message, str) or len(message) > MESSAGE_MAX:
-        raise InvalidPath(
-            f"a message or reason is text of at most {MESSAGE_MAX} characters: shorten it"
-        )
-    return message
 
 
 def action(m: Manifest, before: Manifest | None) -> str:
@@ -73,7 +24,7 @@ def action(m: Manifest, before: Manifest | None) -> str:
     reject, archive, restore), a draft's "propose", else from the version before it."""
     if m.operation:
         return m.operation
-    if not m.deleted and in_side(m.skill, DRAFTS):
+    if not m.deleted and EntryRef.parse(m.skill).kind is EntryKind.DRAFT:
         return "propose"
     if m.deleted:
         return "delete"
@@ -89,56 +40,20 @@ class Governance:
 
     if TYPE_CHECKING:
         engine: Engine
-        actor: str | None
 
         def _retrying(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
 
-        def _commit(
-            self, domain: str, prepared: list[Prepared], commit_id: str
+        def commit(
+            self,
+            changes: Sequence[Command],
+            *,
+            commit_id: str | None = None,
+            strict: bool = False,
+            actor: str | None = None,
+            message: str = "",
         ) -> CommitResult: ...
 
-        def _prepared(
-            self,
-            changes: Sequence[Put],
-            *,
-            strict: bool,
-            actor: str | None,
-            message: str,
-            bases: Mapping[tuple[Scope, str], int] | None = None,
-        ) -> list[Prepared]: ...
-
-        def markets(self) -> list[str]: ...
-
-        def scopes(self, target: str | Scope) -> list[Scope]: ...
-
         def entries(self, scope: Scope) -> dict[str, Manifest]: ...
-
-        def skills(self, scope: Scope) -> list[str]: ...
-
-    def who(self, actor: str | None = None) -> str:
-        """The actor a commit is recorded by: `actor`, else the store's, else the default."""
-        if actor is not None:
-            return check_actor(actor)
-        return check_actor(self.actor) if self.actor else default_actor()
-
-    def _edit(
-        self,
-        scope: Scope,
-        skill: str,
-        edit: Edit,
-        *,
-        expected_version: int | None = None,
-        actor: str | None = None,
-        message: str | None = None,
-        commit_id: str | None = None,
-    ) -> CommitResult:
-        """One commit that rewrites one skill's manifest by `edit` (retried on races)."""
-        scope.check()
-        check_entry(skill)
-        prepared = edited(
-            scope, skill, edit, expected_version, self.who(actor), check_message(message)
-        )
-        return self._commit(scope.domain, [prepared], commit_id or uuid.uuid4().hex)
 
     # ------------------------------------------------------------------ disable / enable
 
@@ -156,24 +71,10 @@ class Governance:
         user's scope a skill the user sees from the shared scope or a market is hidden from
         that user alone, by an entry with no files."""
         reason = check_message(reason)
-        _only_skills(skill, "disabled")
-        below = self._hideable(scope, skill)
-
-        def edit(cur: Manifest | None) -> dict[str, Any]:
-            if cur is None and not below:
-                raise NotFound(self._unknown(scope, skill))
-            if cur is not None and cur.disabled:
-                raise InvalidPath(f"{scope}/{skill} is already disabled: enable it first")
-            return {**carried(cur), "disabled": True, "disabled_reason": reason}
-
-        return self._edit(
-            scope,
-            skill,
-            edit,
-            expected_version=expected_version,
-            actor=actor,
-            message=reason or "disabled",
+        command = Disable(
+            scope=scope, skill=skill, reason=reason, expected_version=expected_version
         )
+        return self.commit([command], actor=actor, message=reason)
 
     def enable(
         self,
@@ -185,48 +86,10 @@ class Governance:
         message: str = "",
     ) -> CommitResult:
         """Switch a disabled skill back on; a user's hiding entry (no files) is removed, so
-        the user sees the skill from below again."""
-        _only_skills(skill, "enabled")
-
-        def edit(cur: Manifest | None) -> dict[str, Any]:
-            if cur is None:
-                raise NotFound(self._unknown(scope, skill))
-            if not cur.disabled:
-                raise InvalidPath(f"{scope}/{skill} is not disabled: nothing to enable")
-            if cur.hides:  # a hole: enabling removes it (recorded as an enable, not a delete)
-                return {"deleted": True, "files": {}, "operation": "enable"}
-            return {**carried(cur), "disabled": False, "disabled_reason": ""}
-
-        return self._edit(
-            scope,
-            skill,
-            edit,
-            expected_version=expected_version,
-            actor=actor,
-            message=message or "enabled",
-        )
-
-    def _hideable(self, scope: Scope, skill: str) -> bool:
-        """Whether a user's scope may hide `skill` it does not hold: the agent's shared scope
-        or some market has it."""
-        if scope.kind != "user" or scope.agent_id is None:
-            return False
-        shared = self._retrying(self.engine.load_skills, Scope.shared(scope.agent_id), [skill])
-        if _present(shared.get(skill)):
-            return True
-        for market in self.markets():
-            found = self._retrying(self.engine.load_skills, Scope.market(market), [skill])
-            if _present(found.get(skill)):
-                return True
-        return False
-
-    def _unknown(self, scope: Scope, skill: str) -> str:
-        live = self.entries(scope)
-        names = sorted(k for k, m in live.items() if not m.deleted and not is_hidden_dir(k))
-        where = " (nor its agent's shared scope or any market)" if scope.kind == "user" else ""
-        return f"skill {skill!r} does not exist in {scope}{where}; skills there: " + (
-            ", ".join(names[:50]) or "none"
-        )
+        the user sees the skill from below again. A user's copy of a skill an operator
+        disabled below is that user's own from then on (docs/governance.md)."""
+        command = Enable(scope=scope, skill=skill, expected_version=expected_version)
+        return self.commit([command], actor=actor, message=message)
 
     # ------------------------------------------------------------------ audit
 
@@ -274,9 +137,11 @@ class Governance:
         """`audit` of these scopes, read from their manifests and history."""
         for name, at in (("since", since), ("until", until)):
             if at is not None and not math.isfinite(at):  # NaN would match nothing, silently
-                raise InvalidPath(f"audit {name}={at!r}: give a time in seconds since the epoch")
+                raise InvalidArgument(
+                    f"audit {name}={at!r}: give a time in seconds since the epoch"
+                )
         if limit < 1:
-            raise InvalidPath(f"audit limit={limit}: give 1 or more")
+            raise InvalidArgument(f"audit limit={limit}: give 1 or more")
         out: list[AuditEntry] = []
         for scope in scopes:
             live = self.entries(scope)
@@ -311,29 +176,3 @@ def _wanted(e: AuditEntry, since: float | None, until: float | None, actor: str 
         and (until is None or e.committed_at <= until)
         and (actor is None or e.actor == actor)
     )
-
-
-def _present(m: Manifest | None) -> bool:
-    return m is not None and not m.deleted
-
-
-def carried(cur: Manifest | None) -> dict[str, Any]:
-    """The content of the current manifest, carried into the next version (none: an entry
-    with no files yet)."""
-    if cur is None:
-        return {"files": {}}
-    return {
-        "frontmatter": cur.frontmatter,
-        "findings": cur.findings,
-        "files": cur.files,
-        "disabled": cur.disabled,
-        "disabled_reason": cur.disabled_reason,
-        "candidate": cur.candidate,
-    }
-
-
-def _only_skills(skill: str, what: str) -> None:
-    """disable and enable act on skills: a draft or an archived entry is not served, and
-    switching one on would carry the switch to where it is approved or restored."""
-    if is_hidden_dir(skill):
-        raise InvalidPath(f"{skill!r} is not a skill: only skills can be {what}")

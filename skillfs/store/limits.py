@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from skillfs.engines.base import MiB
-from skillfs.errors import InvalidPath, TooLarge
+from skillfs.errors import InvalidArgument, InvalidPath, TooLarge
 from skillfs.model import MTIME_MAX, MTIME_MIN, FileEntry
 
 SCRIPT_SUFFIXES = (".sh", ".bash", ".py", ".rb", ".pl", ".js", ".mjs")
@@ -52,12 +52,12 @@ def check_file(
     """One file against the limits and the mode and time rules, before its bytes are hashed."""
     is_time = isinstance(mtime, int | float) and MTIME_MIN <= mtime <= MTIME_MAX
     if mtime is not None and not is_time:
-        raise InvalidPath(
+        raise InvalidArgument(
             f"mtime {mtime!r} of {skill}/{path} is not a time: give seconds since the epoch "
             f"between {MTIME_MIN:.0f} and {MTIME_MAX:.0f} (years 1 to 9999), or none"
         )
     if mode is not None and not 0 <= mode <= 0o777:
-        raise InvalidPath(
+        raise InvalidArgument(
             f"mode {oct(mode)} of {skill}/{path}: only permission bits 0o777 are stored "
             "(no setuid, setgid or sticky bit, no file type)"
         )
@@ -99,7 +99,7 @@ def check_usage(
     saturate rather than overflow; docs/consistency.md)."""
     for (user, skill), t in (last_used or {}).items():
         if not isinstance(t, int | float) or isinstance(t, bool) or not 0 <= t < math.inf:
-            raise InvalidPath(
+            raise InvalidArgument(
                 f"last-used time {t!r} of skill {skill!r} (user {user!r}): give seconds since "
                 "the epoch; nothing was recorded"
             )

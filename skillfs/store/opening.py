@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from skillfs.engines.base import Engine
-from skillfs.errors import InvalidPath
+from skillfs.errors import InvalidArgument
 
 DEFAULT_PATH = Path.home() / ".local" / "share" / "skillfs" / "skills.db"
 
@@ -53,7 +53,7 @@ def open_engine(url: str | None = None, **options: Any) -> Engine:
         from skillfs.remote.engine import GrpcEngine
 
         return GrpcEngine(url, **options)
-    raise InvalidPath(
+    raise InvalidArgument(
         f"unknown store URL {url!r}: use memory://, sqlite:///path, redis://host:port/db, "
         "rediss://, redis+cluster://h:p,h:p, redis+sentinel://h:p/service/db, "
         "etcd://host:port[,host:port] or grpc://host:port[,host:port] (grpcs:// for TLS)"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 
-from skillfs.errors import InvalidPath
+from skillfs.errors import InvalidArgument
 
 UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
@@ -26,7 +26,7 @@ def parse_duration(text: str | float, what: str = "duration", *, zero: bool = Fa
             seconds = math.nan
     if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not zero):
         sign = "zero or more" if zero else "more than zero"
-        raise InvalidPath(
+        raise InvalidArgument(
             f"invalid {what} {text!r}: give a number and a unit, {sign}, such as 30d, 2h, 30m "
             "or 45s (s seconds, m minutes, h hours, d days, w weeks)"
         )

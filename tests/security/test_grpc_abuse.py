@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 import skillfs
 from skillfs.auth import tokens_document
 from skillfs.engines.base import CommitOp
-from skillfs.errors import InvalidPath, NotFound, PermissionDenied, TooLarge
+from skillfs.errors import InvalidArgument, NotFound, PermissionDenied, TooLarge
 from skillfs.model import Scope
 from skillfs.remote.proto import skillfs_pb2 as pb
 from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
@@ -283,15 +283,15 @@ def test_a_user_token_cannot_break_its_scope_or_the_counters(server: ServerProce
     try:
         alice.publish(A, "good", {"SKILL.md": md("good")})
         before = admin.revision(AGENT)
-        with pytest.raises(InvalidPath):  # JSON has no NaN: it reaches the server as null
+        with pytest.raises(InvalidArgument):  # JSON has no NaN: it reaches the server as null
             _plant(alice, "bad", mtime=math.nan)
-        with pytest.raises(InvalidPath, match="is not a time"):
+        with pytest.raises(InvalidArgument, match="is not a time"):
             _plant(alice, "bad", mtime=1e308)  # breaks materialize() and export later
-        with pytest.raises(InvalidPath):
+        with pytest.raises(InvalidArgument):
             _plant(alice, "deep", frontmatter=deep_dict(220))  # would never parse again
         forged = Scope.model_construct(kind="user", agent_id=AGENT, user_id="alice/x")
         op = CommitOp.model_construct(scope=forged, manifest=manifest("f", 1), expect=0)
-        with pytest.raises((InvalidPath, PermissionDenied)):  # an id with "/"
+        with pytest.raises((InvalidArgument, PermissionDenied)):  # an id with "/"
             alice.engine.commit(A.domain, [op])
         ghost = CommitOp(scope=A, manifest=manifest("ghost", 1, deleted=True), expect=0)
         with pytest.raises(NotFound):  # no tombstone of what never existed
@@ -301,7 +301,7 @@ def test_a_user_token_cannot_break_its_scope_or_the_counters(server: ServerProce
             alice.engine.commit(A.domain, many)  # (a Store refuses it before sending)
         with pytest.raises(TooLarge, match="nothing was recorded"):
             alice.engine.add_usage(AGENT, {("alice", "good"): 2**62})
-        with pytest.raises(InvalidPath, match="usage count -1"):
+        with pytest.raises(InvalidArgument, match="usage count -1"):
             alice.engine.add_usage(AGENT, {("alice", "good"): 1, ("alice", "x"): -1})
         assert admin.revision(AGENT) == before
         assert sorted(admin.manifests(A)) == ["good"] and admin.manifests(A)["good"].usable

@@ -21,12 +21,11 @@ from skillfs.console.findings import (
 from skillfs.console.pages.rollout import candidate_manifest, percent, rollout_of
 from skillfs.console.skill_files import MAX_EDIT_BYTES, file_tree, with_file
 from skillfs.console.strict import forced
-from skillfs.errors import Conflict, InvalidPath, InvalidSkill
+from skillfs.errors import Conflict, InvalidArgument, InvalidSkill
 from skillfs.governance.rollout_rule import has_live
 from skillfs.model import Candidate, FileEntry, Finding, Manifest, Scope, error_findings
 from skillfs.model.names import check_skill_name, normalize_path
 from skillfs.spec.skill_md import SKILL_MD
-from skillfs.store.rollouts import describe
 from skillfs.util.text_merge import has_markers, merge3
 
 #: Files edited as prose, soft-wrapped; any other file keeps its lines as they are (code).
@@ -177,7 +176,7 @@ def save(call: Call, scope: Scope, skill: str) -> Response:
     canary = call.field("canary") == "1" or on_candidate
     try:
         rule = rollout_of(call) if canary else None
-    except InvalidPath as exc:  # the text stays in the editor, with what to fix in the rule
+    except InvalidArgument as exc:  # the text stays in the editor, with what to fix in the rule
         return again(400, rule_error=str(exc))
     try:
         if rule is not None:
@@ -207,7 +206,7 @@ def save(call: Call, scope: Scope, skill: str) -> Response:
     if rule is not None:
         return call.done(
             urls.skill_url(scope, skill) + "#rollout",
-            f"Staged {path} as a canary for {describe(rule)}: {skill} version {result.version}; "
+            f"Staged {path} as a canary for {rule.describe()}: {skill} version {result.version}; "
             "everyone else keeps the live files",
         )
     return call.done(
@@ -355,7 +354,7 @@ def api_validate(call: Call) -> Response:
         scope = Scope.parse(str(body.get("scope", "")))
         skill = check_skill_name(str(body.get("skill", "")))
         path = normalize_path(str(body.get("path", "")))
-    except InvalidPath as exc:
+    except InvalidArgument as exc:
         return JSONResponse({"error": str(exc)}, 400)
     call.require(Level.read, scope)
     content = str(body.get("content", ""))

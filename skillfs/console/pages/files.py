@@ -14,7 +14,7 @@ from skillfs.console.call import Call, HTTPError
 from skillfs.console.pages.rollout import candidate_manifest
 from skillfs.console.skill_files import with_file
 from skillfs.console.strict import confirm, forced
-from skillfs.errors import InvalidPath, InvalidSkill, NotFound
+from skillfs.errors import FailedPrecondition, InvalidSkill, NotFound
 from skillfs.governance.rollout_rule import has_live
 from skillfs.model import CommitResult, File, FileEntry, Manifest, Scope
 from skillfs.model.names import normalize_path
@@ -87,7 +87,7 @@ def remove_file(call: Call, scope: Scope, skill: str) -> Response:
         raise NotFound(f"{skill} version {expected} has no file {path!r}")
     del files[path]
     if not files:
-        raise InvalidPath(f"{path} is the last file of {skill}: delete the skill instead")
+        raise FailedPrecondition(f"{path} is the last file of {skill}: delete the skill instead")
     try:
         result = _write(call, scope, m, files, expected)
     except InvalidSkill as exc:

@@ -15,7 +15,7 @@ from skillfs.console.diff import as_text
 from skillfs.console.findings import findings_of
 from skillfs.console.strict import confirm, forced
 from skillfs.errors import Conflict, InvalidSkill
-from skillfs.model import File, FileEntry, Put, Remove, Scope, error_findings
+from skillfs.model import File, FileEntry, Origin, Put, Remove, Scope, error_findings
 from skillfs.model.names import check_id, check_skill_name
 from skillfs.spec.skill_md import SKILL_MD, skill_template
 from skillfs.spec.validation import suggest_name
@@ -176,9 +176,12 @@ def override(call: Call, scope: Scope, skill: str) -> Response:
     call.require(Level.write, target)
     m = call.store.manifest(scope, skill, version=call.form_int("expected"))
     try:
-        result = call.store.publish(
-            target, skill, m.files, expected_version=0, strict=not forced(call), actor=call.actor
-        )  # the files by reference
+        copy = Put(
+            target, skill, m.files, 0, Origin(scope=str(scope), skill=skill, version=m.version)
+        )
+        result = call.store.commit(
+            [copy], strict=not forced(call), actor=call.actor
+        )  # the files by reference; the copy keeps the shared skill's kill switch
     except InvalidSkill as exc:
         return confirm(
             call,

@@ -20,7 +20,6 @@ from skillfs.errors import InvalidSkill, NotFound
 from skillfs.model import Manifest, Scope
 from skillfs.model.names import draft_entry
 from skillfs.store.drafts import Draft, draft_of
-from skillfs.store.rollouts import describe
 
 
 def agent_queue(call: Call, agent: str) -> Response:
@@ -62,7 +61,8 @@ def draft_page(call: Call, scope: Scope, skill: str) -> Response:
     held = call.store.manifests(scope, [draft_entry(skill), skill])  # one round trip
     m, entry = held.get(draft_entry(skill)), held.get(skill)
     if m is None:
-        raise NotFound(f"{call.store.no_draft(scope, skill)} (approved or rejected already?)")
+        missing = call.store.missing(scope, draft_entry(skill))
+        raise NotFound(f"{missing} (approved or rejected already?)")
     # stale or not is the store's check, against the entry whatever it holds
     draft = draft_of(scope, skill, m, entry.version if entry is not None else 0)
     live = _live(entry)
@@ -123,7 +123,7 @@ def approve(call: Call, scope: Scope, skill: str) -> Response:
     where = f" in {urls.scope_label(into)}" if into is not None else ""
     if rule is not None:
         said = (
-            f"Approved the draft of {skill}{where} as a canary for {describe(rule)}{at}; "
+            f"Approved the draft of {skill}{where} as a canary for {rule.describe()}{at}; "
             "everyone else keeps the live version"
         )
     else:

@@ -14,11 +14,10 @@ from skillfs.auth import Level
 from skillfs.console import urls
 from skillfs.console.call import Call
 from skillfs.console.strict import confirm, forced
-from skillfs.errors import InvalidPath, InvalidSkill
+from skillfs.errors import FailedPrecondition, InvalidPath, InvalidSkill
 from skillfs.governance.rollout_rule import as_candidate, bucket, gets_candidate, has_live
 from skillfs.model import Candidate, Manifest, Rollout, Scope
 from skillfs.model.names import check_id
-from skillfs.store.rollouts import describe
 
 #: The most users the rollout panel names (an agent with more is asked about by user id).
 MAX_NAMED = 200
@@ -88,7 +87,7 @@ def reach(call: Call, scope: Scope, m: Manifest) -> Reach | None:
         who = check_id("user", who)
         got = gets_candidate(c.rollout, scope, m.skill, who, None)
         asked = (who, got, bucket(scope, m.skill, who) * 100)
-    return Reach(c, describe(c.rollout), users_in, len(asked_users), more, asked)
+    return Reach(c, c.rollout.describe(), users_in, len(asked_users), more, asked)
 
 
 def candidate_manifest(m: Manifest) -> Manifest:
@@ -96,7 +95,7 @@ def candidate_manifest(m: Manifest) -> Manifest:
     findings under the same version (what `skillfs.governance.rollout_rule.effective` gives
     them)."""
     if m.candidate is None:
-        raise InvalidPath(f"{m.skill} has no staged candidate")
+        raise FailedPrecondition(f"{m.skill} has no staged candidate")
     return as_candidate(m)
 
 
@@ -108,7 +107,7 @@ def widen(call: Call, scope: Scope, skill: str) -> Response:
     call.store.widen(scope, skill, rule, expected_version=expected, actor=call.actor)
     return call.done(
         urls.skill_url(scope, skill) + "#rollout",
-        f"Widened {skill}'s candidate to {describe(rule)}",
+        f"Widened {skill}'s candidate to {rule.describe()}",
     )
 
 

@@ -14,12 +14,14 @@ from urllib.parse import urlsplit
 from etcd3 import etcdrpc
 
 from skillfs.engines.base import (
+    Check,
     CommitOp,
     Engine,
     MiB,
     UrlOptions,
     VersionMismatch,
     check_current,
+    check_unchanged,
 )
 from skillfs.engines.etcd import client as ec
 from skillfs.engines.etcd import watch as etcd_watch
@@ -241,20 +243,27 @@ class EtcdEngine(EtcdLeases, Engine):
             if kv is not None
         }
 
-    def commit(self, domain: str, ops: Sequence[CommitOp]) -> Revision:
-        """Read the current manifests (their bytes go to history), then one transaction:
-        compare each key's mod_revision with what was read, copy the old manifests to
-        history, put the new ones and the rev key. A failed compare returns the current
-        manifests in the same round trip, for the VersionMismatch the Store retries on."""
+    def commit(
+        self, domain: str, ops: Sequence[CommitOp], checks: Sequence[Check] = ()
+    ) -> Revision:
+        """Read the current manifests (their bytes go to history) and the checked ones, then
+        one transaction: compare each key's mod_revision with what was read, copy the old
+        manifests to history, put the new ones and the rev key. A failed compare returns the
+        current manifests in the same round trip, for the VersionMismatch the Store retries
+        on."""
         self._index(domain)
         keys = [self._manifest_key(op.scope, op.manifest.skill) for op in ops]
+        checked = [self._manifest_key(c.scope, c.skill) for c in checks]
         bodies = [self._manifest_body(op) for op in ops]
-        current = self._etcd.get_many(keys)
+        read = self._etcd.get_many(keys + checked)
+        current, held = read[: len(keys)], read[len(keys) :]
         self._check_versions(ops, current)
+        for c, kv in zip(checks, held, strict=True):
+            check_unchanged(c, Manifest.from_json(kv.value).version if kv is not None else 0)
         request = etcdrpc.TxnRequest(
             compare=[
                 ec.mod_is(k, kv.mod_revision if kv is not None else 0)
-                for k, kv in zip(keys, current, strict=True)
+                for k, kv in zip(keys + checked, read, strict=True)
             ],
             success=[
                 *(

@@ -21,10 +21,12 @@ from redis.commands.core import Script
 
 from skillfs.engines.base import (
     LOG_LIMIT,
+    Check,
     CommitOp,
     Engine,
     UrlOptions,
     check_current,
+    check_unchanged,
 )
 from skillfs.engines.redis import lease as redis_lease
 from skillfs.engines.redis import scripts
@@ -284,13 +286,15 @@ class RedisEngine(redis_lease.RedisLeases, Engine):
             raw = cast(list[bytes | None], self._client.hmget(self._skills_key(scope), skills))
         return {s: Manifest.from_json(v) for s, v in zip(skills, raw, strict=True) if v}
 
-    def commit(self, domain: str, ops: Sequence[CommitOp]) -> Revision:
+    def commit(
+        self, domain: str, ops: Sequence[CommitOp], checks: Sequence[Check] = ()
+    ) -> Revision:
         base = self._domain_key(domain)
         fixed = [f"{base}/rev", f"{base}/log", f"{base}/scopes"]
         if not self.cluster:  # one slot only matters in Cluster; elsewhere the script lists it
             fixed.append(self._domains_key)
         keys = list(fixed)
-        args: list[str | int] = [uuid.uuid4().hex, self.log_limit, len(fixed), domain]
+        args: list[str | int] = [uuid.uuid4().hex, self.log_limit, len(fixed), domain, len(checks)]
         for op in ops:
             m = op.manifest
             keys += [self._skills_key(op.scope), self._history_key(op.scope, m.skill)]
@@ -298,12 +302,17 @@ class RedisEngine(redis_lease.RedisLeases, Engine):
                 m.skill, op.expect, m.model_dump_json(), str(op.scope),
                 "remove" if m.deleted else "put", m.version, m.actor, m.message,
             ]  # fmt: skip
+        for c in checks:
+            keys.append(self._skills_key(c.scope))
+            args += [c.skill, c.expect]
         if self.cluster:  # after the ops: the channel that wakes `changes_many`'s waiters
             args.append(self._wake.channel)
         with self._guard:
             if self.cluster:  # the domain set has its own slot: add first, so listings never miss
                 self._client.sadd(self._domains_key, domain)
             result = self._run_commit(keys, args)
+        if result[0] == 3:  # a check found its entry moved
+            check_unchanged(checks[int(result[1]) - 1], int(result[2]))
         if result[0] != 1:  # the script applied `check_current`: raise what it found
             op = ops[int(result[1]) - 1]
             check_current(op, int(result[2]), live=result[0] != 2)

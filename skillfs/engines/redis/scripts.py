@@ -2,10 +2,12 @@
 with the hash tags (every key of a domain in one slot) they keep the consistency contract in
 Redis Cluster too (docs/engine-redis.md, docs/design.md §3)."""
 
-# KEYS: rev, log, scopes[, domains], then per op: scope hash, history hash.
-# ARGV: fresh epoch, log limit, number of fixed keys, domain, then per op:
-#       skill, expected version, manifest JSON, scope, op, new version; then, in Cluster, the
-#       channel the domain is published on once committed (wakes `changes_many`).
+# KEYS: rev, log, scopes[, domains], then per op: scope hash, history hash; then per check
+#       (an entry compared, not written): its scope hash.
+# ARGV: fresh epoch, log limit, number of fixed keys, domain, number of checks, then per op:
+#       skill, expected version, manifest JSON, scope, op, new version, actor, message; then
+#       per check: skill, expected version; then, in Cluster, the channel the domain is
+#       published on once committed (wakes `changes_many`).
 # A manifest's version and deleted flag are read from the head of its JSON, which is written
 # in the model's field order (skill, version, commit_id, committed_at, deleted; a quote inside
 # a JSON string is always escaped, so the pattern cannot match inside one): decoding a large
@@ -21,7 +23,8 @@ _HEAD = (
 )
 COMMIT = """#!lua
 local nfixed = tonumber(ARGV[3])
-local n = (#KEYS - nfixed) / 2
+local nchecks = tonumber(ARGV[5])
+local n = (#KEYS - nfixed - nchecks) / 2
 local olds = {}
 local function state(old)
   local v, d = string.match(old, HEAD)
@@ -32,13 +35,20 @@ local function state(old)
   return tonumber(v), d == 'false'
 end
 for i = 1, n do
-  local a = 4 + (i - 1) * 8
+  local a = 5 + (i - 1) * 8
   local old = redis.call('HGET', KEYS[nfixed + 2 * i - 1], ARGV[a + 1])
   local v, live = 0, false
   if old then v, live = state(old) end
   if v ~= tonumber(ARGV[a + 2]) then return {0, i, v} end
   if ARGV[a + 5] == 'remove' and not live then return {2, i, v} end
   olds[i] = {old, v}
+end
+for j = 1, nchecks do
+  local c = 5 + n * 8 + (j - 1) * 2
+  local old = redis.call('HGET', KEYS[nfixed + 2 * n + j], ARGV[c + 1])
+  local v = 0
+  if old then v = state(old) end
+  if v ~= tonumber(ARGV[c + 2]) then return {3, j, v} end
 end
 local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
 local rev = redis.call('HMGET', KEYS[1], 'epoch', 'counter', 'replid')
@@ -51,7 +61,7 @@ counter = counter + 1
 local c = string.format('%d', counter)
 redis.call('HSET', KEYS[1], 'epoch', epoch, 'counter', c, 'replid', replid)
 for i = 1, n do
-  local a = 4 + (i - 1) * 8
+  local a = 5 + (i - 1) * 8
   if olds[i][1] then
     redis.call('HSET', KEYS[nfixed + 2 * i], string.format('%d', olds[i][2]), olds[i][1])
   end
@@ -62,7 +72,7 @@ for i = 1, n do
   redis.call('SADD', KEYS[3], ARGV[a + 4])
 end
 if nfixed == 4 then redis.call('SADD', KEYS[4], ARGV[4]) end
-local channel = ARGV[5 + n * 8]
+local channel = ARGV[6 + n * 8 + nchecks * 2]
 if channel then redis.call('PUBLISH', channel, ARGV[4]) end
 return {1, counter, epoch}
 """.replace("HEAD", _HEAD)

@@ -18,16 +18,18 @@ from urllib.parse import unquote, urlsplit
 
 from skillfs.engines.base import (
     LOG_LIMIT,
+    Check,
     CommitOp,
     Engine,
     UrlOptions,
     check_current,
+    check_unchanged,
     must_reset,
     reset_to,
 )
 from skillfs.engines.sqlite import lease as sqlite_lease
 from skillfs.engines.sqlite.file import SqliteFile
-from skillfs.errors import InvalidPath, StoreFailed
+from skillfs.errors import InvalidArgument, InvalidPath, StoreFailed
 from skillfs.model import USAGE_MAX, Change, Manifest, Revision, Scope, UsageStat, saturated
 from skillfs.model.names import check_domain
 
@@ -95,7 +97,7 @@ def _is_domain(name: str) -> bool:
     """Rows of other prefixes share the table (`t/agents/a` read without a prefix): skip them."""
     try:
         check_domain(name)
-    except InvalidPath:
+    except InvalidArgument:
         return False
     return True
 
@@ -220,7 +222,9 @@ class SqliteEngine(sqlite_lease.SqliteLeases, Engine):
                     out[skill] = Manifest.from_json(body)
         return out
 
-    def commit(self, domain: str, ops: Sequence[CommitOp]) -> Revision:
+    def commit(
+        self, domain: str, ops: Sequence[CommitOp], checks: Sequence[Check] = ()
+    ) -> Revision:
         dkey = self._domain(domain)
         with self._db.write() as conn:
             for op in ops:
@@ -230,6 +234,12 @@ class SqliteEngine(sqlite_lease.SqliteLeases, Engine):
                     (self._scope(op.scope), op.manifest.skill),
                 ).fetchone()
                 check_current(op, 0 if row is None else int(row[0]), row is not None and not row[1])
+            for c in checks:
+                row = conn.execute(
+                    "SELECT version FROM manifests WHERE scope = ? AND skill = ?",
+                    (self._scope(c.scope), c.skill),
+                ).fetchone()
+                check_unchanged(c, 0 if row is None else int(row[0]))
             rev = conn.execute(
                 "SELECT epoch, counter, log_size, trimmed FROM revisions WHERE domain = ?", (dkey,)
             ).fetchone()

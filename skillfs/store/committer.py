@@ -1,0 +1,459 @@
+"""Every write of every surface ends here (docs/architecture.md, "The Committer"): the
+commands of one commit become file tables (checked, hashed, uploaded once), then, on each
+attempt, the next versions of their entries from what the attempt read, held to every rule
+(`store.rules`), and one compare-and-set of the engine; a concurrent writer makes it read and
+plan again, a lost answer makes it look for its own commit id, and retention follows."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from skillfs.engines.base import Check, CommitOp, Engine, VersionMismatch
+from skillfs.errors import (
+    Conflict,
+    InvalidArgument,
+    InvalidPath,
+    NotFound,
+    StoreUnavailable,
+)
+from skillfs.model import CommitResult, File, FileEntry, Finding, Manifest, Revision, Scope
+from skillfs.model.entry import EntryKind, EntryRef
+from skillfs.model.names import check_live_name, check_new_path, normalize_path
+from skillfs.model.ops import Command, FileValue, Propose, Put, Stage, WriteOptions
+from skillfs.spec.skill_md import SKILL_MD, inspect_skill
+from skillfs.store import rules
+from skillfs.store.blobs import Blobs, Retrying, sha256
+from skillfs.store.limits import Limits, check_file, check_file_table, default_mode
+from skillfs.store.plans import Plan, Prepared, Step, plan
+from skillfs.store.retention import HistoryPolicy, prune_after_commit
+from skillfs.store.who import check_actor, check_commit_id, check_message, default_actor
+from skillfs.util.deadline import bounded, deadline
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Committer:
+    """The write path of one store: its engine, blobs, limits and retention."""
+
+    engine: Engine
+    blobs: Blobs
+    limits: Limits
+    history_policy: HistoryPolicy
+    clock: Callable[[], float]
+    retry_for: float
+    retrying: Retrying
+    #: The NotFound of an entry a command acts on that is not there, naming what is.
+    missing: Callable[..., NotFound]
+    #: The markets of the store (a user's scope may hide a market's skill).
+    markets: Callable[[], list[str]]
+    #: The store's own actor (default: `$SKILLFS_ACTOR`, else `user@host`).
+    actor: str | None = None
+
+    def who(self, actor: str | None = None) -> str:
+        """The actor a commit is recorded by: `actor`, else the store's, else the default."""
+        if actor is not None:
+            return check_actor(actor)
+        return check_actor(self.actor) if self.actor else default_actor()
+
+    def commit(
+        self, commands: Sequence[Command], options: WriteOptions, *, strict: bool = False
+    ) -> CommitResult:
+        """Commands of one agent (or one market), all or nothing (docs/design.md §2). Each
+        carries the version it expects; `options` the actor, message and commit id.
+        `strict` is the admin surfaces' policy (docs/design.md §7): a skill with error
+        findings is refused with InvalidSkill carrying them, before anything is uploaded."""
+        plans = [plan(c) for c in commands]
+        steps = [s for p in plans for s in p.steps]
+        domain = rules.check_shape([(s.scope, s.entry) for s in steps], None, self.engine.max_ops)
+        message = check_message(options.message or next((p.message for p in plans), ""))
+        commit_id = check_commit_id(options.commit_id or uuid.uuid4().hex)
+        prepared = self._prepare(commands, strict)
+        attempt = _Attempt(self, commit_id, self.who(options.actor), strict, prepared)
+        return self._commit(domain, plans, steps, attempt, message)
+
+    # ------------------------------------------------------------------ before the loop
+
+    def _prepare(self, commands: Sequence[Command], strict: bool) -> dict[int, Prepared]:
+        """The files of every command that carries some: checked against the limits,
+        hashed, inspected (the strict policy applied), the new blobs uploaded together."""
+        now = self.clock()
+        blobs: dict[str, bytes] = {}
+        out: dict[int, Prepared] = {}
+        for c in commands:
+            if not isinstance(c, Put | Stage | Propose):
+                continue
+            entry = c.skill if isinstance(c, Put | Stage) else EntryRef.draft(c.name).key
+            ref = EntryRef.parse(entry)
+            if ref.kind is EntryKind.LEGACY:
+                raise InvalidPath(
+                    f"{entry!r} holds one entry per skill: write {entry}/<name> "
+                    "(docs/governance.md)"
+                )
+            if ref.is_skill:
+                check_live_name(ref.name)  # `_x`, `.x`: a directory no worker reads as a skill
+            if not c.files:
+                raise InvalidArgument(
+                    f"{c.scope}/{entry}: a skill needs at least one file; to delete it, delete it"
+                )
+            table = file_table(self.limits, entry, c.files, blobs, now)
+            frontmatter, findings = self.inspect(entry, table, blobs)
+            if strict:
+                rules.refuse_errors(ref.name, findings)
+            out[id(c)] = Prepared(dict(sorted(table.items())), frontmatter, tuple(findings))
+        refs = {e.sha256 for p in out.values() for e in p.files.values()} - blobs.keys()
+        self.blobs.upload(blobs, refs, now)
+        return out
+
+    def inspect(
+        self,
+        entry: str,
+        files: Mapping[str, FileEntry],
+        unstored: Mapping[str, bytes] | None = None,
+    ) -> tuple[dict[str, object] | None, list[Finding]]:
+        """A skill's frontmatter and findings as its SKILL.md says, read once per write; the
+        other files are named but not read. `unstored` holds bytes not uploaded yet."""
+        texts = dict.fromkeys(files, b"")
+        md = files.get(SKILL_MD)
+        if md is not None:
+            texts[SKILL_MD] = (unstored or {}).get(md.sha256) or self.blobs.read(md)
+        return inspect_skill(EntryRef.parse(entry).name, texts)
+
+    # ------------------------------------------------------------------ the loop
+
+    def _commit(
+        self,
+        domain: str,
+        plans: Sequence[Plan],
+        steps: Sequence[Step],
+        attempt: _Attempt,
+        message: str,
+    ) -> CommitResult:
+        end = deadline(self.retry_for)
+        unsure = False  # a commit was sent and its answer lost: it may have landed
+        commit_id = attempt.commit_id
+        for n in range(1000):
+            reads = [(s.scope, s.entry) for s in steps] + [r for p in plans for r in p.reads]
+            current = attempt.read(reads)
+            landed = _ours(steps, current, attempt)
+            if not landed and unsure:
+                landed = self._in_history(steps, commit_id)
+            if not landed:
+                try:
+                    ops, checks = self._ops(domain, steps, attempt, current, message)
+                except Conflict:  # against our own commit, another writer's on top? (C6)
+                    if unsure or not self._in_history(steps, commit_id):
+                        raise
+                    landed = True
+            if landed:
+                return self._already(domain, steps, current, commit_id)
+            started = time.monotonic()
+            try:
+                revision = self.engine.commit(domain, ops, checks)
+            except VersionMismatch:
+                if time.monotonic() > end:
+                    break
+                time.sleep(min(0.001 * 2**n, 0.05))
+                continue
+            except StoreUnavailable:
+                if out_of_time(end, started):
+                    raise
+                unsure = True
+                time.sleep(min(0.05 * 2**n, 1.0, max(end - time.monotonic(), 0.0)))
+                continue
+            prune_after_commit(self.engine, self.history_policy, self.clock(), ops)
+            return CommitResult(
+                revision=revision,
+                commit_id=commit_id,
+                versions={op.manifest.skill: op.manifest.version for op in ops},
+            )
+        raise Conflict(
+            f"gave up after {self.retry_for:.0f}s of concurrent writers to the same skills; retry",
+        )
+
+    def _ops(
+        self,
+        domain: str,
+        steps: Sequence[Step],
+        attempt: _Attempt,
+        current: dict[tuple[Scope, str], Manifest],
+        message: str,
+    ) -> tuple[list[CommitOp], list[Check]]:
+        """The attempt's next versions, held to every rule, and the lower-layer entries the
+        engine compares with them."""
+        ops: list[CommitOp] = []
+        for s in steps:
+            cur = current.get((s.scope, s.entry))
+            rules.check_expected(s.scope, s.entry, s.expected, cur)
+            version = cur.version if cur is not None else 0
+            m = s.make(attempt).stamped(
+                version=version + 1,
+                commit_id=attempt.commit_id,
+                committed_at=attempt.now,
+                actor=attempt.actor,
+                message=message,
+            )
+            ops.append(CommitOp(scope=s.scope, manifest=rules.storable(s.scope, m), expect=version))
+        markets = self.markets() if rules.reads_markets(ops, current) else []
+        guarded = [g for g in rules.guarded(ops, current, markets) if g not in current]
+        current.update(attempt.read(guarded, other_domains=True))
+        rules.check_ops(ops, current, markets)
+        return ops, _checks(domain, ops, current, markets)
+
+    def commit_built(self, domain: str, ops: Sequence[CommitOp]) -> Revision:
+        """A commit whose next versions a client built (a skillfs server's `Commit` from a
+        `grpc://` store), held to the rules of the commits planned here, as of what its
+        entries are now: one that moved since is a VersionMismatch, so the client reads
+        again and plans again."""
+        current = self.load([(op.scope, op.manifest.skill) for op in ops])
+        for op in ops:
+            cur = current.get((op.scope, op.manifest.skill))
+            version = cur.version if cur is not None else 0
+            if version != op.expect:
+                raise VersionMismatch(op.scope, op.manifest.skill, version)
+        markets = self.markets() if rules.reads_markets(ops, current) else []
+        guarded = rules.guarded(ops, current, markets)
+        current.update(self.load([g for g in guarded if g not in current]))
+        rules.check_ops(ops, current, markets)
+        return self.engine.commit(domain, ops, _checks(domain, ops, current, markets))
+
+    def load(self, keys: Sequence[tuple[Scope, str]]) -> dict[tuple[Scope, str], Manifest]:
+        """The entries named (tombstones included), one load per scope."""
+        by_scope: dict[Scope, list[str]] = {}
+        for scope, entry in dict.fromkeys(keys):
+            by_scope.setdefault(scope, []).append(entry)
+        found: dict[tuple[Scope, str], Manifest] = {}
+        for scope, entries in by_scope.items():
+            loaded = self.retrying(self.engine.load_skills, scope, entries)
+            found.update({(scope, k): m for k, m in loaded.items()})
+        return found
+
+    def _in_history(self, steps: Sequence[Step], commit_id: str) -> bool:
+        """Whether a commit of this id landed on any of these entries, read back from their
+        history: another writer's version may stand on top of ours (a lost answer, C6)."""
+        return any(
+            m.commit_id == commit_id
+            for s in steps
+            for m in self.retrying(self.engine.history_summaries, s.scope, s.entry)
+        )
+
+    def _already(
+        self,
+        domain: str,
+        steps: Sequence[Step],
+        current: Mapping[tuple[Scope, str], Manifest],
+        commit_id: str,
+    ) -> CommitResult:
+        """A retried commit whose first attempt landed: report it, do not write it twice.
+        Commits are atomic, so one entry carrying the commit id proves all of them landed;
+        an entry another writer changed since has our version in its history. The revision
+        is the domain's current one, which contains the commit."""
+        rev = self.retrying(self.engine.revisions, [domain])[domain]
+        assert rev is not None
+        versions: dict[str, int] = {}
+        for s in steps:
+            cur = current.get((s.scope, s.entry))
+            if cur is not None and cur.commit_id == commit_id:
+                versions[s.entry] = cur.version
+            else:
+                older = self.retrying(self.engine.history_summaries, s.scope, s.entry)
+                versions[s.entry] = next(m.version for m in older if m.commit_id == commit_id)
+        return CommitResult(revision=rev, commit_id=commit_id, versions=versions)
+
+
+@dataclass
+class _Attempt:
+    """One commit's attempt as its plans see it (`plans.Attempt`)."""
+
+    committer: Committer
+    commit_id: str
+    actor: str
+    strict: bool
+    prepared_files: dict[int, Prepared]
+    now: float = 0.0
+    current: dict[tuple[Scope, str], Manifest] = field(default_factory=dict)
+    _markets: dict[str, bool] = field(default_factory=dict)
+
+    def read(
+        self, keys: Sequence[tuple[Scope, str]], *, other_domains: bool = False
+    ) -> dict[tuple[Scope, str], Manifest]:
+        """The entries named, one load per scope; starts a new attempt's view unless it only
+        adds lower layers' entries (`other_domains`)."""
+        found = self.committer.load(keys)
+        if not other_domains:
+            self.now = self.committer.clock()
+            self.current = dict(found)
+            self._markets = {}
+        else:
+            self.current.update(found)
+        return found
+
+    def live(self, scope: Scope, entry: str) -> Manifest | None:
+        return rules.live(self.current.get((scope, entry)))
+
+    def prepared(self, command: Command) -> Prepared:
+        return self.prepared_files[id(command)]
+
+    def missing(self, scope: Scope, entry: str, *, below: bool = False) -> NotFound:
+        return self.committer.missing(scope, entry, below=below)
+
+    def held_below(self, scope: Scope, skill: str) -> bool:
+        """Whether the agent's shared scope or a market holds `skill` live (read once per
+        attempt: a user hides what it sees from below)."""
+        if scope.kind != "user" or scope.agent_id is None:
+            return False
+        c = self.committer
+        below = [Scope.shared(scope.agent_id), *(Scope.market(m) for m in c.markets())]
+        for layer in below:
+            key = f"{layer}/{skill}"
+            if key not in self._markets:
+                found = c.retrying(c.engine.load_skills, layer, [skill]).get(skill)
+                self._markets[key] = rules.live(found) is not None
+            if self._markets[key]:
+                return True
+        return False
+
+    def renamed(self, skill: str, files: dict[str, FileEntry], old: str) -> Prepared:
+        c = self.committer
+        md = files.get(SKILL_MD)
+        blobs: dict[str, bytes] = {}
+        if md is not None:
+            text = renamed_skill_md(c.blobs.read(md), old, skill)
+            if text is not None:
+                digest = sha256(text)
+                blobs[digest] = text
+                files = {**files, SKILL_MD: FileEntry(sha256=digest, size=len(text),
+                                                     mode=md.mode, mtime=self.now)}  # fmt: skip
+                c.blobs.upload(blobs, set(), self.now)
+        frontmatter, findings = c.inspect(skill, files, blobs)
+        return Prepared(dict(sorted(files.items())), frontmatter, tuple(findings))
+
+    def refuse_errors(self, skill: str, findings: Sequence[Finding]) -> None:
+        if self.strict:
+            rules.refuse_errors(skill, findings)
+
+
+def _ours(
+    steps: Sequence[Step], current: Mapping[tuple[Scope, str], Manifest], attempt: _Attempt
+) -> bool:
+    """Whether a commit of this id is what one of these entries holds now. A commit id names
+    one payload (its entries' file tables): one reused for other files is refused, naming
+    the version it committed, rather than reported as that version."""
+    landed = False
+    for s in steps:
+        cur = current.get((s.scope, s.entry))
+        if cur is None or cur.commit_id != attempt.commit_id:
+            continue
+        landed = True
+        if s.payload is not None:
+            files = attempt.prepared(s.payload).files
+            staged = isinstance(s.payload, Stage) and cur.candidate is not None
+            held = cur.candidate.files if staged and cur.candidate else cur.files
+            if _rows(held) != _rows(files):
+                raise InvalidArgument(
+                    f"commit id {attempt.commit_id!r} already committed version {cur.version} "
+                    f"of {s.scope}/{s.entry} with other files: a commit id names one write; "
+                    "give this one a new id (a retry sends the same files under the same id)"
+                )
+    return landed
+
+
+def _checks(
+    domain: str, ops: Sequence[CommitOp], current: rules.Current, markets: Sequence[str]
+) -> list[Check]:
+    """The lower-layer entries the kill switch read, compared by the engine with the commit
+    where they share its domain (a market's: read only)."""
+    written = {(op.scope, op.manifest.skill) for op in ops}
+    return [
+        Check(scope=scope, skill=entry, expect=current[(scope, entry)].version
+              if (scope, entry) in current else 0)
+        for scope, entry in rules.guarded(ops, current, markets)
+        if scope.domain == domain and (scope, entry) not in written
+    ]  # fmt: skip
+
+
+def _rows(files: Mapping[str, FileEntry]) -> list[tuple[str, str, int]]:
+    return sorted((path, e.sha256, e.mode) for path, e in files.items())
+
+
+def out_of_time(end: float, started: float) -> bool:
+    """Whether a failed attempt begun at `started` leaves no time for another before `end`:
+    none is left, or, under a step's budget, less than the failed one took (a store that
+    hangs makes every attempt wait out the client's timeout, which would pass the budget;
+    one that refuses fails fast and is tried until `end`). Outside a budget a last attempt
+    may run past `end` (a lock held for a while is waited out, as before)."""
+    now = time.monotonic()
+    return now >= end or (bounded() and end - now < now - started)
+
+
+# ---------------------------------------------------------------------------- file tables
+
+
+def file_table(
+    limits: Limits, skill: str, files: Mapping[str, FileValue], blobs: dict[str, bytes],
+    now: float,
+) -> dict[str, FileEntry]:  # fmt: skip
+    """A write's checked file table; its new bytes are added to `blobs`. A stored file kept
+    by reference keeps its path; new bytes need a path `check_new_path` allows. Two paths
+    naming one file are refused, whichever surface wrote them."""
+    entries: dict[str, FileEntry] = {}
+    for raw_path, value in files.items():
+        path = (
+            normalize_path(raw_path) if isinstance(value, FileEntry) else check_new_path(raw_path)
+        )
+        if path in entries:
+            raise InvalidPath(f"{skill}: {raw_path!r} names the same file as another path")
+        entries[path] = _entry(limits, skill, path, value, blobs, now)
+    check_file_table(limits, skill, entries)
+    return entries
+
+
+def _entry(
+    limits: Limits, skill: str, path: str, value: FileValue, blobs: dict[str, bytes], now: float
+) -> FileEntry:
+    """A file table row: a stored file is kept by reference, new bytes are hashed."""
+    if isinstance(value, FileEntry):
+        check_file(limits, skill, path, value.size, value.mode, value.mtime)
+        return value
+    f = value if isinstance(value, File) else File(_bytes(value))
+    check_file(limits, skill, path, len(f.data), f.mode, f.mtime)
+    digest = sha256(f.data)
+    blobs[digest] = f.data
+    return FileEntry(
+        sha256=digest,
+        size=len(f.data),
+        mode=f.mode if f.mode is not None else default_mode(path, f.data),
+        mtime=f.mtime if f.mtime is not None else now,
+    )
+
+
+def _bytes(value: bytes | bytearray | str) -> bytes:
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+def renamed_skill_md(data: bytes, old: str, new: str) -> bytes | None:
+    """SKILL.md with its frontmatter `name` changed from `old` to `new` (the spec wants the
+    name to equal the directory); None when it does not name `old`."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if not text.startswith("---"):
+        return None
+    end = text.find("\n---", 3)
+    if end < 0:
+        return None
+    head = text[:end]
+    match = next((m for m in _NAME_LINE.finditer(head) if m.group("name").strip() == old), None)
+    if match is None:
+        return None
+    head = head[: match.start()] + f"name: {new}" + head[match.end() :]
+    return (head + text[end:]).encode()
+
+
+_NAME_LINE = re.compile(r"^name[ \t]*:[ \t]*(['\"]?)(?P<name>[^'\"\n]*)\1[ \t]*$", re.MULTILINE)

@@ -1,0 +1,282 @@
+"""The rules every commit keeps, decided once (docs/architecture.md, "Rules at the commit"):
+pure functions over what the commit writes and what its entries were, run by the store's
+Committer before the atomic step, and by a skillfs server on every `Commit` a `grpc://`
+client sends (the client runs them only to fail early). Who wrote the commit, and with which
+store, does not change them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
+
+from skillfs.engines.base import CommitOp
+from skillfs.errors import (
+    Conflict,
+    FailedPrecondition,
+    InvalidArgument,
+    InvalidSkill,
+    NotFound,
+    TooLarge,
+)
+from skillfs.model import Finding, Manifest, Rollout, Scope, error_findings
+from skillfs.model.entry import EntryRef
+from skillfs.model.names import check_new_path
+
+#: What a commit read of its entries: (scope, entry) -> the manifest as it was (a tombstone
+#: included), absent when there was none.
+Current = Mapping[tuple[Scope, str], Manifest]
+
+
+def live(m: Manifest | None) -> Manifest | None:
+    return m if m is not None and not m.deleted else None
+
+
+def check_shape(
+    targets: Sequence[tuple[Scope, str]], domain: str | None, max_ops: int | None
+) -> str:
+    """At least one entry, each once, all in one domain (`domain` when given), no more than
+    the engine commits atomically (`max_ops`). Returns the domain."""
+    if not targets:
+        raise InvalidArgument("empty commit: give at least one Put or Remove")
+    domain = domain or targets[0][0].domain
+    seen: set[tuple[Scope, str]] = set()
+    for scope, entry in targets:
+        scope.check()  # a Scope built with model_construct skips its own check
+        if scope.domain != domain:
+            raise InvalidArgument(
+                f"one commit spans one agent or one market: {scope} is not in {domain}"
+            )
+        EntryRef.parse(entry)
+        if (scope, entry) in seen:
+            raise InvalidArgument(f"{scope}/{entry} appears twice in one commit")
+        seen.add((scope, entry))
+    if max_ops is not None and len(targets) > max_ops:
+        raise TooLarge(
+            f"a commit of {len(targets)} skills is over this store's limit of "
+            f"{max_ops} per atomic commit: split it into several commits"
+        )
+    return domain
+
+
+def check_expected(scope: Scope, entry: str, expected: int | None, cur: Manifest | None) -> None:
+    """C6: a write naming the version it edited fails when another writer got there first
+    (0: the entry must not exist, or be deleted)."""
+    if expected is None:
+        return
+    version = cur.version if cur is not None else 0
+    live_now = live(cur) is not None
+    ok = (not live_now) if expected == 0 else (live_now and expected == version)
+    if not ok:
+        now_is = f"now at version {version}" if live_now else "it does not exist now"
+        wanted = "to not exist yet" if expected == 0 else f"version {expected}"
+        raise Conflict(
+            f"{scope}/{entry} changed since you read it: you expected {wanted}, {now_is}; "
+            "reload it and apply your edit again",
+            skill=entry,
+            current_version=version if live_now else 0,
+        )
+
+
+def check_moves(ops: Sequence[CommitOp], current: Current) -> None:
+    """A commit that removes a skill and writes another is what a rename or a move is (the
+    console's Rename, fsspec's `mv`, onto a new name or over an existing one, its SKILL.md
+    perhaps edited on the way). The other skill does not carry the removed one's kill switch
+    or staged candidate, so the commit is refused while the removed skill has either: a move
+    must not serve what an operator switched off, nor drop a rollout. What the files are
+    decides nothing (a move may change any of them), so such a skill is removed on its own."""
+    if not any(not op.manifest.deleted and op.manifest.files for op in ops):
+        return
+    for op in ops:
+        m = op.manifest
+        if not m.deleted or m.operation:  # not a plain removal (an archive moves it whole)
+            continue
+        cur = live(current.get((op.scope, m.skill)))
+        if cur is None:
+            continue
+        if cur.disabled:
+            raise FailedPrecondition(
+                f"{op.scope}/{m.skill} is disabled ({cur.disabled_reason or 'no reason given'}):"
+                " removing it in a commit that writes another skill could serve what was "
+                "switched off under another name; enable it first, or delete it on its own"
+            )
+        if cur.candidate is not None:
+            raise FailedPrecondition(
+                f"{op.scope}/{m.skill} has a staged candidate: promote or abort it before "
+                "renaming or moving the skill (the new name would not carry the rollout), or "
+                "delete it on its own"
+            )
+
+
+def check_added_paths(ops: Sequence[CommitOp], current: Current) -> None:
+    """A path a version adds — held neither by its entry now nor by an entry the commit
+    removes (a move's source) — must be one `check_new_path` allows, whether its bytes are
+    new or a stored file copied or moved there (fsspec's `cp` and `mv`): a file stored before
+    that rule is carried by edits and moves, never written at a new path."""
+
+    def paths(m: Manifest | None) -> set[str]:
+        if m is None:
+            return set()
+        return set(m.files) | set(m.candidate.files if m.candidate is not None else ())
+
+    moved = set().union(
+        *(paths(current.get((op.scope, op.manifest.skill))) for op in ops if op.manifest.deleted)
+    )
+    for op in ops:
+        for path in paths(op.manifest) - paths(current.get((op.scope, op.manifest.skill))) - moved:
+            check_new_path(path)
+
+
+def check_rollouts(ops: Sequence[CommitOp]) -> None:
+    """A staged candidate's rule is a valid one, and in a user's scope, which that user alone
+    sees, it names no other user."""
+    for op in ops:
+        c = op.manifest.candidate
+        if c is not None:
+            check_rule(op.scope, c.rollout)
+
+
+def check_rule(scope: Scope, rollout: Rollout) -> Rollout:
+    if not isinstance(rollout, Rollout):
+        raise InvalidArgument(
+            f"a rollout is a skillfs.Rollout(environments=[...], users=[...], fraction=...), "
+            f"not {type(rollout).__name__}"
+        )
+    rollout.check()
+    others = sorted(set(rollout.users) - {scope.user_id}) if scope.kind == "user" else []
+    if others:
+        raise InvalidArgument(
+            f"{scope} is seen by user {scope.user_id!r} alone: a rollout there cannot name "
+            f"{', '.join(others)} (stage in the shared scope to reach other users)"
+        )
+    return rollout
+
+
+# ---------------------------------------------------------------------------- the kill switch
+
+
+def serves(m: Manifest) -> bool:
+    """Whether a version holds something a worker could be served (files, or a candidate)."""
+    return not m.deleted and (bool(m.files) or m.candidate is not None)
+
+
+def guarded(
+    ops: Sequence[CommitOp], current: Current, markets: Sequence[str] = ()
+) -> list[tuple[Scope, str]]:
+    """The lower-layer entries the kill switch reads for this commit, for every write that
+    serves a skill in a user's scope: a copy's origin; for a skill new there, the skill of
+    its name in the agent's shared scope and in each market. The engine compares those of
+    the commit's domain with it atomically (a market is another domain: read only)."""
+    out: list[tuple[Scope, str]] = []
+    for op, mine in _user_writes(ops, current):
+        m = op.manifest
+        if m.origin is not None:
+            out.append((Scope.parse(m.origin.scope), m.origin.skill))
+        if mine is None:
+            assert op.scope.agent_id is not None
+            out.append((Scope.shared(op.scope.agent_id), m.skill))
+            out.extend((Scope.market(market), m.skill) for market in markets)
+    return list(dict.fromkeys(out))
+
+
+def check_kill_switch(
+    ops: Sequence[CommitOp], current: Current, markets: Sequence[str] = ()
+) -> None:
+    """A user-scope write can never bring back a skill an operator disabled below it
+    (docs/governance.md, "Disable"): a new skill under a name the agent's shared scope or a
+    market has switched off, and a copy whose origin is switched off, are refused; so is a
+    new copy of an origin deleted since it was read. (`current` holds the entries `guarded`
+    names; a copy made before the disable is hidden when the view is built.)"""
+    for op, mine in _user_writes(ops, current):
+        m = op.manifest
+        assert op.scope.agent_id is not None
+        below = [Scope.shared(op.scope.agent_id), *(Scope.market(x) for x in markets)]
+        for layer in below if mine is None else ():
+            held = live(current.get((layer, m.skill)))
+            if held is not None and held.disabled:
+                raise FailedPrecondition(_off(m.skill, held, str(layer)))
+        if m.origin is None:
+            continue
+        origin = live(current.get((Scope.parse(m.origin.scope), m.origin.skill)))
+        if origin is not None and origin.disabled:
+            raise FailedPrecondition(_off(m.skill, origin, m.origin.scope))
+        if origin is None and mine is None:
+            raise NotFound(
+                f"skill {m.skill!r} was deleted from {m.origin.scope} since it was read: a "
+                "copy of it cannot be made; nothing was written (read it again)"
+            )
+
+
+def reads_markets(ops: Sequence[CommitOp], current: Current) -> bool:
+    """Whether the commit makes a skill new in a user's scope: only then does the kill
+    switch read the markets."""
+    return any(mine is None for _, mine in _user_writes(ops, current))
+
+
+def _user_writes(
+    ops: Sequence[CommitOp], current: Current
+) -> list[tuple[CommitOp, Manifest | None]]:
+    """The writes that serve a skill in a user's scope, with the entry each replaces."""
+    return [
+        (op, live(current.get((op.scope, op.manifest.skill))))
+        for op in ops
+        if op.scope.kind == "user"
+        and op.scope.agent_id is not None
+        and serves(op.manifest)
+        and EntryRef.parse(op.manifest.skill).is_skill
+    ]
+
+
+def _off(skill: str, below: Manifest, where: str) -> str:
+    why = f" ({below.disabled_reason})" if below.disabled_reason else ""
+    return (
+        f"skill {skill!r} is disabled in {where} by an operator{why}: a user's skill cannot "
+        "bring it back under that name; nothing was written (propose it for review, ask an "
+        "operator to enable it, or use another name)"
+    )
+
+
+# ---------------------------------------------------------------------------- what is written
+
+
+def storable(scope: Scope, manifest: Manifest) -> Manifest:
+    """The manifest, once it is known to read back as written: one that could not would
+    break its skill for every reader (the checks before this name the usual causes)."""
+    try:
+        back = Manifest.model_validate_json(manifest.model_dump_json())
+    except (ValidationError, PydanticSerializationError) as exc:
+        errors = exc.errors() if isinstance(exc, ValidationError) else []
+        problem = errors[0]["msg"] if errors else str(exc)
+        raise InvalidSkill(
+            f"{scope}/{manifest.skill} cannot be stored readably ({problem}); "
+            "nothing was written: fix the frontmatter or file attributes it names"
+        ) from None
+    if back != manifest:
+        raise InvalidSkill(
+            f"{scope}/{manifest.skill} would not read back as written (a value JSON cannot "
+            "hold exactly); nothing was written: fix its frontmatter or file attributes"
+        )
+    return manifest
+
+
+def refuse_errors(skill: str, findings: Sequence[Finding]) -> None:
+    """The strict surfaces' rule (docs/design.md §7): a skill with error findings is refused,
+    with the findings, unless the caller forces it (and so does not call this)."""
+    errors = error_findings(findings)
+    if errors:
+        raise InvalidSkill(
+            f"{skill} breaks the Agent Skills spec: "
+            + "; ".join(e.message for e in errors)
+            + " (fix it, or force the write to store it with these findings)",
+            list(errors),
+        )
+
+
+def check_ops(ops: Sequence[CommitOp], current: Current, markets: Sequence[str] = ()) -> None:
+    """Every rule over what a commit writes (its shape and versions checked before);
+    `current` holds its entries and those `guarded` names."""
+    check_moves(ops, current)
+    check_added_paths(ops, current)
+    check_rollouts(ops)
+    check_kill_switch(ops, current, markets)
