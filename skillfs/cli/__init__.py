@@ -1,5 +1,1 @@
-"""The `skillfs` command (docs/cli.md)."""
-
-from skillfs.cli.app import app, main
-
-__all__ = ["app", "main"]
+"""The `skillfs` command (docs/cli.md); the app and its entry point are `skillfs.cli.app`."""
