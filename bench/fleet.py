@@ -633,7 +633,7 @@ def workers_main(url: str, users: Sequence[str], conn: Connection) -> None:
     """A load process of workers; commands from `conn`: ("start",), ("reach", counter,
     version, acked), ("stop", since) -> the steps' numbers and the C3 checks."""
     raise_nofile()
-    from skillfs.store.core import Store
+    from skillfs.api import Store
     from skillfs.store.opening import open_engine
 
     engine = open_engine(url, token=WORKERS_TOKEN)  # one channel for the whole process

@@ -27,9 +27,9 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from bench import common
+from skillfs.api import open_store
 from skillfs.engines.base import CommitOp
 from skillfs.model import FileEntry, Manifest, Scope
-from skillfs.store.core import open_store
 
 AGENT = "support-bot"  # what the test tokens grant (support/grpc_servers.py)
 SHARED = Scope.shared(AGENT)
@@ -80,7 +80,7 @@ def _manifest(skill: str, version: int, files: dict[str, FileEntry]) -> Manifest
 def seed(url: str) -> None:
     """The large scope and the long history, written straight to the store's engine."""
     store = open_store(url)
-    store.put_blob(hashlib.sha256(b"x").hexdigest(), b"x", time.time())
+    store.blobs.put(hashlib.sha256(b"x").hexdigest(), b"x", time.time())
     engine = store.engine
     skills = [_manifest(f"s{i:05d}", 1, _table(FILES, f"{i}-")) for i in range(SKILLS)]
     for i in range(0, SKILLS, 60):  # within Redis's 64 skills per commit

@@ -4,7 +4,7 @@
    shared skill `refund-policy`, finds it out of date and proposes a better version with the
    `propose_skill` tool. That is a draft in alice's scope, in nobody's view.
 2. An operator reviews the draft and approves it into the agent's shared scope as a 10 %
-   canary (`store.approve(..., rollout=Rollout(fraction=0.1))`), widens it to 50 %, then
+   canary (`store.drafts.approve(..., rollout=Rollout(fraction=0.1))`), widens it to 50 %, then
    promotes it to everyone.
 
 Before and after each step, the workers of 50 users take a snapshot, as they would at their
@@ -98,15 +98,17 @@ def run(url: str) -> None:
         census(workers, "before")
         agent_turn(author)
         seen = census(workers, "proposed")
-        for d in store.drafts(mine):
+        for d in store.drafts.list(mine):
             print(f"operator: draft {d.name} v{d.version} by {d.actor} in {d.scope}: {d.message!r}")
-        store.approve(mine, SKILL, rollout=Rollout(fraction=0.1), into=shared, actor=OPERATOR)
+        store.drafts.approve(
+            mine, SKILL, rollout=Rollout(fraction=0.1), into=shared, actor=OPERATOR
+        )
         seen = census(workers, "canary 10 %", seen)
-        store.widen(shared, SKILL, Rollout(fraction=0.5), actor=OPERATOR)
+        store.rollouts.widen(shared, SKILL, Rollout(fraction=0.5), actor=OPERATOR)
         seen = census(workers, "widened to 50 %", seen)
-        store.promote(shared, SKILL, actor=OPERATOR)
+        store.rollouts.promote(shared, SKILL, actor=OPERATOR)
         census(workers, "promoted", seen)
-    for e in store.audit(shared, skill=SKILL)[::-1]:
+    for e in store.governance.audit(shared, skill=SKILL)[::-1]:
         print(f"audit: {SKILL} v{e.version} {e.action} by {e.actor}: {e.message}")
 
 

@@ -169,7 +169,7 @@ def run(url: str, max_steps: int = 8) -> str:
                     env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
                 )
     print(f"answer: {answer}")
-    print(f"usage: {store.usage(AGENT)}")  # written in one batch when the worker closed
+    print(f"usage: {store.usage.counts(AGENT)}")  # written in one batch when the worker closed
     return answer
 
 

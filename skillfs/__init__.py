@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from skillfs import errors
+from skillfs.api import Store, open_store
 from skillfs.governance.curation_report import CuratedSkill, CurationReport, DuplicatePair, SkillRef
 from skillfs.model import (
     Change,
@@ -20,7 +21,6 @@ from skillfs.model import (
     UsageStat,
 )
 from skillfs.runtime import FsspecDir, GitRepo, LocalDir, Market, PromptOptions, Skills, Snapshot
-from skillfs.store.core import Store, open_store
 from skillfs.store.limits import Limits
 from skillfs.store.opening import default_url
 from skillfs.store.retention import GcReport, HistoryPolicy

@@ -385,7 +385,7 @@ def _rollout_step(
             if rng.random() < 0.5
             else Rollout(fraction=rng.choice((0.3, 0.6)))
         )
-        return "stage", lambda tag: store.stage(
+        return "stage", lambda tag: store.rollouts.stage(
             scope, skill, put.files, rule, expected, commit_id=tag
         )
     wider = Rollout(
@@ -394,14 +394,16 @@ def _rollout_step(
     )
     roll = rng.random()
     if roll < 0.4 and wider != c.rollout:
-        return "widen", lambda tag: store.widen(
+        return "widen", lambda tag: store.rollouts.widen(
             scope, skill, wider, expected_version=expected, commit_id=tag
         )
     if roll < 0.7:
-        return "promote", lambda tag: store.promote(
+        return "promote", lambda tag: store.rollouts.promote(
             scope, skill, expected_version=expected, commit_id=tag
         )
-    return "abort", lambda tag: store.abort(scope, skill, expected_version=expected, commit_id=tag)
+    return "abort", lambda tag: store.rollouts.abort(
+        scope, skill, expected_version=expected, commit_id=tag
+    )
 
 
 def _snapshot(

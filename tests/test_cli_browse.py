@@ -456,7 +456,7 @@ def test_diff_after_delete(filled: str) -> None:
 
 def test_usage(filled: str) -> None:
     with skillfs.open_store(filled) as store:
-        store.record_usage("bot", {("alice", "reviewer"): 3, ("bob", "notes"): 5})
+        store.usage.record("bot", {("alice", "reviewer"): 3, ("bob", "notes"): 5})
     rows = as_json(filled, "usage", "--agent", "bot")
     assert [(r["user"], r["skill"], r["count"]) for r in rows] == [
         ("bob", "notes", 5),

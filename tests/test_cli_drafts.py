@@ -30,10 +30,12 @@ def cli_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def test_cli_drafts_review(cli_url: str) -> None:
     with skillfs.open_store(cli_url) as store:
         store.publish(SHARED, "a", files("a"))
-        store.propose(SHARED, "a", {**files("a", "better"), "new.md": b"n"}, message="tighter")
-        store.propose(ALICE, "mine", files("mine"))
-        store.propose(SHARED, "bad", {"SKILL.md": b"no frontmatter"})
-        store.propose(SHARED, "late", files("late"))
+        store.drafts.propose(
+            SHARED, "a", {**files("a", "better"), "new.md": b"n"}, message="tighter"
+        )
+        store.drafts.propose(ALICE, "mine", files("mine"))
+        store.drafts.propose(SHARED, "bad", {"SKILL.md": b"no frontmatter"})
+        store.drafts.propose(SHARED, "late", files("late"))
         store.publish(SHARED, "late", files("late", "someone else"))
     rows = as_json(cli_url, "drafts", "ls", "-a", "support-bot")
     assert [(r["scope"], r["name"], r["version"], r["stale"]) for r in rows] == [

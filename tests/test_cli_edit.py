@@ -303,7 +303,7 @@ def test_a_draft_is_checked_as_the_skill_it_holds(url: str, editor: ScriptedEdit
     directory name `_drafts/<name>` was required, which no name can be, so only --force
     saved)."""
     with skillfs.open_store(url) as store:
-        store.propose(SCOPE, "newx", {"SKILL.md": skill_md("newx", "Drafts things")})
+        store.drafts.propose(SCOPE, "newx", {"SKILL.md": skill_md("newx", "Drafts things")})
     result = editor(url, "_drafts/newx/SKILL.md", steps=[{"replace": [["Drafts", "Edits"]]}])
     assert result.exit_code == 0, result.output
     with skillfs.open_store(url) as store:

@@ -344,7 +344,7 @@ def test_export_leaves_out_drafts_and_archived_skills(url: str, tmp_path: Path) 
     ok(url, "import", str(tmp_path / "src"), "-s", "shared:bot")
     ok(url, "archive", "b", "-s", "shared:bot")
     with skillfs.open_store(url) as store:
-        store.propose(skillfs.Scope.shared("bot"), "new", {"SKILL.md": skill_md("new")})
+        store.drafts.propose(skillfs.Scope.shared("bot"), "new", {"SKILL.md": skill_md("new")})
     data = as_json(url, "export", str(tmp_path / "out"), "-s", "shared:bot")
     assert [row["skill"] for row in data["skills"]] == ["a"]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a"]

@@ -391,15 +391,17 @@ def test_c8_follow_in_order_and_reset(store: skillfs.Store, other: skillfs.Store
     c = store.commit([Remove(SHARED, "s0"), Put(BOB, "b", files_v("b", 1))])
     expected += [("remove", "s0", c.revision), ("put", "b", c.revision)]
     got = []
-    for change in other.follow("support-bot", since=start, timeout=10):
+    for change in other.changes.follow("support-bot", since=start, timeout=10):
         got.append((change.op, change.skill, change.revision))
         if len(got) == len(expected):
             break
     assert sorted(got[-2:]) == sorted(expected[-2:]) and got[:-2] == expected[:-2]
-    assert next(iter(other.follow("support-bot", since=c.revision, timeout=0.3)), None) is None
+    assert (
+        next(iter(other.changes.follow("support-bot", since=c.revision, timeout=0.3)), None) is None
+    )
     # a revision of another history (another epoch) is a reset, not a silent skip
     stranger = skillfs.Revision(epoch="not-this-store", counter=1)
-    first = next(iter(other.follow("support-bot", since=stranger, timeout=5)))
+    first = next(iter(other.changes.follow("support-bot", since=stranger, timeout=5)))
     assert first.op == "reset"
 
 
@@ -408,7 +410,7 @@ def test_c8_follow_sees_live_changes(store: skillfs.Store, other: skillfs.Store)
     got: list[skillfs.Change] = []
 
     def follow() -> None:
-        for ch in other.follow("support-bot", since=since, timeout=10):
+        for ch in other.changes.follow("support-bot", since=since, timeout=10):
             got.append(ch)
             if len(got) == 3:
                 return
@@ -437,9 +439,9 @@ def test_listings(store: skillfs.Store) -> None:
 
 
 def test_usage_counts(store: skillfs.Store) -> None:
-    store.record_usage("support-bot", {("alice", "a"): 2, ("bob", "a"): 1})
-    store.record_usage("support-bot", {("alice", "a"): 3})
-    assert store.usage("support-bot") == {("alice", "a"): 5, ("bob", "a"): 1}
+    store.usage.record("support-bot", {("alice", "a"): 2, ("bob", "a"): 1})
+    store.usage.record("support-bot", {("alice", "a"): 3})
+    assert store.usage.counts("support-bot") == {("alice", "a"): 5, ("bob", "a"): 1}
 
 
 # ----------------------------------------------------------------- GC
@@ -537,15 +539,15 @@ def test_c8_wiped_domain_is_a_reset(store: skillfs.Store) -> None:
     """A follower whose revision names an epoch the store no longer has (wiped, restored,
     failed over to an empty replica) is told to reload, not left waiting."""
     gone = skillfs.Revision(epoch="an-epoch-this-store-never-had", counter=9)
-    first = next(iter(store.follow("never-written", since=gone, timeout=5)))
+    first = next(iter(store.changes.follow("never-written", since=gone, timeout=5)))
     assert first.op == "reset"
     # a foreign epoch whose counter is at or past this store's: nothing to replay, still a reset
     cur = store.publish(ALICE, "a", files_v("a", 1)).revision
     for counter in (cur.counter, cur.counter + 10**6):
         foreign = skillfs.Revision(epoch="not-this-store", counter=counter)
-        change = next(iter(store.follow("support-bot", since=foreign, timeout=5)), None)
+        change = next(iter(store.changes.follow("support-bot", since=foreign, timeout=5)), None)
         assert change is not None and change.op == "reset", counter
-    assert next(iter(store.follow("never-written", timeout=0.2)), None) is None
+    assert next(iter(store.changes.follow("never-written", timeout=0.2)), None) is None
 
 
 def test_put_keeps_stored_files_by_reference(store: skillfs.Store) -> None:

@@ -806,7 +806,7 @@ def test_rename_is_one_commit_and_follows_the_name(client: Client, store: skillf
     assert new.frontmatter and new.frontmatter["name"] == "changelog" and not new.errors
     others = {p: e for p, e in m.files.items() if p != "SKILL.md"}
     assert others and {p: e for p, e in new.files.items() if p != "SKILL.md"} == others
-    changes = list(store.follow(AGENT, rev, timeout=0.5))
+    changes = list(store.changes.follow(AGENT, rev, timeout=0.5))
     assert len({c.revision for c in changes}) == 1  # both halves in one revision
     taken = client.post(
         skill_url("changelog", "rename"),
@@ -814,7 +814,7 @@ def test_rename_is_one_commit_and_follows_the_name(client: Client, store: skillf
     )
     assert taken.status == 409 and "taken" in taken.text
     # a disabled skill renamed would be served again under its new name: refused
-    store.disable(SHARED, "changelog", reason="wrong dates")
+    store.governance.disable(SHARED, "changelog", reason="wrong dates")
     off = store.manifest(SHARED, "changelog")
     refused = client.post(
         skill_url("changelog", "rename"), {"new_name": "notes", "expected": str(off.version)}
@@ -1009,11 +1009,11 @@ def test_scope_page_leaves_out_drafts_and_archived_skills(
     client: Client, store: skillfs.Store
 ) -> None:
     """They are entries of the scope, not skills (docs/governance.md): no row, no link."""
-    store.propose(SHARED, "proposed", {"SKILL.md": GOOD_MD})
-    store.propose(SHARED, "gone", {"SKILL.md": GOOD_MD})
-    store.reject(SHARED, "gone")
+    store.drafts.propose(SHARED, "proposed", {"SKILL.md": GOOD_MD})
+    store.drafts.propose(SHARED, "gone", {"SKILL.md": GOOD_MD})
+    store.drafts.reject(SHARED, "gone")
     store.publish(SHARED, "old", {"SKILL.md": GOOD_MD})
-    store.archive(SHARED, "old")
+    store.archive.add(SHARED, "old")
     page = client.get("/" + SHARED.prefix)
     assert "_drafts" not in page.text and ".archive" not in page.text
     assert "proposed" not in _rows(page.text, "skills")

@@ -44,12 +44,12 @@ def test_archive_from_the_skill_page_and_restore(client: Client, store: skillfs.
     assert r.status == 200 and "Restored release-notes from the archive" in r.text
     assert "release-notes" in store.skills(SHARED)
     assert "Nothing is archived" in client.get(CURATION).text
-    actions = [e.action for e in store.audit(AGENT, actor="ops")]
+    actions = [e.action for e in store.governance.audit(AGENT, actor="ops")]
     assert actions.count("archive") == 2 and actions.count("restore") == 2, actions
 
 
 def test_restore_onto_a_live_skill_writes_nothing(client: Client, store: skillfs.Store) -> None:
-    store.archive(SHARED, "release-notes", "old")
+    store.archive.add(SHARED, "release-notes", "old")
     md = b"---\nname: release-notes\ndescription: Written again.\n---\n"
     store.publish(SHARED, "release-notes", {"SKILL.md": File(md)})
     entry = store.manifest(SHARED, archive_entry("release-notes"))
@@ -64,7 +64,7 @@ def test_restore_onto_a_live_skill_writes_nothing(client: Client, store: skillfs
     assert 'data-archived="release-notes"' in page.text and ">Restore</button>" not in page.text
     user = Scope.user(AGENT, "alice")
     store.publish(user, "mine", {"SKILL.md": File(md.replace(b"release-notes", b"mine"))})
-    store.archive(user, "mine")
+    store.archive.add(user, "mine")
     assert 'data-archived="mine"' in client.get(CURATION).text
 
 
@@ -72,11 +72,11 @@ def test_report_and_apply(client: Client, store: skillfs.Store) -> None:
     """Both example skills were committed now; seen 100 days later, release-notes (unused)
     is to archive and code-reviewer (used 10 days ago) is not even stale."""
     later = time.time() + 100 * 86400
-    store.record_usage(
+    store.usage.record(
         AGENT, {("alice", "code-reviewer"): 3}, {("alice", "code-reviewer"): later - 10 * 86400}
     )
     store.publish(SHARED, "switched-off", {"SKILL.md": File(SWITCHED_OFF)})
-    store.disable(SHARED, "switched-off")
+    store.governance.disable(SHARED, "switched-off")
     store.clock = lambda: later
     page = client.get(CURATION)
     assert page.status == 200
@@ -104,7 +104,7 @@ def test_report_and_apply(client: Client, store: skillfs.Store) -> None:
     assert r.status == 200 and "Archived 1 idle skill: release-notes" in r.text
     assert "release-notes" not in store.skills(SHARED) and "code-reviewer" in store.skills(SHARED)
     assert 'data-archived="release-notes"' in r.text
-    archived = next(e for e in store.audit(AGENT) if e.action == "archive")
+    archived = next(e for e in store.governance.audit(AGENT) if e.action == "archive")
     assert archived.actor == "ops"
 
 

@@ -115,7 +115,7 @@ def test_console_writes_are_recorded_by_the_token_name(
         {"op": "import"},
         {"archive": ("z.zip", _zip({"SKILL.md": GOOD_MD}))},
     )
-    entries = [e for e in store.audit(AGENT) if e.skill in ("greeter", "hello")]
+    entries = [e for e in store.governance.audit(AGENT) if e.skill in ("greeter", "hello")]
     actions = sorted({e.action for e in entries})
     assert actions == ["delete", "disable", "enable", "publish"], actions
     assert {e.scope for e in entries} == {SHARED, ALICE}
@@ -257,8 +257,8 @@ def test_a_disabled_staged_only_skill_is_a_skill_not_a_hiding_entry(
     """Disabled with no live files but a staged candidate: a skill that is switched off (enable
     gives its candidate back), never a hiding entry (`Manifest.hides`)."""
     md = b"---\nname: fresh\ndescription: A new skill, staged only.\n---\n# Fresh\n"
-    store.stage(ALICE, "fresh", {"SKILL.md": md}, skillfs.Rollout(users=["alice"]))
-    store.disable(ALICE, "fresh", reason="hold")
+    store.rollouts.stage(ALICE, "fresh", {"SKILL.md": md}, skillfs.Rollout(users=["alice"]))
+    store.governance.disable(ALICE, "fresh", reason="hold")
     m = store.manifest(ALICE, "fresh")
     assert m.disabled and not m.files and m.candidate is not None and not m.hides
     scope_page = client.get("/" + ALICE.prefix)
@@ -266,12 +266,12 @@ def test_a_disabled_staged_only_skill_is_a_skill_not_a_hiding_entry(
     assert not hidden or "fresh" not in _rows(scope_page.text, "hidden-skills")
     assert "fresh" in _rows(scope_page.text, "skills")  # listed as alice's (disabled) skill
     assert "hidden from this user" not in client.get(skill_url("fresh", scope=ALICE)).text
-    store.enable(ALICE, "fresh")
+    store.governance.enable(ALICE, "fresh")
     assert store.manifest(ALICE, "fresh").candidate is not None  # not removed as a hole
 
 
 def test_fsspec_does_not_show_a_hiding_entry_as_a_skill(store: skillfs.Store) -> None:
-    store.disable(ALICE, "release-notes", reason="not for alice")
+    store.governance.disable(ALICE, "release-notes", reason="not for alice")
     fs = fsspec.filesystem("skillfs", store=store, agent_id=AGENT, user_id="alice")
     assert fs.ls("skills", detail=False) == ["skills/code-reviewer"]
     assert not fs.exists("skills/release-notes")
@@ -349,7 +349,7 @@ def test_governance_pages_on_real_engines(
         r = c.post(skill_url("code-reviewer", "save"), {**form, "canary": "1", "users": "alice"})
         assert r.status == 200 and real.manifest(SHARED, "code-reviewer").candidate is not None
         assert c.post(skill_url("code-reviewer", "promote"), {"expected": "4"}).status == 200
-        real.propose(SHARED, "greeter", {"SKILL.md": GOOD_MD})
+        real.drafts.propose(SHARED, "greeter", {"SKILL.md": GOOD_MD})
         r = c.post("/" + SHARED.prefix + "_drafts/greeter/approve", {"expected": "1"})
         assert r.status == 200 and "greeter" in real.skills(SHARED)
         rows = _activity_rows(c.get("/agents/support-bot/activity").text)

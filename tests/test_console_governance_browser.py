@@ -187,7 +187,7 @@ def test_review_queue_approves_one_draft_as_a_canary_and_rejects_another(
     page: Page, store: skillfs.Store
 ) -> None:
     text = store.read(SHARED, "sql-query-helper", "SKILL.md").decode()
-    store.propose(
+    store.drafts.propose(
         SHARED,
         "sql-query-helper",
         {"SKILL.md": text.replace("# ", "# Reviewed: ", 1).encode()},
@@ -195,7 +195,7 @@ def test_review_queue_approves_one_draft_as_a_canary_and_rejects_another(
         actor="agent:support-bot/alice",
     )
     greeter = b"---\nname: greeter\ndescription: Greets people politely.\n---\n\nSay hi.\n"
-    store.propose(ALICE, "greeter", {"SKILL.md": greeter}, message="alice wants greetings")
+    store.drafts.propose(ALICE, "greeter", {"SKILL.md": greeter}, message="alice wants greetings")
 
     page.goto(f"/agents/{AGENT}/")
     page.click("a.btn >> text=Review queue")

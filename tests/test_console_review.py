@@ -31,8 +31,12 @@ def _draft_url(scope: Scope, name: str, action: str = "") -> str:
 
 def test_queue_diff_approve_and_reject(client: Client, store: skillfs.Store) -> None:
     text = md_text(store, "code-reviewer").replace("# Code reviewer", "# Code reviewer, v2")
-    store.propose(SHARED, "code-reviewer", {"SKILL.md": File(text.encode())}, message="sharper")
-    store.propose(ALICE, "greeter", {"SKILL.md": File(GREETER)}, actor="agent:support-bot/alice")
+    store.drafts.propose(
+        SHARED, "code-reviewer", {"SKILL.md": File(text.encode())}, message="sharper"
+    )
+    store.drafts.propose(
+        ALICE, "greeter", {"SKILL.md": File(GREETER)}, actor="agent:support-bot/alice"
+    )
     queue = client.get(QUEUE)
     assert queue.status == 200
     assert 'data-draft="code-reviewer"' in queue.text and 'data-draft="greeter"' in queue.text
@@ -50,7 +54,7 @@ def test_queue_diff_approve_and_reject(client: Client, store: skillfs.Store) -> 
     assert r.status == 200 and "Approved the draft of code-reviewer: it is live" in r.text
     assert md_text(store, "code-reviewer") == text
     assert 'data-draft="code-reviewer"' not in r.text  # back on the queue, without it
-    approved = next(e for e in store.audit(AGENT) if e.action == "approve")
+    approved = next(e for e in store.governance.audit(AGENT) if e.action == "approve")
     assert approved.actor == "ops"
 
     g = store.manifest(ALICE, draft_entry("greeter")).version
@@ -61,7 +65,7 @@ def test_queue_diff_approve_and_reject(client: Client, store: skillfs.Store) -> 
     assert "No drafts waiting for review" in r.text and "greeter" not in store.skills(ALICE)
     gone = client.get(_draft_url(ALICE, "greeter"))
     assert gone.status == 404 and "approved or rejected already" in gone.text
-    rejected = next(e for e in store.audit(AGENT) if e.action == "reject")
+    rejected = next(e for e in store.governance.audit(AGENT) if e.action == "reject")
     assert rejected.actor == "ops" and rejected.message == "we have one"
     activity = client.get("/agents/support-bot/activity")
     assert '<span class="chip">draft</span>' in activity.text
@@ -69,7 +73,9 @@ def test_queue_diff_approve_and_reject(client: Client, store: skillfs.Store) -> 
 
 def test_a_moved_draft_or_live_skill_writes_nothing(client: Client, store: skillfs.Store) -> None:
     text = md_text(store, "release-notes")
-    store.propose(SHARED, "release-notes", {"SKILL.md": File((text + "\nDraft.\n").encode())})
+    store.drafts.propose(
+        SHARED, "release-notes", {"SKILL.md": File((text + "\nDraft.\n").encode())}
+    )
     store.publish(SHARED, "release-notes", {"SKILL.md": File((text + "\nLive.\n").encode())})
     queue = client.get(QUEUE)
     assert ">stale</span>" in queue.text
@@ -81,8 +87,8 @@ def test_a_moved_draft_or_live_skill_writes_nothing(client: Client, store: skill
     assert md_text(store, "release-notes").endswith("Live.\n")
     assert store.manifest(SHARED, draft_entry("release-notes")).version == v
 
-    store.propose(ALICE, "greeter", {"SKILL.md": File(GREETER)})
-    store.propose(ALICE, "greeter", {"SKILL.md": File(GREETER + b"More.\n")})  # v2 meanwhile
+    store.drafts.propose(ALICE, "greeter", {"SKILL.md": File(GREETER)})
+    store.drafts.propose(ALICE, "greeter", {"SKILL.md": File(GREETER + b"More.\n")})  # v2 meanwhile
     r = client.post(_draft_url(ALICE, "greeter", "approve"), {"expected": "1"})
     assert r.status == 409 and "greeter" not in store.skills(ALICE)
     r = client.post(_draft_url(ALICE, "greeter", "reject"), {"expected": "1", "reason": "x"})
@@ -90,7 +96,7 @@ def test_a_moved_draft_or_live_skill_writes_nothing(client: Client, store: skill
 
 
 def test_a_reader_sees_the_queue_but_cannot_decide(client: Client, store: skillfs.Store) -> None:
-    store.propose(SHARED, "greeter", {"SKILL.md": File(GREETER)})
+    store.drafts.propose(SHARED, "greeter", {"SKILL.md": File(GREETER)})
     reader = Client(client.app)
     reader.sign_in(READER)
     assert 'data-draft="greeter"' in reader.get(QUEUE).text
@@ -103,7 +109,7 @@ def test_a_reader_sees_the_queue_but_cannot_decide(client: Client, store: skillf
 
 def test_approve_as_canary(client: Client, store: skillfs.Store) -> None:
     text = md_text(store, "code-reviewer")
-    store.propose(
+    store.drafts.propose(
         SHARED, "code-reviewer", {"SKILL.md": File(text.replace("# C", "# Canary C", 1).encode())}
     )
     v = store.manifest(SHARED, draft_entry("code-reviewer")).version
@@ -117,22 +123,24 @@ def test_approve_as_canary(client: Client, store: skillfs.Store) -> None:
     assert m.candidate is not None
     assert m.candidate.rollout == skillfs.Rollout(users=["alice"], fraction=0.1)
     assert md_text(store, "code-reviewer") == text  # live for everyone else
-    assert not [d for d in store.drafts(SHARED) if d.name == "code-reviewer"]
+    assert not [d for d in store.drafts.list(SHARED) if d.name == "code-reviewer"]
     with skillfs.Skills(store, AGENT, "alice") as skills:
         assert "# Canary C" in skills.snapshot().load("code-reviewer")
 
 
 def test_approve_a_users_draft_into_the_shared_scope(client: Client, store: skillfs.Store) -> None:
-    store.propose(ALICE, "greeter", {"SKILL.md": File(GREETER)}, actor="agent:support-bot/alice")
+    store.drafts.propose(
+        ALICE, "greeter", {"SKILL.md": File(GREETER)}, actor="agent:support-bot/alice"
+    )
     page = client.get(_draft_url(ALICE, "greeter"))
     assert 'name="into" value="shared"' in page.text
-    store.propose(SHARED, "other", {"SKILL.md": File(GREETER.replace(b"greeter", b"other"))})
+    store.drafts.propose(SHARED, "other", {"SKILL.md": File(GREETER.replace(b"greeter", b"other"))})
     bad = client.post(_draft_url(SHARED, "other", "approve"), {"expected": "1", "into": "shared"})
     assert bad.status == 400 and "other" not in store.skills(SHARED)
     r = client.post(_draft_url(ALICE, "greeter", "approve"), {"expected": "1", "into": "shared"})
     assert r.status == 200 and "it is live in support-bot · shared" in unescape(r.text)
     assert "greeter" in store.skills(SHARED) and "greeter" not in store.skills(ALICE)
-    assert not [d for d in store.drafts(ALICE) if d.name == "greeter"]
+    assert not [d for d in store.drafts.list(ALICE) if d.name == "greeter"]
 
 
 def test_a_users_drafts_are_not_counted_as_the_users_own_skills(
@@ -141,7 +149,9 @@ def test_a_users_drafts_are_not_counted_as_the_users_own_skills(
     """The worker page counts the user's own skills: a draft waiting in the user's scope
     (`_drafts/<name>`) is on the review queue, not one of them."""
     store.publish(ALICE, "notes", {"SKILL.md": File(GREETER.replace(b"greeter", b"notes"))})
-    store.propose(ALICE, "greeter", {"SKILL.md": File(GREETER)}, actor="agent:support-bot/alice")
+    store.drafts.propose(
+        ALICE, "greeter", {"SKILL.md": File(GREETER)}, actor="agent:support-bot/alice"
+    )
     page = client.get("/agents/support-bot/users/alice")
     assert page.status == 200
     assert "alice’s own skills (1)" in unescape(page.text)
@@ -152,9 +162,9 @@ def test_a_draft_is_compared_with_live_files_and_with_the_shared_skill_it_would_
 ) -> None:
     """A user's hiding entry (disabled, no files) or a tombstone is no live version to compare
     a draft with; a user's draft that may go into the shared skills shows what it replaces."""
-    store.disable(ALICE, "release-notes", "not for alice")  # alice's hiding entry, v1
+    store.governance.disable(ALICE, "release-notes", "not for alice")  # alice's hiding entry, v1
     md = md_text(store, "release-notes").replace("# Release", "# Draft release", 1)
-    store.propose(ALICE, "release-notes", {"SKILL.md": File(md.encode())})
+    store.drafts.propose(ALICE, "release-notes", {"SKILL.md": File(md.encode())})
     page = unescape(client.get(_draft_url(ALICE, "release-notes")).text)
     assert "against the live" not in page and "keeps live v" not in page
     assert "a new skill: nothing of this name is live here" in page and 'id="hiding"' in page
@@ -165,15 +175,15 @@ def test_a_draft_is_compared_with_live_files_and_with_the_shared_skill_it_would_
     # a tombstone is no live skill either; no shared skill of that name is said so
     store.publish(ALICE, "greeter", {"SKILL.md": File(GREETER)})
     store.delete(ALICE, "greeter")
-    store.propose(ALICE, "greeter", {"SKILL.md": File(GREETER + b"Again.\n")})
+    store.drafts.propose(ALICE, "greeter", {"SKILL.md": File(GREETER + b"Again.\n")})
     page = unescape(client.get(_draft_url(ALICE, "greeter")).text)
     assert "against the live" not in page and "a new skill" in page
     assert "No shared skill of that name" in page and "a new shared skill" in page
 
 
 def test_approve_says_whose_workers_get_the_draft(client: Client, store: skillfs.Store) -> None:
-    store.propose(ALICE, "greeter", {"SKILL.md": File(GREETER)})
-    store.propose(SHARED, "greeter", {"SKILL.md": File(GREETER)})
+    store.drafts.propose(ALICE, "greeter", {"SKILL.md": File(GREETER)})
+    store.drafts.propose(SHARED, "greeter", {"SKILL.md": File(GREETER)})
     mine = unescape(client.get(_draft_url(ALICE, "greeter")).text)
     reach = mine.split('id="approve-reach">')[1].split("</p>")[0]
     assert "for alice's workers only" in reach and "every worker" not in reach.split(";")[0]

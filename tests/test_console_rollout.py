@@ -88,7 +88,9 @@ def test_bad_rule_and_stale_version_write_nothing(client: Client, store: skillfs
 
 def test_widen_promote_and_abort(client: Client, store: skillfs.Store) -> None:
     text = md_text(store, SKILL).replace("# Code reviewer", "# Code reviewer (next)")
-    v = store.stage(SHARED, SKILL, {"SKILL.md": File(text.encode())}, Rollout(fraction=0.1)).version
+    v = store.rollouts.stage(
+        SHARED, SKILL, {"SKILL.md": File(text.encode())}, Rollout(fraction=0.1)
+    ).version
     page = client.get(skill_url(SKILL) + "?who=carol")
     assert 'id="who-answer"' in page.text and "carol" in page.text
     assert "no worker gets it by its environment" in page.text  # none named: nobody by it
@@ -111,11 +113,13 @@ def test_widen_promote_and_abort(client: Client, store: skillfs.Store) -> None:
     assert again.status == 409 and "no staged candidate" in again.text
 
     m = store.manifest(SHARED, SKILL)
-    store.stage(SHARED, SKILL, {"SKILL.md": File(b"x")}, Rollout(users=["alice"]), strict=False)
+    store.rollouts.stage(
+        SHARED, SKILL, {"SKILL.md": File(b"x")}, Rollout(users=["alice"]), strict=False
+    )
     r = client.post(skill_url(SKILL, "abort"), {"expected": str(m.version + 1)})
     assert r.status == 200 and "everyone sees the live version" in r.text
     assert store.manifest(SHARED, SKILL).candidate is None and md_text(store, SKILL) == text
-    steps = [(e.action, e.actor == "ops") for e in store.audit(AGENT, skill=SKILL)[:5]]
+    steps = [(e.action, e.actor == "ops") for e in store.governance.audit(AGENT, skill=SKILL)[:5]]
     assert steps == [  # the console's steps by the signed-in token, the store's by its own
         ("abort", True),
         ("stage", False),
@@ -127,7 +131,7 @@ def test_widen_promote_and_abort(client: Client, store: skillfs.Store) -> None:
 
 def test_edit_the_candidate_and_a_skill_never_live(client: Client, store: skillfs.Store) -> None:
     new = b"---\nname: greeter\ndescription: Greets people.\n---\n\nSay hi.\n"
-    store.stage(
+    store.rollouts.stage(
         SHARED,
         "greeter",
         {"SKILL.md": File(new), "references/tone.md": File(b"warm\n")},
@@ -178,7 +182,7 @@ def test_promote_and_approve_are_strict_unless_done_anyway(
     draft that breaks the spec goes live only after **Do it anyway** (review: both went
     live at once, and the skill dropped out of every worker's view)."""
     broken = {"SKILL.md": File(b"no frontmatter at all\n")}
-    store.stage(SHARED, SKILL, broken, Rollout(users=["qa"]), strict=False)
+    store.rollouts.stage(SHARED, SKILL, broken, Rollout(users=["qa"]), strict=False)
     v = store.manifest(SHARED, SKILL).version
     r = client.post(skill_url(SKILL, "promote"), {"expected": str(v)})
     assert r.status == 422 and "candidate breaks the spec" in unescape(r.text)
@@ -187,7 +191,7 @@ def test_promote_and_approve_are_strict_unless_done_anyway(
     assert r.status == 200 and "Promoted" in r.text
     assert store.manifest(SHARED, SKILL).errors
 
-    store.propose(SHARED, "fresh", broken)
+    store.drafts.propose(SHARED, "fresh", broken)
     approve = skill_url("_drafts/fresh", "approve")
     r = client.post(approve, {"expected": "1"})
     assert r.status == 422 and "The draft of fresh breaks the spec" in unescape(r.text)
@@ -203,7 +207,7 @@ def test_a_never_live_skill_gets_its_upload_and_removal_on_its_candidate(
     candidate) published a live version holding only the file, which every worker outside
     the rule then listed as a broken skill. It is staged again, under the same rule."""
     md = b"---\nname: fresh\ndescription: A new flow. Use when testing.\n---\nbody\n"
-    store.stage(SHARED, "fresh", {"SKILL.md": md}, Rollout(users=("alice",)))
+    store.rollouts.stage(SHARED, "fresh", {"SKILL.md": md}, Rollout(users=("alice",)))
     version = store.manifest(SHARED, "fresh").version
     r = client.upload(skill_url("fresh", "upload"), {"expected": str(version), "dir": ""},
                       {"file": ("notes.md", b"n")})  # fmt: skip
@@ -225,7 +229,7 @@ def test_a_never_live_skill_is_listed_as_its_candidate(
     """The scope's table and the agent's list show a skill only staged as its page does: the
     candidate's description, files and size, marked as staged."""
     new = b"---\nname: greeter\ndescription: Greets people.\n---\n\nSay hi.\n"
-    store.stage(SHARED, "greeter", {"SKILL.md": File(new)}, Rollout(users=["alice"]))
+    store.rollouts.stage(SHARED, "greeter", {"SKILL.md": File(new)}, Rollout(users=["alice"]))
     for url in ("/" + SHARED.prefix, "/" + SHARED.prefix + "?q=greets", "/agents/support-bot/"):
         row = re.search(
             r"<tr data-row[^>]*>\s*<td><a [^>]*>greeter</a>.*?</tr>", client.get(url).text, re.S

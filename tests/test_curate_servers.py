@@ -69,7 +69,7 @@ def test_three_servers_one_runner(
     with skillfs.open_store(url, clock=lambda: then) as old:
         old.publish(shared, "idle", {"SKILL.md": skill_md("idle")})
         old.publish(shared, "used", {"SKILL.md": skill_md("used")})
-        old.record_usage("support-bot", {("alice", "used"): 1}, {("alice", "used"): time.time()})
+        old.usage.record("support-bot", {("alice", "used"): 1}, {("alice", "used"): time.time()})
     args = ("--curate-every", f"{EVERY:g}s", "--curate-idle", "0")
     servers = [ServerProcess(url, tmp_path / f"s{i}", args=args) for i in range(3)]
     try:
@@ -80,7 +80,7 @@ def test_three_servers_one_runner(
         with skillfs.open_store(url) as store:
             runs = _wait_runs(servers, 4, 4 * EVERY + 30)
             _one_per_interval(runs)
-            archived = store.audit("support-bot", skill="idle")[0]
+            archived = store.governance.audit("support-bot", skill="idle")[0]
             assert archived.action == "archive" and archived.actor.startswith("curator:")
             assert store.skills(shared) == ["used"]  # archived once, the used one kept
             # kill the runner of the latest run while it holds the lease

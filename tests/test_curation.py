@@ -66,10 +66,10 @@ def fleet(store: skillfs.Store, store_url: str) -> Iterator[skillfs.Store]:
         old.publish(SHARED, "deploy", _md("deploy", "Deploys the service", "Run make deploy."))
         old.publish(ALICE, "notes", _md("notes", "Takes meeting notes", "Write down owners."))
         old.publish(SHARED, "off", _md("off", "An old experiment", "Try things."))
-        old.disable(SHARED, "off", reason="superseded")
-        old.disable(BOB, "deploy", reason="not for bob")
+        old.governance.disable(SHARED, "off", reason="superseded")
+        old.governance.disable(BOB, "deploy", reason="not for bob")
     store.publish(SHARED, "today", _md("today", "Brand new", "Fresh instructions."))
-    store.record_usage(
+    store.usage.record(
         BOT,
         {("bob", "review"): 4, ("alice", "deploy"): 2},
         {("bob", "review"): NOW - 3600, ("alice", "deploy"): NOW - 40 * DAY},
@@ -82,7 +82,7 @@ def _names(items: list[skillfs.CuratedSkill]) -> list[str]:
 
 
 def test_report(fleet: skillfs.Store) -> None:
-    report = fleet.curate(BOT, now=NOW)
+    report = fleet.curation.run(BOT, now=NOW)
     assert report.domain == f"agents/{BOT}" and report.dry_run and report.skills == 6
     assert (report.stale_after, report.archive_after) == (30 * DAY, 90 * DAY)
     assert _names(report.stale) == [f"{SHARED}/deploy"]
@@ -111,23 +111,27 @@ def test_report(fleet: skillfs.Store) -> None:
     assert pair.reason == "SKILL.md bodies 93% alike; merge them or tell them apart"
     assert fleet.skills(SHARED) == ["deploy", "off", "review", "review-copy", "today"]  # a report
     assert skillfs.CurationReport.model_validate_json(report.model_dump_json()) == report
-    assert fleet.curate(f"agents/{BOT}", now=NOW) == report  # by domain; deterministic
+    assert fleet.curation.run(f"agents/{BOT}", now=NOW) == report  # by domain; deterministic
 
 
 def test_windows_and_threshold(fleet: skillfs.Store) -> None:
-    wide = fleet.curate(BOT, stale_after="1d", archive_after="300d", now=NOW)
+    wide = fleet.curation.run(BOT, stale_after="1d", archive_after="300d", now=NOW)
     assert sorted(i.skill for i in wide.stale) == ["deploy", "notes", "off", "review-copy"]
     assert wide.to_archive == []  # nothing idle 300 days
-    assert fleet.curate(BOT, duplicate_threshold=0.99, now=NOW).duplicates == []
-    later = fleet.curate(BOT, stale_after=3600 * 2, archive_after=3600 * 3, now=NOW + 3 * 3600)
+    assert fleet.curation.run(BOT, duplicate_threshold=0.99, now=NOW).duplicates == []
+    later = fleet.curation.run(
+        BOT, stale_after=3600 * 2, archive_after=3600 * 3, now=NOW + 3 * 3600
+    )
     assert "review" in {i.skill for i in later.to_archive}  # its last use is 4 hours ago then
     with pytest.raises(InvalidArgument, match="129600 seconds is shorter than stale_after 131400"):
-        fleet.curate(BOT, stale_after=36.5 * 3600, archive_after=36 * 3600)  # review: "1 day 12
+        fleet.curation.run(
+            BOT, stale_after=36.5 * 3600, archive_after=36 * 3600
+        )  # review: "1 day 12
         # hours is shorter than 1 day 12 hours"
 
 
 def test_apply_archives_restorably(fleet: skillfs.Store) -> None:
-    report = fleet.curate(BOT, dry_run=False, now=NOW, actor="curator:test")
+    report = fleet.curation.run(BOT, dry_run=False, now=NOW, actor="curator:test")
     assert not report.dry_run and _names(report.skipped) == [f"{SHARED}/off"]
     assert "kept though idle 90 days or more: archiving it would end" in report.skipped[0].reason
     assert sorted(_names(report.archived)) == sorted(_names(report.to_archive))
@@ -138,12 +142,12 @@ def test_apply_archives_restorably(fleet: skillfs.Store) -> None:
     assert notes.files  # moved, files kept
     actor = "admin" if fleet.url.startswith("grpc") else "curator:test"  # a server: its token
     assert notes.actor == actor and "curation: idle 200 days" in notes.message
-    audit = fleet.audit(BOT, actor=actor)
+    audit = fleet.governance.audit(BOT, actor=actor)
     assert {(str(e.scope), e.skill) for e in audit} >= {(str(ALICE), "notes")}
-    again = fleet.curate(BOT, dry_run=False, now=NOW)
+    again = fleet.curation.run(BOT, dry_run=False, now=NOW)
     assert again.skills == 4 and again.to_archive == [] and again.archived == []
     assert _names(again.skipped) == [f"{SHARED}/off"]
-    fleet.restore(ALICE, "notes")
+    fleet.archive.restore(ALICE, "notes")
     assert fleet.skills(ALICE) == ["notes"]
     assert fleet.read(ALICE, "notes", "SKILL.md") == skill_md(
         "notes", "Write down owners.", description="Takes meeting notes"
@@ -156,8 +160,8 @@ def test_a_skill_rolling_out_is_kept_though_idle(fleet: skillfs.Store, store_url
     kept, as a rename of it is refused."""
     with _aged(store_url, 200) as old:
         canary = _md("review-copy", "Reviews code changes, a new flow", "Do it the new way.")
-        old.stage(SHARED, "review-copy", canary, skillfs.Rollout(users=("alice",)))
-    report = fleet.curate(BOT, dry_run=False, now=NOW)
+        old.rollouts.stage(SHARED, "review-copy", canary, skillfs.Rollout(users=("alice",)))
+    report = fleet.curation.run(BOT, dry_run=False, now=NOW)
     kept = {i.skill: i.reason for i in report.skipped}
     assert "a staged candidate is rolling out" in kept["review-copy"]
     assert f"{SHARED}/review-copy" not in _names(report.archived)
@@ -168,14 +172,14 @@ def test_apply_refuses_a_bad_actor_first(fleet: skillfs.Store) -> None:
     """Outside testing: each archive refused the actor, the call reported every skill as
     skipped instead of saying what was wrong."""
     with pytest.raises(InvalidArgument, match="actor"):
-        fleet.curate(BOT, dry_run=False, now=NOW, actor="bad\nactor")
+        fleet.curation.run(BOT, dry_run=False, now=NOW, actor="bad\nactor")
     assert "review-copy" in fleet.skills(SHARED)
 
 
 def test_apply_skips_a_skill_used_meanwhile(fleet: skillfs.Store, store_url: str) -> None:
     """A worker records a use of the first skill to archive after the report is made and
     before it is archived: curation reads the use again and leaves that skill in place."""
-    archivable = fleet.curate(BOT, now=NOW).to_archive
+    archivable = fleet.curation.run(BOT, now=NOW).to_archive
     first = min(archivable, key=lambda i: (str(i.scope), i.skill))
     user = first.scope.user_id or "carol"
     calls = itertools.count()
@@ -183,11 +187,11 @@ def test_apply_skips_a_skill_used_meanwhile(fleet: skillfs.Store, store_url: str
     def clock() -> float:
         if next(calls) == 1:  # the re-check before the first archive
             with skillfs.open_store(store_url) as worker:
-                worker.record_usage(BOT, {(user, first.skill): 1}, {(user, first.skill): NOW})
+                worker.usage.record(BOT, {(user, first.skill): 1}, {(user, first.skill): NOW})
         return NOW
 
     with skillfs.open_store(store_url, clock=clock) as curator:
-        report = curator.curate(BOT, dry_run=False)
+        report = curator.curation.run(BOT, dry_run=False)
     assert _names(report.skipped) == [f"{SHARED}/off", f"{first.scope}/{first.skill}"]
     assert report.skipped[1].reason.endswith("used or changed 0 seconds ago meanwhile, kept")
     assert len(report.archived) == len(report.to_archive) - 1
@@ -201,8 +205,8 @@ def test_market_skills_by_every_agents_use(store: skillfs.Store, store_url: str)
         old.publish(MARKET, "unused", _md("unused", "Used by nobody", "Body two."))
         if store_url.startswith("grpc"):  # a server lists only the agents holding skills
             old.publish(Scope.shared("other-bot"), "x", _md("x", "Its own", "Body three."))
-    store.record_usage("other-bot", {("u", "used"): 1}, {("u", "used"): NOW - DAY})
-    report = store.curate("markets/team", now=NOW)
+    store.usage.record("other-bot", {("u", "used"): 1}, {("u", "used"): NOW - DAY})
+    report = store.curation.run("markets/team", now=NOW)
     assert [i.skill for i in report.to_archive] == ["unused"]
     assert report.stale == []
 
@@ -216,11 +220,11 @@ def test_bad_input_writes_nothing(fleet: skillfs.Store) -> None:
         ({"duplicate_threshold": 1.5}, r"not in \(0, 1\]"),
     ]:
         with pytest.raises(InvalidArgument, match=says):
-            fleet.curate(BOT, dry_run=False, now=NOW, **kwargs)  # type: ignore[arg-type]
+            fleet.curation.run(BOT, dry_run=False, now=NOW, **kwargs)  # type: ignore[arg-type]
     with pytest.raises(NotFound, match="agents/nobody has never held a skill"):
-        fleet.curate("nobody", dry_run=False, now=NOW)
+        fleet.curation.run("nobody", dry_run=False, now=NOW)
     with pytest.raises(InvalidArgument, match="invalid domain"):
-        fleet.curate("teams/x", now=NOW)
+        fleet.curation.run("teams/x", now=NOW)
     assert fleet.skills(SHARED) == ["deploy", "off", "review", "review-copy", "today"]
     assert fleet.skills(ALICE) == ["notes"]
 
@@ -244,8 +248,8 @@ def test_similarity_join_agrees_with_brute_force(threshold: float) -> None:
 
 
 def test_near_duplicates_are_deterministic(fleet: skillfs.Store) -> None:
-    first = fleet.curate(BOT, now=NOW).duplicates
-    assert fleet.curate(BOT, now=NOW).duplicates == first
+    first = fleet.curation.run(BOT, now=NOW).duplicates
+    assert fleet.curation.run(BOT, now=NOW).duplicates == first
     assert shingles("Deploy the  service, then WATCH.", 2) == frozenset(
         {"deploy the", "the service", "service then", "then watch"}
     )
@@ -301,9 +305,9 @@ def test_cli(tmp_path: Path) -> None:
     with _aged(url, 200) as old:
         old.publish(SHARED, "old", _md("old", "Old one", "Old body."))
         old.publish(SHARED, "kept", _md("kept", "Kept one", "Kept body."))
-        old.record_usage(BOT, {("u", "kept"): 1}, {("u", "kept"): time.time() - 40 * DAY})
+        old.usage.record(BOT, {("u", "kept"): 1}, {("u", "kept"): time.time() - 40 * DAY})
         old.publish(SHARED, "off", _md("off", "Switched off", "Off body."))
-        old.disable(SHARED, "off")
+        old.governance.disable(SHARED, "off")
     text = ok(url, "curate").stdout
     assert f"agents/{BOT}: 3 skills, 1 stale skill, 1 to archive" in text
     assert "pairs, 1 kept (a report: --apply archives)" in text

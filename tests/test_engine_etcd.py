@@ -97,7 +97,7 @@ def test_physical_layout(etcd_url: str, server_client: etcd3.Etcd3Client) -> Non
     c2 = store.publish(ALICE, "code-reviewer", {"SKILL.md": skill_md("code-reviewer", "two")})
     c3 = store.publish(SHARED, "s", {"SKILL.md": skill_md("s")})
     cm = store.publish(MARKET, "m", {"SKILL.md": skill_md("m")})
-    store.record_usage("support-bot", {("alice", "code-reviewer"): 2, ("", "s"): 1})
+    store.usage.record("support-bot", {("alice", "code-reviewer"): 2, ("", "s"): 1})
     keys = raw_keys(server_client)
     sha = store.manifest(ALICE, "code-reviewer").files["SKILL.md"].sha256
     live = "agents/support-bot/users/alice/skills/code-reviewer"
@@ -112,9 +112,9 @@ def test_physical_layout(etcd_url: str, server_client: etcd3.Etcd3Client) -> Non
     assert keys[f"blobs/{sha}/0"] == skill_md("code-reviewer", "two")
     assert float(keys[f"blobs/{sha}"]) > 0
     count, when = keys["usage/agents/support-bot/alice/code-reviewer"].split(b" ")
-    assert count == b"2" and float(when) == store.usage_detail("support-bot")[("", "s")].last_used
+    assert count == b"2" and float(when) == store.usage.detail("support-bot")[("", "s")].last_used
     assert keys["usage/agents/support-bot//s"].startswith(b"1 ")
-    assert store.usage("support-bot") == {("alice", "code-reviewer"): 2, ("", "s"): 1}
+    assert store.usage.counts("support-bot") == {("alice", "code-reviewer"): 2, ("", "s"): 1}
     assert keys["domains"] == b"1"  # the domain index is complete (the store started with it)
     assert keys["domains/agents/support-bot"] == keys["domains/markets/team"] == b""
     tops = {k.split("/", 1)[0] for k in keys}
@@ -131,7 +131,7 @@ def test_prefix_keeps_every_key_inside(etcd_url: str, server_client: etcd3.Etcd3
     store = skillfs.open_store(f"{etcd_url}?prefix=tenant1/")
     store.publish(ALICE, "a", {"SKILL.md": skill_md("a")})
     store.publish(ALICE, "a", {"SKILL.md": skill_md("a", "2")})
-    store.record_usage("support-bot", {("alice", "a"): 1})
+    store.usage.record("support-bot", {("alice", "a"): 1})
     keys = raw_keys(server_client)
     assert keys and all(k.startswith("tenant1/") for k in keys)
     other = skillfs.open_store(f"{etcd_url}?prefix=tenant2/")

@@ -72,7 +72,7 @@ def test_physical_layout_matches_the_doc(redis_url: str, raw: redis.Redis) -> No
     store.publish(ALICE, "code-reviewer", {"SKILL.md": skill_md("code-reviewer", "v2")})
     store.publish(SHARED, "greeter", {"SKILL.md": skill_md("greeter")})
     store.publish(MARKET, "lint", {"SKILL.md": skill_md("lint")})
-    store.record_usage("support-bot", {("alice", "code-reviewer"): 2})
+    store.usage.record("support-bot", {("alice", "code-reviewer"): 2})
     shas = {
         e.sha256
         for scope, skill in ((ALICE, "code-reviewer"), (SHARED, "greeter"), (MARKET, "lint"))
@@ -271,7 +271,7 @@ def test_follow_through_the_store(redis_url: str) -> None:
     store = skillfs.open_store(redis_url)
     rev = store.publish(ALICE, "a", {"SKILL.md": skill_md("a")}).revision
     threading.Timer(0.2, lambda: store.delete(ALICE, "a")).start()
-    got = list(store.follow("support-bot", since=rev, timeout=1.5))
+    got = list(store.changes.follow("support-bot", since=rev, timeout=1.5))
     assert [(c.op, c.skill, c.version) for c in got] == [("remove", "a", 2)]
 
 
@@ -338,7 +338,7 @@ def test_gc_frees_a_store_at_maxmemory(tmp_path: Path) -> None:
         with pytest.raises(StoreUnavailable, match="maxmemory"):
             for _ in range(200):  # garbage: blobs no manifest names (an upload never committed)
                 data = os.urandom(64 * 1024)
-                store.put_blob(hashlib.sha256(data).hexdigest(), data, 0.0)
+                store.blobs.put(hashlib.sha256(data).hexdigest(), data, 0.0)
                 stored += 1
         assert stored > 10
         report = store.gc(grace=0)

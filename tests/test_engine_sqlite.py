@@ -105,8 +105,8 @@ def test_physical_layout(db: Path) -> None:
         c1 = store.publish(ALICE, "code-reviewer", {"SKILL.md": skill_md("code-reviewer")})
         store.publish(ALICE, "code-reviewer", {"SKILL.md": skill_md("code-reviewer", "v2")})
         store.publish(MARKET, "m", {"SKILL.md": skill_md("m")})
-        store.record_usage("support-bot", {("alice", "code-reviewer"): 2})
-        store.record_usage("support-bot", {("alice", "code-reviewer"): 3})
+        store.usage.record("support-bot", {("alice", "code-reviewer"): 2})
+        store.usage.record("support-bot", {("alice", "code-reviewer"): 3})
         engine = store.engine
         assert isinstance(engine, SqliteEngine)
         conn = engine._db.conn()
@@ -177,13 +177,13 @@ def test_prefixes_isolate_deployments_in_one_file(db: Path) -> None:
     plain = skillfs.open_store(url_of(db))
     t1 = skillfs.open_store(url_of(db, "prefix=t1/"))
     t1.publish(ALICE, "only-t1", {"SKILL.md": skill_md("only-t1")})
-    t1.record_usage("support-bot", {("alice", "only-t1"): 1})
+    t1.usage.record("support-bot", {("alice", "only-t1"): 1})
     plain.publish(SHARED, "only-plain", {"SKILL.md": skill_md("only-plain", "plain")})
     assert plain.agents() == ["support-bot"] and t1.agents() == ["support-bot"]
     assert plain.scopes("support-bot") == [SHARED]
     assert t1.scopes("support-bot") == [ALICE]
-    assert plain.usage("support-bot") == {}
-    assert t1.usage("support-bot") == {("alice", "only-t1"): 1}
+    assert plain.usage.counts("support-bot") == {}
+    assert t1.usage.counts("support-bot") == {("alice", "only-t1"): 1}
     assert len(list(plain.engine.blob_shas())) == 1
     assert len(list(t1.engine.blob_shas())) == 1
     assert set(plain.engine.blob_shas()).isdisjoint(t1.engine.blob_shas())

@@ -43,7 +43,7 @@ def test_a_write_under_drafts_lands_in_that_draft(fs: SkillFileSystem) -> None:
         1,
         [],
     )
-    [draft] = store.drafts(AGENT)
+    [draft] = store.drafts.list(AGENT)
     assert (draft.name, draft.version, draft.stale) == ("pdf", 1, False)
     fs.pipe("skills/_drafts/pdf/r.md", b"r2")
     assert store.manifest(SHARED, "_drafts/pdf").version == 2
@@ -54,7 +54,7 @@ def test_a_write_under_drafts_lands_in_that_draft(fs: SkillFileSystem) -> None:
     with pytest.raises(InvalidPath):
         fs.pipe("skills/_drafts/_bad/SKILL.md", SKILL_MD)
     fs.rm("skills/_drafts/pdf", recursive=True)
-    assert store.drafts(AGENT) == [] and store.history(SHARED, "_drafts/pdf")[0].deleted
+    assert store.drafts.list(AGENT) == [] and store.history(SHARED, "_drafts/pdf")[0].deleted
     assert not fs.exists("skills/_drafts")
 
 
@@ -95,7 +95,7 @@ def test_a_transaction_writes_several_drafts_in_one_commit(fs: SkillFileSystem) 
         fs.pipe("skills/live/SKILL.md", SKILL_MD)
     ids = {store.manifest(SHARED, s).commit_id for s in ("_drafts/a", "_drafts/b", "live")}
     assert len(ids) == 1
-    assert [d.name for d in store.drafts(SHARED)] == ["a", "b"]
+    assert [d.name for d in store.drafts.list(SHARED)] == ["a", "b"]
 
 
 def test_a_legacy_drafts_manifest_is_read_beside_the_entries(fs: SkillFileSystem) -> None:

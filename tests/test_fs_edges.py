@@ -66,7 +66,7 @@ def test_a_move_keeps_the_kill_switch_and_the_rollout(fs: SkillFileSystem) -> No
     (outside testing: `mv` turned a disabled skill back on for every worker)."""
     fs.pipe({"skills/x/SKILL.md": SKILL_MD})
     scope = Scope.shared("a")
-    fs.store.disable(scope, "x", reason="leaks a key")
+    fs.store.governance.disable(scope, "x", reason="leaks a key")
     with pytest.raises(FailedPrecondition, match=r"is disabled \(leaks a key\).*enable it first"):
         fs.mv("skills/x", "skills/y")
     fs.pipe({"skills/z/SKILL.md": SKILL_MD})
@@ -75,12 +75,12 @@ def test_a_move_keeps_the_kill_switch_and_the_rollout(fs: SkillFileSystem) -> No
         fs.mv("skills/x", "skills/z", recursive=True)
     assert sorted(fs.store.manifest(scope, "z").files) == ["SKILL.md"]
     fs.rm("skills/z", recursive=True)
-    fs.store.enable(scope, "x")
-    fs.store.stage(scope, "x", {"SKILL.md": SKILL_MD + b"new\n"}, Rollout(users=["u"]))
+    fs.store.governance.enable(scope, "x")
+    fs.store.rollouts.stage(scope, "x", {"SKILL.md": SKILL_MD + b"new\n"}, Rollout(users=["u"]))
     with pytest.raises(FailedPrecondition, match="staged candidate: promote or abort it"):
         fs.mv("skills/x", "skills/y")
     assert fs.store.skills(scope) == ["x"] and fs.store.manifest(scope, "x").candidate
-    fs.store.promote(scope, "x")
+    fs.store.rollouts.promote(scope, "x")
     fs.mv("skills/x", "skills/y")
     assert fs.store.skills(scope) == ["y"]
 

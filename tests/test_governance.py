@@ -51,7 +51,7 @@ def test_actor_and_message_in_manifest_history_and_change_log(store: skillfs.Sto
         (who, "second"),
         (who, "first"),
     ]
-    changes = list(store.follow("support-bot", since, timeout=0.2))
+    changes = list(store.changes.follow("support-bot", since, timeout=0.2))
     assert [(c.op, c.actor, c.message) for c in changes] == [
         ("put", who, "first"),
         ("put", who, "second"),
@@ -80,8 +80,8 @@ def test_audit_newest_first_filtered(store: skillfs.Store) -> None:
     mid = time.time()
     time.sleep(0.01)
     store.publish(SHARED, "a", files("a", "2"), actor="bea", message="fix a")
-    store.disable(SHARED, "a", reason="broken", actor="ann")
-    entries = store.audit("support-bot")
+    store.governance.disable(SHARED, "a", reason="broken", actor="ann")
+    entries = store.governance.audit("support-bot")
     assert [(e.skill, e.version, e.action, e.message) for e in entries] == [
         ("a", 3, "disable", "broken"),
         ("a", 2, "publish", "fix a"),
@@ -89,17 +89,17 @@ def test_audit_newest_first_filtered(store: skillfs.Store) -> None:
         ("a", 1, "publish", "add a"),
     ]
     assert entries[2].scope == ALICE
-    assert [e.version for e in store.audit("support-bot", since=mid)] == [3, 2]
-    assert [e.version for e in store.audit("support-bot", until=mid)] == [1, 1]
-    assert [e.skill for e in store.audit("support-bot", skill="b")] == ["b"]
-    assert [e.skill for e in store.audit(ALICE)] == ["b"]
+    assert [e.version for e in store.governance.audit("support-bot", since=mid)] == [3, 2]
+    assert [e.version for e in store.governance.audit("support-bot", until=mid)] == [1, 1]
+    assert [e.skill for e in store.governance.audit("support-bot", skill="b")] == ["b"]
+    assert [e.skill for e in store.governance.audit(ALICE)] == ["b"]
     if not store.url.startswith("grpc"):
-        assert [e.version for e in store.audit("support-bot", actor="bea")] == [2, 1]
-    assert store.audit("agents/support-bot", limit=1)[0].version == 3
+        assert [e.version for e in store.governance.audit("support-bot", actor="bea")] == [2, 1]
+    assert store.governance.audit("agents/support-bot", limit=1)[0].version == 3
     store.publish(MARKET, "m", files("m"), message="market")
-    assert [e.message for e in store.audit("markets/team")] == ["market"]
+    assert [e.message for e in store.governance.audit("markets/team")] == ["market"]
     with pytest.raises(InvalidArgument, match="since=nan"):  # (outside testing: silently nothing)
-        store.audit("support-bot", since=float("nan"))
+        store.governance.audit("support-bot", since=float("nan"))
 
 
 # ----------------------------------------------------------------- disable / enable
@@ -109,7 +109,7 @@ def test_disable_keeps_files_and_history_and_leaves_the_view(store: skillfs.Stor
     store.publish(SHARED, "a", files("a"))
     store.publish(SHARED, "b", files("b"))
     assert view(store, "alice") == ["a", "b"]
-    r = store.disable(SHARED, "a", reason="leaks secrets")
+    r = store.governance.disable(SHARED, "a", reason="leaks secrets")
     m = store.manifest(SHARED, "a")
     assert (m.version, m.disabled, m.disabled_reason) == (r.version, True, "leaks secrets")
     assert set(m.files) == {"SKILL.md", "references/r.md"}
@@ -118,12 +118,12 @@ def test_disable_keeps_files_and_history_and_leaves_the_view(store: skillfs.Stor
     store.publish(SHARED, "a", files("a", "fixed"))  # a fix keeps the kill switch on
     assert store.manifest(SHARED, "a").disabled
     assert view(store, "alice") == ["b"]
-    store.enable(SHARED, "a")
+    store.governance.enable(SHARED, "a")
     m = store.manifest(SHARED, "a")
     assert not m.disabled and m.version == r.version + 2
     assert b"fixed" in store.read(SHARED, "a", "SKILL.md")
     assert view(store, "alice") == ["a", "b"]
-    assert [e.action for e in store.audit(SHARED, skill="a")] == [
+    assert [e.action for e in store.governance.audit(SHARED, skill="a")] == [
         "enable",
         "publish",
         "disable",
@@ -136,25 +136,25 @@ def test_disable_in_a_user_scope_hides_a_shared_skill_from_that_user_alone(
 ) -> None:
     store.publish(SHARED, "a", files("a"))
     store.publish(MARKET, "m", files("m"))
-    store.disable(ALICE, "a", reason="not for alice")
-    store.disable(ALICE, "m")
+    store.governance.disable(ALICE, "a", reason="not for alice")
+    store.governance.disable(ALICE, "m")
     hole = store.manifest(ALICE, "a")
     assert hole.disabled and hole.files == {} and hole.disabled_reason == "not for alice"
     layers = [skillfs.Market("team")]
     assert view(store, "alice", layers=layers) == []
     assert view(store, "bob", layers=layers) == ["a", "m"]
-    store.enable(ALICE, "a")
+    store.governance.enable(ALICE, "a")
     assert view(store, "alice", layers=layers) == ["a"]
     with pytest.raises(NotFound):
         store.manifest(ALICE, "a")  # the hole is gone, not an empty skill
     # recorded as what it was (outside testing: the audit said "delete")
-    assert [e.action for e in store.audit(ALICE, skill="a")] == ["enable", "disable"]
+    assert [e.action for e in store.governance.audit(ALICE, skill="a")] == ["enable", "disable"]
 
 
 def test_a_disabled_lower_layer_does_not_hide_a_higher_one(store: skillfs.Store) -> None:
     store.publish(SHARED, "a", files("a", "shared"))
     store.publish(ALICE, "a", files("a", "alice's"))
-    store.disable(SHARED, "a")
+    store.governance.disable(SHARED, "a")
     assert view(store, "alice") == ["a"]
     assert view(store, "bob") == []
 
@@ -170,7 +170,7 @@ def test_a_disabled_skill_cannot_be_moved_over_another_either(store: skillfs.Sto
     store.publish(SHARED, "leaky", {**files("leaky", "print the API key"), "run.sh": b"echo $K"})
     store.publish(SHARED, "other", files("other", "fine"))
     store.publish(SHARED, "third", files("third", "fine"))
-    store.disable(SHARED, "leaky", reason="leaks the API key")
+    store.governance.disable(SHARED, "leaky", reason="leaks the API key")
     leaky = store.manifest(SHARED, "leaky")
     renamed = {**leaky.files, **files("other", "print the API key")}
     for target in (dict(leaky.files), renamed):
@@ -193,29 +193,29 @@ def test_disable_bad_input_writes_nothing(store: skillfs.Store) -> None:
     store.publish(SHARED, "a", files("a"))
     rev = store.revision("support-bot")
     with pytest.raises(NotFound, match="'nope' does not exist"):
-        store.disable(SHARED, "nope")
+        store.governance.disable(SHARED, "nope")
     with pytest.raises(NotFound, match="nor its agent's shared scope"):
-        store.disable(ALICE, "nope")
+        store.governance.disable(ALICE, "nope")
     with pytest.raises(FailedPrecondition, match="not disabled"):
-        store.enable(SHARED, "a")
+        store.governance.enable(SHARED, "a")
     with pytest.raises(NotFound):
-        store.enable(ALICE, "a")
+        store.governance.enable(ALICE, "a")
     with pytest.raises(InvalidArgument, match="not a skill"):
-        store.disable(SHARED, "_drafts")
+        store.governance.disable(SHARED, "_drafts")
     assert store.revision("support-bot") == rev
-    store.disable(SHARED, "a")
+    store.governance.disable(SHARED, "a")
     rev = store.revision("support-bot")
     with pytest.raises(FailedPrecondition, match="already disabled"):
-        store.disable(SHARED, "a")
+        store.governance.disable(SHARED, "a")
     with pytest.raises(Conflict):
-        store.enable(SHARED, "a", expected_version=1)
+        store.governance.enable(SHARED, "a", expected_version=1)
     assert store.revision("support-bot") == rev
     # a disabled skill archived keeps its switch: enable acts on skills only (review: it
     # switched the archive entry on, and a restore then served it)
-    store.archive(SHARED, "a", reason="old")
+    store.archive.add(SHARED, "a", reason="old")
     rev = store.revision("support-bot")
     with pytest.raises(InvalidArgument, match="only skills can be enabled"):
-        store.enable(SHARED, ".archive/a")
+        store.governance.enable(SHARED, ".archive/a")
     assert store.revision("support-bot") == rev
 
 
@@ -280,12 +280,12 @@ def test_grpc_client_cannot_claim_another_actor(tmp_path: Path) -> None:
         url = f"grpc://127.0.0.1:{server.grpc_port}"
         with skillfs.open_store(url, token=grpc_servers.ALICE, actor="admin") as alice:
             alice.publish(ALICE, "a", files("a"), actor="root", message="mine")
-            alice.disable(ALICE, "a", actor="root")
+            alice.governance.disable(ALICE, "a", actor="root")
             assert [(m.actor, m.message) for m in alice.history(ALICE, "a")] == [
                 ("alice", "disabled"),
                 ("alice", "mine"),
             ]
-            assert [e.actor for e in alice.audit(ALICE)] == ["alice", "alice"]
+            assert [e.actor for e in alice.governance.audit(ALICE)] == ["alice", "alice"]
     finally:
         server.stop(0)
 
@@ -299,13 +299,13 @@ def test_grpc_audit_is_one_call_within_the_tokens_read_grants(tmp_path: Path) ->
             admin.publish(ALICE, "a", files("a"), message="alice's")
             admin.publish(BOB, "b", files("b"), message="bob's")
             admin.publish(MARKET, "m", files("m"), message="market")
-            everything = admin.audit("support-bot")
+            everything = admin.governance.audit("support-bot")
             assert {(str(e.scope), e.message) for e in everything} == {
                 (str(SHARED), "shared"),
                 (str(ALICE), "alice's"),
                 (str(BOB), "bob's"),
             }
-            assert [e.skill for e in admin.audit("markets/team")] == ["m"]
+            assert [e.skill for e in admin.governance.audit("markets/team")] == ["m"]
         with skillfs.open_store(url, token=grpc_servers.ALICE) as alice:
             calls: list[str] = []
             engine = alice.engine
@@ -316,19 +316,21 @@ def test_grpc_audit_is_one_call_within_the_tokens_read_grants(tmp_path: Path) ->
                 return real(attempt, limit)
 
             engine._pool.run = counted  # type: ignore[attr-defined]
-            mine = alice.audit("support-bot")
+            mine = alice.governance.audit("support-bot")
             assert calls == ["call"]  # one call (Audit), no listing or manifest reads
             assert {(str(e.scope), e.skill) for e in mine} == {
                 (str(SHARED), "s"),
                 (str(ALICE), "a"),
             }
             assert mine == [e for e in everything if e.scope != BOB]  # the same entries, in order
-            assert [e.skill for e in alice.audit("support-bot", skill="a", actor="admin")] == ["a"]
-            assert alice.audit("support-bot", until=0.0) == []
-            assert [e.skill for e in alice.audit(SHARED)] == ["s"]
+            assert [
+                e.skill for e in alice.governance.audit("support-bot", skill="a", actor="admin")
+            ] == ["a"]
+            assert alice.governance.audit("support-bot", until=0.0) == []
+            assert [e.skill for e in alice.governance.audit(SHARED)] == ["s"]
             with pytest.raises(skillfs.errors.PermissionDenied):
-                alice.audit(BOB)
+                alice.governance.audit(BOB)
             with pytest.raises(skillfs.errors.PermissionDenied):
-                alice.audit("other-agent")
+                alice.governance.audit("other-agent")
     finally:
         server.stop(0)

@@ -15,6 +15,7 @@ import grpc
 import pytest
 
 import skillfs
+from skillfs.api import Store
 from skillfs.engines.base import CommitOp
 from skillfs.model import FileEntry, Manifest, Scope
 from skillfs.remote.proto import skillfs_pb2 as pb
@@ -22,7 +23,6 @@ from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.remote.wire import BUDGET, PROTOCOL_KEY, UNBOUNDED, joined, packed
 from skillfs.runtime import Skills
 from skillfs.server.app import SkillfsServer
-from skillfs.store.core import Store
 from skillfs.store.retention import HistoryPolicy
 from support.grpc_servers import ADMIN, running
 from tests.helpers import skill_md
@@ -70,7 +70,7 @@ def manifest(skill: str, version: int, files: dict[str, FileEntry]) -> Manifest:
 
 def seed(server: SkillfsServer, scope: Scope, manifests: list[Manifest]) -> None:
     """Write manifests straight into the server's store, many per commit (fast)."""
-    server.store.put_blob(hashlib.sha256(b"x").hexdigest(), b"x", time.time())
+    server.store.blobs.put(hashlib.sha256(b"x").hexdigest(), b"x", time.time())
     for i in range(0, len(manifests), 500):
         ops = [
             CommitOp(scope=scope, manifest=m, expect=m.version - 1) for m in manifests[i : i + 500]
@@ -129,10 +129,10 @@ def test_history_over_the_cap_lists_summaries(server: SkillfsServer, remote: Sto
 
 def test_usage_and_audit_over_the_cap(server: SkillfsServer, remote: Store) -> None:
     counts = {(f"user{i}", f"skill-{i % 100}"): 1 for i in range(30_000)}  # ~1.4 MB
-    remote.record_usage(AGENT, counts)  # sent in several calls
-    assert len(remote.usage_detail(AGENT)) == 30_000  # read in bounded messages
+    remote.usage.record(AGENT, counts)  # sent in several calls
+    assert len(remote.usage.detail(AGENT)) == 30_000  # read in bounded messages
     seed(server, SHARED, [manifest(f"a{i:04d}", 1, table(1)) for i in range(3000)])
-    assert len(remote.audit(AGENT, limit=5000)) == 3000
+    assert len(remote.governance.audit(AGENT, limit=5000)) == 3000
 
 
 def test_a_commit_of_many_skills_reaches_a_remote_follower(
@@ -149,7 +149,7 @@ def test_a_commit_of_many_skills_reaches_a_remote_follower(
             message="m" * 4000,
         )  # fmt: skip
         assert len(worker.snapshot().skills) == 501
-    changes = list(remote.follow(AGENT, since=first.revision, timeout=2))
+    changes = list(remote.changes.follow(AGENT, since=first.revision, timeout=2))
     assert len(changes) == 500 and all(c.message == "m" * 4000 for c in changes)
 
 

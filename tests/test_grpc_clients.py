@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 import skillfs
+from skillfs.api import Store
 from skillfs.cli.app import app
 from skillfs.errors import InvalidArgument
 from skillfs.model import Scope
@@ -28,7 +29,6 @@ from skillfs.runtime import Skills
 from skillfs.server.app import SkillfsServer
 from skillfs.server.backend import Caps
 from skillfs.server.proofs import ManifestIndex
-from skillfs.store.core import Store
 from skillfs.store.retention import HistoryPolicy
 from support.grpc_servers import ADMIN, ALICE, READER, in_process, running, single
 from tests.helpers import skill_md as md
@@ -145,7 +145,7 @@ def test_view_rpcs_answer_as_the_runtime_does(url: str, server: SkillfsServer) -
         shipped = [manifest_from(sm.manifest_json) for sm in event.manifests]
         assert {(m.skill, m.version) for m in shipped} == want
     worker.close()  # writes the worker's load counts through RecordUsage
-    counts = skillfs.open_store(url, token=ADMIN).usage(AGENT)
+    counts = skillfs.open_store(url, token=ADMIN).usage.counts(AGENT)
     assert counts[("alice", "reviewer")] >= 1  # the server batches its own loads
 
 
@@ -183,10 +183,10 @@ def test_other_users_changes_never_reload_a_user_scoped_worker(url: str) -> None
         assert worker.snapshot().revisions[f"agents/{AGENT}"] == c.revision
         assert worker.snapshot().load("mine").count("v2") == 1
         assert not [x for x in loads if x.startswith("load_scope")]
-        # and store.follow() shows alice nothing of bob's
+        # and store.changes.follow() shows alice nothing of bob's
         since = alice.revision(AGENT)
         admin.publish(Scope.user(AGENT, "bob"), "notes", {"SKILL.md": md("notes", "x")})
-        assert list(alice.follow(AGENT, since=since, timeout=1.5)) == []
+        assert list(alice.changes.follow(AGENT, since=since, timeout=1.5)) == []
     finally:
         worker.close()
 
@@ -371,14 +371,14 @@ def test_a_call_right_after_a_restart_waits_for_the_reconnect(tmp_path: Path) ->
     port = first.grpc_port
     client = skillfs.open_store(f"grpc://127.0.0.1:{port}", token=ADMIN, retry_for=0)
     try:
-        client.record_usage("bot", {("alice", "s"): 1})
+        client.usage.record("bot", {("alice", "s"): 1})
         first.stop(0)
         with pytest.raises(skillfs.errors.StoreUnavailable):  # down: refused, after the wait
-            client.record_usage("bot", {("alice", "s"): 1})
+            client.usage.record("bot", {("alice", "s"): 1})
         again = in_process(store_url, tmp_path / "2", grpc=f"127.0.0.1:{port}")
         try:
-            client.record_usage("bot", {("alice", "s"): 1})  # the channel is still backing off
-            assert client.usage_detail("bot")[("alice", "s")].count == 2
+            client.usage.record("bot", {("alice", "s"): 1})  # the channel is still backing off
+            assert client.usage.detail("bot")[("alice", "s")].count == 2
         finally:
             again.stop(0)
     finally:

@@ -120,7 +120,7 @@ def test_backend_writes_follow_every_rule_of_the_write_tools() -> None:
     store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
     store.publish(ALICE, "notes", {"SKILL.md": md("notes")})
     store.publish(SHARED, "guide", {"SKILL.md": md("guide"), "run.sh": b"print key"})
-    store.disable(SHARED, "guide", reason="leaks the API key")
+    store.governance.disable(SHARED, "guide", reason="leaks the API key")
     backend = SkillfsBackend(skillfs.Skills(store, "bot", "alice", skill_writes="live"))
     refused = {
         "/notes/SKILL.md": "breaks the Agent Skills spec",

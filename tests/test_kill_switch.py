@@ -57,7 +57,7 @@ def test_no_user_write_brings_back_a_skill_disabled_in_the_shared_scope(
     store: Store, tmp_path: Path
 ) -> None:
     store.publish(SHARED, "leaky", {**skill("leaky"), "notes.md": b"old"})
-    store.disable(SHARED, "leaky", reason="leaks the API key")
+    store.governance.disable(SHARED, "leaky", reason="leaks the API key")
     before = counter(store)
     with pytest.raises(FailedPrecondition, match=r"disabled in shared:support-bot .*API key"):
         store.publish(ALICE, "leaky", skill("leaky", "mine"))
@@ -80,7 +80,7 @@ def test_no_user_write_brings_back_a_skill_disabled_in_the_shared_scope(
 def test_nor_one_disabled_in_a_market(store: Store) -> None:
     market = Scope.market("team")
     store.publish(market, "shared-tool", skill("shared-tool"))
-    store.disable(market, "shared-tool", reason="recalled")
+    store.governance.disable(market, "shared-tool", reason="recalled")
     with pytest.raises(FailedPrecondition, match=r"disabled in market:team .*recalled"):
         store.publish(ALICE, "shared-tool", skill("shared-tool"))
     created = live_tools(store).call_tool(
@@ -105,7 +105,7 @@ def test_a_copy_made_before_the_disable_is_hidden_until_enabled_for_the_user(
         assert copy.origin == Origin(scope=str(SHARED), skill=name, version=1)
     assert {s.id for s in Skills(store, AGENT, "alice").snapshot().skills} == {"notes", "guide"}
 
-    store.disable(SHARED, "notes", reason="wrong advice")
+    store.governance.disable(SHARED, "notes", reason="wrong advice")
     snap = Skills(store, AGENT, "alice").snapshot()
     assert [s.id for s in snap.skills] == ["guide"]
     hidden = [p for p in snap.problems if p.source == str(ALICE)]
@@ -114,10 +114,10 @@ def test_a_copy_made_before_the_disable_is_hidden_until_enabled_for_the_user(
     with pytest.raises(FailedPrecondition, match="wrong advice"):  # nor is the copy edited
         store.publish(ALICE, "notes", skill("notes", "edited"))
 
-    store.enable(ALICE, "notes", message="reviewed: alice's copy is fine")
+    store.governance.enable(ALICE, "notes", message="reviewed: alice's copy is fine")
     assert store.manifest(ALICE, "notes").origin is None
     assert {s.id for s in Skills(store, AGENT, "alice").snapshot().skills} == {"notes", "guide"}
-    assert store.audit(ALICE, skill="notes")[0].action == "enable"
+    assert store.governance.audit(ALICE, skill="notes")[0].action == "enable"
 
 
 def test_a_copy_of_a_skill_deleted_since_it_was_read_is_refused(store: Store) -> None:
@@ -139,7 +139,7 @@ def test_a_raw_commit_to_a_server_is_held_to_the_same_rule(tmp_path: Path) -> No
     try:
         direct = server.store
         direct.publish(SHARED, "leaky", skill("leaky"))
-        direct.disable(SHARED, "leaky", reason="leaks")
+        direct.governance.disable(SHARED, "leaky", reason="leaks")
         client = skillfs.open_store(f"grpc://127.0.0.1:{server.grpc_port}", token=ALICE_TOKEN)
         try:
             shared = client.manifest(SHARED, "leaky")  # its files are alice's to name

@@ -54,11 +54,11 @@ def test_commit_deleting_a_deleted_skill_writes_nothing(store: skillfs.Store) ->
 
 
 def test_usage_batch_over_the_cap_is_refused(store: skillfs.Store) -> None:
-    store.record_usage("support-bot", {("alice", "s"): 3})
+    store.usage.record("support-bot", {("alice", "s"): 3})
     for bad, error in [(USAGE_BATCH_MAX + 1, TooLarge), (2**70, TooLarge), (-1, InvalidPath)]:
         with pytest.raises(error, match="nothing was recorded"):
-            store.record_usage("support-bot", {("alice", "t"): 1, ("alice", "s"): bad})
-    assert store.usage("support-bot") == {("alice", "s"): 3}
+            store.usage.record("support-bot", {("alice", "t"): 1, ("alice", "s"): bad})
+    assert store.usage.counts("support-bot") == {("alice", "s"): 3}
 
 
 def test_usage_counters_saturate_instead_of_overflowing(store: skillfs.Store) -> None:
@@ -67,14 +67,14 @@ def test_usage_counters_saturate_instead_of_overflowing(store: skillfs.Store) ->
     if store.url.startswith("grpc"):
         with pytest.raises(TooLarge, match="nothing was recorded"):
             store.engine.add_usage("support-bot", {("", "s"): 2**62})
-        assert store.usage("support-bot") == {}
+        assert store.usage.counts("support-bot") == {}
         return
     store.engine.add_usage("support-bot", {("", "s"): USAGE_MAX - 5, ("u", "t"): 1})
     store.engine.add_usage("support-bot", {("", "s"): 10, ("u", "t"): USAGE_MAX})
-    store.record_usage("support-bot", {("", "s"): USAGE_BATCH_MAX})
-    assert store.usage("support-bot") == {("", "s"): USAGE_MAX, ("u", "t"): USAGE_MAX}
-    store.record_usage("support-bot", {("u", "new"): 2})
-    assert store.usage("support-bot")[("u", "new")] == 2
+    store.usage.record("support-bot", {("", "s"): USAGE_BATCH_MAX})
+    assert store.usage.counts("support-bot") == {("", "s"): USAGE_MAX, ("u", "t"): USAGE_MAX}
+    store.usage.record("support-bot", {("u", "new"): 2})
+    assert store.usage.counts("support-bot")[("u", "new")] == 2
 
 
 # ----------------------------------------------------------------- one Redis script's work

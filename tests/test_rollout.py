@@ -67,7 +67,7 @@ def test_stage_widen_promote_on_every_topology(store: skillfs.Store, other: skil
     bob = skillfs.Skills(other, AGENT, "bob")  # a worker in another process's place
     carol = skillfs.Skills(other, AGENT, "carol", environment="prod")
     assert [s.candidate for s in bob.snapshot().skills] == [False]
-    staged = store.stage(SHARED, "s", files("s", "canary"), Rollout(users=["bob"]), v1)
+    staged = store.rollouts.stage(SHARED, "s", files("s", "canary"), Rollout(users=["bob"]), v1)
     assert staged.version == v1 + 1
     m = store.manifest(SHARED, "s")
     assert m.candidate is not None and m.candidate.rollout.users == ("bob",)
@@ -79,15 +79,20 @@ def test_stage_widen_promote_on_every_topology(store: skillfs.Store, other: skil
     assert [(s.version, s.candidate) for s in c.skills] == [(v1 + 1, False)]
     assert "live" in c.load("s") and b.token != c.token
     # C4: bob's snapshot keeps the candidate's files while the rollout moves on
-    store.widen(SHARED, "s", Rollout(environments=["prod"], users=["bob"]))
+    store.rollouts.widen(SHARED, "s", Rollout(environments=["prod"], users=["bob"]))
     assert "canary" in carol.snapshot().load("s")
-    promoted = store.promote(SHARED, "s")
+    promoted = store.rollouts.promote(SHARED, "s")
     assert body(b.read_bytes("s", "references/r.md")) == "canary"
     assert seen(other, "dave") == {"s": "canary"}
     m = store.manifest(SHARED, "s")
     assert (m.version, m.candidate) == (promoted.version, None)
     assert [h.version for h in store.history(SHARED, "s")] == [4, 3, 2, 1]
-    assert [e.action for e in store.audit(SHARED)] == ["promote", "widen", "stage", "publish"]
+    assert [e.action for e in store.governance.audit(SHARED)] == [
+        "promote",
+        "widen",
+        "stage",
+        "publish",
+    ]
     store.rollback(SHARED, "s", version=v1)  # the old live version is kept
     assert seen(other, "dave") == {"s": "live"}
     bob.close()
@@ -96,30 +101,30 @@ def test_stage_widen_promote_on_every_topology(store: skillfs.Store, other: skil
 
 def test_abort_and_a_skill_that_was_only_staged(store: skillfs.Store) -> None:
     store.publish(SHARED, "s", files("s", "live"))
-    store.stage(SHARED, "s", files("s", "canary"), Rollout(fraction=1.0))
+    store.rollouts.stage(SHARED, "s", files("s", "canary"), Rollout(fraction=1.0))
     assert seen(store, "anyone") == {"s": "canary"}
-    store.abort(SHARED, "s")
+    store.rollouts.abort(SHARED, "s")
     assert seen(store, "anyone") == {"s": "live"}
     assert store.manifest(SHARED, "s").candidate is None
     # a new skill staged for prod: nobody else sees it, not even as a problem
-    store.stage(SHARED, "new", files("new", "fresh"), Rollout(environments=["prod"]))
+    store.rollouts.stage(SHARED, "new", files("new", "fresh"), Rollout(environments=["prod"]))
     assert seen(store, "u") == {"s": "live"}
     with skillfs.Skills(store, AGENT, "u") as sk:
         assert not sk.snapshot().problems
     assert seen(store, "u", "prod") == {"s": "live", "new": "fresh"}
-    store.disable(SHARED, "new", reason="hold")  # the kill switch keeps the candidate
+    store.governance.disable(SHARED, "new", reason="hold")  # the kill switch keeps the candidate
     assert seen(store, "u", "prod") == {"s": "live"}
-    store.enable(SHARED, "new")
+    store.governance.enable(SHARED, "new")
     assert seen(store, "u", "prod") == {"s": "live", "new": "fresh"}
-    store.abort(SHARED, "new")  # never live: deleted, history kept
+    store.rollouts.abort(SHARED, "new")  # never live: deleted, history kept
     assert "new" not in store.skills(SHARED)
     assert [m.version for m in store.history(SHARED, "new")] == [4, 3, 2, 1]
-    actions = [e.action for e in store.audit(SHARED, skill="new")]
+    actions = [e.action for e in store.governance.audit(SHARED, skill="new")]
     assert actions == ["abort", "enable", "disable", "stage"]
     # the operation is recorded, not inferred: a candidate with the live files aborted
-    store.stage(SHARED, "s", files("s", "live"), Rollout(fraction=0.5))
-    store.abort(SHARED, "s")
-    assert [e.action for e in store.audit(SHARED, skill="s")][:2] == ["abort", "stage"]
+    store.rollouts.stage(SHARED, "s", files("s", "live"), Rollout(fraction=0.5))
+    store.rollouts.abort(SHARED, "s")
+    assert [e.action for e in store.governance.audit(SHARED, skill="s")][:2] == ["abort", "stage"]
 
 
 def test_a_staged_only_skill_disabled_then_aborted_leaves_no_hole(store: skillfs.Store) -> None:
@@ -128,18 +133,18 @@ def test_a_staged_only_skill_disabled_then_aborted_leaves_no_hole(store: skillfs
     was only staged published an empty skill."""
     team = {"layers": [skillfs.Market("team")]}
     store.publish(MARKET, "m", files("m", "market"))
-    store.stage(SHARED, "m", files("m", "canary"), Rollout(users=["alice"]))
-    store.disable(SHARED, "m", reason="bad canary")
+    store.rollouts.stage(SHARED, "m", files("m", "canary"), Rollout(users=["alice"]))
+    store.governance.disable(SHARED, "m", reason="bad canary")
     assert "m" not in seen(store, "bob", **team)  # the hole, while the candidate is out
-    store.abort(SHARED, "m")
+    store.rollouts.abort(SHARED, "m")
     assert "m" not in store.skills(SHARED) and seen(store, "bob", **team) == {"m": "market"}
     # in a user's scope a disabled entry without files is how a user hides a skill: kept
-    store.disable(ALICE, "m")
-    store.stage(ALICE, "m", files("m", "mine"), Rollout(users=["alice"]))
-    store.abort(ALICE, "m")
+    store.governance.disable(ALICE, "m")
+    store.rollouts.stage(ALICE, "m", files("m", "mine"), Rollout(users=["alice"]))
+    store.rollouts.abort(ALICE, "m")
     assert store.manifest(ALICE, "m").hides and "m" not in seen(store, "alice", **team)
-    store.stage(SHARED, "n", files("n", "staged"), Rollout(users=["alice"]))
-    store.promote(SHARED, "n")
+    store.rollouts.stage(SHARED, "n", files("n", "staged"), Rollout(users=["alice"]))
+    store.rollouts.promote(SHARED, "n")
     with pytest.raises(NotFound, match="version 1 of shared:support-bot/n holds no live files"):
         store.rollback(SHARED, "n", 1)
     assert seen(store, "bob")["n"] == "staged"
@@ -149,7 +154,7 @@ def test_candidates_in_markets_user_scopes_and_under_the_kill_switch(
     store: skillfs.Store,
 ) -> None:
     store.publish(MARKET, "m", files("m", "live"))
-    store.stage(MARKET, "m", files("m", "canary"), Rollout(environments=["staging"]))
+    store.rollouts.stage(MARKET, "m", files("m", "canary"), Rollout(environments=["staging"]))
     layers = [skillfs.Market("team")]
     assert seen(store, "u", "staging", layers=layers) == {"m": "canary"}
     assert seen(store, "u", "prod", layers=layers) == {"m": "live"}
@@ -158,7 +163,7 @@ def test_candidates_in_markets_user_scopes_and_under_the_kill_switch(
     assert seen(store, "u", "prod", layers=staging) == {"m": "canary"}
     # a user's own skill: users= may name that user alone
     store.publish(ALICE, "a", files("a", "live"))
-    store.stage(ALICE, "a", files("a", "canary"), Rollout(users=["alice"]))
+    store.rollouts.stage(ALICE, "a", files("a", "canary"), Rollout(users=["alice"]))
     assert seen(store, "alice")["a"] == "canary"
     # a publish keeps the candidate, as it keeps the kill switch; disable hides both
     hotfix = store.publish(ALICE, "a", files("a", "hotfix"))
@@ -166,11 +171,11 @@ def test_candidates_in_markets_user_scopes_and_under_the_kill_switch(
     assert m.candidate is not None and m.version == hotfix.version
     assert body(store.read(ALICE, "a", "references/r.md")) == "hotfix"  # the publish landed
     assert seen(store, "alice")["a"] == "canary"
-    store.disable(ALICE, "a", reason="bad")
+    store.governance.disable(ALICE, "a", reason="bad")
     assert "a" not in seen(store, "alice")
-    store.enable(ALICE, "a")
+    store.governance.enable(ALICE, "a")
     assert seen(store, "alice")["a"] == "canary"
-    store.promote(ALICE, "a")
+    store.rollouts.promote(ALICE, "a")
     assert seen(store, "alice")["a"] == "canary"
 
 
@@ -181,17 +186,17 @@ def test_an_archive_that_loses_a_race_to_a_promote_is_retried(
     promote was refused ("a new candidate is staged by the commit that writes it") where a
     direct store retried it. The server now answers the lost race as one."""
     store.publish(SHARED, "s0", {"SKILL.md": skill_md("s0", "live")})
-    store.stage(SHARED, "s0", {"SKILL.md": skill_md("s0", "cand")}, Rollout(users=("u1",)))
+    store.rollouts.stage(SHARED, "s0", {"SKILL.md": skill_md("s0", "cand")}, Rollout(users=("u1",)))
     real, raced = store.engine.commit, []
 
     def commit(domain: str, ops: list, checks: Any = ()) -> skillfs.Revision:  # type: ignore[type-arg]
         if not raced:  # the promote lands between the archive's read and its commit
             raced.append(True)  # (memory: `other` shares this engine, and its commit)
-            other.promote(SHARED, "s0")
+            other.rollouts.promote(SHARED, "s0")
         return real(domain, ops, checks)
 
     store.engine.commit = commit  # type: ignore[method-assign]
-    result = store.archive(SHARED, "s0", reason="old")
+    result = store.archive.add(SHARED, "s0", reason="old")
     assert raced and result.versions == {"s0": 4, ".archive/s0": 1}
     archived = store.manifest(SHARED, ".archive/s0")
     assert b"cand" in store.read(SHARED, ".archive/s0", "SKILL.md")  # the promoted version
@@ -200,7 +205,7 @@ def test_an_archive_that_loses_a_race_to_a_promote_is_retried(
 
 def test_candidate_blobs_survive_gc(store: skillfs.Store) -> None:
     store.publish(SHARED, "s", files("s", "live"))
-    store.stage(SHARED, "s", files("s", "only-in-the-candidate"), Rollout(users=["bob"]))
+    store.rollouts.stage(SHARED, "s", files("s", "only-in-the-candidate"), Rollout(users=["bob"]))
     store.gc(grace=0.0)
     assert seen(store, "bob")["s"] == "only-in-the-candidate"
 
@@ -209,16 +214,16 @@ def test_bad_input_writes_nothing(store: skillfs.Store) -> None:
     store.publish(SHARED, "s", files("s", "live"))
     before = store.revision(AGENT)
     for bad in (
-        lambda: store.widen(SHARED, "nope", Rollout(fraction=0.5)),
-        lambda: store.promote(SHARED, "nope"),
-        lambda: store.abort(SHARED, "nope"),
+        lambda: store.rollouts.widen(SHARED, "nope", Rollout(fraction=0.5)),
+        lambda: store.rollouts.promote(SHARED, "nope"),
+        lambda: store.rollouts.abort(SHARED, "nope"),
     ):
         with pytest.raises(NotFound):
             bad()
     for bad in (  # no candidate: there is nothing to act on yet
-        lambda: store.promote(SHARED, "s"),
-        lambda: store.abort(SHARED, "s"),
-        lambda: store.widen(SHARED, "s", Rollout(fraction=0.5)),
+        lambda: store.rollouts.promote(SHARED, "s"),
+        lambda: store.rollouts.abort(SHARED, "s"),
+        lambda: store.rollouts.widen(SHARED, "s", Rollout(fraction=0.5)),
     ):
         with pytest.raises(FailedPrecondition, match="no staged candidate"):
             bad()
@@ -234,19 +239,21 @@ def test_bad_input_writes_nothing(store: skillfs.Store) -> None:
         with pytest.raises(InvalidArgument, match=r"rollout|environment|user"):
             Rollout(**rule)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="alone"):
-        store.stage(ALICE, "a", files("a", "x"), Rollout(users=["bob"]))
+        store.rollouts.stage(ALICE, "a", files("a", "x"), Rollout(users=["bob"]))
     with pytest.raises(InvalidArgument, match=r"skillfs\.Rollout"):
-        store.stage(SHARED, "s", files("s", "x"), {"fraction": 0.5})  # type: ignore[arg-type]
+        store.rollouts.stage(SHARED, "s", files("s", "x"), {"fraction": 0.5})  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="not a skill"):
-        store.stage(SHARED, "_drafts", files("d", "x"), Rollout(fraction=0.5))
+        store.rollouts.stage(SHARED, "_drafts", files("d", "x"), Rollout(fraction=0.5))
     with pytest.raises(InvalidArgument):
-        store.stage(SHARED, "s", {"../x": b"x"}, Rollout(fraction=0.5))
+        store.rollouts.stage(SHARED, "s", {"../x": b"x"}, Rollout(fraction=0.5))
     with pytest.raises(Conflict):
-        store.stage(SHARED, "s", files("s", "x"), Rollout(fraction=0.5), expected_version=7)
+        store.rollouts.stage(
+            SHARED, "s", files("s", "x"), Rollout(fraction=0.5), expected_version=7
+        )
     with pytest.raises(skillfs.errors.InvalidSkill):
-        store.stage(SHARED, "s", {"SKILL.md": b"no frontmatter"}, Rollout(), strict=True)
+        store.rollouts.stage(SHARED, "s", {"SKILL.md": b"no frontmatter"}, Rollout(), strict=True)
     assert store.revision(AGENT) == before  # nothing was written
-    store.stage(SHARED, "s", files("s", "c"), Rollout(environments=["prod"], fraction=0.2))
+    store.rollouts.stage(SHARED, "s", files("s", "c"), Rollout(environments=["prod"], fraction=0.2))
     before = store.revision(AGENT)
     for narrower in (
         Rollout(fraction=0.2),  # drops prod
@@ -254,9 +261,9 @@ def test_bad_input_writes_nothing(store: skillfs.Store) -> None:
         Rollout(environments=["prod"], fraction=0.2),  # the same rule: nothing to widen
     ):
         with pytest.raises(FailedPrecondition, match=r"keep everyone|nothing to widen"):
-            store.widen(SHARED, "s", narrower)
+            store.rollouts.widen(SHARED, "s", narrower)
     with pytest.raises(Conflict):
-        store.promote(SHARED, "s", expected_version=1)
+        store.rollouts.promote(SHARED, "s", expected_version=1)
     assert store.revision(AGENT) == before
 
 
@@ -266,9 +273,9 @@ def test_an_unchanged_step_with_a_candidate_is_one_round_trip() -> None:
     else (docs/governance.md)."""
     store, counter = counting_store()
     store.publish(SHARED, "s", files("s", "live"))
-    store.stage(SHARED, "s", files("s", "canary"), Rollout(users=["bob"]))
+    store.rollouts.stage(SHARED, "s", files("s", "canary"), Rollout(users=["bob"]))
     store.publish(MARKET, "m", files("m", "live"))
-    store.stage(MARKET, "m", files("m", "canary"), Rollout(environments=["prod"]))
+    store.rollouts.stage(MARKET, "m", files("m", "canary"), Rollout(environments=["prod"]))
     skills = skillfs.Skills(store, AGENT, "bob", [skillfs.Market("team")], environment="prod")
     first = skills.snapshot()
     assert [(s.id, s.candidate) for s in first.skills] == [("m", True), ("s", True)]
@@ -306,7 +313,9 @@ def test_fraction_over_ten_thousand_users_and_widening_keeps_everyone_in() -> No
 def test_effective_and_the_rule_owner() -> None:
     store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
     store.publish(SHARED, "s", files("s", "live"))
-    store.stage(SHARED, "s", files("s", "c"), Rollout(environments=["prod"], users=["bob"]))
+    store.rollouts.stage(
+        SHARED, "s", files("s", "c"), Rollout(environments=["prod"], users=["bob"])
+    )
     m = store.manifest(SHARED, "s")
     assert effective(m, SHARED, "alice", None) is m
     assert effective(m, SHARED, "alice", "staging") is m
@@ -315,7 +324,7 @@ def test_effective_and_the_rule_owner() -> None:
         assert isinstance(got, Manifest) and got is not m
         assert got.candidate is None and got.version == m.version
         assert m.candidate is not None and got.files == m.candidate.files
-    store.stage(SHARED, "new", files("new", "c"), Rollout(users=["bob"]))
+    store.rollouts.stage(SHARED, "new", files("new", "c"), Rollout(users=["bob"]))
     fresh = store.manifest(SHARED, "new")
     assert effective(fresh, SHARED, "alice", None) is None
     assert effective(fresh, SHARED, "bob", None) is not None
@@ -373,8 +382,8 @@ def test_grpc_stage_goes_through_commit_and_views_take_the_environment(tmp_path:
         url = f"grpc://127.0.0.1:{server.grpc_port}"
         with skillfs.open_store(url, token=grpc_servers.ADMIN) as admin:
             admin.publish(SHARED, "s", files("s", "live"))
-            admin.stage(SHARED, "s", files("s", "canary"), Rollout(environments=["prod"]))
-            admin.widen(SHARED, "s", Rollout(environments=["prod"], users=["bob"]))
+            admin.rollouts.stage(SHARED, "s", files("s", "canary"), Rollout(environments=["prod"]))
+            admin.rollouts.widen(SHARED, "s", Rollout(environments=["prod"], users=["bob"]))
             m = admin.manifest(SHARED, "s")
             assert m.candidate is not None and m.candidate.actor == "admin"
             assert m.candidate.rollout.users == ("bob",)
@@ -402,12 +411,12 @@ def test_grpc_stage_goes_through_commit_and_views_take_the_environment(tmp_path:
         # a user's token with write on its own scope stages there; not in the shared scope
         with skillfs.open_store(url, token=grpc_servers.ALICE) as alice:
             alice.publish(ALICE, "a", files("a", "live"))
-            alice.stage(ALICE, "a", files("a", "canary"), Rollout(users=["alice"]))
+            alice.rollouts.stage(ALICE, "a", files("a", "canary"), Rollout(users=["alice"]))
             assert alice.manifest(ALICE, "a").candidate.actor == "alice"  # type: ignore[union-attr]
-            alice.promote(ALICE, "a")
+            alice.rollouts.promote(ALICE, "a")
             assert seen(alice, "alice")["a"] == "canary"
             with pytest.raises(PermissionDenied):
-                alice.stage(SHARED, "s", files("s", "mine"), Rollout(users=["alice"]))
+                alice.rollouts.stage(SHARED, "s", files("s", "mine"), Rollout(users=["alice"]))
     finally:
         server.stop(0)
 
@@ -420,7 +429,7 @@ def test_grpc_server_vouches_for_the_candidate(tmp_path: Path) -> None:
         url = f"grpc://127.0.0.1:{server.grpc_port}"
         with skillfs.open_store(url, token=grpc_servers.ALICE) as alice:
             alice.publish(ALICE, "a", files("a", "live"))
-            alice.stage(ALICE, "a", files("a", "canary"), Rollout(users=["alice"]))
+            alice.rollouts.stage(ALICE, "a", files("a", "canary"), Rollout(users=["alice"]))
             m = alice.manifest(ALICE, "a")
             assert m.candidate is not None
             forged = m.candidate.model_copy(
@@ -455,7 +464,7 @@ def test_mcp_views_take_the_environment() -> None:
     store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
     store.publish(SHARED, "s", {"SKILL.md": skill_md("s", description="Live one.")})
     staged = {"SKILL.md": skill_md("s", description="Candidate one.")}
-    store.stage(SHARED, "s", staged, Rollout(environments=["prod"]))
+    store.rollouts.stage(SHARED, "s", staged, Rollout(environments=["prod"]))
 
     async def described(environment: str) -> list[str]:
         key = ViewKey(AGENT, "alice", (), environment)

@@ -246,13 +246,13 @@ def test_usage_is_counted_off_the_hot_path_and_flushed_in_batches() -> None:
     assert counter.names(me) == []  # loads of cached files never touch the store
     alice.flush_usage()  # both users of the agent share one recorder: one batch
     assert counter.names(me) == ["add_usage"]
-    assert store.usage("bot") == {("alice", "s"): 12, ("alice", "t"): 1, ("bob", "t"): 1}
+    assert store.usage.counts("bot") == {("alice", "s"): 12, ("alice", "t"): 1, ("bob", "t"): 1}
     counter.clear()
     alice.flush_usage()
     assert counter.names(me) == []  # nothing pending: no call
     snap_a.load("t")
     alice.close()  # closing writes what is pending
-    assert store.usage("bot")[("alice", "t")] == 2
+    assert store.usage.counts("bot")[("alice", "t")] == 2
 
 
 # ------------------------------------------------------------------ materialize

@@ -291,7 +291,7 @@ def test_views_start_no_thread_and_eviction_stops_following(url: str, tmp_path: 
             wait_until(lambda: sorted(server.backend.hub.domains) == sorted(
                 server.backend.views.followed))  # fmt: skip
             # the usage counted by the evicted views was written when they were evicted
-            assert store.usage("agent-3") == {("u", "s"): 1}
+            assert store.usage.counts("agent-3") == {("u", "s"): 1}
 
 
 @pytest.fixture

@@ -64,40 +64,40 @@ def test_a_propose_token_writes_drafts_and_nothing_live(server: SkillfsServer) -
     admin.publish(SHARED, "live", files("live"))
     access = agent.access(SHARED)
     assert access.read and access.propose and not access.write
-    done = agent.propose(SHARED, "live", files("live", "better"), message="from the agent")
+    done = agent.drafts.propose(SHARED, "live", files("live", "better"), message="from the agent")
     assert done.versions == {"_drafts/live": 1}
     assert admin.manifest(SHARED, "_drafts/live").actor == "agent"
-    agent.propose(SHARED, "live", files("live", "best"), expected_version=1)  # reuses blobs
+    agent.drafts.propose(SHARED, "live", files("live", "best"), expected_version=1)  # reuses blobs
     rev = admin.revision("support-bot")
     refused = {
         "publish": lambda: agent.publish(SHARED, "live", files("live", "pwned")),
         "delete": lambda: agent.delete(SHARED, "live"),
         "rollback": lambda: agent.rollback(SHARED, "live", 1),
-        "approve": lambda: agent.approve(SHARED, "live"),
-        "archive": lambda: agent.archive(SHARED, "live"),
-        "disable": lambda: agent.disable(SHARED, "live"),
+        "approve": lambda: agent.drafts.approve(SHARED, "live"),
+        "archive": lambda: agent.archive.add(SHARED, "live"),
+        "disable": lambda: agent.governance.disable(SHARED, "live"),
         "a draft and a live skill": lambda: agent.commit(
             [Put(SHARED, "_drafts/x", files("x")), Put(SHARED, "x", files("x"))]
         ),
-        "another scope": lambda: agent.propose(ALICE, "x", files("x")),
+        "another scope": lambda: agent.drafts.propose(ALICE, "x", files("x")),
     }
     for what, call in refused.items():
         with pytest.raises(PermissionDenied, match=r"may not (write|propose)"):
             call()
         assert admin.revision("support-bot") == rev, what
     with pytest.raises(PermissionDenied, match="not even drafts"):
-        open_as(server, READER).propose(SHARED, "y", files("y"))
+        open_as(server, READER).drafts.propose(SHARED, "y", files("y"))
     with pytest.raises(PermissionDenied, match="may not propose"):  # its blobs are stored
-        open_as(server, READER).propose(SHARED, "live", files("live", "best"))
+        open_as(server, READER).drafts.propose(SHARED, "live", files("live", "best"))
     assert (
         admin.skills(SHARED) == ["live"]
         and "body" in admin.read(SHARED, "live", "SKILL.md").decode()
     )
-    admin.approve(SHARED, "live", expected_version=2)
+    admin.drafts.approve(SHARED, "live", expected_version=2)
     assert b"best" in admin.read(SHARED, "live", "SKILL.md")
-    agent.propose(SHARED, "other", files("other"))
-    agent.reject(SHARED, "other", reason="changed my mind")  # a draft: its own to remove
-    assert admin.drafts(SHARED) == []
+    agent.drafts.propose(SHARED, "other", files("other"))
+    agent.drafts.reject(SHARED, "other", reason="changed my mind")  # a draft: its own to remove
+    assert admin.drafts.list(SHARED) == []
 
 
 def test_publish_rpc_takes_the_level_of_the_entry(server: SkillfsServer) -> None:
@@ -116,5 +116,5 @@ def test_publish_rpc_takes_the_level_of_the_entry(server: SkillfsServer) -> None
         publish("p")
     assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
     admin = open_as(server, ADMIN)
-    assert admin.skills(SHARED) == [] and [d.name for d in admin.drafts(SHARED)] == ["p"]
+    assert admin.skills(SHARED) == [] and [d.name for d in admin.drafts.list(SHARED)] == ["p"]
     assert admin.manifest(SHARED, "_drafts/p").base_version == 0

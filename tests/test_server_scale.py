@@ -90,7 +90,7 @@ def test_killing_a_server_mid_stream_leaves_clients_working(
     stop = threading.Event()
 
     def follow() -> None:
-        for change in follower.follow(AGENT, since=since, stop=stop, poll=0.5):
+        for change in follower.changes.follow(AGENT, since=since, stop=stop, poll=0.5):
             seen.append(change)
 
     t = threading.Thread(target=follow)

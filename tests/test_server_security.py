@@ -439,7 +439,7 @@ def test_a_new_receipt_key_does_not_break_edits_that_keep_files_by_reference(
 def test_user_token_cannot_use_the_admin_api(url: str, seeded: skillfs.Store) -> None:
     alice = skillfs.open_store(url, token=ALICE)
     with pytest.raises(PermissionDenied, match="not an admin of agent"):
-        alice.usage(AGENT)
+        alice.usage.counts(AGENT)
     with pytest.raises(PermissionDenied, match=r"\*:admin"):
         alice.gc()
     with pytest.raises(PermissionDenied, match=r"\*:admin"):
@@ -463,7 +463,7 @@ def test_watch_shows_only_readable_scopes(url: str, seeded: skillfs.Store) -> No
     since = alice.revision(AGENT)
     seeded.publish(B, "notes", {"SKILL.md": md("notes"), "secret.md": b"v2"})
     seeded.publish(A, "mine", {"SKILL.md": md("mine")})
-    changes = next(iter(alice.follow(AGENT, since=since, timeout=5)))
+    changes = next(iter(alice.changes.follow(AGENT, since=since, timeout=5)))
     assert (changes.scope, changes.skill, changes.version) == (A, "mine", 2)
 
 

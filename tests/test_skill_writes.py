@@ -138,9 +138,9 @@ def test_skill_manage_actions_each_one_commit(store: Store) -> None:
     assert list(skills.snapshot().skill("notes").files) == ["SKILL.md"]
     assert call(action="delete", name="notes")["status"] == "deleted"
     assert not skills.snapshot().skills
-    actions = [e.action for e in store.audit(ALICE, skill="notes")]
+    actions = [e.action for e in store.governance.audit(ALICE, skill="notes")]
     assert actions == ["delete"] + ["publish"] * 5
-    assert {e.actor for e in store.audit(ALICE)} == {actor_of(store)}
+    assert {e.actor for e in store.governance.audit(ALICE)} == {actor_of(store)}
 
 
 def test_editing_a_shared_skill_writes_the_users_copy(store: Store) -> None:
@@ -235,7 +235,7 @@ def test_bad_input_is_error_text_and_writes_nothing(
 def test_bad_json_and_a_disabled_skill(tmp_path: Path) -> None:
     store = skillfs.open_store(f"sqlite:///{tmp_path / 's.db'}")
     store.publish(ALICE, "faq", {"SKILL.md": md("faq")})
-    store.disable(ALICE, "faq", reason="leaks secrets")
+    store.governance.disable(ALICE, "faq", reason="leaks secrets")
     snap = Skills(store, "bot", "alice", skill_writes="live").snapshot()
     assert "invalid arguments" in snap.call_tool("skill_manage", "{not json")
     refused = snap.call_tool(
@@ -246,7 +246,7 @@ def test_bad_json_and_a_disabled_skill(tmp_path: Path) -> None:
     # switched off for everyone in the shared scope: the agent cannot write it back for its
     # user under that name (outside testing: create made the killed skill live again)
     store.publish(SHARED, "leaky", {"SKILL.md": md("leaky")})
-    store.disable(SHARED, "leaky", reason="leaks the API key")
+    store.governance.disable(SHARED, "leaky", reason="leaks the API key")
     snap = Skills(store, "bot", "alice", skill_writes="live").snapshot()
     again = snap.call_tool(
         "skill_manage", {"action": "create", "name": "leaky", "content": text("leaky")}
@@ -269,7 +269,7 @@ def test_a_step_that_began_before_a_disable_cannot_copy_the_skill_back(store: St
     store.publish(SHARED, "gone", {"SKILL.md": md("gone")})
     skills = Skills(store, "bot", "alice", skill_writes="live")
     step = skills.snapshot()
-    store.disable(SHARED, "leaky", reason="leaks the API key")
+    store.governance.disable(SHARED, "leaky", reason="leaks the API key")
     store.delete(SHARED, "gone")
     write = {"action": "write_file", "path": "notes.md", "content": "n"}
     refused = step.call_tool("skill_manage", {**write, "name": "leaky"})
@@ -352,7 +352,7 @@ def test_draft_propose_is_a_pending_draft_in_no_view(store: Store) -> None:
     assert counter(store) == before + 1
     for user in ("alice", "bob"):  # a draft is in no view
         assert Skills(store, "bot", user).snapshot().skill("faq").description == "The old answers."
-    [draft] = store.drafts(ALICE)
+    [draft] = store.drafts.list(ALICE)
     assert (draft.name, draft.version, draft.message) == ("faq", 1, "why")
     assert draft.actor == actor_of(store) and draft.base_version == 0
     # the next write is the draft's next version, from the draft's files
@@ -363,11 +363,11 @@ def test_draft_propose_is_a_pending_draft_in_no_view(store: Store) -> None:
     draft_files = store.manifest(ALICE, "_drafts/faq").files
     assert sorted(draft_files) == ["SKILL.md", "a.md"]
     assert store.read_entry(draft_files["SKILL.md"]) == files["SKILL.md"].encode()
-    store.approve(ALICE, "faq", actor="operator")
+    store.drafts.approve(ALICE, "faq", actor="operator")
     nxt = skills.snapshot()
     assert nxt.skill("faq").description == "The new answers."  # alice's own copy, live
     assert Skills(store, "bot", "bob").snapshot().skill("faq").description == "The old answers."
-    assert store.drafts(ALICE) == []
+    assert store.drafts.list(ALICE) == []
 
 
 def test_draft_manage_create_edit_and_withdraw(store: Store) -> None:
@@ -384,8 +384,8 @@ def test_draft_manage_create_edit_and_withdraw(store: Store) -> None:
     assert not skills.snapshot().skills
     withdrawn = ok(call(action="delete", name="notes", message="not needed after all"))
     assert withdrawn["status"] == "withdrawn"
-    assert store.drafts(ALICE) == []
-    assert store.audit(ALICE, skill="_drafts/notes")[0].action == "reject"
+    assert store.drafts.list(ALICE) == []
+    assert store.governance.audit(ALICE, skill="_drafts/notes")[0].action == "reject"
     refused = call(action="delete", name="notes")
     assert "no pending draft to withdraw; deleting a live skill is an operator's" in refused
     store.publish(ALICE, "mine", {"SKILL.md": md("mine")})
@@ -409,17 +409,17 @@ def test_a_draft_edited_after_the_live_skill_moved_stays_stale(store: Store) -> 
     ok(call(action="edit", name="faq", content=text("faq", "Agent rewrite.")))
     store.publish(ALICE, "faq", {"SKILL.md": md("faq", "Hotfix.")}, expected_version=1)
     ok(call(action="write_file", name="faq", path="notes.md", content="more"))
-    [draft] = store.drafts(ALICE)
+    [draft] = store.drafts.list(ALICE)
     assert (draft.base_version, draft.stale) == (1, True)
     with pytest.raises(Conflict, match="moved since its draft was proposed"):
-        store.approve(ALICE, "faq")
+        store.drafts.approve(ALICE, "faq")
     assert b"Hotfix." in store.read(ALICE, "faq", "SKILL.md")
 
 
 def test_draft_edit_of_a_disabled_skill_is_a_proposal(store: Store) -> None:
     """A kill switch stops live writes; a draft only proposes, for an operator to decide."""
     store.publish(ALICE, "faq", {"SKILL.md": md("faq")})
-    store.disable(ALICE, "faq", reason="wrong")
+    store.governance.disable(ALICE, "faq", reason="wrong")
     skills = Skills(store, "bot", "alice", skill_writes="draft")
     fixed = {"action": "edit", "name": "faq", "content": text("faq", "Fixed.")}
     assert ok(skills.snapshot().call_tool("skill_manage", fixed))["status"] == "draft"
@@ -460,7 +460,7 @@ def test_over_grpc_a_propose_token_writes_drafts_and_nothing_live(tmp_path: Path
         )
         add = {"action": "write_file", "name": "faq", "path": "a.md", "content": "a"}
         assert ok(drafts.snapshot().call_tool("skill_manage", add))["version"] == 2
-        [draft] = admin.drafts(ALICE)
+        [draft] = admin.drafts.list(ALICE)
         assert (draft.name, draft.version, draft.actor) == ("faq", 2, "agent:bot/alice")
         before = counter(admin)
         live = Skills(agent, "bot", "alice", skill_writes="live")
@@ -474,7 +474,7 @@ def test_over_grpc_a_propose_token_writes_drafts_and_nothing_live(tmp_path: Path
         assert live.snapshot().call_tool("skill_manage", edit).startswith("Error: skill_manage")
         assert counter(admin) == before and "faq" not in admin.manifests(ALICE)
         withdrawn = drafts.snapshot().call_tool("skill_manage", {"action": "delete", "name": "faq"})
-        assert ok(withdrawn)["status"] == "withdrawn" and admin.drafts(ALICE) == []
+        assert ok(withdrawn)["status"] == "withdrawn" and admin.drafts.list(ALICE) == []
         agent.close()
         admin.close()
     finally:
@@ -506,7 +506,7 @@ def test_mcp_stdio_views_offer_the_write_tools_when_asked() -> None:
             assert bad.is_error and "'zz' does not exist" in bad.content[0].text  # type: ignore[union-attr]
 
     anyio.run(main)
-    assert [d.name for d in store.drafts(ALICE)] == ["notes"]
+    assert [d.name for d in store.drafts.list(ALICE)] == ["notes"]
     with pytest.raises(InvalidArgument, match="skill_writes='on'"):
         Views(store, lambda ctx: ViewKey("bot", "alice"), skill_writes="on")  # type: ignore[arg-type]
 
@@ -515,7 +515,7 @@ def test_a_skill_hidden_from_the_user_is_edited_from_what_the_step_sees(store: S
     """A user's hiding entry (disabled, no files) is no base: a draft starts from the shared
     skill the step sees, never from an empty file table."""
     store.publish(SHARED, "faq", {"SKILL.md": md("faq"), "a.md": b"a"})
-    store.disable(ALICE, "faq", reason="not for alice")
+    store.governance.disable(ALICE, "faq", reason="not for alice")
     store.publish(Scope.user("bot", "bob"), "x", {"SKILL.md": md("x")})
     bob = Skills(store, "bot", "bob", skill_writes="draft").snapshot()
     edit = {"action": "write_file", "name": "faq", "path": "b.md", "content": "b"}

@@ -25,38 +25,38 @@ BOT = "support-bot"
 
 def test_last_used_moves_forward_only(store: skillfs.Store) -> None:
     t = time.time() - 1000  # in the past: a server never takes a time past its own clock
-    store.record_usage(BOT, {("alice", "a"): 2, ("bob", "a"): 1}, {("alice", "a"): t})
-    store.record_usage(BOT, {("alice", "a"): 3, ("alice", "b"): 1}, {("alice", "a"): t - 500})
+    store.usage.record(BOT, {("alice", "a"): 2, ("bob", "a"): 1}, {("alice", "a"): t})
+    store.usage.record(BOT, {("alice", "a"): 3, ("alice", "b"): 1}, {("alice", "a"): t - 500})
     before = time.time()
-    detail = store.usage_detail(BOT)
+    detail = store.usage.detail(BOT)
     assert detail[("alice", "a")] == UsageStat(5, t)  # the older batch did not move it back
     assert t + 900 < detail[("bob", "a")].last_used <= before  # no time given: now
-    store.record_usage(BOT, {("alice", "a"): 1}, {("alice", "a"): t + 10.25})
-    assert store.usage_detail(BOT)[("alice", "a")] == UsageStat(6, t + 10.25)
-    assert store.usage(BOT) == {("alice", "a"): 6, ("bob", "a"): 1, ("alice", "b"): 1}
-    per_skill = store.usage_by_skill(BOT)
+    store.usage.record(BOT, {("alice", "a"): 1}, {("alice", "a"): t + 10.25})
+    assert store.usage.detail(BOT)[("alice", "a")] == UsageStat(6, t + 10.25)
+    assert store.usage.counts(BOT) == {("alice", "a"): 6, ("bob", "a"): 1, ("alice", "b"): 1}
+    per_skill = store.usage.by_skill(BOT)
     assert per_skill["a"].count == 7
     assert per_skill["a"].last_used == detail[("bob", "a")].last_used  # the latest of users
     assert per_skill["b"].count == 1
-    assert store.usage_detail("nobody") == {}
+    assert store.usage.detail("nobody") == {}
 
 
 def test_a_count_of_zero_records_nothing(store: skillfs.Store) -> None:
     """Outside (differential) testing: a 0 count stored a last use without a load on most
     engines, was dropped on etcd, and made a server refuse the whole batch. It records
     nothing everywhere; a negative count still refuses the batch."""
-    store.record_usage(BOT, {("u1", "alpha"): 0, ("u1", "beta"): 1})
-    assert store.usage_detail(BOT).keys() == {("u1", "beta")}
+    store.usage.record(BOT, {("u1", "alpha"): 0, ("u1", "beta"): 1})
+    assert store.usage.detail(BOT).keys() == {("u1", "beta")}
     with pytest.raises(InvalidPath, match="usage count -1"):
-        store.record_usage(BOT, {("u1", "alpha"): -1, ("u1", "beta"): 1})
-    assert store.usage(BOT) == {("u1", "beta"): 1}
+        store.usage.record(BOT, {("u1", "alpha"): -1, ("u1", "beta"): 1})
+    assert store.usage.counts(BOT) == {("u1", "beta"): 1}
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -1.0, "soon", True])
 def test_bad_last_used_records_nothing(store: skillfs.Store, bad: object) -> None:
     with pytest.raises(InvalidArgument, match="last-used time"):
-        store.record_usage(BOT, {("alice", "a"): 1}, {("alice", "a"): bad})  # type: ignore[dict-item]
-    assert store.usage_detail(BOT) == {}
+        store.usage.record(BOT, {("alice", "a"): 1}, {("alice", "a"): bad})  # type: ignore[dict-item]
+    assert store.usage.detail(BOT) == {}
 
 
 def test_recorder_records_the_time_of_use(store: skillfs.Store) -> None:
@@ -66,7 +66,7 @@ def test_recorder_records_the_time_of_use(store: skillfs.Store) -> None:
     recorder.add("alice", "a")
     t1 = time.time()
     recorder.flush()
-    stat = store.usage_detail(BOT)[("alice", "a")]
+    stat = store.usage.detail(BOT)[("alice", "a")]
     assert stat.count == 2 and t0 <= stat.last_used <= max(t1, time.time())
 
 
@@ -81,9 +81,9 @@ def test_sqlite_file_of_schema_2_is_migrated(tmp_path: Path) -> None:
     raw.commit()
     raw.close()
     with skillfs.open_store(f"sqlite:///{path}") as store:
-        assert store.usage_detail(BOT) == {("alice", "a"): UsageStat(4, 0.0)}
-        store.record_usage(BOT, {("alice", "a"): 1}, {("alice", "a"): 1000.5})
-        assert store.usage_detail(BOT) == {("alice", "a"): UsageStat(5, 1000.5)}
+        assert store.usage.detail(BOT) == {("alice", "a"): UsageStat(4, 0.0)}
+        store.usage.record(BOT, {("alice", "a"): 1}, {("alice", "a"): 1000.5})
+        assert store.usage.detail(BOT) == {("alice", "a"): UsageStat(5, 1000.5)}
 
 
 @pytest.mark.parametrize("engine", ["sqlite", "grpc"])
@@ -93,9 +93,9 @@ def test_cli_usage_per_user_and_per_skill(
     url = url_for(request, engine, tmp_path)
     t = 1_700_000_000.0
     with skillfs.open_store(url) as store:
-        store.record_usage(BOT, {("alice", "a"): 3, ("bob", "b"): 5}, {("alice", "a"): t})
-        store.record_usage(BOT, {("bob", "a"): 1}, {("bob", "a"): t + 60})
-        bob_b = store.usage_detail(BOT)[("bob", "b")].last_used
+        store.usage.record(BOT, {("alice", "a"): 3, ("bob", "b"): 5}, {("alice", "a"): t})
+        store.usage.record(BOT, {("bob", "a"): 1}, {("bob", "a"): t + 60})
+        bob_b = store.usage.detail(BOT)[("bob", "b")].last_used
     assert as_json(url, "usage", "--agent", BOT) == [
         {"user": "bob", "skill": "b", "count": 5, "last_used": iso(bob_b)},
         {"user": "alice", "skill": "a", "count": 3, "last_used": "2023-11-14T22:13:20+00:00"},

@@ -80,7 +80,7 @@ def test_store_follow_logs_an_outage_once(caplog: pytest.LogCaptureFixture) -> N
     # retries every 0.5 s: down for the first two, then 2 s of margin for a loaded machine
     # to make the one that succeeds (and logs the recovery) before the follow ends
     threading.Timer(1.0, down.clear).start()
-    list(store.follow("bot", timeout=3.5))
+    list(store.changes.follow("bot", timeout=3.5))
     outage, recovered = _messages(caplog, "skillfs.store.changes")
     assert outage == (
         f"follow agents/bot: {DOWN}; retrying in the background (one more line when it recovers)"

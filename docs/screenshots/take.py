@@ -86,11 +86,11 @@ def seed_governance(store: skillfs.Store) -> None:
     notes["SKILL.md"] = File(
         md.replace("# Release notes", "# Release notes (grouped by area)").encode()
     )
-    store.stage(
+    store.rollouts.stage(
         SHARED, "release-notes", notes, skillfs.Rollout(users=["alice"], fraction=0.1),
         actor="oncall-ana", message="group the notes by product area",
     )  # fmt: skip
-    store.propose(
+    store.drafts.propose(
         Scope.user(AGENT, "alice"),
         "refund-policy",
         {

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
+from skillfs.api import Store
 from skillfs.cli.common import (
     BROWSE,
     AgentOption,
@@ -45,7 +46,7 @@ from skillfs.cli.text import unified
 from skillfs.errors import NotFound
 from skillfs.model import FileEntry, Manifest, Scope, UsageStat, usage_by_skill
 from skillfs.model.names import ARCHIVE, DRAFTS, is_hidden_dir, side_entry
-from skillfs.store.core import Store
+from skillfs.store.core import file_of
 
 VersionOption = Annotated[int | None, version_option("A kept version (default: latest).")]
 
@@ -242,7 +243,7 @@ def _select(m: Manifest, scope: Scope, path: str | None) -> dict[str, FileEntry]
         return {path: m.files[path]}
     below = {p: e for p, e in sorted(m.files.items()) if p.startswith(path + "/")}
     if not below:
-        Store.entry(m, scope, path)  # raises NotFound listing the files there are
+        file_of(m, scope, path)  # raises NotFound listing the files there are
     return below
 
 
@@ -441,7 +442,7 @@ def usage(
     """How often workers loaded each skill and when last, per user (--by-skill: per skill),
     most used first."""
     with opened(store_url, token) as store:
-        detail = store.usage_detail(agent)
+        detail = store.usage.detail(agent)
     stats: dict[tuple[str, str], UsageStat] = (
         {("", name): st for name, st in usage_by_skill(detail).items()} if by_skill else detail
     )

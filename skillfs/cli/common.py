@@ -24,6 +24,7 @@ from rich.segment import Segment, Segments
 from rich.table import Table
 from rich.text import Text
 
+from skillfs.api import Store, open_store
 from skillfs.errors import InvalidArgument, SkillfsError
 from skillfs.model import (
     CandidateSummary,
@@ -36,7 +37,6 @@ from skillfs.model import (
     error_findings,
 )
 from skillfs.model.names import SIDE_DIRS, check_entry, check_id, normalize_path
-from skillfs.store.core import Store, open_store
 from skillfs.store.opening import default_url, file_to_create
 from skillfs.util.durations import parse_duration
 

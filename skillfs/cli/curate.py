@@ -81,7 +81,7 @@ def curate(
         raise typer.BadParameter(str(exc)) from None
     with opened(store_url, token) as store:
         targets = [target] if target is not None else store.agents()
-        reports = [store.curate(t, stale, cutoff, dry_run=not apply) for t in targets]
+        reports = [store.curation.run(t, stale, cutoff, dry_run=not apply) for t in targets]
     if as_json:
         emit_json([_plain(r) for r in reports])
         return

@@ -38,9 +38,9 @@ from skillfs.cli.govern import (
 )
 from skillfs.cli.helptext import Command, Group
 from skillfs.cli.rollout import EnvOption, FractionOption, UserOption, rule_of
+from skillfs.governance.drafts import Draft
 from skillfs.model import CommitResult, Scope
 from skillfs.model.names import draft_entry, is_hidden_dir
-from skillfs.store.drafts import Draft
 
 #: Another scope of the agent an approved draft goes to (docs/governance.md).
 IntoOption = Annotated[
@@ -110,7 +110,7 @@ def ls(
     proposed it, its findings, and whether the live skill moved since (stale: approving it
     is refused)."""
     with opened(store_url, token) as store:
-        drafts = store.drafts(one_target(agent, scope, market))
+        drafts = store.drafts.list(one_target(agent, scope, market))
     if as_json:
         emit_json([_row(d) for d in drafts])
         return
@@ -159,7 +159,7 @@ def show(
     with opened(store_url, token) as store:
         draft = store.manifest(scope, draft_entry(name))
         live = store.manifests(scope, [name]).get(name)
-        held = [d for d in store.drafts(scope) if d.name == name and not d.legacy]
+        held = [d for d in store.drafts.list(scope) if d.name == name and not d.legacy]
     was = {p: (e.sha256, e.mode) for p, e in (live.files if live else {}).items()}
     files = {
         path: "added"
@@ -208,7 +208,7 @@ def approve(
     canary = env is not None or user is not None or fraction is not None
     rule = rule_of(env, user, fraction)
     with opened(store_url, token) as store:
-        result = store.approve(
+        result = store.drafts.approve(
             scope,
             name,
             expected_version=expected_version,
@@ -235,7 +235,7 @@ def reject(
     """Remove the draft; the reason stays in its history and in the audit."""
     name = skill_only(target)
     with opened(store_url, token) as store:
-        result = store.reject(scope, name, reason, expected_version=expected_version)
+        result = store.drafts.reject(scope, name, reason, expected_version=expected_version)
     _done(f"rejected {shown(name)}", scope, result, as_json)
 
 
@@ -250,7 +250,7 @@ def split(
     """Split the single `_drafts` / `.archive` manifest an older skillfs wrote into one entry
     per skill, in one commit."""
     with opened(store_url, token) as store:
-        result = store.split_legacy(scope)
+        result = store.drafts.split_legacy(scope)
     if result is None:
         if as_json:
             emit_json(None)
@@ -280,7 +280,7 @@ def archive(
             f"{skill!r} is not a live skill: a name starting with '_' or '.' holds none"
         )
     with opened(store_url, token) as store:
-        result = store.archive(scope, skill, reason=reason, replace=replace)
+        result = store.archive.add(scope, skill, reason=reason, replace=replace)
     _done(f"archived {shown(skill)}", scope, result, as_json)
 
 
@@ -297,5 +297,5 @@ def restore(
     name)."""
     skill = skill_only(target)
     with opened(store_url, token) as store:
-        result = store.restore(scope, skill, message=message)
+        result = store.archive.restore(scope, skill, message=message)
     _done(f"restored {shown(skill)}", scope, result, as_json)

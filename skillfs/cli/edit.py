@@ -14,6 +14,7 @@ from typing import Annotated, cast
 import typer
 
 import skillfs.cli.common as common
+from skillfs.api import Store
 from skillfs.cli.common import (
     EDIT,
     FileArgument,
@@ -48,7 +49,7 @@ from skillfs.errors import Conflict, InvalidSkill, NotFound, SkillfsError
 from skillfs.model import CommitResult, File, Finding, Manifest, Scope, error_findings
 from skillfs.model.names import entry_name
 from skillfs.spec.skill_md import SKILL_MD, TEMPLATE_DESCRIPTION, inspect_skill, skill_template
-from skillfs.store.core import Store
+from skillfs.store.core import file_of
 from skillfs.store.rules import refuse_errors
 from skillfs.util.text_merge import has_markers, merge3
 
@@ -394,7 +395,7 @@ def rm(
             current = _read_files(store, m)  # the version checked above, not a re-read
             files = _removed(current, target.path)
             if len(files) == len(current):
-                Store.entry(m, scope, target.path)  # raises NotFound naming the files
+                file_of(m, scope, target.path)  # raises NotFound naming the files
             if not files:
                 raise NotFound(
                     f"that would leave {target.skill} without files: use `skillfs rm "

@@ -86,7 +86,7 @@ def disable(
     from that user alone."""
     skill = skill_only(target)
     with opened(store_url, token) as store:
-        result = store.disable(scope, skill, reason=reason)
+        result = store.governance.disable(scope, skill, reason=reason)
     done("disabled", scope, skill, result, as_json)
 
 
@@ -101,7 +101,7 @@ def enable(
     """Switch a disabled skill back on (in a user's scope: stop hiding it from that user)."""
     skill = skill_only(target)
     with opened(store_url, token) as store:
-        result = store.enable(scope, skill)
+        result = store.governance.enable(scope, skill)
     done("enabled", scope, skill, result, as_json)
 
 
@@ -148,7 +148,9 @@ def audit(
     target = one_target(agent, scope, market)
     start, end = _time(since, "--since"), _time(until, "--until")
     with opened(store_url, token) as store:
-        entries = store.audit(target, since=start, until=end, actor=actor, skill=skill, limit=limit)
+        entries = store.governance.audit(
+            target, since=start, until=end, actor=actor, skill=skill, limit=limit
+        )
     if as_json:
         emit_json([{**e.model_dump(mode="json"), "scope": str(e.scope),
                     "committed_at": iso(e.committed_at)} for e in entries])  # fmt: skip

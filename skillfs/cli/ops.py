@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn
 
+from skillfs.api import Store
 from skillfs.cli.common import (
     OPERATE,
     AgentOption,
@@ -36,7 +37,6 @@ from skillfs.cli.common import (
 from skillfs.model import Change, Revision, Scope
 from skillfs.model.names import check_id
 from skillfs.runtime import LocalDir, Market, Skills
-from skillfs.store.core import Store
 
 
 def _ids(kind: str, values: list[str] | None) -> list[str]:
@@ -180,7 +180,7 @@ def _follow(
     end = None if timeout is None else time.monotonic() + timeout
     while True:
         left = None if end is None else max(0.0, end - time.monotonic())
-        for change in store.follow(target, since, timeout=left):
+        for change in store.changes.follow(target, since, timeout=left):
             if change.op == "reset" and since is None:
                 since = Revision(epoch=change.revision.epoch, counter=0)
                 break

@@ -120,7 +120,7 @@ def stage(
             )
         source = sources[0]
         files = read_source(source)
-        result = store.stage(
+        result = store.rollouts.stage(
             scope, source.name, files, rule, version, strict=not force, message=message
         )
         staged = store.manifest(scope, source.name).candidate
@@ -155,7 +155,9 @@ def widen(
             users=[*old.users, *(user or [])],
             fraction=old.fraction if fraction is None else fraction,
         )
-        result = store.widen(scope, skill, rule, expected_version=m.version, message=message)
+        result = store.rollouts.widen(
+            scope, skill, rule, expected_version=m.version, message=message
+        )
     done(f"widened to {rule.describe()}:", scope, skill, result, as_json)
 
 
@@ -175,7 +177,7 @@ def promote(
     skill = skill_only(target)
     with opened(store_url, token, create=True) as store:
         expected = store.manifest(scope, skill).version if version is None else version
-        result = store.promote(
+        result = store.rollouts.promote(
             scope, skill, expected_version=expected, message=message, strict=not force
         )
     done("promoted the candidate of", scope, skill, result, as_json)
@@ -195,5 +197,5 @@ def abort(
     staged is deleted; history keeps it)."""
     skill = skill_only(target)
     with opened(store_url, token, create=True) as store:
-        result = store.abort(scope, skill, expected_version=version, message=message)
+        result = store.rollouts.abort(scope, skill, expected_version=version, message=message)
     done("aborted the candidate of", scope, skill, result, as_json)

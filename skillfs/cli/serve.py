@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from skillfs.api import Store
 from skillfs.auth import ENV_TOKENS
 from skillfs.cli.common import StoreOption, duration, err, fail, out, shown
 from skillfs.cli.transfer import read_source, skill_sources
 from skillfs.errors import SkillfsError
 from skillfs.model import Scope
-from skillfs.store.core import Store
 from skillfs.store.opening import DEFAULT_PATH, default_url
 
 if TYPE_CHECKING:

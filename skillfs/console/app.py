@@ -30,6 +30,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Send
 from starlette.types import Scope as AsgiScope
 
+from skillfs.api import Store
 from skillfs.auth import Tokens, tokens_document
 from skillfs.console import filters, urls
 from skillfs.console.archive import ZipLimits
@@ -49,7 +50,6 @@ from skillfs.console.streams import LiveStreams, Pool
 from skillfs.errors import InvalidPath, NotFound, SkillfsError, StoreUnavailable
 from skillfs.model import Rollout
 from skillfs.model.names import check_skill_name
-from skillfs.store.core import Store
 
 log = logging.getLogger(__name__)
 

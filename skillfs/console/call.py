@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.types import Message
 
+from skillfs.api import Store
 from skillfs.auth import Level
 from skillfs.console.archive import ZipLimits
 from skillfs.console.permissions import Permissions
@@ -24,7 +25,6 @@ from skillfs.console.session import Session
 from skillfs.console.streams import LiveStreams
 from skillfs.errors import SkillfsError
 from skillfs.model import Scope
-from skillfs.store.core import Store
 
 FLASH_COOKIE = "skillfs_flash"
 

@@ -6,8 +6,8 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Literal
 
+from skillfs.api import Store
 from skillfs.model import FileEntry, Manifest
-from skillfs.store.core import Store
 
 #: Text files larger than this are compared by hash only: a diff of them would not be read.
 MAX_DIFF_BYTES = 512 * 1024

@@ -11,11 +11,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from skillfs.api import Store
 from skillfs.console.diff import as_text
 from skillfs.model import File, FileEntry, Finding, Manifest
 from skillfs.model.names import entry_name
 from skillfs.spec.skill_md import SKILL_MD, inspect_skill
-from skillfs.store.core import Store
 
 
 @dataclass(frozen=True)

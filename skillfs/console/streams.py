@@ -18,10 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from typing import Literal, TypeVar
 
+from skillfs.api import Store
 from skillfs.engines.base import EMPTY
 from skillfs.model import Change, Revision
 from skillfs.store.changes import Watcher
-from skillfs.store.core import Store
 
 T = TypeVar("T")
 

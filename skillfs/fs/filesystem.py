@@ -26,12 +26,12 @@ from fsspec.callbacks import DEFAULT_CALLBACK, Callback
 from fsspec.spec import _Cached
 from fsspec.utils import isfilelike, stringify_path
 
+from skillfs.api import Store
 from skillfs.fs.file import CompressedWrite, StoreFile, TextWrite
 from skillfs.fs.options import LazyStore, base_fs, from_base, tops, with_defaults
 from skillfs.fs.transaction import Batches, SkillTransaction
 from skillfs.fs.tree import SKILLS, Info, SkillTree, dir_info, split, target
 from skillfs.model import Scope
-from skillfs.store.core import Store
 
 
 class _WithDefaults(_Cached):  # type: ignore[misc]

@@ -14,8 +14,8 @@ from fsspec.implementations.dirfs import DirFileSystem
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.utils import stringify_path
 
+from skillfs.api import Store, open_store
 from skillfs.remote.engine import default_token
-from skillfs.store.core import Store, open_store
 from skillfs.store.opening import default_url, file_to_create
 
 ANONYMOUS = "memory://"

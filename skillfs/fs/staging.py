@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from skillfs.api import Store
 from skillfs.errors import Conflict
 from skillfs.model import File, FileEntry, Origin, Put, Remove, Scope
-from skillfs.store.core import Store
 
 Item = FileEntry | File  # a stored file (by hash) or content staged in this process
 

@@ -17,13 +17,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from skillfs.api import Store
 from skillfs.errors import InvalidArgument, InvalidPath, PermissionDenied
 from skillfs.fs.options import LazyStore
 from skillfs.fs.staging import Batch, Delete, Item, StagedSkill, Write, publish
 from skillfs.model import File, FileEntry, Scope
 from skillfs.model.names import SIDE_DIRS, check_entry, is_hidden_dir, normalize_path, side_entry
 from skillfs.store.blobs import sha256
-from skillfs.store.core import Store
 from skillfs.store.limits import default_mode
 
 Info = dict[str, Any]

@@ -1,7 +1,7 @@
 """What curation reports (docs/governance.md, "Curation"): the skills idle long enough to be
-stale or archived and the near-duplicate pairs, each with its reason in words. Pure: the
-store's `curate` (skillfs/store/curate.py) gathers the manifests, texts and usage and applies
-the report; the console and `skillfs curate` show it."""
+stale or archived and the near-duplicate pairs, each with its reason in words. Pure:
+`store.curation` (skillfs/governance/curation.py) gathers the manifests, texts and usage and
+applies the report; the console and `skillfs curate` show it."""
 
 from __future__ import annotations
 

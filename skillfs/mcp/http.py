@@ -27,13 +27,13 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import Message, Receive, Scope, Send
 
+from skillfs.api import Store
 from skillfs.auth import Level, Principal, Tokens, Unauthenticated
 from skillfs.errors import PermissionDenied, SkillfsError
 from skillfs.mcp.server import build_server
 from skillfs.mcp.views import ViewKey, Views
 from skillfs.model import Scope as SkillScope
 from skillfs.model.names import check_id
-from skillfs.store.core import Store
 from skillfs.util.lru import Lru
 
 #: Where the resolved view travels from the ASGI layer to the MCP handlers, and the check

@@ -8,11 +8,11 @@ import anyio
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.stdio import stdio_server
 
+from skillfs.api import Store
 from skillfs.mcp.server import build_server
 from skillfs.mcp.views import ViewKey, Views
 from skillfs.model.names import check_id
 from skillfs.runtime.skill_writes import WriteMode
-from skillfs.store.core import Store
 
 
 def run_stdio(

@@ -32,10 +32,10 @@ from mcp.server.subscriptions import (
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_REQUEST
 
+from skillfs.api import Store
 from skillfs.mcp.catalog import uri
 from skillfs.runtime import Market, Skills, Snapshot
 from skillfs.runtime.skill_writes import WriteMode, check_mode
-from skillfs.store.core import Store
 from skillfs.util.outage import Outage
 
 log = logging.getLogger("skillfs.mcp")

@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from skillfs.api import Store
 from skillfs.engines.base import EMPTY
 from skillfs.errors import SkillfsError, StoreUnavailable
 from skillfs.model import Change, Manifest, Revision, Scope, same_revision
@@ -30,7 +31,6 @@ from skillfs.runtime.layers import LayerSkills
 from skillfs.runtime.per_store import PerStore
 from skillfs.store.blobs import small_files
 from skillfs.store.changes import Watcher
-from skillfs.store.core import Store
 from skillfs.util import deadline
 
 log = logging.getLogger(__name__)
@@ -454,7 +454,7 @@ class _Watch:
     def __init__(self, store: Store, _name: str) -> None:
         self._followers: dict[str, Follower] = {}
         self.watcher = Watcher(store.engine, self._on_changes, logger=log)
-        store.watched_by(self.watcher)
+        store.changes.watched_by(self.watcher)
 
     def follow(self, follower: Follower, since: Revision) -> None:
         self._followers[follower.domain] = follower

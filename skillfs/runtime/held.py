@@ -15,11 +15,11 @@ import warnings
 import weakref
 from collections.abc import Sequence
 
+from skillfs.api import Store
 from skillfs.model import Scope
 from skillfs.runtime.follower import Follower
 from skillfs.runtime.recovery import Recovery
 from skillfs.runtime.usage import UsageRecorder
-from skillfs.store.core import Store
 
 
 class Lease:

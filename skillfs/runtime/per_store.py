@@ -9,7 +9,7 @@ import weakref
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from skillfs.store.core import Store
+from skillfs.api import Store
 
 T = TypeVar("T")
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from skillfs.api import Store
 from skillfs.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -28,7 +29,6 @@ from skillfs.model import File, FileEntry, Finding, Manifest, Origin, Put, Scope
 from skillfs.model.names import check_live_name, draft_entry, normalize_path
 from skillfs.runtime.layers import SkillInfo
 from skillfs.spec.skill_md import SKILL_MD, inspect_skill
-from skillfs.store.core import Store
 from skillfs.store.who import agent_actor
 
 WriteMode = Literal["draft", "live"]
@@ -314,7 +314,7 @@ class SkillWriter:
         who = {"actor": self.actor, "message": message}
         if self.mode == "draft":
             expected = at.draft.version if at.draft is not None else 0
-            result = self.store.propose(
+            result = self.store.drafts.propose(
                 self.scope, at.name, files, expected_version=expected, strict=True,
                 # an edit of the pending draft is built on what that draft was proposed on
                 based_on=at.draft.base_version if at.draft is not None else None, **who,
@@ -344,7 +344,7 @@ class SkillWriter:
                     f"skill {at.name!r} has no pending draft to withdraw; deleting a live "
                     "skill is an operator's decision: say so in your answer instead"
                 )
-            result = self.store.reject(
+            result = self.store.drafts.reject(
                 self.scope,
                 at.name,
                 message or "withdrawn by the agent",

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
+from skillfs.api import Store, open_store
 from skillfs.errors import InvalidArgument, SkillfsError, StoreFailed, StoreUnavailable
 from skillfs.model import Revision, Scope
 from skillfs.model.names import check_id
@@ -30,7 +31,6 @@ from skillfs.runtime.recovery import Recovery
 from skillfs.runtime.skill_writes import SkillWriter, WriteMode, check_mode
 from skillfs.runtime.snapshot import MergedSkills, Snapshot
 from skillfs.runtime.usage import UsageRecorder, recorder_for
-from skillfs.store.core import Store, open_store
 from skillfs.util.deadline import budget
 
 log = logging.getLogger("skillfs.runtime")

@@ -15,9 +15,9 @@ import threading
 import time
 from collections import Counter
 
+from skillfs.api import Store
 from skillfs.errors import StoreFailed, StoreUnavailable
 from skillfs.runtime.per_store import PerStore
-from skillfs.store.core import Store
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class UsageRecorder:
             if not counts:
                 return
             try:
-                self.store.record_usage(self.agent, dict(counts), times)
+                self.store.usage.record(self.agent, dict(counts), times)
             except (StoreUnavailable, StoreFailed) as exc:  # a full disk may be freed
                 log.warning("usage of %s not recorded yet: %s", self.agent, exc)
                 with self._lock:

@@ -35,7 +35,7 @@ from skillfs.server.rpc import (
 )
 from skillfs.store.blobs import sha256
 from skillfs.store.limits import check_file_table
-from skillfs.store.rules import storable
+from skillfs.store.rules import check_shape, storable
 from skillfs.store.who import check_commit_id
 
 #: Hashes per ListBlobs message (66 bytes each with their framing: about 260 KiB).
@@ -121,7 +121,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
                 "nothing was stored"
             )
         if sha not in self.engine.touch_blobs([sha], now):
-            self.store.put_blob(sha, data, now)
+            self.store.blobs.put(sha, data, now)
 
     @on_loop
     async def Commit(
@@ -182,7 +182,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             m = wire.manifest_request(manifest_json)
             scope = allowed(principal, write_level(check_entry(m.skill)), scope_text)
             checked.append((scope, self._checked(scope, m, expect), expect))
-        self.store.check_commit([(scope, m.skill) for scope, m, _ in checked], domain)
+        check_shape([(scope, m.skill) for scope, m, _ in checked], domain, self.store.max_ops)
         for _, m, _ in checked:
             self.backend.proofs.require_proven(principal, m, proofs)
         self._touch(checked, principal)
@@ -257,7 +257,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             update["committed_at"] = time.time()
         if not m.deleted:
             frontmatter, findings = (
-                self.store.inspect(m.skill, m.files) if m.files else (None, [])
+                self.store.committer.inspect(m.skill, m.files) if m.files else (None, [])
             )  # (a staged-only skill, a hiding entry: no SKILL.md to miss)
             update.update(frontmatter=frontmatter, findings=findings)
         if m.candidate is not None:
@@ -292,7 +292,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
                 f"{scope}/{m.skill}: a new candidate is staged by the commit that writes it "
                 f"(commit id {m.commit_id!r}), not {c.commit_id!r}"
             )
-        frontmatter, findings = self.store.inspect(m.skill, c.files)
+        frontmatter, findings = self.store.committer.inspect(m.skill, c.files)
         return c.model_copy(
             update={
                 "frontmatter": frontmatter,
@@ -468,7 +468,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
     ) -> AsyncIterator[pb.UsageResponse]:
         agent = check_id("agent", request.agent_id)
         principal.require_agent_admin(agent)
-        detail = await self.backend.run(self.store.usage_detail, agent)
+        detail = await self.backend.run(self.store.usage.detail, agent)
         counts = [
             pb.UsageCount(user_id=u, skill=s, count=n.count, last_used=n.last_used)
             for (u, s), n in sorted(detail.items())

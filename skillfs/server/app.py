@@ -29,6 +29,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from pydantic import BaseModel, ConfigDict
 
+from skillfs.api import open_store
 from skillfs.auth import Tokens
 from skillfs.console import make_app
 from skillfs.errors import SkillfsError
@@ -43,7 +44,6 @@ from skillfs.server.http import ASGIApp, HttpPort
 from skillfs.server.metrics import Metrics
 from skillfs.server.reader import Reader
 from skillfs.server.rpc import GenericOnly, add_lenient
-from skillfs.store.core import open_store
 
 log = logging.getLogger("skillfs.server")
 

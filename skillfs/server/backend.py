@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from skillfs.api import Store
 from skillfs.auth import Principal, Tokens
 from skillfs.model import Manifest, Scope
 from skillfs.server.hub import QUEUE, Hub
@@ -25,7 +26,6 @@ from skillfs.server.revisions import SharedReads
 from skillfs.server.rpc import Busy
 from skillfs.server.views import Views
 from skillfs.store.blobs import small_files
-from skillfs.store.core import Store
 
 T = TypeVar("T")
 MiB = 1024 * 1024

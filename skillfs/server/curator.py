@@ -19,9 +19,9 @@ import uuid
 
 from pydantic import BaseModel, ConfigDict
 
+from skillfs.api import Store
 from skillfs.errors import SkillfsError, StoreUnavailable
 from skillfs.governance.curation_report import ARCHIVE_AFTER, STALE_AFTER
-from skillfs.store.core import Store
 from skillfs.util.durations import parse_duration
 
 log = logging.getLogger("skillfs.server.curator")
@@ -126,7 +126,7 @@ class Curator:
             try:
                 if not self._quiet(agent):
                     continue
-                report = self.store.curate(
+                report = self.store.curation.run(
                     agent, c.stale_after, c.archive_after, dry_run=False,
                     actor=f"curator:{self.holder}",
                 )  # fmt: skip

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Mapping
 
+from skillfs.api import Store
 from skillfs.auth import Level, Principal, Tokens
 from skillfs.engines.base import MiB
 from skillfs.errors import NotFound, PermissionDenied, TooLarge
@@ -19,7 +20,6 @@ from skillfs.model import Manifest, Scope
 from skillfs.remote import wire
 from skillfs.remote.proto import skillfs_pb2 as pb
 from skillfs.server.rpc import allowed, check_sha
-from skillfs.store.core import Store
 from skillfs.util.lru import Lru
 
 

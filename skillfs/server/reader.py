@@ -230,7 +230,7 @@ class Reader(Watching, pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # ge
                 return None
             entry = FileEntry(sha256=sha, size=size, mode=0, mtime=0.0)
             if cached_only:
-                return self.store.read_cached(entry, r.offset, end)
+                return self.store.blobs.read_cached(entry, r.offset, end)
             return self.store.read_entry(entry, r.offset, end)
         if cached_only:
             return None
@@ -240,7 +240,7 @@ class Reader(Watching, pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # ge
                 "(source: scope, skill, version); only tokens that read every scope ('*:read') "
                 "may read by hash alone"
             )
-        return self.store.read_blob(sha, r.offset, end)
+        return self.store.blobs.read_unsized(sha, r.offset, end)
 
     @unary
     def LoadSkillThroughPath(
@@ -306,7 +306,7 @@ class Reader(Watching, pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # ge
             counts[key] = counts.get(key, 0) + c.count
             # a client's clock may be ahead: a time never passes the server's (kept forward)
             times[key] = max(times.get(key, 0.0), min(c.last_used, now) if c.last_used > 0 else now)
-        self.store.record_usage(agent, counts, times)
+        self.store.usage.record(agent, counts, times)
         return pb.Empty()
 
     @streaming
@@ -321,7 +321,7 @@ class Reader(Watching, pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # ge
             yield pb.AuditResponse(entries=batch)
 
     def _audit(self, principal: Principal, request: pb.AuditRequest) -> list[Any]:
-        return self.store.audit_scopes(
+        return self.store.governance.audit_scopes(
             self._audit_scopes(principal, request.target),
             since=request.since if request.HasField("since") else None,
             until=request.until if request.HasField("until") else None,

@@ -11,6 +11,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from skillfs.api import Store
 from skillfs.errors import InvalidArgument
 from skillfs.model import Scope
 from skillfs.model.names import check_id
@@ -19,7 +20,6 @@ from skillfs.runtime import Market, Skills, Snapshot
 from skillfs.runtime.follower import Follower
 from skillfs.runtime.usage import UsageRecorder
 from skillfs.server.hub import Hub
-from skillfs.store.core import Store
 
 #: Markets one view may name (each is a layer and a domain to follow).
 MAX_VIEW_MARKETS = 32

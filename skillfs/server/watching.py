@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 
 import grpc
 
+from skillfs.api import Store
 from skillfs.auth import Level, Principal
 from skillfs.engines.base import EMPTY, Engine
 from skillfs.errors import InvalidArgument
@@ -22,7 +23,6 @@ from skillfs.server.backend import Backend
 from skillfs.server.hub import Event, Stream, Wake, manifests_of
 from skillfs.server.rpc import bearer, budget, streaming
 from skillfs.store.blobs import SMALL_FILE_BYTES, small_files
-from skillfs.store.core import Store
 
 #: Reads of the log a Watch stream makes by itself to catch up to the hub, at most.
 CATCH_UP_ROUNDS = 16
@@ -374,7 +374,7 @@ class Watching:
         cached: list[FileEntry] = []
         for scoped in shown:
             for _, e in Manifest.from_json(scoped.manifest_json).all_files():
-                data = self.store.read_cached(e) if e.size <= SMALL_FILE_BYTES else None
+                data = self.store.blobs.read_cached(e) if e.size <= SMALL_FILE_BYTES else None
                 if data is not None:
                     held[e.sha256] = data
                     cached.append(e)

@@ -84,7 +84,7 @@ class Blobs:
                 self._retrying(self.put, digest, data, now)
             self._cache.put(digest, data)
 
-    def read_cached(self, entry: FileEntry, start: int, end: int | None) -> bytes | None:
+    def read_cached(self, entry: FileEntry, start: int = 0, end: int | None = None) -> bytes | None:
         """`read` when the blob is in the cache, else None (never a store call)."""
         end = entry.size if end is None else max(start, min(end, entry.size))
         if start >= end:

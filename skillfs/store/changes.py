@@ -1,16 +1,16 @@
-"""Following change logs (C8): one domain for `Store.follow` and `Store.follow_domain`,
-many over one store connection for `Store.follow_many` and `Watcher` (docs/design.md §6.1)."""
+"""Following change logs (C8): one domain for `store.changes.follow` and `follow_domain`,
+many over one store connection for `Watcher` (docs/design.md §6.1)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from typing import ParamSpec, TypeVar
 
 from skillfs.engines.base import EMPTY, Engine
-from skillfs.errors import InvalidPath, StoreUnavailable
+from skillfs.errors import InvalidArgument, StoreUnavailable
 from skillfs.model import Change, Revision, Scope, target_domain
 from skillfs.model.names import check_domain
 from skillfs.util.outage import Outage
@@ -225,14 +225,13 @@ def follow_many(
                     yield domain, change
 
 
-class Following:
-    """`Store`'s revisions and watch (C3's one round trip, C8), over its engine."""
+class Changes:
+    """`store.changes`: following the change log of a domain (C8), and the watches to close
+    with the store."""
 
-    if TYPE_CHECKING:
-        engine: Engine
-        _watches: list[Watcher]
-
-        def _retrying(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T: ...
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._watches: list[Watcher] = []
 
     def watched_by(self, watcher: Watcher) -> None:
         """Close `watcher` with this store object, before its engine: a runtime watch of a
@@ -240,40 +239,9 @@ class Following:
         long as the process lived."""
         self._watches.append(watcher)
 
-    def _close_watches(self) -> None:
+    def close(self) -> None:
         for watcher in self._watches:
             watcher.close()
-
-    # ------------------------------------------------------------------ revisions and watch
-
-    # An agent's skills and a market's live in one domain each ("agents/A", "markets/M"); the
-    # public methods take an agent id or a Scope (whose domain is meant), and the *_domain
-    # forms take a domain string, for callers that hold domains (the runtime, the console).
-
-    @staticmethod
-    def _domain_of(target: str | Scope) -> str:
-        """The domain of an agent (by id) or of a scope."""
-        if isinstance(target, Scope):
-            return target.domain
-        if "/" in target:
-            raise InvalidPath(
-                f"{target!r} is not an agent id: give a Scope, or a domain to "
-                "domain_revisions() or follow_domain()"
-            )
-        return target_domain(target)
-
-    def revision(self, target: str | Scope) -> Revision | None:
-        """The revision of an agent (by id) or of a scope's domain; None if never written."""
-        domain = self._domain_of(target)
-        return self._retrying(self.engine.revisions, [domain])[domain]
-
-    def revisions(self, targets: Sequence[str | Scope]) -> dict[str, Revision | None]:
-        """Several agents' or scopes' revisions read together, keyed by domain."""
-        return self.domain_revisions([self._domain_of(t) for t in targets])
-
-    def domain_revisions(self, domains: Sequence[str]) -> dict[str, Revision | None]:
-        """Several domains' revisions read together (C3's one round trip)."""
-        return self._retrying(self.engine.revisions, [check_domain(d) for d in domains])
 
     def follow(
         self,
@@ -288,9 +256,7 @@ class Following:
 
         Without `since`, follows from now. Stops after `timeout` seconds or when `stop` is set;
         runs forever otherwise."""
-        return self.follow_domain(
-            self._domain_of(target), since, timeout=timeout, poll=poll, stop=stop
-        )
+        return self.follow_domain(domain_of(target), since, timeout=timeout, poll=poll, stop=stop)
 
     def follow_domain(
         self,
@@ -302,4 +268,21 @@ class Following:
         stop: threading.Event | None = None,
     ) -> Iterator[Change]:
         """`follow` of a domain ("agents/A", "markets/M")."""
-        return follow_changes(self.engine, check_domain(domain), since, timeout, poll, stop)
+        return follow_changes(self._engine, check_domain(domain), since, timeout, poll, stop)
+
+
+# An agent's skills and a market's live in one domain each ("agents/A", "markets/M"); the
+# public methods take an agent id or a Scope (whose domain is meant), and the *_domain
+# forms take a domain string, for callers that hold domains (the runtime, the console).
+
+
+def domain_of(target: str | Scope) -> str:
+    """The domain of an agent (by id) or of a scope."""
+    if isinstance(target, Scope):
+        return target.domain
+    if "/" in target:
+        raise InvalidArgument(
+            f"{target!r} is not an agent id: give a Scope, or a domain to "
+            "domain_revisions() or follow_domain()"
+        )
+    return target_domain(target)

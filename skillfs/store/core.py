@@ -1,19 +1,21 @@
-"""The store: the logic every engine shares, written once on top of `Engine`'s primitives.
+"""The store's core: the logic every engine shares, written once on top of `Engine`'s
+primitives — reads, `commit` and its shorthands, retention and GC (docs/architecture.md, "The
+core and its namespaces").
 
-Publishing hashes and validates the files, uploads the blobs the store lacks, then commits
-the new manifests in one atomic engine step that compares versions. `Store` is the one
-public class; its parts live beside it: the file-table rules (`store.limits`), the steps of a
-commit that need no store (`store.commit`), blob chunks, ranges and cache (`store.blobs`),
-history retention and GC (`store.retention`), following the change log (`store.changes`).
+Every write ends in the `Committer` (`store.committer`), which holds it to every rule
+(`store.rules`) before one atomic engine step that compares versions. Beside it: the
+file-table rules (`store.limits`), blob chunks, ranges and cache (`store.blobs`), history
+retention and GC (`store.retention`), following the change log (`store.changes`). The core
+knows nothing of governance: `skillfs.api.Store`, what `open_store()` returns, composes it
+with the governance services as namespaces.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, ParamSpec, TypeVar
+from typing import ParamSpec, Self, TypeVar
 
 from skillfs.engines.base import Engine, MiB
 from skillfs.errors import NotFound, StoreUnavailable
@@ -21,27 +23,21 @@ from skillfs.model import (
     Access,
     CommitResult,
     FileEntry,
-    Finding,
     Manifest,
     Put,
     Remove,
+    Revision,
     Scope,
     VersionSummary,
 )
 from skillfs.model.entry import DRAFTS, EntryKind, EntryRef
-from skillfs.model.names import check_entry, is_hidden_dir, normalize_path
+from skillfs.model.names import check_domain, check_entry, is_hidden_dir, normalize_path
 from skillfs.model.ops import Command, FileValue, WriteOptions
-from skillfs.store import rules
 from skillfs.store.blobs import Blobs
-from skillfs.store.changes import Following, Watcher
+from skillfs.store.changes import Changes, domain_of
 from skillfs.store.committer import Committer, out_of_time
-from skillfs.store.curate import Curation
-from skillfs.store.drafts import Drafts
 from skillfs.store.limits import Limits
-from skillfs.store.opening import open_engine
 from skillfs.store.retention import GcReport, HistoryPolicy, gc, prune
-from skillfs.store.rollouts import Rollouts
-from skillfs.store.usage import Usage
 from skillfs.util.deadline import deadline
 
 log = logging.getLogger(__name__)
@@ -49,11 +45,9 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
-class Store(Following, Rollouts, Drafts, Curation, Usage):
-    """The public API of docs/design.md §2 over any engine; governed change (disable,
-    audit, ...) from `Governance`, staged rollout from `Rollouts`, archive / restore from
-    `SideEntries`, propose / approve / reject from `Drafts`, usage counts from `Usage`,
-    curation from `Curation` (docs/governance.md)."""
+class StoreCore:
+    """Reads and writes of docs/design.md §2 over any engine: one `Committer` for every
+    write, one `Blobs` for file bytes, one `Changes` for following the change log."""
 
     def __init__(
         self,
@@ -74,16 +68,16 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
         self.gc_grace = gc_grace
         self.retry_for = retry_for
         self.clock = clock
-        self._blobs = Blobs(engine, self._retrying, blob_cache_bytes)
-        self._watches: list[Watcher] = []  # `watched_by`
+        self.blobs = Blobs(engine, self.retrying, blob_cache_bytes)
+        self.changes = Changes(engine)
         self.committer = Committer(
             engine=engine,
-            blobs=self._blobs,
+            blobs=self.blobs,
             limits=self.limits,
             history_policy=self.history_policy,
             clock=lambda: self.clock(),
             retry_for=retry_for,
-            retrying=self._retrying,
+            retrying=self.retrying,
             missing=self.missing,
             markets=self.markets,
             actor=actor,
@@ -104,10 +98,10 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
         return self.engine.access(scope)
 
     def close(self) -> None:
-        self._close_watches()
+        self.changes.close()
         self.engine.close()
 
-    def __enter__(self) -> Store:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -196,26 +190,7 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
         options = WriteOptions(actor=actor, message=message, commit_id=commit_id)
         return self.committer.commit(changes, options, strict=strict)
 
-    def check_commit(self, targets: Sequence[tuple[Scope, str]], domain: str | None = None) -> str:
-        """The shape every commit must have, whoever built it (`rules.check_shape`); returns
-        the domain."""
-        return rules.check_shape(targets, domain, self.max_ops)
-
-    def inspect(
-        self,
-        skill: str,
-        files: Mapping[str, FileEntry],
-        unstored: Mapping[str, bytes] | None = None,
-    ) -> tuple[dict[str, Any] | None, list[Finding]]:
-        """A skill's frontmatter and findings as its SKILL.md says, read once per write; the
-        other files are named but not read. `unstored` holds bytes not uploaded yet."""
-        return self.committer.inspect(skill, files, unstored)
-
-    def who(self, actor: str | None = None) -> str:
-        """The actor a commit is recorded by: `actor`, else the store's, else the default."""
-        return self.committer.who(actor)
-
-    def _retrying(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    def retrying(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Retry an idempotent engine call while the store is unavailable, up to `retry_for`
         or the end of the budget it runs under (`skillfs.util.deadline`), whichever is first."""
         end = deadline(self.retry_for)
@@ -241,7 +216,7 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
     ) -> GcReport:
         """Prune every skill's history, then sweep the blobs nothing references that no
         publisher touched within `grace` seconds (default `gc_grace`)."""
-        domains = self._retrying(self.engine.stored_domains)
+        domains = self.retrying(self.engine.stored_domains)
         grace = self.gc_grace if grace is None else grace
         return gc(self.engine, self.history_policy, self.clock, domains, grace, progress)
 
@@ -254,29 +229,29 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
         loaded = (
             self.entries(scope)
             if skills is None
-            else self._retrying(self.engine.load_skills, scope, list(skills))
+            else self.retrying(self.engine.load_skills, scope, list(skills))
         )
         return {k: m for k, m in loaded.items() if m.deleted == deleted}
 
     def entries(self, scope: Scope) -> dict[str, Manifest]:
         """Every manifest of a scope, tombstones and side entries included, in one round trip."""
-        return self._retrying(self.engine.load_scope, scope)
+        return self.retrying(self.engine.load_scope, scope)
 
     def manifest(self, scope: Scope, skill: str, version: int | None = None) -> Manifest:
         """The latest manifest, or the given version from history (a deletion's too, as
         `history` lists it)."""
         check_entry(skill)
-        live = self._retrying(self.engine.load_skills, scope, [skill]).get(skill)
+        live = self.retrying(self.engine.load_skills, scope, [skill]).get(skill)
         if version is None or (live is not None and live.version == version):
             if live is None or (live.deleted and version is None):
                 raise self.missing(scope, skill)
             return live
-        found = self._retrying(self.engine.history_version, scope, skill, version)
+        found = self.retrying(self.engine.history_version, scope, skill, version)
         if found is not None:
             return found
         if live is None:
             raise self.missing(scope, skill)
-        older = self._retrying(self.engine.history_summaries, scope, skill)
+        older = self.retrying(self.engine.history_summaries, scope, skill)
         kept = ", ".join(str(v) for v in [live.version, *(m.version for m in older)])
         raise NotFound(
             f"version {version} of {scope}/{skill} is not kept (current version {live.version}); "
@@ -299,8 +274,8 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
     def history(self, scope: Scope, skill: str) -> list[Manifest]:
         """Every kept version of a skill, whole, newest first, the live one (or its tombstone)
         first. A listing reads `versions` instead."""
-        live = self._retrying(self.engine.load_skills, scope, [skill]).get(skill)
-        older = self._retrying(self.engine.history, scope, skill)
+        live = self.retrying(self.engine.load_skills, scope, [skill]).get(skill)
+        older = self.retrying(self.engine.history, scope, skill)
         if live is None and not older:
             raise self.missing(scope, skill)
         return ([live] if live else []) + older
@@ -309,60 +284,51 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
         """Every kept version of a skill without its file table, newest first, the live one
         (or its tombstone) first: what a history listing shows, small whatever the skill's
         size; `manifest(scope, skill, version=)` reads one whole."""
-        live = self._retrying(self.engine.load_skills, scope, [skill]).get(skill)
-        older = self._retrying(self.engine.history_summaries, scope, skill)
+        live = self.retrying(self.engine.load_skills, scope, [skill]).get(skill)
+        older = self.retrying(self.engine.history_summaries, scope, skill)
         if live is None and not older:
             raise self.missing(scope, skill)
         return ([live.summary()] if live else []) + older
 
     def read(self, scope: Scope, skill: str, path: str, version: int | None = None) -> bytes:
         m = self.manifest(scope, skill, version)
-        return self.read_entry(self.entry(m, scope, path))
-
-    @staticmethod
-    def entry(m: Manifest, scope: Scope, path: str) -> FileEntry:
-        norm = normalize_path(path)
-        entry = m.files.get(norm)
-        if entry is None:
-            raise NotFound(
-                f"{scope}/{m.skill} (version {m.version}) has no file {path!r}; files: "
-                + ", ".join(sorted(m.files))
-            )
-        return entry
+        return self.read_entry(file_of(m, scope, path))
 
     def read_entry(self, entry: FileEntry, start: int = 0, end: int | None = None) -> bytes:
         """A file's bytes (or the range [start, end)), reading only the chunks it covers."""
-        return self._blobs.read(entry, start, end)
-
-    def read_cached(self, entry: FileEntry, start: int = 0, end: int | None = None) -> bytes | None:
-        """`read_entry` when the file is in this process's blob cache, else None: no store
-        call, so an event loop may ask (the server's ReadFile)."""
-        return self._blobs.read_cached(entry, start, end)
+        return self.blobs.read(entry, start, end)
 
     def read_entries(self, entries: Iterable[FileEntry]) -> dict[str, bytes]:
         """Many files' bytes by SHA-256, the uncached ones in one batched round trip."""
-        return self._blobs.read_many(entries)
+        return self.blobs.read_many(entries)
 
-    def read_blob(self, sha: str, start: int = 0, end: int | None = None) -> bytes:
-        """A range of a blob known only by its hash (the server's global readers)."""
-        return self._blobs.read_unsized(sha, start, end)
+    # ------------------------------------------------------------------ revisions
 
-    def put_blob(self, sha: str, data: bytes, now: float) -> None:
-        """Store one blob's bytes, already hashed to `sha`, in the engine's chunks."""
-        self._blobs.put(sha, data, now)
+    def revision(self, target: str | Scope) -> Revision | None:
+        """The revision of an agent (by id) or of a scope's domain; None if never written."""
+        domain = domain_of(target)
+        return self.retrying(self.engine.revisions, [domain])[domain]
+
+    def revisions(self, targets: Sequence[str | Scope]) -> dict[str, Revision | None]:
+        """Several agents' or scopes' revisions read together, keyed by domain."""
+        return self.domain_revisions([domain_of(t) for t in targets])
+
+    def domain_revisions(self, domains: Sequence[str]) -> dict[str, Revision | None]:
+        """Several domains' revisions read together (C3's one round trip)."""
+        return self.retrying(self.engine.revisions, [check_domain(d) for d in domains])
 
     # ------------------------------------------------------------------ listings
 
     def agents(self) -> list[str]:
-        domains = self._retrying(self.engine.domains)
+        domains = self.retrying(self.engine.domains)
         return [d.split("/", 1)[1] for d in domains if d.startswith("agents/")]
 
     def markets(self) -> list[str]:
-        domains = self._retrying(self.engine.domains)
+        domains = self.retrying(self.engine.domains)
         return [d.split("/", 1)[1] for d in domains if d.startswith("markets/")]
 
     def scopes(self, target: str | Scope) -> list[Scope]:
-        return self._retrying(self.engine.scopes, self._domain_of(target))
+        return self.retrying(self.engine.scopes, domain_of(target))
 
     def users(self, agent: str) -> list[str]:
         return sorted(s.user_id for s in self.scopes(agent) if s.user_id is not None)
@@ -385,7 +351,7 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
             ):  # fmt: skip
                 return NotFound(
                     f"the draft {ref.name!r} in {scope} is held in the single `_drafts` manifest "
-                    "of an older skillfs: split it into entries first (store.split_legacy, "
+                    "of an older skillfs: split it into entries first (store.drafts.split_legacy, "
                     "`skillfs drafts split`), then review it"
                 )
             return NotFound(f"no draft {ref.name!r} in {scope}; drafts there: {shown}")
@@ -400,16 +366,12 @@ class Store(Following, Rollouts, Drafts, Curation, Usage):
         return sorted(k for k in self.manifests(scope) if not is_hidden_dir(k))
 
 
-#: The keyword options `Store` takes (the rest of open_store's options go to the engine).
-_STORE_OPTIONS = frozenset(inspect.signature(Store).parameters) - {"engine"}
-
-
-def open_store(url: str | None = None, **options: Any) -> Store:
-    """A store by URL (docs/design.md §2); `$SKILLFS_STORE` or the embedded SQLite file when
-    None. Every surface opens its store here.
-
-    Options go to `Store` (limits, history_policy, gc_grace, blob_cache_bytes, retry_for)
-    or to the engine (e.g. `token` for grpc://)."""
-    store_opts = {k: v for k, v in options.items() if k in _STORE_OPTIONS}
-    engine_opts = {k: v for k, v in options.items() if k not in _STORE_OPTIONS}
-    return Store(open_engine(url, **engine_opts), **store_opts)
+def file_of(m: Manifest, scope: Scope, path: str) -> FileEntry:
+    """The table entry of `path` in `m`; NotFound naming the files it has."""
+    entry = m.files.get(normalize_path(path))
+    if entry is None:
+        raise NotFound(
+            f"{scope}/{m.skill} (version {m.version}) has no file {path!r}; files: "
+            + ", ".join(sorted(m.files))
+        )
+    return entry

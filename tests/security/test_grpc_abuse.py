@@ -305,7 +305,7 @@ def test_a_user_token_cannot_break_its_scope_or_the_counters(server: ServerProce
             alice.engine.add_usage(AGENT, {("alice", "good"): 1, ("alice", "x"): -1})
         assert admin.revision(AGENT) == before
         assert sorted(admin.manifests(A)) == ["good"] and admin.manifests(A)["good"].usable
-        assert admin.usage(AGENT) == {}
+        assert admin.usage.counts(AGENT) == {}
     finally:
         alice.close()
         admin.close()

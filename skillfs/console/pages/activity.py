@@ -55,11 +55,11 @@ def _activity(call: Call, domain: str, name: str, scopes: list[Scope], *, every:
     actor, skill = wanted["actor"] or None, wanted["skill"] or None
     entries: list[AuditEntry] = []
     if every:
-        entries = call.store.audit(
+        entries = call.store.governance.audit(
             domain, since=since, until=until, actor=actor, skill=skill, limit=MAX_ENTRIES
         )
     elif scopes:
-        entries = call.store.audit_scopes(
+        entries = call.store.governance.audit_scopes(
             scopes, since=since, until=until, actor=actor, skill=skill, limit=MAX_ENTRIES
         )
     page = paged(entries, call.query, _text, keep=wanted)

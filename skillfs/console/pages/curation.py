@@ -47,7 +47,7 @@ def _page(call: Call, domain: str, name: str, scopes: list[Scope]) -> Response:
     archived skills of the scopes the token may read."""
     windows = _windows(call)
     admin = call.can.admin(domain)
-    report = call.store.curate(domain, *windows, actor=call.actor) if admin else None
+    report = call.store.curation.run(domain, *windows, actor=call.actor) if admin else None
     return call.render_domain(
         "curation.html",
         domain,
@@ -85,7 +85,7 @@ def _apply(call: Call, domain: str) -> Response:
             "on it (curation reads usage and archives across its scopes)"
         )
     stale, archive = _windows(call)
-    report = call.store.curate(domain, stale, archive, dry_run=False, actor=call.actor)
+    report = call.store.curation.run(domain, stale, archive, dry_run=False, actor=call.actor)
     done = ", ".join(c.skill for c in report.archived) or "none"
     said = f"Archived {plural(len(report.archived), 'idle skill')}: {done}"
     if report.skipped:
@@ -111,7 +111,7 @@ def archive(call: Call, scope: Scope, skill: str) -> Response:
     the next step; **Restore** on the curation page brings it back."""
     call.require(Level.write, scope)
     reason = call.field("reason").strip()
-    call.store.archive(
+    call.store.archive.add(
         scope, skill, reason, expected_version=call.form_int("expected"), actor=call.actor
     )
     return call.done(
@@ -123,7 +123,7 @@ def archive(call: Call, scope: Scope, skill: str) -> Response:
 def restore(call: Call, scope: Scope, skill: str) -> Response:
     """Bring an archived skill back live, in one commit."""
     call.require(Level.write, scope)
-    result = call.store.restore(
+    result = call.store.archive.restore(
         scope, skill, expected_version=call.form_int("expected"), actor=call.actor
     )
     version = result.versions.get(skill)

@@ -180,7 +180,7 @@ def save(call: Call, scope: Scope, skill: str) -> Response:
         return again(400, rule_error=str(exc))
     try:
         if rule is not None:
-            result = call.store.stage(
+            result = call.store.rollouts.stage(
                 scope,
                 skill,
                 files,

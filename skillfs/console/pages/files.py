@@ -116,7 +116,7 @@ def _write(
     file, which every worker outside the rule then saw as a broken skill)."""
     strict = not forced(call)
     if m.candidate is not None and not has_live(m):
-        return call.store.stage(
+        return call.store.rollouts.stage(
             scope, m.skill, files, m.candidate.rollout, expected_version=expected,
             strict=strict, actor=call.actor,
         )  # fmt: skip

@@ -17,9 +17,9 @@ from skillfs.console.pages.rollout import rollout_of
 from skillfs.console.paging import paged
 from skillfs.console.strict import confirm, forced
 from skillfs.errors import InvalidSkill, NotFound
+from skillfs.governance.drafts import Draft, draft_of
 from skillfs.model import Manifest, Scope
 from skillfs.model.names import draft_entry
-from skillfs.store.drafts import Draft, draft_of
 
 
 def agent_queue(call: Call, agent: str) -> Response:
@@ -36,7 +36,7 @@ def market_queue(call: Call, market: str) -> Response:
 
 
 def _queue(call: Call, domain: str, name: str) -> Response:
-    drafts = [d for d in call.store.drafts(domain) if call.can.read(d.scope)]
+    drafts = [d for d in call.store.drafts.list(domain) if call.can.read(d.scope)]
     drafts.sort(key=lambda d: (-d.committed_at, d.name))
     page = paged(drafts, call.query, _text)
     return call.render_domain(
@@ -111,7 +111,7 @@ def approve(call: Call, scope: Scope, skill: str) -> Response:
     into = _into(call, scope)
     rule = rollout_of(call) if call.field("canary") == "1" else None
     try:
-        result = call.store.approve(
+        result = call.store.drafts.approve(
             scope, skill, expected_version=expected, rollout=rule, into=into,
             actor=call.actor, strict=not forced(call),
         )  # fmt: skip
@@ -150,7 +150,7 @@ def reject(call: Call, scope: Scope, skill: str) -> Response:
     """The draft is removed; the reason stays in its history and the audit."""
     call.require(Level.write, scope)
     reason = call.field("reason").strip()
-    call.store.reject(
+    call.store.drafts.reject(
         scope, skill, reason, expected_version=call.form_int("expected"), actor=call.actor
     )
     said = f"Rejected the draft of {skill}" + (f": {reason}" if reason else "")

@@ -104,7 +104,7 @@ def widen(call: Call, scope: Scope, skill: str) -> Response:
     call.require(Level.write, scope)
     expected = call.form_int("expected")
     rule = rollout_of(call)
-    call.store.widen(scope, skill, rule, expected_version=expected, actor=call.actor)
+    call.store.rollouts.widen(scope, skill, rule, expected_version=expected, actor=call.actor)
     return call.done(
         urls.skill_url(scope, skill) + "#rollout",
         f"Widened {skill}'s candidate to {rule.describe()}",
@@ -115,7 +115,7 @@ def promote(call: Call, scope: Scope, skill: str) -> Response:
     """The candidate becomes the live version for everyone, in one commit."""
     call.require(Level.write, scope)
     try:
-        result = call.store.promote(
+        result = call.store.rollouts.promote(
             scope,
             skill,
             expected_version=call.form_int("expected"),
@@ -138,7 +138,7 @@ def abort(call: Call, scope: Scope, skill: str) -> Response:
     call.require(Level.write, scope)
     current = call.store.manifest(scope, skill, version=call.form_int("expected"))
     staged_only = not has_live(current)
-    call.store.abort(scope, skill, expected_version=current.version, actor=call.actor)
+    call.store.rollouts.abort(scope, skill, expected_version=current.version, actor=call.actor)
     if staged_only:
         return call.done(
             urls.scope_url(scope), f"Aborted {skill}: it was never live, so it is gone"

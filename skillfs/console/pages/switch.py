@@ -25,7 +25,7 @@ def disable(call: Call, scope: Scope, skill: str) -> Response:
     reason = call.field("reason").strip()
     expected = call.form_int("expected")
     back = _back(call, scope, skill)  # every field checked before anything is written
-    call.store.disable(scope, skill, reason, expected_version=expected, actor=call.actor)
+    call.store.governance.disable(scope, skill, reason, expected_version=expected, actor=call.actor)
     # in a user's scope, a skill it does not hold (expected 0) can only be hidden
     hid = scope.kind == "user" and expected == 0
     said = f": {reason}" if reason else ""
@@ -43,7 +43,7 @@ def enable(call: Call, scope: Scope, skill: str) -> Response:
     expected = call.form_int("expected")
     unhide = call.store.manifest(scope, skill, version=expected).hides
     back = _back(call, scope, skill, gone=unhide)
-    call.store.enable(scope, skill, expected_version=expected, actor=call.actor)
+    call.store.governance.enable(scope, skill, expected_version=expected, actor=call.actor)
     if unhide:
         message = f"{skill} is no longer hidden from {scope.user_id}"
     else:

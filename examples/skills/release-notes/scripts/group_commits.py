@@ -34,7 +34,9 @@ def commits(start: str, end: str) -> list[tuple[str, str, str]]:
     """(short hash, subject, body) of each commit in start..end, oldest first."""
     out = subprocess.run(
         ["git", "log", "--reverse", f"--format=%h%x1f%s%x1f%b{SEP}", f"{start}..{end}"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     result = []
     for record in out.split(SEP):

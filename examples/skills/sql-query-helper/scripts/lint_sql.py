@@ -13,16 +13,23 @@ import sys
 from pathlib import Path
 
 CHECKS = [
-    (re.compile(r"\b(UPDATE|DELETE)\b(?![^;]*\bWHERE\b)[^;]*", re.I | re.S),
-     "UPDATE/DELETE without WHERE changes every row of the table"),
-    (re.compile(r"\bSELECT\s+(\w+\.)?\*", re.I),
-     "SELECT * returns columns you may not need and breaks when the table changes"),
-    (re.compile(r"\bNOT\s+IN\s*\(\s*SELECT\b", re.I),
-     "NOT IN (SELECT ...) yields no rows if the subquery returns a NULL: use NOT EXISTS"),
-    (re.compile(r"\bLIKE\s+'%", re.I),
-     "LIKE with a leading wildcard cannot use a B-tree index"),
-    (re.compile(r"'(?:%s|%\(\w+\)s|\{\w*\})'|\"\s*\+\s*\w+"),
-     "a value seems to be formatted into the SQL: use bound parameters"),
+    (
+        re.compile(r"\b(UPDATE|DELETE)\b(?![^;]*\bWHERE\b)[^;]*", re.I | re.S),
+        "UPDATE/DELETE without WHERE changes every row of the table",
+    ),
+    (
+        re.compile(r"\bSELECT\s+(\w+\.)?\*", re.I),
+        "SELECT * returns columns you may not need and breaks when the table changes",
+    ),
+    (
+        re.compile(r"\bNOT\s+IN\s*\(\s*SELECT\b", re.I),
+        "NOT IN (SELECT ...) yields no rows if the subquery returns a NULL: use NOT EXISTS",
+    ),
+    (re.compile(r"\bLIKE\s+'%", re.I), "LIKE with a leading wildcard cannot use a B-tree index"),
+    (
+        re.compile(r"'(?:%s|%\(\w+\)s|\{\w*\})'|\"\s*\+\s*\w+"),
+        "a value seems to be formatted into the SQL: use bound parameters",
+    ),
 ]
 
 

@@ -1,20 +1,22 @@
-"""Staged rollout (docs/governance.md, "Staged rollout"): a skill holds, beside its live
-version, one candidate and a rule saying who gets it. `Store` takes `stage`, `widen`,
-`promote` and `abort` from `Rollouts`; each is one commit of one manifest (C1), seen at the
-next step (C3); who sees what is decided by `skillfs.governance.rollout_rule` on the
-manifests a worker already holds."""
+"""`store.rollouts` (docs/governance.md, "Staged rollout"): a skill holds, beside its live
+version, one candidate and a rule saying who gets it. Each operation is one commit of one
+manifest (C1), seen at the next step (C3); who sees what is decided by
+`skillfs.governance.rollout_rule` on the manifests a worker already holds."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from skillfs.governance.ports import Commits
 from skillfs.model import CommitResult, Rollout, Scope
 from skillfs.model.ops import Abort, FileValue, Promote, Stage, Widen
-from skillfs.store.governance import Governance
 
 
-class Rollouts(Governance):
-    """The staged-rollout operations of `Store` (docs/governance.md)."""
+class Rollouts:
+    """stage / widen / promote / abort."""
+
+    def __init__(self, commits: Commits) -> None:
+        self._commits = commits
 
     def stage(
         self,
@@ -37,7 +39,7 @@ class Rollouts(Governance):
             scope=scope, skill=skill, files=dict(files), rollout=rollout,
             expected_version=expected_version,
         )  # fmt: skip
-        return self.commit(
+        return self._commits.commit(
             [command], commit_id=commit_id, strict=strict, actor=actor, message=message
         )
 
@@ -59,7 +61,7 @@ class Rollouts(Governance):
         command = Widen(
             scope=scope, skill=skill, rollout=rollout, expected_version=expected_version
         )
-        return self.commit([command], commit_id=commit_id, actor=actor, message=message)
+        return self._commits.commit([command], commit_id=commit_id, actor=actor, message=message)
 
     def promote(
         self,
@@ -76,7 +78,7 @@ class Rollouts(Governance):
         replaces stays in history (roll back to it like any other). `strict`, the admin
         surfaces' policy: a candidate with error findings is refused (InvalidSkill)."""
         command = Promote(scope=scope, skill=skill, expected_version=expected_version)
-        return self.commit(
+        return self._commits.commit(
             [command], commit_id=commit_id, strict=strict, actor=actor, message=message
         )
 
@@ -96,4 +98,4 @@ class Rollouts(Governance):
         scope a disabled entry without files stays: it is how a user hides a skill.) Its
         history stays."""
         command = Abort(scope=scope, skill=skill, expected_version=expected_version)
-        return self.commit([command], commit_id=commit_id, actor=actor, message=message)
+        return self._commits.commit([command], commit_id=commit_id, actor=actor, message=message)

@@ -1,17 +1,16 @@
-"""Curation (docs/governance.md, "Curation"): which skills of an agent or a market are stale,
-which to archive, which are near-duplicates — and, applied, the archiving. `Store` takes
-`curate` from `Curation`; the report and the similarity rules are pure
-(skillfs/governance/curation_report.py, skillfs/util/similarity.py); each archive is one
-commit of `Store.archive`."""
+"""`store.curation` (docs/governance.md, "Curation"): which skills of an agent or a market are
+stale, which to archive, which are near-duplicates — and, applied, the archiving. The report
+and the similarity rules are pure (skillfs/governance/curation_report.py,
+skillfs/util/similarity.py); each archive is one commit of `store.archive.add`."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
 from skillfs.errors import Conflict, InvalidArgument, InvalidPath, NotFound
+from skillfs.governance.archive import Archive
 from skillfs.governance.curation_report import (
     ARCHIVE_AFTER,
     DUPLICATE_THRESHOLD,
@@ -25,17 +24,13 @@ from skillfs.governance.curation_report import (
     near_duplicates,
     windows,
 )
+from skillfs.governance.ports import Reads
+from skillfs.governance.usage import Usage
 from skillfs.model import Manifest, Scope, UsageStat, target_domain, usage_by_skill
 from skillfs.model.names import is_hidden_dir
 from skillfs.spec.skill_md import SKILL_MD, parse_skill_md
-from skillfs.store.side import SideEntries
+from skillfs.store.who import check_actor
 from skillfs.util.durations import format_duration
-
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from skillfs.model import FileEntry
-    from skillfs.store.committer import Committer
 
 log = logging.getLogger(__name__)
 
@@ -46,24 +41,15 @@ RECHECK = 1.0
 Uses = Callable[[Scope, str], UsageStat | None]
 
 
-class Curation(SideEntries):
-    """`curate` of `Store`; applied, it archives (`SideEntries.archive`)."""
+class Curation:
+    """The report, and applied, the archiving (`store.archive.add`)."""
 
-    if TYPE_CHECKING:
-        clock: Callable[[], float]
-        committer: Committer
+    def __init__(self, reads: Reads, archive: Archive, usage: Usage) -> None:
+        self._reads = reads
+        self._archive = archive
+        self._usage = usage
 
-        def agents(self) -> list[str]: ...
-
-        def manifests(
-            self, scope: Scope, skills: Sequence[str] | None = None, *, deleted: bool = False
-        ) -> dict[str, Manifest]: ...
-
-        def read_entries(self, entries: Sequence[FileEntry]) -> dict[str, bytes]: ...
-
-        def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]: ...
-
-    def curate(
+    def run(
         self,
         target: str,
         stale_after: float | str = STALE_AFTER,
@@ -80,20 +66,20 @@ class Curation(SideEntries):
         (`30d`, `2h`). Idle means neither used (by the usage's last-used times) nor
         committed since; `now` defaults to the store's clock.
 
-        With `dry_run=False` each skill to archive is archived (`Store.archive`, one commit
-        each, by `actor`) after its last use is read again: one used or changed meanwhile is
+        With `dry_run=False` each skill to archive is archived (`store.archive.add`, one
+        commit each, by `actor`) after its last use is read again: one used or changed meanwhile is
         left in place and reported in `skipped` with why."""
         stale, cutoff = windows(stale_after, archive_after)
         if not 0 < duplicate_threshold <= 1:
             raise InvalidArgument(f"duplicate_threshold {duplicate_threshold} is not in (0, 1]")
-        if not dry_run:
-            actor = self.committer.who(actor)  # a bad one is refused before anything is read
+        if not dry_run and actor is not None:
+            check_actor(actor)  # a bad one is refused before anything is read
         domain = self._curated_domain(target)
-        at = self.clock() if now is None else now
+        at = self._reads.clock() if now is None else now
         skills = [
             (scope, m)
-            for scope in self._retrying(self.engine.scopes, domain)
-            for m in sorted(self.manifests(scope).values(), key=lambda m: m.skill)
+            for scope in self._reads.retrying(self._reads.engine.scopes, domain)
+            for m in sorted(self._reads.manifests(scope).values(), key=lambda m: m.skill)
             if _curatable(m)
         ]
         uses = self._uses(domain)
@@ -136,7 +122,7 @@ class Curation(SideEntries):
     def _curated_domain(self, target: str) -> str:
         """`agents/A` or `markets/M` from an agent id or a domain; NotFound when never written."""
         domain = target_domain(target)
-        known = self._retrying(self.engine.domains)
+        known = self._reads.retrying(self._reads.engine.domains)
         if domain not in known:
             raise NotFound(
                 f"nothing to curate: {domain} has never held a skill; known: "
@@ -150,17 +136,17 @@ class Curation(SideEntries):
         curation errs towards keeping); a market skill by every agent's."""
         kind, _, ident = domain.partition("/")
         if kind == "markets":
-            known = self._retrying(self.engine.usage_agents)
-            agents = known if known is not None else self.agents()
+            known = self._reads.retrying(self._reads.engine.usage_agents)
+            agents = known if known is not None else self._reads.agents()
             merged = usage_by_skill(  # each agent's uses of a skill, as a user's would be
                 {
                     (a, s): st
                     for a in agents
-                    for s, st in usage_by_skill(self.usage_detail(a)).items()
+                    for s, st in usage_by_skill(self._usage.detail(a)).items()
                 }
             )
             return lambda scope, skill: merged.get(skill)
-        detail = self.usage_detail(ident)
+        detail = self._usage.detail(ident)
         by_skill = usage_by_skill(detail)
 
         def look(scope: Scope, skill: str) -> UsageStat | None:
@@ -176,7 +162,7 @@ class Curation(SideEntries):
         """Near-duplicate pairs (and how many in all) among the enabled skills (descriptions
         from the manifests, bodies from SKILL.md, read in one batch)."""
         enabled = [(s, m) for s, m in skills if not m.disabled and SKILL_MD in m.files]
-        texts = self.read_entries([m.files[SKILL_MD] for _, m in enabled])
+        texts = self._reads.read_entries([m.files[SKILL_MD] for _, m in enabled])
         bodies = [parse_skill_md(texts[m.files[SKILL_MD].sha256]).body for _, m in enabled]
         descriptions = [str((m.frontmatter or {}).get("description") or "") for _, m in enabled]
         refs = [SkillRef(scope=s, skill=m.skill) for s, m in enabled]
@@ -197,8 +183,8 @@ class Curation(SideEntries):
         uses: Uses | None = None
         read_at = 0.0
         for item in items:
-            at = self.clock() if now is None else now
-            m = self.manifests(item.scope, [item.skill]).get(item.skill)
+            at = self._reads.clock() if now is None else now
+            m = self._reads.manifests(item.scope, [item.skill]).get(item.skill)
             if m is None or not _curatable(m):
                 skipped.append(_note(item, "gone or changed meanwhile, left as it is"))
                 continue
@@ -218,7 +204,7 @@ class Curation(SideEntries):
             after = format_duration(cutoff)
             why = f"curation: idle {format_duration(at - since)} (archive after {after})"
             try:
-                self.archive(
+                self._archive.add(
                     item.scope, item.skill, why, expected_version=m.version, replace=True,
                     actor=actor,
                 )  # fmt: skip

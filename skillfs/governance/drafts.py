@@ -1,19 +1,22 @@
-"""Drafts and review (docs/governance.md, "Drafts and review"): a proposed skill is the entry
+"""`store.drafts` (docs/governance.md, "Drafts and review"): a proposed skill is the entry
 `_drafts/<name>` of its scope, written through the publish path (validated, findings
 recorded), listed for review, then approved (its files become the live skill and the draft
-is removed, in one commit) or rejected (the draft removed, the reason in its history).
-`Store` takes these methods from `Drafts`."""
+is removed, in one commit) or rejected (the draft removed, the reason in its history)."""
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from skillfs.model import CommitResult, Finding, Manifest, Rollout, Scope
-from skillfs.model.entry import EntryKind, EntryRef
+from skillfs.errors import Conflict, FailedPrecondition
+from skillfs.governance.audit import scopes_named
+from skillfs.governance.ports import Commits, Reads
+from skillfs.model import CommitResult, FileEntry, Finding, Manifest, Put, Remove, Rollout, Scope
+from skillfs.model.entry import ARCHIVE, DRAFTS, EntryKind, EntryRef
+from skillfs.model.names import check_live_name
 from skillfs.model.ops import Approve, FileValue, Propose, Reject
-from skillfs.store.side import SideEntries, split_files
 from skillfs.store.who import check_message
 
 
@@ -44,8 +47,13 @@ class Draft(BaseModel):
         return self.base_version is not None and self.base_version != self.live_version
 
 
-class Drafts(SideEntries):
-    """propose / drafts / approve / reject of `Store` (docs/governance.md)."""
+class Drafts:
+    """propose / list / approve / reject, and the split of an older skillfs's single side
+    manifests."""
+
+    def __init__(self, reads: Reads, commits: Commits) -> None:
+        self._reads = reads
+        self._commits = commits
 
     def propose(
         self,
@@ -69,14 +77,14 @@ class Drafts(SideEntries):
             scope=scope, name=name, files=dict(files), based_on=based_on,
             expected_version=expected_version,
         )  # fmt: skip
-        return self.commit([command], strict=strict, actor=actor, message=message)
+        return self._commits.commit([command], strict=strict, actor=actor, message=message)
 
-    def drafts(self, target: str | Scope) -> list[Draft]:
+    def list(self, target: str | Scope) -> builtins.list[Draft]:
         """The drafts of a scope, or of every scope of an agent (by id or `agents/<id>`) or of
         a market (`markets/<id>`) that this store may read, by scope and name."""
-        out: list[Draft] = []
-        for scope in self.scopes_named(target):
-            live: dict[str, Manifest] = self.entries(scope)
+        out: builtins.list[Draft] = []
+        for scope in scopes_named(self._reads, target):
+            live: dict[str, Manifest] = self._reads.entries(scope)
             for key, m in sorted(live.items()):
                 ref = EntryRef.parse(key)
                 legacy = ref.kind is EntryKind.LEGACY and ref.name == "_drafts"
@@ -112,15 +120,15 @@ class Drafts(SideEntries):
         refuses a draft with error findings.
 
         With `rollout`, the draft becomes the skill's staged candidate for the workers the
-        rule names instead (the live version stays for everyone else; `store.widen`,
-        `promote`, `abort` go on from there), in the same one commit. `into` is another
+        rule names instead (the live version stays for everyone else; `store.rollouts` widens,
+        promotes or aborts it from there), in the same one commit. `into` is another
         scope of the same agent the skill goes to, e.g. an agent's draft in a user's scope
         approved into the agent's shared scope; the draft's base is its own scope's, so it
         is not compared there (a rollout leaves the live version there untouched)."""
         command = Approve(
             scope=scope, name=name, rollout=rollout, into=into, expected_version=expected_version
         )
-        return self.commit([command], strict=strict, actor=actor, message=message)
+        return self._commits.commit([command], strict=strict, actor=actor, message=message)
 
     def reject(
         self,
@@ -134,7 +142,39 @@ class Drafts(SideEntries):
         """Remove the draft; the reason is the commit's message, kept in its history and in
         the audit (as `reject`)."""
         command = Reject(scope=scope, name=name, expected_version=expected_version)
-        return self.commit([command], actor=actor, message=check_message(reason))
+        return self._commits.commit([command], actor=actor, message=check_message(reason))
+
+    # ------------------------------------------------------------------ legacy manifests
+
+    def split_legacy(self, scope: Scope, *, actor: str | None = None) -> CommitResult | None:
+        """Split the single `_drafts` / `.archive` manifest an older skillfs wrote (its files
+        `<name>/...`) into one entry per name, drafts and archived skills alike, in one
+        commit; None when there is none. An
+        entry of a name already there is a Conflict: nothing is written."""
+        legacy = self._reads.retrying(self._reads.engine.load_skills, scope, [DRAFTS, ARCHIVE])
+        changes: builtins.list[Put | Remove] = []
+        for where, m in sorted(legacy.items()):
+            if m.deleted:
+                continue
+            for name, files in split_files(scope, m).items():
+                ref = EntryRef.draft(name) if where == DRAFTS else EntryRef.archived(name)
+                changes.append(Put(scope, ref.key, dict(files), expected_version=0))
+            changes.append(Remove(scope, where, expected_version=m.version))
+        if not changes:
+            return None
+        puts = [c.skill for c in changes if isinstance(c, Put)]
+        found = self._reads.retrying(self._reads.engine.load_skills, scope, puts)
+        there = {k: m for k, m in found.items() if m is not None and not m.deleted}
+        if there:  # written by a newer skillfs meanwhile: the split would overwrite it
+            first = min(there)
+            raise Conflict(
+                f"{scope}/{first} already exists beside the legacy manifest it would be split "
+                f"from; nothing was written: approve, reject, restore or delete {first} first, "
+                "then split again",
+                skill=first,
+                current_version=there[first].version,
+            )
+        return self._commits.commit(changes, actor=actor, message="split into one entry per skill")
 
 
 def draft_of(
@@ -170,6 +210,21 @@ def _legacy_finding(scope: Scope) -> Finding:
         rule="legacy-drafts",
         message=(
             f"held in the single `_drafts` manifest an older skillfs wrote in {scope}: split it "
-            "into one entry per draft (store.split_legacy, `skillfs drafts split`) to review it"
+            "into one entry per draft (store.drafts.split_legacy, `skillfs drafts split`) to "
+            "review it"
         ),
     )
+
+
+def split_files(scope: Scope, m: Manifest) -> dict[str, dict[str, FileEntry]]:
+    """A legacy side manifest's file table, by the skill name each file is under."""
+    out: dict[str, dict[str, FileEntry]] = {}
+    for path, e in m.files.items():
+        name, slash, rest = path.partition("/")
+        if not slash:
+            raise FailedPrecondition(
+                f"{scope}/{m.skill}/{path} is not inside a skill directory: move or delete it, "
+                "then split again"
+            )
+        out.setdefault(check_live_name(name), {})[rest] = e
+    return out

@@ -1,0 +1,50 @@
+"""What the governance services need of the store, as narrow protocols: each service is
+built from these, not from the store class, so it can be built and tested alone and the core
+knows nothing of it (docs/architecture.md, "The core and its namespaces")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import ParamSpec, Protocol, TypeVar
+
+from skillfs.engines.base import Engine
+from skillfs.model import CommitResult, FileEntry, Manifest, Scope
+from skillfs.model.ops import Command
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+class Commits(Protocol):
+    """Writes: every one ends in the store's Committer, which holds it to every rule."""
+
+    def commit(
+        self,
+        changes: Sequence[Command],
+        *,
+        commit_id: str | None = None,
+        strict: bool = False,
+        actor: str | None = None,
+        message: str = "",
+    ) -> CommitResult: ...
+
+
+class Reads(Protocol):
+    """Reads of manifests, listings and file bytes, retried through an outage."""
+
+    @property
+    def engine(self) -> Engine: ...
+
+    def clock(self) -> float: ...
+
+    def retrying(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T: ...
+
+    def entries(self, scope: Scope) -> dict[str, Manifest]: ...
+
+    def manifests(
+        self, scope: Scope, skills: Sequence[str] | None = None, *, deleted: bool = False
+    ) -> dict[str, Manifest]: ...
+
+    def agents(self) -> list[str]: ...
+
+    def read_entries(self, entries: Iterable[FileEntry]) -> dict[str, bytes]: ...
