@@ -1,6 +1,7 @@
 """The store `open_store()` returns (docs/architecture.md, "The core and its namespaces"):
 the core (`skillfs.store.core`: reads, commits, retention) with governed change above it as
-namespaces — `store.governance` (disable, enable, audit), `store.drafts`, `store.rollouts`,
+namespaces — `store.edits` (rename, override, edit a file, import, delete, rollback),
+`store.governance` (disable, enable, audit), `store.drafts`, `store.rollouts`,
 `store.archive`, `store.curation`, `store.usage`, and the core's own `store.changes`. Each
 service is built from the core's narrow protocols (`skillfs.governance.ports`), so the core
 knows nothing of them and imports run one way."""
@@ -14,6 +15,7 @@ from skillfs.engines.base import Engine
 from skillfs.governance.archive import Archive
 from skillfs.governance.curation import Curation
 from skillfs.governance.drafts import Drafts
+from skillfs.governance.edits import Edits
 from skillfs.governance.rollouts import Rollouts
 from skillfs.governance.switch import Governance
 from skillfs.governance.usage import Usage
@@ -32,6 +34,7 @@ class Store(StoreCore):
         self.archive = Archive(self)
         self.usage = Usage(self)
         self.curation = Curation(self, self.archive, self.usage)
+        self.edits = Edits(self, self)
 
 
 #: The keyword options the store takes (the rest of open_store's options go to the engine).

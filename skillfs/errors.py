@@ -7,6 +7,7 @@
     ├── FailedPrecondition        FAILED_PRECONDITION  409  the right request in the wrong
     │                                                       state (disable what is disabled)
     ├── Conflict                  ABORTED              409  changed since you read it
+    │   └── EditConflict                                    both changed the same lines
     ├── NotFound                  NOT_FOUND            404
     ├── TooLarge                  RESOURCE_EXHAUSTED   413
     ├── PermissionDenied          PERMISSION_DENIED    403
@@ -75,6 +76,17 @@ class Conflict(SkillfsError):
         super().__init__(message)
         self.skill = skill
         self.current_version = current_version
+
+
+class EditConflict(Conflict):
+    """An edit of one file met another writer's change to the same lines (the merge policy,
+    `store.edits.edit_file`): `merged` holds the file with conflict markers to resolve."""
+
+    def __init__(
+        self, message: str, *, skill: str, current_version: int | None, merged: bytes
+    ) -> None:
+        super().__init__(message, skill=skill, current_version=current_version)
+        self.merged = merged
 
 
 class NotFound(SkillfsError, KeyError):

@@ -28,12 +28,28 @@ class Commits(Protocol):
         message: str = "",
     ) -> CommitResult: ...
 
+    def rollback(
+        self,
+        scope: Scope,
+        skill: str,
+        version: int,
+        expected_version: int | None = None,
+        *,
+        strict: bool = False,
+        actor: str | None = None,
+        message: str = "",
+        commit_id: str | None = None,
+    ) -> CommitResult: ...
+
 
 class Reads(Protocol):
     """Reads of manifests, listings and file bytes, retried through an outage."""
 
     @property
     def engine(self) -> Engine: ...
+
+    @property
+    def retry_for(self) -> float: ...
 
     def clock(self) -> float: ...
 
@@ -45,6 +61,12 @@ class Reads(Protocol):
         self, scope: Scope, skills: Sequence[str] | None = None, *, deleted: bool = False
     ) -> dict[str, Manifest]: ...
 
+    def manifest(self, scope: Scope, skill: str, version: int | None = None) -> Manifest: ...
+
+    def resolve(self, scope: Scope, skill: str) -> tuple[Scope, Manifest] | None: ...
+
     def agents(self) -> list[str]: ...
+
+    def read_entry(self, entry: FileEntry, start: int = 0, end: int | None = None) -> bytes: ...
 
     def read_entries(self, entries: Iterable[FileEntry]) -> dict[str, bytes]: ...

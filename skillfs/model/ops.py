@@ -259,8 +259,20 @@ class Move(_Command):
     expected_version: int | None = None
 
 
+class Copy(_Command):
+    """Copy a skill into another scope of its agent (an operator's override of a shared
+    skill for one user): the source read at the version the commit compares, its files kept
+    by reference, the copy recording the source as its origin (whose kill switch it keeps).
+    The copy must not exist yet; `expected_version` is the source's."""
+
+    scope: Scope
+    skill: str
+    into: Scope
+    expected_version: int | None = None
+
+
 #: Every command a commit takes.
 Command: TypeAlias = (
     Put | Remove | Disable | Enable | Stage | Widen | Promote | Abort | Propose | Approve
-    | Reject | Archive | Restore | Move
+    | Reject | Archive | Restore | Move | Copy
 )  # fmt: skip

@@ -157,6 +157,7 @@ class StoreCore:
         strict: bool = False,
         actor: str | None = None,
         message: str = "",
+        commit_id: str | None = None,
     ) -> CommitResult:
         """Publish a new version whose files equal those of `version`."""
         old = self.manifest(scope, skill, version=version)
@@ -168,7 +169,7 @@ class StoreCore:
         message = message or f"rollback to version {version}"
         return self.publish(
             scope, skill, dict(old.files), expected_version, strict=strict, actor=actor,
-            message=message,
+            message=message, commit_id=commit_id,
         )  # fmt: skip
 
     def commit(

@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from skillfs.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound
-from skillfs.model import Candidate, FileEntry, Finding, Manifest, Rollout, Scope
+from skillfs.model import Candidate, FileEntry, Finding, Manifest, Origin, Rollout, Scope
 from skillfs.model.entry import EntryKind, EntryRef
 from skillfs.model.ops import (
     Abort,
     Approve,
     Archive,
     Command,
+    Copy,
     Disable,
     Enable,
     Move,
@@ -31,6 +32,7 @@ from skillfs.model.ops import (
     Stage,
     Widen,
 )
+from skillfs.store import rules
 
 
 @dataclass(frozen=True)
@@ -451,6 +453,30 @@ def _move(c: Move) -> Plan:
     return Plan(steps, [], f"renamed {c.source} to {c.target}")
 
 
+def _copy(c: Copy) -> Plan:
+    """The copy is made from the source as this attempt read it; the source's version is
+    compared with the commit (the kill switch's origin check), so a source edited or
+    switched off meanwhile makes the commit read again."""
+    if c.into.domain != c.scope.domain or c.into == c.scope:
+        raise InvalidArgument(
+            f"a copy of {c.scope}/{c.skill} goes to another scope of its agent, not {c.into}"
+        )
+
+    def make(a: Attempt) -> Manifest:
+        source = a.live(c.scope, c.skill)
+        if source is None or not source.files:
+            raise a.missing(c.scope, c.skill)
+        rules.check_expected(c.scope, c.skill, c.expected_version, source)
+        a.refuse_errors(c.skill, source.findings)
+        origin = Origin(scope=str(c.scope), skill=c.skill, version=source.version)
+        return Manifest.empty(c.skill).with_files(
+            dict(source.files), source.frontmatter, source.findings, origin
+        )
+
+    message = f"copied from {c.scope}"
+    return Plan([Step(c.into, c.skill, 0, make)], [(c.scope, c.skill)], message)
+
+
 _PLANS: dict[type, Callable[[Any], Plan]] = {
     Put: _put,
     Remove: _remove,
@@ -466,4 +492,5 @@ _PLANS: dict[type, Callable[[Any], Plan]] = {
     Archive: _archive,
     Restore: _restore,
     Move: _move,
+    Copy: _copy,
 }

@@ -1,0 +1,306 @@
+"""`store.edits` (docs/governance.md, "Edits"): the operations every surface calls to change
+skills — rename, an override for a user, an edit of one file under a conflict policy, an
+import under a policy, delete, rollback. Each takes one `WriteOptions` (actor, message,
+expected version, commit id) and ends in the store's Committer, which holds it to every
+rule. None replays files read earlier: a rename and a copy read their source in the commit's
+own attempt, and an edit that meets another writer reads the skill again and decides by its
+policy."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from skillfs.errors import Conflict, EditConflict, FailedPrecondition
+from skillfs.governance.ports import Commits, Reads
+from skillfs.model import CommitResult, File, FileEntry, Manifest, Origin, Put, Remove, Scope
+from skillfs.model.names import normalize_path
+from skillfs.model.ops import Command, Copy, FileValue, Move, WriteOptions
+from skillfs.store.blobs import sha256
+from skillfs.store.limits import default_mode
+from skillfs.util.text_merge import merge3
+
+#: No options: the store's actor, no message, last writer wins, a new commit id.
+DEFAULT = WriteOptions()
+
+
+class ConflictPolicy(StrEnum):
+    """What an edit of one file does when the skill moved on since the editor read it and
+    that file changed there too (other files' changes are always kept, and a file unchanged
+    there takes the edit whatever the policy)."""
+
+    #: Merge the file three ways (the editor's base, the edit, theirs); when both changed
+    #: the same lines, nothing is written and `EditConflict.merged` holds the markers.
+    MERGE = "merge"
+    #: Write the edit over their version of the file.
+    RETRY = "retry"
+    #: Nothing is written: a `Conflict`.
+    FAIL = "fail"
+
+
+class ImportPolicy(StrEnum):
+    """What an import does with a skill the scope already holds with other files (a skill
+    whose files are the same is never written again)."""
+
+    #: Write it: the import's files replace the scope's.
+    REPLACE = "replace"
+    #: Keep the scope's: only skills the scope does not hold are written.
+    CREATE = "create"
+    #: Write nothing at all, naming the skills that would change.
+    FAIL = "fail"
+
+
+@dataclass(frozen=True)
+class Imported:
+    """One skill of an import: `created`, `updated`, `unchanged` (the same files: not
+    written) or `kept` (held with other files, kept under the `create` policy), and its
+    version after the import (None: not in the scope)."""
+
+    skill: str
+    status: str
+    version: int | None
+
+
+@dataclass
+class ImportResult:
+    skills: list[Imported] = field(default_factory=list)
+    commits: list[CommitResult] = field(default_factory=list)
+
+
+class Edits:
+    """rename, override, edit_file, import_skills, delete, rollback."""
+
+    def __init__(self, reads: Reads, commits: Commits) -> None:
+        self._reads = reads
+        self._commits = commits
+
+    def rename(
+        self,
+        scope: Scope,
+        skill: str,
+        new_name: str,
+        *,
+        into: Scope | None = None,
+        options: WriteOptions = DEFAULT,
+        strict: bool = False,
+    ) -> CommitResult:
+        """`skill` becomes `new_name` (in `into`, another scope of its agent, when given) in
+        one commit; SKILL.md's `name` follows when it named the skill. The source is read
+        in the commit's attempt: an edit landing first is carried, a second rename of the
+        same skill finds nothing to rename. `options.expected_version` is the source's."""
+        move = Move(
+            scope=scope, source=skill, target=new_name, into=into,
+            expected_version=options.expected_version,
+        )  # fmt: skip
+        return self._commit([move], options, strict)
+
+    def override(
+        self, user: Scope, skill: str, *, options: WriteOptions = DEFAULT, strict: bool = False
+    ) -> CommitResult:
+        """A user's own copy of the agent's shared skill (copy on write by an operator): its
+        files by reference, its origin recorded, so the shared skill's kill switch still
+        holds for it. `options.expected_version` is the shared version copied."""
+        if user.kind != "user" or user.agent_id is None:
+            raise FailedPrecondition(f"an override is made in a user's scope, not {user}")
+        copy = Copy(
+            scope=Scope.shared(user.agent_id), skill=skill, into=user,
+            expected_version=options.expected_version,
+        )  # fmt: skip
+        return self._commit([copy], options, strict)
+
+    def edit_file(
+        self,
+        scope: Scope,
+        skill: str,
+        path: str,
+        data: bytes | None,
+        *,
+        base: bytes | None,
+        on_conflict: ConflictPolicy = ConflictPolicy.FAIL,
+        mode: int | None = None,
+        options: WriteOptions = DEFAULT,
+        strict: bool = False,
+    ) -> CommitResult:
+        """One file of `skill` as `scope` sees it set to `data` (None: removed), the other
+        files kept by reference. A skill only the agent's shared scope holds is copied into
+        the user's scope with the edit (its origin recorded). `base` is the file as the
+        editor read it (None: absent) and `options.expected_version` the skill's version in
+        `scope` then (0: none there; None: whatever is there now, last writer wins). When
+        the skill moved on, `on_conflict` decides, as often as another writer gets in
+        between, until the store's retry time is spent."""
+        path = normalize_path(path)
+        end = time.monotonic() + self._reads.retry_for
+        while True:
+            found = self._reads.resolve(scope, skill)
+            held = found[1] if found is not None else None
+            own = held if found is not None and found[0] == scope else None
+            version = own.version if own is not None else 0
+            wanted = options.expected_version
+            write = data
+            if wanted is not None and version != wanted:
+                write = self._decide(scope, skill, path, held, version, base, data, on_conflict)
+            files: dict[str, FileValue] = dict(held.files) if held is not None else {}
+            old = held.files.get(path) if held is not None else None
+            files.pop(path, None)
+            if write is not None:
+                kept = mode if mode is not None else old.mode if old is not None else None
+                files[path] = File(write, mode=kept)
+            origin = None
+            if held is not None and own is None and found is not None:
+                origin = Origin(scope=str(found[0]), skill=skill, version=held.version)
+            command: Command = Remove(scope, skill, version)
+            if files:
+                command = Put(scope, skill, files, version, origin)
+            try:
+                return self._commit([command], options, strict)
+            except Conflict:
+                if time.monotonic() > end:
+                    raise
+
+    def _decide(
+        self,
+        scope: Scope,
+        skill: str,
+        path: str,
+        held: Manifest | None,
+        version: int,
+        base: bytes | None,
+        mine: bytes | None,
+        policy: ConflictPolicy,
+    ) -> bytes | None:
+        """What the edit writes over a skill that moved on since the editor read it."""
+        entry = held.files.get(path) if held is not None else None
+        theirs = self._reads.read_entry(entry) if entry is not None else None
+        if theirs == base or policy is ConflictPolicy.RETRY:
+            return mine
+        where = f"{scope}/{skill}/{path}"
+        now = f"version {version}" if version else "deleted"
+        if policy is ConflictPolicy.FAIL:
+            raise Conflict(
+                f"{where} changed since you read it (now {now}): reload it and edit again, "
+                "or save with the merge or retry policy",
+                skill=skill,
+                current_version=version,
+            )
+        texts = [_text(b) for b in (base, mine, theirs)]
+        if any(t is None for t in texts):
+            raise Conflict(
+                f"{where} changed since you read it (now {now}) and is not text, so it cannot "
+                "be merged: reload it, or save with the retry policy to write yours over it",
+                skill=skill,
+                current_version=version,
+            )
+        b, m, t = (x or "" for x in texts)
+        merged, clean = merge3(b, m, t, now)
+        if not clean:
+            raise EditConflict(
+                f"{where}: you and another writer ({now}) changed the same lines: resolve the "
+                "conflict markers in the merged text and save it on that version",
+                skill=skill,
+                current_version=version,
+                merged=merged.encode("utf-8", errors="surrogateescape"),
+            )
+        return merged.encode("utf-8", errors="surrogateescape")
+
+    def import_skills(
+        self,
+        scope: Scope,
+        skills: Mapping[str, Mapping[str, FileValue]],
+        *,
+        policy: ImportPolicy = ImportPolicy.REPLACE,
+        batch: int | None = None,
+        options: WriteOptions = DEFAULT,
+        strict: bool = False,
+    ) -> ImportResult:
+        """Whole skills into `scope`, `batch` skills per commit (default: the store's limit
+        per atomic commit, else 100). Each skill is written against the version read when the
+        import began: one another writer changes meanwhile is a Conflict, not reverted.
+        Skills whose files are the same are not written again; one the scope holds with
+        other files is handled by `policy`. Batches committed before a failure stay (run the
+        same import again to finish: what it wrote is unchanged then)."""
+        current = self._reads.manifests(scope, list(skills))
+        result = ImportResult()
+        puts: list[Put] = []
+        for name, files in skills.items():
+            held = current.get(name)
+            if held is not None and _same(files, held):
+                result.skills.append(Imported(name, "unchanged", held.version))
+            elif held is not None and policy is ImportPolicy.CREATE:
+                result.skills.append(Imported(name, "kept", held.version))
+            else:
+                puts.append(Put(scope, name, files, held.version if held is not None else 0))
+        changed = sorted(p.skill for p in puts if p.expected_version)
+        if policy is ImportPolicy.FAIL and changed:
+            raise FailedPrecondition(
+                f"the import would change {len(changed)} skill(s) {scope} holds with other "
+                f"files ({', '.join(changed[:20])}{' …' if len(changed) > 20 else ''}); "
+                "nothing was written: import with the replace or create policy"
+            )
+        size = batch or self._reads.engine.max_ops or 100
+        for i in range(0, len(puts), size):
+            chunk = puts[i : i + size]
+            done = self._commit(chunk, options, strict)
+            result.commits.append(done)
+            for put in chunk:
+                status = "updated" if put.expected_version else "created"
+                result.skills.append(Imported(put.skill, status, done.versions[put.skill]))
+        return result
+
+    def delete(self, scope: Scope, skill: str, *, options: WriteOptions = DEFAULT) -> CommitResult:
+        """Delete a skill (its history keeps it: `rollback` brings it back)."""
+        return self._commit([Remove(scope, skill, options.expected_version)], options, False)
+
+    def rollback(
+        self,
+        scope: Scope,
+        skill: str,
+        version: int,
+        *,
+        options: WriteOptions = DEFAULT,
+        strict: bool = False,
+    ) -> CommitResult:
+        """A new version whose files are those of `version` (also after a delete)."""
+        return self._commits.rollback(
+            scope, skill, version, options.expected_version, strict=strict,
+            actor=options.actor, message=options.message, commit_id=options.commit_id,
+        )  # fmt: skip
+
+    def _commit(
+        self, commands: Sequence[Command], options: WriteOptions, strict: bool
+    ) -> CommitResult:
+        return self._commits.commit(
+            commands, commit_id=options.commit_id, strict=strict, actor=options.actor,
+            message=options.message,
+        )  # fmt: skip
+
+
+def _bytes(value: bytes | str) -> bytes:
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+def _text(data: bytes | None) -> str | None:
+    if data is None:
+        return ""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _same(files: Mapping[str, FileValue], held: Manifest) -> bool:
+    """Whether `files` are the skill's files now: the same paths, bytes and modes (a file
+    without a mode gets the store's default for it, as a write would; mtimes aside)."""
+    if set(files) != set(held.files):
+        return False
+    for path, value in files.items():
+        entry = held.files[path]
+        if isinstance(value, FileEntry):
+            row = (value.sha256, value.mode)
+        else:
+            f = value if isinstance(value, File) else File(_bytes(value))
+            row = (sha256(f.data), f.mode if f.mode is not None else default_mode(path, f.data))
+        if row != (entry.sha256, entry.mode):
+            return False
+    return True

@@ -1,0 +1,150 @@
+"""`store.edits`, the operations every surface calls (docs/governance.md, "Edits"): rename
+with SKILL.md's name, a user's override, one file edited under a conflict policy, an import
+under a policy, delete and rollback, each with one WriteOptions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import skillfs
+from skillfs import Origin, Scope, Store
+from skillfs.errors import Conflict, EditConflict, FailedPrecondition, NotFound
+from skillfs.governance.edits import ConflictPolicy, ImportPolicy
+from skillfs.model.ops import WriteOptions
+from tests.runtime_helpers import md
+from tests.stores import url_for
+
+AGENT = "support-bot"
+SHARED = Scope.shared(AGENT)
+ALICE = Scope.user(AGENT, "alice")
+NOTES = b"line one\nline two\nline three\n"
+
+
+@pytest.fixture(params=["memory", "sqlite", "etcd", "grpc"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    s = skillfs.open_store(url_for(request, request.param, tmp_path))
+    yield s
+    s.close()
+
+
+def skill(name: str, notes: bytes = NOTES) -> dict[str, bytes]:
+    return {"SKILL.md": md(name, f"Does {name} things."), "notes.md": notes}
+
+
+def read(store: Store, scope: Scope, name: str, path: str = "notes.md") -> bytes:
+    return store.read(scope, name, path)
+
+
+def test_rename_follows_the_name_and_reads_its_source_in_the_commit(store: Store) -> None:
+    store.publish(SHARED, "old", skill("old"))
+    done = store.edits.rename(SHARED, "old", "new", options=WriteOptions(message="clearer"))
+    assert store.skills(SHARED) == ["new"]
+    assert b"name: new" in read(store, SHARED, "new", "SKILL.md")
+    assert (
+        store.manifest(SHARED, "new").message
+        == "clearer"
+        == store.history(SHARED, "old")[0].message
+    )
+    assert done.versions == {"new": 1, "old": 2}
+    with pytest.raises(NotFound, match="'old' does not exist"):  # a second rename: nothing
+        store.edits.rename(SHARED, "old", "other")
+    with pytest.raises(Conflict):  # the version the caller saw is gone
+        store.edits.rename(SHARED, "new", "third", options=WriteOptions(expected_version=7))
+    assert store.skills(SHARED) == ["new"]
+
+
+def test_override_copies_by_reference_and_keeps_the_kill_switch(store: Store) -> None:
+    v = store.publish(SHARED, "guide", skill("guide")).versions["guide"]
+    store.edits.override(ALICE, "guide", options=WriteOptions(expected_version=v))
+    copy = store.manifest(ALICE, "guide")
+    assert copy.origin == Origin(scope=str(SHARED), skill="guide", version=v)
+    assert copy.files == store.manifest(SHARED, "guide").files
+    with pytest.raises(Conflict):  # one exists now
+        store.edits.override(ALICE, "guide")
+    store.governance.disable(SHARED, "guide", reason="wrong")
+    bob = Scope.user(AGENT, "bob")
+    with pytest.raises(FailedPrecondition, match="disabled in shared:support-bot"):
+        store.edits.override(bob, "guide")
+    with pytest.raises(FailedPrecondition, match="user's scope"):
+        store.edits.override(SHARED, "guide")
+
+
+def test_edit_file_keeps_other_writers_changes_by_policy(store: Store) -> None:
+    v = store.publish(SHARED, "s", skill("s")).versions["s"]
+    theirs = NOTES.replace(b"line three", b"line THREE")
+    store.publish(SHARED, "s", {**skill("s", theirs), "extra.md": b"theirs"})
+    mine = NOTES.replace(b"line one", b"line ONE")
+    seen = WriteOptions(expected_version=v, message="first line")
+    with pytest.raises(Conflict, match="changed since you read it"):
+        store.edits.edit_file(SHARED, "s", "notes.md", mine, base=NOTES, options=seen)
+    store.edits.edit_file(
+        SHARED, "s", "notes.md", mine, base=NOTES, on_conflict=ConflictPolicy.MERGE, options=seen
+    )
+    assert read(store, SHARED, "s") == b"line ONE\nline two\nline THREE\n"
+    assert read(store, SHARED, "s", "extra.md") == b"theirs"  # their other file is kept
+    assert store.manifest(SHARED, "s").message == "first line"
+    # both changed the same line: nothing written, the markers to resolve
+    now = store.manifest(SHARED, "s").version
+    clash = b"line ONE!\nline two\nline THREE\n"
+    store.publish(SHARED, "s", {**skill("s", b"line 1\nline two\nline THREE\n")})
+    merged_before = b"line ONE\nline two\nline THREE\n"  # what this editor read
+    with pytest.raises(EditConflict) as caught:
+        store.edits.edit_file(
+            SHARED, "s", "notes.md", clash, base=merged_before,
+            on_conflict=ConflictPolicy.MERGE, options=WriteOptions(expected_version=now),
+        )  # fmt: skip
+    assert b"<<<<<<<" in caught.value.merged and b">>>>>>>" in caught.value.merged
+    assert read(store, SHARED, "s") == b"line 1\nline two\nline THREE\n"
+    store.edits.edit_file(
+        SHARED, "s", "notes.md", clash, base=NOTES, on_conflict=ConflictPolicy.RETRY,
+        options=WriteOptions(expected_version=now),
+    )  # fmt: skip
+    assert read(store, SHARED, "s") == clash
+
+
+def test_edit_file_of_a_shared_skill_makes_the_users_copy(store: Store) -> None:
+    v = store.publish(SHARED, "s", skill("s")).versions["s"]
+    store.edits.edit_file(
+        ALICE, "s", "notes.md", b"mine\n", base=NOTES, options=WriteOptions(expected_version=0)
+    )
+    copy = store.manifest(ALICE, "s")
+    assert copy.origin == Origin(scope=str(SHARED), skill="s", version=v)
+    assert read(store, ALICE, "s") == b"mine\n" and read(store, SHARED, "s") == NOTES
+    store.edits.edit_file(ALICE, "s", "notes.md", None, base=b"mine\n")  # a file removed
+    assert sorted(store.manifest(ALICE, "s").files) == ["SKILL.md"]
+
+
+def test_import_policies(store: Store) -> None:
+    store.publish(SHARED, "kept", skill("kept", b"theirs\n"))
+    store.publish(SHARED, "same", skill("same"))
+    batch = {"kept": skill("kept"), "same": skill("same"), "fresh": skill("fresh")}
+    with pytest.raises(FailedPrecondition, match=r"would change 1 skill.*kept"):
+        store.edits.import_skills(SHARED, batch, policy=ImportPolicy.FAIL)
+    assert store.skills(SHARED) == ["kept", "same"]
+    created = store.edits.import_skills(SHARED, batch, policy=ImportPolicy.CREATE)
+    assert {i.skill: i.status for i in created.skills} == {
+        "kept": "kept", "same": "unchanged", "fresh": "created"
+    }  # fmt: skip
+    assert read(store, SHARED, "kept") == b"theirs\n"
+    replaced = store.edits.import_skills(
+        SHARED, batch, options=WriteOptions(message="from the repo")
+    )
+    assert {i.skill: i.status for i in replaced.skills} == {
+        "kept": "updated", "same": "unchanged", "fresh": "unchanged"
+    }  # fmt: skip
+    assert read(store, SHARED, "kept") == NOTES
+    assert store.manifest(SHARED, "kept").message == "from the repo"
+
+
+def test_delete_and_rollback_take_their_options(store: Store) -> None:
+    store.publish(SHARED, "s", skill("s"))
+    store.edits.delete(SHARED, "s", options=WriteOptions(message="obsolete", actor="ops"))
+    back = store.edits.rollback(SHARED, "s", 1, options=WriteOptions(message="still needed"))
+    assert back.versions == {"s": 3}
+    audit = store.governance.audit(SHARED, skill="s")
+    assert [(e.action, e.message) for e in audit] == [
+        ("publish", "still needed"), ("delete", "obsolete"), ("publish", "")
+    ]  # fmt: skip
