@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from datetime import UTC, datetime
 from glob import has_magic
 from typing import Any
@@ -27,11 +28,14 @@ from fsspec.spec import _Cached
 from fsspec.utils import isfilelike, stringify_path
 
 from skillfs.api import Store
+from skillfs.errors import Conflict, NotFound
 from skillfs.fs.file import CompressedWrite, StoreFile, TextWrite
 from skillfs.fs.options import LazyStore, base_fs, from_base, tops, with_defaults
 from skillfs.fs.transaction import Batches, SkillTransaction
 from skillfs.fs.tree import SKILLS, Info, SkillTree, dir_info, split, target
 from skillfs.model import Scope
+from skillfs.model.ops import WriteOptions
+from skillfs.store.who import check_message
 
 
 class _WithDefaults(_Cached):  # type: ignore[misc]
@@ -65,6 +69,7 @@ class SkillFileSystem(Batches, AbstractFileSystem, metaclass=_WithDefaults):  # 
         base: str | os.PathLike[str] | AbstractFileSystem | None = None,
         use_listings_cache: bool = False,
         token: str | None = None,
+        message: str = "",
         **storage_options: Any,
     ) -> None:
         super().__init__(use_listings_cache=use_listings_cache, **storage_options)
@@ -75,7 +80,9 @@ class SkillFileSystem(Batches, AbstractFileSystem, metaclass=_WithDefaults):  # 
         self.shared = Scope.shared(agent_id)
         self.scope = Scope.user(agent_id, user_id) if user_id else self.shared
         self.base = base_fs(os.getcwd() if base is None else base)
-        self._skills = SkillTree(self._store, self.scope, self.shared, self.invalidate_cache)
+        self._skills = SkillTree(
+            self._store, self.scope, self.shared, self.invalidate_cache, check_message(message)
+        )
 
     @property
     def store(self) -> Store:
@@ -411,7 +418,7 @@ class SkillFileSystem(Batches, AbstractFileSystem, metaclass=_WithDefaults):  # 
         elif to_base:
             self.base.pipe_file(path2, self._skills.data(item))
         else:
-            self._skills.write(path2, item)
+            self._skills.write(path2, item, source=path1)
 
     def copy(self, path1: Any, path2: Any, recursive: bool = False, **kwargs: Any) -> None:
         with self._skills.batching():
@@ -419,8 +426,10 @@ class SkillFileSystem(Batches, AbstractFileSystem, metaclass=_WithDefaults):  # 
 
     def mv(self, path1: Any, path2: Any, recursive: bool = False, **kwargs: Any) -> None:
         """A move inside the store is one commit: a rename inside a skill is one publish, a
-        renamed skill directory one commit of the new skill and the removal of the old. A
-        directory moves whole even without `recursive`, as on a local disk."""
+        skill directory moved to a new name is `store.edits.rename` (SKILL.md's `name`
+        follows), a move into another skill one commit of both. A directory moves whole even
+        without `recursive`, as on a local disk. Outside a transaction a move that meets
+        another writer runs again on what is there now (docs/fsspec.md, "Moves")."""
         if all(isinstance(p, str) and _plain_base(self, p) for p in (path1, path2)):
             self.base.mv(
                 self._strip_protocol(path1),
@@ -436,8 +445,41 @@ class SkillFileSystem(Batches, AbstractFileSystem, metaclass=_WithDefaults):  # 
                 raise OSError(  # the whole source, as local disks refuse (EINVAL)
                     errno.EINVAL, f"cannot move directory {path1!r} into itself ({path2!r})"
                 )
-        with self._skills.batching(together=True):
+            if self._renamed(src, dst.rstrip("/")):
+                return
+        if self._skills.staging:  # a transaction's: its edits are applied again on a conflict
             super().mv(path1, path2, recursive=recursive, **kwargs)
+            return
+        end = time.monotonic() + self.store.retry_for
+        while True:
+            try:
+                with self._skills.batching(together=True, replay=False):
+                    super().mv(path1, path2, recursive=recursive, **kwargs)
+                return
+            except Conflict:
+                if time.monotonic() > end:
+                    raise
+                self.invalidate_cache()
+
+    def _renamed(self, src: str, dst: str) -> bool:
+        """Rename a skill when `src` is one of this scope's skill directories and `dst` a new
+        skill directory, outside a transaction; False when the move is not a rename."""
+        names, into = self._split(src), self._split(dst)
+        if self._skills.staging or names is None or into is None or names[1] or into[1]:
+            return False
+        skill, new = names[0], into[0]
+        found = self._skills.skill(skill)
+        if found.scope != self.scope or not found.version or self.exists(dst):
+            return False
+        try:
+            self.store.edits.rename(
+                self.scope, skill, new, options=WriteOptions(message=self._skills.message)
+            )
+        except NotFound as exc:  # another writer moved or deleted it first
+            raise FileNotFoundError(str(exc)) from None
+        finally:
+            self.invalidate_cache()
+        return True
 
     def rm_file(self, path: str) -> None:
         path = self._strip_protocol(path)

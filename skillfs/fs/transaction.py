@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from fsspec.transaction import Transaction
 
+from skillfs.store.who import check_message
+
 if TYPE_CHECKING:
     from skillfs.fs.tree import SkillTree
 
@@ -20,7 +22,7 @@ class Batching(Protocol):
 
     def begin_batch(self) -> None: ...
 
-    def end_batch(self, commit: bool) -> None: ...
+    def end_batch(self, commit: bool, message: str | None = None) -> None: ...
 
 
 class Batches:
@@ -40,21 +42,23 @@ class Batches:
             )
         self._skills.begin(together=True)
 
-    def end_batch(self, commit: bool) -> None:
+    def end_batch(self, commit: bool, message: str | None = None) -> None:
         """End the transaction and its batch: publish its store changes in one commit when
-        `commit`, else drop them."""
+        `commit` (with `message`, else the filesystem's), else drop them."""
         self._intrans = False
         self._transaction = None
-        self._skills.end(commit)
+        self._skills.end(commit, message)
 
 
 class SkillTransaction(Transaction):  # type: ignore[misc]
-    """`with fs.transaction:` stages every store change of this thread and commits them with
-    one store.commit on a clean exit, or drops them all on an exception. Changes to the
-    base filesystem happen at once, outside it, except removals: they wait for the commit
-    and are dropped with it."""
+    """`with fs.transaction as tx:` stages every store change of this thread and commits them
+    with one store.commit on a clean exit, or drops them all on an exception. `tx.message`
+    (set any time before the end) is the commit's message, else the filesystem's
+    `message=`. Changes to the base filesystem happen at once, outside it, except removals:
+    they wait for the commit and are dropped with it."""
 
     fs: Batching | None
+    message: str | None = None
 
     def start(self) -> None:
         assert self.fs is not None
@@ -73,4 +77,5 @@ class SkillTransaction(Transaction):  # type: ignore[misc]
         finally:
             self.files.clear()
             self.fs = None
-            fs.end_batch(commit=published)
+            fs.end_batch(published, None if self.message is None else check_message(self.message))
+            self.message = None

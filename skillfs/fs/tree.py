@@ -20,7 +20,7 @@ from typing import Any
 from skillfs.api import Store
 from skillfs.errors import InvalidArgument, InvalidPath, PermissionDenied
 from skillfs.fs.options import LazyStore
-from skillfs.fs.staging import Batch, Delete, Item, StagedSkill, Write, publish
+from skillfs.fs.staging import Batch, Delete, Edit, Item, StagedSkill, Write, publish
 from skillfs.model import File, FileEntry, Scope
 from skillfs.model.names import SIDE_DIRS, check_entry, is_hidden_dir, normalize_path, side_entry
 from skillfs.store.blobs import sha256
@@ -84,12 +84,18 @@ class SkillTree:
     something (the filesystem drops its listings cache)."""
 
     def __init__(
-        self, store: LazyStore, scope: Scope, shared: Scope, changed: Callable[[], Any]
+        self,
+        store: LazyStore,
+        scope: Scope,
+        shared: Scope,
+        changed: Callable[[], Any],
+        message: str = "",
     ) -> None:
         self._store = store
         self.scope = scope  # the scope written
         self.shared = shared  # the agent-shared scope, read under a user's own
         self._changed = changed
+        self.message = message  # the commits' message when a transaction gives none
         self._local = threading.local()  # the batch in progress, per thread
 
     @property
@@ -111,12 +117,12 @@ class SkillTree:
         until they are committed (which clears it) or dropped."""
         return self.batch is not None
 
-    def begin(self, together: bool) -> None:
+    def begin(self, together: bool, replay: bool = True) -> None:
         """Start this thread's batch (none may be in progress)."""
         assert self.batch is None
-        self._local.batch = Batch(together)
+        self._local.batch = Batch(together, replay)
 
-    def end(self, commit: bool) -> None:
+    def end(self, commit: bool, message: str | None = None) -> None:
         """End this thread's batch; publish its changes when `commit` (each skill once; all in
         one commit when the batch is `together`), else drop them."""
         batch = self.batch
@@ -124,8 +130,9 @@ class SkillTree:
         if not commit or batch is None:
             return
         touched = [sk for sk in batch.skills.values() if sk.edits]
+        why = self.message if message is None else message
         for group in [touched] if batch.together else [[sk] for sk in touched]:
-            publish(self.store, self.scope, group, self.read)
+            publish(self.store, self.scope, group, batch, self.read, why)
         if touched:
             self._changed()
         for work in batch.after:
@@ -141,13 +148,13 @@ class SkillTree:
             batch.after.append(work)
 
     @contextmanager
-    def batching(self, together: bool = False) -> Iterator[None]:
+    def batching(self, together: bool = False, replay: bool = True) -> Iterator[None]:
         """Stage store changes until the outermost batch ends, then commit them. Nothing is
         written if it raises."""
         if self.batch is not None:
             yield
             return
-        self.begin(together)
+        self.begin(together, replay)
         try:
             yield
         except BaseException:
@@ -305,10 +312,17 @@ class SkillTree:
     # ------------------------------------------------------------------ writing
 
     def write(
-        self, path: str, content: bytes | Item, *, exclusive: bool = False, perm: int | None = None
+        self,
+        path: str,
+        content: bytes | Item,
+        *,
+        exclusive: bool = False,
+        perm: int | None = None,
+        source: str | None = None,
     ) -> None:
         """Stage (or, outside a batch, publish) one file. New content without a known mode
-        keeps the mode of the file it replaces, else gets the store's default."""
+        keeps the mode of the file it replaces, else gets the store's default. `source`: the
+        store path a copied file was read from (read again if the commit meets a conflict)."""
         skill, rel = target(path)
         with self.batching():
             sk = self.skill(skill)
@@ -322,7 +336,7 @@ class SkillTree:
                 )
             else:
                 item = content.model_copy(update={"mtime": now})
-            sk.apply(Write(rel, item, exclusive))
+            self._apply(sk, Write(rel, item, exclusive, target(source) if source else None))
 
     def remove(self, path: str) -> None:
         """Stage the removal of a store file (inside a batch)."""
@@ -335,7 +349,13 @@ class SkillTree:
                 "but not change: remove it with a filesystem without user_id, or write to the "
                 "skill first to make the user's own copy"
             )
-        sk.apply(Delete(target(path)[1]))
+        self._apply(sk, Delete(target(path)[1]))
+
+    def _apply(self, sk: StagedSkill, edit: Edit) -> None:
+        sk.apply(edit)
+        batch = self.batch
+        assert batch is not None  # every edit is staged
+        batch.log.append((sk.name, edit))
 
     # ------------------------------------------------------------------ listing
 
