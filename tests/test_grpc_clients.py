@@ -393,3 +393,33 @@ def test_a_server_address_without_a_valid_port_is_refused(url: str) -> None:
     """gRPC would take port 99999 as 34463 (outside testing): the URL is refused instead."""
     with pytest.raises(InvalidArgument, match="give host:port, port 1-65535"):
         GrpcEngine(url)
+
+
+def test_the_admin_writes_carry_their_message(url: str, server: SkillfsServer) -> None:
+    """Publish, Delete and Rollback (for clients in other languages) take a message, which
+    the audit shows, like every other surface's writes."""
+    alice = skillfs.open_store(url, token=ALICE)
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as ch:
+        admin = pb_grpc.SkillAdminStub(ch)
+        meta = [("authorization", f"Bearer {ALICE}")]
+        header = pb.PublishHeader(scope=str(A), skill="m", message="first cut")
+        admin.Publish(
+            iter([pb.PublishRequest(header=header),
+                  pb.PublishRequest(file=pb.PublishFile(path="SKILL.md", data=md("m")))]),
+            metadata=meta,
+        )  # fmt: skip
+        admin.Delete(pb.DeleteRequest(scope=str(A), skill="m", message="retired"), metadata=meta)
+        admin.Rollback(
+            pb.RollbackRequest(scope=str(A), skill="m", version=1, message="needed after all"),
+            metadata=meta,
+        )
+        with pytest.raises(grpc.RpcError) as err:
+            admin.Delete(
+                pb.DeleteRequest(scope=str(A), skill="m", message="x" * 5000), metadata=meta
+            )
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    audit = {e.version: (e.actor, e.message) for e in alice.governance.audit(A) if e.skill == "m"}
+    assert audit == {
+        1: ("alice", "first cut"), 2: ("alice", "retired"), 3: ("alice", "needed after all")
+    }  # fmt: skip
+    assert alice.manifest(A, "m").version == 3

@@ -18,6 +18,7 @@ from skillfs.engines.base import CommitOp, VersionMismatch
 from skillfs.errors import InvalidArgument, InvalidPath, NotFound, PermissionDenied, TooLarge
 from skillfs.model import Candidate, CommitResult, File, Manifest, Scope
 from skillfs.model.names import check_domain, check_entry, check_id, normalize_path
+from skillfs.model.ops import WriteOptions
 from skillfs.remote import wire
 from skillfs.remote.proto import skillfs_pb2 as pb
 from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
@@ -36,7 +37,7 @@ from skillfs.server.rpc import (
 from skillfs.store.blobs import sha256
 from skillfs.store.limits import check_file_table
 from skillfs.store.rules import check_shape, storable
-from skillfs.store.who import check_commit_id
+from skillfs.store.who import check_commit_id, check_message
 
 #: Hashes per ListBlobs message (66 bytes each with their framing: about 260 KiB).
 BLOBS_BATCH = 4000
@@ -360,6 +361,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
                 commit_id=h.commit_id or None,
                 strict=not h.force,
                 actor=principal.name,
+                message=check_message(h.message),
             )
         )
         return _result(result)
@@ -411,11 +413,8 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         self, request: pb.DeleteRequest, context: grpc.ServicerContext, principal: Principal
     ) -> pb.CommitResult:
         scope = allowed(principal, write_level(check_entry(request.skill)), request.scope)
-        commit_id = request.commit_id or None
         return _result(
-            self.store.delete(
-                scope, request.skill, expected(request), commit_id=commit_id, actor=principal.name
-            )
+            self.store.edits.delete(scope, request.skill, options=_options(request, principal))
         )
 
     @unary
@@ -424,8 +423,8 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
     ) -> pb.CommitResult:
         scope = allowed(principal, write_level(check_entry(request.skill)), request.scope)
         return _result(
-            self.store.rollback(
-                scope, request.skill, request.version, expected(request), actor=principal.name
+            self.store.edits.rollback(
+                scope, request.skill, request.version, options=_options(request, principal)
             )
         )
 
@@ -504,6 +503,15 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         principal.require_global_admin("gc")
         report = self.store.gc(grace=request.grace or None)
         return pb.GcResponse(**report.model_dump())
+
+
+def _options(request: pb.DeleteRequest | pb.RollbackRequest, principal: Principal) -> WriteOptions:
+    return WriteOptions(
+        actor=principal.name,
+        message=check_message(request.message),
+        expected_version=expected(request),
+        commit_id=check_commit_id(request.commit_id) if request.commit_id else None,
+    )
 
 
 def _result(result: CommitResult) -> pb.CommitResult:
