@@ -305,6 +305,65 @@ def test_no_module_over_500_lines() -> None:
     assert not findings, report(findings)
 
 
+#: Surfaces reach the store through its methods and namespaces, never its engine: the rules,
+#: the retry policy and the checks live above the engine (docs/architecture.md).
+NO_ENGINE = ("runtime", "fs", "console", "mcp", "integrations", "cli")
+
+
+def engine_uses(root: Path) -> list[str]:
+    """Every `<something>.engine` attribute read in a module of the surfaces."""
+    out = []
+    for module, path in modules_of(root).items():
+        if unit_of(module) not in NO_ENGINE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "engine":
+                out.append(f"{path.relative_to(root.parent)}:{node.lineno}: `.engine`")
+    return out
+
+
+def module_registries(root: Path) -> list[str]:
+    """Module-level names bound to a mutable collection or a registry object (a process's
+    followers, recorders and watches belong to their store object, not to a module)."""
+    mutable = {"dict", "set", "list", "WeakKeyDictionary", "WeakValueDictionary", "WeakSet",
+               "defaultdict", "OrderedDict", "Counter", "PerStore"}  # fmt: skip
+    out = []
+    for module, path in modules_of(root).items():
+        if module.startswith(GENERATED):
+            continue
+        for node in ast.parse(path.read_text()).body:
+            value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
+            call = value.func if isinstance(value, ast.Call) else None
+            name = call.id if isinstance(call, ast.Name) else getattr(call, "attr", None)
+            empty = isinstance(value, ast.Dict | ast.Set | ast.List) and not (
+                getattr(value, "keys", None) or getattr(value, "elts", None)
+            )
+            if name in mutable or empty:
+                out.append(
+                    f"{path.relative_to(root.parent)}:{node.lineno}: a module-level registry"
+                )
+    return out
+
+
+#: Module-level collections that hold no state of a store: why each may stay.
+REGISTRIES_ALLOWED = {
+    "skillfs/engines/memory.py": "`memory://NAME` names one store for the whole process",
+    "skillfs/cli/common.py": "the CLI's commands, registered as their modules are imported",
+    "skillfs/model/file_entry.py": "file modes interned: one int object per mode",
+    "skillfs/model/manifest.py": "pydantic adapters, made once per record class",
+}
+
+
+def test_surfaces_never_reach_the_engine() -> None:
+    findings = engine_uses(ROOT)
+    assert not findings, report(findings)
+
+
+def test_no_module_level_registry() -> None:
+    findings = [f for f in module_registries(ROOT) if f.split(":")[0] not in REGISTRIES_ALLOWED]
+    assert not findings, report(findings)
+
+
 # --------------------------------------------------------------- the reader, on a toy package
 
 

@@ -12,7 +12,6 @@ import pytest
 
 import skillfs
 from skillfs import Scope, Skills
-from skillfs.runtime.follower import watch_for
 from skillfs.store.blobs import SMALL_FILE_BYTES
 from tests.stores import url_for
 
@@ -54,13 +53,15 @@ def test_50_agents_cost_what_one_agent_costs(
     fifty = one + [Skills(store, a, "alice") for a in AGENTS[1:]]
     _settle(fifty)
     threads50, conns50 = set(threading.enumerate()), _clients(admin, "skillfs-fleet-worker")
-    # measured: 1 thread over the process's own, 2 connections (the per-step reads and the
-    # watch's blocking XREAD), for 1 agent and for 50 alike (threads of earlier tests may
-    # end meanwhile: count the ones that appeared)
-    assert [t.name for t in threads1 - threads0] == [f"skillfs-watch {store.url}"]
-    assert not threads50 - threads1, threads50 - threads1
-    assert conns50 <= conns1 <= 2, (conns1, conns50)
-    assert watch_for(store).watcher.domains == sorted(f"agents/{a}" for a in AGENTS)
+    # the store's change feed: its dispatcher and a thread per wait out (a long one, and a
+    # short one once a domain was added during it), and as many connections besides the
+    # per-step reads' one, for 1 agent and for 50 alike (threads of earlier tests may end
+    # meanwhile: count the ones that appeared)
+    feed = [f"skillfs-feed {store.url}", f"skillfs-feed-wait {store.url}"]
+    assert sorted(t.name for t in threads1 - threads0) == feed
+    assert [t.name for t in threads50 - threads1] in ([], feed[1:]), threads50 - threads1
+    assert conns1 <= 2 and conns50 <= 3, (conns1, conns50)
+    assert store.changes.feed.domains == sorted(f"agents/{a}" for a in AGENTS)
     revs = {
         a: writer.publish(Scope.shared(a), "s", {"SKILL.md": md("s", 2)}).revision for a in AGENTS
     }
@@ -100,9 +101,10 @@ def test_a_grpc_worker_follows_50_agents_with_one_call(tmp_path: Path) -> None:
         _settle(workers)
         # the server runs in this process too: count the worker's watch threads by name
         names = [t.name for t in threading.enumerate()]
-        assert names.count(f"skillfs-watch {store.url}") == 1  # other tests' stores aside
+        assert names.count(f"skillfs-feed {store.url}") == 1  # other tests' stores aside
+        assert names.count(f"skillfs-feed-wait {store.url}") <= 2  # a long wait, a short one
         assert not [n for n in names if n.startswith("skillfs-follow")]
-        assert server.backend.watches.open <= 1  # one WatchMany out, not a Watch per agent
+        assert server.backend.watches.open <= 2  # WatchMany calls, not a Watch per agent
         assert max(calls) == 50
         served: list[str] = []
         engine = server.store.engine
@@ -110,7 +112,7 @@ def test_a_grpc_worker_follows_50_agents_with_one_call(tmp_path: Path) -> None:
             original = getattr(engine, name)
 
             def count(*args: Any, _name: str = name, _fn: Any = original) -> Any:
-                if not threading.current_thread().name.startswith("skillfs-hub"):
+                if not threading.current_thread().name.startswith("skillfs-feed"):
                     served.append(_name)
                 return _fn(*args)
 
@@ -264,16 +266,20 @@ def test_a_grpc_workers_idle_watch_is_one_thread_that_sleeps(tmp_path: Path) -> 
         time.sleep(0.5)  # the watch back in its wait
         assert server.backend.watches.open == 1
         # the server runs in this process too: its executor's threads start as it needs them
-        server_threads = ("skillfs-store", "skillfs-hub")
-        started = [
-            t
-            for t in set(threading.enumerate()) - before
-            if t.is_alive() and not t.name.startswith(server_threads)
-        ]
-        assert [t.name for t in started] == [f"skillfs-watch {store.url}"]
-        woke = _wakeups(started[0])
+        started = sorted(
+            (
+                t
+                for t in set(threading.enumerate()) - before
+                if t.is_alive() and t.name.endswith(store.url)
+            ),
+            key=lambda t: t.name,
+        )
+        assert [t.name for t in started] == [
+            f"skillfs-feed {store.url}", f"skillfs-feed-wait {store.url}"
+        ]  # fmt: skip
+        woke = sum(map(_wakeups, started))
         time.sleep(2)
-        assert _wakeups(started[0]) - woke <= 12
+        assert sum(map(_wakeups, started)) - woke <= 12
         worker.close()
         store.close()
         writer.close()
@@ -289,8 +295,13 @@ def test_closing_the_store_ends_its_watch(
     store.publish(Scope.shared("bot"), "s", {"SKILL.md": md("s", 1)})
     skills = Skills(store, "bot", "alice")
     skills.snapshot()
-    thread = watch_for(store).watcher.thread
-    assert thread is not None and thread.is_alive()
+    threads = [
+        t
+        for t in threading.enumerate()
+        if t.name.startswith("skillfs-feed") and t.name.endswith(store.url)
+    ]
+    assert any(t.is_alive() for t in threads)
     store.close()  # and not skills.close()
-    thread.join(10)
-    assert not thread.is_alive()
+    for thread in threads:
+        thread.join(10)
+        assert not thread.is_alive()

@@ -19,7 +19,8 @@ from skillfs import Market, Scope, Skills
 from skillfs.engines.base import Engine
 from skillfs.errors import StoreUnavailable
 from skillfs.model import Revision
-from skillfs.runtime.follower import Follower, _Watch, watch_for
+from skillfs.runtime.follower import Follower
+from skillfs.store.feed import Subscription
 from tests.runtime_helpers import CountingEngine, counting_store, md, memory_store
 
 SHARED = Scope.shared("bot")
@@ -210,7 +211,7 @@ def test_an_old_epochs_log_fed_after_the_steps_read_does_not_hide_an_ack(tmp_pat
     old.publish(SHARED, "s", {"SKILL.md": md("s")})
     r1 = old.publish(ALICE, "a", {"SKILL.md": md("a", "old line")}).revision
     switch = Hooked(old.engine)
-    follower = Follower(skillfs.Store(cast(Engine, switch)), "agents/bot", background=False)
+    follower = Follower(skillfs.Store(cast(Engine, switch)), "agents/bot")
     skills = Skills(follower.store, "bot", "alice", followers=lambda domain: follower)
     assert skills.snapshot().skill("a").description == "old line"
     old.publish(BOB, "b", {"SKILL.md": md("b")})
@@ -219,7 +220,7 @@ def test_an_old_epochs_log_fed_after_the_steps_read_does_not_hide_an_ack(tmp_pat
     new.publish(ALICE, "a", {"SKILL.md": md("a", "acknowledged on the new line")})
     switch.engine = new.engine  # the failover
     time.sleep(0.01)
-    switch.then = lambda: follower.feed(r1, hub_read, read_at)
+    switch.then = lambda: follower.on_watch(r1, hub_read, read_at, read_at)
     assert skills.snapshot().skill("a").description == "acknowledged on the new line"
 
 
@@ -326,15 +327,16 @@ def test_closing_every_worker_stops_the_watch() -> None:
     store = memory_store()
     a, b = Skills(store, "bot", "alice"), Skills(store, "bot", "bob")
     a.snapshot(), b.snapshot()
-    watcher = watch_for(store).watcher
-    thread = watcher.thread
-    assert thread is not None and thread.is_alive() and watcher.domains == ["agents/bot"]
+    feed = store.changes.feed
+    assert feed.domains == ["agents/bot"]
     a.close()
-    assert watcher.thread is thread and watcher.domains == ["agents/bot"]
+    assert feed.domains == ["agents/bot"]
     b.close()
-    assert watcher.domains == []
-    thread.join(3.0)
-    assert not thread.is_alive()
+    assert feed.domains == []
+    time.sleep(1.2)  # the wait out when the last one left ends (memory: 1 s)
+    calls = feed.calls
+    time.sleep(1.2)
+    assert feed.calls == calls  # following nothing, the feed asks the store nothing
     with Skills(store, "bot", "alice") as again:  # and it starts again when needed
         store.publish(ALICE, "x", {"SKILL.md": md("x")})
         assert [s.id for s in again.snapshot().skills] == ["x"]
@@ -357,7 +359,7 @@ def test_closing_a_worker_ends_its_wait_changed_at_once_and_tracks_nothing_again
     skills.close()
     waiter.join(5.0)
     assert done and done[0] - closed < 1.0
-    assert watch_for(store).watcher.domains == []  # the wait did not track the view again
+    assert store.changes.feed.domains == []  # the wait did not track the view again
 
 
 def test_a_close_racing_another_workers_first_step_keeps_the_watch(
@@ -370,16 +372,15 @@ def test_a_close_racing_another_workers_first_step_keeps_the_watch(
     store.publish(BOB, "b", {"SKILL.md": md("b")})
     alice = Skills(store, "bot", "alice")
     alice.snapshot()
-    watcher = watch_for(store).watcher
     unfollowing, go_on = threading.Event(), threading.Event()
-    unfollow = _Watch.unfollow
+    unfollow = Subscription.close
 
-    def descheduled(self: _Watch, follower: Follower) -> None:
+    def descheduled(self: Subscription) -> None:
         unfollowing.set()
         go_on.wait(5)
-        unfollow(self, follower)
+        unfollow(self)
 
-    monkeypatch.setattr(_Watch, "unfollow", descheduled)
+    monkeypatch.setattr(Subscription, "close", descheduled)
     closing = threading.Thread(target=alice.close)
     closing.start()
     assert unfollowing.wait(5)
@@ -390,7 +391,7 @@ def test_a_close_racing_another_workers_first_step_keeps_the_watch(
     go_on.set()
     closing.join(5)
     opening.join(5)
-    assert watcher.domains == ["agents/bot"]
+    assert store.changes.feed.domains == ["agents/bot"]
     rev = store.publish(BOB, "b", {"SKILL.md": md("b", "v2")}).revision
     assert bob.followers[0].wait_for(rev, 5.0)
 

@@ -1,6 +1,6 @@
-"""Following many domains over one store connection (`Engine.changes_many`, `Watcher`,
-`follow_many`), etcd's catch-up by range reads, the domain index and GC's round trips
-(docs/design.md §6.1; issue 12)."""
+"""Following many domains over one store connection (`Engine.changes_many`, the store's change
+feed), etcd's catch-up by range reads, the domain index and GC's round trips (docs/design.md
+§6.1; issue 12)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from skillfs.engines.etcd import client as ec
 from skillfs.engines.etcd.engine import EtcdEngine
 from skillfs.engines.memory import MemoryEngine
 from skillfs.model import Change, Revision, Scope
-from skillfs.store.changes import Watcher, follow_many
+from skillfs.store.feed import ChangeFeed, Subscription
 from support.servers import EtcdServer, RedisCluster, RedisServer
 from tests.helpers import wait_until
 from tests.stores import url_for
@@ -48,11 +48,22 @@ def test_follow_many_keeps_each_domains_order(store: skillfs.Store, other: skill
         for a in agents:
             expected[f"agents/{a}"].append(("s", n + 1, publish(store, a, "s", n)))
     got: dict[str, list[tuple[str, int, Revision]]] = {d: [] for d in start}
-    for domain, change in follow_many(other.engine, start, 10, 1.0, None):
-        got[domain].append((change.skill or "", change.version or 0, change.revision))
-        if sum(map(len, got.values())) == 9:
-            break
+    done = threading.Event()
+
+    def collect(domain: str) -> Any:
+        def deliver(before: Revision, changes: list[Change], t0: float, t1: float) -> None:
+            got[domain] += [(c.skill or "", c.version or 0, c.revision) for c in changes]
+            if sum(map(len, got.values())) == 9:
+                done.set()
+
+        return deliver
+
+    feed = other.changes.feed  # subscribed after the publishes: each reads from its `since`
+    subs = [feed.subscribe(d, collect(d), since=r) for d, r in start.items()]
+    assert done.wait(10), got
     assert got == expected
+    for sub in subs:
+        sub.close()
 
 
 def test_changes_many_waits_for_any_domain(store: skillfs.Store, other: skillfs.Store) -> None:
@@ -71,31 +82,68 @@ def test_changes_many_waits_for_any_domain(store: skillfs.Store, other: skillfs.
     assert other.engine.changes_many(stranger, 5)["agents/p"][0].op == "reset"
 
 
-def test_watcher_follows_added_domains_and_stops_on_remove(store: skillfs.Store) -> None:
+def test_the_feed_follows_added_domains_and_stops_on_remove(store: skillfs.Store) -> None:
     seen: dict[str, list[int]] = {}
     done = threading.Event()
 
-    def on_changes(
-        domain: str, since: Revision, changes: list[Change], started: float, returned: float
-    ) -> None:
-        seen.setdefault(domain, []).extend(c.version or 0 for c in changes)
-        if seen.get("agents/m") == [2, 3] and seen.get("agents/n") == [2]:
-            done.set()
+    def on(domain: str) -> Any:
+        def deliver(before: Revision, changes: list[Change], t0: float, t1: float) -> None:
+            seen.setdefault(domain, []).extend(c.version or 0 for c in changes)
+            if seen.get("agents/m") == [2, 3] and seen.get("agents/n") == [2]:
+                done.set()
 
-    watcher = Watcher(store.engine, on_changes, poll=0.2)
+        return deliver
+
+    feed = ChangeFeed(store.engine)
     try:
-        for a in ("m", "n", "o"):
-            watcher.add(f"agents/{a}", publish(store, a, "s", 0))
-        watcher.remove("agents/o")
+        subs = {a: feed.subscribe(f"agents/{a}", on(f"agents/{a}"), since=publish(store, a, "s", 0),
+                                  wait=0.2)
+                for a in ("m", "n", "o")}  # fmt: skip
+        subs["o"].close()
         publish(store, "m", "s", 1)
         publish(store, "n", "s", 1)
         publish(store, "o", "s", 1)
         publish(store, "m", "s", 2)
         assert done.wait(10), seen
-        assert watcher.domains == ["agents/m", "agents/n"]
+        assert feed.domains == ["agents/m", "agents/n"]
         assert seen.get("agents/o", []) == []
     finally:
-        watcher.close()
+        feed.close()
+
+
+def test_subscribers_of_one_domain_each_get_every_change_after_their_since(
+    store: skillfs.Store,
+) -> None:
+    """A second subscriber of a domain the feed follows further already reads the log from
+    its own `since` once, then shares the feed's batches; one without `since` starts with an
+    empty batch where the feed is."""
+    feed = ChangeFeed(store.engine)
+    got: dict[str, list[int]] = {"early": [], "late": [], "now": []}
+    starts: list[Revision] = []
+
+    def to(name: str) -> Any:
+        def deliver(before: Revision, changes: list[Change], t0: float, t1: float) -> None:
+            if name == "now" and not got["now"] and not changes:
+                starts.append(before)
+            got[name] += [c.version or 0 for c in changes]
+
+        return deliver
+
+    try:
+        first = publish(store, "q", "s", 0)
+        feed.subscribe("agents/q", to("early"), since=first, wait=0.2)
+        publish(store, "q", "s", 1)
+        publish(store, "q", "s", 2)
+        wait_until(lambda: got["early"] == [2, 3])
+        feed.subscribe("agents/q", to("late"), since=first, wait=0.2)
+        feed.subscribe("agents/q", to("now"), wait=0.2)
+        wait_until(lambda: got["late"] == [2, 3] and starts == [feed.position("agents/q")])
+        last = publish(store, "q", "s", 3)
+        wait_until(lambda: all(v[-1:] == [4] for v in got.values()))
+        assert got == {"early": [2, 3, 4], "late": [2, 3, 4], "now": [4]}
+        assert feed.position("agents/q") == last
+    finally:
+        feed.close()
 
 
 class Unanswered(MemoryEngine):
@@ -105,41 +153,43 @@ class Unanswered(MemoryEngine):
     def __init__(self) -> None:
         super().__init__()
         self.waits: list[threading.Event] = []
+        self._by_thread: dict[int, threading.Event] = {}
 
     def changes_many(self, since: Any, timeout: float) -> dict[str, list[Change]]:
         cut = threading.Event()
         self.waits.append(cut)
+        self._by_thread[threading.get_ident()] = cut
         cut.wait(timeout)
         return {}
 
     def interrupt_wait(self, thread: int) -> None:
-        self.waits[-1].set()
+        self._by_thread[thread].set()
 
 
 def test_a_wait_cut_short_confirms_nothing() -> None:
     """Only a wait that ran its course says its domains did not move (a follower's
-    `verified_at`, which `max_staleness` trusts); one an added domain interrupted does not."""
+    `verified_at`, which `max_staleness` trusts); the long wait a short one made way for
+    (a domain came during it) is cut short, and says nothing."""
     engine = Unanswered()
     calls: list[tuple[str, int]] = []
     stale = Revision(epoch="e", counter=1)  # the store may be far past it
 
-    def on_changes(
-        domain: str, since: Revision, changes: list[Change], started: float, returned: float
-    ) -> None:
-        calls.append((domain, len(changes)))
+    def on(domain: str) -> Any:
+        def deliver(before: Revision, changes: list[Change], t0: float, t1: float) -> None:
+            calls.append((domain, len(changes)))
 
-    watcher = Watcher(engine, on_changes, poll=1.0)
+        return deliver
+
+    feed = ChangeFeed(engine, short_wait=0.3)
     try:
-        watcher.add("agents/a", stale)
+        feed.subscribe("agents/a", on("agents/a"), since=stale, wait=5.0)
         wait_until(lambda: len(engine.waits) == 1)
-        watcher.add("agents/b", stale)  # interrupts the first wait
-        wait_until(lambda: len(engine.waits) == 2)
-        assert engine.waits[0].is_set()
-        assert calls == []
-        wait_until(lambda: len(engine.waits) == 3, timeout=5)  # the second timed out
-        assert sorted(calls) == [("agents/a", 0), ("agents/b", 0)]
+        feed.subscribe("agents/b", on("agents/b"), since=stale, wait=5.0)
+        wait_until(lambda: len(engine.waits) == 3, timeout=5)  # the short one, then a long one
+        assert engine.waits[0].is_set()  # cut short once the short one ran its course
+        assert sorted(calls) == [("agents/a", 0), ("agents/b", 0)]  # from the short one only
     finally:
-        watcher.close()
+        feed.close()
 
 
 @pytest.mark.parametrize("engine", ["sqlite", "redis"])
@@ -164,17 +214,19 @@ def test_a_trimmed_log_means_reset(
 
 def follow_all(
     store: skillfs.Store, since: dict[str, Revision]
-) -> tuple[Watcher, dict[str, list[int]]]:
-    """A Watcher over every domain of `since`, recording the versions it sees per domain."""
+) -> tuple[list[Subscription], dict[str, list[int]]]:
+    """The store's feed over every domain of `since`, recording the versions it sees per
+    domain."""
     got: dict[str, list[int]] = {}
-    watcher = Watcher(
-        store.engine,
-        lambda d, s, changes, t, r: got.setdefault(d, []).extend(c.version or 0 for c in changes),
-        poll=0.5,
-    )
-    for d, r in since.items():
-        watcher.add(d, r)
-    return watcher, got
+
+    def on(d: str) -> Any:
+        return lambda s, changes, t, r: got.setdefault(d, []).extend(
+            c.version or 0 for c in changes
+        )
+
+    return [
+        store.changes.feed.subscribe(d, on(d), since=r, wait=0.5) for d, r in since.items()
+    ], got
 
 
 def versions_seen(got: dict[str, list[int]]) -> dict[str, list[int]]:
@@ -204,8 +256,8 @@ def test_redis_follows_50_agents_over_one_connection(
     since = {f"agents/{a}": publish(store, a, "s", 0) for a in AGENTS}
     threads = threading.active_count()
     before = sum(_redis_clients(a, "skillfs-watch-many") for a in admins)
-    watcher, got = follow_all(store, since)
-    time.sleep(0.3)  # the watcher waits now
+    _, got = follow_all(store, since)
+    time.sleep(0.3)  # the feed waits now
     during = sum(_redis_clients(a, "skillfs-watch-many") for a in admins)
     writer = skillfs.open_store(url.replace("skillfs-watch-many", "skillfs-writer"))
     for a in AGENTS:
@@ -217,8 +269,9 @@ def test_redis_follows_50_agents_over_one_connection(
     # measured: standalone 1 before, 1 during; Cluster 3 before (one per node), 5 during
     assert during <= nodes + 2 and after <= nodes + 2, (before, during, after)
     extra = threading.active_count() - threads
-    assert extra <= 2, extra  # the watcher (and, in Cluster, the notice subscriber)
-    watcher.close()
+    # the feed's dispatcher and its waits' threads (a long one and, as domains were added
+    # during it, a short one), and in Cluster the notice subscriber
+    assert extra <= 4, extra
     store.close()
     writer.close()
     for a in admins:
@@ -243,18 +296,18 @@ def test_etcd_follows_50_agents_on_one_watch_stream(etcd_server: EtcdServer, etc
     streams = _etcd_metric(etcd_server, "etcd_debugging_mvcc_watch_stream_total")
     watchers = _etcd_metric(etcd_server, "etcd_debugging_mvcc_watcher_total")
     threads = threading.active_count()
-    watcher, got = follow_all(store, since)
-    time.sleep(1.2)  # domains added while the watcher waited join at its next wait
+    _, got = follow_all(store, since)
+    time.sleep(1.2)  # domains added while the feed waited join at its next wait
     assert _etcd_metric(etcd_server, "etcd_debugging_mvcc_watch_stream_total") - streams == 1
     assert _etcd_metric(etcd_server, "etcd_debugging_mvcc_watcher_total") - watchers == 50
-    # the watcher, the stream reader, gRPC's request sender and channel poller: not per domain
-    assert threading.active_count() - threads <= 4
+    # the feed's dispatcher and two waits' threads, the stream reader, gRPC's request sender
+    # and channel poller: not per domain
+    assert threading.active_count() - threads <= 6
     for a in AGENTS:
         publish(store, a, "s", 1)
     assert versions_seen(got) == {f"agents/{a}": [2] for a in AGENTS}
     engine = store.engine
     assert isinstance(engine, EtcdEngine) and engine._log.watch.streams_opened == 1
-    watcher.close()
     store.close()
 
 

@@ -1,5 +1,6 @@
 """A worker whose store is down logs one warning, not one line per retry, and one more when it
-recovers (the runtime's background watch, `Store.follow`, and a server's hub)."""
+recovers (the store's change feed, which the runtime and a server's hub follow through, and
+`store.changes.follow`)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 import skillfs
 from skillfs.errors import StoreFailed, StoreUnavailable
 from skillfs.server.hub import Hub
+from skillfs.store.feed import ChangeFeed
 from tests.cli_helpers import skill_md
 
 DOWN = "store grpc://10.0.0.1:7070 is unavailable (connection refused)"
@@ -46,7 +48,7 @@ def _messages(caplog: pytest.LogCaptureFixture, logger: str) -> list[str]:
 
 
 def test_a_worker_logs_an_outage_once_and_its_end(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.DEBUG, logger="skillfs.runtime.follower")
+    caplog.set_level(logging.DEBUG, logger="skillfs.store.feed")
     store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
     store.publish(skillfs.Scope.shared("bot"), "a", {"SKILL.md": skill_md("a")})
     down = threading.Event()
@@ -58,17 +60,19 @@ def test_a_worker_logs_an_outage_once_and_its_end(caplog: pytest.LogCaptureFixtu
         while len(_retries(caplog)) < 3:  # they happen, at DEBUG
             assert time.monotonic() < deadline, caplog.text
             time.sleep(0.05)
-        assert _messages(caplog, "skillfs.runtime.follower") == [
-            f"watch {store.url}: {DOWN}; retrying in the background (one more line when it "
-            "recovers)"
+        assert _messages(caplog, "skillfs.store.feed") == [
+            f"change feed of {store.url}: {DOWN}; retrying in the background (one more line "
+            "when it recovers)"
         ]
         down.clear()
         deadline = time.monotonic() + 10
-        while len(_messages(caplog, "skillfs.runtime.follower")) < 2:
+        while len(_messages(caplog, "skillfs.store.feed")) < 2:
             assert time.monotonic() < deadline, caplog.text
             time.sleep(0.05)
-    _, recovered = _messages(caplog, "skillfs.runtime.follower")
-    assert re.fullmatch(RECOVERED.replace("follow agents/bot", f"watch {store.url}"), recovered)
+    _, recovered = _messages(caplog, "skillfs.store.feed")
+    assert re.fullmatch(
+        RECOVERED.replace("follow agents/bot", f"change feed of {store.url}"), recovered
+    )
 
 
 def test_store_follow_logs_an_outage_once(caplog: pytest.LogCaptureFixture) -> None:
@@ -92,7 +96,7 @@ def test_a_servers_hub_backs_off_and_logs_an_outage_once(caplog: pytest.LogCaptu
     """Outside testing: with the store down the hub retried every 22 ms, a connect attempt and
     a warning each time (253 lines in 5.5 s): its back-off was reset by every loop turn. It
     now waits twice as long each time, up to 2 s, and logs the outage once and its end."""
-    caplog.set_level(logging.DEBUG, logger="skillfs.server")
+    caplog.set_level(logging.DEBUG, logger="skillfs.store.feed")
     store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
     store.publish(skillfs.Scope.shared("bot"), "a", {"SKILL.md": skill_md("a")})
     down = threading.Event()
@@ -112,7 +116,7 @@ def test_a_servers_hub_backs_off_and_logs_an_outage_once(caplog: pytest.LogCaptu
         async def run(fn: Callable[..., object], *args: object) -> object:
             return await loop.run_in_executor(None, functools.partial(fn, *args))
 
-        hub = Hub(store.engine, run, wait=0.5)
+        hub = Hub(ChangeFeed(store.engine), store.engine, run, wait=0.5)
         hub.start()
         hub.subscribe("agents/bot", False, "peer")
         try:
@@ -122,16 +126,17 @@ def test_a_servers_hub_backs_off_and_logs_an_outage_once(caplog: pytest.LogCaptu
             during = [t for t in calls if t > calls[-1] - 3.0]
             down.clear()
             deadline = loop.time() + 10
-            while len(_messages(caplog, "skillfs.server")) < 2 and loop.time() < deadline:
+            while len(_messages(caplog, "skillfs.store.feed")) < 2 and loop.time() < deadline:
                 await asyncio.sleep(0.05)
         finally:
             await hub.close()
         assert len(during) <= 10, f"{len(during)} store calls in 3 s while it was down"
 
     asyncio.run(scenario())
-    outage, recovered = _messages(caplog, "skillfs.server")
-    assert outage == f"hub: {DOWN}; retrying in the background (one more line when it recovers)"
-    assert re.fullmatch(RECOVERED.replace("follow agents/bot", "hub"), recovered)
+    outage, recovered = _messages(caplog, "skillfs.store.feed")
+    what = f"change feed of {store.url}"
+    assert outage == f"{what}: {DOWN}; retrying in the background (one more line when it recovers)"
+    assert re.fullmatch(RECOVERED.replace("follow agents/bot", what), recovered)
 
 
 def test_a_failing_store_is_an_outage_to_a_worker_that_accepts_a_stale_view(

@@ -3,8 +3,9 @@
 Pages call the store, which blocks, so they run in a pool sized below the store's connection
 pool: a burst of requests queues for a thread instead of opening connections the store does
 not have. Live-update streams hold neither a thread nor a store connection while they wait:
-one `Watcher` follows every domain some stream shows, over one store connection, and hands
-each stream its domain's changes through a bounded queue on the event loop. A stream takes a
+each subscribes to the store's one change feed (`store.changes.feed`, which the server's hub
+and MCP sessions share: one store connection waiting for all of them), which hands the
+stream its domain's changes through a bounded queue on the event loop. A stream takes a
 thread of a small pool of its own only to read a revision (docs/console.md, "The HTTP stack").
 """
 
@@ -21,7 +22,7 @@ from typing import Literal, TypeVar
 from skillfs.api import Store
 from skillfs.engines.base import EMPTY
 from skillfs.model import Change, Revision
-from skillfs.store.changes import Watcher
+from skillfs.store.feed import Subscription as FeedSubscription
 
 T = TypeVar("T")
 
@@ -103,64 +104,50 @@ class Subscription:
 
 
 class Feed:
-    """The console's one follower of the store: a `Watcher` over every domain some open
-    stream shows (one store connection in all, on one thread), whose changes go to each
-    stream of the domain. A domain nobody shows any more is no longer followed."""
+    """The console's streams on the store's change feed: each stream's subscription hands
+    it every change of its domain after the revision it opened at."""
 
-    def __init__(self, store: Store, *, poll: float = 1.0) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
-        self._watcher = Watcher(store.engine, self._on_changes, poll=poll)
-        self._subs: dict[str, set[Subscription]] = {}
+        self._subs: dict[Subscription, FeedSubscription] = {}
         self._lock = threading.Lock()  # guards _subs; never held over a store call
-        self._adding = threading.Lock()  # one subscribe at a time: its revision read, its add
 
     def subscribe(self, sub: Subscription) -> Revision | None:
-        """Hand `sub` every change of its domain from now on; the domain's revision, read
-        after that, so what the stream shows next is after it (blocks: call it in a pool).
-        A change at or before the revision may still come: the stream skips it."""
-        domain = sub.domain
-        with self._adding:
-            with self._lock:
-                subs = self._subs.setdefault(domain, set())
-                new = not subs
-                subs.add(sub)
-            try:
-                rev = self.store.domain_revisions([domain])[domain]
-            except BaseException:
-                self.unsubscribe(sub)
-                raise
-            if new:
-                self._watcher.add(domain, rev or EMPTY)
-            return rev
+        """Hand `sub` every change of its domain after its revision, read here and returned
+        (blocks: call it in a pool). A change at or before it may still come: the stream
+        skips it."""
+        rev = self.store.domain_revisions([sub.domain])[sub.domain]
+
+        def deliver(_before: Revision, changes: list[Change], _t0: float, _t1: float) -> None:
+            if changes:
+                sub.offer(changes)
+
+        held = self.store.changes.feed.subscribe(sub.domain, deliver, since=rev or EMPTY)
+        with self._lock:
+            if sub.stopped:  # the stream ended while its revision was read
+                held.close()
+            else:
+                self._subs[sub] = held
+        return rev
 
     def unsubscribe(self, sub: Subscription) -> None:
         """Never blocks on the store (the event loop calls it)."""
         with self._lock:
-            subs = self._subs.get(sub.domain)
-            if subs is None or sub not in subs:
-                return
-            subs.discard(sub)
-            if not subs:
-                del self._subs[sub.domain]
-                self._watcher.remove(sub.domain)
+            held = self._subs.pop(sub, None)
+        if held is not None:
+            held.close()
 
     @property
     def domains(self) -> list[str]:
         """The domains followed now."""
-        return self._watcher.domains
-
-    def _on_changes(
-        self, domain: str, since: Revision, changes: list[Change], started: float, returned: float
-    ) -> Revision | None:
-        if changes:
-            with self._lock:
-                subs = list(self._subs.get(domain, ()))
-            for sub in subs:
-                sub.offer(changes)
-        return None
+        with self._lock:
+            return sorted({s.domain for s in self._subs})
 
     def close(self) -> None:
-        self._watcher.close()
+        with self._lock:
+            held, self._subs = list(self._subs.values()), {}
+        for each in held:
+            each.close()
 
 
 class LiveStreams:

@@ -8,9 +8,10 @@ edit never reloads this user's scope. A new epoch, or a revision that went back,
 everything and reloads (C5). Whatever was loaded, the cache is replaced only by manifests
 proven to be exactly the domain's state at the revision they are labelled with
 (`cut.find_cut`), so a step never holds half of a commit nor anything committed after its
-revision (C4). Between snapshots the process's one watch of the store (a `Watcher`: one
-thread and one store connection for every domain followed) hands each follower its changes,
-and the follower does the same, then warms the store's blob cache with the files that changed.
+revision (C4). Between snapshots the store's change feed (`store.changes.feed`: one store
+connection waiting for every domain the process follows, whoever follows it) hands each
+follower its changes, and the follower does the same, then warms the store's blob cache with
+the files that changed.
 """
 
 from __future__ import annotations
@@ -28,9 +29,8 @@ from skillfs.errors import SkillfsError, StoreUnavailable
 from skillfs.model import Change, Manifest, Revision, Scope, same_revision
 from skillfs.runtime.cut import Key, find_cut
 from skillfs.runtime.layers import LayerSkills
-from skillfs.runtime.per_store import PerStore
 from skillfs.store.blobs import small_files
-from skillfs.store.changes import Watcher
+from skillfs.store.feed import Subscription
 from skillfs.util import deadline
 
 log = logging.getLogger(__name__)
@@ -63,16 +63,12 @@ class Follower:
         store: Store,
         domain: str,
         watch_timeout: float | None = None,
-        *,
-        background: bool = True,
     ) -> None:
         self.store = store
         self.domain = domain
-        #: The engine's own wait by default (`Engine.watch_wait`: 1 s on a store, 25 s on a
-        #: skillfs server, whose wait ends early when there is news).
-        self._watch_timeout = store.engine.watch_wait if watch_timeout is None else watch_timeout
-        #: False: no watch thread; whoever follows the log (the server's hub) calls `feed`.
-        self.background = background
+        #: The store's own wait by default (`Changes.wait`: 1 s on a store, 25 s on a skillfs
+        #: server, whose wait ends early when there is news).
+        self._watch_timeout = store.changes.wait if watch_timeout is None else watch_timeout
         self._empty = LayerSkills({}, store)  # the store reads its layers' files
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -80,7 +76,7 @@ class Follower:
         self._refs: Counter[Scope] = Counter()
         self._prefetch: list[Manifest] = []
         self._ready: Revision | None = None  # the revision whose changed files are warm
-        self._watch: _Watch | None = None  # the store's watch, while it follows this domain
+        self._sub: Subscription | None = None  # on the store's feed, while tracking scopes
         #: `time.monotonic()` as of which the cache was known current (for max_staleness).
         self.verified_at = -float("inf")
 
@@ -92,9 +88,9 @@ class Follower:
     @watch_timeout.setter
     def watch_timeout(self, seconds: float) -> None:
         self._watch_timeout = seconds
-        watch = self._watch
-        if watch is not None:
-            watch.watcher.poll = min(watch.watcher.poll, seconds)
+        sub = self._sub
+        if sub is not None:
+            sub.wait = seconds
 
     @property
     def revision(self) -> Revision | None:
@@ -113,11 +109,15 @@ class Follower:
         first scope on."""
         with self._lock:
             self._refs[scope] += 1
-            if not self.background or self._watch is not None:
+            if self._sub is not None:
                 return
             # under the lock, so that an `untrack` racing it cannot unfollow after this follow
-            self._watch = watch_for(self.store)
-            self._watch.follow(self, self._cache.revision or EMPTY)
+            self._sub = self.store.changes.feed.subscribe(
+                self.domain,
+                self.on_watch,
+                since=self._cache.revision or EMPTY,
+                wait=self._watch_timeout,
+            )
 
     def untrack(self, scope: Scope) -> None:
         """Stop serving `scope` (its cache is dropped); the watch of the domain ends with the
@@ -131,9 +131,9 @@ class Follower:
             if scope in cache.scopes:
                 rest = {s: v for s, v in cache.scopes.items() if s != scope}
                 self._cache = _Cache(cache.revision, rest, cache.observed_at)
-            if not self._refs and self._watch is not None:
-                self._watch.unfollow(self)
-                self._watch = None
+            if not self._refs and self._sub is not None:
+                self._sub.close()
+                self._sub = None
 
     # ------------------------------------------------------------------ the snapshot path
 
@@ -230,7 +230,7 @@ class Follower:
                 need = self._take_known(need, changes, held, edited, loaded)
             if whole or need:
                 self._load(whole, need, held, edited, loaded)
-                upto = self.store.engine.revisions([self.domain])[self.domain]
+                upto = self.store.log_reads.revisions([self.domain])[self.domain]
                 observed = time.monotonic()
             read = len(changes)
             reset = self._read_log(since, upto, changes)
@@ -273,11 +273,11 @@ class Follower:
         work += [(s, sorted(skills)) for s, skills in need.items()]
         for scope, skills in work:
             if skills is None:
-                found = self.store.engine.load_scope(scope)
+                found = self.store.log_reads.load_scope(scope)
                 into = edited[scope] = {}
                 skills = found
             else:
-                found = self.store.engine.load_skills(scope, list(skills))
+                found = self.store.log_reads.load_skills(scope, list(skills))
                 if scope not in edited:
                     edited[scope] = dict(held[scope].manifests)
                 into = edited[scope]
@@ -306,11 +306,11 @@ class Follower:
             if c.scope is not None and c.skill is not None:
                 last[(c.scope, c.skill)] = (c.op, c.version or 0)
         left: dict[Scope, set[str]] = {}
-        engine = self.store.engine
+        reads = self.store.log_reads
         for scope, skills in need.items():
             for skill in skills:
                 op, version = last.get((scope, skill), ("", 0))
-                m = engine.known_manifest(scope, skill, version) if op == "put" else None
+                m = reads.known_manifest(scope, skill, version) if op == "put" else None
                 if m is None:
                     left.setdefault(scope, set()).add(skill)
                     continue
@@ -340,7 +340,7 @@ class Follower:
             last = into[-1].revision if into else since
             if last.counter >= upto.counter:
                 return None
-            page = self.store.engine.changes(self.domain, last, 0)
+            page = self.store.log_reads.changes(self.domain, last, 0)
             if page and page[-1].op == "reset":
                 return page[-1].revision
             if not page:  # the log lags the revision read: ask again
@@ -351,36 +351,24 @@ class Follower:
     # ------------------------------------------------------------------ the watch
 
     def on_watch(
-        self, since: Revision, changes: list[Change], started: float, returned: float
-    ) -> Revision:
-        """The store's watch found `changes` after `since` (none: nothing new as of
-        `started`; the wait came back at `returned`); returns the revision to watch on from.
-        Errors propagate: the watch logs them and asks again, and the per-step revision
-        check keeps every step correct."""
+        self, before: Revision, changes: list[Change], started: float, returned: float
+    ) -> None:
+        """The store's feed found `changes` after `before` (none: nothing new as of
+        `started`; the wait came back at `returned`). Where the cache is elsewhere (a
+        snapshot moved it, or the feed followed the domain from further on), it reads the
+        log between itself and the end of `changes` instead. Errors propagate: the feed
+        logs them, and the per-step revision check keeps every step correct."""
         with self._lock:
             cache = self._cache
-            # else a snapshot moved it: go on from there
-            if same_revision(cache.revision or EMPTY, since):
+            here = cache.revision or EMPTY
+            if same_revision(here, before):
                 self._apply(cache, changes, changes, returned)
                 self.verified_at = max(self.verified_at, started)
-            after = self._cache.revision or EMPTY
-        self._done()
-        return after
-
-    def feed(self, before: Revision, changes: Sequence[Change], read_at: float) -> None:
-        """Bring the cache to the end of `changes`, the log after `before` that someone else
-        read (the server's hub; its read returned at `read_at`), as the watch thread would; a
-        cache elsewhere reads the log between itself and there."""
-        with self._lock:
-            cache = self._cache
-            last = changes[-1].revision if changes else None
-            if last is None or not cache.scopes:
-                return  # nothing held: the next snapshot loads what it needs
-            here = cache.revision
-            if here is not None and here.epoch == last.epoch and here.counter >= last.counter:
-                return
-            self._apply(cache, changes, changes if same_revision(here, before) else None, read_at)
-            self.verified_at = max(self.verified_at, read_at)
+            elif changes and cache.scopes:
+                last = changes[-1].revision
+                if here.epoch != last.epoch or here.counter < last.counter:
+                    self._apply(cache, changes, None, returned)
+                    self.verified_at = max(self.verified_at, returned)
         self._done()
 
     def _apply(
@@ -446,44 +434,6 @@ class Follower:
             self._changed.notify_all()
 
 
-class _Watch:
-    """The one `Watcher` of a store object in this process, handing each followed domain's
-    changes to its follower: one thread and one store connection however many agents and
-    markets the process follows (docs/design.md §6.1)."""
-
-    def __init__(self, store: Store, _name: str) -> None:
-        self._followers: dict[str, Follower] = {}
-        self.watcher = Watcher(store.engine, self._on_changes, logger=log)
-        store.changes.watched_by(self.watcher)
-
-    def follow(self, follower: Follower, since: Revision) -> None:
-        self._followers[follower.domain] = follower
-        # the watch confirms each cache at least as often as its most demanding follower asks
-        self.watcher.poll = min(self.watcher.poll, follower.watch_timeout)
-        self.watcher.add(follower.domain, since)
-
-    def unfollow(self, follower: Follower) -> None:
-        if self._followers.get(follower.domain) is follower:
-            del self._followers[follower.domain]
-            self.watcher.remove(follower.domain)
-
-    def _on_changes(
-        self, domain: str, since: Revision, changes: list[Change], started: float, returned: float
-    ) -> Revision | None:
-        follower = self._followers.get(domain)
-        return None if follower is None else follower.on_watch(since, changes, started, returned)
-
-
-_followers: PerStore[Follower] = PerStore(Follower)
-_watches: PerStore[_Watch] = PerStore(_Watch)
-
-
-def watch_for(store: Store) -> _Watch:
-    """The one watch of this store object in this process (a forked child starts its own)."""
-    return _watches.get(store, "")
-
-
 def follower_for(store: Store, domain: str) -> Follower:
-    """The one follower of `domain` for this store object in this process (a forked child
-    starts its own)."""
-    return _followers.get(store, domain)
+    """The one follower of `domain` for this store object in this process."""
+    return store.local(Follower, domain)

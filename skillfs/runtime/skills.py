@@ -35,8 +35,13 @@ from skillfs.util.deadline import budget
 
 log = logging.getLogger("skillfs.runtime")
 
-#: Market domains already reported missing in this process: a typo is said once, not per step.
-_missing_warned: set[tuple[int, str]] = set()
+
+class _Reported:
+    """Market domains already reported missing for a store object in this process: a typo
+    is said once, not per step (`store.local`)."""
+
+    def __init__(self, _store: Store, _name: str) -> None:
+        self.domains: set[str] = set()
 
 
 def _identical(a: tuple[LayerSkills, ...], b: tuple[LayerSkills, ...]) -> bool:
@@ -254,11 +259,11 @@ class Skills:
     def _warn_missing(self, seen: dict[str, Revision | None]) -> None:
         """A market that was never written is most likely a typo (`Market("typo")`): its layer
         is empty. Say so once per process and market, naming the markets that exist."""
+        reported = self.store.local(_Reported, "missing markets").domains
         for domain, revision in seen.items():
-            key = (id(self.store), domain)
-            if revision is not None or not domain.startswith("markets/") or key in _missing_warned:
+            if revision is not None or not domain.startswith("markets/") or domain in reported:
                 continue
-            _missing_warned.add(key)
+            reported.add(domain)
             known = ", ".join(self.store.markets()) or "none"
             log.warning(
                 "market %r does not exist in %s: its layer is empty (markets: %s)",

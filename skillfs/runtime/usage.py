@@ -17,7 +17,6 @@ from collections import Counter
 
 from skillfs.api import Store
 from skillfs.errors import StoreFailed, StoreUnavailable
-from skillfs.runtime.per_store import PerStore
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +61,7 @@ class UsageRecorder:
                     target=self._run, name=f"skillfs-usage {self.agent}", daemon=True
                 )
                 self._thread.start()
+                atexit.register(self._flush_at_exit)  # until closed
             if self._pending >= self.max_pending:
                 self._wake.set()
 
@@ -92,7 +92,14 @@ class UsageRecorder:
         self._wake.set()
         if thread is not None and thread is not threading.current_thread():
             thread.join()
+        atexit.unregister(self._flush_at_exit)
         self.flush()
+
+    def _flush_at_exit(self) -> None:
+        try:
+            self.flush()
+        except Exception as exc:  # the store may be closed already: report, do not mask exit
+            log.warning("usage of %s lost at exit: %s", self.agent, exc)
 
     def _run(self) -> None:
         while not self._closed:
@@ -101,19 +108,7 @@ class UsageRecorder:
             self.flush()
 
 
-_recorders: PerStore[UsageRecorder] = PerStore(UsageRecorder)
-
-
 def recorder_for(store: Store, agent: str) -> UsageRecorder:
-    """The one recorder of `agent` for this store object in this process (a forked child
-    starts with no counts and no flush thread of its own)."""
-    return _recorders.get(store, agent)
-
-
-@atexit.register
-def _flush_at_exit() -> None:
-    for r in _recorders.all():
-        try:
-            r.flush()
-        except Exception as exc:  # the store may be closed already: report, do not mask exit
-            log.warning("usage of %s lost at exit: %s", r.agent, exc)
+    """The one recorder of `agent` for this store object in this process (closed with the
+    store; a forked child starts with no counts and no flush thread of its own)."""
+    return store.local(UsageRecorder, agent)

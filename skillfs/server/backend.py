@@ -110,9 +110,11 @@ class Backend:
         #: The one pool of threads blocking store calls run in, no larger than the store's
         #: connection pool (the server sizes that pool from the same setting).
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="skillfs-store")
-        self.hub = Hub(self.engine, self.run, queue=caps.watch_queue, seen=self.seen)
+        self.hub = Hub(
+            store.changes.feed, self.engine, self.run, queue=caps.watch_queue, seen=self.seen
+        )
         self.shared_reads = SharedReads(lambda domains: self.run(self.engine.revisions, domains))
-        self.views = Views(store, self.hub, caps.view_cache_mib * MiB)
+        self.views = Views(store, caps.view_cache_mib * MiB)
         self.watches = Slots(
             "watches", caps.max_watches, caps.max_watches_per_token,
             ("max_watches", "max_watches_per_token"),

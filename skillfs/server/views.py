@@ -1,9 +1,9 @@
 """The views the view RPCs (`Snapshot`, `Prompt`, `LoadSkillThroughPath`) are served from: one
-runtime `Skills` per (agent, user, markets) asked for, kept current by followers that the hub
-feeds (one per domain, shared by every view of it) and bounded by an estimate of their
-memory. A view starts no thread: its followers have no watch of their own and its usage
-counts are flushed by the server; evicting the last view of a domain stops following it
-(docs/server.md, "The serving model")."""
+runtime `Skills` per (agent, user, markets) asked for, kept current by the store's followers
+(one per domain in the process, shared by every view of it and by MCP sessions, fed by the
+store's one change feed, which the hub follows too) and bounded by an estimate of their
+memory. A view starts no thread: its usage counts are flushed by the server; evicting the
+last view of a domain stops following it (docs/server.md, "The serving model")."""
 
 from __future__ import annotations
 
@@ -17,9 +17,8 @@ from skillfs.model import Scope
 from skillfs.model.names import check_id
 from skillfs.remote.proto import skillfs_pb2 as pb
 from skillfs.runtime import Market, Skills, Snapshot
-from skillfs.runtime.follower import Follower
+from skillfs.runtime.follower import Follower, follower_for
 from skillfs.runtime.usage import UsageRecorder
-from skillfs.server.hub import Hub
 
 #: Markets one view may name (each is a layer and a domain to follow).
 MAX_VIEW_MARKETS = 32
@@ -64,9 +63,8 @@ class _View:
 class Views:
     """The views asked for, least recently used dropped beyond `max_bytes` (estimated)."""
 
-    def __init__(self, store: Store, hub: Hub, max_bytes: int) -> None:
+    def __init__(self, store: Store, max_bytes: int) -> None:
         self._store = store
-        self._hub = hub
         self.max_bytes = max_bytes
         self._items: OrderedDict[Key, _View] = OrderedDict()
         self._weight = 0
@@ -120,12 +118,10 @@ class Views:
         return held[0] if held else UsageRecorder(self._store, agent, background=False)
 
     def _follower(self, domain: str) -> Follower:
-        """The domain's follower, fed by the hub; called under the lock (by `_open`)."""
+        """The domain's follower; called under the lock (by `_open`)."""
         held = self._followers.get(domain)
         if held is None:
-            follower = Follower(self._store, domain, background=False)
-            self._hub.add_sink(domain, follower.feed)
-            held = (follower, 0)
+            held = (follower_for(self._store, domain), 0)
         self._followers[domain] = (held[0], held[1] + 1)
         return held[0]
 
@@ -147,7 +143,6 @@ class Views:
                 self._followers[follower.domain] = (held, refs - 1)
             else:
                 del self._followers[follower.domain]
-                self._hub.remove_sink(follower.domain, follower.feed)
         recorder, refs = self._usage[skills.agent_id]
         if refs > 1:
             self._usage[skills.agent_id] = (recorder, refs - 1)

@@ -37,6 +37,8 @@ from skillfs.store.blobs import Blobs
 from skillfs.store.changes import Changes, domain_of
 from skillfs.store.committer import Committer, out_of_time
 from skillfs.store.limits import Limits
+from skillfs.store.locals import Locals
+from skillfs.store.log_reads import LogReads
 from skillfs.store.retention import GcReport, HistoryPolicy, gc, prune
 from skillfs.util.deadline import deadline
 
@@ -70,6 +72,9 @@ class StoreCore:
         self.clock = clock
         self.blobs = Blobs(engine, self.retrying, blob_cache_bytes)
         self.changes = Changes(engine)
+        #: Single-attempt reads for followers of the log (the runtime, the server).
+        self.log_reads = LogReads(engine)
+        self._locals = Locals()
         self.committer = Committer(
             engine=engine,
             blobs=self.blobs,
@@ -97,7 +102,14 @@ class StoreCore:
         on a store reached directly, the token's grants on a skillfs server (grpc://)."""
         return self.engine.access(scope)
 
+    def local(self, kind: Callable[[Self, str], T], name: str) -> T:
+        """The one `kind(self, name)` of this store object in this process: the runtime's
+        follower of a domain, its usage recorder of an agent. Closed with the store; a forked
+        child makes its own."""
+        return self._locals.get(lambda n: kind(self, n), kind, name)
+
     def close(self) -> None:
+        self._locals.close()
         self.changes.close()
         self.engine.close()
 
