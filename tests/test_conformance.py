@@ -461,7 +461,7 @@ def test_gc_keeps_referenced_and_recently_touched_blobs(store_url: str) -> None:
     now[0] = 5000.0
     # a publisher reuses the unreferenced blob: it touches it before its commit lands
     reused = b"gone soon"
-    s._blobs.upload({hashlib.sha256(reused).hexdigest(): reused}, set(), now[0])
+    s.blobs.upload({hashlib.sha256(reused).hexdigest(): reused}, set(), now[0])
     report = s.gc(grace=100)
     assert report.blobs_deleted == 1  # a's SKILL.md: unreferenced and untouched since 1000
     assert hashlib.sha256(skill_md("a")).hexdigest() not in set(s.engine.blob_shas())

@@ -206,7 +206,7 @@ def test_blob_sources_stay_on_the_newest_manifest(url: str, server: SkillfsServe
     # the old versions go (retention, or another server's GC); no cache remembers them
     server.store.engine.drop_history(A, "s", [1, 2, 3, 4])
     server.backend.proofs.index = ManifestIndex(server.store)  # a server that never saw them
-    alice._blobs.clear()
+    alice.blobs.clear()
     assert alice.read_entry(entry) == ref
     assert alice.publish(A, "s", {"SKILL.md": md("s", "v9"), "references/ref.md": entry})
 

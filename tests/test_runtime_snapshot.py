@@ -218,7 +218,7 @@ def test_snapshot_reads_as_of_its_revision_while_edits_land() -> None:
     old = skills.snapshot()
     store.publish(SHARED, "s", {"SKILL.md": md("s", "v2", "body v2"), "r.md": b"ref v2"})
     store.publish(SHARED, "other", {"SKILL.md": md("other")})
-    store._blobs.clear()  # cold cache: read by hash
+    store.blobs.clear()  # cold cache: read by hash
     assert "body v1" in old.load("s") and old.load("s", "r.md") == "ref v1"
     assert [s.id for s in old.skills] == ["s"] and "v1" in old.prompt()
     new = skills.snapshot()
