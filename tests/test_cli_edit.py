@@ -432,6 +432,35 @@ def test_conflict_reopen_with_markers(url: str, editor: ScriptedEditor) -> None:
     assert _read(url) == resolved
 
 
+def test_conflict_merge_saves_a_clean_merge_by_itself(url: str, editor: ScriptedEditor) -> None:
+    """--on-conflict merge is the store's merge policy (store.edits.edit_file): their change
+    and yours on other lines are saved without reopening the editor."""
+    steps = [
+        {"replace": [["1. one", "1. ONE"]], "concurrent": _theirs(url, "3. three", "3. THREE")}
+    ]
+    result = editor(url, "reviewer/SKILL.md", "--on-conflict", "merge", "-m", "louder", steps=steps)
+    assert result.exit_code == 0, result.output
+    assert "changed since you read version 1: now version 2" in result.stdout
+    assert "merged their change to SKILL.md with yours, on version 2" in result.stdout
+    assert _read(url).endswith("1. ONE\n2. two\n3. THREE\n") and _version(url) == 3
+    assert as_json(url, "history", "reviewer", "-s", "shared:bot")[0]["message"] == "louder"
+
+
+def test_conflict_merge_reopens_on_markers(url: str, editor: ScriptedEditor) -> None:
+    resolved = skill_md("reviewer", "# Steps\n\n1. one\n2. both\n3. three\n").decode()
+    steps = [
+        {"replace": [["2. two", "2. mine"]], "concurrent": _theirs(url, "2. two", "2. theirs")},
+        {"write": resolved},
+    ]
+    result = editor(url, "reviewer/SKILL.md", "--on-conflict", "merge", steps=steps)
+    assert result.exit_code == 0, result.output
+    assert "both changed the same lines: resolve the conflict markers" in result.stdout
+    assert (
+        "<<<<<<< your edit\n2. mine\n=======\n2. theirs\n>>>>>>> version 2\n" in (editor.seen()[1])
+    )
+    assert _read(url) == resolved and _version(url) == 3
+
+
 def test_conflict_markers_left_in_are_not_saved(url: str, editor: ScriptedEditor) -> None:
     steps = [
         {"replace": [["2. two", "2. mine"]], "concurrent": _theirs(url, "2. two", "2. theirs")},
