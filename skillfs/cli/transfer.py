@@ -193,7 +193,7 @@ def _progress() -> Iterator[Progress]:
 
 #: What `--policy` says of each `ImportPolicy`, in `import --help`.
 POLICIES = {
-    ImportPolicy.REPLACE: "the import's files replace the scope's (the default, as import always did)",
+    ImportPolicy.REPLACE: "its files replace the scope's (the default, as import always did)",
     ImportPolicy.CREATE: "the scope's skill is kept: only skills it does not hold are written",
     ImportPolicy.FAIL: "nothing at all is written, and the skills that would change are named",
 }
