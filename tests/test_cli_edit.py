@@ -251,7 +251,7 @@ def test_a_store_error_while_saving_names_the_kept_copy(
     def down(*args: object, **kwargs: object) -> None:
         raise StoreUnavailable("store sqlite:///x is unavailable (test)")
 
-    monkeypatch.setattr(skillfs.Store, "publish", down)
+    monkeypatch.setattr(skillfs.Store, "commit", down)  # where store.edits ends
     result = editor(url, "reviewer/SKILL.md", steps=[{"replace": [["2. two", "2. mine"]]}])
     line = error_line(result)
     assert line.startswith("error: store sqlite:///x is unavailable (test); nothing saved; ")
@@ -391,7 +391,9 @@ def test_conflict_on_another_file_retries_by_itself(url: str, editor: ScriptedEd
     assert result.exit_code == 0, result.output
     assert "changed since you read version 1: now version 2" in result.stdout
     assert "modified  references/style.md" in result.stdout
-    assert "SKILL.md itself is unchanged there: saving your edit on version 2" in result.stdout
+    assert "SKILL.md itself is unchanged there: your edit is saved on top of version 2" in (
+        result.stdout
+    )
     assert _version(url) == 3
     assert "2. TWO" in _read(url) and _read(url, "references/style.md") == "# Their style\n"
 
@@ -430,6 +432,35 @@ def test_conflict_reopen_with_markers(url: str, editor: ScriptedEditor) -> None:
     assert _read(url) == resolved
 
 
+def test_conflict_merge_saves_a_clean_merge_by_itself(url: str, editor: ScriptedEditor) -> None:
+    """--on-conflict merge is the store's merge policy (store.edits.edit_file): their change
+    and yours on other lines are saved without reopening the editor."""
+    steps = [
+        {"replace": [["1. one", "1. ONE"]], "concurrent": _theirs(url, "3. three", "3. THREE")}
+    ]
+    result = editor(url, "reviewer/SKILL.md", "--on-conflict", "merge", "-m", "louder", steps=steps)
+    assert result.exit_code == 0, result.output
+    assert "changed since you read version 1: now version 2" in result.stdout
+    assert "merged their change to SKILL.md with yours, on version 2" in result.stdout
+    assert _read(url).endswith("1. ONE\n2. two\n3. THREE\n") and _version(url) == 3
+    assert as_json(url, "history", "reviewer", "-s", "shared:bot")[0]["message"] == "louder"
+
+
+def test_conflict_merge_reopens_on_markers(url: str, editor: ScriptedEditor) -> None:
+    resolved = skill_md("reviewer", "# Steps\n\n1. one\n2. both\n3. three\n").decode()
+    steps = [
+        {"replace": [["2. two", "2. mine"]], "concurrent": _theirs(url, "2. two", "2. theirs")},
+        {"write": resolved},
+    ]
+    result = editor(url, "reviewer/SKILL.md", "--on-conflict", "merge", steps=steps)
+    assert result.exit_code == 0, result.output
+    assert "both changed the same lines: resolve the conflict markers" in result.stdout
+    assert (
+        "<<<<<<< your edit\n2. mine\n=======\n2. theirs\n>>>>>>> version 2\n" in (editor.seen()[1])
+    )
+    assert _read(url) == resolved and _version(url) == 3
+
+
 def test_conflict_markers_left_in_are_not_saved(url: str, editor: ScriptedEditor) -> None:
     steps = [
         {"replace": [["2. two", "2. mine"]], "concurrent": _theirs(url, "2. two", "2. theirs")},
@@ -455,7 +486,7 @@ def test_conflict_without_a_person_aborts_keeping_the_edit(
     result = editor(url, "reviewer/SKILL.md", steps=steps)
     line = error_line(result)
     assert "not saved: reviewer changed since you read it" in line
-    assert "--on-conflict reopen or overwrite" in line
+    assert "--on-conflict merge, reopen or overwrite" in line
     assert "2. mine" in _kept_copy(result).read_text()
     assert "modified  SKILL.md" in result.stdout
     assert "their change to SKILL.md:\n--- version 1\n+++ version 2\n" in result.stdout
@@ -488,7 +519,8 @@ def test_conflict_with_a_delete(url: str, editor: ScriptedEditor) -> None:
     assert result.exit_code == 0, result.output
     assert "was deleted since you read version 1" in result.stdout
     assert "2. mine" in _read(url) and _version(url) == 3  # re-created after the tombstone
-    assert _read(url, "references/style.md") == "# Style\n"
+    with skillfs.open_store(url) as store:  # with the edited file alone, as the store edits
+        assert sorted(store.manifest(SCOPE, "reviewer").files) == ["SKILL.md"]
 
 
 def test_conflict_on_redis(
@@ -580,8 +612,8 @@ def test_rm_skill_without_a_terminal_needs_yes(url: str) -> None:
 
 def test_rm_names_the_version_it_removes(url: str) -> None:
     publish(url, "shared:bot", "reviewer", _files("v2\n"))
-    line = error_line(run(url, "rm", "reviewer", "-s", "shared:bot", "--version", "1"))
-    assert "is at version 2, not 1" in line
+    line = error_line(run(url, "rm", "reviewer", "-s", "shared:bot", "--version", "1", "-y"))
+    assert "you expected version 1, now at version 2" in line
     data = as_json(url, "rm", "reviewer", "-s", "shared:bot", "--version", "2", "--yes")
     assert data["version"] == 3 and data["skill"] == "reviewer" and data["path"] is None
     assert data["revision"].count(":") == 1 and len(data["commit_id"]) == 32
@@ -603,9 +635,10 @@ def test_rm_a_file_or_directory(url: str) -> None:
     ok(url, "rm", "reviewer/scripts", "-s", "shared:bot")
     ok(url, "rm", "reviewer/references/style.md", "-s", "shared:bot")
     assert [r["path"] for r in as_json(url, "ls", "-s", "shared:bot", "reviewer")] == ["SKILL.md"]
-    assert "has no file 'nope'" in error_line(run(url, "rm", "reviewer/nope", "-s", "shared:bot"))
-    line = error_line(run(url, "rm", "reviewer/SKILL.md", "-s", "shared:bot"))
-    assert "without files: use `skillfs rm reviewer`" in line
+    line = error_line(run(url, "rm", "reviewer/nope", "-s", "shared:bot"))
+    assert "has no file or directory 'nope'; files: SKILL.md" in line
+    line = error_line(run(url, "rm", "reviewer/SKILL.md", "-s", "shared:bot", "--force"))
+    assert "a skill needs at least one file; to delete it, delete it" in line
 
 
 def test_rm_skill_md_needs_force(url: str) -> None:

@@ -11,7 +11,13 @@ import pytest
 
 import skillfs
 from skillfs import Origin, Scope, Store
-from skillfs.errors import Conflict, EditConflict, FailedPrecondition, NotFound
+from skillfs.errors import (
+    Conflict,
+    EditConflict,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+)
 from skillfs.governance.edits import ConflictPolicy, ImportPolicy
 from skillfs.model.ops import WriteOptions
 from tests.runtime_helpers import md
@@ -54,6 +60,34 @@ def test_rename_follows_the_name_and_reads_its_source_in_the_commit(store: Store
     with pytest.raises(Conflict):  # the version the caller saw is gone
         store.edits.rename(SHARED, "new", "third", options=WriteOptions(expected_version=7))
     assert store.skills(SHARED) == ["new"]
+
+
+def test_a_rename_onto_a_taken_name_says_so_and_writes_nothing(store: Store) -> None:
+    store.publish(SHARED, "old", skill("old"))
+    store.publish(SHARED, "taken", skill("taken"))
+    with pytest.raises(Conflict, match=r"already holds a skill \(version 1\).*nothing was written"):
+        store.edits.rename(SHARED, "old", "taken")
+    assert store.skills(SHARED) == ["old", "taken"]
+    assert [m.version for m in store.history(SHARED, "old")] == [1]
+    store.edits.delete(SHARED, "taken")  # a deleted name is free again
+    assert store.edits.rename(SHARED, "old", "taken").versions == {"taken": 3, "old": 2}
+
+
+def test_remove_files_of_a_skill_in_one_commit(store: Store) -> None:
+    files = {**skill("s"), "refs/a.md": b"a", "refs/b.md": b"b", "x.md": b"x"}
+    v = store.publish(SHARED, "s", files).versions["s"]
+    seen = WriteOptions(expected_version=v, message="tidy")
+    done = store.edits.remove_files(SHARED, "s", ["refs", "x.md"], options=seen)
+    m = store.manifest(SHARED, "s")
+    assert sorted(m.files) == ["SKILL.md", "notes.md"] and m.message == "tidy"
+    assert done.versions == {"s": v + 1}
+    with pytest.raises(NotFound, match=r"has no file or directory 'nope'; files: SKILL\.md"):
+        store.edits.remove_files(SHARED, "s", ["nope"])
+    with pytest.raises(Conflict):  # the version the caller read is gone
+        store.edits.remove_files(SHARED, "s", ["notes.md"], options=seen)
+    with pytest.raises(InvalidArgument, match="a skill needs at least one file"):
+        store.edits.remove_files(SHARED, "s", ["SKILL.md", "notes.md"])
+    assert sorted(store.manifest(SHARED, "s").files) == ["SKILL.md", "notes.md"]
 
 
 def test_override_copies_by_reference_and_keeps_the_kill_switch(store: Store) -> None:

@@ -283,6 +283,14 @@ ForceOption = Annotated[
     bool,
     typer.Option("--force", "-f", help="Allow a result that breaks the Agent Skills spec."),
 ]
+#: `--message` means one thing in every command that writes: why, kept with the version it
+#: writes (`history`, `audit`). Every such command takes it (tests/test_cli_messages.py).
+MessageOption = Annotated[
+    str,
+    typer.Option(
+        "--message", "-m", metavar="TEXT", help="Why: kept in the skill's history and the audit."
+    ),
+]
 #: `--yes` means one thing in every command: do not ask, go ahead. Without it a command that
 #: would ask refuses when nobody is at a terminal to answer.
 YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask: go ahead.")]

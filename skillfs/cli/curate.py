@@ -10,6 +10,7 @@ import typer
 from skillfs.cli.common import (
     OPERATE,
     JsonOption,
+    MessageOption,
     StoreOption,
     TokenOption,
     command,
@@ -68,20 +69,25 @@ def curate(
         str,
         typer.Option("--archive-after", metavar="DURATION", help="Archive when idle this long."),
     ] = ARCHIVE_AFTER,
+    message: MessageOption = "",
     store_url: StoreOption = None,
     token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Report skills idle for --stale-after (stale) or --archive-after (to archive) and pairs
     of near-duplicate skills, each with why. Idle: neither used nor changed. With --apply the
-    skills to archive move to .archive/ (restorable), each re-checked just before."""
+    skills to archive move to .archive/ (restorable), each re-checked just before, with
+    --message and why as its reason."""
     try:  # bad usage: said with the options as given, before the store is opened
         stale, cutoff = windows(stale_after, archive_after, ("--stale-after", "--archive-after"))
     except InvalidArgument as exc:
         raise typer.BadParameter(str(exc)) from None
     with opened(store_url, token) as store:
         targets = [target] if target is not None else store.agents()
-        reports = [store.curation.run(t, stale, cutoff, dry_run=not apply) for t in targets]
+        reports = [
+            store.curation.run(t, stale, cutoff, dry_run=not apply, message=message)
+            for t in targets
+        ]
     if as_json:
         emit_json([_plain(r) for r in reports])
         return

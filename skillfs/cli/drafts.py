@@ -11,6 +11,7 @@ from skillfs.cli.common import (
     EDIT,
     ForceOption,
     JsonOption,
+    MessageOption,
     ScopeOption,
     SkillArgument,
     StoreOption,
@@ -31,7 +32,6 @@ from skillfs.cli.common import (
 from skillfs.cli.govern import (
     AgentFilter,
     MarketFilter,
-    MessageOption,
     ReasonOption,
     ScopeFilter,
     one_target,
@@ -243,6 +243,7 @@ def reject(
 @guarded
 def split(
     scope: ScopeOption,
+    message: MessageOption = "",
     store_url: StoreOption = None,
     token: TokenOption = None,
     as_json: JsonOption = False,
@@ -250,7 +251,7 @@ def split(
     """Split the single `_drafts` / `.archive` manifest an older skillfs wrote into one entry
     per skill, in one commit."""
     with opened(store_url, token) as store:
-        result = store.drafts.split_legacy(scope)
+        result = store.drafts.split_legacy(scope, message=message)
     if result is None:
         if as_json:
             emit_json(None)

@@ -1,12 +1,16 @@
-"""Commands that change skills by hand: edit, rm, rollback.
+"""Commands that change skills by hand: edit, rm, rollback, mv.
 
 These are admin surfaces (docs/design.md §7): a result that breaks the Agent Skills spec is rejected
 unless the operator passes --force. Every write names the version it read, so a concurrent
-change is a Conflict, never a lost update.
+change is a Conflict, never a lost update. Each is one call of `store.edits` (the operations
+every surface calls, docs/governance.md "Edits") with the operator's --message: the rules are
+the store's, this module asks, calls and says what happened.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, cast
@@ -20,6 +24,7 @@ from skillfs.cli.common import (
     FileArgument,
     ForceOption,
     JsonOption,
+    MessageOption,
     ScopeOption,
     SkillArgument,
     StoreOption,
@@ -34,6 +39,7 @@ from skillfs.cli.common import (
     file_only,
     opened,
     out,
+    parse_scope,
     plural,
     print_findings,
     print_patch,
@@ -45,21 +51,28 @@ from skillfs.cli.common import (
 )
 from skillfs.cli.editor import EditorCopy
 from skillfs.cli.text import unified
-from skillfs.errors import Conflict, InvalidSkill, NotFound, SkillfsError
+from skillfs.errors import Conflict, EditConflict, InvalidArgument, InvalidSkill, SkillfsError
+from skillfs.governance.edits import ConflictPolicy
 from skillfs.model import CommitResult, File, Finding, Manifest, Scope, error_findings
-from skillfs.model.names import entry_name
+from skillfs.model.names import check_live_name, entry_name
+from skillfs.model.ops import WriteOptions
 from skillfs.spec.skill_md import SKILL_MD, TEMPLATE_DESCRIPTION, inspect_skill, skill_template
-from skillfs.store.core import file_of
-from skillfs.store.rules import refuse_errors
 from skillfs.util.text_merge import has_markers, merge3
 
 
 class OnConflict(StrEnum):
-    """What `edit` does when someone else saved the skill since it was read."""
+    """What `edit` does when someone else saved the skill since it was read and changed the
+    edited file too (`store.edits.edit_file` saves an edit of a file unchanged there by
+    itself)."""
 
     ask = "ask"
+    #: The store's merge policy: their change and yours merged and saved when they touch
+    #: different lines; the editor reopens on the conflict markers otherwise.
+    merge = "merge"
     reopen = "reopen"
+    #: The store's retry policy: yours written over theirs.
     overwrite = "overwrite"
+    #: The store's fail policy: nothing saved.
     abort = "abort"
 
 
@@ -92,14 +105,10 @@ class _Base:
             return cls(m.version, m, _read_files(store, m))
         return cls(0, None, _read_files(store, m), m)
 
-    @staticmethod
-    def skill_md_only(store: Store, m: Manifest) -> dict[str, File]:
-        """A version's files for a spec check: SKILL.md's bytes, the other files empty (the
-        check looks only at SKILL.md and the paths)."""
-        files = {p: File(b"") for p in m.files}
-        if SKILL_MD in m.files:
-            files[SKILL_MD] = File(store.read_entry(m.files[SKILL_MD]))
-        return files
+    def data(self, path: str) -> bytes | None:
+        """A file's bytes as read (None: absent), the base of an edit of it."""
+        f = self.files.get(path)
+        return None if f is None else f.data
 
     def text(self, path: str) -> str:
         """A file as text ("" when absent); undecodable bytes survive a round trip."""
@@ -139,11 +148,12 @@ def _check(skill: str, files: dict[str, File]) -> list[Finding]:
     return findings
 
 
-def _refuse(skill: str, files: dict[str, File], refused: str) -> None:
-    """The strict surfaces' rule (`refuse_errors`) on the CLI's findings: print the errors and
-    fail with `refused` when there are any."""
+@contextmanager
+def _refused(refused: str) -> Iterator[None]:
+    """A strict write the store refused for breaking the spec (InvalidSkill): its findings
+    printed, then `refused` (which says how to go ahead) as the error line."""
     try:
-        refuse_errors(skill, _check(skill, files))
+        yield
     except InvalidSkill as exc:
         print_findings(cast(list[Finding], exc.findings))
         raise fail(refused) from None
@@ -186,11 +196,14 @@ def edit(
         OnConflict,
         typer.Option(
             metavar="ACTION",
-            help="When someone saved the skill meanwhile: ask; reopen the editor on their "
-            "version with your edit merged in; overwrite their version of this file with "
-            "yours; or abort keeping your copy.",
+            help="When someone saved the skill meanwhile and changed this file too: ask; merge "
+            "their change and yours and save (the editor reopens on conflict markers when you "
+            "both changed the same lines); reopen the editor on their version with your edit "
+            "merged in; overwrite their version of this file with yours; or abort keeping your "
+            "copy.",
         ),
     ] = OnConflict.ask,
+    message: MessageOption = "",
     store_url: StoreOption = None,
     token: TokenOption = None,
 ) -> None:
@@ -231,8 +244,9 @@ def edit(
             if mine == original:
                 out.print("no changes: nothing saved")
                 return
+            session = _Edit(store, scope, skill, path, copy, on_conflict, message)
             try:
-                result = _save_loop(store, scope, skill, path, base, mine, copy, force, on_conflict)
+                result = session.save(base, mine, force)
             except SkillfsError as exc:  # the store refused: the text must not be lost
                 raise fail(f"{exc}; {copy.not_saved()}") from None
             except KeyboardInterrupt:
@@ -252,87 +266,66 @@ def edit(
     )
 
 
-def _save_loop(
-    store: Store,
-    scope: Scope,
-    skill: str,
-    path: str,
-    base: _Base,
-    mine: bytes,
-    copy: EditorCopy,
-    force: bool,
-    on_conflict: OnConflict,
-) -> CommitResult:
-    """Validate and publish `mine` on `base` until it is saved or the operator gives up."""
-    kept = copy.kept
-    while True:
-        if has_markers(mine.decode("utf-8", errors="replace")):
-            out.print("[red]the file still holds conflict markers (<<<<<<< … >>>>>>>)[/red]")
-            if _ask("Resolve them?", {"e": "edit again", "a": "abort"}) == "a":
-                raise fail(f"not saved: resolve the conflict markers; {kept}")
-            mine = copy.edit()
-            continue
-        old = base.files.get(path)
-        files = dict(base.files)
-        files[path] = File(mine, mode=old.mode if old else None)
-        findings = _check(skill, files)
-        errors = error_findings(findings)
-        if findings:
-            warnings = len(findings) - len(errors)
-            counts = [plural(n, w) for n, w in ((len(errors), "error"), (warnings, "warning")) if n]
-            out.print(f"{shown(skill)}: {', '.join(counts)}")
-            print_findings(findings)
-        if errors and not force:
-            spec = [f for f in errors if f.rule != "template-description"]
-            problems = (
-                [f"would break the Agent Skills spec ({plural(len(spec), 'error')})"]
-                if spec
-                else []
-            )
-            if len(spec) < len(errors):
-                problems.append("still has the template's placeholder description")
-            choice = _ask(
-                f"{skill} {' and '.join(problems)}.",
-                {"e": "edit again", "s": "save anyway", "a": "abort"},
-            )
-            if choice == "a":
-                raise fail(
-                    f"not saved: {skill} {' and '.join(problems)}; fix it or pass --force; {kept}"
-                )
-            if choice == "e":
-                mine = copy.edit()
+@dataclass
+class _Edit:
+    """One `skillfs edit` session's saves: each a `store.edits.edit_file` call under the
+    conflict policy the operator chose, the editor reopened when they must resolve."""
+
+    store: Store
+    scope: Scope
+    skill: str
+    path: str
+    copy: EditorCopy
+    on_conflict: OnConflict
+    message: str
+
+    def save(self, base: _Base, mine: bytes, force: bool) -> CommitResult:
+        """Validate `mine` and save it on `base` until it is saved or the operator gives up."""
+        path, skill, kept = self.path, self.skill, self.copy.kept
+        policy = (
+            ConflictPolicy.MERGE if self.on_conflict is OnConflict.merge else ConflictPolicy.FAIL
+        )
+        while True:
+            if has_markers(mine.decode("utf-8", errors="replace")):
+                out.print("[red]the file still holds conflict markers (<<<<<<< … >>>>>>>)[/red]")
+                if _ask("Resolve them?", {"e": "edit again", "a": "abort"}) == "a":
+                    raise fail(f"not saved: resolve the conflict markers; {kept}")
+                mine = self.copy.edit()
                 continue
-            force = True  # "save anyway" holds for the retries after a conflict too
-        try:
-            return store.publish(
-                scope, skill, files, expected_version=base.version, strict=not force
-            )
-        except Conflict:
-            latest = _Base.load(store, scope, skill)
-        _describe(scope, skill, path, base, latest)
-        theirs = latest.files.get(path)
-        if (old.data if old else None) == (theirs.data if theirs else None) and latest.manifest:
-            out.print(
-                f"{shown(path)} itself is unchanged there: saving your edit on version "
-                f"{latest.version}"
-            )
-            base = latest
-            continue
-        action = on_conflict
-        if action is OnConflict.ask:
-            choice = _ask(
-                f"{path} changed there too." if latest.manifest else "It was deleted.",
-                {"r": "reopen with your edit", "o": "overwrite with yours", "a": "abort"},
-            )
-            action = {"r": OnConflict.reopen, "o": OnConflict.overwrite, "a": OnConflict.abort}[
-                choice
-            ]
-        if action is OnConflict.abort:
-            raise fail(
-                f"not saved: {skill} changed since you read it; re-run with --on-conflict "
-                f"reopen or overwrite; {kept}"
-            )
-        if action is OnConflict.reopen:
+            choice = self._spec_check(base, mine, force)
+            if choice == "e":
+                mine = self.copy.edit()
+                continue
+            force = force or choice == "s"  # "save anyway" holds after a conflict too
+            options = WriteOptions(expected_version=base.version, message=self.message)
+            try:
+                result = self.store.edits.edit_file(
+                    self.scope, skill, path, mine, base=base.data(path), on_conflict=policy,
+                    options=options, strict=not force,
+                )  # fmt: skip
+            except EditConflict as exc:  # merged, but both changed the same lines
+                latest = _Base.load(self.store, self.scope, skill)
+                _describe(self.scope, skill, path, base, latest)
+                out.print("both changed the same lines: resolve the conflict markers")
+                self.copy.write(exc.merged or b"")
+                mine, base = self.copy.edit(), latest if latest.manifest else _Base(0, None, {})
+                continue
+            except Conflict:
+                latest = _Base.load(self.store, self.scope, skill)
+            else:
+                if policy is not ConflictPolicy.RETRY:
+                    self._moved_on(base, result, policy)
+                return result
+            _describe(self.scope, skill, path, base, latest)
+            action = self._action(latest)
+            if action is OnConflict.abort:
+                raise fail(
+                    f"not saved: {skill} changed since you read it; re-run with --on-conflict "
+                    f"merge, reopen or overwrite; {kept}"
+                )
+            if action is OnConflict.overwrite:
+                policy = ConflictPolicy.RETRY  # the store writes yours over theirs
+                continue
             merged, clean = merge3(
                 base.text(path),
                 mine.decode("utf-8", errors="surrogateescape"),
@@ -344,13 +337,72 @@ def _save_loop(
                 if clean
                 else "both changed the same lines: resolve the conflict markers"
             )
-            copy.write(merged.encode("utf-8", errors="surrogateescape"))
-            mine = copy.edit()
-        base = latest if latest.manifest else _Base(0, None, base.files)
+            self.copy.write(merged.encode("utf-8", errors="surrogateescape"))
+            mine, base = self.copy.edit(), latest if latest.manifest else _Base(0, None, {})
 
+    def _spec_check(self, base: _Base, mine: bytes, force: bool) -> str:
+        """The findings of the skill as saving would leave it, shown; with errors and no
+        --force, what the operator chose: [e]dit again, [s]ave anyway ("": nothing to ask)."""
+        old = base.files.get(self.path)
+        files = dict(base.files)
+        files[self.path] = File(mine, mode=old.mode if old else None)
+        findings = _check(self.skill, files)
+        errors = error_findings(findings)
+        if findings:
+            warnings = len(findings) - len(errors)
+            counts = [plural(n, w) for n, w in ((len(errors), "error"), (warnings, "warning")) if n]
+            out.print(f"{shown(self.skill)}: {', '.join(counts)}")
+            print_findings(findings)
+        if not errors or force:
+            return ""
+        spec = [f for f in errors if f.rule != "template-description"]
+        problems = (
+            [f"would break the Agent Skills spec ({plural(len(spec), 'error')})"] if spec else []
+        )
+        if len(spec) < len(errors):
+            problems.append("still has the template's placeholder description")
+        said = f"{self.skill} {' and '.join(problems)}"
+        choice = _ask(f"{said}.", {"e": "edit again", "s": "save anyway", "a": "abort"})
+        if choice == "a":
+            raise fail(f"not saved: {said}; fix it or pass --force; {self.copy.kept}")
+        return choice
 
-def _removed(files: dict[str, File], path: str) -> dict[str, File]:
-    return {p: f for p, f in files.items() if p != path and not p.startswith(path + "/")}
+    def _action(self, latest: _Base) -> OnConflict:
+        """What to do about their change to the file: --on-conflict, or the operator's answer."""
+        if self.on_conflict not in (OnConflict.ask, OnConflict.merge):
+            return self.on_conflict
+        question = (
+            f"{self.path} changed there too."
+            if latest.manifest
+            else "It was deleted: saving makes it again with this file alone."
+        )
+        choice = _ask(
+            question, {"r": "reopen with your edit", "o": "overwrite with yours", "a": "abort"}
+        )
+        return {"r": OnConflict.reopen, "o": OnConflict.overwrite, "a": OnConflict.abort}[choice]
+
+    def _moved_on(self, base: _Base, result: CommitResult, policy: ConflictPolicy) -> None:
+        """Say what the store did when the skill had moved on since `base` was read: the edit
+        saved on top of their version (the file unchanged there), or merged with it."""
+        before = result.version - 1
+        if before == base.version:
+            return
+        try:
+            m = self.store.manifest(self.scope, self.skill, version=before)
+        except SkillfsError:  # not kept: the versions say enough
+            m = None
+        if m is not None:
+            theirs = (
+                _Base(0, None, {}) if m.deleted else _Base(m.version, m, _read_files(self.store, m))
+            )
+            _describe(self.scope, self.skill, self.path, base, theirs)
+        if policy is ConflictPolicy.MERGE:
+            out.print(f"merged their change to {shown(self.path)} with yours, on version {before}")
+        else:
+            out.print(
+                f"{shown(self.path)} itself is unchanged there: your edit is saved on top of "
+                f"version {before}"
+            )
 
 
 @command("rm", EDIT)
@@ -366,6 +418,7 @@ def rm(
     ] = None,
     yes: YesOption = False,
     force: ForceOption = False,
+    message: MessageOption = "",
     store_url: StoreOption = None,
     token: TokenOption = None,
     as_json: JsonOption = False,
@@ -376,39 +429,25 @@ def rm(
     Deleting a skill asks first (--yes does not ask; without a terminal, --yes is needed).
     Removing a file that leaves the skill off-spec needs --force."""
     with opened(store_url, token, create=True) as store:
-        m = store.manifest(scope, target.skill)
-        if version is not None and version != m.version:
-            raise Conflict(
-                f"{scope}/{target.skill} is at version {m.version}, not {version}: "
-                "look at `skillfs diff` and retry",
-                skill=target.skill,
-                current_version=m.version,
-            )
         if target.path is None:
+            m = store.manifest(scope, target.skill)
             confirmed(
                 f"Delete {scope}/{target.skill} (version {m.version}, {len(m.files)} files)?",
                 f"not deleted: {scope}/{target.skill}",
                 yes,
             )
-            result = store.delete(scope, target.skill, expected_version=m.version)
+            seen = m.version if version is None else version  # what the question showed
+            options = WriteOptions(expected_version=seen, message=message)
+            result = store.edits.delete(scope, target.skill, options=options)
         else:
-            current = _read_files(store, m)  # the version checked above, not a re-read
-            files = _removed(current, target.path)
-            if len(files) == len(current):
-                file_of(m, scope, target.path)  # raises NotFound naming the files
-            if not files:
-                raise NotFound(
-                    f"that would leave {target.skill} without files: use `skillfs rm "
-                    f"{target.skill}` to delete the skill"
+            options = WriteOptions(expected_version=version, message=message)
+            with _refused(
+                f"not removed: {target.skill} would break the Agent Skills spec; pass --force "
+                "to remove it anyway"
+            ):
+                result = store.edits.remove_files(
+                    scope, target.skill, [target.path], options=options, strict=not force
                 )
-            if not force:
-                _refuse(
-                    target.skill,
-                    files,
-                    f"not removed: {target.skill} would break the Agent Skills spec; "
-                    "pass --force to remove it anyway",
-                )
-            result = store.publish(scope, target.skill, files, expected_version=m.version)
     _report(f"removed {scope}/{shown(str(target))}", scope, target, result, as_json)
 
 
@@ -418,29 +457,102 @@ def rollback(
     scope: ScopeOption,
     to: Annotated[int, typer.Option("--to", min=1, metavar="N", help="The version to bring back.")],
     force: ForceOption = False,
+    message: MessageOption = "",
     store_url: StoreOption = None,
     token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Publish a new version whose files equal those of an older one (works after `rm` too).
 
-    A version that breaks the Agent Skills spec is brought back only with --force."""
+    A version that breaks the Agent Skills spec is brought back only with --force. Without
+    --message the version says "rollback to version N"."""
     skill = skill_only(target)
     with opened(store_url, token, create=True) as store:
         current = store.manifests(scope, [skill]).get(skill)
-        old = store.manifest(scope, skill, version=to)
-        if not force and not old.deleted:  # a deletion: the store says to pick another
-            _refuse(
-                skill,
-                _Base.skill_md_only(store, old),
-                f"not rolled back: version {to} of {skill} breaks the Agent Skills spec; "
-                "pass --force to bring it back anyway",
+        options = WriteOptions(expected_version=current.version if current else 0, message=message)
+        with _refused(
+            f"not rolled back: version {to} of {skill} breaks the Agent Skills spec; "
+            "pass --force to bring it back anyway"
+        ):
+            result = store.edits.rollback(scope, skill, to, options=options, strict=not force)
+    said = f"rolled {scope}/{shown(target.skill)} back to version {to}"
+    _report(said, scope, target, result, as_json)
+
+
+def parse_new_name(text: str) -> str:
+    """A name a skill can be live under (bad usage, exit 2, before anything is opened)."""
+    try:
+        return check_live_name(text)
+    except InvalidArgument as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+@command("mv", EDIT)
+def mv(
+    target: SkillArgument,
+    new_name: Annotated[
+        str,
+        typer.Argument(
+            parser=parse_new_name,
+            metavar="NEW-NAME",
+            show_default=False,
+            help="The skill's new name.",
+        ),
+    ],
+    scope: ScopeOption,
+    into: Annotated[
+        Scope | None,
+        typer.Option(
+            "--into",
+            parser=parse_scope,
+            metavar="SCOPE",
+            show_default=False,
+            help="Move it to this scope of the same agent (default: it stays in --scope).",
+        ),
+    ] = None,
+    version: Annotated[
+        int | None,
+        version_option("The version you mean to rename: a Conflict if the skill moved on since."),
+    ] = None,
+    force: ForceOption = False,
+    message: MessageOption = "",
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Rename a skill in one commit: SKILL.md's `name` follows, the new name starts its own
+    history and the old name is deleted (its history kept: `rollback` brings it back).
+
+    Refused, nothing written, when the new name is taken, and while the skill is disabled or
+    has a staged candidate. A result that breaks the Agent Skills spec needs --force."""
+    skill = skill_only(target)
+    with opened(store_url, token, create=True) as store:
+        options = WriteOptions(expected_version=version, message=message)
+        with _refused(
+            f"not renamed: {new_name} would break the Agent Skills spec; pass --force to "
+            "rename it anyway"
+        ):
+            result = store.edits.rename(
+                scope, skill, new_name, into=into, options=options, strict=not force
             )
-        result = store.rollback(
-            scope, skill, to, expected_version=current.version if current else 0
+    where = into or scope
+    if as_json:
+        emit_json(
+            {
+                "scope": str(scope),
+                "skill": skill,
+                "into": str(where),
+                "new_name": new_name,
+                "version": result.versions[new_name],
+                "revision": str(result.revision),
+                "commit_id": result.commit_id,
+            }
         )
-    message = f"rolled {scope}/{shown(target.skill)} back to version {to}"
-    _report(message, scope, target, result, as_json)
+        return
+    out.print(
+        f"renamed {scope}/{shown(skill)} to {where}/{shown(new_name)}: now version "
+        f"{result.versions[new_name]} (revision {result.revision})"
+    )
 
 
 def _report(

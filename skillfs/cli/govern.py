@@ -10,6 +10,7 @@ from skillfs.cli.common import (
     EDIT,
     OPERATE,
     JsonOption,
+    MessageOption,
     ScopeOption,
     SkillArgument,
     StoreOption,
@@ -28,11 +29,18 @@ from skillfs.cli.common import (
 )
 from skillfs.model import CommitResult, Scope
 
+#: `--message` of the commands whose message is also their reason (`disable`, `drafts
+#: reject`, `archive`): `--reason`/`-r`, as they took it first, is the same option.
 ReasonOption = Annotated[
-    str, typer.Option("--reason", "-r", metavar="TEXT", help="Why (kept in history and audit).")
-]
-MessageOption = Annotated[
-    str, typer.Option("--message", "-m", metavar="TEXT", help="Why (kept in history and audit).")
+    str,
+    typer.Option(
+        "--message",
+        "-m",
+        "--reason",
+        "-r",
+        metavar="TEXT",
+        help="Why: kept in the skill's history and the audit (--reason is the same option).",
+    ),
 ]
 #: What `audit` and `drafts ls` read: one of an agent's scopes, one scope, or a market.
 AgentFilter = Annotated[
@@ -94,6 +102,7 @@ def disable(
 def enable(
     target: SkillArgument,
     scope: ScopeOption,
+    message: MessageOption = "",
     store_url: StoreOption = None,
     token: TokenOption = None,
     as_json: JsonOption = False,
@@ -101,7 +110,7 @@ def enable(
     """Switch a disabled skill back on (in a user's scope: stop hiding it from that user)."""
     skill = skill_only(target)
     with opened(store_url, token) as store:
-        result = store.governance.enable(scope, skill)
+        result = store.governance.enable(scope, skill, message=message)
     done("enabled", scope, skill, result, as_json)
 
 

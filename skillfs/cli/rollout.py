@@ -12,6 +12,7 @@ from skillfs.cli.common import (
     EDIT,
     ForceOption,
     JsonOption,
+    MessageOption,
     ScopeOption,
     SkillArgument,
     StoreOption,
@@ -22,7 +23,7 @@ from skillfs.cli.common import (
     skill_only,
     version_option,
 )
-from skillfs.cli.govern import MessageOption, done
+from skillfs.cli.govern import done
 from skillfs.cli.transfer import read_source, skill_sources
 from skillfs.errors import FailedPrecondition, InvalidArgument, InvalidPath
 from skillfs.model import Rollout

@@ -24,7 +24,9 @@ from skillfs.auth import ENV_TOKENS
 from skillfs.cli.common import StoreOption, duration, err, fail, out, shown
 from skillfs.cli.transfer import read_source, skill_sources
 from skillfs.errors import SkillfsError
+from skillfs.governance.edits import ImportPolicy
 from skillfs.model import Scope
+from skillfs.model.ops import WriteOptions
 from skillfs.store.opening import DEFAULT_PATH, default_url
 
 if TYPE_CHECKING:
@@ -244,17 +246,26 @@ def _dev_tokens(path: Path) -> str:
     return token
 
 
+#: The message of the versions `skillfs run` writes (it takes no --message: nobody asked it to
+#: change anything but the examples it brings).
+EXAMPLES_MESSAGE = "the example skills, added by `skillfs run`"
+
+
 def _import_examples(store: Store, examples: Path) -> list[str]:
-    """Publish each example skill the example agent's shared scope does not hold yet."""
+    """Import each example skill the example agent's shared scope does not hold yet (the
+    `create` policy: one an operator changed is kept as it is)."""
     scope = Scope.shared(EXAMPLE_AGENT)
     have = set(store.skills(scope))
-    added = []
-    for source in skill_sources(examples, store.limits):  # as `skillfs import` reads them
-        if source.name in have:
-            continue
-        store.publish(scope, source.name, read_source(source))
-        added.append(source.name)
-    return added
+    sources = [  # as `skillfs import` reads them
+        s for s in skill_sources(examples, store.limits) if s.name not in have
+    ]
+    done = store.edits.import_skills(
+        scope,
+        {s.name: read_source(s) for s in sources},
+        policy=ImportPolicy.CREATE,
+        options=WriteOptions(message=EXAMPLES_MESSAGE),
+    )
+    return [i.skill for i in done.skills if i.status == "created"]
 
 
 def _short(path: Path) -> str:

@@ -2,7 +2,8 @@
 
 Import is a bulk surface (docs/design.md §7): skills that break the spec are stored with
 their findings recorded, and the summary lists them. Bytes, modes and modification times
-survive the round trip both ways.
+survive the round trip both ways. An import is `store.edits.import_skills` under the policy
+the operator chose, one call per batch.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,14 +22,17 @@ from rich.progress import (
     BarColumn,
     DownloadColumn,
     Progress,
+    TaskID,
     TaskProgressColumn,
     TextColumn,
     TimeRemainingColumn,
 )
 
+from skillfs.api import Store
 from skillfs.cli.common import (
     TRANSFER,
     JsonOption,
+    MessageOption,
     ScopeOption,
     StoreOption,
     TokenOption,
@@ -46,8 +50,10 @@ from skillfs.cli.common import (
     shown,
 )
 from skillfs.errors import InvalidArgument, InvalidPath, NotFound, SkillfsError, TooLarge
-from skillfs.model import File, Finding, Manifest, Put, Scope, error_findings
+from skillfs.governance.edits import Imported, ImportPolicy, ImportResult
+from skillfs.model import File, Finding, Manifest, Scope, error_findings
 from skillfs.model.names import check_skill_name, is_hidden_dir, normalize_path
+from skillfs.model.ops import WriteOptions
 from skillfs.spec.skill_dirs import (
     SKIPPED_DIRS,
     NotRegular,
@@ -56,7 +62,6 @@ from skillfs.spec.skill_dirs import (
     read_regular,
 )
 from skillfs.spec.skill_md import SKILL_MD, inspect_skill
-from skillfs.store.blobs import sha256
 from skillfs.store.limits import Limits
 
 #: Skills per commit when the store sets no limit of its own: small enough that the progress
@@ -172,15 +177,6 @@ def read_source(source: SkillSource) -> dict[str, File]:
     return files
 
 
-def _same(files: dict[str, File], m: Manifest | None) -> bool:
-    """Whether the store already holds exactly these bytes and modes (mtimes aside)."""
-    if m is None or m.files.keys() != files.keys():
-        return False
-    return all(
-        m.files[p].sha256 == sha256(f.data) and m.files[p].mode == f.mode for p, f in files.items()
-    )
-
-
 @contextmanager
 def _progress() -> Iterator[Progress]:
     """A progress bar in bytes on stderr, so stdout stays clean for --json."""
@@ -193,6 +189,14 @@ def _progress() -> Iterator[Progress]:
     ]
     with Progress(*columns, console=err, transient=True) as progress:
         yield progress
+
+
+#: What `--policy` says of each `ImportPolicy`, in `import --help`.
+POLICIES = {
+    ImportPolicy.REPLACE: "its files replace the scope's (the default, as import always did)",
+    ImportPolicy.CREATE: "the scope's skill is kept: only skills it does not hold are written",
+    ImportPolicy.FAIL: "nothing at all is written, and the skills that would change are named",
+}
 
 
 @command("import", TRANSFER)
@@ -208,6 +212,16 @@ def import_(
         ),
     ],
     scope: ScopeOption,
+    policy: Annotated[
+        ImportPolicy,
+        typer.Option(
+            "--policy",
+            metavar="|".join(ImportPolicy),
+            help="What to do with a skill the scope already holds with other files: "
+            + "; ".join(f"{p.value}: {said}" for p, said in POLICIES.items())
+            + ". Skills whose files are the same are never written again.",
+        ),
+    ] = ImportPolicy.REPLACE,
     batch: Annotated[
         int | None,
         typer.Option(
@@ -224,6 +238,7 @@ def import_(
             help="Read symbolic links to regular files inside DIRECTORY (others are skipped).",
         ),
     ] = False,
+    message: MessageOption = "",
     store_url: StoreOption = None,
     token: TokenOption = None,
     as_json: JsonOption = False,
@@ -231,7 +246,8 @@ def import_(
     """Store every skill below DIRECTORY in a scope, bytes and modes kept.
 
     Skills that break the spec are stored anyway, their findings recorded and listed below;
-    skills whose files are unchanged are not written again. Only regular files are read:
+    skills whose files are unchanged are not written again, and --policy decides about a skill
+    the scope holds with other files (default: replace it). Only regular files are read:
     symbolic links (unless --follow-symlinks), pipes and devices are skipped with a warning."""
     with opened(store_url, token, create=True) as store:
         sources = skill_sources(directory, store.limits, follow_symlinks)
@@ -250,54 +266,78 @@ def import_(
         size = batch or limit or DEFAULT_BATCH
         if limit is not None:  # the store's limit per atomic commit caps any batch
             size = min(size, limit)
-        current = store.manifests(scope, [s.name for s in sources])
-        rows: dict[str, dict[str, Any]] = {}
-        commits: list[dict[str, Any]] = []
-        findings: dict[str, list[Finding]] = {}
+        # `fail` decides over the whole import, so it is one call (every skill read first);
+        # the other policies decide skill by skill, one call per batch
+        per_call = len(sources) if policy is ImportPolicy.FAIL else size
+        importer = _Importer(store, scope, policy, size, WriteOptions(message=message))
         with _progress() as progress:
             task = progress.add_task("importing", total=sum(s.size for s in sources))
-            for i in range(0, len(sources), size):
-                chunk = sources[i : i + size]
-                puts = []
-                for source in chunk:
-                    progress.update(task, description=f"reading {source.name}")
-                    files = read_source(source)
-                    unchanged = _same(files, current.get(source.name))
-                    _, findings[source.name] = inspect_skill(
-                        source.name, {p: f.data for p, f in files.items()}
-                    )
-                    row = _row(source, current.get(source.name), unchanged, findings[source.name])
-                    rows[source.name] = row
-                    if not unchanged:
-                        puts.append(Put(scope, source.name, dict(files)))
-                if puts:
-                    progress.update(task, description=f"committing {plural(len(puts), 'skill')}")
-                    try:
-                        result = store.commit(puts)
-                    except SkillfsError:
-                        _partial(scope, commits)
-                        raise
-                    commits.append(
-                        {
-                            "revision": str(result.revision),
-                            "commit_id": result.commit_id,
-                            "skills": sorted(result.versions),
-                        }
-                    )
-                    for name, version in result.versions.items():
-                        rows[name]["version"] = version
-                progress.advance(task, sum(s.size for s in chunk))
+            for i in range(0, len(sources), per_call):
+                importer.run(sources[i : i + per_call], progress, task)
+    rows = [importer.rows[s.name] for s in sources]
     if as_json:
         emit_json(
             {
                 "scope": str(scope),
-                "commits": commits,
-                "skills": list(rows.values()),
+                "policy": policy.value,
+                "commits": importer.commits,
+                "skills": rows,
                 "skipped": skipped,
             }
         )
     else:
-        _summary(scope, list(rows.values()), commits, findings)
+        _summary(scope, rows, importer.commits, importer.findings)
+
+
+@dataclass
+class _Importer:
+    """One import's calls of `store.edits.import_skills`, and the report they add up to."""
+
+    store: Store
+    scope: Scope
+    policy: ImportPolicy
+    batch: int
+    options: WriteOptions
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    commits: list[dict[str, Any]] = field(default_factory=list)
+    findings: dict[str, list[Finding]] = field(default_factory=dict)
+
+    def run(self, chunk: list[SkillSource], progress: Progress, task: TaskID) -> None:
+        """Read `chunk`'s skills and import them in one call (commits of `batch` skills)."""
+        skills: dict[str, dict[str, File]] = {}
+        for source in chunk:
+            progress.update(task, description=f"reading {source.name}")
+            skills[source.name] = files = read_source(source)
+            _, self.findings[source.name] = inspect_skill(
+                source.name, {p: f.data for p, f in files.items()}
+            )
+            self.rows[source.name] = _row(source, self.findings[source.name])
+            progress.advance(task, source.size)
+        progress.update(task, description=f"importing {plural(len(chunk), 'skill')}")
+        try:
+            result = self.store.edits.import_skills(
+                self.scope, skills, policy=self.policy, batch=self.batch, options=self.options
+            )
+        except SkillfsError:
+            _partial(self.scope, self.commits)
+            raise
+        self._add(result)
+
+    def _add(self, result: ImportResult) -> None:
+        for done in result.commits:
+            self.commits.append(
+                {
+                    "revision": str(done.revision),
+                    "commit_id": done.commit_id,
+                    "skills": sorted(done.versions),
+                }
+            )
+        for item in result.skills:
+            self.rows[item.skill].update(_status(item))
+
+
+def _status(item: Imported) -> dict[str, Any]:
+    return {"status": item.status, "version": item.version}
 
 
 def _partial(scope: Scope, commits: list[dict[str, Any]]) -> None:
@@ -312,16 +352,14 @@ def _partial(scope: Scope, commits: list[dict[str, Any]]) -> None:
         )
 
 
-def _row(
-    source: SkillSource, current: Manifest | None, unchanged: bool, findings: list[Finding]
-) -> dict[str, Any]:
-    """One skill of the import report."""
+def _row(source: SkillSource, findings: list[Finding]) -> dict[str, Any]:
+    """One skill of the import report (its status and version as the import leaves them)."""
     errors = [f.message for f in error_findings(findings)]
     return {
         "skill": source.name,
         "source": str(source.root),
-        "status": "unchanged" if unchanged else "updated" if current else "created",
-        "version": current.version if current else None,
+        "status": None,
+        "version": None,
         "files": len(source.files),
         "size": source.size,
         "valid": not errors,
@@ -336,14 +374,15 @@ def _summary(
     commits: list[dict[str, Any]],
     findings: dict[str, list[Finding]],
 ) -> None:
-    counts = {s: sum(r["status"] == s for r in rows) for s in ("created", "updated", "unchanged")}
+    statuses = ("created", "updated", "unchanged", "kept")
+    counts = {s: sum(r["status"] == s for r in rows) for s in statuses}
     where = f"in {len(commits)} commit{'s' * (len(commits) != 1)}"
     if commits:
         where += f", now at revision {commits[-1]['revision']}"
+    said = [f"{counts[s]} {s}" for s in statuses if counts[s] or s != "kept"]
     out.print(
         f"imported {len(rows)} skill{'s' * (len(rows) != 1)} into {scope} {where}: "
-        f"{counts['created']} created, {counts['updated']} updated, "
-        f"{counts['unchanged']} unchanged"
+        + ", ".join(said)
     )
     flagged = [r for r in rows if r["errors"] or r["warnings"]]
     for r in flagged:

@@ -146,11 +146,13 @@ class Drafts:
 
     # ------------------------------------------------------------------ legacy manifests
 
-    def split_legacy(self, scope: Scope, *, actor: str | None = None) -> CommitResult | None:
+    def split_legacy(
+        self, scope: Scope, *, actor: str | None = None, message: str = ""
+    ) -> CommitResult | None:
         """Split the single `_drafts` / `.archive` manifest an older skillfs wrote (its files
         `<name>/...`) into one entry per name, drafts and archived skills alike, in one
-        commit; None when there is none. An
-        entry of a name already there is a Conflict: nothing is written."""
+        commit (`message`, default "split into one entry per skill"); None when there is
+        none. An entry of a name already there is a Conflict: nothing is written."""
         legacy = self._reads.retrying(self._reads.engine.load_skills, scope, [DRAFTS, ARCHIVE])
         changes: builtins.list[Put | Remove] = []
         for where, m in sorted(legacy.items()):
@@ -174,7 +176,8 @@ class Drafts:
                 skill=first,
                 current_version=there[first].version,
             )
-        return self._commits.commit(changes, actor=actor, message="split into one entry per skill")
+        message = check_message(message) or "split into one entry per skill"
+        return self._commits.commit(changes, actor=actor, message=message)
 
 
 def draft_of(

@@ -1,6 +1,6 @@
 """`store.edits` (docs/governance.md, "Edits"): the operations every surface calls to change
-skills — rename, an override for a user, an edit of one file under a conflict policy, an
-import under a policy, delete, rollback. Each takes one `WriteOptions` (actor, message,
+skills — rename, an override for a user, an edit of one file under a conflict policy, files
+removed, an import under a policy, delete, rollback. Each takes one `WriteOptions` (actor, message,
 expected version, commit id) and ends in the store's Committer, which holds it to every
 rule. None replays files read earlier: a rename and a copy read their source in the commit's
 own attempt, and an edit that meets another writer reads the skill again and decides by its
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from skillfs.errors import Conflict, EditConflict, FailedPrecondition
+from skillfs.errors import Conflict, EditConflict, FailedPrecondition, NotFound
 from skillfs.governance.ports import Commits, Reads
 from skillfs.model import CommitResult, File, FileEntry, Manifest, Origin, Put, Remove, Scope
 from skillfs.model.names import normalize_path
@@ -70,7 +70,7 @@ class ImportResult:
 
 
 class Edits:
-    """rename, override, edit_file, import_skills, delete, rollback."""
+    """rename, override, edit_file, remove_files, import_skills, delete, rollback."""
 
     def __init__(self, reads: Reads, commits: Commits) -> None:
         self._reads = reads
@@ -157,6 +157,42 @@ class Edits:
                 return self._commit([command], options, strict)
             except Conflict:
                 if time.monotonic() > end:
+                    raise
+
+    def remove_files(
+        self,
+        scope: Scope,
+        skill: str,
+        paths: Sequence[str],
+        *,
+        options: WriteOptions = DEFAULT,
+        strict: bool = False,
+    ) -> CommitResult:
+        """Files of `skill` in `scope` removed in one commit, the others kept by reference:
+        each path a file, or a directory (every file below it); one that names neither is a
+        NotFound listing the files. `options.expected_version` is the skill's version the
+        caller read (None: the version there now, read again when another writer gets in
+        first, until the store's retry time is spent)."""
+        wanted = [normalize_path(p) for p in paths]
+        end = time.monotonic() + self._reads.retry_for
+        while True:
+            held = self._reads.manifest(scope, skill)
+            gone: set[str] = set()
+            for path in wanted:
+                below = {p for p in held.files if p == path or p.startswith(path + "/")}
+                if not below:
+                    raise NotFound(
+                        f"{scope}/{skill} (version {held.version}) has no file or directory "
+                        f"{path!r}; files: {', '.join(sorted(held.files))}"
+                    )
+                gone |= below
+            kept = {p: e for p, e in held.files.items() if p not in gone}
+            version = options.expected_version
+            put = Put(scope, skill, kept, held.version if version is None else version)
+            try:
+                return self._commit([put], options, strict)
+            except Conflict:
+                if version is not None or time.monotonic() > end:
                     raise
 
     def _decide(

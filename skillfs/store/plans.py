@@ -431,6 +431,16 @@ def _move(c: Move) -> Plan:
         raise InvalidArgument(f"{c.scope}/{c.source} is already named {c.target!r}")
 
     def put(a: Attempt) -> Manifest:
+        held = a.live(target, c.target)
+        if held is not None:  # said as what it is, not as a version the caller expected
+            what = "a user's entry hiding a skill from below" if held.hides else "a skill"
+            raise Conflict(
+                f"{target}/{c.target} already holds {what} (version {held.version}): renaming "
+                f"{c.scope}/{c.source} onto it would overwrite it; nothing was written: pick "
+                f"another name, or delete, archive or rename {c.target} first",
+                skill=c.target,
+                current_version=held.version,
+            )
         source = a.live(c.scope, c.source)
         if source is None:
             raise a.missing(c.scope, c.source)
@@ -446,8 +456,8 @@ def _move(c: Move) -> Plan:
             raise a.missing(c.scope, c.source)
         return source.tombstone()
 
-    steps = [
-        Step(target, c.target, 0, put),
+    steps = [  # the target's absence is checked by `put`, as read in this attempt
+        Step(target, c.target, None, put),
         Step(c.scope, c.source, c.expected_version, take),
     ]
     return Plan(steps, [], f"renamed {c.source} to {c.target}")
