@@ -40,6 +40,7 @@ SHARED = Scope.shared(AGENT)
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "skills"
 
 GOOD_MD = b"---\nname: greeter\ndescription: Greets people politely.\n---\n\n# Greeter\n\nSay hi.\n"
+OTHER_MD = GOOD_MD.replace(b"name: greeter", b"name: other")
 
 
 class Reply:
@@ -634,16 +635,41 @@ def test_upload_zip_of_a_skill_directory(client: Client, store: skillfs.Store) -
     m = store.manifest(SHARED, "greeter")
     assert sorted(m.files) == ["SKILL.md", "scripts/run.sh"]
     assert m.files["scripts/run.sh"].mode == 0o755
+    # the same files again: nothing to write (`store.edits.import_skills` leaves them)
     again = client.upload(
         "/agents/support-bot/shared/skills/", {"op": "import"}, {"archive": ("g.zip", data)}
     )
-    assert again.status == 409 and "replace" in again.text
+    assert again.status == 200 and "greeter already held these files" in again.text
+    assert store.manifest(SHARED, "greeter").version == 1
+    # other files under the default policy, fail: nothing written, the store names them
+    changed = _zip({"greeter/SKILL.md": GOOD_MD + b"\nMore.\n", "other/SKILL.md": OTHER_MD})
+    refused = client.upload(
+        "/agents/support-bot/shared/skills/", {"op": "import"}, {"archive": ("g.zip", changed)}
+    )
+    text = unescape(refused.text)
+    assert refused.status == 409 and "Not possible now" in text and "(greeter)" in text
+    assert "replace or create policy" in text and "Nothing was written" in text
+    assert "other" not in store.skills(SHARED)
+    kept = client.upload(
+        "/agents/support-bot/shared/skills/",
+        {"op": "import", "policy": "create"},
+        {"archive": ("g.zip", changed)},
+    )
+    assert kept.status == 200 and "Imported other" in kept.text and "kept greeter" in kept.text
+    assert store.manifest(SHARED, "greeter").version == 1 and "other" in store.skills(SHARED)
     replaced = client.upload(
         "/agents/support-bot/shared/skills/",
-        {"op": "import", "replace": "1"},
-        {"archive": ("g.zip", data)},
+        {"op": "import", "policy": "replace"},
+        {"archive": ("g.zip", changed)},
     )
     assert replaced.status == 200 and store.manifest(SHARED, "greeter").version == 2
+    assert "already held these files" in replaced.text  # other: the same files
+    bad = client.upload(
+        "/agents/support-bot/shared/skills/",
+        {"op": "import", "policy": "overwrite"},
+        {"archive": ("g.zip", changed)},
+    )
+    assert bad.status == 400 and "fail, replace or create" in bad.text
 
 
 def test_hidden_directories_are_no_skills_in_a_zip_nor_in_the_store(
