@@ -189,7 +189,8 @@ def test_edit_validate_save_conflict_rollback_override(
     assert after["revision"] > before["revision"]
 
     # Someone edits the same file with the CLI while the editor is open: the live revision
-    # moves, a banner warns, and saving shows what they changed instead of overwriting it.
+    # moves, a banner warns. Asked to stop then, saving shows what they changed instead of
+    # writing anything; **Merge with version N** then writes both edits (edit_file's policies).
     expect(page.locator("#live.connected")).to_be_visible()
     shown_revision = int(page.inner_text("#live-rev"))
     cli_edit(store_url, tmp_path, skill, "Understand the intent", "Understand the goal")
@@ -197,20 +198,23 @@ def test_edit_validate_save_conflict_rollback_override(
     expect(page.locator("#live-rev")).not_to_have_text(str(shown_revision))
     mine = fixed.replace("# Code reviewer", "# Code reviewer, careful edition")
     set_editor(page, mine)
+    page.select_option("#on-conflict", "fail")
     page.click("#save")
     conflict = page.locator("#conflict")
     expect(conflict).to_contain_text("changed while you were editing")
     expect(conflict).to_contain_text("Understand the goal")  # their change, in the diff
-    expect(conflict).to_contain_text("merged with theirs")
-    merged = mine.replace("Understand the intent", "Understand the goal")
-    assert editor_text(page) == merged  # their line and mine, nothing lost
-    assert "Understand the goal" in store.read(SHARED, skill, "SKILL.md").decode()
+    expect(conflict).to_contain_text("you chose to stop")
+    assert editor_text(page) == mine  # the operator's text, as typed
+    assert "careful edition" not in store.read(SHARED, skill, "SKILL.md").decode()
 
-    # Resolve: save the merged text on top of their version.
-    expect(page.locator("#save")).to_have_text("Save merged text")
+    # Merge: their line and mine, written on their version, nothing lost.
+    expect(page.locator("#save")).to_have_text(f"Merge with version {v1 + 2}")
     page.click("#save")
     expect(page.locator(".flash.ok")).to_contain_text(f"is now version {v1 + 3}")
+    expect(page.locator(".flash.ok")).to_contain_text("their changes kept")
+    merged = mine.replace("Understand the intent", "Understand the goal")
     assert store.read(SHARED, skill, "SKILL.md").decode() == merged
+    assert editor_text(page) == merged
 
     # Roll back to the first version from the history page.
     page.click("a.btn >> text=History")
