@@ -131,7 +131,7 @@ def test_every_write_keeps_its_message(url: str, tmp_path: Path) -> None:
     assert rows[-1]["message"] == "why mv"
     assert as_json(url, "history", "gamma", *S)[0]["message"] == "why mv"  # its tombstone
     curated = [e for e in entries if e["message"].startswith("why curate")]
-    assert curated and all("(curation: idle" in e["message"] for e in curated)
+    assert curated and all(" — curation: idle" in e["message"] for e in curated)
 
 
 def test_reason_is_the_same_option_as_message(tmp_path: Path) -> None:

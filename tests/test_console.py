@@ -40,6 +40,7 @@ SHARED = Scope.shared(AGENT)
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "skills"
 
 GOOD_MD = b"---\nname: greeter\ndescription: Greets people politely.\n---\n\n# Greeter\n\nSay hi.\n"
+OTHER_MD = GOOD_MD.replace(b"name: greeter", b"name: other")
 
 
 class Reply:
@@ -194,8 +195,10 @@ def skill_url(skill: str, action: str = "", scope: Scope = SHARED) -> str:
     return "/" + scope.prefix + skill + "/" + action
 
 
-def md_text(store: skillfs.Store, skill: str, scope: Scope = SHARED) -> str:
-    return store.read(scope, skill, "SKILL.md").decode()
+def md_text(
+    store: skillfs.Store, skill: str, scope: Scope = SHARED, version: int | None = None
+) -> str:
+    return store.read(scope, skill, "SKILL.md", version=version).decode()
 
 
 # ---------------------------------------------------------------------- sign-in and CSRF
@@ -509,9 +512,12 @@ def test_a_wrong_method_is_told_the_methods_the_page_takes(client: Client) -> No
     assert r.status == 405 and "GET" in (r.header("allow") or "")
 
 
-def test_conflict_shows_what_changed_and_overwrite_is_explicit(
+def test_a_stopped_save_shows_what_changed_then_merges_or_overwrites(
     client: Client, store: skillfs.Store
 ) -> None:
+    """ "Stop and show me" (`edit_file(on_conflict=FAIL)`): nothing is written and the page
+    shows their change; **Merge with version N** sends the edit again under the merge policy,
+    **Overwrite with my text** under the retry policy, both from the version loaded."""
     loaded = store.manifest(SHARED, "code-reviewer")
     original = md_text(store, "code-reviewer")
     theirs = original.replace("## Steps", "## Steps (theirs)")
@@ -521,32 +527,94 @@ def test_conflict_shows_what_changed_and_overwrite_is_explicit(
         {**example_files("code-reviewer"), "SKILL.md": theirs.encode()},
         expected_version=loaded.version,
     )
+    current = loaded.version + 1
     mine = original.replace("# Code reviewer", "# Code reviewer (mine)")
-    r = _save(client, "code-reviewer", mine, loaded.version)
-    assert r.status == 409
+    r = _save(client, "code-reviewer", mine, loaded.version, on_conflict="fail")
+    assert r.status == 409 and 'data-kind="stopped"' in r.text
     assert "changed while you were editing" in r.text and "Nothing was saved" in r.text
     assert "## Steps (theirs)" in unescape(r.text)  # the diff of what they changed
-    assert "Overwrite with my text" in r.text
+    assert f">Merge with version {current}<" in r.text and "Overwrite with my text" in r.text
+    assert ">Save<" not in r.text and _editor_text(r) == mine
     assert md_text(store, "code-reviewer") == theirs
-    current = loaded.version + 1
-    assert f'name="expected" value="{current}"' in r.text
-    r = _save(client, "code-reviewer", mine, current)
+    fields = _form_fields(r)  # sent again on the version loaded, as it was
+    assert fields["expected"] == fields["base"] == str(loaded.version)
+    assert "on_conflict" not in fields and "mine" not in fields
+    merged = client.post(skill_url("code-reviewer", "save"), fields)
+    both = theirs.replace("# Code reviewer", "# Code reviewer (mine)")
+    assert merged.status == 200 and md_text(store, "code-reviewer") == both
+    assert f"on top of version {current}" in merged.text and "their changes kept" in merged.text
+
+    # stopped again (their version is now `both`), then overwritten with the operator's text
+    r = _save(client, "code-reviewer", mine, loaded.version, on_conflict="fail")
+    assert r.status == 409 and 'data-kind="stopped"' in r.text
+    r = client.post(skill_url("code-reviewer", "save"), {**_form_fields(r), "use": "mine"})
     assert r.status == 200 and md_text(store, "code-reviewer") == mine
-    assert store.manifest(SHARED, "code-reviewer").version == current + 1
+    assert "your text replaced theirs of SKILL.md" in r.text
+    assert store.manifest(SHARED, "code-reviewer").version == current + 2
 
 
-def test_conflict_on_another_file_keeps_their_change(client: Client, store: skillfs.Store) -> None:
+def test_a_bad_conflict_policy_is_refused(client: Client, store: skillfs.Store) -> None:
+    m = store.manifest(SHARED, "code-reviewer")
+    r = _save(client, "code-reviewer", "x", m.version, on_conflict="retry")
+    assert r.status == 400 and "merge or fail" in r.text
+    assert store.manifest(SHARED, "code-reviewer").version == m.version
+
+
+@pytest.mark.parametrize("policy", ["merge", "fail"])
+def test_a_change_to_another_file_is_kept_under_either_policy(
+    client: Client, store: skillfs.Store, policy: str
+) -> None:
+    """Their change to another file never stops a save: it is written on their version."""
     loaded = store.manifest(SHARED, "code-reviewer")
     files = example_files("code-reviewer")
     files["references/checklist.md"] = File(b"their checklist\n")
     store.publish(SHARED, "code-reviewer", files, expected_version=loaded.version)
     mine = md_text(store, "code-reviewer") + "\nmore\n"
-    r = _save(client, "code-reviewer", mine, loaded.version)
-    assert r.status == 409 and "did not change" in r.text and "Save on top of version" in r.text
-    r = _save(client, "code-reviewer", mine, loaded.version + 1)
-    assert r.status == 200
+    r = _save(client, "code-reviewer", mine, loaded.version, on_conflict=policy)
+    assert r.status == 200 and f"on top of version {loaded.version + 1}" in r.text
     assert store.read(SHARED, "code-reviewer", "references/checklist.md") == b"their checklist\n"
     assert md_text(store, "code-reviewer") == mine
+
+
+def test_a_file_that_is_no_longer_text_is_overwritten_or_reloaded(
+    client: Client, store: skillfs.Store
+) -> None:
+    """Their version of the file is not text: the merge policy cannot merge it, so nothing is
+    written and the page's one button overwrites it (the retry policy)."""
+    loaded = store.manifest(SHARED, "code-reviewer")
+    files = example_files("code-reviewer")
+    files["references/checklist.md"] = File(b"\xff\xfe not text")
+    store.publish(SHARED, "code-reviewer", files, expected_version=loaded.version)
+    form = {"path": "references/checklist.md", "content": "mine\n", "base": str(loaded.version),
+            "expected": str(loaded.version)}  # fmt: skip
+    r = client.post(skill_url("code-reviewer", "save"), form)
+    assert r.status == 409 and 'data-kind="unmerged"' in r.text
+    assert "cannot be merged as text" in r.text and 'id="overwrite"' not in r.text
+    assert re.search(r'id="save"[^>]*name="use" value="mine"[^>]*>Overwrite with my text<', r.text)
+    checklist = "references/checklist.md"
+    assert store.read(SHARED, "code-reviewer", checklist) == b"\xff\xfe not text"
+    fields = _form_fields(r)
+    r = client.post(skill_url("code-reviewer", "save"), {**fields, "use": "mine"})
+    assert r.status == 200 and store.read(SHARED, "code-reviewer", checklist) == b"mine\n"
+
+
+@pytest.mark.parametrize("policy", ["merge", "fail"])
+def test_a_skill_deleted_meanwhile_is_recreated_or_left(
+    client: Client, store: skillfs.Store, policy: str
+) -> None:
+    loaded = store.manifest(SHARED, "release-notes")
+    store.delete(SHARED, "release-notes")
+    mine = md_text(store, "release-notes", version=loaded.version) + "mine\n"
+    r = _save(client, "release-notes", mine, loaded.version, on_conflict=policy)
+    assert r.status == 409 and "was deleted while you were editing" in r.text
+    assert ">Re-create with my text<" in r.text and "Leave it deleted" in r.text
+    assert "release-notes" not in store.skills(SHARED)
+    fields = _form_fields(r)
+    assert fields["expected"] == "0" and fields["content"] == mine
+    r = client.post(skill_url("release-notes", "save"), {**fields, "message": "still needed"})
+    assert r.status == 200 and md_text(store, "release-notes") == mine
+    now = store.manifest(SHARED, "release-notes")
+    assert set(now.files) == set(loaded.files) and now.message == "still needed"
 
 
 def test_new_file_and_remove_file(client: Client, store: skillfs.Store) -> None:
@@ -634,16 +702,41 @@ def test_upload_zip_of_a_skill_directory(client: Client, store: skillfs.Store) -
     m = store.manifest(SHARED, "greeter")
     assert sorted(m.files) == ["SKILL.md", "scripts/run.sh"]
     assert m.files["scripts/run.sh"].mode == 0o755
+    # the same files again: nothing to write (`store.edits.import_skills` leaves them)
     again = client.upload(
         "/agents/support-bot/shared/skills/", {"op": "import"}, {"archive": ("g.zip", data)}
     )
-    assert again.status == 409 and "replace" in again.text
+    assert again.status == 200 and "greeter already held these files" in again.text
+    assert store.manifest(SHARED, "greeter").version == 1
+    # other files under the default policy, fail: nothing written, the store names them
+    changed = _zip({"greeter/SKILL.md": GOOD_MD + b"\nMore.\n", "other/SKILL.md": OTHER_MD})
+    refused = client.upload(
+        "/agents/support-bot/shared/skills/", {"op": "import"}, {"archive": ("g.zip", changed)}
+    )
+    text = unescape(refused.text)
+    assert refused.status == 409 and "Not possible now" in text and "(greeter)" in text
+    assert "replace or create policy" in text and "Nothing was written" in text
+    assert "other" not in store.skills(SHARED)
+    kept = client.upload(
+        "/agents/support-bot/shared/skills/",
+        {"op": "import", "policy": "create"},
+        {"archive": ("g.zip", changed)},
+    )
+    assert kept.status == 200 and "Imported other" in kept.text and "kept greeter" in kept.text
+    assert store.manifest(SHARED, "greeter").version == 1 and "other" in store.skills(SHARED)
     replaced = client.upload(
         "/agents/support-bot/shared/skills/",
-        {"op": "import", "replace": "1"},
-        {"archive": ("g.zip", data)},
+        {"op": "import", "policy": "replace"},
+        {"archive": ("g.zip", changed)},
     )
     assert replaced.status == 200 and store.manifest(SHARED, "greeter").version == 2
+    assert "already held these files" in replaced.text  # other: the same files
+    bad = client.upload(
+        "/agents/support-bot/shared/skills/",
+        {"op": "import", "policy": "overwrite"},
+        {"archive": ("g.zip", changed)},
+    )
+    assert bad.status == 400 and "fail, replace or create" in bad.text
 
 
 def test_hidden_directories_are_no_skills_in_a_zip_nor_in_the_store(
@@ -1126,21 +1219,23 @@ def _editor_text(reply: Reply) -> str:
     return unescape(html).removeprefix("\n")
 
 
-def test_conflict_merges_both_edits(client: Client, store: skillfs.Store) -> None:
+def test_a_save_merges_into_their_change_of_the_same_file(
+    client: Client, store: skillfs.Store
+) -> None:
+    """The editor's default policy, merge (`edit_file(on_conflict=MERGE)`): their change on
+    other lines and the operator's are both written, on their version, in one save."""
     r, original, _, current = _edit_after_theirs(
         client,
         store,
         ("## Steps", "## Steps (theirs)"),
         ("# Code reviewer", "# Code reviewer (mine)"),
     )
-    assert r.status == 409 and "merged with theirs" in r.text
     merged = original.replace("## Steps", "## Steps (theirs)").replace(
         "# Code reviewer", "# Code reviewer (mine)"
     )
-    assert _editor_text(r) == merged
-    assert ">Save merged text<" in r.text and ">Save<" not in r.text  # no plain Save
-    r = _save(client, "code-reviewer", merged, current)
     assert r.status == 200 and md_text(store, "code-reviewer") == merged
+    assert f"on top of version {current}" in r.text and "their changes kept" in r.text
+    assert store.manifest(SHARED, "code-reviewer").version == current + 1
 
 
 def test_conflict_on_the_same_lines_has_markers_and_overwrite_keeps_mine(
@@ -1154,18 +1249,28 @@ def test_conflict_on_the_same_lines_has_markers_and_overwrite_keeps_mine(
     )
     theirs = original.replace("# Code reviewer", "# Code reviewer (theirs)")
     text = unescape(r.text)
-    assert r.status == 409 and "the same lines" in text
+    # the store's merge (`EditConflict.merged`), saved on their version
+    assert r.status == 409 and "the same lines" in text and 'data-kind="markers"' in r.text
     assert "<<<<<<< your edit\n# Code reviewer (mine)\n=======\n# Code reviewer (theirs)\n" in text
     assert f">>>>>>> version {current}" in text
     assert 'name="mine"' in r.text and "Overwrite with my text" in r.text
+    fields = _form_fields(r)
+    assert fields["base"] == fields["expected"] == str(current)
     with_markers = _editor_text(r)
     # saving the markers is refused (Save anyway offered), and nothing is written
     refused = _save(client, "code-reviewer", with_markers, current)
     assert refused.status == 422 and "conflict markers" in refused.text
     assert "Save anyway" in refused.text and md_text(store, "code-reviewer") == theirs
-    # Overwrite with my text: the operator's own text, as typed before the merge
-    r = _save(client, "code-reviewer", with_markers, current, use="mine", mine=mine)
+    # resolved: saved on their version
+    resolved = original.replace("# Code reviewer", "# Code reviewer (both)")
+    r = client.post(skill_url("code-reviewer", "save"), {**fields, "content": resolved})
+    assert r.status == 200 and md_text(store, "code-reviewer") == resolved
+    assert f"is now version {current + 1}" in r.text and "on top of" not in r.text
+    # Overwrite with my text: the operator's own text, as typed before the merge, written
+    # over whatever is there by then (the retry policy)
+    r = client.post(skill_url("code-reviewer", "save"), {**fields, "use": "mine"})
     assert r.status == 200 and md_text(store, "code-reviewer") == mine
+    assert "your text replaced theirs of SKILL.md" in r.text
 
 
 class _FormFields(HTMLParser):

@@ -39,6 +39,7 @@ from tests.test_console import example_files
 TOKEN = "browser-admin-token-0123456789"
 AGENT = "support-bot"
 SHARED = Scope.shared(AGENT)
+ALICE = Scope.user(AGENT, "alice")
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -189,7 +190,8 @@ def test_edit_validate_save_conflict_rollback_override(
     assert after["revision"] > before["revision"]
 
     # Someone edits the same file with the CLI while the editor is open: the live revision
-    # moves, a banner warns, and saving shows what they changed instead of overwriting it.
+    # moves, a banner warns. Asked to stop then, saving shows what they changed instead of
+    # writing anything; **Merge with version N** then writes both edits (edit_file's policies).
     expect(page.locator("#live.connected")).to_be_visible()
     shown_revision = int(page.inner_text("#live-rev"))
     cli_edit(store_url, tmp_path, skill, "Understand the intent", "Understand the goal")
@@ -197,20 +199,26 @@ def test_edit_validate_save_conflict_rollback_override(
     expect(page.locator("#live-rev")).not_to_have_text(str(shown_revision))
     mine = fixed.replace("# Code reviewer", "# Code reviewer, careful edition")
     set_editor(page, mine)
+    page.select_option("#on-conflict", "fail")
+    page.fill("#save-why", "a careful edition")
     page.click("#save")
     conflict = page.locator("#conflict")
     expect(conflict).to_contain_text("changed while you were editing")
     expect(conflict).to_contain_text("Understand the goal")  # their change, in the diff
-    expect(conflict).to_contain_text("merged with theirs")
-    merged = mine.replace("Understand the intent", "Understand the goal")
-    assert editor_text(page) == merged  # their line and mine, nothing lost
-    assert "Understand the goal" in store.read(SHARED, skill, "SKILL.md").decode()
+    expect(conflict).to_contain_text("you chose to stop")
+    assert editor_text(page) == mine  # the operator's text, as typed
+    expect(page.locator("#save-why")).to_have_value("a careful edition")  # the message kept
+    assert "careful edition" not in store.read(SHARED, skill, "SKILL.md").decode()
 
-    # Resolve: save the merged text on top of their version.
-    expect(page.locator("#save")).to_have_text("Save merged text")
+    # Merge: their line and mine, written on their version, nothing lost.
+    expect(page.locator("#save")).to_have_text(f"Merge with version {v1 + 2}")
     page.click("#save")
     expect(page.locator(".flash.ok")).to_contain_text(f"is now version {v1 + 3}")
+    expect(page.locator(".flash.ok")).to_contain_text("their changes kept")
+    merged = mine.replace("Understand the intent", "Understand the goal")
     assert store.read(SHARED, skill, "SKILL.md").decode() == merged
+    assert editor_text(page) == merged
+    assert store.manifest(SHARED, skill).message == "a careful edition"
 
     # Roll back to the first version from the history page.
     page.click("a.btn >> text=History")
@@ -226,6 +234,7 @@ def test_edit_validate_save_conflict_rollback_override(
     # A per-user override: alice gets her own copy, edits it, and only she sees the edit.
     page.goto(f"/{SHARED.prefix}{skill}/")
     page.fill("#ov-user", "alice")
+    page.fill("#ov-why", "alice reviews in her own words")
     page.click("text=Create override")
     expect(page.locator(".flash.ok")).to_contain_text("Created alice")
     alice_md = editor_text(page).replace("description: Reviews", "description: For Alice, reviews")
@@ -233,6 +242,8 @@ def test_edit_validate_save_conflict_rollback_override(
     page.click("#save")
     expect(page.locator(".flash.ok")).to_contain_text("Saved SKILL.md")
     assert worker.step(skill)["prompt"].count("For Alice, reviews") == 1
+    assert store.manifest(ALICE, skill).version == 2
+    assert store.versions(ALICE, skill)[-1].message == "alice reviews in her own words"
     page.goto(f"/agents/{AGENT}/users/alice/")
     expect(page.locator("#prompt-block")).to_contain_text("For Alice, reviews")
     expect(page.locator("text=shadows shared:support-bot")).to_be_visible()
@@ -266,18 +277,29 @@ def test_create_upload_rename_delete(page: Page, store: skillfs.Store, tmp_path:
     got.value.save_as(saved)
     assert saved.read_bytes() == logo.read_bytes()
 
-    # Rename in one commit; the frontmatter name follows.
+    # Rename in one commit, saying why; the frontmatter name follows.
     page.fill("#rename-to", "refunds")
+    page.fill("#rename-why", "a shorter name")
     page.click("button:text-is('Rename')")
     expect(page.locator(".flash.ok")).to_contain_text("Renamed refund-policy to refunds")
     assert "refund-policy" not in store.skills(SHARED)
     fm = store.manifest(SHARED, "refunds").frontmatter
     assert fm is not None and fm["name"] == "refunds"
+    # The message is the commit's: on the History page and the Activity page, by the token.
+    page.click("a.btn >> text=History")
+    expect(page.locator("table.history tbody tr").first).to_contain_text("a shorter name")
+    page.goto(f"/agents/{AGENT}/activity")
+    rows = page.locator("table tbody tr", has_text="a shorter name")
+    expect(rows).to_have_count(2)  # refunds written, refund-policy deleted: one commit
+    expect(rows.filter(has_text="refund-policy")).to_contain_text("delete")
+    page.goto(f"/{SHARED.prefix}refunds/")
 
     # Delete (after the confirm dialog), then restore from the deleted skill's page.
+    page.fill("#delete-why", "refunds move to billing")
     page.click("text=Delete skill")
     expect(page.locator(".flash.ok")).to_contain_text("Deleted refunds")
     assert "refunds" not in store.skills(SHARED)
+    assert store.versions(SHARED, "refunds")[0].message == "refunds move to billing"
     page.goto(f"/{SHARED.prefix}refunds/")
     page.click("text=Restore version")
     expect(page.locator(".flash.ok")).to_contain_text("Rolled refunds back")

@@ -28,7 +28,9 @@ def test_archive_from_the_skill_page_and_restore(client: Client, store: skillfs.
     v = store.manifest(SHARED, "release-notes").version
     page = client.get(skill_url("release-notes"))
     assert 'id="archive-form"' in page.text
-    r = client.post(skill_url("release-notes", "archive"), {"expected": str(v), "reason": "unused"})
+    r = client.post(
+        skill_url("release-notes", "archive"), {"expected": str(v), "message": "unused"}
+    )
     assert r.status == 200 and "Archived release-notes: unused" in r.text
     assert 'data-archived="release-notes"' in r.text and ">ops<" in r.text
     assert "release-notes" not in store.skills(SHARED)

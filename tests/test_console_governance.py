@@ -39,11 +39,16 @@ from tests.test_console import (
 
 ALICE = Scope.user(AGENT, "alice")
 CONSOLE = Path(__file__).resolve().parents[1] / "skillfs" / "console"
-#: The store's writes: each must say who made it (docs/governance.md, "Who and why").
+#: The store's writes: each must say who made it and why (docs/governance.md, "Who and
+#: why"): the core's and its namespaces' (`call.store.drafts.approve`, ...).
 WRITES = {
     "publish", "delete", "rollback", "commit", "disable", "enable", "stage", "widen",
-    "promote", "abort", "propose", "approve", "reject", "archive", "restore", "curate",
+    "promote", "abort", "propose", "approve", "reject", "add", "restore", "curate",
 }  # fmt: skip
+#: `store.edits`, the operations layer: each takes the form's WriteOptions.
+EDITS = {"rename", "override", "edit_file", "import_skills", "delete", "rollback"}
+#: Namespaces whose methods named as in WRITES are reads (`store.usage`, `store.changes`).
+READS = {"usage", "changes"}
 
 
 @pytest.fixture(name="client")
@@ -62,24 +67,44 @@ def ops_client(store: skillfs.Store) -> Iterator[Client]:
     app.close()
 
 
-def test_every_console_write_names_the_signed_in_token() -> None:
-    """Read from the source: a write the console makes without `actor=call.actor` would be
-    recorded as the server's own user@host (or someone else), not as the operator who made
-    it."""
-    missing = []
+def _store_writes() -> Iterator[tuple[str, ast.Call, str, str]]:
+    """Every call of a store write in the console's source: (where, the call, the namespace
+    it is made on or "", the method)."""
     for path in sorted(CONSOLE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr in WRITES
-                and ast.unparse(node.func.value).endswith("store")
-                and not any(
-                    k.arg == "actor" and ast.unparse(k.value) == "call.actor" for k in node.keywords
-                )
-            ):
-                missing.append(f"{path.name}:{node.lineno}: {ast.unparse(node.func)}")
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            on = ast.unparse(node.func.value)
+            if on != "call.store" and not on.startswith("call.store."):
+                continue
+            namespace = on.removeprefix("call.store").lstrip(".")
+            keywords = {k.arg: ast.unparse(k.value) for k in node.keywords}
+            dry = keywords.get("dry_run", "True") != "False"
+            name = node.func.attr
+            write = name in WRITES and namespace not in READS
+            if write or namespace == "edits" or (name == "run" and not dry):
+                yield f"{path.name}:{node.lineno}: {ast.unparse(node.func)}", node, namespace, name
+
+
+def test_every_console_write_names_the_signed_in_token_and_the_forms_message() -> None:
+    """Read from the source: a write the console makes without `actor=call.actor` would be
+    recorded as the server's own user@host (or someone else), not as the operator who made
+    it; without the form's message (`message=call.message`, a reason that is the commit's
+    message, or `store.edits`' `options=call.options(...)`, which carries both) the operator's
+    "why" would be lost. A call of `store.edits` outside EDITS is a new operation: list it."""
+    missing, seen = [], set()
+    for where, node, namespace, name in _store_writes():
+        keywords = {k.arg: ast.unparse(k.value) for k in node.keywords}
+        if namespace == "edits":
+            seen.add(name)
+            ok = name in EDITS and keywords.get("options", "").startswith("call.options(")
+        else:
+            said = keywords.get("message") or keywords.get("reason")
+            ok = keywords.get("actor") == "call.actor" and said == "call.message"
+        if not ok:
+            missing.append(where)
     assert not missing, missing
+    assert seen == EDITS, seen  # each operation is used: one no longer used leaves the list
 
 
 def test_console_writes_are_recorded_by_the_token_name(
@@ -103,7 +128,7 @@ def test_console_writes_are_recorded_by_the_token_name(
     v += 1
     client.post(skill_url("greeter", "rollback"), {"version": "1", "expected": str(v)})
     v += 1
-    client.post(skill_url("greeter", "disable"), {"expected": str(v), "reason": "too chatty"})
+    client.post(skill_url("greeter", "disable"), {"expected": str(v), "message": "too chatty"})
     client.post(skill_url("greeter", "enable"), {"expected": str(v + 1)})
     client.post(skill_url("greeter", "rename"), {"new_name": "hello", "expected": str(v + 2)})
     hello = store.manifest(SHARED, "hello").version
@@ -192,7 +217,7 @@ def test_disable_with_reason_and_enable(client: Client, store: skillfs.Store) ->
     assert stale.status == 409 and "Nothing was written" in stale.text
     assert not store.manifest(SHARED, "code-reviewer").disabled
     r = client.post(
-        skill_url("code-reviewer", "disable"), {"expected": str(v), "reason": "leaks <keys>"}
+        skill_url("code-reviewer", "disable"), {"expected": str(v), "message": "leaks <keys>"}
     )
     assert r.status == 200 and "Disabled code-reviewer: leaks &lt;keys&gt;" in r.text
     assert 'id="disabled-banner"' in r.text and ">Enable</button>" in r.text
@@ -217,7 +242,7 @@ def test_hiding_entry_is_hidden_from_the_user_not_an_empty_skill(
     assert "Hide from alice" in view.text
     r = client.post(
         skill_url("release-notes", "disable", scope=ALICE),
-        {"expected": "0", "reason": "not for alice", "back": "user"},
+        {"expected": "0", "message": "not for alice", "back": "user"},
     )
     assert r.status == 200 and "Hid release-notes from alice: not for alice" in r.text
     assert 'data-skill="release-notes"' not in r.text  # back on the user view, without it
@@ -316,7 +341,7 @@ def test_hide_a_market_skill_from_one_user(client: Client, store: skillfs.Store)
     assert 'data-skill="team-greeter"' in view.text
     r = client.post(
         skill_url("team-greeter", "disable", scope=ALICE),
-        {"expected": "0", "reason": "not for alice"},
+        {"expected": "0", "message": "not for alice"},
     )
     assert r.status == 200 and "Hid team-greeter from alice" in r.text
     assert "market team" in r.text  # the hiding entry's page names what it hides
@@ -341,7 +366,7 @@ def test_governance_pages_on_real_engines(
         real.publish(SHARED, "code-reviewer", example_files("code-reviewer"))
         c = Client(app)
         c.sign_in()
-        r = c.post(skill_url("code-reviewer", "disable"), {"expected": "1", "reason": "why"})
+        r = c.post(skill_url("code-reviewer", "disable"), {"expected": "1", "message": "why"})
         assert r.status == 200 and real.manifest(SHARED, "code-reviewer").disabled
         c.post(skill_url("code-reviewer", "enable"), {"expected": "2"})
         text = md_text(real, "code-reviewer")

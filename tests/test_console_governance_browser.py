@@ -122,7 +122,7 @@ def test_hide_a_skill_from_one_user_and_unhide_it(page: Page, store: skillfs.Sto
     skill = "release-notes"
     page.goto(f"/agents/{AGENT}/users/alice/")
     row = page.locator(f"tr[data-skill={skill}]")
-    row.locator("input[name=reason]").fill("alice writes her own")
+    row.locator("input[name=message]").fill("alice writes her own")
     row.locator("button >> text=Hide from alice").click()
     expect(page.locator(".flash.ok")).to_contain_text("Hid release-notes from alice")
     expect(page.locator(f"tr[data-skill={skill}]")).to_have_count(0)

@@ -59,7 +59,7 @@ def test_queue_diff_approve_and_reject(client: Client, store: skillfs.Store) -> 
 
     g = store.manifest(ALICE, draft_entry("greeter")).version
     r = client.post(
-        _draft_url(ALICE, "greeter", "reject"), {"expected": str(g), "reason": "we have one"}
+        _draft_url(ALICE, "greeter", "reject"), {"expected": str(g), "message": "we have one"}
     )
     assert r.status == 200 and "Rejected the draft of greeter: we have one" in r.text
     assert "No drafts waiting for review" in r.text and "greeter" not in store.skills(ALICE)
@@ -91,7 +91,7 @@ def test_a_moved_draft_or_live_skill_writes_nothing(client: Client, store: skill
     store.drafts.propose(ALICE, "greeter", {"SKILL.md": File(GREETER + b"More.\n")})  # v2 meanwhile
     r = client.post(_draft_url(ALICE, "greeter", "approve"), {"expected": "1"})
     assert r.status == 409 and "greeter" not in store.skills(ALICE)
-    r = client.post(_draft_url(ALICE, "greeter", "reject"), {"expected": "1", "reason": "x"})
+    r = client.post(_draft_url(ALICE, "greeter", "reject"), {"expected": "1", "message": "x"})
     assert r.status == 409 and store.manifest(ALICE, draft_entry("greeter")).version == 2
 
 

@@ -176,6 +176,17 @@ def test_apply_refuses_a_bad_actor_first(fleet: skillfs.Store) -> None:
     assert "review-copy" in fleet.skills(SHARED)
 
 
+def test_apply_says_why_before_each_reason(fleet: skillfs.Store) -> None:
+    """The caller's message (the console's form) starts each archive's message, its own
+    reason after it; one too long to leave room for the reasons is refused first."""
+    with pytest.raises(InvalidArgument, match="curation message is at most 3896 characters"):
+        fleet.curation.run(BOT, dry_run=False, now=NOW, message="x" * 3897)
+    assert fleet.skills(ALICE) == ["notes"]
+    fleet.curation.run(BOT, dry_run=False, now=NOW, message="spring cleaning")
+    notes = fleet.manifest(ALICE, ".archive/notes")
+    assert notes.message.startswith("spring cleaning — curation: idle 200 days"), notes.message
+
+
 def test_apply_skips_a_skill_used_meanwhile(fleet: skillfs.Store, store_url: str) -> None:
     """A worker records a use of the first skill to archive after the report is made and
     before it is archived: curation reads the use again and leaves that skill in place."""

@@ -39,13 +39,17 @@ def seed(store: skillfs.Store) -> None:
         store.publish(SHARED, directory.name, files_of(directory))
     reviewer = files_of(ROOT / "examples" / "skills" / "code-reviewer")
     md = reviewer["SKILL.md"].data.decode()
-    for old, new in [
-        ("## Steps", "## Steps to follow"),
-        ("Do not stop at the first finding.", "Do not stop at the first finding; list them all."),
+    for old, new, why in [
+        ("## Steps", "## Steps to follow", "a clearer heading"),
+        (
+            "Do not stop at the first finding.",
+            "Do not stop at the first finding; list them all.",
+            "reviews stopped at the first bug",
+        ),
     ]:
         md = md.replace(old, new)
         reviewer["SKILL.md"] = File(md.encode())
-        store.publish(SHARED, "code-reviewer", reviewer)
+        store.publish(SHARED, "code-reviewer", reviewer, actor="oncall-ana", message=why)
     for user in ("alice", "bob"):
         scope = Scope.user(AGENT, user)
         store.publish(
@@ -140,6 +144,7 @@ def main() -> None:
                     ),
                 )
                 page.wait_for_selector("#check-status.bad")
+                page.fill("#save-why", "name the owning team")
                 page.click("#save")
                 page.wait_for_selector("#rejected")
                 shoot(page, "editor-validation", full=True)

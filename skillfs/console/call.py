@@ -25,6 +25,7 @@ from skillfs.console.session import Session
 from skillfs.console.streams import LiveStreams
 from skillfs.errors import SkillfsError
 from skillfs.model import Scope
+from skillfs.model.ops import WriteOptions
 
 FLASH_COOKIE = "skillfs_flash"
 
@@ -166,6 +167,18 @@ class Call:
         """The signed-in token's name: who the console's writes are by, passed as `actor=` on
         every write (docs/governance.md, "Who and why"), never the server's own user@host."""
         return self.session.principal.name
+
+    @property
+    def message(self) -> str:
+        """Why, as typed in the form's message field ("Why?"): the commit's message, kept in
+        history and the audit beside the actor (docs/console.md, "Governed change"). The
+        store refuses one that is too long, before anything is written."""
+        return self.field("message").strip()
+
+    def options(self, expected: int | None = None) -> WriteOptions:
+        """What a write through `store.edits` says of itself: by the signed-in token, with
+        the form's message, on the version the operator loaded (`expected`)."""
+        return WriteOptions(actor=self.actor, message=self.message, expected_version=expected)
 
     def require(self, level: Level, scope: Scope) -> None:
         self.session.principal.require(level, scope)

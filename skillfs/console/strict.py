@@ -25,10 +25,11 @@ def confirm(
     name_field: str = "",
 ) -> Response:
     """The "this breaks the spec" page: the findings and a button that repeats the request
-    with `force` set, so only an explicit second click stores an off-spec skill. With
+    with `force` set, so only an explicit second click stores an off-spec skill (its message
+    kept, and editable: why it is stored anyway). With
     `name_field` (the form field holding a new skill's name), a name the spec refuses gets a
     first button that repeats the request with the valid name it suggests instead."""
-    fields = {k: v for k, v in call.fields().items() if k not in ("csrf", "force")}
+    fields = {k: v for k, v in call.fields().items() if k not in ("csrf", "force", "message")}
     suggestion = None
     if name_field:
         name = fields.get(name_field, "").strip()
@@ -43,4 +44,5 @@ def confirm(
         problems=problems,
         fields=fields,
         suggestion=suggestion,
+        message=call.message,
     )

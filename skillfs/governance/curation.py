@@ -29,7 +29,7 @@ from skillfs.governance.usage import Usage
 from skillfs.model import Manifest, Scope, UsageStat, target_domain, usage_by_skill
 from skillfs.model.names import is_hidden_dir
 from skillfs.spec.skill_md import SKILL_MD, parse_skill_md
-from skillfs.store.who import check_actor, check_message
+from skillfs.store.who import MESSAGE_MAX, check_actor, check_message
 from skillfs.util.durations import format_duration
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 #: Usage is read again before an archive when the last read is older than this (seconds):
 #: fresher than a worker's usage batch (5 s), without one full read per archived skill.
 RECHECK = 1.0
+#: Room kept in a commit's message for each archive's own reason ("curation: idle 120d
+#: (archive after 90d)") after the caller's message.
+REASON_ROOM = 200
 #: (scope, skill) -> its usage over the users (or agents) it is looked up for.
 Uses = Callable[[Scope, str], UsageStat | None]
 
@@ -68,15 +71,19 @@ class Curation:
         committed since; `now` defaults to the store's clock.
 
         With `dry_run=False` each skill to archive is archived (`store.archive.add`, one
-        commit each, by `actor`, its reason `message` followed by why) after its last use is
-        read again: one used or changed meanwhile is left in place and reported in `skipped`
-        with why."""
+        commit each, by `actor`, its message `message` followed by its own reason) after its
+        last use is read again: one used or changed meanwhile is left in place and reported in
+        `skipped` with why."""
         stale, cutoff = windows(stale_after, archive_after)
         if not 0 < duplicate_threshold <= 1:
             raise InvalidArgument(f"duplicate_threshold {duplicate_threshold} is not in (0, 1]")
         if not dry_run and actor is not None:
             check_actor(actor)  # a bad one is refused before anything is read
-        message = check_message(message)
+        if len(check_message(message)) > MESSAGE_MAX - REASON_ROOM:
+            raise InvalidArgument(
+                f"a curation message is at most {MESSAGE_MAX - REASON_ROOM} characters (each "
+                "archive adds its reason to it): shorten it"
+            )
         domain = self._curated_domain(target)
         at = self._reads.clock() if now is None else now
         skills = [
@@ -178,7 +185,7 @@ class Curation:
         now: float | None,
         cutoff: float,
         actor: str | None,
-        message: str = "",
+        message: str,
     ) -> tuple[list[CuratedSkill], list[CuratedSkill]]:
         """Archive each item whose last use, read again just before (at most RECHECK seconds
         before), is still outside the window; the others are skipped with the reason."""
@@ -208,7 +215,7 @@ class Curation:
             after = format_duration(cutoff)
             why = f"curation: idle {format_duration(at - since)} (archive after {after})"
             if message:
-                why = f"{message} ({why})"
+                why = f"{message} — {why}"
             try:
                 self._archive.add(
                     item.scope, item.skill, why, expected_version=m.version, replace=True,

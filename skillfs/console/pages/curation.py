@@ -85,7 +85,9 @@ def _apply(call: Call, domain: str) -> Response:
             "on it (curation reads usage and archives across its scopes)"
         )
     stale, archive = _windows(call)
-    report = call.store.curation.run(domain, stale, archive, dry_run=False, actor=call.actor)
+    report = call.store.curation.run(
+        domain, stale, archive, dry_run=False, actor=call.actor, message=call.message
+    )
     done = ", ".join(c.skill for c in report.archived) or "none"
     said = f"Archived {plural(len(report.archived), 'idle skill')}: {done}"
     if report.skipped:
@@ -108,11 +110,16 @@ def archived_in(call: Call, scopes: list[Scope]) -> list[Archived]:
 
 def archive(call: Call, scope: Scope, skill: str) -> Response:
     """Move one live skill to the archive (its page's **Archive**): it leaves every view at
-    the next step; **Restore** on the curation page brings it back."""
+    the next step; **Restore** on the curation page brings it back. The reason is the form's
+    message."""
     call.require(Level.write, scope)
-    reason = call.field("reason").strip()
+    reason = call.message
     call.store.archive.add(
-        scope, skill, reason, expected_version=call.form_int("expected"), actor=call.actor
+        scope,
+        skill,
+        reason=call.message,
+        expected_version=call.form_int("expected"),
+        actor=call.actor,
     )
     return call.done(
         urls.domain_page(scope.domain, "curation"),
@@ -124,7 +131,11 @@ def restore(call: Call, scope: Scope, skill: str) -> Response:
     """Bring an archived skill back live, in one commit."""
     call.require(Level.write, scope)
     result = call.store.archive.restore(
-        scope, skill, expected_version=call.form_int("expected"), actor=call.actor
+        scope,
+        skill,
+        expected_version=call.form_int("expected"),
+        actor=call.actor,
+        message=call.message,
     )
     version = result.versions.get(skill)
     return call.done(

@@ -1,5 +1,6 @@
-"""The editor: one file of a skill, its findings as you type, and saving on top of the version
-the operator loaded, with what changed meanwhile when someone else saved first."""
+"""The editor: one file of a skill, its findings as you type, and saving it on top of the
+version the operator loaded (`store.edits.edit_file` under the editor's conflict policy), with
+what changed meanwhile when the store could not write it."""
 
 from __future__ import annotations
 
@@ -21,12 +22,29 @@ from skillfs.console.findings import (
 from skillfs.console.pages.rollout import candidate_manifest, percent, rollout_of
 from skillfs.console.skill_files import MAX_EDIT_BYTES, file_tree, with_file
 from skillfs.console.strict import forced
-from skillfs.errors import Conflict, InvalidArgument, InvalidSkill
+from skillfs.errors import (
+    Conflict,
+    EditConflict,
+    FailedPrecondition,
+    InvalidArgument,
+    InvalidSkill,
+)
+from skillfs.governance.edits import ConflictPolicy
 from skillfs.governance.rollout_rule import has_live
-from skillfs.model import Candidate, FileEntry, Finding, Manifest, Scope, error_findings
+from skillfs.model import (
+    Candidate,
+    CommitResult,
+    File,
+    FileEntry,
+    Finding,
+    Manifest,
+    Rollout,
+    Scope,
+    error_findings,
+)
 from skillfs.model.names import check_skill_name, normalize_path
 from skillfs.spec.skill_md import SKILL_MD
-from skillfs.util.text_merge import has_markers, merge3
+from skillfs.util.text_merge import has_markers
 
 #: Files edited as prose, soft-wrapped; any other file keeps its lines as they are (code).
 PROSE_SUFFIXES = (".md", ".markdown", ".mdx", ".txt", ".rst")
@@ -79,7 +97,7 @@ def render_editor(
     needs_force: bool = False,
     markers: bool = False,
     conflict: dict[str, Any] | None = None,
-    rule_error: str = "",
+    refusal: str = "",
     stored: Manifest | None = None,
     on_candidate: bool = False,
 ) -> Response:
@@ -103,7 +121,8 @@ def render_editor(
         markers=markers,
         conflict=conflict,
         canary=_canary_fields(call, staged if on_candidate else None),
-        rule_error=rule_error,
+        refusal=refusal,
+        message=call.field("message") if call.method == "POST" else "",
         staged=staged,
         on_candidate=on_candidate,
         staged_only=stored is not None and not has_live(stored),
@@ -134,13 +153,31 @@ def _edit_text(call: Call, field: str) -> str:
     return text.replace("\n", "\r\n") if call.field("newline") == "crlf" else text
 
 
+def _policy(call: Call) -> ConflictPolicy:
+    """What the save does when someone else committed since the operator loaded the file:
+    **Overwrite with my text** (`use=mine`) writes over theirs; else the editor's choice, merge
+    (the default) or stop and show what changed (`on_conflict=fail`)."""
+    if call.field("use") == "mine":
+        return ConflictPolicy.RETRY
+    chosen = call.field("on_conflict") or ConflictPolicy.MERGE.value
+    if chosen not in (ConflictPolicy.MERGE.value, ConflictPolicy.FAIL.value):
+        raise HTTPError(400, "Bad request", f"on_conflict is merge or fail, not {chosen!r}")
+    return ConflictPolicy(chosen)
+
+
 def save(call: Call, scope: Scope, skill: str) -> Response:
-    """Save one file on top of the version the operator loaded; a conflict shows what changed."""
+    """Save one file of the version the operator loaded (`base`) on top of `expected`, by
+    `store.edits.edit_file` under the editor's conflict policy: when someone else committed
+    meanwhile, the store merges the edit into theirs (or, asked to, stops), and the editor
+    comes back only with what it could not write."""
     call.require(Level.write, scope)
     path = normalize_path(call.field("path"))
     base, expected = call.form_int("base"), call.form_int("expected")
-    # after a conflict, **Overwrite with my text** saves the operator's edit from before the merge
-    text = _edit_text(call, "mine" if call.field("use") == "mine" else "content")
+    policy = _policy(call)
+    # after a conflict, **Overwrite with my text** saves the operator's edit from before the
+    # merge (`mine`), else the editor's text
+    mine = call.field("use") == "mine" and bool(call.field("mine"))
+    text = _edit_text(call, "mine" if mine else "content")
     data = text.encode("utf-8")
     stored = call.store.manifest(scope, skill, version=base)
     # editing the staged candidate: its files are the base, and the save stages them again
@@ -177,43 +214,85 @@ def save(call: Call, scope: Scope, skill: str) -> Response:
     try:
         rule = rollout_of(call) if canary else None
     except InvalidArgument as exc:  # the text stays in the editor, with what to fix in the rule
-        return again(400, rule_error=str(exc))
+        return again(400, refusal=str(exc))
     try:
-        if rule is not None:
-            result = call.store.rollouts.stage(
-                scope,
-                skill,
-                files,
-                rule,
-                expected_version=expected,
-                strict=not forced(call),
-                actor=call.actor,
-            )
-        else:
-            result = call.store.publish(
-                scope,
-                skill,
-                files,
-                expected_version=expected,
-                strict=not forced(call),
-                actor=call.actor,
-            )
+        result = _write(call, scope, loaded, path, data, files, rule, expected, policy)
     except InvalidSkill:
         return refused(markers=False)
-    except Conflict:
+    except Conflict as exc:
         findings = findings_of(call.store, skill, files)
-        return _conflict(call, scope, loaded, path, text, findings, on_candidate)
+        return _conflict(call, scope, loaded, path, text, findings, exc, policy, rule, on_candidate)
+    except (InvalidArgument, FailedPrecondition) as exc:  # a message too long, a skill switched
+        return again(exc.http_status, refusal=str(exc))  # off below: the text stays
     if rule is not None:
         return call.done(
             urls.skill_url(scope, skill) + "#rollout",
             f"Staged {path} as a canary for {rule.describe()}: {skill} version {result.version}; "
             "everyone else keeps the live files",
         )
+    moved = ""
+    if expected and result.version > expected + 1:  # written on a version committed since
+        kept = (
+            f"your text replaced theirs of {path}"
+            if policy is ConflictPolicy.RETRY
+            else "their changes kept"
+        )
+        moved = (
+            f" on top of version {result.version - 1}, committed since you loaded version "
+            f"{expected} ({kept})"
+        )
     return call.done(
         urls.skill_url(scope, skill, "files", path),
-        f"Saved {path}: {skill} is now version {result.version} "
+        f"Saved {path}{moved}: {skill} is now version {result.version} "
         f"(agent revision {result.revision.counter})",
     )
+
+
+def _write(
+    call: Call,
+    scope: Scope,
+    loaded: Manifest,
+    path: str,
+    data: bytes,
+    files: dict[str, File | FileEntry],
+    rule: Rollout | None,
+    expected: int,
+    policy: ConflictPolicy,
+) -> CommitResult:
+    """The save's one commit: the loaded files with this one staged as a canary under `rule`;
+    a skill deleted meanwhile re-created (`expected` 0) with them; else this file edited
+    (`store.edits.edit_file`) from the version loaded on top of `expected`, the other files
+    as they are then, under `policy`."""
+    strict = not forced(call)
+    if rule is not None:
+        return call.store.rollouts.stage(
+            scope, loaded.skill, files, rule, expected_version=expected, strict=strict,
+            actor=call.actor, message=call.message,
+        )  # fmt: skip
+    if expected == 0:
+        return call.store.publish(
+            scope, loaded.skill, files, expected_version=0, strict=strict, actor=call.actor,
+            message=call.message,
+        )  # fmt: skip
+    entry = loaded.files.get(path)
+    return call.store.edits.edit_file(
+        scope,
+        loaded.skill,
+        path,
+        data,
+        base=call.store.read_entry(entry) if entry is not None else None,
+        on_conflict=policy,
+        options=call.options(expected),
+        strict=strict,
+    )
+
+
+#: What a conflict page offers, by what the save met (editor.html's conflict panel):
+#: `markers`, both changed the same lines (the store's merge, with conflict markers, saved on
+#: their version); `stopped`, the operator chose to stop (merge or overwrite now); `unmerged`,
+#: their file cannot be merged as text (overwrite it or reload); `canary`, a canary staged on
+#: their version as typed; `deleted`, re-create it or leave it deleted.
+CONFLICT_KINDS = ("markers", "stopped", "unmerged", "canary", "deleted")
 
 
 def _conflict(
@@ -223,18 +302,41 @@ def _conflict(
     path: str,
     text: str,
     findings: list[Finding],
-    on_candidate: bool = False,
+    exc: Conflict,
+    policy: ConflictPolicy,
+    rule: Rollout | None,
+    on_candidate: bool,
 ) -> Response:
-    """The editor again, after someone else committed: when they changed this file too, it
-    holds the three-way merge of their text and the operator's (conflict markers where both
-    changed the same lines, as `skillfs edit --on-conflict reopen`); the operator's own text
-    stays in the form for **Overwrite with my text**. Editing the candidate, theirs is the
-    candidate staged now (or the live version, when none is staged any more)."""
-    now = call.store.manifests(scope, [loaded.skill]).get(loaded.skill)
-    staged = now.candidate if now is not None else None
-    on_candidate = on_candidate and staged is not None
+    """The editor again, after someone else committed what the save could not be written on:
+    against the version the store met (`exc.current_version`; 0, deleted), holding the store's
+    merge with conflict markers (`EditConflict.merged`) when both changed the same lines, else
+    the operator's text as it was. A merge is saved on their version; a stopped or unmerged
+    edit keeps the version loaded, so **Merge** and **Overwrite** send it again under that
+    policy. Editing the candidate, theirs is the candidate staged then (or the live version,
+    when none is staged any more)."""
+    skill = loaded.skill
+    met = exc.current_version
+    if met is None:  # the store did not say: the skill as it is now
+        now = call.store.manifests(scope, [skill]).get(skill)
+    else:  # the version it met; 0: deleted (in a user's scope, the user's own copy)
+        now = call.store.manifest(scope, skill, version=met) if met else None
+    if now is not None and now.deleted:
+        now = None
+    on_candidate = on_candidate and now is not None and now.candidate is not None
     current = candidate_manifest(now) if now is not None and on_candidate else now
-    content, conflict = _conflict_view(call, loaded, current, path, text)
+    if current is None:
+        kind = "deleted"
+    elif rule is not None:
+        kind = "canary"
+    elif isinstance(exc, EditConflict):
+        kind = "markers"
+    else:
+        kind = "stopped" if policy is ConflictPolicy.FAIL else "unmerged"
+    content = text
+    if isinstance(exc, EditConflict) and kind == "markers":
+        content = exc.merged.decode("utf-8", errors="surrogateescape")
+    conflict = _conflict_view(call, kind, loaded, current, path, text)
+    on_theirs = kind in ("markers", "canary")  # else the edit is sent again as it was
     return render_editor(
         call,
         scope,
@@ -242,8 +344,8 @@ def _conflict(
         path,
         content,
         findings=shown(findings, text if path == SKILL_MD else None),
-        base=current.version if current else loaded.version,
-        expected=current.version if current else 0,
+        base=current.version if current is not None and on_theirs else loaded.version,
+        expected=(current.version if on_theirs else loaded.version) if current else 0,
         status=409,
         conflict=conflict,
         stored=now,
@@ -260,30 +362,28 @@ def _conflict_again(
     text: str,
     on_candidate: bool,
 ) -> dict[str, Any] | None:
-    """The conflict a save from the conflict page answers (the form's `loaded`), for showing
-    that page again when the save is refused: a conflict page never offers a plain **Save**.
-    `on` is the version the form saves on top of, theirs (None when the form re-creates a
-    deleted skill); the operator's text stays as they left it, not merged anew."""
-    if not call.field("loaded"):
+    """The conflict a save from the conflict page answers (its `loaded`, `theirs` and
+    `conflict` fields), for showing that page again when the save is refused: a conflict page
+    never offers a plain **Save**. The operator's text stays as they left it."""
+    kind = call.field("conflict")
+    if not call.field("loaded") or kind not in CONFLICT_KINDS:
         return None
     old = call.store.manifest(scope, skill, version=call.form_int("loaded"))
     loaded = candidate_manifest(old) if on_candidate and old.candidate is not None else old
-    current = on if call.form_int("expected") else None
+    theirs = call.form_int("theirs")
+    current = None
+    if theirs:
+        now = on if on.version == theirs else call.store.manifest(scope, skill, version=theirs)
+        current = candidate_manifest(now) if on_candidate and now.candidate is not None else now
     mine = _edit_text(call, "mine") if call.field("mine") else text
-    return _conflict_view(call, loaded, current, path, mine, edited=text)[1]
+    return _conflict_view(call, kind, loaded, current, path, mine)
 
 
 def _conflict_view(
-    call: Call,
-    loaded: Manifest,
-    current: Manifest | None,
-    path: str,
-    mine: str,
-    edited: str | None = None,
-) -> tuple[str, dict[str, Any]]:
-    """The editor's text and the conflict panel of the operator's edit `mine` of `loaded`,
-    now that `current` is committed (None: deleted): the merge of both, or `edited`, the
-    text the operator made of it on the conflict page."""
+    call: Call, kind: str, loaded: Manifest, current: Manifest | None, path: str, mine: str
+) -> dict[str, Any]:
+    """The conflict panel of the operator's edit `mine` of `loaded`, now that `current` is
+    committed (None: deleted): what changed between them, and their file against `mine`."""
     diffs = diff_manifests(call.store, loaded, current)
     ours = loaded.files.get(path)
     theirs = current.files.get(path) if current else None
@@ -294,26 +394,15 @@ def _conflict_view(
     yours = None
     if their_text is not None and theirs is not None:
         yours = FileDiff(path, "modified", theirs, None, lines=diff_text(their_text, mine))
-    content, clean = (mine if edited is None else edited), True
-    base_text = _text_of(call, ours) if ours else ""
-    if same_file:
-        if current is None or base_text is None or their_text is None:
-            clean = False  # not text on one side: no merge, the operator's text as it was
-        elif edited is None:
-            content, clean = merge3(base_text, mine, their_text, f"version {current.version}")
-        else:  # what the operator made of the merge, as they left it
-            clean = not has_markers(edited)
-    conflict = {
+    return {
+        "kind": kind,
         "loaded": loaded,
         "current": current,
         "diffs": diffs,
         "yours": yours,
         "same_file": same_file,
-        "merged": content != mine,
-        "clean": clean,
         "mine": mine,
     }
-    return content, conflict
 
 
 def _text_of(call: Call, entry: FileEntry | None) -> str | None:

@@ -15,6 +15,7 @@ from skillfs.console.pages.rollout import candidate_manifest
 from skillfs.console.skill_files import with_file
 from skillfs.console.strict import confirm, forced
 from skillfs.errors import FailedPrecondition, InvalidSkill, NotFound
+from skillfs.governance.edits import ConflictPolicy
 from skillfs.governance.rollout_rule import has_live
 from skillfs.model import CommitResult, File, FileEntry, Manifest, Scope
 from skillfs.model.names import normalize_path
@@ -45,7 +46,7 @@ def _attachment(data: bytes, filename: str) -> Response:
 
 
 def upload(call: Call, scope: Scope, skill: str) -> Response:
-    """Add or replace a file (binary or text) from the browser."""
+    """Add or replace a file (binary or text) from the browser (`store.edits.edit_file`)."""
     call.require(Level.write, scope)
     got = call.file("file")
     if got is None:
@@ -58,9 +59,8 @@ def upload(call: Call, scope: Scope, skill: str) -> Response:
     path = normalize_path(target)
     expected = call.form_int("expected")
     m = call.store.manifest(scope, skill, version=expected)
-    files = with_file(shown_version(m), path, data)
     try:
-        result = _write(call, scope, m, files, expected)
+        result = _write(call, scope, m, path, data, expected)
     except InvalidSkill as exc:
         return call.render_scope(
             "upload_rejected.html",
@@ -78,18 +78,19 @@ def upload(call: Call, scope: Scope, skill: str) -> Response:
 
 
 def remove_file(call: Call, scope: Scope, skill: str) -> Response:
+    """Remove one file (`store.edits.edit_file` with no data); the last one is not removed:
+    that is deleting the skill, which its own button does."""
     call.require(Level.write, scope)
     path = normalize_path(call.field("path"))
     expected = call.form_int("expected")
     m = call.store.manifest(scope, skill, version=expected)
-    files: dict[str, File | FileEntry] = dict(shown_version(m).files)  # kept by reference
+    files = shown_version(m).files
     if path not in files:
         raise NotFound(f"{skill} version {expected} has no file {path!r}")
-    del files[path]
-    if not files:
+    if len(files) == 1:
         raise FailedPrecondition(f"{path} is the last file of {skill}: delete the skill instead")
     try:
-        result = _write(call, scope, m, files, expected)
+        result = _write(call, scope, m, path, None, expected)
     except InvalidSkill as exc:
         return confirm(
             call,
@@ -109,17 +110,33 @@ def shown_version(m: Manifest) -> Manifest:
 
 
 def _write(
-    call: Call, scope: Scope, m: Manifest, files: dict[str, File | FileEntry], expected: int
+    call: Call, scope: Scope, m: Manifest, path: str, data: bytes | None, expected: int
 ) -> CommitResult:
-    """The page's files as the next version of what it shows: a never-live skill's candidate
-    is staged again under its rule (an upload published a live version holding only the
-    file, which every worker outside the rule then saw as a broken skill)."""
+    """`path` of the version the page shows set to `data` (None: removed), on top of
+    `expected`: a never-live skill's candidate is staged again under its rule (an upload
+    published a live version holding only the file, which every worker outside the rule then
+    saw as a broken skill); else `store.edits.edit_file`, which keeps another writer's changes
+    to other files and refuses (a Conflict, nothing written) when they changed this one."""
     strict = not forced(call)
     if m.candidate is not None and not has_live(m):
+        shown = candidate_manifest(m)
+        files: dict[str, File | FileEntry] = dict(shown.files)  # the others by reference
+        if data is None:
+            del files[path]
+        else:
+            files = with_file(shown, path, data)
         return call.store.rollouts.stage(
             scope, m.skill, files, m.candidate.rollout, expected_version=expected,
-            strict=strict, actor=call.actor,
+            strict=strict, actor=call.actor, message=call.message,
         )  # fmt: skip
-    return call.store.publish(
-        scope, m.skill, files, expected_version=expected, strict=strict, actor=call.actor
+    entry = m.files.get(path)
+    return call.store.edits.edit_file(
+        scope,
+        m.skill,
+        path,
+        data,
+        base=call.store.read_entry(entry) if entry is not None else None,
+        on_conflict=ConflictPolicy.FAIL,
+        options=call.options(expected),
+        strict=strict,
     )

@@ -73,16 +73,12 @@ def rollback(call: Call, scope: Scope, skill: str) -> Response:
 def _roll_back(
     call: Call, scope: Scope, skill: str, version: int, expected: int, action: str
 ) -> CommitResult | Response:
-    """A new version with the files of `version`, strict unless forced: the commit, or the
-    "breaks the spec" page whose **Do it anyway** posts to `action` again."""
+    """A new version with the files of `version` (`store.edits.rollback`), strict unless
+    forced: the commit, or the "breaks the spec" page whose **Do it anyway** posts to `action`
+    again."""
     try:
-        return call.store.rollback(
-            scope,
-            skill,
-            version,
-            expected_version=expected,
-            strict=not forced(call),
-            actor=call.actor,
+        return call.store.edits.rollback(
+            scope, skill, version, options=call.options(expected), strict=not forced(call)
         )
     except InvalidSkill as exc:
         return confirm(

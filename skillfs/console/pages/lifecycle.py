@@ -1,9 +1,8 @@
 """Skills made, copied, renamed and deleted: new from the template, imported from a zip,
-renamed in one commit, overridden for one user, deleted."""
+renamed in one commit, overridden for one user, deleted. Each is one operation of the store
+(`store.edits` but for a new skill, a plain publish), which holds it to every rule."""
 
 from __future__ import annotations
-
-import re
 
 from starlette.responses import Response
 
@@ -11,11 +10,11 @@ from skillfs.auth import Level
 from skillfs.console import urls
 from skillfs.console.archive import read_zip
 from skillfs.console.call import Call, HTTPError
-from skillfs.console.diff import as_text
 from skillfs.console.findings import findings_of
 from skillfs.console.strict import confirm, forced
 from skillfs.errors import Conflict, InvalidSkill
-from skillfs.model import File, FileEntry, Origin, Put, Remove, Scope, error_findings
+from skillfs.governance.edits import ImportPolicy
+from skillfs.model import File, Scope, error_findings
 from skillfs.model.names import check_id, check_skill_name
 from skillfs.spec.skill_md import SKILL_MD, skill_template
 from skillfs.spec.validation import suggest_name
@@ -38,8 +37,9 @@ def create(call: Call, scope: Scope) -> Response:
     files = {SKILL_MD: File(skill_template(name, description))}
     try:
         result = call.store.publish(
-            scope, name, files, expected_version=0, strict=not forced(call), actor=call.actor
-        )
+            scope, name, files, expected_version=0, strict=not forced(call), actor=call.actor,
+            message=call.message,
+        )  # fmt: skip
     except InvalidSkill as exc:
         return confirm(
             call,
@@ -61,20 +61,27 @@ def create(call: Call, scope: Scope) -> Response:
 
 
 def import_zip(call: Call, scope: Scope) -> Response:
+    """A zip's skills in one commit (`store.edits.import_skills`) under the form's policy for
+    skills the scope holds with other files: `fail` (the default: nothing is written, and the
+    store names them), `replace` or `create` (keep them, import the others). Skills whose files
+    are the same are left as they are."""
     call.require(Level.write, scope)
     got = call.file("archive")
     if got is None:
         raise HTTPError(400, "No file", "choose a .zip file holding a skill directory")
+    chosen = call.field("policy") or ImportPolicy.FAIL.value
+    if chosen not in {p.value for p in ImportPolicy}:
+        raise HTTPError(400, "Bad request", f"policy is fail, replace or create, not {chosen!r}")
+    policy = ImportPolicy(chosen)
     skills = read_zip(got.file.read(), call.zip_limits, call.field("name").strip())
-    replace = call.field("replace") == "1"
     try:
-        result = call.store.commit(
-            [
-                Put(scope, name, dict(files), None if replace else 0)
-                for name, files in skills.items()
-            ],
+        result = call.store.edits.import_skills(
+            scope,
+            skills,
+            policy=policy,
+            batch=len(skills),  # one commit, all or nothing, as the page says
+            options=call.options(),
             strict=not forced(call),
-            actor=call.actor,
         )
     except InvalidSkill:
         # the store refuses at the first off-spec skill: the page lists every one of them
@@ -84,71 +91,45 @@ def import_zip(call: Call, scope: Scope) -> Response:
             if (errs := error_findings(findings_of(call.store, name, files)))
         }
         return call.render_scope(
-            "import_rejected.html", scope, 422, problems=problems, replace=replace
+            "import_rejected.html", scope, 422, problems=problems, policy=policy.value
         )
-    except Conflict as exc:
-        raise HTTPError(
-            409,
-            "A skill of that name exists",
-            f"{exc}",
-            "Tick “replace skills that exist” to overwrite them (their old versions stay "
-            "in history).",
-        ) from None
-    names = sorted(result.versions)
+    said = {
+        status: sorted(s.skill for s in result.skills if s.status == status)
+        for status in ("created", "updated", "unchanged", "kept")
+    }
+    written = sorted(said["created"] + said["updated"])
+    message = f"Imported {', '.join(written) or 'nothing'} from {got.filename}"
+    if said["unchanged"]:
+        message += f"; {', '.join(said['unchanged'])} already held these files (left as they were)"
+    if said["kept"]:
+        message += f"; kept {', '.join(said['kept'])} as {urls.scope_label(scope)} holds them"
+    names = sorted(skills)
     target = urls.skill_url(scope, names[0]) if len(names) == 1 else urls.scope_url(scope)
-    return call.done(target, f"Imported {', '.join(names)} from {got.filename}")
+    return call.done(target, message)
 
 
 def delete(call: Call, scope: Scope, skill: str) -> Response:
     call.require(Level.write, scope)
-    call.store.delete(scope, skill, expected_version=call.form_int("expected"), actor=call.actor)
+    call.store.edits.delete(scope, skill, options=call.options(call.form_int("expected")))
     return call.done(
         urls.scope_url(scope), f"Deleted {skill}. It stays in history: restore it from there."
     )
 
 
-_NAME_LINE = re.compile(r"^name[ \t]*:[ \t]*(['\"]?)(?P<name>[^'\"\n]*)\1[ \t]*$", re.MULTILINE)
-
-
-def renamed_skill_md(data: bytes, old: str, new: str) -> bytes:
-    """SKILL.md with its frontmatter `name` changed from `old` to `new` (the spec wants the name
-    to equal the directory); anything else is left as it was."""
-    text = as_text(data)
-    if text is None or not text.startswith("---"):
-        return data
-    end = text.find("\n---", 3)
-    if end < 0:
-        return data
-    head = text[:end]
-    match = next((m for m in _NAME_LINE.finditer(head) if m.group("name").strip() == old), None)
-    if match is None:
-        return data
-    head = head[: match.start()] + f"name: {new}" + head[match.end() :]
-    return (head + text[end:]).encode()
-
-
 def rename(call: Call, scope: Scope, skill: str) -> Response:
-    """New name and removal of the old one in one commit, so no worker sees both or neither."""
+    """`store.edits.rename`: the new name and the removal of the old one in one commit, so no
+    worker sees both or neither; SKILL.md's `name` follows."""
     call.require(Level.write, scope)
     new = check_skill_name(call.field("new_name").strip())
-    expected = call.form_int("expected")
     if skill in (new, suggest_name(new)):  # typed as it is, or as what the spec makes of it
         return call.done(
             urls.skill_url(scope, skill), f"Not renamed: “{skill}” is already its name"
         )
-    m = call.store.manifest(scope, skill, version=expected)
-    files: dict[str, File | FileEntry] = dict(m.files)  # the others kept by reference
-    md = m.files.get(SKILL_MD)
-    if md is not None:
-        files[SKILL_MD] = File(
-            renamed_skill_md(call.store.read_entry(md), skill, new), mode=md.mode
-        )
     try:
-        call.store.commit(
-            [Put(scope, new, dict(files), 0), Remove(scope, skill, expected)],
+        call.store.edits.rename(
+            scope, skill, new, options=call.options(call.form_int("expected")),
             strict=not forced(call),
-            actor=call.actor,
-        )
+        )  # fmt: skip
     except InvalidSkill as exc:
         return confirm(
             call,
@@ -167,21 +148,20 @@ def rename(call: Call, scope: Scope, skill: str) -> Response:
 
 
 def override(call: Call, scope: Scope, skill: str) -> Response:
-    """Copy a shared skill into a user's scope, where it shadows the shared one for that user."""
+    """`store.edits.override`: the shared skill's version the operator saw, copied into a
+    user's scope (its files by reference, its origin recorded), where it shadows the shared
+    one for that user."""
     if scope.kind != "shared" or scope.agent_id is None:
         raise HTTPError(400, "Bad request", "overrides are made from an agent's shared skills")
     call.require(Level.read, scope)
     user = check_id("user", call.field("user").strip())
     target = Scope.user(scope.agent_id, user)
     call.require(Level.write, target)
-    m = call.store.manifest(scope, skill, version=call.form_int("expected"))
+    expected = call.form_int("expected")
     try:
-        copy = Put(
-            target, skill, m.files, 0, Origin(scope=str(scope), skill=skill, version=m.version)
+        result = call.store.edits.override(
+            target, skill, options=call.options(expected), strict=not forced(call)
         )
-        result = call.store.commit(
-            [copy], strict=not forced(call), actor=call.actor
-        )  # the files by reference; the copy keeps the shared skill's kill switch
     except InvalidSkill as exc:
         return confirm(
             call,
@@ -191,7 +171,9 @@ def override(call: Call, scope: Scope, skill: str) -> Response:
         )
     except Conflict:
         held = call.store.manifests(target, [skill]).get(skill)
-        if held is not None and held.hides:
+        if held is None:  # the shared skill moved since the page was loaded: the store says so
+            raise
+        if held.hides:
             raise HTTPError(
                 409,
                 "Hidden from this user",
@@ -205,6 +187,6 @@ def override(call: Call, scope: Scope, skill: str) -> Response:
         ) from None
     return call.done(
         urls.skill_url(target, skill, "files", SKILL_MD),
-        f"Created {user}'s override of {skill} from shared version {m.version} "
+        f"Created {user}'s override of {skill} from shared version {expected} "
         f"(user version {result.version}); only {user} sees the edits you make here",
     )

@@ -113,7 +113,7 @@ def approve(call: Call, scope: Scope, skill: str) -> Response:
     try:
         result = call.store.drafts.approve(
             scope, skill, expected_version=expected, rollout=rule, into=into,
-            actor=call.actor, strict=not forced(call),
+            actor=call.actor, message=call.message, strict=not forced(call),
         )  # fmt: skip
     except InvalidSkill as exc:
         action = urls.skill_url(scope, draft_entry(skill), "approve")
@@ -147,11 +147,16 @@ def _into(call: Call, scope: Scope) -> Scope | None:
 
 
 def reject(call: Call, scope: Scope, skill: str) -> Response:
-    """The draft is removed; the reason stays in its history and the audit."""
+    """The draft is removed; the reason (the form's message) stays in its history and the
+    audit."""
     call.require(Level.write, scope)
-    reason = call.field("reason").strip()
+    reason = call.message
     call.store.drafts.reject(
-        scope, skill, reason, expected_version=call.form_int("expected"), actor=call.actor
+        scope,
+        skill,
+        reason=call.message,
+        expected_version=call.form_int("expected"),
+        actor=call.actor,
     )
     said = f"Rejected the draft of {skill}" + (f": {reason}" if reason else "")
     return call.done(urls.domain_page(scope.domain, "drafts"), said)

@@ -104,7 +104,9 @@ def widen(call: Call, scope: Scope, skill: str) -> Response:
     call.require(Level.write, scope)
     expected = call.form_int("expected")
     rule = rollout_of(call)
-    call.store.rollouts.widen(scope, skill, rule, expected_version=expected, actor=call.actor)
+    call.store.rollouts.widen(
+        scope, skill, rule, expected_version=expected, actor=call.actor, message=call.message
+    )
     return call.done(
         urls.skill_url(scope, skill) + "#rollout",
         f"Widened {skill}'s candidate to {rule.describe()}",
@@ -120,6 +122,7 @@ def promote(call: Call, scope: Scope, skill: str) -> Response:
             skill,
             expected_version=call.form_int("expected"),
             actor=call.actor,
+            message=call.message,
             strict=not forced(call),
         )
     except InvalidSkill as exc:
@@ -138,7 +141,9 @@ def abort(call: Call, scope: Scope, skill: str) -> Response:
     call.require(Level.write, scope)
     current = call.store.manifest(scope, skill, version=call.form_int("expected"))
     staged_only = not has_live(current)
-    call.store.rollouts.abort(scope, skill, expected_version=current.version, actor=call.actor)
+    call.store.rollouts.abort(
+        scope, skill, expected_version=current.version, actor=call.actor, message=call.message
+    )
     if staged_only:
         return call.done(
             urls.scope_url(scope), f"Aborted {skill}: it was never live, so it is gone"

@@ -20,12 +20,15 @@ BACK = ("skill", "user")
 
 def disable(call: Call, scope: Scope, skill: str) -> Response:
     """Switch a skill off (files and history kept); in a user's scope, for a skill the user
-    sees from the shared scope or a market, hide it from that user alone."""
+    sees from the shared scope or a market, hide it from that user alone. The reason is the
+    form's message, the commit's message."""
     call.require(Level.write, scope)
-    reason = call.field("reason").strip()
+    reason = call.message
     expected = call.form_int("expected")
     back = _back(call, scope, skill)  # every field checked before anything is written
-    call.store.governance.disable(scope, skill, reason, expected_version=expected, actor=call.actor)
+    call.store.governance.disable(
+        scope, skill, reason=call.message, expected_version=expected, actor=call.actor
+    )
     # in a user's scope, a skill it does not hold (expected 0) can only be hidden
     hid = scope.kind == "user" and expected == 0
     said = f": {reason}" if reason else ""
@@ -43,7 +46,9 @@ def enable(call: Call, scope: Scope, skill: str) -> Response:
     expected = call.form_int("expected")
     unhide = call.store.manifest(scope, skill, version=expected).hides
     back = _back(call, scope, skill, gone=unhide)
-    call.store.governance.enable(scope, skill, expected_version=expected, actor=call.actor)
+    call.store.governance.enable(
+        scope, skill, expected_version=expected, actor=call.actor, message=call.message
+    )
     if unhide:
         message = f"{skill} is no longer hidden from {scope.user_id}"
     else:

@@ -199,7 +199,7 @@
         if (banner) {
           banner.textContent = c.op === "remove"
             ? "This skill was just deleted by someone else. Saving will ask what to do."
-            : "Someone just committed version " + c.version + " of this skill. If you save, you will see what changed before anything is overwritten.";
+            : "Someone just committed version " + c.version + " of this skill. Saving keeps their changes: yours is merged into them (or, if you chose to stop, you see what changed first); where you both changed the same lines, you resolve them before anything is written.";
           banner.hidden = false;
         }
       }
