@@ -188,3 +188,36 @@ def test_a_fleet_rides_out_a_hung_server_and_spreads_a_dead_ones_load(tmp_path: 
         finally:
             for s in servers:
                 s.stop()
+
+
+def test_a_server_stops_retrying_a_call_when_its_client_stops_waiting(tmp_path: Path) -> None:
+    """The server's store work for a call runs within the call's deadline: with the store
+    down, a Delete whose client gives it 1 s stops retrying the store by then, instead of
+    holding an executor thread for the store's whole `retry_for` (10 s)."""
+    import grpc
+
+    from skillfs.remote.proto import skillfs_pb2 as pb
+    from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
+    from support.grpc_servers import running
+
+    with running(f"memory://{uuid.uuid4().hex}", tmp_path) as server:
+        server.store.publish(SHARED, "s", {"SKILL.md": skill_md("s")})
+        tries: list[float] = []
+
+        def down(*args: object) -> object:
+            tries.append(time.monotonic())
+            raise StoreUnavailable("store down (test)")
+
+        server.store.engine.load_skills = down  # type: ignore[method-assign]
+        with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as ch:
+            admin = pb_grpc.SkillAdminStub(ch)
+            start = time.monotonic()
+            with pytest.raises(grpc.RpcError) as err:
+                admin.Delete(
+                    pb.DeleteRequest(scope=str(SHARED), skill="s"),
+                    metadata=[("authorization", f"Bearer {ADMIN}")],
+                    timeout=1.0,
+                )
+            assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        time.sleep(2.5)
+        assert tries and tries[-1] - start < 1.0 + SLACK, [t - start for t in tries]

@@ -23,9 +23,10 @@ from skillfs.server.hub import QUEUE, Hub
 from skillfs.server.metrics import Metrics
 from skillfs.server.proofs import BlobProofs, ManifestIndex
 from skillfs.server.revisions import SharedReads
-from skillfs.server.rpc import Busy
+from skillfs.server.rpc import CALL_END, Busy
 from skillfs.server.views import Views
 from skillfs.store.blobs import small_files
+from skillfs.util.deadline import budget
 
 T = TypeVar("T")
 MiB = 1024 * 1024
@@ -157,9 +158,15 @@ class Backend:
                 self.hub.wake_all()
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """`fn(*args)` in the executor: the event loop never blocks on the store."""
+        """`fn(*args)` in the executor: the event loop never blocks on the store. Served for
+        a call with a deadline, it runs within what is left of it (`util.deadline.budget`):
+        the store's retries give up when the client no longer waits."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, functools.partial(fn, *args))
+        end = CALL_END.get()
+        work = functools.partial(fn, *args)
+        if end is not None:
+            work = functools.partial(_within, end, work)
+        return await loop.run_in_executor(self.executor, work)
 
     def now(self, principal: Principal, given: float) -> float:
         """The caller's clock for global admins (tools, tests), the server's for others, so a
@@ -173,3 +180,8 @@ class Backend:
             self._tokens_task.cancel()
         await self.hub.close()
         await self.run(self.views.close)
+
+
+def _within(end: float, work: Callable[[], T]) -> T:
+    with budget(max(0.0, end - time.monotonic())):
+        return work()

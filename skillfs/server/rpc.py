@@ -13,6 +13,7 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from typing import Any, TypeVar, cast
 
 import grpc
@@ -51,6 +52,11 @@ def summarized(text: str, limit: int = MAX_DETAILS) -> str:
     return f"{text[: limit - 60]}… ({len(text) - limit + 60} more characters left out)"
 
 
+#: When (`time.monotonic()`) the call being served must be answered: its client's deadline.
+#: The store work the call runs (`Backend.run`) retries no longer than that.
+CALL_END: ContextVar[float | None] = ContextVar("skillfs_call_end", default=None)
+
+
 @contextlib.asynccontextmanager
 async def call(
     tokens: Tokens, metrics: Metrics, method: str, context: grpc.aio.ServicerContext
@@ -61,6 +67,8 @@ async def call(
     status = grpc.StatusCode.OK
     who = "-"
     failure: tuple[grpc.StatusCode, list[tuple[str, str]], str] | None = None
+    remaining = context.time_remaining()
+    CALL_END.set(None if remaining is None else time.monotonic() + remaining)
     try:
         principal = tokens.authenticate(bearer(context))
         who = principal.name
