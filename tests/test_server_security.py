@@ -240,17 +240,17 @@ def test_access_answers_from_the_grants_and_writes_nothing(
     server.store.history_policy = HistoryPolicy(keep_versions=0, keep_days=0)
     before = (server.store.revision(AGENT), server.store.history(A, "mine"), blobs(server))
     alice = skillfs.open_store(url, token=ALICE)
-    answers = {scope: alice.engine.access(scope) for scope in (A, SHARED, B)}
+    answers = {scope: alice.access(scope) for scope in (A, SHARED, B)}
     levels = {scope: (a.read, a.write, a.admin) for scope, a in answers.items()}
     assert levels == {A: (True, True, False), SHARED: (True, False, False), B: (False,) * 3}
     with pytest.raises(PermissionDenied) as err:
-        alice.engine.access(SHARED).require("write")
+        alice.access(SHARED).require("write")
     assert str(err.value) == (
         "token 'alice' may not write shared:support-bot: ask an operator for a grant such as "
         "'agent:support-bot/shared:write'"
     )
     with pytest.raises(PermissionDenied, match="'agent:support-bot/user:bob:read'"):
-        alice.engine.access(B).require("read")
+        alice.access(B).require("read")
     reader, _ = stubs
     reply = reader.Access(pb.AccessRequest(scope=str(B)), metadata=auth(ADMIN))
     assert (reply.read, reply.write, reply.admin, reply.token) == (True, True, True, "admin")
@@ -268,7 +268,7 @@ def test_access_answers_from_the_grants_and_writes_nothing(
     alice.engine.drop_history(A, "mine", [])
     assert [m.version for m in server.store.history(A, "mine")] == [2]
     # a store opened directly has no tokens: everything
-    local = skillfs.open_store(f"memory://{uuid.uuid4().hex}").engine.access(B)
+    local = skillfs.open_store(f"memory://{uuid.uuid4().hex}").access(B)
     assert (local.read, local.write, local.admin) == (True, True, True)
 
 

@@ -20,7 +20,7 @@ from skillfs.engines.base import EMPTY, Engine
 from skillfs.engines.etcd import client as ec
 from skillfs.engines.etcd.engine import EtcdEngine
 from skillfs.engines.memory import MemoryEngine
-from skillfs.model import Change, Revision, Scope
+from skillfs.model import Access, Change, Revision, Scope
 from skillfs.store.feed import ChangeFeed, Subscription
 from support.servers import EtcdServer, RedisCluster, RedisServer
 from tests.helpers import wait_until
@@ -162,8 +162,17 @@ class Unanswered(MemoryEngine):
         cut.wait(timeout)
         return {}
 
-    def interrupt_wait(self, thread: int) -> None:
+    def interrupt_wait(self, thread: int) -> None:  # what a grpc:// engine can do (Hints)
         self._by_thread[thread].set()
+
+    def known_manifest(self, scope: Scope, skill: str, version: int) -> None:
+        return None
+
+    def known_blob(self, sha: str) -> None:
+        return None
+
+    def access(self, scope: Scope) -> Access:
+        return Access(scope=scope)
 
 
 def test_a_wait_cut_short_confirms_nothing() -> None:

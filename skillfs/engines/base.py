@@ -20,7 +20,6 @@ from pydantic import BaseModel, ConfigDict
 
 from skillfs.errors import InvalidArgument, NotFound, StoreUnavailable
 from skillfs.model import (
-    Access,
     AuditEntry,
     Change,
     Manifest,
@@ -203,10 +202,11 @@ class Engine(ABC):
     chunk_size: int = 4 * MiB
     #: At most this many ops fit in one atomic commit (etcd: 128 operations per transaction).
     max_ops: int | None = None
-    #: How long a process's watch (`store.changes.Watcher`) waits in one `changes_many` call
-    #: while nothing changes. A store's wait is cheap to repeat every second; a skillfs
-    #: server's is a call it answers, so a grpc:// engine waits longer and ends a wait early
-    #: with `interrupt_wait` when a domain is added.
+    #: How long a process's change feed (`store.changes.feed`) waits in one `changes_many`
+    #: call while nothing changes, for a follower that must confirm its cache. A store's wait
+    #: is cheap to repeat every second; a skillfs server's is a call it answers, so a grpc://
+    #: engine waits longer and ends a wait early when a domain is added
+    #: (`remote.hints.Hints.interrupt_wait`).
     watch_wait: float = 1.0
 
     def __init__(self, url: str) -> None:
@@ -327,23 +327,6 @@ class Engine(ABC):
             time.sleep(min(delay, left))
             delay = min(delay * 2, MANY_POLL)
 
-    def interrupt_wait(self, thread: int) -> None:
-        """End the `changes_many` wait of thread `thread` (a `threading.get_ident()`) early,
-        answering `{}`, where the engine can; others' waits last `watch_wait` at most."""
-        return None
-
-    def known_manifest(self, scope: Scope, skill: str, version: int) -> Manifest | None:
-        """The manifest of `skill` at exactly `version` if this engine already holds it (a
-        grpc:// engine keeps those its watch events carried), else None: a follower takes
-        it instead of loading the skill, since a version's manifest never changes."""
-        return None
-
-    def known_blob(self, sha: str) -> bytes | None:
-        """A blob's whole bytes if this engine already holds them (a grpc:// engine keeps the
-        small files its watch events carried, checked against their SHA-256), else None: a
-        store's blob reads take them instead of reading the store."""
-        return None
-
     # --- listings
 
     @abstractmethod
@@ -420,14 +403,6 @@ class Engine(ABC):
     @abstractmethod
     def release_lease(self, name: str, holder: str) -> bool:
         """Give the lease up if `holder` holds it: True; False (nothing changes) otherwise."""
-
-    # --- access
-
-    def access(self, scope: Scope) -> Access:
-        """What the caller may do in `scope`, asked before work that a refusal would waste
-        (an edit typed in an editor). A store reached directly has no tokens: everything; a
-        skillfs server (grpc://) answers for its token's grants."""
-        return Access(scope=scope)
 
     # --- life cycle
 

@@ -13,6 +13,7 @@ from typing import ParamSpec, Protocol, TypeVar
 from skillfs.engines.base import Engine
 from skillfs.errors import NotFound
 from skillfs.model import FileEntry
+from skillfs.remote.hints import hints_of
 from skillfs.util.lru import Lru
 
 T = TypeVar("T")
@@ -94,10 +95,10 @@ class Blobs:
 
     def _held(self, digest: str) -> bytes | None:
         """A blob this process holds already: cached, or carried to the engine (a grpc://
-        watch event's small files, `Engine.known_blob`), which is then cached."""
+        watch event's small files, `Hints.known_blob`), which is then cached."""
         data = self._cache.get(digest)
         if data is None:
-            data = self._engine.known_blob(digest)
+            data = hints_of(self._engine).known_blob(digest)
             if data is not None:
                 self._cache.put(digest, data)
         return data

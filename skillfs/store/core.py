@@ -33,6 +33,7 @@ from skillfs.model import (
 from skillfs.model.entry import DRAFTS, EntryKind, EntryRef
 from skillfs.model.names import check_domain, check_entry, is_hidden_dir, normalize_path
 from skillfs.model.ops import Command, FileValue, WriteOptions
+from skillfs.remote.hints import hints_of
 from skillfs.store.blobs import Blobs
 from skillfs.store.changes import Changes, domain_of
 from skillfs.store.committer import Committer, out_of_time
@@ -100,7 +101,7 @@ class StoreCore:
     def access(self, scope: Scope) -> Access:
         """What the caller may do in `scope`, asked before work a refusal would waste: everything
         on a store reached directly, the token's grants on a skillfs server (grpc://)."""
-        return self.engine.access(scope)
+        return hints_of(self.engine).access(scope)
 
     def local(self, kind: Callable[[Self, str], T], name: str) -> T:
         """The one `kind(self, name)` of this store object in this process: the runtime's

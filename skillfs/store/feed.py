@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from skillfs.engines.base import EMPTY, Engine
 from skillfs.model import Change, Revision
 from skillfs.model.names import check_domain
+from skillfs.remote.hints import hints_of
 from skillfs.util.outage import Outage
 
 log = logging.getLogger(__name__)
@@ -113,7 +114,7 @@ class ChangeFeed:
         self._short: set[int] = set()  # the short waits out
         self._ends: dict[int, float] = {}  # wait → when it times out (`time.monotonic()`)
         self._waiting: dict[int, int] = {}  # wait → the thread it runs in, once started
-        #: Waits cut short (`Engine.interrupt_wait`): their silence confirms nothing.
+        #: Waits cut short (`Hints.interrupt_wait`): their silence confirms nothing.
         self._cut: set[int] = set()
         self._results: list[_Result] = []
         self._ids = itertools.count()
@@ -352,7 +353,7 @@ class ChangeFeed:
                 older = [self._waiting[w] for w in self._waits if w in self._waiting]
                 self._cut.update(w for w in self._waits if w in self._waiting)
         for thread in older:
-            self._engine.interrupt_wait(thread)
+            hints_of(self._engine).interrupt_wait(thread)
         if isinstance(found, BaseException):
             return found
         for name, before in since.items():

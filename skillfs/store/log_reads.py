@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from skillfs.engines.base import Engine
 from skillfs.model import Change, Manifest, Revision, Scope
+from skillfs.remote.hints import hints_of
 
 
 class LogReads:
@@ -34,4 +35,4 @@ class LogReads:
     def known_manifest(self, scope: Scope, skill: str, version: int) -> Manifest | None:
         """The manifest of `skill` at `version` if the client holds it already (a grpc://
         watch's events carry them), else None."""
-        return self._engine.known_manifest(scope, skill, version)
+        return hints_of(self._engine).known_manifest(scope, skill, version)
