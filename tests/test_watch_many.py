@@ -445,3 +445,34 @@ def test_gc_still_prunes_history_in_batches(store: skillfs.Store) -> None:
 
 def test_follow_many_from_empty(store: skillfs.Store) -> None:
     assert store.engine.changes_many({"agents/none": EMPTY}, 0.1) == {}
+
+
+class Paged(MemoryEngine):
+    """A store whose log reads answer two changes at a time, as a paged log does."""
+
+    def changes(self, domain: str, since: Revision, timeout: float) -> list[Change]:
+        return super().changes(domain, since, timeout)[:2]
+
+
+def test_a_late_subscriber_reads_a_gap_longer_than_a_page() -> None:
+    engine = Paged()
+    store = skillfs.Store(engine)
+    feed = ChangeFeed(engine)
+    got: dict[str, list[int]] = {"early": [], "late": []}
+
+    def to(name: str) -> Any:
+        def deliver(before: Revision, changes: list[Change], t0: float, t1: float) -> None:
+            got[name] += [c.version or 0 for c in changes]
+
+        return deliver
+
+    try:
+        first = publish(store, "g", "s", 0)
+        feed.subscribe("agents/g", to("early"), since=first, wait=0.2)
+        for n in range(1, 6):
+            publish(store, "g", "s", n)
+        wait_until(lambda: got["early"] == [2, 3, 4, 5, 6])
+        feed.subscribe("agents/g", to("late"), since=first, wait=0.2)
+        wait_until(lambda: got["late"] == [2, 3, 4, 5, 6])
+    finally:
+        feed.close()

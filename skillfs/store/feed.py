@@ -291,14 +291,26 @@ class ChangeFeed:
             if since is None or since.epoch != at.epoch or since.counter >= at.counter:
                 batch: tuple[Revision, list[Change]] = (at, [])
             else:  # the domain is followed further already: this subscriber reads the gap
-                began = time.monotonic()
-                gap = self._engine.changes(sub.domain, since, 0)
-                self.calls += 1
-                started, returned = began, time.monotonic()
-                batch = (since, [c for c in gap if c.revision.counter <= at.counter])
+                started = time.monotonic()
+                batch = (since, self._gap(sub.domain, since, at))
+                returned = time.monotonic()
             sub.started = True
             if since is None or batch[1]:
                 _hand(sub, batch[0], batch[1], started, returned)
+
+    def _gap(self, domain: str, since: Revision, at: Revision) -> list[Change]:
+        """The log of `domain` after `since` up to `at` (or up to a reset), page by page."""
+        gap: list[Change] = []
+        last = since
+        while last.counter < at.counter:
+            page = self._engine.changes(domain, last, 0)
+            self.calls += 1
+            kept = [c for c in page if c.op == "reset" or c.revision.counter <= at.counter]
+            gap += kept
+            if not page or len(kept) < len(page) or page[-1].op == "reset":
+                break
+            last = page[-1].revision
+        return gap
 
     def _launch(self) -> None:
         """Start a wait over every domain from where it is, unless one is out already (a
