@@ -327,6 +327,7 @@ def test_export_some_skills(url: str, tmp_path: Path) -> None:
             {"skill": "a", "version": 1, "files": 1, "size": len(skill_md("a"))},
             {"skill": "c", "version": 1, "files": 1, "size": len(skill_md("c"))},
         ],
+        "skipped": [],
     }
     line = error_line(run(url, "export", str(tmp_path / "o2"), "-s", "shared:bot", "--skill", "x"))
     assert "no skill 'x' in shared:bot; skills there: a, b, c" in line

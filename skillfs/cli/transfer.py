@@ -52,7 +52,13 @@ from skillfs.cli.common import (
 from skillfs.errors import InvalidArgument, InvalidPath, NotFound, SkillfsError, TooLarge
 from skillfs.governance.edits import Imported, ImportPolicy, ImportResult
 from skillfs.model import File, Finding, Manifest, Scope, error_findings
-from skillfs.model.names import check_skill_name, is_hidden_dir, normalize_path
+from skillfs.model.names import (
+    check_skill_name,
+    is_hidden_dir,
+    normalize_path,
+    path_over_caps,
+    shown_path,
+)
 from skillfs.model.ops import WriteOptions
 from skillfs.spec.skill_dirs import (
     SKIPPED_DIRS,
@@ -443,6 +449,10 @@ def export(
                     f"no skill {', '.join(map(repr, missing))} in {scope}; skills there: "
                     + (", ".join(store.skills(scope)) or "none")
                 )
+        skipped = _unwritable(manifests)  # paths stored before the caps: skip, not fail
+        for row in skipped:
+            err.print(f"[yellow]warning:[/yellow] skipped {shown(row['skill'])}: {row['reason']}")
+            del manifests[row["skill"]]
         rows = []
         # every skill is written beside the directory's own first, and moved in once all
         # are: a store or disk failure midway leaves DIRECTORY as it was
@@ -476,9 +486,28 @@ def export(
             if made and not done:
                 shutil.rmtree(directory, ignore_errors=True)
     if as_json:
-        emit_json({"scope": str(scope), "directory": str(directory), "skills": rows})
+        emit_json(
+            {"scope": str(scope), "directory": str(directory), "skills": rows, "skipped": skipped}
+        )
     else:
         out.print(f"exported {len(rows)} skill{'s' * (len(rows) != 1)} of {scope} to {directory}")
+
+
+def _unwritable(manifests: dict[str, Manifest]) -> list[dict[str, str]]:
+    """The skills with a path stored before the path caps (docs/security.md), longer or
+    deeper than a file system may hold: each with why, for one warning."""
+    rows = []
+    for name, m in sorted(manifests.items()):
+        for path in sorted(m.files):
+            over = path_over_caps(path)
+            if over is not None:
+                reason = (
+                    f"file {shown_path(path)!r} cannot be written to disk ({over}); rename it "
+                    "(`skillfs check` lists every such path)"
+                )
+                rows.append({"skill": name, "reason": reason})
+                break
+    return rows
 
 
 def _replace(root: Path) -> None:

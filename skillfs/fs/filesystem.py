@@ -16,6 +16,7 @@ User documentation: docs/fsspec.md.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import time
 from datetime import UTC, datetime
@@ -34,8 +35,11 @@ from skillfs.fs.options import LazyStore, base_fs, from_base, tops, with_default
 from skillfs.fs.transaction import Batches, SkillTransaction
 from skillfs.fs.tree import SKILLS, Info, SkillTree, dir_info, split, target
 from skillfs.model import Scope
+from skillfs.model.names import path_over_caps, shown_path
 from skillfs.model.ops import WriteOptions
 from skillfs.store.who import check_message
+
+log = logging.getLogger(__name__)
 
 
 class _WithDefaults(_Cached):  # type: ignore[misc]
@@ -59,6 +63,8 @@ class SkillFileSystem(Batches, AbstractFileSystem, metaclass=_WithDefaults):  # 
     protocol = "skillfs"
     root_marker = ""
     transaction_type = SkillTransaction
+    #: The skills a running `get` skipped, with why (None: no `get` is running).
+    _skipped: dict[str, str] | None = None
 
     def __init__(
         self,
@@ -374,8 +380,10 @@ class SkillFileSystem(Batches, AbstractFileSystem, metaclass=_WithDefaults):  # 
         if self._split(rpath) is None:
             self.base.get_file(rpath, lpath, callback=callback, outfile=outfile, **kwargs)
             return
-        _, item = self._skills.resolve(rpath)
+        sk, item = self._skills.resolve(rpath)
         target = outfile if outfile is not None else lpath if isfilelike(lpath) else None
+        if sk is not None and target is None and self._unwritable(sk.name, sk.files):
+            return  # a path stored before the caps: the skill is skipped, not the whole get
         if item is None:
             if target is None:
                 os.makedirs(lpath, exist_ok=True)
@@ -393,10 +401,34 @@ class SkillFileSystem(Batches, AbstractFileSystem, metaclass=_WithDefaults):  # 
         callback.relative_update(len(data))
 
     def get(self, rpath: Any, lpath: Any, recursive: bool = False, **kwargs: Any) -> None:
+        """Copy to local files; a skill with a path stored before the path caps, longer or
+        deeper than a file system holds, is skipped with one warning naming it."""
         self.check_store(rpath)
-        with self._skills.batching():
-            self._prefetch(rpath, recursive, kwargs.get("maxdepth"))
-            super().get(rpath, lpath, recursive=recursive, **kwargs)
+        self._skipped = {}
+        try:
+            with self._skills.batching():
+                self._prefetch(rpath, recursive, kwargs.get("maxdepth"))
+                super().get(rpath, lpath, recursive=recursive, **kwargs)
+        finally:
+            skipped, self._skipped = self._skipped or {}, None
+            for name, why in skipped.items():
+                log.warning("get: skipped skill %r: %s", name, why)
+
+    def _unwritable(self, skill: str, paths: Any) -> bool:
+        """Whether `skill` holds a path no file system may hold (noted for `get`'s warning)."""
+        for path in sorted(paths):
+            over = path_over_caps(path)
+            if over is not None:
+                why = (
+                    f"file {shown_path(path)!r} cannot be written to disk ({over}); rename it "
+                    "(`skillfs check` lists every such path)"
+                )
+                if self._skipped is None:  # get_file on its own
+                    log.warning("get: skipped skill %r: %s", skill, why)
+                else:
+                    self._skipped[skill] = why
+                return True
+        return False
 
     def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
         path1, path2 = self._strip_protocol(path1), self._strip_protocol(path2)

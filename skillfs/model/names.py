@@ -16,6 +16,12 @@ _SURROGATE = re.compile(r"[\ud800-\udfff]")
 #: and paragraph separators, bidirectional overrides and isolates. Both are shown in tables,
 #: listings, links and the agent's prompt, where these break lines or reorder what is read.
 _UNSHOWN = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+#: The caps of a new file path inside a skill (docs/security.md): its UTF-8 bytes and its
+#: segments. Under any root a worker, `skillfs export` or fsspec `get` writes to, it stays
+#: within the file system's PATH_MAX (4,096 bytes on Linux, 1,024 on macOS for the path
+#: inside the skill's directory).
+MAX_PATH_BYTES = 1024
+MAX_PATH_DEPTH = 32
 
 
 def check_id(kind: str, value: str) -> str:
@@ -80,7 +86,33 @@ def check_new_path(path: str) -> str:
     this rule is still read, carried by edits and deleted."""
     norm = normalize_path(path)
     _refuse_unshown(f"invalid file path {path!r}", norm)
+    over = path_over_caps(norm)
+    if over is not None:
+        raise InvalidPath(
+            f"invalid file path {shown_path(norm)!r}: {over}; a path inside a skill is at most "
+            f"{MAX_PATH_BYTES:,} bytes in UTF-8 and {MAX_PATH_DEPTH} segments deep, so every "
+            "file system can hold it wherever the skill is written: use shorter names or "
+            "fewer directories"
+        )
     return norm
+
+
+def path_over_caps(path: str) -> str | None:
+    """What makes a normalized path longer or deeper than a new one may be (None: nothing).
+    A path stored before the caps is still read, carried by edits and deleted; `skillfs
+    check` lists it, and what writes skills to disk skips its skill."""
+    size = len(path.encode("utf-8", "surrogateescape"))
+    if size > MAX_PATH_BYTES:
+        return f"it is {size:,} bytes long in UTF-8"
+    depth = path.count("/") + 1
+    if depth > MAX_PATH_DEPTH:
+        return f"it is {depth} segments deep"
+    return None
+
+
+def shown_path(path: str, most: int = 80) -> str:
+    """A path as an error or finding shows it: cut to its first `most` characters."""
+    return path if len(path) <= most else f"{path[:most]}…"
 
 
 def _refuse_unshown(what: str, value: str) -> None:

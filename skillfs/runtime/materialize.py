@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import secrets
 import stat
@@ -24,10 +25,12 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from skillfs.errors import InvalidArgument, InvalidPath
-from skillfs.model import FileEntry
-from skillfs.model.names import normalize_path
-from skillfs.runtime.layers import Reader, SkillInfo
+from skillfs.model import FileEntry, Finding
+from skillfs.model.names import normalize_path, path_over_caps, shown_path
+from skillfs.runtime.layers import Problem, Reader, SkillInfo
 from skillfs.store.limits import disk_mode
+
+log = logging.getLogger(__name__)
 
 STATE_FILE = ".skillfs-state.json"
 LOCK_FILE = ".skillfs.lock"
@@ -57,14 +60,32 @@ def _locked(root: Path) -> Iterator[None]:
         yield
 
 
-def _read_state(root: Path) -> tuple[str, dict[str, Written]]:
-    """The token and files of the last write; paths that would leave the root are ignored."""
+def _read_state(root: Path) -> tuple[str, dict[str, Written], set[str]]:
+    """The token, files and skipped skills of the last write; paths that would leave the
+    root are ignored."""
     try:
         raw = json.loads((root / STATE_FILE).read_text())
         files = {p: _written(row) for p, row in raw["files"].items()}
-        return str(raw["token"]), {p: v for p, v in files.items() if _inside(p)}
-    except (OSError, ValueError, KeyError, TypeError):
-        return "", {}  # none yet, or unreadable: every file is rewritten
+        skipped = {str(s) for s in raw.get("skipped", [])}
+        return str(raw["token"]), {p: v for p, v in files.items() if _inside(p)}, skipped
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return "", {}, set()  # none yet, or unreadable: every file is rewritten
+
+
+def unwritable(skill: SkillInfo) -> Finding | None:
+    """Why a skill's files cannot be written to disk: a path stored before the path caps
+    (docs/security.md) that is longer or deeper than a file system may hold."""
+    for path in sorted(skill.files):
+        over = path_over_caps(path)
+        if over is not None:
+            return Finding(
+                severity="error",
+                field="files",
+                rule="path-over-caps",
+                message=f"file {shown_path(path)!r} cannot be written to disk ({over}): "
+                "rename it, or run `skillfs check` to list every such path",
+            )
+    return None
 
 
 def _written(row: list[Any]) -> Written:
@@ -131,15 +152,32 @@ def _intact(path: Path, entry: FileEntry, written: Written | None) -> Status | N
     return after if same else None
 
 
-def materialize(skills: Sequence[SkillInfo], root: Path, token: str) -> None:
-    """Make `root` hold exactly these skills' files, touching only what differs."""
+def materialize(skills: Sequence[SkillInfo], root: Path, token: str) -> list[Problem]:
+    """Make `root` hold exactly these skills' files, touching only what differs. A skill
+    with a path no file system holds is skipped, not the whole view: its Problem is
+    returned, and logged once (while it stays skipped)."""
     root.mkdir(parents=True, exist_ok=True)
     real_root = os.path.realpath(root)
+    problems: list[Problem] = []
+    for s in skills:
+        finding = unwritable(s)
+        if finding is not None:
+            problems.append(Problem(s.id, s.source, (finding,)))
+    skipped = {f"{p.source}/{p.skill}" for p in problems}
     target: dict[str, tuple[SkillInfo, FileEntry]] = {
-        f"{s.source_dir}/{s.id}/{p}": (s, e) for s in skills for p, e in s.files.items()
+        f"{s.source_dir}/{s.id}/{p}": (s, e)
+        for s in skills
+        if f"{s.source}/{s.id}" not in skipped
+        for p, e in s.files.items()
     }
     with _locked(root):
-        old_token, written = _read_state(root)
+        old_token, written, was_skipped = _read_state(root)
+        for p in problems:
+            if f"{p.source}/{p.skill}" not in was_skipped:
+                log.warning(
+                    "materialize: skipped skill %r of %s: %s",
+                    p.skill, p.source, p.findings[0].message,
+                )  # fmt: skip
         statuses: dict[str, Status] = {}
         stale = []
         for rel, (_, e) in target.items():
@@ -149,8 +187,9 @@ def materialize(skills: Sequence[SkillInfo], root: Path, token: str) -> None:
             else:
                 statuses[rel] = status
         checked = all(statuses[rel] == written[rel].status for rel in statuses)
-        if old_token == token and not stale and checked and written.keys() == target.keys():
-            return
+        same = old_token == token and skipped == was_skipped
+        if same and not stale and checked and written.keys() == target.keys():
+            return problems
         for rel in sorted(written.keys() - target.keys()):  # first, so a file may become a dir
             with contextlib.suppress(FileNotFoundError):
                 (root / rel).unlink()
@@ -169,8 +208,9 @@ def materialize(skills: Sequence[SkillInfo], root: Path, token: str) -> None:
                     raise InvalidPath(f"{path.parent} leads out of {root} through a symlink")
                 statuses[rel] = _write_atomic(path, data[entry.sha256], entry.mode, entry.mtime)
         files = {rel: [e.sha256, e.mode, list(statuses[rel])] for rel, (_, e) in target.items()}
-        state = json.dumps({"token": token, "files": files}).encode()
-        _write_atomic(root / STATE_FILE, state, 0o644, time.time())
+        state = json.dumps({"token": token, "files": files, "skipped": sorted(skipped)})
+        _write_atomic(root / STATE_FILE, state.encode(), 0o644, time.time())
+    return problems
 
 
 def _prune_empty(root: Path, directory: Path) -> None:

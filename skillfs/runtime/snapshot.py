@@ -358,10 +358,12 @@ class Snapshot:
     def materialize(self, directory: str | Path = ".skills-cache") -> Snapshot:
         """Write this snapshot's skills under `directory/<source>/<skill>/` and return the
         snapshot with `files_root` set, whose prompt and SKILL.md headers then name the
-        directories. Incremental: only files whose hash changed are rewritten."""
+        directories. Incremental: only files whose hash changed are rewritten. A skill with
+        a path no file system holds (stored before the path caps) is skipped, with a warning
+        and a Problem in the returned snapshot's `problems`."""
         root = Path(directory).expanduser().resolve()
-        materialize(self.skills, root, self.token)
-        return self._replace(files_root=root)
+        skipped = materialize(self.skills, root, self.token)
+        return self._replace(files_root=root, problems=(*self.problems, *skipped))
 
 
 _DEFAULT_PROMPT = PromptOptions()

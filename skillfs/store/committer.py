@@ -75,6 +75,7 @@ class Committer:
         commit_id = check_commit_id(options.commit_id or uuid.uuid4().hex)
         prepared = self._prepare(commands, strict)
         attempt = _Attempt(self, commit_id, self.who(options.actor), strict, prepared)
+        attempt.given_id = options.commit_id is not None
         return self._commit(domain, plans, steps, attempt, message)
 
     # ------------------------------------------------------------------ before the loop
@@ -141,13 +142,15 @@ class Committer:
             reads = [(s.scope, s.entry) for s in steps] + [r for p in plans for r in p.reads]
             current = attempt.read(reads)
             landed = _ours(steps, current, attempt)
-            if not landed and unsure:
-                landed = self._in_history(steps, commit_id)
+            if not landed and (unsure or (n == 0 and attempt.given_id)):
+                # a retry of a commit that landed under another writer's (C6): the caller's
+                # id is looked for in the kept history too, and names one payload there too
+                landed = self._in_history(steps, attempt)
             if not landed:
                 try:
                     ops, checks = self._ops(domain, steps, attempt, current, message)
                 except Conflict:  # against our own commit, another writer's on top? (C6)
-                    if unsure or not self._in_history(steps, commit_id):
+                    if unsure or not self._in_history(steps, attempt):
                         raise
                     landed = True
             if landed:
@@ -233,14 +236,22 @@ class Committer:
             found.update({(scope, k): m for k, m in loaded.items()})
         return found
 
-    def _in_history(self, steps: Sequence[Step], commit_id: str) -> bool:
+    def _in_history(self, steps: Sequence[Step], attempt: _Attempt) -> bool:
         """Whether a commit of this id landed on any of these entries, read back from their
-        history: another writer's version may stand on top of ours (a lost answer, C6)."""
-        return any(
-            m.commit_id == commit_id
-            for s in steps
-            for m in self.retrying(self.engine.history_summaries, s.scope, s.entry)
-        )
+        history: another writer's version may stand on top of ours (a lost answer, C6). A
+        version it landed with other files refuses the commit, as `_ours` does."""
+        landed = False
+        for s in steps:
+            summaries = self.retrying(self.engine.history_summaries, s.scope, s.entry)
+            for v in summaries:
+                if v.commit_id != attempt.commit_id:
+                    continue
+                landed = True
+                if s.payload is not None or s.removes:
+                    held = self.retrying(self.engine.history_version, s.scope, s.entry, v.version)
+                    if held is not None:
+                        _same_payload(s, held, attempt)
+        return landed
 
     def _already(
         self,
@@ -276,6 +287,8 @@ class _Attempt:
     strict: bool
     prepared_files: dict[int, Prepared]
     now: float = 0.0
+    #: The caller named the commit id (a retry may reuse it): it is looked for in history.
+    given_id: bool = False
     current: dict[tuple[Scope, str], Manifest] = field(default_factory=dict)
     _markets: dict[str, bool] = field(default_factory=dict)
 
@@ -350,17 +363,29 @@ def _ours(
         if cur is None or cur.commit_id != attempt.commit_id:
             continue
         landed = True
-        if s.payload is not None:
-            files = attempt.prepared(s.payload).files
-            staged = isinstance(s.payload, Stage) and cur.candidate is not None
-            held = cur.candidate.files if staged and cur.candidate else cur.files
-            if _rows(held) != _rows(files):
-                raise InvalidArgument(
-                    f"commit id {attempt.commit_id!r} already committed version {cur.version} "
-                    f"of {s.scope}/{s.entry} with other files: a commit id names one write; "
-                    "give this one a new id (a retry sends the same files under the same id)"
-                )
+        _same_payload(s, cur, attempt)
     return landed
+
+
+def _same_payload(s: Step, held: Manifest, attempt: _Attempt) -> None:
+    """Refuse a commit id that committed `held` with another payload than step `s` writes:
+    a command's files as sorted (path, sha256, mode) rows, or a removal's tombstone."""
+    if s.payload is not None:
+        files = attempt.prepared(s.payload).files
+        staged = isinstance(s.payload, Stage) and held.candidate is not None
+        table = held.candidate.files if staged and held.candidate else held.files
+        same = not held.deleted and _rows(table) == _rows(files)
+    elif s.removes:
+        same = held.deleted
+    else:
+        return
+    if not same:
+        raise InvalidArgument(
+            f"commit id {attempt.commit_id!r} already committed version {held.version} of "
+            f"{s.scope}/{s.entry} with another payload: a commit id names one write (its "
+            "scope, skill and files); give this one a new id (a retry sends the same write "
+            "under the same id)"
+        )
 
 
 def _checks(

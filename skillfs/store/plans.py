@@ -88,6 +88,8 @@ class Step:
     make: Callable[[Attempt], Manifest]
     #: The command whose files this entry's version holds (its commit id names them).
     payload: Put | Stage | Propose | None = None
+    #: A plain removal: the version its commit id names is a tombstone.
+    removes: bool = False
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,7 @@ def _remove(c: Remove) -> Plan:
             raise NotFound(f"skill {c.skill!r} does not exist in {c.scope}: nothing to delete")
         return cur.tombstone()
 
-    return Plan([Step(c.scope, c.skill, c.expected_version, make)], [])
+    return Plan([Step(c.scope, c.skill, c.expected_version, make, removes=True)], [])
 
 
 def _propose(c: Propose) -> Plan:

@@ -109,6 +109,18 @@ def check_moves(ops: Sequence[CommitOp], current: Current) -> None:
             )
 
 
+def check_not_empty(ops: Sequence[CommitOp]) -> None:
+    """A live version holds at least one file (or a staged candidate's): an empty file set
+    is not a skill, and a deletion is a tombstone (a set without SKILL.md is storable,
+    docs/design.md §1). A disabled marker holds none: a user's hiding of a skill below."""
+    for op in ops:
+        m = op.manifest
+        if not m.deleted and not m.files and m.candidate is None and not m.disabled:
+            raise InvalidArgument(
+                f"{op.scope}/{m.skill}: a skill needs at least one file; to delete it, delete it"
+            )
+
+
 def check_added_paths(ops: Sequence[CommitOp], current: Current) -> None:
     """A path a version adds — held neither by its entry now nor by an entry the commit
     removes (a move's source) — must be one `check_new_path` allows, whether its bytes are
@@ -277,6 +289,7 @@ def check_ops(ops: Sequence[CommitOp], current: Current, markets: Sequence[str] 
     """Every rule over what a commit writes (its shape and versions checked before);
     `current` holds its entries and those `guarded` names."""
     check_moves(ops, current)
+    check_not_empty(ops)
     check_added_paths(ops, current)
     check_rollouts(ops)
     check_kill_switch(ops, current, markets)
