@@ -202,7 +202,7 @@ class Committer:
         markets = self.markets() if rules.reads_markets(ops, current) else []
         guarded = [g for g in rules.guarded(ops, current, markets) if g not in current]
         current.update(attempt.read(guarded, other_domains=True))
-        rules.check_ops(ops, current, markets)
+        rules.check_ops(ops, current, markets, self.names(ops, current))
         return ops, _checks(domain, ops, current, markets)
 
     def commit_built(self, domain: str, ops: Sequence[CommitOp]) -> Revision:
@@ -219,8 +219,19 @@ class Committer:
         markets = self.markets() if rules.reads_markets(ops, current) else []
         guarded = rules.guarded(ops, current, markets)
         current.update(self.load([g for g in guarded if g not in current]))
-        rules.check_ops(ops, current, markets)
+        rules.check_ops(ops, current, markets, self.names(ops, current))
         return self.engine.commit(domain, ops, _checks(domain, ops, current, markets))
+
+    def names(self, ops: Sequence[CommitOp], current: rules.Current) -> dict[Scope, list[str]]:
+        """The live entries of each scope where the commit creates one, for the name rule
+        (`rules.check_new_names`): read only then, names alone, once per scope. An engine
+        that cannot tell (`grpc://`: its server reads them) leaves its scopes out."""
+        out: dict[Scope, list[str]] = {}
+        for scope in dict.fromkeys(op.scope for op in rules.created(ops, current)):
+            held = self.retrying(self.engine.live_names, scope)
+            if held is not None:
+                out[scope] = held
+        return out
 
     def load(self, keys: Sequence[tuple[Scope, str]]) -> dict[tuple[Scope, str], Manifest]:
         """The entries named (tombstones included), one load per scope."""
