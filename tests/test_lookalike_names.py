@@ -221,3 +221,26 @@ def test_twins_stored_before_the_rule_keep_reading_and_being_edited(
             store.publish(SHARED, CAFE_NFD, skill(CAFE_NFD))
         with pytest.raises(InvalidPath, match=rf"looks like {CAFE_NFC!r}"):  # another twin
             store.publish(SHARED, "CAFÉ", skill("CAFÉ"))
+
+
+# ---------------------------------------------------------------------------- across layers
+
+
+@pytest.mark.parametrize("engine", ["memory", "sqlite"])
+def test_across_layers_a_look_alike_shadows_like_an_equal_name(
+    request: pytest.FixtureRequest, tmp_path: Path, engine: str
+) -> None:
+    with skillfs.open_store(url_for(request, engine, tmp_path)) as store:
+        store.publish(SHARED, "pdf", skill("pdf", "the operators' one"))
+        store.publish(ALICE, "PDF", skill("PDF", "alice's one"))
+        store.publish(ALICE, "notes", skill("notes"))
+        with Skills(store, AGENT, "alice") as sk:
+            snap = sk.snapshot()
+        by_id = {s.id: s for s in snap.skills}
+        assert set(by_id) == {"PDF", "notes"}
+        assert by_id["PDF"].shadows == (str(SHARED),)
+        hidden = [p for p in snap.problems if p.skill == "pdf"]
+        assert [(p.source, p.findings[0].rule) for p in hidden] == [(str(SHARED), "look-alike")]
+        assert "'PDF'" in hidden[0].findings[0].message
+        with Skills(store, AGENT, "bob") as sk:  # bob has no twin: he sees the shared one
+            assert {s.id for s in sk.snapshot().skills} == {"pdf"}
