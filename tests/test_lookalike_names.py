@@ -8,6 +8,7 @@ reading, and `skillfs check-names` lists them."""
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from collections.abc import Iterator
@@ -244,3 +245,33 @@ def test_across_layers_a_look_alike_shadows_like_an_equal_name(
         assert "'PDF'" in hidden[0].findings[0].message
         with Skills(store, AGENT, "bob") as sk:  # bob has no twin: he sees the shared one
             assert {s.id for s in sk.snapshot().skills} == {"pdf"}
+
+
+# ---------------------------------------------------------------------------- the check
+
+
+@pytest.mark.parametrize("engine", ["memory", "sqlite"])
+def test_check_names_lists_twins_and_hidden_characters(
+    request: pytest.FixtureRequest, tmp_path: Path, engine: str
+) -> None:
+    from tests.cli_helpers import run
+
+    url = url_for(request, engine, tmp_path)
+    with skillfs.open_store(url) as store:
+        store.publish(SHARED, "pdf", skill("pdf"))
+        stored_before_the_rule(store, SHARED, "PDF")
+        stored_before_the_rule(store, SHARED, "no\u200bte")
+        store.publish(ALICE, "fine", skill("fine"))
+    out = run(url, "check-names", "--json")
+    assert out.exit_code == 1, (out.stdout, out.stderr)
+    found = json.loads(out.stdout)
+    assert {(f["scope"], f["name"], f["problem"]) for f in found} == {
+        (str(SHARED), "PDF", "look-alike"),
+        (str(SHARED), "pdf", "look-alike"),
+        (str(SHARED), "no\u200bte", "hidden-characters"),
+    }
+    twin = next(f for f in found if f["name"] == "PDF")
+    assert twin["twins"] == ["pdf"]
+    text = run(url, "check-names", "--scope", str(ALICE))
+    assert text.exit_code == 0, (text.stdout, text.stderr)
+    assert "no look-alike" in text.stdout

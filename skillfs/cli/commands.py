@@ -12,6 +12,7 @@ def register(app: typer.Typer) -> None:
     """Add every store command to `app`."""
     from skillfs.cli import (  # noqa: F401  (they register)
         browse,
+        check_names,
         curate,
         drafts,
         edit,

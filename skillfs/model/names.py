@@ -118,31 +118,39 @@ def _invisible(c: str) -> bool:
 
 def check_new_name(name: str) -> str:
     """A name a skill can be created under (docs/security.md, "Look-alike names"):
-    `check_live_name`, and nothing that makes it show like another name — no invisible
-    character (default-ignorable, format, bidi control, Hangul filler), no surrounding space,
-    and already in Unicode NFKC. Never rewritten: a name is stored as written or refused.
-    (A name stored before this rule is still read, edited, renamed and deleted.)"""
+    `check_live_name`, and no `name_problem`. Never rewritten: a name is stored as written or
+    refused. (A name stored before this rule is still read, edited, renamed and deleted.)"""
     check_live_name(name)
+    problem = name_problem(name)
+    if problem is not None:
+        raise InvalidPath(f"invalid skill name {name!r}: {problem[1]}")
+    return name
+
+
+def name_problem(name: str) -> tuple[str, str] | None:
+    """What makes a name show like another, as (rule, what to do): an invisible character
+    (default-ignorable, format, bidi control, Hangul filler: `hidden-characters`), a
+    surrounding space (`spaces`), a form other than Unicode NFKC (`not-nfkc`); None if none."""
     hidden = next((c for c in name if _invisible(c)), None)
     if hidden is not None:
         label = unicodedata.name(hidden, "unnamed")
-        raise InvalidPath(
-            f"invalid skill name {name!r}: it holds U+{ord(hidden):04X} ({label}), which shows "
-            "as nothing (an invisible, format or text-direction character, or a Hangul "
-            "filler), so the name would read like another; remove it"
+        return "hidden-characters", (
+            f"it holds U+{ord(hidden):04X} ({label}), which shows as nothing (an invisible, "
+            "format or text-direction character, or a Hangul filler), so the name would "
+            "read like another; remove it"
         )
     if name != name.strip():
-        raise InvalidPath(
-            f"invalid skill name {name!r}: it starts or ends with a space, which listings and "
-            f"prompts do not show; write it as {name.strip()!r}"
+        return "spaces", (
+            "it starts or ends with a space, which listings and prompts do not show; write "
+            f"it as {name.strip()!r}"
         )
     nfkc = unicodedata.normalize("NFKC", name)
     if nfkc != name:
-        raise InvalidPath(
-            f"invalid skill name {name!r}: it is not in Unicode NFKC form, so it shows like "
-            f"{nfkc!r} yet is another name; write it as {nfkc!r}"
+        return "not-nfkc", (
+            f"it is not in Unicode NFKC form, so it shows like {nfkc!r} yet is another name; "
+            f"write it as {nfkc!r}"
         )
-    return name
+    return None
 
 
 @functools.lru_cache(maxsize=1)
