@@ -136,6 +136,21 @@ def test_a_deleted_skill_leaves_its_name_free(store: Store) -> None:
     assert sorted(store.manifests(SHARED)) == ["PDF"]
 
 
+@pytest.mark.parametrize("engine", ["redis", "etcd"])
+def test_the_scopes_names_are_read_by_key_on_redis_and_etcd(
+    request: pytest.FixtureRequest, tmp_path: Path, engine: str
+) -> None:
+    """`Engine.entry_names` lists keys alone; tombstones are left out by the rule."""
+    with skillfs.open_store(url_for(request, engine, tmp_path)) as store:
+        store.publish(SHARED, "pdf", skill("pdf"))
+        store.publish(SHARED, "old", skill("old"))
+        store.delete(SHARED, "old")
+        assert sorted(store.engine.entry_names(SHARED) or []) == ["old", "pdf"]
+        with pytest.raises(InvalidPath, match="looks like 'pdf'"):
+            store.publish(SHARED, "PDF", skill("PDF"))
+        store.publish(SHARED, "OLD", skill("OLD"))  # a deleted skill is no twin
+
+
 def test_renaming_onto_a_look_alike_is_refused_but_fixing_a_case_is_not(store: Store) -> None:
     store.publish(SHARED, "pdf", skill("pdf"))
     store.publish(SHARED, "docs", skill("docs"))

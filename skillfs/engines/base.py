@@ -251,12 +251,12 @@ class Engine(ABC):
     def load_scope(self, scope: Scope) -> dict[str, Manifest]:
         """Every live manifest of a scope (tombstones included), in one round trip."""
 
-    def live_names(self, scope: Scope) -> list[str] | None:
-        """The entries of a scope that are live (tombstones left out), names alone: what the
-        Committer's name rule compares a new entry with. None: this engine leaves that rule
-        to the server it sends commits to (`grpc://`). This default reads the scope; an
-        engine that can list names alone overrides it."""
-        return [name for name, m in self.load_scope(scope).items() if not m.deleted]
+    def entry_names(self, scope: Scope) -> list[str] | None:
+        """Every entry of a scope (tombstones included), names alone: what the Committer's
+        name rule looks for a new entry's look-alikes among. None: this engine leaves that
+        rule to the server it sends commits to (`grpc://`). This default reads the scope;
+        every engine here lists keys alone."""
+        return list(self.load_scope(scope))
 
     @abstractmethod
     def load_skills(self, scope: Scope, skills: Sequence[str]) -> dict[str, Manifest]:

@@ -277,7 +277,7 @@ class GrpcEngine(GrpcWatching, Engine):
         request = pb.GetManifestsRequest(scope=str(scope), whole_scope=True)
         return {m.skill: m for m in self._manifests(scope, self._manifest_stream(request))}
 
-    def live_names(self, scope: Scope) -> list[str] | None:
+    def entry_names(self, scope: Scope) -> list[str] | None:
         """None: the server runs the name rule on every Commit, over its own read of the
         scope's names, so a client reads no whole scope to create a skill."""
         return None

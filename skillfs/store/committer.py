@@ -23,7 +23,13 @@ from skillfs.errors import (
 )
 from skillfs.model import CommitResult, File, FileEntry, Finding, Manifest, Revision, Scope
 from skillfs.model.entry import EntryKind, EntryRef
-from skillfs.model.names import check_live_name, check_new_path, normalize_path
+from skillfs.model.names import (
+    check_live_name,
+    check_new_path,
+    entry_name,
+    name_key,
+    normalize_path,
+)
 from skillfs.model.ops import Command, FileValue, Propose, Put, Stage, WriteOptions
 from skillfs.spec.skill_md import SKILL_MD, inspect_skill
 from skillfs.store import rules
@@ -223,14 +229,22 @@ class Committer:
         return self.engine.commit(domain, ops, _checks(domain, ops, current, markets))
 
     def names(self, ops: Sequence[CommitOp], current: rules.Current) -> dict[Scope, list[str]]:
-        """The live entries of each scope where the commit creates one, for the name rule
-        (`rules.check_new_names`): read only then, names alone, once per scope. An engine
-        that cannot tell (`grpc://`: its server reads them) leaves its scopes out."""
+        """For the name rule (`rules.check_new_names`), in each scope where the commit
+        creates an entry: the live entries whose name is or looks like a created one's. Read
+        only then: the scope's entry names alone, once, then those few entries, to leave
+        tombstones out. An engine that cannot list names (`grpc://`: its server runs the
+        rule on its own reads) leaves its scopes out."""
+        wanted: dict[Scope, set[str]] = {}
+        for op in rules.created(ops, current):
+            wanted.setdefault(op.scope, set()).add(name_key(entry_name(op.manifest.skill)))
         out: dict[Scope, list[str]] = {}
-        for scope in dict.fromkeys(op.scope for op in rules.created(ops, current)):
-            held = self.retrying(self.engine.live_names, scope)
-            if held is not None:
-                out[scope] = held
+        for scope, keys in wanted.items():
+            held = self.retrying(self.engine.entry_names, scope)
+            if held is None:
+                continue
+            alike = [e for e in held if name_key(entry_name(e)) in keys]
+            found = self.retrying(self.engine.load_skills, scope, alike) if alike else {}
+            out[scope] = [e for e, m in found.items() if not m.deleted]
         return out
 
     def load(self, keys: Sequence[tuple[Scope, str]]) -> dict[tuple[Scope, str], Manifest]:

@@ -28,9 +28,10 @@ from skillfs.model.names import check_new_name, check_new_path, entry_name, name
 #: What a commit read of its entries: (scope, entry) -> the manifest as it was (a tombstone
 #: included), absent when there was none.
 Current = Mapping[tuple[Scope, str], Manifest]
-#: The live entries of the scopes where a commit creates one, as they were before it (read
-#: by `Committer.names`); a scope left out is not checked here (a `grpc://` client leaves
-#: that to the server, which reads them itself).
+#: For each scope where a commit creates an entry, the live entries before it whose name is
+#: or looks like a created one's (`Committer.names`; the others change nothing); a scope
+#: left out is not checked here (a `grpc://` client leaves that to the server, which reads
+#: them itself).
 Names = Mapping[Scope, Collection[str]]
 
 

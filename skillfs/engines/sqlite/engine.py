@@ -211,12 +211,8 @@ class SqliteEngine(sqlite_lease.SqliteLeases, Engine):
         )
         return {skill: Manifest.from_json(body) for skill, body in rows}
 
-    def live_names(self, scope: Scope) -> list[str]:
-        rows = self._db.query(
-            "SELECT skill FROM manifests WHERE scope = ?"
-            " AND coalesce(json_extract(body, '$.deleted'), 0) = 0",
-            (self._scope(scope),),
-        )
+    def entry_names(self, scope: Scope) -> list[str]:
+        rows = self._db.query("SELECT skill FROM manifests WHERE scope = ?", (self._scope(scope),))
         return [skill for (skill,) in rows]
 
     def load_skills(self, scope: Scope, skills: Sequence[str]) -> dict[str, Manifest]:
