@@ -35,6 +35,7 @@ NO_VERSIONS = {
         "reads only",
     ),
     "drafts ls": "reads only",
+    "check-names": "reads only",
     "drafts show": "reads only",
     "export": "writes local files only",
     "gc": "removes unreferenced blobs and expired history: no version to say why in",

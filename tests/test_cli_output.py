@@ -46,6 +46,7 @@ def url(tmp_path: Path) -> str:
     # such a name from before the rule is still shown defused (written past the rule here)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("skillfs.store.committer.check_live_name", check_skill_name)
+        mp.setattr("skillfs.store.rules.check_new_name", check_skill_name)
         publish(url, "shared:bot", evil, {"SKILL.md": text.encode()})
     return url
 

@@ -13,6 +13,7 @@ def register(app: typer.Typer) -> None:
     from skillfs.cli import (  # noqa: F401  (they register)
         browse,
         check,
+        check_names,
         curate,
         drafts,
         edit,

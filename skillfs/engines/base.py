@@ -251,6 +251,13 @@ class Engine(ABC):
     def load_scope(self, scope: Scope) -> dict[str, Manifest]:
         """Every live manifest of a scope (tombstones included), in one round trip."""
 
+    def entry_names(self, scope: Scope) -> list[str] | None:
+        """Every entry of a scope (tombstones included), names alone: what the Committer's
+        name rule looks for a new entry's look-alikes among. None: this engine leaves that
+        rule to the server it sends commits to (`grpc://`). This default reads the scope;
+        every engine here lists keys alone."""
+        return list(self.load_scope(scope))
+
     @abstractmethod
     def load_skills(self, scope: Scope, skills: Sequence[str]) -> dict[str, Manifest]:
         """The live manifests of some skills of a scope (absent ones left out)."""

@@ -5,6 +5,9 @@ from __future__ import annotations
 import functools
 import posixpath
 import re
+import unicodedata
+from collections.abc import Iterable
+from importlib import resources
 
 from skillfs.errors import InvalidPath
 
@@ -123,6 +126,100 @@ def _refuse_unshown(what: str, value: str) -> None:
             "or text-direction override, which would change how it reads in listings, links "
             "and prompts; use printable characters"
         )
+
+
+#: Default_Ignorable_Code_Point (Unicode's DerivedCoreProperties.txt): characters that show as
+#: nothing, the Hangul fillers U+115F, U+1160, U+3164 and U+FFA0 among them. (Python's
+#: `unicodedata` does not carry the property.)
+_IGNORABLE = re.compile(
+    "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
+    "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
+)
+#: Bidi_Control's explicit formatting classes (embeddings, overrides, isolates).
+_BIDI_CONTROLS = frozenset({"LRE", "RLE", "LRO", "RLO", "PDF", "LRI", "RLI", "FSI", "PDI"})
+
+
+def _invisible(c: str) -> bool:
+    return (
+        _IGNORABLE.match(c) is not None
+        or unicodedata.category(c) == "Cf"
+        or unicodedata.bidirectional(c) in _BIDI_CONTROLS
+    )
+
+
+def check_new_name(name: str) -> str:
+    """A name a skill can be created under (docs/security.md, "Look-alike names"):
+    `check_live_name`, and no `name_problem`. Never rewritten: a name is stored as written or
+    refused. (A name stored before this rule is still read, edited, renamed and deleted.)"""
+    check_live_name(name)
+    problem = name_problem(name)
+    if problem is not None:
+        raise InvalidPath(f"invalid skill name {name!r}: {problem[1]}")
+    return name
+
+
+def name_problem(name: str) -> tuple[str, str] | None:
+    """What makes a name show like another, as (rule, what to do): an invisible character
+    (default-ignorable, format, bidi control, Hangul filler: `hidden-characters`), a
+    surrounding space (`spaces`), a form other than Unicode NFKC (`not-nfkc`); None if none."""
+    hidden = next((c for c in name if _invisible(c)), None)
+    if hidden is not None:
+        label = unicodedata.name(hidden, "unnamed")
+        return "hidden-characters", (
+            f"it holds U+{ord(hidden):04X} ({label}), which shows as nothing (an invisible, "
+            "format or text-direction character, or a Hangul filler), so the name would "
+            "read like another; remove it"
+        )
+    if name != name.strip():
+        return "spaces", (
+            "it starts or ends with a space, which listings and prompts do not show; write "
+            f"it as {name.strip()!r}"
+        )
+    nfkc = unicodedata.normalize("NFKC", name)
+    if nfkc != name:
+        return "not-nfkc", (
+            f"it is not in Unicode NFKC form, so it shows like {nfkc!r} yet is another name; "
+            f"write it as {nfkc!r}"
+        )
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def _prototypes() -> dict[str, str]:
+    """Unicode TR39's confusable prototypes (confusables.tsv, made by
+    support/gen_confusables.py)."""
+    table: dict[str, str] = {}
+    text = resources.files("skillfs.model").joinpath("confusables.tsv").read_text("utf-8")
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            source, target = line.split("\t")
+            table[chr(int(source, 16))] = "".join(chr(int(c, 16)) for c in target.split())
+    return table
+
+
+@functools.lru_cache(maxsize=65536)
+def name_key(name: str) -> str:
+    """The case-folded confusable skeleton of a name (Unicode TR39, section 4): two names
+    with one key look alike (`PDF` and `pdf`, Cyrillic `а` and Latin `a`, `café` in NFC and
+    NFD). Used to compare names, never stored or shown."""
+    text = _IGNORABLE.sub("", unicodedata.normalize("NFD", name.casefold()))
+    table = _prototypes()
+    skeleton = unicodedata.normalize("NFD", "".join(table.get(c, c) for c in text))
+    return unicodedata.normalize("NFD", skeleton.casefold())
+
+
+def look_alikes(names: Iterable[str]) -> dict[str, list[str]]:
+    """Each name that looks like another of `names`, with those others (sorted)."""
+    by_key: dict[str, set[str]] = {}
+    for name in names:
+        by_key.setdefault(name_key(name), set()).add(name)
+    return {
+        name: sorted(group - {name})
+        for group in by_key.values()
+        if len(group) > 1
+        for name in sorted(group)
+    }
 
 
 def draft_entry(name: str) -> str:

@@ -277,6 +277,11 @@ class GrpcEngine(GrpcWatching, Engine):
         request = pb.GetManifestsRequest(scope=str(scope), whole_scope=True)
         return {m.skill: m for m in self._manifests(scope, self._manifest_stream(request))}
 
+    def entry_names(self, scope: Scope) -> list[str] | None:
+        """None: the server runs the name rule on every Commit, over its own read of the
+        scope's names, so a client reads no whole scope to create a skill."""
+        return None
+
     def load_skills(self, scope: Scope, skills: Sequence[str]) -> dict[str, Manifest]:
         """By name, `remote.wire.NAMES` at a time: more than that are several reads (each
         manifest is as of its read; a commit's compare-and-set, not this read, decides)."""

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from skillfs.governance.rollout_rule import effective
 from skillfs.model import FileEntry, Finding, Manifest, Scope, error_findings
-from skillfs.model.names import check_id, is_hidden_dir
+from skillfs.model.names import check_id, is_hidden_dir, name_key
 
 
 class Reader(Protocol):
@@ -121,11 +121,16 @@ def merge(
     skill is a hole: it shadows its name and contributes nothing (docs/governance.md). A
     store skill with a staged candidate is what `rollout.effective` gives `user` in
     `environment` (the layer's own, for a `Market` that names one). A copy whose origin an
-    operator disabled is a hole too (docs/governance.md, "Disable"), whenever it was made."""
+    operator disabled is a hole too (docs/governance.md, "Disable"), whenever it was made.
+    A name that looks like a lower layer's (`names.name_key`: `PDF` over `pdf`, a Cyrillic
+    letter over a Latin one) shadows it as an equal name would, and the shadowed skill is a
+    problem with the finding `look-alike` (docs/security.md, "Look-alike names"); twins of
+    one layer, stored before the rule, both stay."""
     winners: dict[str, SkillInfo] = {}
     problems: list[Problem] = []
     stacked = {str(layer.scope): skills for layer, skills in layers if layer.scope is not None}
-    for layer, skills in layers:
+    twins = _Twins(winners, problems)
+    for level, (layer, skills) in enumerate(layers):
         scope = layer.scope
         env = layer.environment or environment
         for skill in sorted(skills.manifests):
@@ -137,11 +142,13 @@ def merge(
                 continue
             if m.disabled:
                 winners.pop(skill, None)
+                twins.shadow(skill, level, layer.label)
                 problems.append(Problem(skill, layer.label, (), disabled=m.disabled_reason))
                 continue
             off = _origin_disabled(m, stacked, layer.label)
             if off is not None:
                 winners.pop(skill, None)
+                twins.shadow(skill, level, layer.label)
                 problems.append(off)
                 continue
             if not m.usable:
@@ -149,6 +156,10 @@ def merge(
                 continue
             fm = m.frontmatter or {}
             below = winners.get(skill)
+            alike = twins.shadow(skill, level, layer.label)
+            below_sources = (*below.shadows, below.source) if below else ()
+            below_sources += tuple(s for info in alike for s in (*info.shadows, info.source))
+            twins.place(skill, level)
             winners[skill] = SkillInfo(
                 id=skill,
                 name=str(fm["name"]),
@@ -160,12 +171,51 @@ def merge(
                 digest=m.commit_id,
                 files=m.files,
                 findings=tuple(m.findings),
-                shadows=(*below.shadows, below.source) if below else (),
+                shadows=tuple(dict.fromkeys(below_sources)),
                 frontmatter=fm,
                 reader=skills.reader,
                 candidate=m is not live,  # effective's new object: the candidate
             )
     return [winners[k] for k in sorted(winners)], problems
+
+
+@dataclass
+class _Twins:
+    """The winners' names by look-alike key, and the layer each won in: a name placed over a
+    lower layer's look-alike removes it, with a `look-alike` problem for operators."""
+
+    winners: dict[str, SkillInfo]
+    problems: list[Problem]
+    level: dict[str, int] = field(default_factory=dict)
+    by_key: dict[str, set[str]] = field(default_factory=dict)
+
+    def place(self, skill: str, level: int) -> None:
+        self.level[skill] = level
+        self.by_key.setdefault(name_key(skill), set()).add(skill)
+
+    def shadow(self, skill: str, level: int, label: str) -> list[SkillInfo]:
+        """Remove the lower layers' winners that look like `skill`; returns them."""
+        out: list[SkillInfo] = []
+        group = self.by_key.get(name_key(skill), set())
+        for other in sorted(group):
+            if other == skill or self.level.get(other, level) >= level:
+                continue
+            group.discard(other)
+            info = self.winners.pop(other, None)
+            if info is None:
+                continue
+            out.append(info)
+            finding = Finding(
+                severity="warning",
+                rule="look-alike",
+                message=(
+                    f"shadowed by {skill!r} of {label}, a name that looks like it (Unicode "
+                    "TR39: case, look-alike letters, Unicode forms): a reader could not tell "
+                    "them apart, so the upper layer's wins as an equal name would; rename one"
+                ),
+            )
+            self.problems.append(Problem(other, info.source, (finding,)))
+        return out
 
 
 def _origin_disabled(m: Manifest, stacked: Mapping[str, LayerSkills], label: str) -> Problem | None:

@@ -23,7 +23,13 @@ from skillfs.errors import (
 )
 from skillfs.model import CommitResult, File, FileEntry, Finding, Manifest, Revision, Scope
 from skillfs.model.entry import EntryKind, EntryRef
-from skillfs.model.names import check_live_name, check_new_path, normalize_path
+from skillfs.model.names import (
+    check_live_name,
+    check_new_path,
+    entry_name,
+    name_key,
+    normalize_path,
+)
 from skillfs.model.ops import Command, FileValue, Propose, Put, Stage, WriteOptions
 from skillfs.spec.skill_md import SKILL_MD, inspect_skill
 from skillfs.store import rules
@@ -205,7 +211,7 @@ class Committer:
         markets = self.markets() if rules.reads_markets(ops, current) else []
         guarded = [g for g in rules.guarded(ops, current, markets) if g not in current]
         current.update(attempt.read(guarded, other_domains=True))
-        rules.check_ops(ops, current, markets)
+        rules.check_ops(ops, current, markets, self.names(ops, current))
         return ops, _checks(domain, ops, current, markets)
 
     def commit_built(self, domain: str, ops: Sequence[CommitOp]) -> Revision:
@@ -222,8 +228,27 @@ class Committer:
         markets = self.markets() if rules.reads_markets(ops, current) else []
         guarded = rules.guarded(ops, current, markets)
         current.update(self.load([g for g in guarded if g not in current]))
-        rules.check_ops(ops, current, markets)
+        rules.check_ops(ops, current, markets, self.names(ops, current))
         return self.engine.commit(domain, ops, _checks(domain, ops, current, markets))
+
+    def names(self, ops: Sequence[CommitOp], current: rules.Current) -> dict[Scope, list[str]]:
+        """For the name rule (`rules.check_new_names`), in each scope where the commit
+        creates an entry: the live entries whose name is or looks like a created one's. Read
+        only then: the scope's entry names alone, once, then those few entries, to leave
+        tombstones out. An engine that cannot list names (`grpc://`: its server runs the
+        rule on its own reads) leaves its scopes out."""
+        wanted: dict[Scope, set[str]] = {}
+        for op in rules.created(ops, current):
+            wanted.setdefault(op.scope, set()).add(name_key(entry_name(op.manifest.skill)))
+        out: dict[Scope, list[str]] = {}
+        for scope, keys in wanted.items():
+            held = self.retrying(self.engine.entry_names, scope)
+            if held is None:
+                continue
+            alike = [e for e in held if name_key(entry_name(e)) in keys]
+            found = self.retrying(self.engine.load_skills, scope, alike) if alike else {}
+            out[scope] = [e for e, m in found.items() if not m.deleted]
+        return out
 
     def load(self, keys: Sequence[tuple[Scope, str]]) -> dict[tuple[Scope, str], Manifest]:
         """The entries named (tombstones included), one load per scope."""

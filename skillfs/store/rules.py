@@ -6,7 +6,7 @@ store, does not change them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
@@ -16,17 +16,23 @@ from skillfs.errors import (
     Conflict,
     FailedPrecondition,
     InvalidArgument,
+    InvalidPath,
     InvalidSkill,
     NotFound,
     TooLarge,
 )
 from skillfs.model import Finding, Manifest, Rollout, Scope, error_findings
-from skillfs.model.entry import EntryRef
-from skillfs.model.names import check_new_path
+from skillfs.model.entry import EntryKind, EntryRef
+from skillfs.model.names import check_new_name, check_new_path, entry_name, name_key
 
 #: What a commit read of its entries: (scope, entry) -> the manifest as it was (a tombstone
 #: included), absent when there was none.
 Current = Mapping[tuple[Scope, str], Manifest]
+#: For each scope where a commit creates an entry, the live entries before it whose name is
+#: or looks like a created one's (`Committer.names`; the others change nothing); a scope
+#: left out is not checked here (a `grpc://` client leaves that to the server, which reads
+#: them itself).
+Names = Mapping[Scope, Collection[str]]
 
 
 def live(m: Manifest | None) -> Manifest | None:
@@ -138,6 +144,50 @@ def check_added_paths(ops: Sequence[CommitOp], current: Current) -> None:
     for op in ops:
         for path in paths(op.manifest) - paths(current.get((op.scope, op.manifest.skill))) - moved:
             check_new_path(path)
+
+
+def created(ops: Sequence[CommitOp], current: Current) -> list[CommitOp]:
+    """The writes that make an entry live where none was (a skill, a draft or an archived
+    skill): only these take a name, so only these are held to the name rules."""
+    return [
+        op
+        for op in ops
+        if serves(op.manifest) and live(current.get((op.scope, op.manifest.skill))) is None
+    ]
+
+
+def check_new_names(ops: Sequence[CommitOp], current: Current, names: Names) -> None:
+    """An identity rule, like the path rule (docs/security.md, "Look-alike names"): an entry
+    made live under a name its scope does not hold yet takes a name `check_new_name` allows,
+    whose case-folded confusable skeleton (`name_key`) is no other live entry's in the scope
+    nor another entry's this commit makes. A name the scope already holds (a draft of a
+    skill, an archive, an approval, a move of a twin stored before this rule) is not new, nor
+    is an older skillfs's single `_drafts` or `.archive` entry (`split_legacy`), and
+    entries the commit removes do not count (renaming `pdf` to `PDF` is allowed). Names are
+    never rewritten: refused, with the twin named."""
+    made: dict[Scope, list[str]] = {}
+    for op in created(ops, current):
+        held = names.get(op.scope)
+        if held is None:
+            continue
+        ref = EntryRef.parse(op.manifest.skill)
+        name = ref.name
+        if ref.kind is EntryKind.LEGACY or name in {entry_name(entry) for entry in held}:
+            continue
+        check_new_name(name)
+        removed = {o.manifest.skill for o in ops if o.scope == op.scope and o.manifest.deleted}
+        others = [(entry_name(e), f"already in {op.scope}") for e in held if e not in removed]
+        others += [(n, f"written to {op.scope} by the same commit") for n in made.get(op.scope, [])]
+        key = name_key(name)
+        twin = next(((n, where) for n, where in others if n != name and name_key(n) == key), None)
+        if twin is not None:
+            raise InvalidPath(
+                f"invalid skill name {name!r}: it looks like {twin[0]!r}, {twin[1]} (the same "
+                "once case, look-alike letters and Unicode forms are set aside, per Unicode "
+                f"TR39), so readers could not tell them apart; nothing was written: edit "
+                f"{twin[0]!r} itself, or pick a name that reads differently"
+            )
+        made.setdefault(op.scope, []).append(name)
 
 
 def check_rollouts(ops: Sequence[CommitOp]) -> None:
@@ -285,11 +335,18 @@ def refuse_errors(skill: str, findings: Sequence[Finding]) -> None:
         )
 
 
-def check_ops(ops: Sequence[CommitOp], current: Current, markets: Sequence[str] = ()) -> None:
+def check_ops(
+    ops: Sequence[CommitOp],
+    current: Current,
+    markets: Sequence[str] = (),
+    names: Names | None = None,
+) -> None:
     """Every rule over what a commit writes (its shape and versions checked before);
-    `current` holds its entries and those `guarded` names."""
+    `current` holds its entries and those `guarded` names, `names` the live entries of the
+    scopes where it creates one."""
     check_moves(ops, current)
     check_not_empty(ops)
     check_added_paths(ops, current)
+    check_new_names(ops, current, names or {})
     check_rollouts(ops)
     check_kill_switch(ops, current, markets)

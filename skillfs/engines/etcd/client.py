@@ -386,23 +386,26 @@ class EtcdClient:
             out += [first_kv(r) for r in response.responses]
         return out
 
-    def scan(self, prefix: bytes) -> list[Any]:
+    def scan(self, prefix: bytes, *, keys_only: bool = False) -> list[Any]:
         """Every KeyValue under `prefix`, in key order, as of one revision: the first page is
         a linearizable read, the next ones read at its revision. Pages shrink when a response
-        would be over the receive limit; a compaction mid-scan starts it again."""
+        would be over the receive limit; a compaction mid-scan starts it again. `keys_only`:
+        the keys without their values."""
         for _ in range(5):
             try:
-                return self._scan_once(prefix)
+                return self._scan_once(prefix, keys_only)
             except Compacted:
                 continue
         raise StoreUnavailable(f"etcd store {self.url} kept compacting while {prefix!r} was read")
 
-    def _scan_once(self, prefix: bytes) -> list[Any]:
+    def _scan_once(self, prefix: bytes, keys_only: bool = False) -> list[Any]:
         start, end = prefix, prefix_end(prefix)
         revision, limit = 0, self.page_size
         out: list[Any] = []
         while True:
-            request = etcdrpc.RangeRequest(key=start, range_end=end, limit=limit, revision=revision)
+            request = etcdrpc.RangeRequest(
+                key=start, range_end=end, limit=limit, revision=revision, keys_only=keys_only
+            )
             try:
                 response = self.range(request)
             except ResponseTooLarge:

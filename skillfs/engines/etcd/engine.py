@@ -235,6 +235,10 @@ class EtcdEngine(EtcdLeases, Engine):
             for kv in self._etcd.scan(prefix)
         }
 
+    def entry_names(self, scope: Scope) -> list[str]:
+        prefix = self._manifest_key(scope, "")
+        return [kv.key[len(prefix) :].decode() for kv in self._etcd.scan(prefix, keys_only=True)]
+
     def load_skills(self, scope: Scope, skills: Sequence[str]) -> dict[str, Manifest]:
         kvs = self._etcd.get_many([self._manifest_key(scope, s) for s in skills])
         return {

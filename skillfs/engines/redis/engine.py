@@ -279,6 +279,11 @@ class RedisEngine(redis_lease.RedisLeases, Engine):
             raw = cast(dict[bytes, bytes], self._client.hgetall(self._skills_key(scope)))
         return {k.decode(): Manifest.from_json(v) for k, v in raw.items()}
 
+    def entry_names(self, scope: Scope) -> list[str]:
+        with self._guard:
+            keys = cast(list[bytes], self._client.hkeys(self._skills_key(scope)))
+        return [k.decode() for k in keys]
+
     def load_skills(self, scope: Scope, skills: Sequence[str]) -> dict[str, Manifest]:
         if not skills:
             return {}

@@ -211,6 +211,10 @@ class SqliteEngine(sqlite_lease.SqliteLeases, Engine):
         )
         return {skill: Manifest.from_json(body) for skill, body in rows}
 
+    def entry_names(self, scope: Scope) -> list[str]:
+        rows = self._db.query("SELECT skill FROM manifests WHERE scope = ?", (self._scope(scope),))
+        return [skill for (skill,) in rows]
+
     def load_skills(self, scope: Scope, skills: Sequence[str]) -> dict[str, Manifest]:
         key = self._scope(scope)
         out: dict[str, Manifest] = {}
