@@ -35,6 +35,7 @@ NO_VERSIONS = {
         "reads only",
     ),
     "drafts ls": "reads only",
+    "check": "reads only",
     "check-names": "reads only",
     "drafts show": "reads only",
     "export": "writes local files only",

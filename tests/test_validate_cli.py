@@ -151,7 +151,7 @@ def test_one_console_and_one_json_writer_for_every_command() -> None:
 
 COMMANDS = [
     "validate", "ls", "cat", "history", "diff", "usage", "edit", "rm", "rollback", "prompt",
-    "watch", "gc", "import", "export", "serve", "run", "check-names",
+    "watch", "gc", "import", "export", "serve", "run", "check", "check-names",
 ]  # fmt: skip
 
 
