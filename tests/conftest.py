@@ -23,7 +23,7 @@ from support.servers import (
 pytest_plugins = ["tests.stores"]
 
 # universal-pathlib's vendored BaseTests (tests/_vendor/upath_tests): assertion introspection
-# for their asserts, registered before tests/test_fs_upath.py imports them
+# for their asserts, registered before tests/fs/test_fs_upath.py imports them
 pytest.register_assert_rewrite("upath.tests.cases", "upath.tests.utils")
 
 # ============================================================================ store servers

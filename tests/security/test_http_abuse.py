@@ -35,8 +35,8 @@ from tests.security.http_clients import (
     signed_in,
     threads_of,
 )
+from tests.server.test_server_health import self_signed
 from tests.stores import url_for
-from tests.test_server_health import self_signed
 
 AGENT = "support-bot"
 SHARED = Scope.shared(AGENT)
