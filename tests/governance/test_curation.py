@@ -2,12 +2,11 @@
 near-duplicate pairs with their reasons, on every engine and topology (the `store` fixture,
 with skills committed by a store whose clock is in the past and usage at chosen times);
 applying it archives (restorable) and never a skill used meanwhile; bad input writes nothing;
-the similarity join agrees with brute force; `skillfs curate` on SQLite."""
+`skillfs curate` on SQLite. The similarity join and durations are in tests/unit."""
 
 from __future__ import annotations
 
 import itertools
-import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +17,7 @@ import skillfs
 from skillfs import Scope
 from skillfs.errors import InvalidArgument, NotFound
 from skillfs.governance.curation_report import SkillRef, near_duplicates
-from skillfs.util.durations import format_duration, parse_duration
-from skillfs.util.similarity import jaccard, shingles, similar_pairs
+from skillfs.util.similarity import shingles
 from tests.cli_helpers import as_json, ok, run
 from tests.helpers import skill_md
 
@@ -232,21 +230,6 @@ def test_bad_input_writes_nothing(fleet: skillfs.Store) -> None:
 # ---------------------------------------------------------------------------- pure parts
 
 
-def _brute(sets: list[frozenset[str]], t: float) -> dict[tuple[int, int], float]:
-    pairs = itertools.combinations(range(len(sets)), 2)
-    return {(i, j): s for i, j in pairs if (s := jaccard(sets[i], sets[j])) >= t}
-
-
-@pytest.mark.parametrize("threshold", [0.3, 0.5, 0.8, 1.0])
-def test_similarity_join_agrees_with_brute_force(threshold: float) -> None:
-    rng = random.Random(7)
-    vocab = [f"w{i}" for i in range(40)]
-    base = [frozenset(rng.sample(vocab, rng.randint(1, 12))) for _ in range(40)]
-    mutated = [frozenset([*list(s)[1:], rng.choice(vocab)]) for s in base]  # near copies
-    sets = [*base, *mutated, frozenset()]
-    assert similar_pairs(sets, threshold) == _brute(sets, threshold)
-
-
 def test_near_duplicates_are_deterministic(fleet: skillfs.Store) -> None:
     first = fleet.curation.run(BOT, now=NOW).duplicates
     assert fleet.curation.run(BOT, now=NOW).duplicates == first
@@ -257,44 +240,6 @@ def test_near_duplicates_are_deterministic(fleet: skillfs.Store) -> None:
     assert shingles("one two three", 3) == frozenset({"one two three"})
     todo = [SkillRef(scope=SHARED, skill=n) for n in ("a", "b")]  # outside testing: stubs
     assert near_duplicates(todo, ["Deploys things", "Reviews code"], ["TODO", "TODO"]) == ([], 0)
-
-
-def test_identical_copies_are_counted_not_all_listed() -> None:
-    refs = [SkillRef(scope=Scope.user(BOT, f"u{i:02}"), skill="copy") for i in range(30)]
-    refs.append(SkillRef(scope=SHARED, skill="other"))
-    descs = ["Reviews code"] * 30 + ["Something else entirely"]
-    bodies = [REVIEW] * 30 + ["Unrelated words here."]
-    pairs, total = near_duplicates(refs, descs, bodies, limit=10)
-    assert total == 30 * 29 // 2 and len(pairs) == 10
-    assert [(p.a.scope.user_id, p.b.scope.user_id) for p in pairs[:3]] == [
-        ("u00", "u01"), ("u00", "u02"), ("u00", "u03")
-    ]  # fmt: skip
-    assert all(p.reason.endswith("(the same name: an override that may no longer differ)")
-               for p in pairs)  # fmt: skip
-    assert near_duplicates(refs[::-1], descs[::-1], bodies[::-1], limit=10) == (pairs, total)
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [("30d", 30 * DAY), ("2h", 7200.0), ("30m", 1800.0), ("45s", 45.0), ("1w", 7 * DAY),
-     ("1.5h", 5400.0), ("90", 90.0), (12, 12.0)],
-)  # fmt: skip
-def test_durations(text: str | float, seconds: float) -> None:
-    assert parse_duration(text) == seconds
-
-
-def test_a_duration_is_said_to_its_second_unit() -> None:
-    said = {s: format_duration(s) for s in (0.5, 61, 3600, 129600, 200 * DAY, 86399)}
-    assert said == {
-        0.5: "0 seconds", 61: "1 minute 1 second", 3600: "1 hour", 129600: "1 day 12 hours",
-        200 * DAY: "200 days", 86399: "23 hours 59 minutes",
-    }  # fmt: skip
-
-
-@pytest.mark.parametrize("text", ["", "7x", "d", "-1h", "nan", "inf", "0s"])
-def test_bad_durations(text: str) -> None:
-    with pytest.raises(InvalidArgument, match="such as 30d, 2h, 30m or 45s"):
-        parse_duration(text, "--curate-every")
 
 
 # ---------------------------------------------------------------------------- the CLI

@@ -1,7 +1,7 @@
 """Staged rollout (docs/governance.md, "Staged rollout"): stage, widen, promote and abort on
-every engine and topology (the `store` fixture), through workers' views; the rule over 10,000
-users; bad input writing nothing; the CLI; a `grpc://` client staging through Commit and the
-server's view RPCs taking the environment."""
+every engine and topology (the `store` fixture), through workers' views; bad input writing
+nothing; the CLI; a `grpc://` client staging through Commit and the server's view RPCs taking
+the environment. The rule itself (over 10,000 users) is in tests/unit/test_rollout_rule.py."""
 
 from __future__ import annotations
 
@@ -25,8 +25,6 @@ from skillfs.errors import (
     NotFound,
     PermissionDenied,
 )
-from skillfs.governance.rollout_rule import bucket, effective, gets_candidate
-from skillfs.model import Manifest
 from skillfs.remote.proto import skillfs_pb2 as pb
 from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
 from support import grpc_servers
@@ -286,48 +284,6 @@ def test_an_unchanged_step_with_a_candidate_is_one_round_trip() -> None:
         assert skills.snapshot() is first
     assert counter.names(me) == ["revisions"] * 20
     skills.close()
-
-
-# ----------------------------------------------------------------- the rule
-
-
-def test_fraction_over_ten_thousand_users_and_widening_keeps_everyone_in() -> None:
-    users = [f"user-{i}" for i in range(10_000)]
-
-    def reached(fraction: float, skill: str = "s") -> set[str]:
-        rule = Rollout(fraction=fraction)
-        return {u for u in users if gets_candidate(rule, SHARED, skill, u, None)}
-
-    for fraction in (0.01, 0.1, 0.5, 0.9):
-        share = len(reached(fraction)) / len(users)
-        assert abs(share - fraction) <= 0.02, (fraction, share)
-    assert reached(0.5) >= reached(0.1)  # every user who was in stays in
-    assert reached(0.0) == set() and reached(1.0) == set(users)
-    # each skill draws its own sample, and the bucket is stable (a pure hash)
-    assert reached(0.1, "other") != reached(0.1)
-    assert bucket(SHARED, "s", "user-1") == bucket(SHARED, "s", "user-1")
-    assert Rollout(users=["b", "a", "b"]) == Rollout(users=["a", "b"])  # one rule, one form
-    assert bucket(SHARED, "s", "user-1") != bucket(ALICE, "s", "user-1")
-
-
-def test_effective_and_the_rule_owner() -> None:
-    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
-    store.publish(SHARED, "s", files("s", "live"))
-    store.rollouts.stage(
-        SHARED, "s", files("s", "c"), Rollout(environments=["prod"], users=["bob"])
-    )
-    m = store.manifest(SHARED, "s")
-    assert effective(m, SHARED, "alice", None) is m
-    assert effective(m, SHARED, "alice", "staging") is m
-    for user, env in (("alice", "prod"), ("bob", None), ("bob", "staging")):
-        got = effective(m, SHARED, user, env)
-        assert isinstance(got, Manifest) and got is not m
-        assert got.candidate is None and got.version == m.version
-        assert m.candidate is not None and got.files == m.candidate.files
-    store.rollouts.stage(SHARED, "new", files("new", "c"), Rollout(users=["bob"]))
-    fresh = store.manifest(SHARED, "new")
-    assert effective(fresh, SHARED, "alice", None) is None
-    assert effective(fresh, SHARED, "bob", None) is not None
 
 
 # ----------------------------------------------------------------- the CLI
