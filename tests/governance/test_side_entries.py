@@ -1,6 +1,7 @@
 """Side entries (docs/governance.md, "Drafts and review", "Archive"): drafts `_drafts/<name>`
-and archived skills `.archive/<name>` as their own entries, and archive / restore, on every
-engine and topology (the `store` fixture)."""
+and archived skills `.archive/<name>` as their own entries, and archive / restore (the `store`
+fixture). That each entry keeps its own manifest and history on every engine and topology is
+in tests/engines/test_side_entry_keys.py."""
 
 from __future__ import annotations
 
@@ -8,28 +9,14 @@ import pytest
 
 import skillfs
 from skillfs import Remove, Scope
-from skillfs.engines.base import CommitOp
 from skillfs.errors import Conflict, FailedPrecondition, InvalidArgument, InvalidPath, NotFound
 from skillfs.model.names import archive_entry, check_entry, draft_entry
 from tests.helpers import skill_files as files
-from tests.helpers import skill_md
+from tests.helpers import skill_md, write_legacy
 from tests.runtime_helpers import view
 
 ALICE = Scope.user("support-bot", "alice")
 SHARED = Scope.shared("support-bot")
-
-
-def write_legacy(store: skillfs.Store, where: str, legacy: dict[str, bytes]) -> None:
-    """A `_drafts` / `.archive` manifest as an older skillfs wrote it (files `<name>/...`):
-    the engine's commit of a stored skill's file table under that name."""
-    src = store.publish(SHARED, "src", legacy)
-    table = store.manifest(SHARED, "src").files
-    cur = store.manifests(SHARED, [where]).get(where)
-    m = store.manifest(SHARED, "src").model_copy(
-        update={"skill": where, "version": (cur.version if cur else 0) + 1, "files": table}
-    )
-    store.engine.commit(SHARED.domain, [CommitOp(scope=SHARED, manifest=m, expect=m.version - 1)])
-    store.delete(SHARED, "src", expected_version=src.version)
 
 
 def test_entry_names_are_checked() -> None:
@@ -41,35 +28,6 @@ def test_entry_names_are_checked() -> None:
     for bad in ("a/b", "_drafts/_x", "_drafts/a/b", "_drafts/", "other/a", ".archive/.."):
         with pytest.raises(InvalidPath):
             check_entry(bad)
-
-
-def test_side_entries_have_their_own_versions_and_history(store: skillfs.Store) -> None:
-    """Two drafts and an archived skill of one scope: each its own manifest, version and
-    history (on etcd the history prefix of a legacy `_drafts` manifest covers the entries':
-    they must not mix), never listed as a skill nor in a worker's view."""
-    write_legacy(store, "_drafts", {"old/SKILL.md": skill_md("old")})
-    write_legacy(store, "_drafts", {"old/SKILL.md": skill_md("old", body="v2")})
-    store.publish(SHARED, "_drafts/a", files("a"))
-    store.publish(SHARED, "_drafts/a", files("a", "v2"))
-    store.publish(SHARED, "_drafts/b", files("b"))
-    store.publish(SHARED, ".archive/c", files("c"))
-    store.publish(SHARED, "live", files("live"))
-    assert store.manifest(SHARED, "_drafts/a").version == 2
-    assert store.manifest(SHARED, "_drafts/b").version == 1
-    assert [m.version for m in store.history(SHARED, "_drafts/a")] == [2, 1]
-    assert [m.version for m in store.history(SHARED, "_drafts")] == [2, 1]
-    assert [m.skill for m in store.history(SHARED, "_drafts")] == ["_drafts", "_drafts"]
-    assert store.manifest(SHARED, "_drafts/a").frontmatter == {
-        "name": "a",
-        "description": "Does things. Use when testing.",
-    }
-    assert not store.manifest(SHARED, "_drafts/a").errors  # named as the skill it becomes
-    assert store.skills(SHARED) == ["live"]
-    entries = {"_drafts", "_drafts/a", "_drafts/b", ".archive/c", "live"}
-    assert set(store.manifests(SHARED)) == entries
-    assert list(view(store, "alice")) == ["live"]
-    audit = store.governance.audit("support-bot", skill="_drafts/a")
-    assert [e.action for e in audit] == ["propose", "propose"]
 
 
 def test_archive_and_restore_are_one_commit_each(store: skillfs.Store) -> None:
