@@ -19,7 +19,7 @@ from support.servers import (
     RedisServer,
 )
 
-# `store_url` / `store`: a fresh namespace on every engine and topology.
+# `store_url` / `store`: a fresh namespace per test on the topologies of its tier.
 pytest_plugins = ["tests.stores"]
 
 # universal-pathlib's vendored BaseTests (tests/_vendor/upath_tests): assertion introspection

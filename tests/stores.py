@@ -1,7 +1,13 @@
-"""The `store_url` fixture: one fresh, isolated namespace on every engine and topology.
+"""The `store_url` fixture: one fresh, isolated namespace per test, on the topologies of its tier.
 
 Each test gets its own `?prefix=` on the shared servers, so tests never see each other's
 keys and need no flush.
+
+Which topologies: tests/engines and tests/scenarios override `store_url` with every topology
+(`ENGINES`); everywhere else it is `LOGIC_ENGINES`: memory and SQLite (no server: what `make
+check` runs) and grpc://, because a skillfs server checks every commit again (grants, the
+actor, governed moves) and those checks are logic of their own. Engine-specific behaviour
+belongs in tests/engines.
 """
 
 from __future__ import annotations
@@ -24,6 +30,10 @@ ENGINES = [
     "etcd-cluster",
     "grpc",
 ]
+#: The `store` fixture outside tests/engines and tests/scenarios.
+LOGIC_ENGINES = ["memory", "sqlite", "grpc"]
+#: Engines that need no server: every other one marks its tests `server` (tests/conftest.py).
+SERVERLESS = {"memory", "sqlite"}
 SERVER_FIXTURE = {
     "redis": "redis_server",
     "redis-cluster": "redis_cluster",
@@ -43,7 +53,10 @@ def url_for(request: pytest.FixtureRequest, engine: str, tmp_path: Path) -> str:
     if engine == "grpc":  # a skillfs server over a fresh memory store, an admin token
         from support.grpc_servers import ADMIN, in_process
 
-        server = in_process(f"memory://{ns}", tmp_path)
+        # One per test, gRPC only: no HTTP port (console, MCP, metrics), which no grpc://
+        # client uses and whose shutdown took ~0.19 s of every test; without it a start and
+        # a stop take ~0.01 s (docs/benchmarks.md, "Test tiers").
+        server = in_process(f"memory://{ns}", tmp_path, http=None)
         request.addfinalizer(lambda: server.stop(0))
         request.getfixturevalue("monkeypatch").setenv("SKILLFS_TOKEN", ADMIN)
         return f"grpc://127.0.0.1:{server.grpc_port}?max_message={1024 * 1024}"  # as the server
@@ -52,8 +65,10 @@ def url_for(request: pytest.FixtureRequest, engine: str, tmp_path: Path) -> str:
     return f"{server.url}{sep}prefix=t{ns}/"
 
 
-@pytest.fixture(params=ENGINES)
+@pytest.fixture(params=LOGIC_ENGINES)
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh namespace on memory, SQLite and grpc:// (every topology in tests/engines and
+    tests/scenarios, whose conftest.py overrides this)."""
     return url_for(request, request.param, tmp_path)
 
 

@@ -1,6 +1,7 @@
 """`store.drafts.approve(..., rollout=, into=)` (docs/governance.md): a draft straight into a staged
 rollout, and into another scope of its agent (an agent's draft in a user's scope approved into
-the shared scope), each in one commit that also removes the draft — on every topology."""
+the shared scope), each in one commit that also removes the draft — on memory, SQLite and
+grpc:// (the `store` fixture)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Curation (docs/governance.md, "Curation"): the report of stale skills, skills to archive and
-near-duplicate pairs with their reasons, on every engine and topology (the `store` fixture,
+near-duplicate pairs with their reasons, on memory, SQLite and grpc:// (the `store` fixture,
 with skills committed by a store whose clock is in the past and usage at chosen times);
 applying it archives (restorable) and never a skill used meanwhile; bad input writes nothing;
 `skillfs curate` on SQLite. The similarity join and durations are in tests/unit."""

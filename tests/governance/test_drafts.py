@@ -1,6 +1,6 @@
-"""Drafts and review (docs/governance.md): propose, list, approve, reject, on every engine
-and topology (the `store` fixture): each one commit, drafts never in a worker's view, and
-bad input refused with nothing written."""
+"""Drafts and review (docs/governance.md): propose, list, approve, reject, on memory, SQLite
+and grpc:// (the `store` fixture): each one commit, drafts never in a worker's view, and bad
+input refused with nothing written."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Governed change (docs/governance.md): actor and message on every commit, the audit, and
-disable / enable, on every engine and topology (the `store` fixture) and through a worker's
+disable / enable, on memory, SQLite and grpc:// (the `store` fixture) and through a worker's
 view."""
 
 from __future__ import annotations

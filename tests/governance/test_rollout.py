@@ -1,5 +1,5 @@
 """Staged rollout (docs/governance.md, "Staged rollout"): stage, widen, promote and abort on
-every engine and topology (the `store` fixture), through workers' views; bad input writing
+memory, SQLite and grpc:// (the `store` fixture), through workers' views; bad input writing
 nothing; the CLI; a `grpc://` client staging through Commit and the server's view RPCs taking
 the environment. The rule itself (over 10,000 users) is in tests/unit/test_rollout_rule.py."""
 
@@ -57,7 +57,7 @@ def body(ref: bytes | str) -> str:
     return text.removeprefix("ref ").strip()
 
 
-# ----------------------------------------------------------------- on every topology
+# ----------------------------------------------------------------- through the store
 
 
 def test_stage_widen_promote_on_every_topology(store: skillfs.Store, other: skillfs.Store) -> None:

@@ -116,9 +116,10 @@ def test_a_legacy_side_manifest_splits_in_one_commit(store: skillfs.Store) -> No
 
 
 def test_archive_and_restore_carry_a_staged_candidate(store: skillfs.Store) -> None:
-    """On every topology (outside testing: over grpc:// the server took the moved candidate
-    for a new one and refused both moves), and an entry without files records no finding
-    (the server recorded 'skill-md-missing' for a staged-only skill and a hiding entry)."""
+    """On memory, SQLite and grpc:// (outside testing: over grpc:// the server took the moved
+    candidate for a new one and refused both moves), and an entry without files records no
+    finding (the server recorded 'skill-md-missing' for a staged-only skill and a hiding
+    entry)."""
     store.publish(SHARED, "pdf", files("pdf"))
     store.rollouts.stage(SHARED, "pdf", files("pdf", "canary"), skillfs.Rollout(users=["alice"]))
     done = store.archive.add(SHARED, "pdf", "old")
