@@ -1,17 +1,31 @@
-"""Shared pytest fixtures.
+"""Shared pytest fixtures, the tiers' markers and `--no-servers`.
 
 Real servers come from support/servers.py. A server fixture starts its server only when a test
-asks for it, once per session, and stops it at the end. A server that cannot start fails the
-tests that need it (ServerError with the server's log tail); nothing is skipped.
+asks for it, once per session (per pytest-xdist worker: each worker is a session of its own,
+picking its ports from its own slice of the port range), and stops it at the end. A server
+that cannot start fails the tests that need it (ServerError with the server's log tail);
+nothing is skipped.
+
+Tiers (README, "Tests"): tests/unit, tests/store, tests/governance, tests/engines, a folder
+per surface and tests/scenarios, every test of which is marked `slow`. A test that needs a
+server is marked `server`: by hand where it starts one itself, and here where it asks for a
+server fixture or is parametrized with a store engine that has one (redis*, etcd*, grpc).
+`pytest --no-servers` (`make check`) deselects those and makes any other server fail its
+test loudly.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from support.servers import (
+    NO_SERVERS_ENV,
     EtcdCluster,
     EtcdServer,
     RedisCluster,
@@ -19,8 +33,73 @@ from support.servers import (
     RedisServer,
 )
 
+pytest.register_assert_rewrite("tests.stores")  # imported here before pytest_plugins loads it
+from tests.stores import ENGINES, SERVERLESS  # noqa: E402
+
 # `store_url` / `store`: a fresh namespace per test on the topologies of its tier.
 pytest_plugins = ["tests.stores"]
+
+TESTS = Path(__file__).resolve().parent
+SERVER_FIXTURES = {
+    "redis_server",
+    "redis_cluster",
+    "redis_sentinel",
+    "etcd_server",
+    "etcd_cluster",
+    "redis_url",
+    "etcd_url",
+}
+SERVER_ENGINES = set(ENGINES) - SERVERLESS
+NO_SERVERS = (
+    "pytest --no-servers (make check) starts no server: mark the test `server` (make test "
+    "runs it) or move it out of the tiers make check runs"
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--no-servers",
+        action="store_true",
+        help="deselect tests marked `server` and fail any other test that starts a server "
+        "(make check)",
+    )
+
+
+def _refuse_listen(self: socket.socket, *args: Any) -> None:
+    raise RuntimeError(f"a socket tried to listen: {NO_SERVERS}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--no-servers"):
+        # support/ refuses its servers (also in processes tests start); a server made in this
+        # process some other way fails when it listens
+        os.environ[NO_SERVERS_ENV] = NO_SERVERS
+        socket.socket.listen = _refuse_listen  # type: ignore[method-assign]
+
+
+def _needs_server(item: pytest.Item) -> bool:
+    if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params.values() if callspec is not None else ()
+    return any(isinstance(v, str) and v in SERVER_ENGINES for v in params)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    scenarios = TESTS / "scenarios"
+    for item in items:
+        if _needs_server(item):
+            item.add_marker(pytest.mark.server)
+        if item.path.is_relative_to(scenarios):
+            item.add_marker(pytest.mark.slow)
+    if config.getoption("--no-servers"):
+        keep = [item for item in items if item.get_closest_marker("server") is None]
+        if len(keep) < len(items):
+            config.hook.pytest_deselected(
+                items=[item for item in items if item.get_closest_marker("server") is not None]
+            )
+            items[:] = keep
+
 
 # universal-pathlib's vendored BaseTests (tests/_vendor/upath_tests): assertion introspection
 # for their asserts, registered before tests/fs/test_fs_upath.py imports them

@@ -274,6 +274,7 @@ def test_cli_disable_enable_ls_prompt_and_audit(cli_url: str) -> None:
     assert "ISO 8601" in error_line(run(cli_url, "audit", "-a", "x", "--since", "soon"), 2)
 
 
+@pytest.mark.server
 def test_grpc_client_cannot_claim_another_actor(tmp_path: Path) -> None:
     server = grpc_servers.in_process(f"memory://{uuid.uuid4().hex}", tmp_path)
     try:
@@ -290,6 +291,7 @@ def test_grpc_client_cannot_claim_another_actor(tmp_path: Path) -> None:
         server.stop(0)
 
 
+@pytest.mark.server
 def test_grpc_audit_is_one_call_within_the_tokens_read_grants(tmp_path: Path) -> None:
     server = grpc_servers.in_process(f"memory://{uuid.uuid4().hex}", tmp_path)
     try:

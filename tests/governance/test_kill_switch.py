@@ -129,6 +129,7 @@ def test_a_copy_of_a_skill_deleted_since_it_was_read_is_refused(store: Store) ->
         store.commit([copy])
 
 
+@pytest.mark.server
 def test_a_raw_commit_to_a_server_is_held_to_the_same_rule(tmp_path: Path) -> None:
     """The client's Committer runs the rules only to fail early: a manifest built by hand
     and sent as a `Commit` with a user's token is refused by the server."""

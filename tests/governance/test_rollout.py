@@ -332,6 +332,7 @@ def test_cli_stage_widen_promote_abort(cli_url: str, tmp_path: Path) -> None:
 # ----------------------------------------------------------------- grpc://
 
 
+@pytest.mark.server
 def test_grpc_stage_goes_through_commit_and_views_take_the_environment(tmp_path: Path) -> None:
     server = grpc_servers.in_process(f"memory://{uuid.uuid4().hex}", tmp_path)
     try:
@@ -377,6 +378,7 @@ def test_grpc_stage_goes_through_commit_and_views_take_the_environment(tmp_path:
         server.stop(0)
 
 
+@pytest.mark.server
 def test_grpc_server_vouches_for_the_candidate(tmp_path: Path) -> None:
     """A client cannot forge a candidate: one that is not staged by its own commit is
     refused, and the server reads the frontmatter from the candidate's SKILL.md."""

@@ -141,6 +141,7 @@ def test_an_unreadable_stored_manifest_fails_only_its_skill_and_can_be_repaired(
     assert store.skills(ALICE) == ["good"]
 
 
+@pytest.mark.server
 def test_the_server_refuses_a_manifest_that_would_not_read_back(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
