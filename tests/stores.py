@@ -44,7 +44,10 @@ SERVER_FIXTURE = {
 
 
 def url_for(request: pytest.FixtureRequest, engine: str, tmp_path: Path) -> str:
-    """A URL with a fresh namespace on `engine`, starting its server when needed."""
+    """A URL with a fresh namespace on `engine`, starting its server when needed.
+
+    grpc:// sets $SKILLFS_TOKEN to the admin token for the test (function scope only; a
+    wider fixture passes `token=support.grpc_servers.ADMIN` itself)."""
     ns = uuid.uuid4().hex[:12]
     if engine == "memory":
         return f"memory://{ns}"
@@ -58,7 +61,8 @@ def url_for(request: pytest.FixtureRequest, engine: str, tmp_path: Path) -> str:
         # a stop take ~0.01 s (docs/benchmarks.md, "Test tiers").
         server = in_process(f"memory://{ns}", tmp_path, http=None)
         request.addfinalizer(lambda: server.stop(0))
-        request.getfixturevalue("monkeypatch").setenv("SKILLFS_TOKEN", ADMIN)
+        if request.scope == "function":
+            request.getfixturevalue("monkeypatch").setenv("SKILLFS_TOKEN", ADMIN)
         return f"grpc://127.0.0.1:{server.grpc_port}?max_message={1024 * 1024}"  # as the server
     server = request.getfixturevalue(SERVER_FIXTURE[engine])
     sep = "&" if "?" in server.url else "?"

@@ -1,5 +1,6 @@
 """fsspec's own abstract test suite (copy, get, put, pipe, open) on `skillfs://`, with every
-test's root a fresh skill under skills/, against the memory, SQLite, Redis and etcd engines.
+test's root a fresh skill under skills/, against the memory engine, etcd (the most constrained
+engine) and grpc:// (a skillfs server, as workers mount it).
 
 Store directories are implied by their files, as on object stores, so the suite runs with
 `supports_empty_directories` False (as s3fs and gcsfs do); no test is skipped or xfailed.
@@ -15,9 +16,10 @@ import fsspec.tests.abstract as abstract
 import pytest
 
 from skillfs.fs import SkillFileSystem
+from support.grpc_servers import ADMIN
 from tests.stores import url_for
 
-ENGINES = ["memory", "sqlite", "redis", "etcd"]
+ENGINES = ["memory", "etcd", "grpc"]
 
 
 @pytest.fixture(scope="module", params=ENGINES)
@@ -35,6 +37,7 @@ class SkillfsFixtures(abstract.AbstractFixtures):  # type: ignore[misc]
             agent_id="abstract",
             user_id="u",
             base=str(tmp_path_factory.mktemp("base")),
+            token=ADMIN if engine_url.startswith("grpc") else None,
             skip_instance_cache=True,
         )
 

@@ -1,10 +1,11 @@
 """universal-pathlib's own BaseTests (vendored from its 0.3.10 sdist, tests/_vendor/upath_tests)
 on `skillfs://`, and the path semantics they do not cover.
 
-Each test's path is a fresh skill directory holding upath's fixture tree, on the memory, SQLite
-and Redis engines, as the agent-shared and as a user scope. Store directories are implied by
-their files, so the suite runs with SUPPORTS_EMPTY_DIRS = False, as upath's S3/GCS/Azure tests
-do (docs/fsspec.md "Directories are implied by files")."""
+Each test's path is a fresh skill directory holding upath's fixture tree, on the memory engine,
+etcd (the most constrained engine) and grpc:// (a skillfs server, as workers mount it), as the
+agent-shared and as a user scope. Store directories are implied by their files, so the suite
+runs with SUPPORTS_EMPTY_DIRS = False, as upath's S3/GCS/Azure tests do (docs/fsspec.md
+"Directories are implied by files")."""
 
 from __future__ import annotations
 
@@ -29,9 +30,10 @@ from upath.tests.cases import BaseTests  # noqa: E402
 from upath.tests.utils import OverrideMeta, overrides_base  # noqa: E402
 
 from skillfs.fs.upath import SkillPath  # noqa: E402
+from support.grpc_servers import ADMIN  # noqa: E402
 from tests.stores import url_for  # noqa: E402
 
-ENGINES = ["memory", "sqlite", "redis"]
+ENGINES = ["memory", "etcd", "grpc"]
 
 
 def test_vendored_cases_match_installed_upath() -> None:
@@ -82,7 +84,8 @@ def options(
     engine_url: str, scope_options: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Any]:
     base = str(tmp_path_factory.mktemp("base"))
-    return {"store": engine_url, "agent_id": "upath", "base": base, **scope_options}
+    token = {"token": ADMIN} if engine_url.startswith("grpc") else {}
+    return {"store": engine_url, "agent_id": "upath", "base": base, **token, **scope_options}
 
 
 class TestSkillPath(BaseTests, metaclass=OverrideMeta):  # type: ignore[misc]
