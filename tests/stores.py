@@ -3,11 +3,12 @@
 Each test gets its own `?prefix=` on the shared servers, so tests never see each other's
 keys and need no flush.
 
-Which topologies: tests/engines and tests/scenarios override `store_url` with every topology
-(`ENGINES`); everywhere else it is `LOGIC_ENGINES`: memory and SQLite (no server: what `make
-check` runs) and grpc://, because a skillfs server checks every commit again (grants, the
-actor, governed moves) and those checks are logic of their own. Engine-specific behaviour
-belongs in tests/engines.
+Which topologies: tests/engines overrides `store_url` with every topology (`ENGINES`: only the
+conformance suite and each engine's own tests run everywhere), tests/scenarios with one
+topology of each engine (`ENGINE_KINDS`); everywhere else it is `LOGIC_ENGINES`: memory and
+SQLite (no server: what `make check` runs) and grpc://, because a skillfs server checks every
+commit again (grants, the actor, governed moves) and those checks are logic of their own.
+Engine-specific behaviour belongs in tests/engines.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ ENGINES = [
 ]
 #: The `store` fixture outside tests/engines and tests/scenarios.
 LOGIC_ENGINES = ["memory", "sqlite", "grpc"]
+#: The `store` fixture in tests/scenarios: one topology of each engine (a cluster's own
+#: behaviour, failover and routing, is tests/engines' to show).
+ENGINE_KINDS = ["memory", "sqlite", "redis", "etcd", "grpc"]
 #: Engines that need no server: every other one marks its tests `server` (tests/conftest.py).
 SERVERLESS = {"memory", "sqlite"}
 SERVER_FIXTURE = {
@@ -71,8 +75,8 @@ def url_for(request: pytest.FixtureRequest, engine: str, tmp_path: Path) -> str:
 
 @pytest.fixture(params=LOGIC_ENGINES)
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh namespace on memory, SQLite and grpc:// (every topology in tests/engines and
-    tests/scenarios, whose conftest.py overrides this)."""
+    """A fresh namespace on memory, SQLite and grpc:// (tests/engines and tests/scenarios
+    override this in their conftest.py)."""
     return url_for(request, request.param, tmp_path)
 
 

@@ -1,4 +1,5 @@
-"""tests/scenarios: the `store` fixture on every engine and topology (tests/stores.py's ENGINES)."""
+"""tests/scenarios: every test is marked `slow` (tests/conftest.py); the `store` fixture runs on
+one topology of each engine (tests/stores.py's ENGINE_KINDS), not on every topology."""
 
 from __future__ import annotations
 
@@ -6,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.stores import ENGINES, url_for
+from tests.stores import ENGINE_KINDS, url_for
 
 
-@pytest.fixture(params=ENGINES)
+@pytest.fixture(params=ENGINE_KINDS)
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh namespace on every engine and topology."""
+    """A fresh namespace on memory, SQLite, Redis, etcd and grpc://."""
     return url_for(request, request.param, tmp_path)

@@ -1,6 +1,6 @@
-"""Large skills on every engine and topology: one of 2,000 files and one of 200 MiB in 200
-files, each published, read back, updated (one file changed) and deleted. The limits these
-stay within are in docs/consistency.md, "Limits"."""
+"""Large skills on every engine (one topology of each): one of 2,000 files and one of 200 MiB
+in 200 files, each published, read back, updated (one file changed) and deleted. The limits
+these stay within are in docs/consistency.md, "Limits"."""
 
 from __future__ import annotations
 
