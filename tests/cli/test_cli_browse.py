@@ -284,6 +284,7 @@ def test_store_down(tmp_path: Path) -> None:
         assert "check that it is running" in line
 
 
+@pytest.mark.serial
 def test_store_down_is_retried_for_the_same_budget_by_every_command(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

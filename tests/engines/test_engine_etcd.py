@@ -574,6 +574,7 @@ def test_put_blob_uploads_a_blob_gc_swept_after_it_was_seen(engine: EtcdEngine) 
 # ----------------------------------------------------------------- revisions and the log
 
 
+@pytest.mark.serial
 def test_changes_waits_then_times_out(engine: EtcdEngine) -> None:
     rev = engine.commit("agents/a", [CommitOp(scope=Scope.shared("a"), manifest=manifest("x", 1),
                                               expect=0)])  # fmt: skip
@@ -688,6 +689,7 @@ def test_a_forked_child_reads_over_its_own_gateway_connection(engine: EtcdEngine
     assert proc.exitcode == 0
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_gateway_reads_rest_then_follow_the_failover(
     etcd_cluster: EtcdCluster, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
@@ -842,6 +844,7 @@ def test_a_hung_member_times_out_and_rotates(etcd_cluster: EtcdCluster) -> None:
     store.close()
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_c7_leader_kill_loses_no_acknowledged_write(etcd_cluster: EtcdCluster) -> None:
     leader = etcd_cluster.leader_index()

@@ -211,6 +211,7 @@ def test_racing_commits_in_one_slot_serialize(engine: RedisEngine, redis_url: st
 # ----------------------------------------------------------------- change log
 
 
+@pytest.mark.serial
 def test_changes_wait_for_a_commit_and_time_out(redis_url: str) -> None:
     engine = RedisEngine(redis_url, socket_timeout=1.0)
     rev = engine.commit(DOMAIN, [put(ALICE, "a", 1)])
@@ -583,6 +584,7 @@ def test_url_options_reach_the_client(
 # ----------------------------------------------------------------- restarts and failovers
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_kill9_of_an_aof_server_keeps_acknowledged_writes_and_the_client_recovers(
     tmp_path: Path,

@@ -264,6 +264,7 @@ def _reader(url: str, requests: Connection, replies: Connection) -> None:
     engine.close()
 
 
+@pytest.mark.serial
 def test_reader_in_another_process_sees_commits_at_once(engine: SqliteEngine) -> None:
     req_r, req_w = SPAWN.Pipe(duplex=False)
     rep_r, rep_w = SPAWN.Pipe(duplex=False)
@@ -499,6 +500,7 @@ def test_a_read_only_file_is_said_at_once(read_only_view: tuple[Path, Path]) -> 
     owner.close()
 
 
+@pytest.mark.serial
 def test_opening_a_new_file_another_connection_writes_waits_for_it(db: Path) -> None:
     """A new file is switched to WAL on open, which needs it exclusively; SQLite refuses that
     switch at once ("database is locked", no busy timeout) while another connection holds a
@@ -533,6 +535,7 @@ def test_opening_a_new_file_another_connection_writes_waits_for_it(db: Path) -> 
     holder.close()
 
 
+@pytest.mark.serial
 def test_locked_past_timeout_is_store_unavailable_then_recovers(db: Path) -> None:
     engine = SqliteEngine(url_of(db, "timeout=0.2"))
     holder = sqlite3.connect(db, isolation_level=None)
@@ -596,6 +599,7 @@ def test_change_log_is_trimmed_in_the_commit(db: Path) -> None:
     engine.close()
 
 
+@pytest.mark.serial
 def test_changes_waits_and_wakes(engine: SqliteEngine) -> None:
     _, rev = bump(engine, ALICE, "s")
     started = time.monotonic()

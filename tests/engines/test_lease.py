@@ -61,6 +61,7 @@ def test_one_holder_until_it_expires(store: skillfs.Store) -> None:
     assert engine.acquire_lease("curate", "a", 30)  # released: free at once
 
 
+@pytest.mark.serial
 def test_renew_keeps_it(store: skillfs.Store) -> None:
     engine, ttl = store.engine, _waits(store)
     assert engine.acquire_lease("curate", "a", ttl)

@@ -97,6 +97,7 @@ def test_redis_commit_over_max_ops_is_too_large(redis_store: skillfs.Store) -> N
     assert len(redis_store.skills(SHARED)) == n
 
 
+@pytest.mark.serial
 def test_redis_longest_commit_script_stays_short(redis_url: str) -> None:
     """The worst commit a client may send: max_ops skills of 2,000 files each, created and
     then all updated (the update also copies the old manifests to history). Redis's SLOWLOG

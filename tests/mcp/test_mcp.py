@@ -148,6 +148,7 @@ def test_a_view_made_while_the_store_is_down_does_not_end_the_server() -> None:
     anyio.run(main)
 
 
+@pytest.mark.serial
 def test_the_stdio_server_exits_as_soon_as_its_input_ends(tmp_path: Path) -> None:
     """A host stops `skillfs mcp` by closing its stdin: the process is gone within a second
     or so, not after the view's watch has waited out its 5 s (as it was)."""

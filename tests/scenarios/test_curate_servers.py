@@ -22,6 +22,11 @@ from tests.cli_helpers import process
 from tests.helpers import skill_md
 from tests.stores import url_for
 
+# Runs are counted against the clock (one per interval, a killed runner replaced once its
+# lease expires), with three `skillfs serve` processes starting at once: alone, not beside
+# other tests (make test's serial lane).
+pytestmark = pytest.mark.serial
+
 EVERY = 2.0  # etcd counts a lease in whole seconds, at least ~2 s
 #: How far a run may start after the interval ends: the losers try every EVERY / 10 seconds,
 #: etcd expires leases on its own checks (every 500 ms), and a loaded machine adds slack.

@@ -76,6 +76,7 @@ def _check_a_frozen_store(
     assert len([m for m in said if "recovered after" in m]) == 1, said
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_a_stopped_skillfs_server(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     server = ServerProcess(f"sqlite:///{tmp_path / 'skills.db'}", tmp_path / "srv").start()
@@ -87,6 +88,7 @@ def test_a_stopped_skillfs_server(tmp_path: Path, caplog: pytest.LogCaptureFixtu
         server.stop()
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_a_stopped_redis(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with RedisServer(tmp_path / "redis") as redis_server:
@@ -95,6 +97,7 @@ def test_a_stopped_redis(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> No
         _check_a_frozen_store(url, redis_server.pid, caplog)
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_a_stopped_etcd(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with EtcdServer(tmp_path / "etcd") as etcd_server:

@@ -179,6 +179,7 @@ def test_a_stream_whose_queue_overflows_is_told_to_reload(tmp_path: Path) -> Non
             watch.cancel()
 
 
+@pytest.mark.serial
 def test_a_wake_is_kept_until_cleared_times_out_and_wakes_a_waiting_stream() -> None:
     """`Wake` is the hub's cheap `asyncio.Event` with a timeout: a set before the wait is not
     lost, a wait with nothing set ends with False after its timeout, and a set during the wait

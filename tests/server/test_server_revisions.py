@@ -58,6 +58,7 @@ def test_calls_arriving_during_a_read_wait_for_the_next_one() -> None:
     assert got == [0] + [1] * 20  # every later call sees the write made before it arrived
 
 
+@pytest.mark.serial
 def test_reads_begin_at_most_once_per_pace_and_an_idle_call_reads_at_once() -> None:
     """A busy server's calls wait for the next read, begun at most once per PACE after the last
     (so more calls share each read); a call that finds the last read long past reads at once.
@@ -108,6 +109,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url_for(request, request.param, tmp_path)
 
 
+@pytest.mark.serial
 def test_concurrent_revisions_calls_share_store_reads_and_see_every_write(
     url: str, tmp_path: Path
 ) -> None:
