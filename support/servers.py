@@ -52,6 +52,8 @@ _POLL = 0.05  # seconds between readiness probes
 #: When set (to a reason), every server of this module and of support/grpc_servers.py refuses
 #: to start with ServerError: `make check` runs `pytest --no-servers`, which sets it.
 NO_SERVERS_ENV = "SKILLFS_TEST_NO_SERVERS"
+#: "INDEX/COUNT": this test run's part of the port range (see `free_port`).
+PORTS_ENV = "SKILLFS_TEST_PORTS"
 
 __all__ = [
     "HOST",
@@ -98,19 +100,30 @@ _handed_out: set[int] = set()
 _ports_lock = threading.Lock()
 
 
+def _part(first: int, last: int, index: int, count: int) -> tuple[int, int]:
+    if count <= 1 or not 0 <= index < count:
+        return first, last
+    size = (last - first + 1) // count
+    return first + index * size, first + (index + 1) * size - 1
+
+
 def _worker_slice(first: int, last: int) -> tuple[int, int]:
-    """This pytest-xdist worker's own part of [first, last] (all of it outside xdist), so two
-    workers never pick the same port. Processes a test starts inherit their worker's part."""
+    """This pytest run's and pytest-xdist worker's own part of [first, last], so two workers,
+    or two runs started side by side, never pick the same port: $SKILLFS_TEST_PORTS ("1/2":
+    the second of two parts; `make test` gives its two lanes one each), then the worker's
+    share of that. Processes a test starts inherit their worker's part."""
+    try:
+        index, count = (int(n) for n in os.environ.get(PORTS_ENV, "0/1").split("/"))
+    except ValueError:
+        index, count = 0, 1
+    first, last = _part(first, last, index, count)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ...
     try:
         count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
         index = int(worker.removeprefix("gw"))
     except ValueError:
         return first, last
-    if count <= 1 or not 0 <= index < count:
-        return first, last
-    size = (last - first + 1) // count
-    return first + index * size, first + (index + 1) * size - 1
+    return _part(first, last, index, count)
 
 
 def free_port() -> int:
