@@ -1,12 +1,25 @@
-# The README's two commands: `make run` and `make test`. Everything they need is installed here:
-# `make run` the runtime only, `make test` adds the dev tools (linters, browser driver, …).
+# The README's commands: `make run`, `make check` and `make test`. Everything they need is
+# installed here: `make run` the runtime only, `make check` and `make test` add the dev tools
+# (linters, browser driver, …).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed-runtime
 DEV := $(VENV)/.installed-dev
+# pytest-xdist workers for make test: the suite waits on servers, subprocesses and timeouts
+# as much as it computes, so more workers than cores pay; 4 were no faster than 3 on two
+# cores (docs/benchmarks.md, "Test tiers").
+WORKERS ?= 3
+# pytest with compiled bytecode kept (in .venv, not beside the sources) whatever
+# $PYTHONDONTWRITEBYTECODE says: without it every run recompiles skillfs and rewrites every
+# test module, in each xdist worker and in each `skillfs` process a test starts. Temporary
+# files (SQLite files, etcd's and Redis's data) in memory where /dev/shm is, as etcd's and
+# SQLite's fsyncs cost there nothing; only failed tests' directories are kept.
+TESTTMP := $(shell test -d /dev/shm -a -w /dev/shm && echo /dev/shm)
+PYTEST := env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache \
+	$(if $(TESTTMP),TMPDIR=$(TESTTMP)) $(BIN)/pytest -o tmp_path_retention_policy=failed
 
-.PHONY: run test lint servers proto clean
+.PHONY: run check test lint servers proto clean
 
 $(RUNTIME): pyproject.toml
 	@echo "installing skillfs into $(VENV) (the first run takes about a minute)"
@@ -45,8 +58,29 @@ lint: $(DEV)
 	$(BIN)/ruff check .
 	$(BIN)/mypy skillfs
 
+# The fast lane, while working: lint, then tests/unit, tests/store and tests/governance on
+# memory and SQLite. --no-servers deselects every test marked `server` and fails any test that
+# starts one anyway; no browser either (those tests are in tests/console).
+check: lint
+	$(PYTEST) -q --no-servers tests/unit tests/store tests/governance
+
+# The whole suite, as CI runs it, in two lanes side by side: the tests marked `serial` (they
+# hold wall-clock time to tight bounds) one at a time, collected from the files that mark any,
+# and every other test with pytest-xdist (each cluster topology's tests on one worker:
+# tests/conftest.py), niced so that a serial test gets the CPU when it wants it. Each lane
+# has its own half of the port range; the serial lane's report is printed after the other's.
+# A lane that selects no test (pytest's status 5) is no failure there.
 test: $(DEV) servers lint
-	$(BIN)/pytest -q
+	@serial=$$(mktemp -d); status=0; \
+	( SKILLFS_TEST_PORTS=1/2 $(PYTEST) -q -m serial \
+		$$(grep -rl --include='test_*.py' 'mark.serial' tests) >$$serial/log 2>&1; \
+	  echo $$? >$$serial/status ) & \
+	SKILLFS_TEST_PORTS=0/2 nice -n 19 $(PYTEST) -q -n $(WORKERS) --dist loadgroup \
+		-m "not serial" || status=$$?; \
+	wait; echo "---- the serial lane"; cat $$serial/log; \
+	rc=$$(cat $$serial/status); rm -rf $$serial; \
+	[ $$rc -eq 0 ] || [ $$rc -eq 5 ] || status=$$rc; \
+	exit $$status
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -10,7 +10,7 @@ Two measures, with tracemalloc (allocations still held, after a garbage collecti
   form before (pydantic `BaseModel`s, cached by `functools.lru_cache` on the stored bytes:
   the classes are copied below as they were);
 - a worker: `Skills` over a SQLite store of the same N skills, a snapshot taken and the
-  follower's warm done, as tests/test_manifest_memory.py measures it. SQLite keeps the
+  follower's warm done, as tests/scenarios/test_manifest_memory.py measures it. SQLite keeps the
   stored copy in its file; the file-content cache (`store/blobs.py`) is not counted. Split
   into the manifests' cache and the last snapshot's per-skill views.
 """
@@ -34,7 +34,7 @@ from bench import common
 from skillfs import Scope, Skills
 from skillfs.model import Rollout
 from skillfs.model.manifest import Manifest
-from tests.test_manifest_memory import three_files  # the skill the test caches
+from tests.scenarios.test_manifest_memory import three_files  # the skill the test caches
 
 SHARED = Scope.shared("mem-bot")
 

@@ -22,7 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from skillfs.auth import tokens_document
 from skillfs.server.app import ServerConfig, SkillfsServer
-from support.servers import free_port
+from support.servers import check_servers_allowed, free_port
 
 ADMIN = "test-admin-token-0123456789abcdef"
 ALICE = "test-alice-token-0123456789abcdef"
@@ -50,6 +50,7 @@ def in_process(store_url: str, directory: Path, **config: object) -> SkillfsServ
     where); stop it with `.stop(0)`. Its messages are capped at 1 MiB (`max_message_mib`),
     far below the default: an answer or request that grows with the store fails the test
     that makes it (docs/server.md, "Bounded messages")."""
+    check_servers_allowed(f"a skillfs server over {store_url}")
     where = {"grpc": "127.0.0.1:0", "http": "127.0.0.1:0", "max_message_mib": 1}
     cfg = ServerConfig(store=store_url, tokens=write_tokens(directory), **{**where, **config})
     return SkillfsServer(cfg).start()
@@ -112,6 +113,7 @@ class ServerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, wait: bool = True) -> Self:
+        check_servers_allowed(f"skillfs serve over {self.store_url}")
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(

@@ -49,15 +49,22 @@ from redis.sentinel import Sentinel
 HOST = "127.0.0.1"
 CLIENT_TIMEOUT = 5.0  # seconds, for every client these classes hand out
 _POLL = 0.05  # seconds between readiness probes
+#: When set (to a reason), every server of this module and of support/grpc_servers.py refuses
+#: to start with ServerError: `make check` runs `pytest --no-servers`, which sets it.
+NO_SERVERS_ENV = "SKILLFS_TEST_NO_SERVERS"
+#: "INDEX/COUNT": this test run's part of the port range (see `free_port`).
+PORTS_ENV = "SKILLFS_TEST_PORTS"
 
 __all__ = [
     "HOST",
+    "NO_SERVERS_ENV",
     "EtcdCluster",
     "EtcdServer",
     "RedisCluster",
     "RedisSentinel",
     "RedisServer",
     "ServerError",
+    "check_servers_allowed",
     "free_port",
 ]
 
@@ -68,6 +75,13 @@ class ServerError(RuntimeError):
     def __init__(self, message: str, *, port_in_use: bool = False) -> None:
         super().__init__(message)
         self.port_in_use = port_in_use
+
+
+def check_servers_allowed(what: str) -> None:
+    """Raise ServerError if servers are switched off ($SKILLFS_TEST_NO_SERVERS)."""
+    reason = os.environ.get(NO_SERVERS_ENV)
+    if reason:
+        raise ServerError(f"{what} not started: {reason}")
 
 
 # --------------------------------------------------------------------------- ports
@@ -86,15 +100,43 @@ _handed_out: set[int] = set()
 _ports_lock = threading.Lock()
 
 
+def _part(first: int, last: int, index: int, count: int) -> tuple[int, int]:
+    if count <= 1 or not 0 <= index < count:
+        return first, last
+    size = (last - first + 1) // count
+    return first + index * size, first + (index + 1) * size - 1
+
+
+def _worker_slice(first: int, last: int) -> tuple[int, int]:
+    """This pytest run's and pytest-xdist worker's own part of [first, last], so two workers,
+    or two runs started side by side, never pick the same port: $SKILLFS_TEST_PORTS ("1/2":
+    the second of two parts; `make test` gives its two lanes one each), then the worker's
+    share of that. Processes a test starts inherit their worker's part."""
+    try:
+        index, count = (int(n) for n in os.environ.get(PORTS_ENV, "0/1").split("/"))
+    except ValueError:
+        index, count = 0, 1
+    first, last = _part(first, last, index, count)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ...
+    try:
+        count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        index = int(worker.removeprefix("gw"))
+    except ValueError:
+        return first, last
+    return _part(first, last, index, count)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now.
 
     Chosen at random below the kernel's ephemeral range, so outgoing connections (which take
     their local port from that range) cannot grab it before the server binds it, and never the
-    same port twice in one process. Servers still retry with new ports if they lose a race.
+    same port twice in one process; under pytest-xdist, from this worker's own slice of that
+    range. Servers still retry with new ports if they lose a race.
     """
     lo, _hi = _ephemeral_range()
     first, last = (10000, lo - 1) if lo > 11000 else (_ephemeral_range()[1] + 1, 65535)
+    first, last = _worker_slice(first, last)
     with _ports_lock:
         for _ in range(1000):
             port = _rng.randint(first, last)
@@ -142,6 +184,7 @@ class _Process:
         self._log_offset = 0
 
     def launch(self) -> None:
+        check_servers_allowed(self.name)
         if shutil.which(self.argv[0]) is None:
             raise ServerError(
                 f"{self.argv[0]} not found on PATH: apt-get install -y "

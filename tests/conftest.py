@@ -1,17 +1,33 @@
-"""Shared pytest fixtures.
+"""Shared pytest fixtures, the tiers' markers and `--no-servers`.
 
 Real servers come from support/servers.py. A server fixture starts its server only when a test
-asks for it, once per session, and stops it at the end. A server that cannot start fails the
-tests that need it (ServerError with the server's log tail); nothing is skipped.
+asks for it, once per session (per pytest-xdist worker: each worker is a session of its own,
+picking its ports from its own slice of the port range), and stops it at the end. A server
+that cannot start fails the tests that need it (ServerError with the server's log tail);
+nothing is skipped.
+
+Tiers (README, "Tests"): tests/unit, tests/store, tests/governance, tests/engines, a folder
+per surface and tests/scenarios, every test of which is marked `slow`. A test that needs a
+server is marked `server`: by hand where it starts one itself, and here where it asks for a
+server fixture or is parametrized with a store engine that has one (redis*, etcd*, grpc).
+`pytest --no-servers` (`make check`) deselects those and makes any other server fail its
+test loudly. Tests on a cluster topology (etcd-cluster, redis-cluster, redis-sentinel) are
+put in an `xdist_group` of their topology, which `make test`'s `--dist loadgroup` runs on one
+worker.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from support.servers import (
+    NO_SERVERS_ENV,
     EtcdCluster,
     EtcdServer,
     RedisCluster,
@@ -19,11 +35,96 @@ from support.servers import (
     RedisServer,
 )
 
-# `store_url` / `store`: a fresh namespace on every engine and topology.
+pytest.register_assert_rewrite("tests.stores")  # imported here before pytest_plugins loads it
+from tests.stores import ENGINES, SERVERLESS  # noqa: E402
+
+# `store_url` / `store`: a fresh namespace per test on the topologies of its tier.
 pytest_plugins = ["tests.stores"]
 
+TESTS = Path(__file__).resolve().parent
+SERVER_FIXTURES = {
+    "redis_server",
+    "redis_cluster",
+    "redis_sentinel",
+    "etcd_server",
+    "etcd_cluster",
+    "redis_url",
+    "etcd_url",
+}
+SERVER_ENGINES = set(ENGINES) - SERVERLESS
+#: Topologies of several server processes each: a pytest-xdist worker that starts one keeps
+#: it (and its idle CPU: an etcd cluster's heartbeats) until the end of its session.
+CLUSTERS = ("etcd-cluster", "redis-cluster", "redis-sentinel")
+NO_SERVERS = (
+    "pytest --no-servers (make check) starts no server: mark the test `server` (make test "
+    "runs it) or move it out of the tiers make check runs"
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--no-servers",
+        action="store_true",
+        help="deselect tests marked `server` and fail any other test that starts a server "
+        "(make check)",
+    )
+
+
+def _refuse_listen(self: socket.socket, *args: Any) -> None:
+    raise RuntimeError(f"a socket tried to listen: {NO_SERVERS}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--no-servers"):
+        # support/ refuses its servers (also in processes tests start); a server made in this
+        # process some other way fails when it listens
+        os.environ[NO_SERVERS_ENV] = NO_SERVERS
+        socket.socket.listen = _refuse_listen  # type: ignore[method-assign]
+
+
+def _params(item: pytest.Item) -> set[str]:
+    callspec = getattr(item, "callspec", None)
+    values = callspec.params.values() if callspec is not None else ()
+    return {v for v in values if isinstance(v, str)}
+
+
+def _needs_server(item: pytest.Item) -> bool:
+    if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    return bool(_params(item) & SERVER_ENGINES)
+
+
+def _cluster(item: pytest.Item) -> str | None:
+    """The multi-process topology `item` needs, if any (`make test` runs each group on one
+    pytest-xdist worker, so one worker, not every one, starts that topology's servers)."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    for name in CLUSTERS:
+        if name in _params(item) or name.replace("-", "_") in fixtures:
+            return name
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads xdist_group
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    scenarios = TESTS / "scenarios"
+    for item in items:
+        if _needs_server(item):
+            item.add_marker(pytest.mark.server)
+        if (cluster := _cluster(item)) is not None:
+            item.add_marker(pytest.mark.xdist_group(cluster))
+        if item.path.is_relative_to(scenarios):
+            item.add_marker(pytest.mark.slow)
+    if config.getoption("--no-servers"):
+        keep = [item for item in items if item.get_closest_marker("server") is None]
+        if len(keep) < len(items):
+            config.hook.pytest_deselected(
+                items=[item for item in items if item.get_closest_marker("server") is not None]
+            )
+            items[:] = keep
+
+
 # universal-pathlib's vendored BaseTests (tests/_vendor/upath_tests): assertion introspection
-# for their asserts, registered before tests/test_fs_upath.py imports them
+# for their asserts, registered before tests/fs/test_fs_upath.py imports them
 pytest.register_assert_rewrite("upath.tests.cases", "upath.tests.utils")
 
 # ============================================================================ store servers

@@ -1,4 +1,5 @@
-"""Helpers every test module may use: a SKILL.md's bytes, an engine-level manifest, a wait.
+"""Helpers every test module may use: a SKILL.md's bytes, an engine-level manifest, a wait,
+a side entry as an older skillfs wrote it.
 
 Helpers of one area build on these: tests/cli_helpers.py (running `skillfs`),
 tests/runtime_helpers.py (workers' skills, a counting engine, a Git remote).
@@ -11,7 +12,9 @@ import time
 import uuid
 from collections.abc import Callable
 
-from skillfs.model import FileEntry, Manifest
+import skillfs
+from skillfs.engines.base import CommitOp
+from skillfs.model import FileEntry, Manifest, Scope
 
 DESCRIPTION = "Does things. Use when testing."
 
@@ -69,3 +72,18 @@ def wait_until(check: Callable[[], object], timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("timed out")
         time.sleep(0.01)
+
+
+def write_legacy(store: skillfs.Store, where: str, legacy: dict[str, bytes]) -> None:
+    """A `_drafts` / `.archive` manifest of support-bot's shared scope as an older skillfs
+    wrote it (files `<name>/...`): the engine's commit of a stored skill's file table under
+    that name."""
+    shared = Scope.shared("support-bot")
+    src = store.publish(shared, "src", legacy)
+    table = store.manifest(shared, "src").files
+    cur = store.manifests(shared, [where]).get(where)
+    m = store.manifest(shared, "src").model_copy(
+        update={"skill": where, "version": (cur.version if cur else 0) + 1, "files": table}
+    )
+    store.engine.commit(shared.domain, [CommitOp(scope=shared, manifest=m, expect=m.version - 1)])
+    store.delete(shared, "src", expected_version=src.version)

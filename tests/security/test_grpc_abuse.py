@@ -25,8 +25,8 @@ from skillfs.remote.proto import skillfs_pb2 as pb
 from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
 from support.grpc_servers import ADMIN, ALICE, BOB, TOKENS, ServerProcess, single
 from tests.helpers import manifest
+from tests.store.test_manifest_integrity import _plant, deep_dict
 from tests.stores import url_for
-from tests.test_manifest_integrity import _plant, deep_dict
 
 AGENT = "support-bot"
 A = Scope.user(AGENT, "alice")

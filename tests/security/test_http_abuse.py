@@ -35,8 +35,8 @@ from tests.security.http_clients import (
     signed_in,
     threads_of,
 )
+from tests.server.test_server_health import self_signed
 from tests.stores import url_for
-from tests.test_server_health import self_signed
 
 AGENT = "support-bot"
 SHARED = Scope.shared(AGENT)
@@ -318,6 +318,7 @@ def test_tls_client_that_never_says_hello_blocks_no_one(tmp_path: Path) -> None:
         srv.stop()
 
 
+@pytest.mark.serial
 def test_idle_connections_hold_no_threads(served: ServerProcess, base: str) -> None:
     """200 connections that send nothing, or half a request, take no thread, and the probes
     still answer at once."""

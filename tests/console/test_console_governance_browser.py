@@ -1,0 +1,227 @@
+"""The console's governance pages in a real browser (headless chromium through Playwright),
+as test_console_browser.py: every page of the story must load with no script error, console
+error or failed request.
+
+The operator signs in as `oncall-ana` (a token of the deployment's tokens config), edits a
+skill and finds the edit on the Activity page under that name; disables a shared skill with a
+reason and sees it leave what a user sees, then enables it again; hides one skill from one
+user alone and unhides it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+import skillfs
+from skillfs.auth import Tokens, tokens_document
+from skillfs.console import ConsoleServer, make_app, serve
+from skillfs.model import Scope
+from tests.browser_helpers import (  # noqa: F401  (module_browser: a fixture)
+    editor_text,
+    module_browser,
+    signed_in,
+)
+from tests.console.test_console import example_files
+
+TOKEN = "oncall-ana-token-0123456789"
+OPERATOR = "oncall-ana"
+AGENT = "support-bot"
+SHARED = Scope.shared(AGENT)
+ALICE = Scope.user(AGENT, "alice")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[skillfs.Store]:
+    s = skillfs.open_store(f"sqlite:///{tmp_path_factory.mktemp('gov') / 'skills.db'}")
+    for name in ("code-reviewer", "release-notes", "sql-query-helper"):
+        s.publish(SHARED, name, example_files(name), actor="seed")
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def console(store: skillfs.Store) -> Iterator[ConsoleServer]:
+    tokens = Tokens(text=tokens_document([(OPERATOR, TOKEN, ["*:admin"])], "receipts"))
+    server = serve(make_app(store, tokens))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def page(browser: Browser, console: ConsoleServer) -> Iterator[Page]:
+    with signed_in(browser, console.url, TOKEN) as pg:
+        yield pg
+
+
+def test_activity_shows_the_console_user_as_actor(page: Page, store: skillfs.Store) -> None:
+    skill = "sql-query-helper"
+    page.goto(f"/{SHARED.prefix}{skill}/")
+    page.click("text=Edit SKILL.md")
+    page.fill("#content", editor_text(page).replace("description: ", "description: Careful. "))
+    page.click("#save")
+    expect(page.locator(".flash.ok")).to_contain_text("Saved SKILL.md")
+    version = store.manifest(SHARED, skill).version
+
+    page.goto(f"/agents/{AGENT}/")
+    page.click("a.btn >> text=Activity")
+    expect(page.locator("h1")).to_contain_text(f"Activity of {AGENT}")
+    first = page.locator("#activity tbody tr").first
+    expect(first.locator(".skill-link")).to_have_text(skill)
+    expect(first.locator("td.actor")).to_have_text(OPERATOR)
+    expect(first).to_contain_text(f"v{version}")
+    expect(first).to_contain_text("publish")
+
+    # filter by the actor (its link), then by the skill through the form
+    first.locator("td.actor a").click()
+    expect(page.locator("#f-actor")).to_have_value(OPERATOR)
+    expect(page.locator("#activity td.actor")).to_have_text([OPERATOR])
+    page.fill("#f-actor", "")
+    page.fill("#f-skill", "release-notes")
+    page.click("#activity-filters button[type=submit]")
+    expect(page.locator("#activity .skill-link")).to_have_text(["release-notes"])
+    expect(page.locator("#activity td.actor")).to_have_text(["seed"])
+
+
+def test_disable_with_reason_leaves_the_user_view_and_enable_brings_it_back(
+    page: Page, store: skillfs.Store
+) -> None:
+    skill = "code-reviewer"
+    view = f"/agents/{AGENT}/users/alice/"
+    page.goto(view)
+    expect(page.locator(f"tr[data-skill={skill}]")).to_be_visible()
+
+    page.goto(f"/{SHARED.prefix}{skill}/")
+    page.fill("#disable-reason", "leaks the API key")
+    page.click("#disable-form button[type=submit]")
+    expect(page.locator(".flash.ok")).to_contain_text("Disabled code-reviewer: leaks the API key")
+    expect(page.locator("#disabled-banner")).to_contain_text("leaks the API key")
+    m = store.manifest(SHARED, skill)
+    assert m.disabled and m.disabled_reason == "leaks the API key" and m.actor == OPERATOR
+
+    page.goto(f"/{SHARED.prefix}")
+    expect(page.locator("#skills tr.is-disabled .skill-link")).to_have_text([skill])
+    page.goto(view)
+    expect(page.locator(f"tr[data-skill={skill}]")).to_have_count(0)
+    expect(page.locator(f"[data-left-out={skill}]")).to_contain_text("leaks the API key")
+    expect(page.locator("#prompt-block")).not_to_contain_text(skill)
+    with skillfs.Skills(store, AGENT, "alice") as skills:
+        assert skill not in skills.snapshot().prompt()
+
+    page.locator(f"[data-left-out={skill}] a").click()
+    page.click("#disabled-banner button[type=submit]")
+    expect(page.locator(".flash.ok")).to_contain_text("Enabled code-reviewer")
+    page.goto(view)
+    expect(page.locator(f"tr[data-skill={skill}]")).to_be_visible()
+    expect(page.locator("#prompt-block")).to_contain_text(skill)
+
+
+def test_hide_a_skill_from_one_user_and_unhide_it(page: Page, store: skillfs.Store) -> None:
+    skill = "release-notes"
+    page.goto(f"/agents/{AGENT}/users/alice/")
+    row = page.locator(f"tr[data-skill={skill}]")
+    row.locator("input[name=message]").fill("alice writes her own")
+    row.locator("button >> text=Hide from alice").click()
+    expect(page.locator(".flash.ok")).to_contain_text("Hid release-notes from alice")
+    expect(page.locator(f"tr[data-skill={skill}]")).to_have_count(0)
+    expect(page.locator(f"[data-left-out={skill}]")).to_contain_text("hidden from alice")
+    with skillfs.Skills(store, AGENT, "bob") as bob:
+        assert skill in bob.snapshot().prompt()  # everyone else still sees it
+
+    # alice's scope lists it as hidden, not as a skill of hers with no files
+    page.goto(f"/{ALICE.prefix}")
+    expect(page.locator("#skills")).to_have_count(0)
+    expect(page.locator("#hidden-skills .skill-link")).to_have_text([skill])
+    page.click(f"#hidden-skills .skill-link >> text={skill}")
+    expect(page.locator("#hidden-entry")).to_contain_text("hidden from this user")
+    expect(page.locator("#hidden-entry")).to_contain_text("alice writes her own")
+    page.click("text=Unhide for alice")
+    expect(page.locator(".flash.ok")).to_contain_text("no longer hidden from alice")
+    assert skill not in store.manifests(ALICE)
+    page.goto(f"/agents/{AGENT}/users/alice/")
+    expect(page.locator(f"tr[data-skill={skill}]")).to_be_visible()
+
+
+def test_save_as_canary_widen_and_promote(page: Page, store: skillfs.Store) -> None:
+    skill = "release-notes"
+    live = store.read(SHARED, skill, "SKILL.md").decode()
+    page.goto(f"/{SHARED.prefix}{skill}/files/SKILL.md")
+    edited = editor_text(page).replace("# Release notes", "# Release notes (canary)")
+    assert edited != editor_text(page)
+    page.fill("#content", edited)
+    page.click("#canary-toggle")
+    page.fill("#canary-users", "alice")
+    page.press("#canary-users", "Enter")  # stages: Enter never falls through to a plain Save
+    expect(page.locator(".flash.ok")).to_contain_text("Staged SKILL.md as a canary for users alice")
+    expect(page.locator("#rollout-rule")).to_have_text("users alice")
+    assert store.read(SHARED, skill, "SKILL.md").decode() == live  # live for everyone else
+    m = store.manifest(SHARED, skill)
+    assert m.candidate is not None and m.candidate.actor == OPERATOR
+
+    page.goto(f"/agents/{AGENT}/users/alice/")
+    expect(page.locator(f"tr[data-skill={skill}] td.gets")).to_contain_text("candidate")
+    page.goto(f"/agents/{AGENT}/users/bob/")
+    expect(page.locator(f"tr[data-skill={skill}] td.gets")).to_contain_text("not for bob")
+
+    page.goto(f"/{SHARED.prefix}{skill}/")
+    page.fill("#widen-percent", "50")
+    page.click("#widen-form button[type=submit]")
+    expect(page.locator(".flash.ok")).to_contain_text("to users alice; 50 %")
+    expect(page.locator("#rollout-rule")).to_have_text("users alice; 50 %")
+    page.click("#promote")
+    expect(page.locator(".flash.ok")).to_contain_text("Promoted release-notes")
+    expect(page.locator("#rollout")).to_have_count(0)
+    assert store.read(SHARED, skill, "SKILL.md").decode() == edited.replace("\r\n", "\n")
+    page.goto(f"/agents/{AGENT}/users/bob/")
+    expect(page.locator(f"tr[data-skill={skill}] td.gets")).to_contain_text("live")
+    page.goto(f"/agents/{AGENT}/activity?skill={skill}")
+    expect(page.locator("#activity tbody tr").nth(0)).to_contain_text("promote")
+    expect(page.locator("#activity tbody tr").nth(1)).to_contain_text("widen")
+    expect(page.locator("#activity tbody tr").nth(2)).to_contain_text("stage")
+    expect(page.locator("#activity td.actor").nth(2)).to_have_text(OPERATOR)
+
+
+def test_review_queue_approves_one_draft_as_a_canary_and_rejects_another(
+    page: Page, store: skillfs.Store
+) -> None:
+    text = store.read(SHARED, "sql-query-helper", "SKILL.md").decode()
+    store.drafts.propose(
+        SHARED,
+        "sql-query-helper",
+        {"SKILL.md": text.replace("# ", "# Reviewed: ", 1).encode()},
+        message="clearer title",
+        actor="agent:support-bot/alice",
+    )
+    greeter = b"---\nname: greeter\ndescription: Greets people politely.\n---\n\nSay hi.\n"
+    store.drafts.propose(ALICE, "greeter", {"SKILL.md": greeter}, message="alice wants greetings")
+
+    page.goto(f"/agents/{AGENT}/")
+    page.click("a.btn >> text=Review queue")
+    expect(page.locator("#drafts tr[data-draft]")).to_have_count(2)
+    page.click("#drafts a.skill-link >> text=sql-query-helper")
+    expect(page.locator("h1")).to_contain_text("Draft of sql-query-helper")
+    expect(page.locator("table.diff").first).to_contain_text("Reviewed:")
+    page.fill("#canary-users", "alice")
+    page.click("#approve-canary")
+    expect(page.locator(".flash.ok")).to_contain_text(
+        "Approved the draft of sql-query-helper as a canary for users alice"
+    )
+    expect(page.locator("#drafts tr[data-draft]")).to_have_count(1)
+    assert store.read(SHARED, "sql-query-helper", "SKILL.md").decode() == text  # live for others
+    with skillfs.Skills(store, AGENT, "alice") as skills:
+        assert "Reviewed:" in skills.snapshot().load("sql-query-helper")
+
+    page.click("#drafts a.skill-link >> text=greeter")
+    expect(page.locator("h1")).to_contain_text("Draft of greeter")
+    page.fill("#reject-reason", "a shared greeter is coming")
+    page.click("#reject")
+    expect(page.locator(".flash.ok")).to_contain_text("Rejected the draft of greeter")
+    expect(page.locator(".empty")).to_contain_text("No drafts waiting for review")
+    assert "greeter" not in store.skills(ALICE)
+    page.goto(f"/agents/{AGENT}/activity")
+    first = page.locator("#activity tbody tr").first
+    expect(first).to_contain_text("reject")
+    expect(first.locator("td.actor")).to_have_text(OPERATOR)
+    expect(first).to_contain_text("a shared greeter is coming")

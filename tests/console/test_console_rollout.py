@@ -1,0 +1,240 @@
+"""Staged rollout in the console through ASGI calls (docs/console.md, "Staged rollout"): Save
+as canary in the editor, the rollout panel (who gets it, widen, promote, abort), editing the
+candidate, what each user gets on "What U sees", and bad input writing nothing. The browser
+flow is in test_console_governance_browser.py."""
+
+from __future__ import annotations
+
+import re
+from html import unescape
+
+import skillfs
+from skillfs.model import File, Rollout
+from tests.console.test_console import (
+    AGENT,
+    SHARED,
+    Client,
+    console_store,  # noqa: F401  (a fixture)
+    md_text,
+    skill_url,
+)
+from tests.console.test_console_governance import ops_client  # noqa: F401  (a fixture)
+
+SKILL = "code-reviewer"
+
+
+def _save_canary(client: Client, text: str, version: int, **rule: str) -> object:
+    form = {"path": "SKILL.md", "content": text, "base": str(version), "expected": str(version)}
+    return client.post(skill_url(SKILL, "save"), {**form, "canary": "1", **rule})
+
+
+def test_save_as_canary_stages_for_the_rule_only(client: Client, store: skillfs.Store) -> None:
+    m = store.manifest(SHARED, SKILL)
+    live_text = md_text(store, SKILL)
+    edited = live_text.replace("# Code reviewer", "# Code reviewer (canary)")
+    page = client.get(skill_url(SKILL, "files/SKILL.md"))
+    assert 'id="canary-toggle"' in page.text and 'id="save-canary"' in page.text
+    r = client.post(
+        skill_url(SKILL, "save"),
+        {
+            "path": "SKILL.md",
+            "content": edited,
+            "base": str(m.version),
+            "expected": str(m.version),
+            "canary": "1",
+            "users": "alice",
+            "percent": "",
+        },
+    )
+    assert r.status == 200 and "Staged SKILL.md as a canary for users alice" in r.text
+    now = store.manifest(SHARED, SKILL)
+    assert now.candidate is not None and now.candidate.rollout == Rollout(users=["alice"])
+    assert now.candidate.actor == "ops" and now.actor == "ops"
+    assert md_text(store, SKILL) == live_text  # everyone else keeps the live files
+    assert 'id="rollout"' in r.text and "users alice" in r.text
+    users = r.text.split('id="rollout-users"', 1)[1].split("</p>", 1)[0]
+    assert "<b>1</b> gets the candidate" in users and '<span class="chip">alice</span>' in users
+    assert "badge canary" in client.get("/" + SHARED.prefix).text
+
+    alice = client.get("/agents/support-bot/users/alice/")
+    assert re.search(r'data-skill="code-reviewer".*?candidate</span>', alice.text, re.S)
+    bob = client.get("/agents/support-bot/users/bob/")
+    assert "a candidate is staged for users alice, not for bob" in bob.text
+    with skillfs.Skills(store, AGENT, "alice") as skills:
+        assert "(canary)" in skills.snapshot().load(SKILL)
+    diff = client.get(skill_url(SKILL, "diff?candidate=1"))
+    assert diff.status == 200 and "+# Code reviewer (canary)" in unescape(diff.text)
+
+
+def test_bad_rule_and_stale_version_write_nothing(client: Client, store: skillfs.Store) -> None:
+    m = store.manifest(SHARED, SKILL)
+    text = md_text(store, SKILL).replace("# Code reviewer", "# Code reviewer (mine)")
+    for rule, said in [
+        ({"percent": "150"}, "from 0 to 100"),
+        ({"percent": "ten"}, "from 0 to 100"),
+        ({"environments": "prod!"}, "environment"),
+        ({"users": "_system"}, "user"),
+    ]:
+        r = _save_canary(client, text, m.version, **rule)
+        assert r.status == 400 and "Not saved:" in r.text and said in unescape(r.text), rule
+        assert "(mine)" in r.text  # the operator's text is still in the editor
+        assert 'name="canary" value="1"' in r.text  # and the next save is a canary again
+        assert store.manifest(SHARED, SKILL).version == m.version
+    store.publish(SHARED, SKILL, {"SKILL.md": File(text.replace("(mine)", "(theirs)").encode())})
+    r = _save_canary(client, text, m.version, users="alice")
+    assert r.status == 409 and "Save as canary on top of version" in r.text
+    assert store.manifest(SHARED, SKILL).candidate is None
+
+
+def test_widen_promote_and_abort(client: Client, store: skillfs.Store) -> None:
+    text = md_text(store, SKILL).replace("# Code reviewer", "# Code reviewer (next)")
+    v = store.rollouts.stage(
+        SHARED, SKILL, {"SKILL.md": File(text.encode())}, Rollout(fraction=0.1)
+    ).version
+    page = client.get(skill_url(SKILL) + "?who=carol")
+    assert 'id="who-answer"' in page.text and "carol" in page.text
+    assert "no worker gets it by its environment" in page.text  # none named: nobody by it
+    assert "every worker that declares one" not in page.text
+    narrow = client.post(skill_url(SKILL, "widen"), {"expected": str(v), "percent": "5"})
+    assert narrow.status == 409 and "keep everyone already in" in unescape(narrow.text)
+    bad = client.post(skill_url(SKILL, "widen"), {"expected": str(v), "percent": "-1"})
+    assert bad.status == 400 and "Nothing was written" in bad.text
+    stale = client.post(skill_url(SKILL, "widen"), {"expected": str(v - 1), "percent": "50"})
+    assert stale.status == 409
+    assert store.manifest(SHARED, SKILL).version == v
+    r = client.post(skill_url(SKILL, "widen"), {"expected": str(v), "percent": "50"})
+    assert r.status == 200 and "Widened code-reviewer's candidate to 50 %" in unescape(r.text)
+    m = store.manifest(SHARED, SKILL)
+    assert m.candidate is not None and m.candidate.rollout.fraction == 0.5
+    r = client.post(skill_url(SKILL, "promote"), {"expected": str(m.version)})
+    assert r.status == 200 and "Promoted" in r.text
+    assert md_text(store, SKILL) == text and store.manifest(SHARED, SKILL).candidate is None
+    again = client.post(skill_url(SKILL, "promote"), {"expected": str(m.version + 1)})
+    assert again.status == 409 and "no staged candidate" in again.text
+
+    m = store.manifest(SHARED, SKILL)
+    store.rollouts.stage(
+        SHARED, SKILL, {"SKILL.md": File(b"x")}, Rollout(users=["alice"]), strict=False
+    )
+    r = client.post(skill_url(SKILL, "abort"), {"expected": str(m.version + 1)})
+    assert r.status == 200 and "everyone sees the live version" in r.text
+    assert store.manifest(SHARED, SKILL).candidate is None and md_text(store, SKILL) == text
+    steps = [(e.action, e.actor == "ops") for e in store.governance.audit(AGENT, skill=SKILL)[:5]]
+    assert steps == [  # the console's steps by the signed-in token, the store's by its own
+        ("abort", True),
+        ("stage", False),
+        ("promote", True),
+        ("widen", True),
+        ("stage", False),
+    ], steps
+
+
+def test_edit_the_candidate_and_a_skill_never_live(client: Client, store: skillfs.Store) -> None:
+    new = b"---\nname: greeter\ndescription: Greets people.\n---\n\nSay hi.\n"
+    store.rollouts.stage(
+        SHARED,
+        "greeter",
+        {"SKILL.md": File(new), "references/tone.md": File(b"warm\n")},
+        Rollout(environments=["staging"]),
+    )
+    page = client.get(skill_url("greeter"))
+    assert "Never live" in page.text and "tone.md" in page.text  # the candidate's files
+    editor = client.get(skill_url("greeter", "files/SKILL.md"))
+    assert "Say hi." in editor.text and 'name="candidate" value="1"' in editor.text
+    assert "Save to the candidate" in editor.text and 'value="staging"' in editor.text
+    assert "Edit the live version" not in editor.text  # there is none
+    v = store.manifest(SHARED, "greeter").version
+    bad_rule = {"path": "SKILL.md", "content": new.decode(), "base": str(v), "expected": str(v)}
+    again = client.post(
+        skill_url("greeter", "save"), {**bad_rule, "candidate": "1", "percent": "200"}
+    )
+    assert again.status == 400 and "Edit the live version" not in again.text  # nor here
+    r = client.post(
+        skill_url("greeter", "save"),
+        {
+            "path": "SKILL.md",
+            "content": new.decode().replace("Say hi.", "Say hello."),
+            "base": str(v),
+            "expected": str(v),
+            "candidate": "1",
+            "environments": "staging, prod",
+        },
+    )
+    assert r.status == 200 and "Staged SKILL.md as a canary for env prod, staging" in r.text
+    m = store.manifest(SHARED, "greeter")
+    assert m.candidate is not None and set(m.candidate.files) == {"SKILL.md", "references/tone.md"}
+    assert not m.files  # still never live
+    with skillfs.Skills(store, AGENT, "alice", environment="prod") as skills:
+        assert "Say hello." in skills.snapshot().load("greeter")
+    view = client.get("/agents/support-bot/users/alice/?environment=prod")
+    assert 'data-skill="greeter"' in view.text
+    assert 'data-skill="greeter"' not in client.get("/agents/support-bot/users/alice/").text
+    assert client.get("/agents/support-bot/users/alice/?environment=no!").status == 400
+    r = client.post(skill_url("greeter", "abort"), {"expected": str(m.version)})
+    assert r.status == 200 and "it was never live, so it is gone" in r.text
+    assert "greeter" not in store.manifests(SHARED)
+
+
+def test_promote_and_approve_are_strict_unless_done_anyway(
+    client: Client, store: skillfs.Store
+) -> None:
+    """As every console write (and the CLI's `promote`, `drafts approve`): a candidate or a
+    draft that breaks the spec goes live only after **Do it anyway** (review: both went
+    live at once, and the skill dropped out of every worker's view)."""
+    broken = {"SKILL.md": File(b"no frontmatter at all\n")}
+    store.rollouts.stage(SHARED, SKILL, broken, Rollout(users=["qa"]), strict=False)
+    v = store.manifest(SHARED, SKILL).version
+    r = client.post(skill_url(SKILL, "promote"), {"expected": str(v)})
+    assert r.status == 422 and "candidate breaks the spec" in unescape(r.text)
+    assert store.manifest(SHARED, SKILL).candidate is not None  # nothing promoted
+    r = client.post(skill_url(SKILL, "promote"), {"expected": str(v), "force": "1"})
+    assert r.status == 200 and "Promoted" in r.text
+    assert store.manifest(SHARED, SKILL).errors
+
+    store.drafts.propose(SHARED, "fresh", broken)
+    approve = skill_url("_drafts/fresh", "approve")
+    r = client.post(approve, {"expected": "1"})
+    assert r.status == 422 and "The draft of fresh breaks the spec" in unescape(r.text)
+    assert store.skills(SHARED).count("fresh") == 0
+    r = client.post(approve, {"expected": "1", "force": "1"})
+    assert r.status == 200 and "fresh" in store.skills(SHARED)
+
+
+def test_a_never_live_skill_gets_its_upload_and_removal_on_its_candidate(
+    client: Client, store: skillfs.Store
+) -> None:
+    """Outside (browser) testing: an upload to a skill only staged (its page shows the
+    candidate) published a live version holding only the file, which every worker outside
+    the rule then listed as a broken skill. It is staged again, under the same rule."""
+    md = b"---\nname: fresh\ndescription: A new flow. Use when testing.\n---\nbody\n"
+    store.rollouts.stage(SHARED, "fresh", {"SKILL.md": md}, Rollout(users=("alice",)))
+    version = store.manifest(SHARED, "fresh").version
+    r = client.upload(skill_url("fresh", "upload"), {"expected": str(version), "dir": ""},
+                      {"file": ("notes.md", b"n")})  # fmt: skip
+    assert r.status == 200, r.text
+    m = store.manifest(SHARED, "fresh")
+    assert m.files == {} and m.candidate is not None
+    assert sorted(m.candidate.files) == ["SKILL.md", "notes.md"]
+    assert m.candidate.rollout == Rollout(users=("alice",))
+    r = client.post(skill_url("fresh", "rmfile"), {"path": "notes.md", "expected": str(m.version)})
+    m = store.manifest(SHARED, "fresh")
+    assert m.files == {} and m.candidate is not None and sorted(m.candidate.files) == ["SKILL.md"]
+    bob = skillfs.Skills(store, AGENT, "bob").snapshot()
+    assert "fresh" not in [s.id for s in bob.skills] and not bob.problems
+
+
+def test_a_never_live_skill_is_listed_as_its_candidate(
+    client: Client, store: skillfs.Store
+) -> None:
+    """The scope's table and the agent's list show a skill only staged as its page does: the
+    candidate's description, files and size, marked as staged."""
+    new = b"---\nname: greeter\ndescription: Greets people.\n---\n\nSay hi.\n"
+    store.rollouts.stage(SHARED, "greeter", {"SKILL.md": File(new)}, Rollout(users=["alice"]))
+    for url in ("/" + SHARED.prefix, "/" + SHARED.prefix + "?q=greets", "/agents/support-bot/"):
+        row = re.search(
+            r"<tr data-row[^>]*>\s*<td><a [^>]*>greeter</a>.*?</tr>", client.get(url).text, re.S
+        )
+        assert row is not None, url
+        assert "Greets people." in row.group(0) and "staged only" in row.group(0), url
+        if url.startswith("/" + SHARED.prefix):
+            assert f"1 · {len(new)} B" in row.group(0)  # the scope's table has the Files column
