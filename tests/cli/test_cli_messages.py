@@ -16,8 +16,8 @@ from skillfs import Scope
 from skillfs.cli.app import app
 from skillfs.governance.edits import ImportPolicy
 from tests.cli_helpers import as_json, error_line, ok, publish, run, skill_md
-from tests.stores import url_for
 from tests.helpers import write_legacy
+from tests.stores import url_for
 
 AGENT = "support-bot"
 SHARED = Scope.shared(AGENT)
