@@ -183,8 +183,14 @@ def test_watch_bad_input(url: str) -> None:
 def test_watch_stops_on_ctrl_c(url: str) -> None:
     """The real entry point: runs until SIGINT, then exits 0 without a traceback."""
     publish(url, "shared:bot", "a", {"SKILL.md": skill_md("a")})
+    # Ctrl-C in a terminal reaches a process whose SIGINT has its default action; a suite
+    # started in the background (make test's serial lane, `nohup make test &`) hands its
+    # children SIGINT ignored, which Python then leaves ignored. So the child sets it first.
+    argv = command_line("watch", "-a", "bot", "--json", "--store", url)
+    assert argv[1] == "-c"
+    argv[2] = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); " + argv[2]
     proc = subprocess.Popen(
-        command_line("watch", "-a", "bot", "--json", "--store", url),
+        argv,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -4,6 +4,8 @@ the work one Redis commit script may do (docs/consistency.md, "Limits")."""
 
 from __future__ import annotations
 
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +17,7 @@ from skillfs.engines.base import CommitOp
 from skillfs.engines.redis import scripts as redis_scripts
 from skillfs.engines.redis.engine import RedisEngine
 from skillfs.errors import InvalidPath, NotFound, TooLarge
-from skillfs.model import USAGE_MAX
+from skillfs.model import USAGE_MAX, Manifest
 from skillfs.store.limits import USAGE_BATCH_MAX
 from tests.helpers import manifest, skill_md
 from tests.stores import url_for
@@ -40,9 +42,15 @@ def test_commit_deleting_a_skill_that_never_existed_writes_nothing(store: skillf
 def test_commit_deleting_a_deleted_skill_writes_nothing(store: skillfs.Store) -> None:
     store.publish(ALICE, "gone", {"SKILL.md": skill_md("gone")})
     store.delete(ALICE, "gone")
-    before = store.revision("support-bot")
     again = CommitOp(scope=ALICE, manifest=manifest("gone", 3, deleted=True), expect=2)
-    keep = CommitOp(scope=ALICE, manifest=manifest("other", 1), expect=0)
+    held = store.publish(ALICE, "held", {"SKILL.md": skill_md("held")})
+    files = store.manifest(ALICE, "held").files  # stored blobs: a server holds it to them
+    other = Manifest(
+        skill="other", version=1, commit_id=uuid.uuid4().hex, committed_at=time.time(),
+        files=files,
+    )  # fmt: skip
+    keep = CommitOp(scope=ALICE, manifest=other, expect=0)
+    before = held.revision
     with pytest.raises(NotFound, match=r"gone.*nothing to delete"):
         store.engine.commit("agents/support-bot", [keep, again])
     assert store.revision("support-bot") == before
