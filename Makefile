@@ -16,6 +16,10 @@ WORKERS ?= 3
 # files (SQLite files, etcd's and Redis's data) in memory where /dev/shm is, as etcd's and
 # SQLite's fsyncs cost there nothing; only failed tests' directories are kept.
 TESTTMP := $(shell test -d /dev/shm -a -w /dev/shm && echo /dev/shm)
+# Each lane of make test has a base directory of its own (--basetemp): pytest's numbered
+# directories keep only the 3 newest sessions of a user, so lanes and other runs starting
+# sessions beside a long one deleted its files under it.
+TESTROOT := $(or $(TESTTMP),/tmp)
 PYTEST := env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache \
 	$(if $(TESTTMP),TMPDIR=$(TESTTMP)) $(BIN)/pytest -o tmp_path_retention_policy=failed
 
@@ -74,16 +78,18 @@ check: lint
 # even niced. A lane that selects no test (pytest's status 5) is no failure there.
 SERIAL_FILES = $$(grep -rl --include='test_*.py' --exclude-dir=scenarios 'mark.serial' tests)
 test: $(DEV) servers lint
-	@serial=$$(mktemp -d); status=0; \
-	( SKILLFS_TEST_PORTS=1/2 $(PYTEST) -q -m serial $(SERIAL_FILES) >$$serial/log 2>&1; \
-	  echo $$? >$$serial/status ) & \
+	@serial=$$(mktemp -d); status=0; runs=$$(mktemp -d $(TESTROOT)/skillfs-tests.XXXXXX); \
+	( SKILLFS_TEST_PORTS=1/2 $(PYTEST) -q -m serial --basetemp=$$runs/serial $(SERIAL_FILES) \
+		>$$serial/log 2>&1; echo $$? >$$serial/status ) & \
 	SKILLFS_TEST_PORTS=0/2 nice -n 19 $(PYTEST) -q -n $(WORKERS) --dist loadgroup \
-		-m "not serial" || status=$$?; \
+		--basetemp=$$runs/parallel -m "not serial" || status=$$?; \
 	wait; echo "---- the serial lane"; cat $$serial/log; \
 	rc=$$(cat $$serial/status); rm -rf $$serial; \
 	[ $$rc -eq 0 ] || [ $$rc -eq 5 ] || status=$$rc; \
 	echo "---- tests/scenarios' serial tests, alone"; \
-	$(PYTEST) -q -m serial tests/scenarios || { rc=$$?; [ $$rc -eq 5 ] || status=$$rc; }; \
+	$(PYTEST) -q -m serial --basetemp=$$runs/scenarios tests/scenarios \
+		|| { rc=$$?; [ $$rc -eq 5 ] || status=$$rc; }; \
+	if [ $$status -eq 0 ]; then rm -rf $$runs; else echo "failed tests' files: $$runs"; fi; \
 	exit $$status
 
 clean:
