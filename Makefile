@@ -70,10 +70,9 @@ check: lint
 
 # The whole suite, as CI runs it, in three lanes. Two side by side: the tests marked `serial`
 # (they hold wall-clock time to tight bounds) one at a time, collected from the files that
-# mark any, and every other test with pytest-xdist (each cluster topology's tests on one
-# worker: tests/conftest.py), niced so that a serial test gets the CPU when it wants it. Each
-# of the two has its own half of the port range; the serial lane's report is printed after
-# the other's. Then, alone, the serial tests of tests/scenarios (three servers counting runs
+# mark any, and every other test with pytest-xdist, niced so that a serial test gets the CPU
+# when it wants it. Each of the two has its own half of the port range; the serial lane's
+# report is printed after the other's. Then, alone, the serial tests of tests/scenarios (three servers counting runs
 # against the clock, a stopped store within a step's budget), which a loaded machine fails
 # even niced. A lane that selects no test (pytest's status 5) is no failure there.
 SERIAL_FILES = $$(grep -rl --include='test_*.py' --exclude-dir=scenarios 'mark.serial' tests)
@@ -81,7 +80,7 @@ test: $(DEV) servers lint
 	@serial=$$(mktemp -d); status=0; runs=$$(mktemp -d $(TESTROOT)/skillfs-tests.XXXXXX); \
 	( SKILLFS_TEST_PORTS=1/2 $(PYTEST) -q -m serial --basetemp=$$runs/serial $(SERIAL_FILES) \
 		>$$serial/log 2>&1; echo $$? >$$serial/status ) & \
-	SKILLFS_TEST_PORTS=0/2 nice -n 19 $(PYTEST) -q -n $(WORKERS) --dist loadgroup \
+	SKILLFS_TEST_PORTS=0/2 nice -n 19 $(PYTEST) -q -n $(WORKERS) --dist load \
 		--basetemp=$$runs/parallel -m "not serial" || status=$$?; \
 	wait; echo "---- the serial lane"; cat $$serial/log; \
 	rc=$$(cat $$serial/status); rm -rf $$serial; \

@@ -11,9 +11,7 @@ per surface and tests/scenarios, every test of which is marked `slow`. A test th
 server is marked `server`: by hand where it starts one itself, and here where it asks for a
 server fixture or is parametrized with a store engine that has one (redis*, etcd*, grpc).
 `pytest --no-servers` (`make check`) deselects those and makes any other server fail its
-test loudly. Tests on a cluster topology (etcd-cluster, redis-cluster, redis-sentinel) are
-put in an `xdist_group` of their topology, which `make test`'s `--dist loadgroup` runs on one
-worker.
+test loudly.
 """
 
 from __future__ import annotations
@@ -52,9 +50,6 @@ SERVER_FIXTURES = {
     "etcd_url",
 }
 SERVER_ENGINES = set(ENGINES) - SERVERLESS
-#: Topologies of several server processes each: a pytest-xdist worker that starts one keeps
-#: it (and its idle CPU: an etcd cluster's heartbeats) until the end of its session.
-CLUSTERS = ("etcd-cluster", "redis-cluster", "redis-sentinel")
 NO_SERVERS = (
     "pytest --no-servers (make check) starts no server: mark the test `server` (make test "
     "runs it) or move it out of the tiers make check runs"
@@ -94,24 +89,11 @@ def _needs_server(item: pytest.Item) -> bool:
     return bool(_params(item) & SERVER_ENGINES)
 
 
-def _cluster(item: pytest.Item) -> str | None:
-    """The multi-process topology `item` needs, if any (`make test` runs each group on one
-    pytest-xdist worker, so one worker, not every one, starts that topology's servers)."""
-    fixtures = set(getattr(item, "fixturenames", ()))
-    for name in CLUSTERS:
-        if name in _params(item) or name.replace("-", "_") in fixtures:
-            return name
-    return None
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads xdist_group
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     scenarios = TESTS / "scenarios"
     for item in items:
         if _needs_server(item):
             item.add_marker(pytest.mark.server)
-        if (cluster := _cluster(item)) is not None:
-            item.add_marker(pytest.mark.xdist_group(cluster))
         if item.path.is_relative_to(scenarios):
             item.add_marker(pytest.mark.slow)
     if config.getoption("--no-servers"):
