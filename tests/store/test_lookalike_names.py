@@ -190,6 +190,7 @@ def test_the_agents_skill_manage_and_propose_are_refused(store: Store) -> None:
     assert {k for k, m in store.manifests(ALICE).items() if not m.deleted} == {"api-docs"}
 
 
+@pytest.mark.server
 def test_a_raw_commit_to_a_server_is_held_to_the_same_rule(tmp_path: Path) -> None:
     """The client's Committer runs the rules only to fail early: a manifest built by hand and
     sent as a `Commit` is refused by the server."""
