@@ -259,9 +259,12 @@ class Skills:
     def _warn_missing(self, seen: dict[str, Revision | None]) -> None:
         """A market that was never written is most likely a typo (`Market("typo")`): its layer
         is empty. Say so once per process and market, naming the markets that exist."""
+        missing = [d for d, r in seen.items() if r is None and d.startswith("markets/")]
+        if not missing:
+            return  # every step: nothing more than this look
         reported = self.store.local(_Reported, "missing markets").domains
-        for domain, revision in seen.items():
-            if revision is not None or not domain.startswith("markets/") or domain in reported:
+        for domain in missing:
+            if domain in reported:
                 continue
             reported.add(domain)
             known = ", ".join(self.store.markets()) or "none"
