@@ -19,6 +19,7 @@ from skillfs.cli.common import (
     TokenOption,
     command,
     emit_json,
+    every_scope,
     opened,
     out,
     parse_scope,
@@ -27,15 +28,6 @@ from skillfs.cli.common import (
 )
 from skillfs.model import Scope
 from skillfs.model.names import MAX_PATH_BYTES, MAX_PATH_DEPTH, path_over_caps, shown_path
-
-
-def _all_scopes(store: Store) -> list[Scope]:
-    scopes: list[Scope] = []
-    for agent in store.agents():
-        scopes += store.scopes(agent)
-    for market in store.markets():
-        scopes += store.scopes(Scope.market(market))
-    return scopes
 
 
 def over_caps(store: Store, scope: Scope) -> list[dict[str, Any]]:
@@ -82,7 +74,7 @@ def check(
     something is listed."""
     wanted = [parse_scope(s) for s in scopes or []]
     with opened(store_url, token) as store:
-        checked = wanted or _all_scopes(store)
+        checked = wanted or every_scope(store)
         rows = [row for scope in checked for row in over_caps(store, scope)]
     if as_json:
         emit_json({"scopes": [str(s) for s in checked], "paths_over_caps": rows,

@@ -15,6 +15,7 @@ from skillfs.cli.common import (
     TokenOption,
     command,
     emit_json,
+    every_scope,
     opened,
     out,
     plural,
@@ -60,11 +61,6 @@ def check_scope(store: Store, scope: Scope) -> list[NameFinding]:
         if problem is not None:
             found.append(NameFinding(str(scope), name, problem[0], problem[1]))
     return sorted(found, key=lambda f: (f.name, f.problem))
-
-
-def every_scope(store: Store) -> list[Scope]:
-    scopes = [s for agent in store.agents() for s in store.scopes(agent)]
-    return list(dict.fromkeys([*scopes, *(Scope.market(m) for m in store.markets())]))
 
 
 @command("check-names", BROWSE)

@@ -510,3 +510,9 @@ def nothing_in(store: Store, scope: Scope) -> str:
     return f"agent {scope.agent_id!r} has no skills in {store.url}; agents: " + (
         ", ".join(store.agents()) or "none"
     )
+
+
+def every_scope(store: Store) -> list[Scope]:
+    """Every scope of every agent and market the store holds (the read-only checks)."""
+    scopes = [s for agent in store.agents() for s in store.scopes(agent)]
+    return list(dict.fromkeys([*scopes, *(Scope.market(m) for m in store.markets())]))
