@@ -16,6 +16,7 @@ User documentation: docs/fsspec.md.
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import os
 import time
@@ -32,12 +33,14 @@ from skillfs.api import Store
 from skillfs.errors import Conflict, NotFound
 from skillfs.fs.file import CompressedWrite, StoreFile, TextWrite
 from skillfs.fs.options import LazyStore, base_fs, from_base, tops, with_defaults
+from skillfs.fs.staging import pause
 from skillfs.fs.transaction import Batches, SkillTransaction
 from skillfs.fs.tree import SKILLS, Info, SkillTree, dir_info, split, target
 from skillfs.model import Scope
 from skillfs.model.names import path_over_caps, shown_path
 from skillfs.model.ops import WriteOptions
 from skillfs.store.who import check_message
+from skillfs.util.deadline import deadline
 
 log = logging.getLogger(__name__)
 
@@ -482,8 +485,8 @@ class SkillFileSystem(Batches, AbstractFileSystem, metaclass=_WithDefaults):  # 
         if self._skills.staging:  # a transaction's: its edits are applied again on a conflict
             super().mv(path1, path2, recursive=recursive, **kwargs)
             return
-        end = time.monotonic() + self.store.retry_for
-        while True:
+        end = deadline(self.store.retry_for)
+        for attempt in itertools.count():
             try:
                 with self._skills.batching(together=True, replay=False):
                     super().mv(path1, path2, recursive=recursive, **kwargs)
@@ -492,6 +495,7 @@ class SkillFileSystem(Batches, AbstractFileSystem, metaclass=_WithDefaults):  # 
                 if time.monotonic() > end:
                     raise
                 self.invalidate_cache()
+                pause(attempt)
 
     def _renamed(self, src: str, dst: str) -> bool:
         """Rename a skill when `src` is one of this scope's skill directories and `dst` a new

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from skillfs.api import Store
 from skillfs.errors import Conflict
 from skillfs.model import File, FileEntry, Origin, Put, Remove, Scope
+from skillfs.util.deadline import deadline
 
 Item = FileEntry | File  # a stored file (by hash) or content staged in this process
 
@@ -117,18 +118,24 @@ def publish(
 ) -> None:
     """Commit the group's skills at once; on Conflict (a transaction) read them and the
     sources they copy from again and apply the edits again, in order."""
-    deadline = time.monotonic() + store.retry_for
+    end = deadline(store.retry_for)
     attempt = 0
     while changes := _changes(scope, group):
         try:
             store.commit(changes, message=message)
             return
         except Conflict:
-            if not batch.replay or time.monotonic() > deadline:
+            if not batch.replay or time.monotonic() > end:
                 raise
-        time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+        pause(attempt)
         attempt += 1
         group = replayed(group, batch.log, reread)
+
+
+def pause(attempt: int) -> None:
+    """The jittered back-off after the `attempt`-th conflict (at most 50 ms), so writers
+    racing for one skill do not retry in lockstep."""
+    time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
 
 
 def replayed(
