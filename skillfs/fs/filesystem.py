@@ -33,13 +33,13 @@ from skillfs.api import Store
 from skillfs.errors import Conflict, NotFound
 from skillfs.fs.file import CompressedWrite, StoreFile, TextWrite
 from skillfs.fs.options import LazyStore, base_fs, from_base, tops, with_defaults
-from skillfs.fs.staging import pause
 from skillfs.fs.transaction import Batches, SkillTransaction
 from skillfs.fs.tree import SKILLS, Info, SkillTree, dir_info, split, target
 from skillfs.model import Scope
 from skillfs.model.names import path_over_caps, shown_path
 from skillfs.model.ops import WriteOptions
 from skillfs.store.who import check_message
+from skillfs.util.backoff import pause
 from skillfs.util.deadline import deadline
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,6 @@ move took the source). A bulk call outside a transaction (`mv`) is run again ins
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from skillfs.api import Store
 from skillfs.errors import Conflict
 from skillfs.model import File, FileEntry, Origin, Put, Remove, Scope
+from skillfs.util.backoff import pause
 from skillfs.util.deadline import deadline
 
 Item = FileEntry | File  # a stored file (by hash) or content staged in this process
@@ -130,12 +130,6 @@ def publish(
         pause(attempt)
         attempt += 1
         group = replayed(group, batch.log, reread)
-
-
-def pause(attempt: int) -> None:
-    """The jittered back-off after the `attempt`-th conflict (at most 50 ms), so writers
-    racing for one skill do not retry in lockstep."""
-    time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
 
 
 def replayed(

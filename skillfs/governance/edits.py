@@ -20,6 +20,8 @@ from skillfs.model.names import normalize_path
 from skillfs.model.ops import Command, Copy, FileValue, Move, WriteOptions
 from skillfs.store.blobs import sha256
 from skillfs.store.limits import default_mode
+from skillfs.util.backoff import pause
+from skillfs.util.deadline import deadline
 from skillfs.util.text_merge import merge3
 
 #: No options: the store's actor, no message, last writer wins, a new commit id.
@@ -131,7 +133,7 @@ class Edits:
         the skill moved on, `on_conflict` decides, as often as another writer gets in
         between, until the store's retry time is spent."""
         path = normalize_path(path)
-        end = time.monotonic() + self._reads.retry_for
+        end, attempt = deadline(self._reads.retry_for), 0
         while True:
             found = self._reads.resolve(scope, skill)
             held = found[1] if found is not None else None
@@ -158,6 +160,8 @@ class Edits:
             except Conflict:
                 if time.monotonic() > end:
                     raise
+                pause(attempt)
+                attempt += 1
 
     def remove_files(
         self,
@@ -174,7 +178,7 @@ class Edits:
         caller read (None: the version there now, read again when another writer gets in
         first, until the store's retry time is spent)."""
         wanted = [normalize_path(p) for p in paths]
-        end = time.monotonic() + self._reads.retry_for
+        end, attempt = deadline(self._reads.retry_for), 0
         while True:
             held = self._reads.manifest(scope, skill)
             gone: set[str] = set()
@@ -194,6 +198,8 @@ class Edits:
             except Conflict:
                 if version is not None or time.monotonic() > end:
                     raise
+                pause(attempt)
+                attempt += 1
 
     def _decide(
         self,

@@ -38,6 +38,7 @@ from skillfs.store.limits import Limits, check_file, check_file_table, default_m
 from skillfs.store.plans import Plan, Prepared, Step, plan
 from skillfs.store.retention import HistoryPolicy, prune_after_commit
 from skillfs.store.who import check_actor, check_commit_id, check_message, default_actor
+from skillfs.util.backoff import pause
 from skillfs.util.deadline import bounded, deadline
 
 log = logging.getLogger(__name__)
@@ -167,7 +168,7 @@ class Committer:
             except VersionMismatch:
                 if time.monotonic() > end:
                     break
-                time.sleep(min(0.001 * 2**n, 0.05))
+                pause(n)
                 continue
             except StoreUnavailable:
                 if out_of_time(end, started):
