@@ -221,6 +221,12 @@ def test_a_server_stops_retrying_a_call_when_its_client_stops_waiting(tmp_path: 
                     metadata=[("authorization", f"Bearer {ADMIN}")],
                     timeout=1.0,
                 )
-            assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            # The server gives up at the call's end and answers UNAVAILABLE; the client's
+            # deadline, the same instant, may pass first: either answer is the call ending.
+            assert err.value.code() in (
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                grpc.StatusCode.UNAVAILABLE,
+            )
+            assert time.monotonic() - start >= 0.8  # it retried until then
         time.sleep(2.5)
         assert tries and tries[-1] - start < 1.0 + SLACK, [t - start for t in tries]
