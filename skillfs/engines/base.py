@@ -334,6 +334,13 @@ class Engine(ABC):
             time.sleep(min(delay, left))
             delay = min(delay * 2, MANY_POLL)
 
+    def wake_waits(self) -> None:  # noqa: B027 - engines whose waits end on their own keep this
+        """Make every `changes`/`changes_many` wait in flight look once more and answer now,
+        with what it finds (maybe nothing, which is then true up to that look): a closing
+        change feed's threads end at once instead of at their timeout. Engines here that wait
+        on their own condition do so; the others' waits end at their timeout (Redis blocks at
+        most 80 % of its socket timeout at a time)."""
+
     # --- listings
 
     @abstractmethod

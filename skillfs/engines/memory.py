@@ -35,6 +35,7 @@ class MemoryEngine(Engine):
         self._usage: dict[str, dict[tuple[str, str], UsageStat]] = defaultdict(dict)
         #: lease name -> (holder, time.monotonic() it expires)
         self._leases: dict[str, tuple[str, float]] = {}
+        self._wakes = 0  # `wake_waits` calls: a wait that sees it move answers
 
     def touch_blobs(self, shas: Sequence[str], now: float) -> set[str]:
         with self._lock:
@@ -126,9 +127,7 @@ class MemoryEngine(Engine):
             return {d: self._revs.get(d) for d in domains}
 
     def changes(self, domain: str, since: Revision, timeout: float) -> list[Change]:
-        with self._lock:
-            self._lock.wait_for(lambda: self._after(domain, since), timeout)
-            return self._after(domain, since)
+        return self.changes_many({domain: since}, timeout).get(domain, [])
 
     def changes_many(
         self, since: Mapping[str, Revision], timeout: float
@@ -137,8 +136,14 @@ class MemoryEngine(Engine):
             return {d: c for d, r in since.items() if (c := self._after(d, r))}
 
         with self._lock:
-            self._lock.wait_for(found, timeout)
+            wakes = self._wakes
+            self._lock.wait_for(lambda: found() or self._wakes != wakes, timeout)
             return found()
+
+    def wake_waits(self) -> None:
+        with self._lock:
+            self._wakes += 1
+            self._lock.notify_all()
 
     def scope_history(self, scope: Scope, skills: Sequence[str]) -> dict[str, list[Manifest]]:
         with self._lock:

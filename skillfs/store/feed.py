@@ -184,6 +184,10 @@ class ChangeFeed:
             self._fresh.clear()
             self._cond.notify_all()
             threads, self._threads = self._threads, []
+            waiting = [self._waiting[w] for w in self._waits if w in self._waiting]
+        for thread_id in waiting:  # a skillfs server's wait would run its 25 s out
+            hints_of(self._engine).interrupt_wait(thread_id)
+        self._engine.wake_waits()
         for _ in range(MAX_WAITS):
             self._jobs.put(None)
         end = time.monotonic() + CLOSE_WAIT

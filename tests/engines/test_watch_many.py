@@ -111,6 +111,23 @@ def test_the_feed_follows_added_domains_and_stops_on_remove(store: skillfs.Store
         feed.close()
 
 
+def test_closing_a_feed_ends_its_long_wait_at_once(store: skillfs.Store, store_url: str) -> None:
+    """A feed waiting 30 s closes at once (a waiting thread ended by `wake_waits`, a skillfs
+    server's wait cancelled), so closing a store costs no wait: it cost 1-5 s a store close,
+    10 s of every grpc:// test's teardown. A single Redis server's XREAD ends by itself, within
+    80 % of the socket timeout."""
+    feed = ChangeFeed(store.engine)
+    since = publish(store, "w", "s", 0)
+    feed.subscribe("agents/w", lambda *batch: None, since=since, wait=30)
+    wait_until(lambda: feed.calls > 0)
+    time.sleep(0.3)  # the wait is out
+    start = time.monotonic()
+    feed.close()
+    took = time.monotonic() - start
+    bound = 5.0 if store_url.startswith(("redis://", "redis+sentinel://")) else 0.5
+    assert took < bound, f"{took:.2f} s to close a feed on {store_url}"
+
+
 def test_subscribers_of_one_domain_each_get_every_change_after_their_since(
     store: skillfs.Store,
 ) -> None:

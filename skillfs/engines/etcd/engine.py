@@ -393,6 +393,9 @@ class EtcdEngine(EtcdLeases, Engine):
     ) -> dict[str, list[Change]]:
         return self._log.changes_many(since, timeout)
 
+    def wake_waits(self) -> None:
+        self._log.wake_waits()
+
     # ------------------------------------------------------------------ listings
 
     def domains(self) -> list[str]:

@@ -122,6 +122,12 @@ class RevWatch:
                 timeout = min(timeout, REOPEN_DELAY)
             self._cond.wait_for(lambda: self.generation != seen, timeout)
 
+    def wake(self) -> None:
+        """Every waiter looks again now."""
+        with self._cond:
+            self.generation += 1
+            self._cond.notify_all()
+
     def _open(self) -> None:
         """Open the stream on the endpoint the client uses now; runs under the lock."""
         ep = self._etcd.endpoints[self._etcd.endpoint_index]
@@ -193,19 +199,25 @@ class ChangeLog:
         self._etcd = client
         self._key = key
         self.watch = RevWatch(client, lambda d: key(f"{d}/rev"))
+        self._wakes = 0  # `wake_waits` calls: a wait that sees it move answers
 
     def changes_many(
         self, since: Mapping[str, Revision], timeout: float
     ) -> dict[str, list[Change]]:
         deadline = time.monotonic() + timeout
+        wakes = self._wakes
         while True:
             seen = self.watch.generation
             found, store_revision = self.look(since)
             left = deadline - time.monotonic()
-            if found or left <= 0 or not since:
+            if found or left <= 0 or not since or self._wakes != wakes:
                 return found
             self.watch.follow(list(since), store_revision + 1)
             self.watch.wait(seen, left)
+
+    def wake_waits(self) -> None:
+        self._wakes += 1
+        self.watch.wake()
 
     def look(self, since: Mapping[str, Revision]) -> tuple[dict[str, list[Change]], int]:
         """The domains with news, and the store revision the rev keys were read at."""

@@ -167,6 +167,7 @@ class RedisEngine(redis_lease.RedisLeases, Engine):
         self._lock = threading.Lock()
         self._conn: _Connected | None = None
         self._wake = redis_watch.Wake(self)  # Cluster: the change notices, started when used
+        self.wakes = 0  # `wake_waits` calls: a wait that sees it move answers
         # XREAD BLOCK must return before the socket times out.
         self.socket_timeout = float(
             passed.get("socket_timeout") or kwargs.get("socket_timeout") or SOCKET_TIMEOUT
@@ -432,6 +433,12 @@ class RedisEngine(redis_lease.RedisLeases, Engine):
         """One pipelined look, then one blocking XREAD over every stream (Cluster: a wait
         for the commit script's notice); see `skillfs.engines.redis.watch`."""
         return redis_watch.changes_many(self, since, timeout)
+
+    def wake_waits(self) -> None:
+        """A Cluster's waits answer now; a single server's after the XREAD out (at most
+        80 % of the socket timeout)."""
+        self.wakes += 1
+        self._wake.bump()
 
     @staticmethod
     def _parse_changes(result: list[Any]) -> list[Change]:

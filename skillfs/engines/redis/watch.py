@@ -72,13 +72,14 @@ def changes_many(
     """See `Engine.changes_many`."""
     deadline = time.monotonic() + timeout
     wake = engine._wake if engine.cluster else None
+    wakes = engine.wakes
     while True:
         seen = wake.generation if wake is not None else 0
         if wake is not None:
             wake.start()
         found = look(engine, since)
         remaining = deadline - time.monotonic()
-        if found or remaining <= 0 or not since:
+        if found or remaining <= 0 or not since or engine.wakes != wakes:
             return found
         block = min(remaining, engine.socket_timeout * 0.8)
         if wake is not None:
@@ -120,7 +121,8 @@ class Wake:
         with self._cond:
             self._cond.wait_for(lambda: self.generation != seen, timeout)
 
-    def _bump(self) -> None:
+    def bump(self) -> None:
+        """Whoever waits looks again."""
         with self._cond:
             self.generation += 1
             self._cond.notify_all()
@@ -138,13 +140,13 @@ class Wake:
                         continue
                     if message["type"] == "subscribe":
                         self._subscribed.set()
-                    self._bump()  # a notice, or (re)subscribed: look again
+                    self.bump()  # a notice, or (re)subscribed: look again
                     outage.recovered()
             except Exception as exc:  # the connection dropped: subscribe again, look again
                 if self._closed.is_set():
                     return
                 wait = outage.failed(exc)
-                self._bump()
+                self.bump()
                 self._closed.wait(wait)
             finally:
                 if pubsub is not None:
@@ -153,4 +155,4 @@ class Wake:
 
     def close(self) -> None:
         self._closed.set()
-        self._bump()
+        self.bump()

@@ -119,6 +119,7 @@ class SqliteEngine(sqlite_lease.SqliteLeases, Engine):
         timeout = options.number("timeout", float, TIMEOUT)
         self._db = SqliteFile(self.url, self.path, timeout, SCHEMA_VERSION, MIGRATIONS)
         self._committed = threading.Condition()
+        self._wakes = 0  # `wake_waits` calls: a wait that sees it move answers
 
     # ------------------------------------------------------------------ physical keys
 
@@ -369,18 +370,24 @@ class SqliteEngine(sqlite_lease.SqliteLeases, Engine):
         thread or process) commits; commits of this engine wake the wait at once."""
         deadline = time.monotonic() + timeout
         delay = 0.002
+        wakes = self._wakes
         while True:
             seen = self._db.data_version()
             found = {d: c for d, r in since.items() if (c := self._after(d, r))}
-            if found:
+            if found or self._wakes != wakes:
                 return found
-            while self._db.data_version() == seen:
+            while self._db.data_version() == seen and self._wakes == wakes:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return {}
                 with self._committed:
                     self._committed.wait(min(delay, left))
                 delay = min(delay * 2, POLL)
+
+    def wake_waits(self) -> None:
+        with self._committed:
+            self._wakes += 1
+            self._committed.notify_all()
 
     def _after(self, domain: str, since: Revision) -> list[Change]:
         dkey = self._domain(domain)
