@@ -198,11 +198,28 @@ def _prototypes() -> dict[str, str]:
     return table
 
 
-@functools.lru_cache(maxsize=65536)
 def name_key(name: str) -> str:
     """The case-folded confusable skeleton of a name (Unicode TR39, section 4): two names
     with one key look alike (`PDF` and `pdf`, Cyrillic `а` and Latin `a`, `café` in NFC and
-    NFD). Used to compare names, never stored or shown."""
+    NFD). Used to compare names, never stored or shown. An ASCII name's key is one
+    `str.translate` (each snapshot keys every name; a cache of them held ~500 B per skill)."""
+    table, slow = _ascii_keys()
+    if name.isascii() and slow.isdisjoint(name):
+        return name.translate(table)
+    return _skeleton(name)
+
+
+@functools.lru_cache(maxsize=1)
+def _ascii_keys() -> tuple[dict[int, str], frozenset[str]]:
+    """Each ASCII character's key, which for an ASCII name is the concatenation of its
+    characters' (casefold, TR39's mapping, NFD and casefold again leave ASCII as it is);
+    and the characters whose key is not ASCII (`%`: `º/₀`), whose names take the whole way."""
+    keys = {i: _skeleton(chr(i)) for i in range(128)}
+    return keys, frozenset(chr(i) for i, key in keys.items() if not key.isascii())
+
+
+@functools.lru_cache(maxsize=4096)
+def _skeleton(name: str) -> str:
     text = _IGNORABLE.sub("", unicodedata.normalize("NFD", name.casefold()))
     table = _prototypes()
     skeleton = unicodedata.normalize("NFD", "".join(table.get(c, c) for c in text))
