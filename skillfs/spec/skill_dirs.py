@@ -131,7 +131,7 @@ def validate_dir(path: Path) -> ValidationReport:
         # abspath, not resolve: `validate .` names the directory, and a symlink keeps its own name.
         directory = Path(os.path.abspath(path)).name
         try:
-            frontmatter, findings = inspect_skill(directory, _DiskFiles(path))
+            frontmatter, findings, _ = inspect_skill(directory, _DiskFiles(path))
         except OSError as exc:
             findings = [finding("error", None, "unreadable", f"cannot read {path}: {exc}")]
     name = frontmatter.get("name") if frontmatter is not None else None
