@@ -16,8 +16,9 @@ from frontmatter.default_handlers import YAMLHandler
 from pydantic import BaseModel, ConfigDict
 
 from skillfs.model import Finding, Typed, error_findings
+from skillfs.spec.profiles import Profiles
 from skillfs.spec.typed import read_typed
-from skillfs.spec.validation import check_frontmatter, finding, show
+from skillfs.spec.validation import SPEC, check_frontmatter, finding, show
 
 SKILL_MD = "SKILL.md"
 #: The description a new skill starts with when none is given; the editing surfaces refuse
@@ -353,9 +354,11 @@ def _line(node: yaml.Node) -> int:
     return int(node.start_mark.line) + 1
 
 
-def inspect_skill(directory: str, files: Mapping[str, bytes]) -> Inspection:
+def inspect_skill(
+    directory: str, files: Mapping[str, bytes], profiles: Profiles = SPEC
+) -> Inspection:
     """The readings of the skill directory `directory` holding `files` (relative path ->
-    bytes), and all its findings.
+    bytes), and all its findings under the host `profiles` accepted.
 
     The frontmatter comes back even when it breaks the spec: the worker view is lenient.
     Only SKILL.md is read, so `files` may be a lazy mapping.
@@ -368,7 +371,7 @@ def inspect_skill(directory: str, files: Mapping[str, bytes]) -> Inspection:
     doc = parse_skill_md(files[SKILL_MD])
     findings = list(doc.findings)
     if doc.frontmatter is not None:
-        findings += check_frontmatter(doc.frontmatter, directory)
+        findings += check_frontmatter(doc.frontmatter, directory, profiles)
     if len(findings) > MAX_FINDINGS:
         left = len(findings) - MAX_FINDINGS + 1
         worst: Literal["error", "warning"] = (

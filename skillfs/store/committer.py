@@ -31,7 +31,9 @@ from skillfs.model.names import (
     normalize_path,
 )
 from skillfs.model.ops import Command, FileValue, Propose, Put, Stage, WriteOptions
+from skillfs.spec.profiles import Profiles
 from skillfs.spec.skill_md import SKILL_MD, Inspection, inspect_skill
+from skillfs.spec.validation import SPEC
 from skillfs.store import rules
 from skillfs.store.blobs import Blobs, Retrying, sha256
 from skillfs.store.limits import Limits, check_file, check_file_table, default_mode
@@ -61,6 +63,8 @@ class Committer:
     markets: Callable[[], list[str]]
     #: The store's own actor (default: `$SKILLFS_ACTOR`, else `user@host`).
     actor: str | None = None
+    #: The host profiles a SKILL.md is checked under (docs/validation.md, "Host profiles").
+    profiles: Profiles = SPEC
 
     def who(self, actor: str | None = None) -> str:
         """The actor a commit is recorded by: `actor`, else the store's, else the default."""
@@ -130,7 +134,7 @@ class Committer:
         md = files.get(SKILL_MD)
         if md is not None:
             texts[SKILL_MD] = (unstored or {}).get(md.sha256) or self.blobs.read(md)
-        return inspect_skill(EntryRef.parse(entry).name, texts)
+        return inspect_skill(EntryRef.parse(entry).name, texts, self.profiles)
 
     # ------------------------------------------------------------------ the loop
 

@@ -1392,3 +1392,24 @@ def test_markets_are_not_under_agents(client: Client, store: skillfs.Store) -> N
     for url in ("/markets/team/skills/", "/markets/team/skills/code-reviewer/"):
         crumbs = client.get(url).text.split('class="crumbs"', 1)[1].split("</div>", 1)[0]
         assert 'href="/#markets">Markets</a>' in crumbs and ">Agents<" not in crumbs
+
+
+@pytest.mark.parametrize(("profiles", "status"), [(None, 422), (["claude-code"], 200)])
+def test_the_console_validates_with_the_stores_profiles(
+    tokens: Tokens, profiles: list[str] | None, status: int
+) -> None:
+    """Under a store accepting Claude Code's profile its fields save without "Save anyway"
+    (docs/validation.md, "Host profiles"); under `spec` alone they are errors."""
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}", profiles=profiles)
+    store.publish(SHARED, "greeter", {"SKILL.md": GOOD_MD})
+    console = make_app(store, tokens)
+    try:
+        client = Client(console)
+        client.sign_in()
+        text = GOOD_MD.decode().replace("---\n\n", "disable-model-invocation: true\n---\n\n", 1)
+        r = _save(client, "greeter", text, store.manifest(SHARED, "greeter").version)
+        assert r.status == status, r.text
+        if status == 200:
+            assert not store.manifest(SHARED, "greeter").errors
+    finally:
+        console.close()
