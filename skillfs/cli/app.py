@@ -18,7 +18,10 @@ from skillfs.cli.commands import register
 from skillfs.cli.common import JsonOption, StoreOption, emit_json, fail, out, shown
 from skillfs.cli.helptext import Command, Group
 from skillfs.cli.serve import GrpcOption, HttpOption, run_examples, serve
+from skillfs.errors import InvalidArgument
+from skillfs.spec.profiles import PROFILES, Profiles
 from skillfs.spec.skill_dirs import ValidationReport, find_skill_dirs, validate_dir
+from skillfs.spec.validation import SPEC
 
 app = typer.Typer(
     name="skillfs",
@@ -57,11 +60,11 @@ def main() -> None:
     app()
 
 
-def _validate_paths(paths: Sequence[Path]) -> list[ValidationReport]:
+def _validate_paths(paths: Sequence[Path], profiles: Profiles = SPEC) -> list[ValidationReport]:
     missing = [p for p in paths if not p.exists()]
     if missing:
         raise fail(", ".join(f"path '{p}' does not exist" for p in missing), code=2)
-    return [validate_dir(d) for p in paths for d in find_skill_dirs(p)]
+    return [validate_dir(d, profiles) for p in paths for d in find_skill_dirs(p)]
 
 
 def _print_reports(reports: Sequence[ValidationReport]) -> None:
@@ -93,9 +96,22 @@ def validate(
         ),
     ],
     as_json: JsonOption = False,
+    profile: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--profile",
+            help=f"Accept a host's fields and names too ({', '.join(PROFILES)}; repeatable). "
+            "Default: spec, the Agent Skills specification alone (skills-ref's verdicts).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Check skill directories against the Agent Skills spec; exit 1 when any has errors."""
-    reports = _validate_paths(paths)
+    try:
+        profiles = Profiles.of(profile)
+    except InvalidArgument as exc:
+        raise fail(str(exc), code=2) from None
+    reports = _validate_paths(paths, profiles)
     if as_json:
         emit_json([r.model_dump() for r in reports])
     else:

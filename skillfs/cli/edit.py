@@ -133,7 +133,9 @@ def _check(skill: str, files: dict[str, File]) -> list[Finding]:
     """The spec findings, plus one the CLI adds: a SKILL.md whose description is still the
     template's placeholder would go live with it, so it counts as an error (--force saves)."""
     # a draft's or an archived skill's SKILL.md names the skill it holds, as the store checks
-    frontmatter, findings = inspect_skill(entry_name(skill), {p: f.data for p, f in files.items()})
+    frontmatter, findings, _ = inspect_skill(
+        entry_name(skill), {p: f.data for p, f in files.items()}
+    )
     if (frontmatter or {}).get("description") == TEMPLATE_DESCRIPTION:
         findings = [
             Finding(

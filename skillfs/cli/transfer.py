@@ -159,7 +159,7 @@ def not_skills(directory: Path) -> list[dict[str, str]]:
     for d in find_skill_dirs(directory):
         if d.is_dir() and not (d / SKILL_MD).is_file():
             top = {p.name: b"" for p in d.iterdir() if p.is_file()}  # for the misnamed hint
-            _, findings = inspect_skill(d.name, top)
+            findings = inspect_skill(d.name, top).findings
             reason = f"{findings[0].message}; not imported"
             rows.append({"skill": d.name, "path": "", "reason": reason})
     return rows
@@ -314,9 +314,9 @@ class _Importer:
         for source in chunk:
             progress.update(task, description=f"reading {source.name}")
             skills[source.name] = files = read_source(source)
-            _, self.findings[source.name] = inspect_skill(
+            self.findings[source.name] = inspect_skill(
                 source.name, {p: f.data for p, f in files.items()}
-            )
+            ).findings
             self.rows[source.name] = _row(source, self.findings[source.name])
             progress.advance(task, source.size)
         progress.update(task, description=f"importing {plural(len(chunk), 'skill')}")

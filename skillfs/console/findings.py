@@ -65,7 +65,7 @@ def findings_of(store: Store, skill: str, files: Mapping[str, File | FileEntry])
     texts = dict.fromkeys(files, b"")
     if md is not None:
         texts[SKILL_MD] = md.data if isinstance(md, File) else store.read_entry(md)
-    return inspect_skill(skill, texts)[1]
+    return inspect_skill(skill, texts, store.profiles).findings
 
 
 def stored_findings(store: Store, m: Manifest) -> list[Finding]:

@@ -56,5 +56,10 @@ def as_candidate(m: Manifest) -> Manifest:
     and findings under the same version and commit, nothing staged. `m` must have one."""
     c = m.candidate
     assert c is not None, "as_candidate of a manifest with nothing staged"
-    update = {"files": c.files, "frontmatter": c.frontmatter, "findings": c.findings}
+    update = {
+        "files": c.files,
+        "frontmatter": c.frontmatter,
+        "findings": c.findings,
+        "typed": c.typed,
+    }
     return m.model_copy(update={**update, "candidate": None})

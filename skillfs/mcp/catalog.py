@@ -10,14 +10,13 @@ plain `/` (`skill://code-reviewer/references/style.md`); `%2F` is accepted too.
 from __future__ import annotations
 
 import base64
-import datetime
-import math
 import mimetypes
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, unquote
 
+from skillfs.model import Typed
 from skillfs.runtime import SkillInfo, Snapshot
 from skillfs.spec.skill_md import SKILL_MD
 
@@ -60,21 +59,13 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def json_value(value: Any) -> Any:
-    """A frontmatter value as JSON: dates as ISO text (YAML has them, JSON does not)."""
-    if isinstance(value, Mapping):
-        return {str(k): json_value(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_value(v) for v in value]
-    if isinstance(value, datetime.date | datetime.datetime):
-        return value.isoformat()
-    return value
-
-
-def not_servable(s: SkillInfo) -> str | None:
-    """Why the extension's rules keep this skill out of `skills/list`, or None. Such a skill
+def not_servable(s: SkillInfo, typed: Typed) -> str | None:
+    """Why the extension's rules keep this skill out of `skills/list`, or None: checked on the
+    typed reading (`typed`, the one served) as FastMCP's model checks an entry. Such a skill
     stays readable through `resources/read` and the tools."""
-    fm = s.frontmatter
+    fm = typed.frontmatter
+    if fm is None:
+        return typed.refused
     name, description = fm.get("name"), fm.get("description")
     if not isinstance(name, str) or not _NAME.match(name):
         return f"its name {name!r} is not 1-64 lowercase letters, digits and single hyphens"
@@ -82,39 +73,29 @@ def not_servable(s: SkillInfo) -> str | None:
         return f"its name {name!r} differs from its directory {s.id!r}"
     if not isinstance(description, str) or not description.strip() or len(description) > 1024:
         return "its description is not 1-1024 characters"
-    for key in ("license", "allowed-tools", "compatibility"):
+    for key in ("license", "compatibility"):
         if key in fm and not isinstance(fm[key], str):
             return f"its {key!r} is not a string"
+    tools = fm.get("allowed-tools")
+    listed = isinstance(tools, list) and all(isinstance(t, str) for t in tools)
+    if "allowed-tools" in fm and not (isinstance(tools, str) or listed):
+        return "its 'allowed-tools' is not a string or a list of strings"
     if "compatibility" in fm and not 1 <= len(fm["compatibility"]) <= 500:
         return "its compatibility is not 1-500 characters"
-    metadata = fm.get("metadata")
-    if "metadata" in fm and not (  # present and null breaks a client's listing too
-        isinstance(metadata, Mapping) and all(isinstance(v, str) for v in metadata.values())
-    ):
-        return "its metadata is not a mapping of strings"
-    if _non_finite(fm):
-        return "its frontmatter holds a number that is not finite"
+    if "metadata" in fm and not isinstance(fm["metadata"], Mapping):  # null breaks a listing
+        return "its metadata is not a mapping"
     if len(s.files) > MAX_RESOURCES or sum(e.size for e in s.files.values()) > MAX_BYTES:
         return f"it is over {MAX_RESOURCES} files or {MAX_BYTES} bytes"
     return None
 
 
-def _non_finite(value: Any) -> bool:
-    if isinstance(value, float):
-        return not math.isfinite(value)
-    if isinstance(value, Mapping):
-        return any(_non_finite(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_non_finite(v) for v in value)
-    return False
-
-
-def entry(s: SkillInfo) -> dict[str, Any]:
-    """The extension's `Skill`: the SKILL.md URI, the frontmatter verbatim, every file with
-    `sha256:` digest and size (the store records both at publish)."""
+def entry(s: SkillInfo, typed: Typed) -> dict[str, Any]:
+    """The extension's `Skill`: the SKILL.md URI, the frontmatter as a YAML safe reader types
+    it (what a host verifies against its own reading), every file with `sha256:` digest and
+    size (the store records both at publish)."""
     return {
         "uri": uri(s.id, SKILL_MD),
-        "frontmatter": json_value(s.frontmatter),
+        "frontmatter": typed.frontmatter,
         "resources": [
             {"uri": uri(s.id, p), "digest": f"sha256:{e.sha256}", "size": e.size}
             for p, e in sorted(s.files.items())
@@ -122,8 +103,10 @@ def entry(s: SkillInfo) -> dict[str, Any]:
     }
 
 
-def servable(snap: Snapshot) -> list[SkillInfo]:
-    return [s for s in snap.skills if not_servable(s) is None]
+def servable(snap: Snapshot) -> list[tuple[SkillInfo, Typed]]:
+    """The skills `skills/list` carries, each with its typed reading."""
+    typed = snap.typed()
+    return [(s, typed[s.id]) for s in snap.skills if not_servable(s, typed[s.id]) is None]
 
 
 def parse(snap: Snapshot, text: str) -> tuple[SkillInfo, str]:

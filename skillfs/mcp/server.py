@@ -67,7 +67,7 @@ def build_server(views: Views, *, page_size: int = 100, ttl_ms: int = 0) -> Serv
     async def list_skills(ctx: Ctx, params: ListSkillsParams) -> dict[str, Any]:
         _, snap = await snapshot(ctx)
         items, more = _page(catalog.servable(snap), params.cursor, page_size)
-        result: dict[str, Any] = {"skills": [catalog.entry(s) for s in items], **hints}
+        result: dict[str, Any] = {"skills": [catalog.entry(*item) for item in items], **hints}
         if more:
             result["nextCursor"] = more
         return result
@@ -77,13 +77,14 @@ def build_server(views: Views, *, page_size: int = 100, ttl_ms: int = 0) -> Serv
         s, path = _call(catalog.parse, snap, params.uri)
         if path != SKILL_MD:
             raise _invalid(f"{params.uri} is not a SKILL.md URI; use {catalog.uri(s.id, SKILL_MD)}")
-        why = catalog.not_servable(s)
+        typed = snap.typed()[s.id]
+        why = catalog.not_servable(s, typed)
         if why is not None:
             raise _invalid(
                 f"skill {s.id!r} is not served as an MCP skill: {why}; its files stay readable "
                 "with resources/read and the read_skill tool"
             )
-        return {"skill": catalog.entry(s), **hints}
+        return {"skill": catalog.entry(s, typed), **hints}
 
     async def list_resources(ctx: Ctx, params: types.PaginatedRequestParams | None) -> Any:
         _, snap = await snapshot(ctx)

@@ -12,6 +12,7 @@ from skillfs.model.manifest import (
     Manifest,
     Origin,
     Rollout,
+    Typed,
     VersionSummary,
     error_findings,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "Revision",
     "Rollout",
     "Scope",
+    "Typed",
     "UsageStat",
     "VersionSummary",
     "error_findings",

@@ -83,6 +83,18 @@ class Finding(Edge):
     message: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Typed(Edge):
+    """SKILL.md's frontmatter as a YAML 1.1 safe loader types it (`version: 2.0` a number,
+    `disable-model-invocation: false` a boolean): what MCP hosts compare the advertised
+    frontmatter with (docs/validation.md, "Two readings"). `refused` says why no host could
+    take it as JSON (a date, `.nan`, a scalar YAML 1.1 and 1.2 read apart), and then
+    `frontmatter` is None. skillfs.spec.typed reads it."""
+
+    frontmatter: dict[str, Any] | None = None
+    refused: str = Field(default="", exclude_if=lambda v: not v)
+
+
 def error_findings(findings: Iterable[Finding]) -> list[Finding]:
     """The findings that break the spec: what a strict surface refuses (docs/design.md §7)."""
     return [f for f in findings if f.severity == "error"]
@@ -169,6 +181,8 @@ class Candidate(Edge):
     files: dict[str, FileEntry]
     frontmatter: dict[str, Any] | None = None
     findings: tuple[Finding, ...] = ()
+    #: The typed reading of the candidate's SKILL.md; None when stored before it existed.
+    typed: Typed | None = Field(default=None, exclude_if=lambda v: v is None)
     rollout: Rollout
     commit_id: str
     actor: str = ""
@@ -202,6 +216,10 @@ class Manifest(Edge):
     frontmatter: dict[str, Any] | None = None
     findings: tuple[Finding, ...] = ()
     files: dict[str, FileEntry]
+    #: The typed reading of SKILL.md, made at commit beside the textual `frontmatter`
+    #: (docs/validation.md, "Two readings"); None in manifests stored before it existed,
+    #: whose readers make it from SKILL.md on first serve. Absent from the JSON when None.
+    typed: Typed | None = Field(default=None, exclude_if=lambda v: v is None)
     #: Who made this version and why (docs/governance.md): a token's name on a server,
     #: `actor=` / `$SKILLFS_ACTOR` / `user@host` elsewhere, `agent:A/U` for an agent's own.
     actor: str = ""
@@ -226,6 +244,9 @@ class Manifest(Edge):
         fm = self.frontmatter  # its name is most often the skill's: one string object for both
         if fm is not None and fm.get("name") == self.skill:
             fm["name"] = self.skill
+        typed = self.typed  # most frontmatter is all text: one dict for both readings
+        if typed is not None and typed.frontmatter is not fm and typed.frontmatter == fm:
+            object.__setattr__(self, "typed", Typed(frontmatter=fm))
 
     @property
     def hides(self) -> bool:
@@ -284,6 +305,7 @@ class Manifest(Edge):
         files: dict[str, FileEntry],
         frontmatter: dict[str, Any] | None,
         findings: tuple[Finding, ...],
+        typed: Typed | None,
         origin: Origin | None = None,
     ) -> Manifest:
         """A new file set; the kill switch and a staged candidate stay as they were."""
@@ -293,6 +315,7 @@ class Manifest(Edge):
             files=files,
             frontmatter=frontmatter,
             findings=findings,
+            typed=typed,
             base_version=None,
             origin=origin,
             operation="",
@@ -327,6 +350,7 @@ class Manifest(Edge):
             files=c.files,
             frontmatter=c.frontmatter,
             findings=c.findings,
+            typed=c.typed,
             candidate=None,
             operation="",
         )
@@ -341,6 +365,7 @@ class Manifest(Edge):
             committed_at=0.0,
             frontmatter=self.frontmatter,
             findings=self.findings,
+            typed=self.typed,
             files=self.files,
             disabled=self.disabled,
             disabled_reason=self.disabled_reason,

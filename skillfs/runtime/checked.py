@@ -41,7 +41,7 @@ def build_manifest(
     committed_at: float,
 ) -> Manifest:
     table = {p: e for p, (e, _) in files.items()}
-    frontmatter, spec = inspect_skill(skill, {p: d for p, (_, d) in files.items()})
+    frontmatter, spec, typed = inspect_skill(skill, {p: d for p, (_, d) in files.items()})
     return Manifest(
         skill=skill,
         version=0,  # disk skills have no store version; the commit id carries their digest
@@ -49,6 +49,7 @@ def build_manifest(
         committed_at=committed_at,
         frontmatter=frontmatter,
         findings=(*findings, *spec),
+        typed=typed,
         files=table,
     )
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from skillfs.governance.rollout_rule import effective
-from skillfs.model import FileEntry, Finding, Manifest, Scope, error_findings
+from skillfs.model import FileEntry, Finding, Manifest, Scope, Typed, error_findings
 from skillfs.model.names import check_id, is_hidden_dir, name_key
 
 
@@ -69,7 +69,10 @@ class SkillInfo:
     files: Mapping[str, FileEntry]
     findings: tuple[Finding, ...]  # spec violations of a usable skill, for operators
     shadows: tuple[str, ...]  # labels of the lower layers holding a skill of the same id
-    frontmatter: Mapping[str, Any]  # as the author wrote it (served verbatim over MCP)
+    frontmatter: Mapping[str, Any]  # the textual reading: every scalar as written
+    #: The typed reading (docs/validation.md, "Two readings"), what MCP serves; None for a
+    #: manifest stored before it existed (`Snapshot.typed` makes it from SKILL.md).
+    typed: Typed | None
     reader: Reader = field(repr=False, compare=False)
     #: The staged candidate of `version`, which this worker's rollout rule gives it
     #: (docs/governance.md, "Staged rollout"); False: the live version.
@@ -173,6 +176,7 @@ def merge(
                 findings=tuple(m.findings),
                 shadows=tuple(dict.fromkeys(below_sources)),
                 frontmatter=fm,
+                typed=m.typed,
                 reader=skills.reader,
                 candidate=m is not live,  # effective's new object: the candidate
             )

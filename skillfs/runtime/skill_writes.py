@@ -368,7 +368,7 @@ class SkillWriter:
         skill_md = next((v for p, v in files.items() if _path(p) == SKILL_MD), None)
         if skill_md is None:
             raise InvalidArgument(f"nothing was written: {name} would have no SKILL.md")
-        _, findings = inspect_skill(name, {SKILL_MD: self._data(skill_md)})
+        findings = inspect_skill(name, {SKILL_MD: self._data(skill_md)}).findings
         errors = error_findings(findings)
         if errors:
             raise InvalidSkill(

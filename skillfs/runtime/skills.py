@@ -30,6 +30,7 @@ from skillfs.runtime.layers import Layer, LayerSkills, Market, StoreScope, merge
 from skillfs.runtime.recovery import Recovery
 from skillfs.runtime.skill_writes import SkillWriter, WriteMode, check_mode
 from skillfs.runtime.snapshot import MergedSkills, Snapshot
+from skillfs.runtime.typed import TypedReadings
 from skillfs.runtime.usage import UsageRecorder, recorder_for
 from skillfs.util.deadline import budget
 
@@ -132,6 +133,7 @@ class Skills:
             for follower, _, _ in self._plan:
                 follower.watch_timeout = min(follower.watch_timeout, max(max_staleness / 2, 0.01))
         self._usage: UsageRecorder = usage or recorder_for(self.store, agent_id)
+        self._readings = self.store.local(TypedReadings, "typed readings")
         self._disk = [
             (i, x) for i, x in enumerate(self.layers) if isinstance(x, FsspecDir | GitRepo)
         ]
@@ -240,7 +242,7 @@ class Skills:
         else:
             pairs = list(zip(self.layers, now, strict=True))
             skills, problems = merge(pairs, self.user_id, self.environment)
-            merged = MergedSkills(skills)
+            merged = MergedSkills(skills, self._readings)
             if last is not None and last.token == merged.token:
                 merged = last.merged  # same skills: keep the prompt and tools computed for them
             snap = Snapshot(

@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from skillfs.errors import InvalidArgument, NotFound, SkillfsError
-from skillfs.model import FileEntry, Revision
+from skillfs.model import FileEntry, Revision, Typed
 from skillfs.model.names import normalize_path
 from skillfs.runtime.layers import Problem, SkillInfo
 from skillfs.runtime.materialize import materialize
 from skillfs.runtime.prompt import MAX_DESCRIPTION, PromptOptions, prompt_description, render
 from skillfs.runtime.skill_writes import WRITE_TOOL_NAMES, SkillWriter, ToolStyle, shape
+from skillfs.runtime.typed import TypedReadings
 from skillfs.runtime.usage import UsageRecorder
 from skillfs.spec.skill_md import SKILL_MD, parse_skill_md
 
@@ -42,12 +43,19 @@ def view_token(skills: Sequence[SkillInfo]) -> str:
 class MergedSkills:
     """The merged skills of one token, with everything derived from them cached."""
 
-    def __init__(self, skills: Sequence[SkillInfo]) -> None:
+    def __init__(self, skills: Sequence[SkillInfo], readings: TypedReadings) -> None:
         self.skills = tuple(skills)
         self.token = view_token(self.skills)
         self.by_id = {s.id: s for s in self.skills}
+        self._readings = readings
+        self._typed: dict[str, Typed] | None = None
         self._prompts: dict[tuple[Path | None, PromptOptions], str] = {}
         self._tools: dict[tuple[bool, ToolStyle], list[dict[str, Any]]] = {}
+
+    def typed(self) -> Mapping[str, Typed]:
+        if self._typed is None:
+            self._typed = self._readings.of(self.skills)
+        return self._typed
 
     def prompt(self, files_root: Path | None, options: PromptOptions) -> str:
         key = (files_root, options)
@@ -190,6 +198,12 @@ class Snapshot:
     def skills(self) -> tuple[SkillInfo, ...]:
         """The skills in the view, sorted by id."""
         return self._merged.skills
+
+    def typed(self) -> Mapping[str, Typed]:
+        """Each skill's typed reading of its frontmatter, by skill id (docs/validation.md,
+        "Two readings"): what MCP serves. Made once per token; a manifest stored before the
+        reading existed has its SKILL.md read for it here (one batch per layer)."""
+        return self._merged.typed()
 
     def __repr__(self) -> str:
         return (

@@ -256,11 +256,13 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         update: dict[str, Any] = {"actor": principal.name}  # a client cannot claim another
         if not principal.is_global_admin:
             update["committed_at"] = time.time()
-        if not m.deleted:
-            frontmatter, findings = (
-                self.store.committer.inspect(m.skill, m.files) if m.files else (None, [])
-            )  # (a staged-only skill, a hiding entry: no SKILL.md to miss)
-            update.update(frontmatter=frontmatter, findings=findings)
+        if not m.deleted:  # (a staged-only skill, a hiding entry: no SKILL.md to miss)
+            reading = self.store.committer.inspect(m.skill, m.files) if m.files else None
+            update.update(
+                frontmatter=reading.frontmatter if reading else None,
+                findings=reading.findings if reading else [],
+                typed=reading.typed if reading else None,
+            )
         if m.candidate is not None:
             update["candidate"] = self._staged(m, principal, scope, expect, update, moved)
         return m.model_copy(update=update)
@@ -293,11 +295,12 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
                 f"{scope}/{m.skill}: a new candidate is staged by the commit that writes it "
                 f"(commit id {m.commit_id!r}), not {c.commit_id!r}"
             )
-        frontmatter, findings = self.store.committer.inspect(m.skill, c.files)
+        reading = self.store.committer.inspect(m.skill, c.files)
         return c.model_copy(
             update={
-                "frontmatter": frontmatter,
-                "findings": findings,
+                "frontmatter": reading.frontmatter,
+                "findings": reading.findings,
+                "typed": reading.typed,
                 "actor": principal.name,
                 "staged_at": update.get("committed_at", m.committed_at),
             }

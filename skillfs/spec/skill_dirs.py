@@ -14,8 +14,9 @@ from pydantic import BaseModel
 
 from skillfs.model import error_findings
 from skillfs.model.names import is_hidden_dir
+from skillfs.spec.profiles import Profiles
 from skillfs.spec.skill_md import SKILL_MD, inspect_skill
-from skillfs.spec.validation import finding
+from skillfs.spec.validation import SPEC, finding
 
 #: Directories inside a skill that are not part of it (byte-code of a script that was run).
 SKIPPED_DIRS = ("__pycache__",)
@@ -115,8 +116,9 @@ class _DiskFiles(Mapping[str, bytes]):
         return path in self._known
 
 
-def validate_dir(path: Path) -> ValidationReport:
-    """Validate one skill directory on disk; its directory name is the one the name must equal."""
+def validate_dir(path: Path, profiles: Profiles = SPEC) -> ValidationReport:
+    """Validate one skill directory on disk under the host `profiles`; its directory name is
+    the one the name must equal."""
     frontmatter: dict[str, Any] | None = None
     if not path.is_dir():
         findings = [
@@ -131,7 +133,7 @@ def validate_dir(path: Path) -> ValidationReport:
         # abspath, not resolve: `validate .` names the directory, and a symlink keeps its own name.
         directory = Path(os.path.abspath(path)).name
         try:
-            frontmatter, findings = inspect_skill(directory, _DiskFiles(path))
+            frontmatter, findings, _ = inspect_skill(directory, _DiskFiles(path), profiles)
         except OSError as exc:
             findings = [finding("error", None, "unreadable", f"cannot read {path}: {exc}")]
     name = frontmatter.get("name") if frontmatter is not None else None

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import yaml
 from frontmatter.default_handlers import YAMLHandler
 from pydantic import BaseModel, ConfigDict
 
-from skillfs.model import Finding
-from skillfs.spec.validation import check_frontmatter, finding, show
+from skillfs.model import Finding, Typed, error_findings
+from skillfs.spec.profiles import Profiles
+from skillfs.spec.typed import read_typed
+from skillfs.spec.validation import SPEC, check_frontmatter, finding, show
 
 SKILL_MD = "SKILL.md"
 #: The description a new skill starts with when none is given; the editing surfaces refuse
@@ -42,13 +44,24 @@ _STR, _SEQ, _MAP = (f"tag:yaml.org,2002:{t}" for t in ("str", "seq", "map"))
 
 
 class SkillDoc(BaseModel):
-    """A parsed SKILL.md: frontmatter (None when unreadable), body, findings about the document."""
+    """A parsed SKILL.md: its two readings of the frontmatter (docs/validation.md, "Two
+    readings": `frontmatter` every scalar as text, None when unreadable; `typed` as a YAML 1.1
+    safe loader types it, None with the textual one), body, findings about the document."""
 
     model_config = ConfigDict(frozen=True)
 
     frontmatter: dict[str, Any] | None
     body: str
     findings: list[Finding]
+    typed: Typed | None = None
+
+
+class Inspection(NamedTuple):
+    """What `inspect_skill` finds: the two readings of the frontmatter, and every finding."""
+
+    frontmatter: dict[str, Any] | None
+    findings: list[Finding]
+    typed: Typed | None
 
 
 def parse_skill_md(data: bytes) -> SkillDoc:
@@ -81,6 +94,7 @@ def parse_skill_md(data: bytes) -> SkillDoc:
                 " reject it: save without BOM",
             )
         )
+    as_written = text  # newlines as written: what a host's own reader reads
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     if not text.strip():
         findings.append(
@@ -120,6 +134,11 @@ def parse_skill_md(data: bytes) -> SkillDoc:
         return SkillDoc(frontmatter=None, body=text, findings=findings)
     frontmatter, yaml_findings = _read_yaml(source)
     findings += yaml_findings
+    typed = None
+    if frontmatter is not None:
+        typed, typed_findings = read_typed(as_written, source)
+        if not error_findings(yaml_findings):  # else they say what to fix first
+            findings += typed_findings
     body = rest.lstrip("\n")
     lines = text.count("\n") + (0 if text.endswith("\n") else 1)
     if lines > MAX_LINES:
@@ -138,7 +157,7 @@ def parse_skill_md(data: bytes) -> SkillDoc:
                 "warning", None, "no-body", "SKILL.md has no instructions after the frontmatter"
             )
         )
-    return SkillDoc(frontmatter=frontmatter, body=body, findings=findings)
+    return SkillDoc(frontmatter=frontmatter, body=body, findings=findings, typed=typed)
 
 
 def _read_yaml(source: str) -> tuple[dict[str, Any] | None, list[Finding]]:
@@ -336,9 +355,10 @@ def _line(node: yaml.Node) -> int:
 
 
 def inspect_skill(
-    directory: str, files: Mapping[str, bytes]
-) -> tuple[dict[str, Any] | None, list[Finding]]:
-    """All findings for the skill directory `directory` holding `files` (relative path -> bytes).
+    directory: str, files: Mapping[str, bytes], profiles: Profiles = SPEC
+) -> Inspection:
+    """The readings of the skill directory `directory` holding `files` (relative path ->
+    bytes), and all its findings under the host `profiles` accepted.
 
     The frontmatter comes back even when it breaks the spec: the worker view is lenient.
     Only SKILL.md is read, so `files` may be a lazy mapping.
@@ -346,18 +366,12 @@ def inspect_skill(
     if SKILL_MD not in files:
         near = sorted(p for p in files if "/" not in p and p.lower() == SKILL_MD.lower())
         hint = f" (found {show(near[0])}: rename it to SKILL.md)" if near else ""
-        return None, [
-            finding(
-                "error",
-                None,
-                "skill-md-missing",
-                f"skill directory {show(directory)} has no SKILL.md{hint}",
-            )
-        ]
+        missing = f"skill directory {show(directory)} has no SKILL.md{hint}"
+        return Inspection(None, [finding("error", None, "skill-md-missing", missing)], None)
     doc = parse_skill_md(files[SKILL_MD])
     findings = list(doc.findings)
     if doc.frontmatter is not None:
-        findings += check_frontmatter(doc.frontmatter, directory)
+        findings += check_frontmatter(doc.frontmatter, directory, profiles)
     if len(findings) > MAX_FINDINGS:
         left = len(findings) - MAX_FINDINGS + 1
         worst: Literal["error", "warning"] = (
@@ -367,7 +381,7 @@ def inspect_skill(
             *findings[: MAX_FINDINGS - 1],
             finding(worst, None, "more-findings", f"and {left} more findings like these"),
         ]
-    return doc.frontmatter, findings
+    return Inspection(doc.frontmatter, findings, doc.typed)
 
 
 def skill_template(name: str, description: str = TEMPLATE_DESCRIPTION) -> bytes:

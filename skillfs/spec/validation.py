@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from skillfs.model import Finding
+from skillfs.spec.profiles import Profiles
 
 MAX_NAME = 64
 MAX_DESCRIPTION = 1024
 MAX_COMPATIBILITY = 500
 KNOWN_FIELDS = ("name", "description", "license", "allowed-tools", "metadata", "compatibility")
+SPEC = Profiles()
 
 
 def finding(
@@ -58,24 +60,34 @@ def suggest_name(raw: str) -> str | None:
     return name or None
 
 
-def check_frontmatter(frontmatter: Mapping[str, Any], directory: str) -> list[Finding]:
-    """Every spec finding about the frontmatter of the skill stored in `directory`."""
-    findings = [
-        finding(
-            "error",
-            key,
-            "unknown-field",
-            f"field {show(key)} is not an Agent Skills field (allowed: {', '.join(KNOWN_FIELDS)}):"
-            " move it under metadata",
-        )
-        for key in frontmatter
-        if key not in KNOWN_FIELDS
-    ]
-    findings += _check_name(frontmatter, directory)
+def check_frontmatter(
+    frontmatter: Mapping[str, Any], directory: str, profiles: Profiles = SPEC
+) -> list[Finding]:
+    """Every spec finding about the frontmatter of the skill stored in `directory`, under the
+    host profiles accepted (skillfs.spec.profiles; `spec` alone by default)."""
+    known = (*KNOWN_FIELDS, *sorted(profiles.fields))
+    findings = [_unknown(key, known) for key in frontmatter if key not in known]
+    findings += _check_name(frontmatter, directory, profiles.name_characters)
     findings += _check_description(frontmatter)
     findings += _check_compatibility(frontmatter)
     findings += _check_optional(frontmatter)
     return findings
+
+
+def _unknown(key: str, known: Sequence[str]) -> Finding:
+    hosts = SPEC.hosts_of(key)
+    fix = (
+        f"it is {hosts[0].host}'s: validate with --profile {hosts[0].name} (or accept that "
+        "profile in the store), or move it under metadata"
+        if hosts
+        else "move it under metadata"
+    )
+    return finding(
+        "error",
+        key,
+        "unknown-field",
+        f"field {show(key)} is not an Agent Skills field (allowed: {', '.join(known)}): {fix}",
+    )
 
 
 def _required_string(
@@ -100,8 +112,9 @@ def _required_string(
     return value, []
 
 
-def _check_name(frontmatter: Mapping[str, Any], directory: str) -> list[Finding]:
-    """As skills-ref does: NFKC-normalized and stripped; Unicode lowercase letters allowed."""
+def _check_name(frontmatter: Mapping[str, Any], directory: str, extra: str) -> list[Finding]:
+    """As skills-ref does: NFKC-normalized and stripped; Unicode lowercase letters allowed,
+    and the `extra` characters a host profile allows."""
     raw, findings = _required_string(frontmatter, "name")
     if raw is None:
         return findings
@@ -119,7 +132,7 @@ def _check_name(frontmatter: Mapping[str, Any], directory: str) -> list[Finding]
                 f"name {show(name)} is {len(name)} characters, over the {MAX_NAME} allowed",
             )
         )
-    bad = sorted({c for c in name if not (c.isalnum() or c == "-") or c != c.lower()})
+    bad = sorted({c for c in name if not (c.isalnum() or c == "-" or c in extra) or c != c.lower()})
     if bad:
         findings.append(
             finding(

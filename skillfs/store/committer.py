@@ -31,7 +31,9 @@ from skillfs.model.names import (
     normalize_path,
 )
 from skillfs.model.ops import Command, FileValue, Propose, Put, Stage, WriteOptions
-from skillfs.spec.skill_md import SKILL_MD, inspect_skill
+from skillfs.spec.profiles import Profiles
+from skillfs.spec.skill_md import SKILL_MD, Inspection, inspect_skill
+from skillfs.spec.validation import SPEC
 from skillfs.store import rules
 from skillfs.store.blobs import Blobs, Retrying, sha256
 from skillfs.store.limits import Limits, check_file, check_file_table, default_mode
@@ -61,6 +63,8 @@ class Committer:
     markets: Callable[[], list[str]]
     #: The store's own actor (default: `$SKILLFS_ACTOR`, else `user@host`).
     actor: str | None = None
+    #: The host profiles a SKILL.md is checked under (docs/validation.md, "Host profiles").
+    profiles: Profiles = SPEC
 
     def who(self, actor: str | None = None) -> str:
         """The actor a commit is recorded by: `actor`, else the store's, else the default."""
@@ -110,10 +114,10 @@ class Committer:
                     f"{c.scope}/{entry}: a skill needs at least one file; to delete it, delete it"
                 )
             table = file_table(self.limits, entry, c.files, blobs, now)
-            frontmatter, findings = self.inspect(entry, table, blobs)
+            reading = self.inspect(entry, table, blobs)
             if strict:
-                rules.refuse_errors(ref.name, findings)
-            out[id(c)] = Prepared(dict(sorted(table.items())), frontmatter, tuple(findings))
+                rules.refuse_errors(ref.name, reading.findings)
+            out[id(c)] = prepared(table, reading)
         refs = {e.sha256 for p in out.values() for e in p.files.values()} - blobs.keys()
         self.blobs.upload(blobs, refs, now)
         return out
@@ -123,14 +127,14 @@ class Committer:
         entry: str,
         files: Mapping[str, FileEntry],
         unstored: Mapping[str, bytes] | None = None,
-    ) -> tuple[dict[str, object] | None, list[Finding]]:
-        """A skill's frontmatter and findings as its SKILL.md says, read once per write; the
+    ) -> Inspection:
+        """A skill's readings and findings as its SKILL.md says, read once per write; the
         other files are named but not read. `unstored` holds bytes not uploaded yet."""
         texts = dict.fromkeys(files, b"")
         md = files.get(SKILL_MD)
         if md is not None:
             texts[SKILL_MD] = (unstored or {}).get(md.sha256) or self.blobs.read(md)
-        return inspect_skill(EntryRef.parse(entry).name, texts)
+        return inspect_skill(EntryRef.parse(entry).name, texts, self.profiles)
 
     # ------------------------------------------------------------------ the loop
 
@@ -369,12 +373,17 @@ class _Attempt:
                 files = {**files, SKILL_MD: FileEntry(sha256=digest, size=len(text),
                                                      mode=md.mode, mtime=self.now)}  # fmt: skip
                 c.blobs.upload(blobs, set(), self.now)
-        frontmatter, findings = c.inspect(skill, files, blobs)
-        return Prepared(dict(sorted(files.items())), frontmatter, tuple(findings))
+        return prepared(files, c.inspect(skill, files, blobs))
 
     def refuse_errors(self, skill: str, findings: Sequence[Finding]) -> None:
         if self.strict:
             rules.refuse_errors(skill, findings)
+
+
+def prepared(files: Mapping[str, FileEntry], reading: Inspection) -> Prepared:
+    """A file table (sorted by path) with what its SKILL.md says."""
+    fm, findings, typed = reading
+    return Prepared(dict(sorted(files.items())), fm, tuple(findings), typed)
 
 
 def _ours(

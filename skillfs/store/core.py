@@ -34,6 +34,7 @@ from skillfs.model.entry import DRAFTS, EntryKind, EntryRef
 from skillfs.model.names import check_domain, check_entry, is_hidden_dir, normalize_path
 from skillfs.model.ops import Command, FileValue, WriteOptions
 from skillfs.remote.hints import hints_of
+from skillfs.spec.profiles import Profiles
 from skillfs.store.blobs import Blobs
 from skillfs.store.changes import Changes, domain_of
 from skillfs.store.committer import Committer, out_of_time
@@ -63,9 +64,13 @@ class StoreCore:
         retry_for: float = 10.0,
         clock: Callable[[], float] = time.time,
         actor: str | None = None,
+        profiles: Sequence[str] | None = None,
     ) -> None:
         self.engine = engine
         self.actor = actor
+        #: The host profiles whose fields and names are no errors here (docs/validation.md,
+        #: "Host profiles"): what every commit's findings are made under.
+        self.profiles = Profiles.of_store(profiles)
         self.limits = limits or Limits()
         self.history_policy = history_policy or HistoryPolicy()
         self.gc_grace = gc_grace
@@ -87,6 +92,7 @@ class StoreCore:
             missing=self.missing,
             markets=self.markets,
             actor=actor,
+            profiles=self.profiles,
         )
 
     @property

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from skillfs.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound
-from skillfs.model import Candidate, FileEntry, Finding, Manifest, Origin, Rollout, Scope
+from skillfs.model import Candidate, FileEntry, Finding, Manifest, Origin, Rollout, Scope, Typed
 from skillfs.model.entry import EntryKind, EntryRef
 from skillfs.model.ops import (
     Abort,
@@ -43,6 +43,7 @@ class Prepared:
     files: dict[str, FileEntry]
     frontmatter: dict[str, Any] | None
     findings: tuple[Finding, ...]
+    typed: Typed | None
 
 
 class Attempt(Protocol):
@@ -120,7 +121,7 @@ def _put(c: Put) -> Plan:
         cur = a.live(c.scope, c.skill)
         origin = c.origin if c.origin is not None else cur.origin if cur is not None else None
         base = cur if cur is not None else Manifest.empty(c.skill)
-        return base.with_files(p.files, p.frontmatter, p.findings, origin)
+        return base.with_files(p.files, p.frontmatter, p.findings, p.typed, origin)
 
     return Plan([Step(c.scope, c.skill, c.expected_version, make, payload=c)], [])
 
@@ -151,7 +152,8 @@ def _draft(
         p = a.prepared(c)
         live = a.live(scope, name)
         base = based_on if based_on is not None else live.version if live else 0
-        return Manifest.empty(entry).with_files(p.files, p.frontmatter, p.findings).with_base(base)
+        draft = Manifest.empty(entry).with_files(p.files, p.frontmatter, p.findings, p.typed)
+        return draft.with_base(base)
 
     return Plan([Step(scope, entry, expected, make, payload=c)], [(scope, name)])
 
@@ -207,6 +209,7 @@ def candidate(
         files=p.files,
         frontmatter=p.frontmatter,
         findings=tuple(p.findings),
+        typed=p.typed,
         rollout=rule,
         commit_id=commit_id,
         actor=actor,
@@ -318,7 +321,7 @@ def _approve(c: Approve) -> Plan:
             staged = candidate(draft, c.rollout, a.commit_id, a.actor, a.now)
             return (cur or Manifest.empty(c.name)).with_candidate(staged).did(Operation.APPROVE)
         base = cur if cur is not None else Manifest.empty(c.name)
-        return base.with_files(draft.files, draft.frontmatter, draft.findings).did(
+        return base.with_files(draft.files, draft.frontmatter, draft.findings, draft.typed).did(
             Operation.APPROVE
         )
 
@@ -449,7 +452,7 @@ def _move(c: Move) -> Plan:
         moved = a.renamed(c.target, dict(source.files), c.source)
         a.refuse_errors(c.target, moved.findings)
         return Manifest.empty(c.target).with_files(
-            moved.files, moved.frontmatter, moved.findings, source.origin
+            moved.files, moved.frontmatter, moved.findings, moved.typed, source.origin
         )
 
     def take(a: Attempt) -> Manifest:
@@ -482,7 +485,7 @@ def _copy(c: Copy) -> Plan:
         a.refuse_errors(c.skill, source.findings)
         origin = Origin(scope=str(c.scope), skill=c.skill, version=source.version)
         return Manifest.empty(c.skill).with_files(
-            dict(source.files), source.frontmatter, source.findings, origin
+            dict(source.files), source.frontmatter, source.findings, source.typed, origin
         )
 
     message = f"copied from {c.scope}"

@@ -291,3 +291,53 @@ def test_lint_sql_example_script_works(tmp_path: Path) -> None:
         text=True,
     )
     assert (fine.returncode, fine.stdout) == (0, "")
+
+
+# ------------------------------------------------------------------------------- host profiles
+
+HOST_SKILLS = {
+    "claude-code": (
+        "deploy",
+        b"---\nname: deploy\ndescription: Deploys. Use when asked.\n"
+        b"disable-model-invocation: true\nargument-hint: '[env]'\nmodel: sonnet\n"
+        b"context: fork\nagent: Explore\nhooks:\n  PreToolUse: []\n---\n\nDeploy to $ARGUMENTS.\n",
+    ),
+    "agentscope": (
+        "data_analysis",
+        b"---\nname: data_analysis\ndescription: Analyses data. Use when asked.\n---\n\n# Body\n",
+    ),
+    "harness9": (
+        "triage",
+        b"---\nname: triage\ndescription: Triage. Use when asked.\ntrigger: on-ticket\n---\n\nB\n",
+    ),
+    "saa": (
+        "report",
+        b"---\nname: report\ndescription: Reports. Use when asked.\nallowed_tools: Read\n"
+        b"allowedTools: Read\n---\n\nB\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("profile", sorted(HOST_SKILLS))
+def test_a_host_profile_accepts_what_spec_flags_and_spec_agrees_with_skills_ref(
+    tmp_path: Path, profile: str
+) -> None:
+    name, text = HOST_SKILLS[profile]
+    path = skill(tmp_path, name, text)
+    code, [report] = validate_json(path)
+    assert code == 1 and report["errors"], report
+    assert bool(skills_ref.validate(path)) is True  # skills-ref flags it too
+    if profile != "agentscope":
+        assert f"--profile {profile}" in report["errors"][0]  # the error names the profile
+    result = runner.invoke(app, ["validate", "--json", "--profile", profile, str(path)])
+    assert result.exit_code == 0, result.stdout
+    assert json.loads(result.stdout)[0]["errors"] == []
+    other = next(p for p in HOST_SKILLS if p != profile)
+    result = runner.invoke(app, ["validate", "--json", "--profile", other, str(path)])
+    assert result.exit_code == 1  # another host's profile does not accept it
+
+
+def test_an_unknown_profile_is_refused_naming_the_known_ones(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["validate", "--profile", "cursor", str(skill(tmp_path, "x"))])
+    assert result.exit_code == 2
+    assert "unknown host profile 'cursor': choose from spec, claude-code" in result.output

@@ -354,6 +354,23 @@ def test_browse_agents_scopes_skills_files(client: Client) -> None:
     assert editor.status == 200 and 'id="content"' in editor.text
 
 
+def test_the_skill_page_shows_the_frontmatter_as_mcp_hosts_read_it(
+    client: Client, store: skillfs.Store
+) -> None:
+    """The typed reading beside the textual one (docs/validation.md, "Two readings"), and
+    why a skill with a YAML date is left out of MCP's skills/list."""
+    typed = b"---\nname: typed\ndescription: Typed values.\nversion: 2.0\nlive: false\n---\nB\n"
+    dated = b"---\nname: dated\ndescription: A date.\nupdated: 2025-10-20\n---\nB\n"
+    store.publish(SHARED, "typed", {"SKILL.md": typed})
+    store.publish(SHARED, "dated", {"SKILL.md": dated})
+    page = unescape(client.get(skill_url("typed")).text)
+    panel = page[page.index('id="typed"') :]
+    assert "<code>2.0</code>" in panel and "<code>false</code>" in panel
+    assert "<dd>2.0</dd>" in page  # the textual reading, as written
+    page = unescape(client.get(skill_url("dated")).text)
+    assert "Left out of MCP's skills/list:" in page and "a YAML date" in page
+
+
 def test_skill_content_is_escaped_everywhere(client: Client, store: skillfs.Store) -> None:
     evil = "<script>alert(1)</script>"
     md = f"---\nname: evil\ndescription: '{evil}'\n---\n\n</textarea>{evil}\n".encode()
@@ -1375,3 +1392,24 @@ def test_markets_are_not_under_agents(client: Client, store: skillfs.Store) -> N
     for url in ("/markets/team/skills/", "/markets/team/skills/code-reviewer/"):
         crumbs = client.get(url).text.split('class="crumbs"', 1)[1].split("</div>", 1)[0]
         assert 'href="/#markets">Markets</a>' in crumbs and ">Agents<" not in crumbs
+
+
+@pytest.mark.parametrize(("profiles", "status"), [(None, 422), (["claude-code"], 200)])
+def test_the_console_validates_with_the_stores_profiles(
+    tokens: Tokens, profiles: list[str] | None, status: int
+) -> None:
+    """Under a store accepting Claude Code's profile its fields save without "Save anyway"
+    (docs/validation.md, "Host profiles"); under `spec` alone they are errors."""
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}", profiles=profiles)
+    store.publish(SHARED, "greeter", {"SKILL.md": GOOD_MD})
+    console = make_app(store, tokens)
+    try:
+        client = Client(console)
+        client.sign_in()
+        text = GOOD_MD.decode().replace("---\n\n", "disable-model-invocation: true\n---\n\n", 1)
+        r = _save(client, "greeter", text, store.manifest(SHARED, "greeter").version)
+        assert r.status == status, r.text
+        if status == 200:
+            assert not store.manifest(SHARED, "greeter").errors
+    finally:
+        console.close()

@@ -56,9 +56,9 @@ def test_deep_frontmatter_is_a_finding_and_the_scope_stays_readable(
 
 
 def test_frontmatter_at_the_depth_limit_is_kept() -> None:
-    frontmatter, findings = inspect_skill("deep", {"SKILL.md": nested_md(MAX_DEPTH - 3)})
+    frontmatter, findings, _ = inspect_skill("deep", {"SKILL.md": nested_md(MAX_DEPTH - 3)})
     assert frontmatter is not None and not [f for f in findings if f.rule == "yaml-depth"]
-    frontmatter, findings = inspect_skill("deep", {"SKILL.md": nested_md(MAX_DEPTH)})
+    frontmatter, findings, _ = inspect_skill("deep", {"SKILL.md": nested_md(MAX_DEPTH)})
     assert frontmatter is None and [f.rule for f in findings] == ["yaml-depth"]
 
 

@@ -331,7 +331,7 @@ def test_edge_case(c: Case, tmp_path: Path) -> None:
     files = {
         p.relative_to(skill).as_posix(): p.read_bytes() for p in skill.rglob("*") if p.is_file()
     }
-    _, findings = inspect_skill(c.directory, files)
+    findings = inspect_skill(c.directory, files).findings
     errors = {f.rule for f in findings if f.severity == "error"}
     warnings = {f.rule for f in findings if f.severity == "warning"}
     assert report.valid is c.valid, report
@@ -520,7 +520,7 @@ def test_parse_never_raises_on_yamlish_text(text: str) -> None:
 
 
 def inspect(skill_md: bytes, directory: str = "my-skill") -> list[Finding]:
-    return inspect_skill(directory, {"SKILL.md": skill_md})[1]
+    return inspect_skill(directory, {"SKILL.md": skill_md}).findings
 
 
 def test_message_names_field_rule_and_value() -> None:
@@ -564,19 +564,19 @@ def test_long_values_are_truncated_in_messages() -> None:
 
 
 def test_frontmatter_comes_back_even_with_errors() -> None:
-    frontmatter, findings = inspect_skill("x", {"SKILL.md": ok("extra: 1", name="Bad_Name")})
+    frontmatter, findings, _ = inspect_skill("x", {"SKILL.md": ok("extra: 1", name="Bad_Name")})
     assert frontmatter == {"name": "Bad_Name", "description": DESC, "extra": "1"}
     assert {f.rule for f in findings} == {"characters", "directory-match", "unknown-field"}
 
 
 def test_missing_skill_md_names_the_directory_and_a_near_miss() -> None:
-    frontmatter, [f] = inspect_skill("tool", {"skill.md": ok(), "README.md": b""})
+    frontmatter, [f], _ = inspect_skill("tool", {"skill.md": ok(), "README.md": b""})
     assert frontmatter is None
     assert (
         f.message
         == "skill directory 'tool' has no SKILL.md (found 'skill.md': rename it to SKILL.md)"
     )
-    _, [f] = inspect_skill("tool", {"docs/skill.md": b""})
+    _, [f], _ = inspect_skill("tool", {"docs/skill.md": b""})
     assert f.message == "skill directory 'tool' has no SKILL.md"
 
 
@@ -599,7 +599,8 @@ class OnlySkillMd(Mapping[str, bytes]):
 
 def test_inspect_reads_only_skill_md() -> None:
     files = OnlySkillMd({"SKILL.md": ok(), "assets/big.bin": b"\0" * 10})
-    assert inspect_skill("my-skill", files) == ({"name": "my-skill", "description": DESC}, [])
+    frontmatter, findings, _ = inspect_skill("my-skill", files)
+    assert (frontmatter, findings) == ({"name": "my-skill", "description": DESC}, [])
 
 
 # ------------------------------------------------------------ validate_dir, find_skill_dirs

@@ -13,6 +13,7 @@ from skillfs.console.skill_files import file_tree
 from skillfs.errors import NotFound
 from skillfs.governance.rollout_rule import has_live
 from skillfs.model import Manifest, Scope
+from skillfs.spec.skill_md import parse_skill_md
 
 
 def skill_page(call: Call, scope: Scope, skill: str) -> Response:
@@ -52,10 +53,14 @@ def skill_page(call: Call, scope: Scope, skill: str) -> Response:
     if scope.kind == "user" and shared_scope is not None and call.can.read(shared_scope):
         base = call.store.manifests(shared_scope, [skill]).get(skill)
     text = skill_md_text(call.store, m)
+    typed = m.typed  # a manifest stored before the typed reading: read it from SKILL.md
+    if typed is None and text is not None:
+        typed = parse_skill_md(text.encode()).typed
     return call.render_scope(
         "skill.html",
         scope,
         m=m,
+        typed=typed,
         findings=shown(stored_findings(call.store, m), text),
         tree=file_tree(list(m.files)),
         overrides=overrides,
