@@ -246,7 +246,8 @@ class Manifest(Edge):
             fm["name"] = self.skill
         typed = self.typed  # most frontmatter is all text: one dict for both readings
         if typed is not None and typed.frontmatter is not fm and typed.frontmatter == fm:
-            object.__setattr__(self, "typed", Typed(frontmatter=fm))
+            # in place, as the name above: a new Typed would validate (copy) the dict
+            object.__setattr__(typed, "frontmatter", fm)
 
     @property
     def hides(self) -> bool:
