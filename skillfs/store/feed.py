@@ -177,23 +177,32 @@ class ChangeFeed:
 
     def close(self) -> None:
         """Stop following and let the threads end (at most `CLOSE_WAIT`) before the engine
-        is closed: a Redis wait still in flight then reconnected and kept its connection."""
+        is closed: a Redis wait still in flight then reconnected and kept its connection.
+        The waits out are ended (`_end_waits`) until their threads are gone, as a wait may
+        begin just after one such call."""
         with self._cond:
             self._closed = True
             self._domains.clear()
             self._fresh.clear()
             self._cond.notify_all()
             threads, self._threads = self._threads, []
-            waiting = [self._waiting[w] for w in self._waits if w in self._waiting]
-        for thread_id in waiting:  # a skillfs server's wait would run its 25 s out
-            hints_of(self._engine).interrupt_wait(thread_id)
-        self._engine.wake_waits()
         for _ in range(MAX_WAITS):
             self._jobs.put(None)
         end = time.monotonic() + CLOSE_WAIT
         for thread in threads:
-            if thread is not threading.current_thread():
-                thread.join(max(0.0, end - time.monotonic()))
+            while thread.is_alive() and thread is not threading.current_thread():
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                self._end_waits()
+                thread.join(min(left, 0.05))
+
+    def _end_waits(self) -> None:
+        with self._cond:
+            waiting = [self._waiting[w] for w in self._waits if w in self._waiting]
+        for thread_id in waiting:  # a skillfs server's wait would run its 25 s out
+            hints_of(self._engine).interrupt_wait(thread_id)
+        self._engine.wake_waits()
 
     # ------------------------------------------------------------------ internals
 
