@@ -25,6 +25,7 @@ from skillfs.model import (
     Manifest,
     Revision,
     Scope,
+    UsageDrop,
     UsageStat,
     VersionSummary,
 )
@@ -38,6 +39,8 @@ EMPTY = Revision(epoch="", counter=0)
 LOG_LIMIT = 10_000
 #: Longest pause of the default `changes_many` between two looks at its domains.
 MANY_POLL = 0.05
+#: The user of the usage counters that record operators' drops (`Engine.drop_usage`).
+USAGE_DROPS = "_drops"
 
 
 class CommitOp(BaseModel):
@@ -374,6 +377,21 @@ class Engine(ABC):
     @abstractmethod
     def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         """Load count and last-used time of an agent keyed by (user, skill id)."""
+
+    @abstractmethod
+    def delete_usage(self, agent: str, keys: Sequence[tuple[str, str]]) -> None:
+        """Forget the counters of these (user, skill id) keys of an agent (absent ones are
+        no error)."""
+
+    def drop_usage(self, agent: str, keys: Sequence[tuple[str, str]], drop: UsageDrop) -> UsageDrop:
+        """An operator's drop (`store.usage.drop`): the record kept first, as the counter of
+        the reserved user `USAGE_DROPS` (no user id starts with `_`) whose skill is the
+        record's JSON, then the keys forgotten; a crash between leaves a record of a drop
+        that did not happen, never a drop without its record. A skillfs server does it
+        whole, recording its token as the actor."""
+        self.add_usage(agent, {(USAGE_DROPS, drop.model_dump_json()): 1}, {})
+        self.delete_usage(agent, keys)
+        return drop
 
     def usage_agents(self) -> list[str] | None:
         """Every agent with usage recorded, sorted (one that only loads market skills holds no

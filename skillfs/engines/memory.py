@@ -184,6 +184,12 @@ class MemoryEngine(Engine):
         with self._lock:
             return dict(self._usage.get(agent, {}))
 
+    def delete_usage(self, agent: str, keys: Sequence[tuple[str, str]]) -> None:
+        with self._lock:
+            held = self._usage[agent]
+            for key in keys:
+                held.pop(key, None)
+
     def usage_agents(self) -> list[str]:
         with self._lock:
             return sorted(agent for agent, held in self._usage.items() if held)

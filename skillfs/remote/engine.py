@@ -30,7 +30,16 @@ import grpc.experimental
 
 from skillfs.engines.base import Check, CommitOp, Engine, UrlOptions, host_port
 from skillfs.errors import InvalidArgument, InvalidPath
-from skillfs.model import Access, AuditEntry, Manifest, Revision, Scope, UsageStat, VersionSummary
+from skillfs.model import (
+    Access,
+    AuditEntry,
+    Manifest,
+    Revision,
+    Scope,
+    UsageDrop,
+    UsageStat,
+    VersionSummary,
+)
 from skillfs.remote import wire
 from skillfs.remote.pool import Attempt, Pool, Server
 from skillfs.remote.proto import skillfs_pb2 as pb
@@ -381,6 +390,26 @@ class GrpcEngine(GrpcWatching, Engine):
         return {
             (c.user_id, c.skill): UsageStat(c.count, c.last_used) for r in replies for c in r.counts
         }
+
+    def drop_usage(self, agent: str, keys: Sequence[tuple[str, str]], drop: UsageDrop) -> UsageDrop:
+        """The server drops what `drop` names from its own read, recording its token as the
+        actor (`keys`, read here, are the client's view of the same)."""
+        request = pb.DropUsageRequest(
+            agent_id=agent,
+            users=drop.users or (),
+            some_users=drop.users is not None,
+            skills=drop.skills or (),
+            some_skills=drop.skills is not None,
+            reason=drop.reason,
+        )
+        reply = self._admin("DropUsage", request)
+        return UsageDrop.model_validate_json(reply.drop_json)
+
+    def delete_usage(self, agent: str, keys: Sequence[tuple[str, str]]) -> None:
+        raise InvalidPath(
+            f"{self.url}: usage counters are dropped by the server, which records who and "
+            "why: use store.usage.drop (skillfs usage drop)"
+        )
 
     def audit(
         self,

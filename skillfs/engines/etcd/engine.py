@@ -437,6 +437,9 @@ class EtcdEngine(EtcdLeases, Engine):
     def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         return self._usage.read(agent)
 
+    def delete_usage(self, agent: str, keys: Sequence[tuple[str, str]]) -> None:
+        self._usage.delete(agent, keys)
+
     def usage_agents(self) -> list[str]:
         return sorted(self._etcd.children(self._key("usage/agents/")))
 

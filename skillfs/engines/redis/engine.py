@@ -506,6 +506,10 @@ class RedisEngine(redis_lease.RedisLeases, Engine):
         with self._guard:
             return redis_usage.read(self._client, self._usage_key(agent))
 
+    def delete_usage(self, agent: str, keys: Sequence[tuple[str, str]]) -> None:
+        with self._guard:
+            redis_usage.delete(self._client, self._usage_key(agent), keys)
+
     def usage_agents(self) -> list[str]:
         with self._guard:
             return redis_usage.agents(self._client, self.prefix, _glob_escape(self.prefix))

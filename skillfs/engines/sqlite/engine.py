@@ -465,6 +465,14 @@ class SqliteEngine(sqlite_lease.SqliteLeases, Engine):
         )
         return {(user, skill): UsageStat(n, float(t)) for user, skill, n, t in rows}
 
+    def delete_usage(self, agent: str, keys: Sequence[tuple[str, str]]) -> None:
+        key = self._domain(f"agents/{agent}")
+        with self._db.write() as conn:
+            conn.executemany(
+                "DELETE FROM usage WHERE agent = ? AND user = ? AND skill = ?",
+                [(key, user, skill) for user, skill in keys],
+            )
+
     def usage_agents(self) -> list[str]:
         start, end = self._range(self._domain("agents/"))
         rows = self._db.query(
