@@ -191,6 +191,7 @@ class EtcdEngine(EtcdLeases, Engine):
                 self._etcd.txn(
                     etcdrpc.TxnRequest(success=[ec.put_op(self._key(f"blobs/{sha}/{i}"), chunk)])
                 )
+                self._space.note(len(chunk))
             response = self._etcd.txn(
                 etcdrpc.TxnRequest(
                     compare=[ec.mod_is(use, marker)],
@@ -314,6 +315,7 @@ class EtcdEngine(EtcdLeases, Engine):
             )
             self._check_request(ops, charges, request)
             response = self._etcd.txn(request)
+            self._space.note(request.ByteSize())
             if response.succeeded:
                 rev_put = response.responses[-1].response_put
                 created = (

@@ -39,9 +39,18 @@ class SpaceGuard:
             )
         self._lock = threading.Lock()
         self._read: tuple[float, int] = (-FRESH, 0)  # (time.monotonic() read, bytes)
+        #: Bytes this engine sent since the size was read: between two reads the size is
+        #: taken to have grown by them, so a fast writer cannot overshoot by a second's worth.
+        self._sent = 0
+
+    def note(self, sent: int) -> None:
+        """Count `sent` bytes written since the last read."""
+        with self._lock:
+            self._sent += sent
 
     def check(self) -> None:
-        """QuotaExceeded when the backend is past the share (read at most once a second)."""
+        """QuotaExceeded when the backend is past the share (read at most once a second,
+        plus what was written since)."""
         size = self._size()
         limit = int(self.quota * self.share)
         if size > limit:
@@ -57,8 +66,8 @@ class SpaceGuard:
         with self._lock:
             at, size = self._read
             if time.monotonic() - at < FRESH:
-                return size
+                return size + self._sent
         size = self._etcd.db_size()
         with self._lock:
-            self._read = (time.monotonic(), size)
+            self._read, self._sent = (time.monotonic(), size), 0
         return size
