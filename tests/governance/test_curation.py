@@ -212,13 +212,14 @@ def test_a_window_that_overlaps_a_usage_drop_is_unknown(fleet: skillfs.Store) ->
     drop at most (its reason says the time before is not known), so it is stale, not to
     archive, and applying the report leaves it; a drop of another user's usage leaves a
     user's own skill alone. (The drop's time is the store's clock: a server's own.)"""
-    later = fleet.usage.drop(BOT, users=["bob"], reason="made-up names").at + 50 * DAY
+    dropped = fleet.usage.drop(BOT, users=["bob"], reason="made-up names").at
+    later = dropped + 50 * DAY
     report = fleet.curation.run(BOT, now=later)
     assert _names(report.to_archive) == [f"{ALICE}/notes"]  # bob's drop: not alice's use
     copy = next(i for i in report.stale if i.skill == "review-copy")
     assert copy.idle_seconds == pytest.approx(50 * DAY, abs=60)
     assert copy.reason.startswith("never used; version 1 committed 250 days ago; its usage was ")
-    assert copy.idle_since < NOW + 60
+    assert copy.idle_since == dropped
     assert "dropped 50 days ago by " in copy.reason and "(made-up names): not known before" in (
         copy.reason
     )
