@@ -32,7 +32,7 @@ class Store(StoreCore):
         self.drafts = Drafts(self, self)
         self.rollouts = Rollouts(self)
         self.archive = Archive(self)
-        self.usage = Usage(self)
+        self.usage = Usage(self, self.committer.who)
         self.curation = Curation(self, self.archive, self.usage)
         self.edits = Edits(self, self)
 

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict
 from skillfs.errors import InvalidPath, PermissionDenied
 from skillfs.model import Access, Scope
 from skillfs.model.names import DRAFTS, check_id, in_side
+from skillfs.store.quotas import Credential
 
 ENV_TOKENS = "SKILLFS_TOKENS"
 #: Authorization values whose principal is kept at most (unknown ones never are).
@@ -146,6 +147,16 @@ class Principal(BaseModel):
     name: str
     token_sha256: str
     grants: tuple[Grant, ...]
+    #: The token's own quota in bytes per agent or market (None: the store's
+    #: `Limits.token_quota`; docs/security.md, "Quotas").
+    quota_bytes: int | None = None
+
+    def credential(self) -> Credential | None:
+        """What the store charges this token's writes to: none for a global admin (an
+        operator's imports and tools; only the scopes' quotas hold them)."""
+        if self.is_global_admin:
+            return None
+        return Credential(name=self.name, quota_bytes=self.quota_bytes)
 
     def level_for(self, scope: Scope) -> Level | None:
         levels = [g.level for g in self.grants if g.covers(scope)]
@@ -274,8 +285,16 @@ def _principal(i: int, entry: object) -> Principal:
     token_sha = hash_token(str(secret)) if secret else str(digest).lower()
     if len(token_sha) != 64 or any(c not in "0123456789abcdef" for c in token_sha):
         raise InvalidPath(f"tokens config: the sha256 of {name!r} is not 64 hex digits")
+    quota = entry.get("quota_bytes")
+    if quota is not None and (not isinstance(quota, int) or isinstance(quota, bool) or quota < 1):
+        raise InvalidPath(
+            f"tokens config: quota_bytes of {name!r} must be a whole number of bytes, 1 or more"
+        )
     return Principal(
-        name=name, token_sha256=token_sha, grants=tuple(Grant.parse(str(g)) for g in grants)
+        name=name,
+        token_sha256=token_sha,
+        grants=tuple(Grant.parse(str(g)) for g in grants),
+        quota_bytes=quota,
     )
 
 

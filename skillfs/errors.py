@@ -10,6 +10,7 @@
     │   └── EditConflict                                    both changed the same lines
     ├── NotFound                  NOT_FOUND            404
     ├── TooLarge                  RESOURCE_EXHAUSTED   413
+    │   └── QuotaExceeded                                   a scope's or a token's bytes
     ├── PermissionDenied          PERMISSION_DENIED    403
     ├── StoreUnavailable          UNAVAILABLE          503  the store did not answer: retry
     ├── StoreFailed               FAILED_PRECONDITION  500  it answered but cannot until
@@ -104,6 +105,12 @@ class TooLarge(SkillfsError, ValueError):
 
     grpc_code = "RESOURCE_EXHAUSTED"
     http_status = 413
+
+
+class QuotaExceeded(TooLarge):
+    """A commit would take the bytes a scope or a token holds past its quota, or a store
+    past the share of its own quota skillfs may fill (docs/security.md, "Quotas"): the
+    message names the quota, what it holds, its limit and how to raise it."""
 
 
 class StoreUnavailable(SkillfsError, ConnectionError):

@@ -851,8 +851,10 @@ class EtcdCluster:
         *,
         heartbeat_ms: int = 50,
         election_ms: int = 500,
+        args: tuple[str, ...] = (),
     ) -> None:
         self.dir = Path(dir)
+        self.args = args  # more options of each member (`--quota-backend-bytes=…`)
         self.size = members
         self.heartbeat_ms = heartbeat_ms
         self.election_ms = election_ms
@@ -915,6 +917,7 @@ class EtcdCluster:
             "--election-timeout", str(self.election_ms),
             "--logger", "zap",
             "--log-outputs", "stderr",
+            *self.args,
         ]  # fmt: skip
 
     def _launch(self, i: int) -> None:

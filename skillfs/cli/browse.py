@@ -44,7 +44,7 @@ from skillfs.cli.common import (
 )
 from skillfs.cli.text import unified
 from skillfs.errors import NotFound
-from skillfs.model import FileEntry, Manifest, Scope, UsageStat, usage_by_skill
+from skillfs.model import FileEntry, Manifest, Scope, UsageDrop, UsageStat, usage_by_skill
 from skillfs.model.names import ARCHIVE, DRAFTS, is_hidden_dir, side_entry
 from skillfs.store.core import file_of
 
@@ -435,14 +435,21 @@ def usage(
         bool,
         typer.Option("--by-skill", help="One row per skill: loads summed over its users."),
     ] = False,
+    drops: Annotated[
+        bool,
+        typer.Option("--drops", help="The drops of the usage instead (skillfs drop-usage)."),
+    ] = False,
     store_url: StoreOption = None,
     token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """How often workers loaded each skill and when last, per user (--by-skill: per skill),
-    most used first."""
+    most used first; --drops: who dropped which usage, when and why, newest first."""
     with opened(store_url, token) as store:
-        detail = store.usage.detail(agent)
+        detail, dropped = store.usage.with_drops(agent)
+    if drops:
+        _print_drops(agent, dropped, as_json)
+        return
     stats: dict[tuple[str, str], UsageStat] = (
         {("", name): st for name, st in usage_by_skill(detail).items()} if by_skill else detail
     )
@@ -466,3 +473,24 @@ def usage(
     ]
     header = ([] if by_skill else ["user"]) + ["skill", "loads", "last used"]
     print_table(header, cells, right={"loads"})
+
+
+def _print_drops(agent: str, drops: list[UsageDrop], as_json: bool) -> None:
+    if as_json:
+        emit_json([d.model_dump(mode="json") for d in drops])
+        return
+    if not drops:
+        out.print(f"no usage of agent {shown(agent)} was ever dropped")
+        return
+    cells = [
+        [
+            when(d.at),
+            shown(d.actor),
+            ", ".join(map(shown, d.users)) if d.users is not None else "every",
+            ", ".join(map(shown, d.skills)) if d.skills is not None else "every",
+            str(d.dropped),
+            one_line(d.reason),
+        ]
+        for d in drops
+    ]
+    print_table(["when", "by", "users", "skills", "counters", "why"], cells, right={"counters"})

@@ -1,5 +1,6 @@
 """`skillfs curate` (docs/governance.md, "Curation"): stale skills, skills to archive and
-near-duplicate pairs of an agent or a market, with the reason of each; `--apply` archives."""
+near-duplicate pairs of an agent or a market, with the reason of each; `--apply` archives.
+`skillfs drop-usage`: an operator forgets usage counters, recorded ("Dropping usage")."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ import typer
 
 from skillfs.cli.common import (
     OPERATE,
+    AgentOption,
     JsonOption,
     MessageOption,
     StoreOption,
     TokenOption,
+    YesOption,
     command,
+    confirmed,
     emit_json,
     iso,
     opened,
@@ -155,3 +159,47 @@ def _print(report: CurationReport) -> None:
 
 def _name(item: CuratedSkill | SkillRef) -> str:
     return shown(f"{item.scope}/{item.skill}")
+
+
+@command("drop-usage", OPERATE)
+def drop_usage(
+    agent: AgentOption,
+    users: Annotated[
+        list[str] | None,
+        typer.Option("--user", metavar="USER", help="Only this user's counters (repeatable)."),
+    ] = None,
+    skills: Annotated[
+        list[str] | None,
+        typer.Option("--skill", metavar="SKILL", help="Only this skill's counters (repeatable)."),
+    ] = None,
+    message: MessageOption = "",
+    yes: YesOption = False,
+    store_url: StoreOption = None,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Forget an agent's usage counters (every one, or --user's and --skill's), recording who,
+    when and why (--message, required; `skillfs usage --drops` lists drops); curation then
+    calls no skill idle for longer than since the drop."""
+    which = " of ".join(
+        part
+        for part in (
+            f"skills {', '.join(skills)}" if skills else "",
+            f"users {', '.join(users)}" if users else "",
+        )
+        if part
+    )
+    confirmed(
+        f"Drop the usage of agent {agent}{' (' + which + ')' if which else ''}?",
+        "not dropped",
+        yes,
+    )
+    with opened(store_url, token) as store:
+        drop = store.usage.drop(agent, users=users, skills=skills, reason=message)
+    if as_json:
+        emit_json(drop.model_dump(mode="json"))
+        return
+    out.print(
+        f"dropped {plural(drop.dropped, 'usage counter')} of agent {shown(agent)} "
+        f"by {shown(drop.actor)} at {iso(drop.at)}: {shown(drop.reason)}"
+    )

@@ -27,6 +27,7 @@ from skillfs.errors import SkillfsError
 from skillfs.governance.edits import ImportPolicy
 from skillfs.model import Scope
 from skillfs.model.ops import WriteOptions
+from skillfs.store.limits import Limits
 from skillfs.store.opening import DEFAULT_PATH, default_url
 
 if TYPE_CHECKING:
@@ -185,6 +186,26 @@ def serve(
             "long (0: any).",
         ),
     ] = "2h",
+    scope_quota: Annotated[
+        int,
+        typer.Option(
+            "--scope-quota",
+            metavar="BYTES",
+            min=0,
+            help="Bytes one scope may hold: manifests, history, blobs, usage (0: no quota; "
+            "docs/security.md, Quotas). Give every server the same.",
+        ),
+    ] = Limits().scope_quota or 0,
+    token_quota: Annotated[
+        int,
+        typer.Option(
+            "--token-quota",
+            metavar="BYTES",
+            min=0,
+            help="Bytes one token's writes may hold in one agent or market, unless its entry "
+            "in the tokens file gives quota_bytes (0: no quota).",
+        ),
+    ] = Limits().token_quota or 0,
 ) -> None:
     """Run the server over a store: gRPC, and the admin console on the HTTP port.
 
@@ -207,6 +228,7 @@ def serve(
         grace=grace,
         max_workers=max_workers,
         curate=curate,
+        limits=Limits(scope_quota=scope_quota or None, token_quota=token_quota or None),
     )
     if max_streams_per_token is not None:
         config = config.model_copy(

@@ -50,6 +50,7 @@ from skillfs.console.streams import LiveStreams, Pool
 from skillfs.errors import InvalidPath, NotFound, SkillfsError, StoreUnavailable
 from skillfs.model import Rollout
 from skillfs.model.names import check_skill_name
+from skillfs.store.quotas import acting_as
 
 log = logging.getLogger(__name__)
 
@@ -282,7 +283,8 @@ class Console:
     def _dispatch(self, call: Call, page: Page, make: Any) -> Response:
         """A page's response, or the error page of what it raised (runs in the pool)."""
         try:
-            resp = page.handler(call, **args_of(dict(call.request.path_params), make))
+            with acting_as(call.session.principal.credential()):  # its commits' token
+                resp = page.handler(call, **args_of(dict(call.request.path_params), make))
         except HTTPError as exc:
             resp = self.error_page(exc.status, exc.title, exc.message, exc.hint, call)
         except SkillfsError as exc:

@@ -95,6 +95,7 @@ PAGES = [
     Page("GET", "/agents/{agent}/curation", curation.agent_curation),
     Page("GET", "/markets/{market}/curation", curation.market_curation),
     Page("POST", "/agents/{agent}/curation", curation.apply_agent, "form"),
+    Page("POST", "/agents/{agent}/usage/drop", curation.drop_usage, "form"),
     Page("POST", "/markets/{market}/curation", curation.apply_market, "form"),
     Page("GET", "/agents/{agent}/shared", agents.to_agent),
     Page("GET", "/agents/{agent}/users/{user}", worker.worker_page),

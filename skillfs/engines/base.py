@@ -18,13 +18,14 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict
 
-from skillfs.errors import InvalidArgument, NotFound, StoreUnavailable
+from skillfs.errors import InvalidArgument, NotFound, QuotaExceeded, StoreUnavailable
 from skillfs.model import (
     AuditEntry,
     Change,
     Manifest,
     Revision,
     Scope,
+    UsageDrop,
     UsageStat,
     VersionSummary,
 )
@@ -38,6 +39,8 @@ EMPTY = Revision(epoch="", counter=0)
 LOG_LIMIT = 10_000
 #: Longest pause of the default `changes_many` between two looks at its domains.
 MANY_POLL = 0.05
+#: The user of the usage counters that record operators' drops (`Engine.drop_usage`).
+USAGE_DROPS = "_drops"
 
 
 class CommitOp(BaseModel):
@@ -60,6 +63,44 @@ class Check(BaseModel):
     scope: Scope
     skill: str
     expect: int
+
+
+class Charge(BaseModel):
+    """Bytes a commit adds to one quota counter of its domain (`key`: `scope:<scope>` or
+    `token:<name>`), refused when they would take it past `limit` (None: counted only).
+    The Committer computes them (`skillfs.store.quotas`); an engine's atomic step applies
+    them (docs/security.md, "Quotas")."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    bytes: int
+    limit: int | None = None
+
+
+def charged(domain: str, charge: Charge, used: int) -> int:
+    """What every engine's atomic step does with a charge, given its counter now: the
+    counter's next value, or QuotaExceeded naming the quota (nothing written)."""
+    if charge.limit is not None and charge.bytes > 0 and used + charge.bytes > charge.limit:
+        kind, _, name = charge.key.partition(":")
+        if kind == "token":
+            what = f"token {name!r} in {domain}"
+            how = (
+                "give the token a larger quota_bytes in the tokens file, or start the servers "
+                "with a larger --token-quota"
+            )
+        else:
+            what = f"scope {name}"
+            how = (
+                "raise Limits.scope_quota (skillfs serve --scope-quota, or "
+                "open_store(url, limits=Limits(scope_quota=...)))"
+            )
+        raise QuotaExceeded(
+            f"quota of {what} exceeded: it holds {used} bytes of its {charge.limit}, and this "
+            f"commit adds {charge.bytes}; nothing was written. Free space (delete skills or "
+            f"files, drop old versions; `skillfs gc` re-counts) or {how}"
+        )
+    return max(0, used + charge.bytes)
 
 
 def check_unchanged(check: Check, version: int) -> None:
@@ -264,12 +305,18 @@ class Engine(ABC):
 
     @abstractmethod
     def commit(
-        self, domain: str, ops: Sequence[CommitOp], checks: Sequence[Check] = ()
+        self,
+        domain: str,
+        ops: Sequence[CommitOp],
+        checks: Sequence[Check] = (),
+        charges: Sequence[Charge] = (),
     ) -> Revision:
         """In one atomic step: check every op's `expect` and every check's (else
-        VersionMismatch, nothing written), move the replaced manifests to history, put the
-        new ones, advance the domain's revision (creating it with a fresh epoch) and append
-        one change per op to the domain's bounded change log. Returns the new revision."""
+        VersionMismatch, nothing written) and every charge against its quota counter
+        (`charged`: else QuotaExceeded, nothing written), move the replaced manifests to
+        history, put the new ones, add the charges to their counters, advance the domain's
+        revision (creating it with a fresh epoch) and append one change per op to the
+        domain's bounded change log. Returns the new revision."""
 
     @abstractmethod
     def history(self, scope: Scope, skill: str) -> list[Manifest]:
@@ -295,6 +342,18 @@ class Engine(ABC):
         asks per skill."""
         out = {skill: self.history(scope, skill) for skill in skills}
         return {skill: found for skill, found in out.items() if found}
+
+    # --- quota counters: bytes a domain's scopes and tokens hold (docs/security.md, "Quotas")
+
+    @abstractmethod
+    def quota_used(self, domain: str) -> dict[str, int] | None:
+        """Every quota counter of a domain (`Charge.key` -> bytes); None where the store
+        keeps them out of reach (a skillfs server counts its own)."""
+
+    @abstractmethod
+    def adjust_quota(self, domain: str, deltas: Mapping[str, int]) -> None:
+        """Add each delta to its counter, atomically per counter, never below 0 (GC's
+        re-count)."""
 
     # --- revisions and the change log
 
@@ -374,6 +433,21 @@ class Engine(ABC):
     @abstractmethod
     def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         """Load count and last-used time of an agent keyed by (user, skill id)."""
+
+    @abstractmethod
+    def delete_usage(self, agent: str, keys: Sequence[tuple[str, str]]) -> None:
+        """Forget the counters of these (user, skill id) keys of an agent (absent ones are
+        no error)."""
+
+    def drop_usage(self, agent: str, keys: Sequence[tuple[str, str]], drop: UsageDrop) -> UsageDrop:
+        """An operator's drop (`store.usage.drop`): the record kept first, as the counter of
+        the reserved user `USAGE_DROPS` (no user id starts with `_`) whose skill is the
+        record's JSON, then the keys forgotten; a crash between leaves a record of a drop
+        that did not happen, never a drop without its record. A skillfs server does it
+        whole, recording its token as the actor."""
+        self.add_usage(agent, {(USAGE_DROPS, drop.model_dump_json()): 1}, {})
+        self.delete_usage(agent, keys)
+        return drop
 
     def usage_agents(self) -> list[str] | None:
         """Every agent with usage recorded, sorted (one that only loads market skills holds no

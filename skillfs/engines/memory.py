@@ -10,9 +10,11 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from skillfs.engines.base import (
     LOG_LIMIT,
+    Charge,
     Check,
     CommitOp,
     Engine,
+    charged,
     check_current,
     check_lease,
     check_unchanged,
@@ -33,6 +35,7 @@ class MemoryEngine(Engine):
         self._revs: dict[str, Revision] = {}
         self._log: dict[str, deque[Change]] = defaultdict(lambda: deque(maxlen=LOG_LIMIT))
         self._usage: dict[str, dict[tuple[str, str], UsageStat]] = defaultdict(dict)
+        self._quota: dict[str, dict[str, int]] = defaultdict(dict)  # domain -> key -> bytes
         #: lease name -> (holder, time.monotonic() it expires)
         self._leases: dict[str, tuple[str, float]] = {}
         self._wakes = 0  # `wake_waits` calls: a wait that sees it move answers
@@ -77,7 +80,11 @@ class MemoryEngine(Engine):
             return {s: live[s] for s in skills if s in live}
 
     def commit(
-        self, domain: str, ops: Sequence[CommitOp], checks: Sequence[Check] = ()
+        self,
+        domain: str,
+        ops: Sequence[CommitOp],
+        checks: Sequence[Check] = (),
+        charges: Sequence[Charge] = (),
     ) -> Revision:
         with self._lock:
             for op in ops:
@@ -86,6 +93,9 @@ class MemoryEngine(Engine):
             for c in checks:
                 held = self._live[c.scope].get(c.skill)
                 check_unchanged(c, held.version if held else 0)
+            counters = self._quota[domain]
+            counted = {c.key: charged(domain, c, counters.get(c.key, 0)) for c in charges}
+            counters.update(counted)
             old = self._revs.get(domain)
             rev = Revision(
                 epoch=old.epoch if old else uuid.uuid4().hex,
@@ -111,6 +121,16 @@ class MemoryEngine(Engine):
                 )
             self._lock.notify_all()
             return rev
+
+    def quota_used(self, domain: str) -> dict[str, int]:
+        with self._lock:
+            return dict(self._quota.get(domain, {}))
+
+    def adjust_quota(self, domain: str, deltas: Mapping[str, int]) -> None:
+        with self._lock:
+            counters = self._quota[domain]
+            for key, n in deltas.items():
+                counters[key] = max(0, counters.get(key, 0) + n)
 
     def history(self, scope: Scope, skill: str) -> list[Manifest]:
         with self._lock:
@@ -183,6 +203,12 @@ class MemoryEngine(Engine):
     def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         with self._lock:
             return dict(self._usage.get(agent, {}))
+
+    def delete_usage(self, agent: str, keys: Sequence[tuple[str, str]]) -> None:
+        with self._lock:
+            held = self._usage[agent]
+            for key in keys:
+                held.pop(key, None)
 
     def usage_agents(self) -> list[str]:
         with self._lock:

@@ -26,7 +26,7 @@ from skillfs.governance.curation_report import (
 )
 from skillfs.governance.ports import Reads
 from skillfs.governance.usage import Usage
-from skillfs.model import Manifest, Scope, UsageStat, target_domain, usage_by_skill
+from skillfs.model import Manifest, Scope, UsageDrop, UsageStat, target_domain, usage_by_skill
 from skillfs.model.names import is_hidden_dir
 from skillfs.spec.skill_md import SKILL_MD, parse_skill_md
 from skillfs.store.who import MESSAGE_MAX, check_actor, check_message
@@ -40,8 +40,10 @@ RECHECK = 1.0
 #: Room kept in a commit's message for each archive's own reason ("curation: idle 120d
 #: (archive after 90d)") after the caller's message.
 REASON_ROOM = 200
-#: (scope, skill) -> its usage over the users (or agents) it is looked up for.
-Uses = Callable[[Scope, str], UsageStat | None]
+#: (scope, skill) -> its usage over the users (or agents) it is looked up for, and the
+#: latest drop of that usage (docs/governance.md, "Dropping usage").
+Use = tuple[UsageStat | None, UsageDrop | None]
+Uses = Callable[[Scope, str], Use]
 
 
 class Curation:
@@ -97,19 +99,19 @@ class Curation:
         to_archive: list[CuratedSkill] = []
         kept: list[CuratedSkill] = []
         for scope, m in skills:
-            stat = uses(scope, m.skill)
-            since = idle(m, stat, at)[0]
+            stat, drop = uses(scope, m.skill)
+            since = idle(m, stat, at, drop)[0]
             if at - since >= cutoff:
                 verdict = f"to archive (idle {format_duration(cutoff)} or more)"
                 held = _held(m)
                 if held:  # never archived, nor listed as if it would be
                     verdict = f"kept though idle {format_duration(cutoff)} or more: {held}"
-                    kept.append(curated(scope, m, stat, at, verdict))
+                    kept.append(curated(scope, m, stat, at, verdict, drop))
                 else:
-                    to_archive.append(curated(scope, m, stat, at, verdict))
+                    to_archive.append(curated(scope, m, stat, at, verdict, drop))
             elif at - since >= stale:
                 verdict = f"stale (idle {format_duration(stale)} or more)"
-                stale_list.append(curated(scope, m, stat, at, verdict))
+                stale_list.append(curated(scope, m, stat, at, verdict, drop))
         duplicates, total = self._duplicates(skills, duplicate_threshold)
         report = CurationReport(
             domain=domain,
@@ -148,21 +150,21 @@ class Curation:
         if kind == "markets":
             known = self._reads.retrying(self._reads.engine.usage_agents)
             agents = known if known is not None else self._reads.agents()
+            held = [self._usage.with_drops(a) for a in agents]
             merged = usage_by_skill(  # each agent's uses of a skill, as a user's would be
-                {
-                    (a, s): st
-                    for a in agents
-                    for s, st in usage_by_skill(self._usage.detail(a)).items()
-                }
-            )
-            return lambda scope, skill: merged.get(skill)
-        detail = self._usage.detail(ident)
+                {(a, s): st for a, (d, _) in zip(agents, held, strict=True)
+                 for s, st in usage_by_skill(d).items()}
+            )  # fmt: skip
+            every = [drop for _, drops in held for drop in drops]
+            return lambda scope, skill: (merged.get(skill), _latest(every, None, skill))
+        detail, drops = self._usage.with_drops(ident)
         by_skill = usage_by_skill(detail)
 
-        def look(scope: Scope, skill: str) -> UsageStat | None:
+        def look(scope: Scope, skill: str) -> Use:
             if scope.user_id is not None:
-                return detail.get((scope.user_id, skill))
-            return by_skill.get(skill)
+                user = scope.user_id
+                return detail.get((user, skill)), _latest(drops, user, skill)
+            return by_skill.get(skill), _latest(drops, None, skill)
 
         return look
 
@@ -206,8 +208,8 @@ class Curation:
                 continue
             if uses is None or time.monotonic() - read_at > RECHECK:
                 uses, read_at = self._uses(domain), time.monotonic()
-            stat = uses(item.scope, item.skill)
-            since = idle(m, stat, at)[0]
+            stat, drop = uses(item.scope, item.skill)
+            since = idle(m, stat, at, drop)[0]
             if at - since < cutoff:
                 ago = format_duration(max(0.0, at - since))
                 skipped.append(_note(item, f"used or changed {ago} ago meanwhile, kept"))
@@ -225,8 +227,13 @@ class Curation:
                 skipped.append(_note(item, f"not archived: {exc}"))
                 continue
             log.info("archived %s/%s: %s", item.scope, item.skill, why)
-            archived.append(curated(item.scope, m, stat, at, "archived"))
+            archived.append(curated(item.scope, m, stat, at, "archived", drop))
         return archived, skipped
+
+
+def _latest(drops: Sequence[UsageDrop], user: str | None, skill: str) -> UsageDrop | None:
+    """The latest drop that took `skill`'s usage by `user` (None: by anyone)."""
+    return max((d for d in drops if d.covers(user, skill)), key=lambda d: d.at, default=None)
 
 
 def _curatable(m: Manifest) -> bool:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict
 
 from skillfs.errors import InvalidArgument
-from skillfs.model import Manifest, Scope, UsageStat
+from skillfs.model import Manifest, Scope, UsageDrop, UsageStat
 from skillfs.util.durations import format_duration, parse_duration
 from skillfs.util.similarity import jaccard, shingles, similar_pairs
 
@@ -120,11 +120,16 @@ def windows(
     return stale, cutoff
 
 
-def idle(m: Manifest, stat: UsageStat | None, now: float) -> tuple[float, float | None, str]:
-    """Since when a skill is idle, its last use (None: no timed use) and why, in words."""
+def idle(
+    m: Manifest, stat: UsageStat | None, now: float, drop: UsageDrop | None = None
+) -> tuple[float, float | None, str]:
+    """Since when a skill is idle, its last use (None: no timed use) and why, in words. A
+    drop of its usage (`drop`, the latest that covers it) later than both makes the time
+    before it unknown: idle since the drop, at most."""
     last = stat.last_used if stat is not None and stat.last_used > 0 else None
-    since = max(last or 0.0, m.committed_at)
-    ago = format_duration(max(0.0, now - since))
+    known = max(last or 0.0, m.committed_at)
+    since = max(known, drop.at if drop is not None else 0.0)
+    ago = format_duration(max(0.0, now - known))
     if last is None:
         loads = stat.count if stat is not None else 0
         before = f" (loaded {loads} times before last-use times were kept)" if loads else ""
@@ -133,16 +138,27 @@ def idle(m: Manifest, stat: UsageStat | None, now: float) -> tuple[float, float 
         why = f"last used {ago} ago"
     else:
         why = f"last used before version {m.version}, committed {ago} ago"
+    if drop is not None and drop.at > known:
+        dropped = format_duration(max(0.0, now - drop.at))
+        why += (
+            f"; its usage was dropped {dropped} ago by {drop.actor} ({drop.reason}): "
+            "not known before"
+        )
     if m.disabled:
         why += f"; disabled ({m.disabled_reason or 'no reason given'})"
     return since, last, why
 
 
 def curated(
-    scope: Scope, m: Manifest, stat: UsageStat | None, now: float, verdict: str
+    scope: Scope,
+    m: Manifest,
+    stat: UsageStat | None,
+    now: float,
+    verdict: str,
+    drop: UsageDrop | None = None,
 ) -> CuratedSkill:
     """A skill's report entry: its idleness, and `verdict` appended to the reason."""
-    since, last, why = idle(m, stat, now)
+    since, last, why = idle(m, stat, now, drop)
     return CuratedSkill(
         scope=scope,
         skill=m.skill,

@@ -1,27 +1,38 @@
 """`store.usage`: how often and how lately each (user, skill) was loaded, recorded in batches
-off the hot path (docs/governance.md, "Usage")."""
+off the hot path; which of a token's counts a view can see; operators' drops
+(docs/governance.md, "Usage and last use", "Dropping usage")."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from skillfs.engines.base import USAGE_DROPS
+from skillfs.errors import InvalidArgument
 from skillfs.governance.ports import Reads
-from skillfs.model import UsageStat, usage_by_skill
-from skillfs.model.names import check_id
+from skillfs.model import Manifest, Scope, UsageDrop, UsageStat, usage_by_skill
+from skillfs.model.names import check_id, check_skill_name
 from skillfs.store.limits import check_usage
+from skillfs.store.who import check_message
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
 
 
 class Usage:
-    """record, and the counts read back."""
+    """record, the counts read back, what a view sees, and drops."""
 
-    def __init__(self, reads: Reads) -> None:
+    def __init__(self, reads: Reads, who: Callable[[str | None], str]) -> None:
         self._reads = reads
+        #: The actor a drop is recorded by: the one given, else the store's (`Committer.who`).
+        self._who = who
 
     def record(
         self,
         agent: str,
-        counts: Mapping[tuple[str, str], int],
-        last_used: Mapping[tuple[str, str], float] | None = None,
+        counts: Mapping[Key, int],
+        last_used: Mapping[Key, float] | None = None,
     ) -> None:
         """Add load counts keyed by (user, skill id), each checked by `check_usage`, and the
         time of each key's latest load (seconds since the epoch; now where not given). A
@@ -34,15 +45,105 @@ class Usage:
             stamped = {key: times.get(key) or now for key in counts}
             self._reads.engine.add_usage(check_id("agent", agent), counts, stamped)
 
-    def counts(self, agent: str) -> dict[tuple[str, str], int]:
-        """Load counts keyed by (user, skill id)."""
-        return self._reads.retrying(self._reads.engine.usage, check_id("agent", agent))
+    def seen(self, agent: str, keys: Iterable[Key], may_read: Callable[[Scope], bool]) -> set[Key]:
+        """Of (user, skill id) `keys`, those whose skill the user's view holds live (neither
+        deleted nor disabled, with a usable SKILL.md or a staged candidate) in a scope
+        `may_read` allows: the user's own (user "" has none), the agent's shared scope, a
+        market. What a token that may not administer the agent records is held to this
+        (`skillfs.server.reader`), so its counts never name what no view shows. One read per
+        scope, markets only for names the agent's scopes do not hold."""
+        wanted = set(keys)
+        names = sorted({skill for _, skill in wanted})
+        shown: dict[Scope, set[str]] = {}
 
-    def detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
+        def held(scope: Scope, among: Sequence[str]) -> set[str]:
+            if scope not in shown:
+                found = self._reads.manifests(scope, among) if may_read(scope) and among else {}
+                shown[scope] = {name for name, m in found.items() if _shown(m)}
+            return shown[scope]
+
+        everyone = held(Scope.shared(agent), names)
+        users = sorted({user for user, _ in wanted if user})
+        own = {user: held(Scope.user(agent, user), names) for user in users}
+        rest = [n for n in names if n not in everyone and not any(n in o for o in own.values())]
+        if rest:
+            for market in self._markets():
+                everyone |= held(Scope.market(market), rest)
+        return {(u, s) for u, s in wanted if s in everyone or (u and s in own[u])}
+
+    def counts(self, agent: str) -> dict[Key, int]:
+        """Load counts keyed by (user, skill id)."""
+        return {key: stat.count for key, stat in self.detail(agent).items()}
+
+    def detail(self, agent: str) -> dict[Key, UsageStat]:
         """Load count and last-used time keyed by (user, skill id) (last_used 0.0: loaded
         only before last-used times were recorded)."""
-        return self._reads.retrying(self._reads.engine.usage_detail, check_id("agent", agent))
+        return self.with_drops(agent)[0]
 
     def by_skill(self, agent: str) -> dict[str, UsageStat]:
         """Per skill id over its users: the counts summed, the latest last use."""
         return usage_by_skill(self.detail(agent))
+
+    def drop(
+        self,
+        agent: str,
+        *,
+        users: Sequence[str] | None = None,
+        skills: Sequence[str] | None = None,
+        reason: str,
+        actor: str | None = None,
+    ) -> UsageDrop:
+        """Forget an agent's usage counters — only `users`' ("" for loads counted without a
+        user) and only `skills`' when given — recording who did it, why and when
+        (`drops`). Curation then does not call a skill idle for longer than since the
+        drop. Counts that arrive after the read are kept."""
+        agent = check_id("agent", agent)
+        picked_users = None if users is None else tuple(sorted(set(map(_user, users))))
+        picked = None if skills is None else tuple(sorted(set(map(check_skill_name, skills))))
+        if not check_message(reason).strip():
+            raise InvalidArgument("say why the usage is dropped (reason=...): it is audited")
+        held = self.detail(agent)
+        keys = sorted(
+            (u, s)
+            for u, s in held
+            if (picked_users is None or u in picked_users) and (picked is None or s in picked)
+        )
+        record = UsageDrop(
+            agent=agent,
+            users=picked_users,
+            skills=picked,
+            dropped=len(keys),
+            at=self._reads.clock(),
+            actor=self._who(actor),
+            reason=reason,
+        )
+        done = self._reads.retrying(self._reads.engine.drop_usage, agent, keys, record)
+        log.info(
+            "usage dropped: agent %s, %d counters, by %s: %s",
+            agent, done.dropped, done.actor, done.reason,
+        )  # fmt: skip
+        return done
+
+    def drops(self, agent: str) -> list[UsageDrop]:
+        """The drops of an agent's usage, newest first."""
+        return self.with_drops(agent)[1]
+
+    def with_drops(self, agent: str) -> tuple[dict[Key, UsageStat], list[UsageDrop]]:
+        """`detail` and `drops` from one read."""
+        held = self._reads.retrying(self._reads.engine.usage_detail, check_id("agent", agent))
+        detail = {k: v for k, v in held.items() if k[0] != USAGE_DROPS}
+        drops = [UsageDrop.model_validate_json(s) for u, s in held if u == USAGE_DROPS]
+        return detail, sorted(drops, key=lambda d: d.at, reverse=True)
+
+    def _markets(self) -> list[str]:
+        domains = self._reads.retrying(self._reads.engine.domains)
+        return [d.split("/", 1)[1] for d in domains if d.startswith("markets/")]
+
+
+def _shown(m: Manifest) -> bool:
+    """Whether a worker's view can hold this entry as a skill."""
+    return not m.deleted and not m.disabled and (m.usable or m.candidate is not None)
+
+
+def _user(user: str) -> str:
+    return user if user == "" else check_id("user", user)

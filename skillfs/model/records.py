@@ -247,6 +247,29 @@ class UsageStat:
         return UsageStat(saturated(self.count + other.count), max(self.last_used, other.last_used))
 
 
+class UsageDrop(BaseModel):
+    """Usage an operator dropped (docs/governance.md, "Dropping usage"): of which agent, which
+    users and skills (None: every one), how many (user, skill) counters went, when, by whom
+    and why. Curation reads it: a skill whose usage was dropped is not known to be idle
+    before the drop."""
+
+    model_config = ConfigDict(frozen=True)
+
+    agent: str
+    users: tuple[str, ...] | None = None
+    skills: tuple[str, ...] | None = None
+    dropped: int = 0
+    at: float
+    actor: str
+    reason: str
+
+    def covers(self, user: str | None, skill: str) -> bool:
+        """Whether the drop took `skill`'s usage by `user` (None: by any user)."""
+        if self.skills is not None and skill not in self.skills:
+            return False
+        return user is None or self.users is None or user in self.users
+
+
 def usage_by_skill(detail: dict[tuple[str, str], UsageStat]) -> dict[str, UsageStat]:
     """Per skill, over its users: the counts summed (saturating), the latest last use."""
     out: dict[str, UsageStat] = {}

@@ -28,9 +28,18 @@ from urllib.parse import urlsplit
 import grpc
 import grpc.experimental
 
-from skillfs.engines.base import Check, CommitOp, Engine, UrlOptions, host_port
+from skillfs.engines.base import Charge, Check, CommitOp, Engine, UrlOptions, host_port
 from skillfs.errors import InvalidArgument, InvalidPath
-from skillfs.model import Access, AuditEntry, Manifest, Revision, Scope, UsageStat, VersionSummary
+from skillfs.model import (
+    Access,
+    AuditEntry,
+    Manifest,
+    Revision,
+    Scope,
+    UsageDrop,
+    UsageStat,
+    VersionSummary,
+)
 from skillfs.remote import wire
 from skillfs.remote.pool import Attempt, Pool, Server
 from skillfs.remote.proto import skillfs_pb2 as pb
@@ -297,11 +306,16 @@ class GrpcEngine(GrpcWatching, Engine):
         return wire.joined((r.manifests_json, r.continued) for r in replies)
 
     def commit(
-        self, domain: str, ops: Sequence[CommitOp], checks: Sequence[Check] = ()
+        self,
+        domain: str,
+        ops: Sequence[CommitOp],
+        checks: Sequence[Check] = (),
+        charges: Sequence[Charge] = (),
     ) -> Revision:
         """One Commit call: in bounded messages to a server of protocol 2 (an op's manifest
-        in pieces where it passes a message), in one message to an older one. The checks are
-        the server's to make: it runs the commit's rules on its own reads."""
+        in pieces where it passes a message), in one message to an older one. The checks and
+        the charges are the server's to make: it runs the commit's rules on its own reads and
+        charges the quotas of its store, to the token this engine holds."""
         shas = {e.sha256 for op in ops for _, e in op.manifest.all_files()}
         proofs = [self._proof(s) for s in sorted(shas)]
         budget = wire.BUDGET if self.protocol >= 2 else wire.UNBOUNDED
@@ -312,6 +326,16 @@ class GrpcEngine(GrpcWatching, Engine):
         for op in ops:
             self._saw(op.scope, [op.manifest])
         return wire.rev_from_pb(reply.revision)
+
+    def quota_used(self, domain: str) -> None:
+        """The server counts its store's quotas (docs/security.md, "Quotas")."""
+        return None
+
+    def adjust_quota(self, domain: str, deltas: Mapping[str, int]) -> None:
+        raise InvalidPath(
+            f"{self.url}: quota counters are kept by the server's store; re-count them with "
+            "skillfs gc on the store's own URL"
+        )
 
     def history(self, scope: Scope, skill: str) -> list[Manifest]:
         replies = self._all("reader", "History", pb.HistoryRequest(scope=str(scope), skill=skill))
@@ -381,6 +405,26 @@ class GrpcEngine(GrpcWatching, Engine):
         return {
             (c.user_id, c.skill): UsageStat(c.count, c.last_used) for r in replies for c in r.counts
         }
+
+    def drop_usage(self, agent: str, keys: Sequence[tuple[str, str]], drop: UsageDrop) -> UsageDrop:
+        """The server drops what `drop` names from its own read, recording its token as the
+        actor (`keys`, read here, are the client's view of the same)."""
+        request = pb.DropUsageRequest(
+            agent_id=agent,
+            users=drop.users or (),
+            some_users=drop.users is not None,
+            skills=drop.skills or (),
+            some_skills=drop.skills is not None,
+            reason=drop.reason,
+        )
+        reply = self._admin("DropUsage", request)
+        return UsageDrop.model_validate_json(reply.drop_json)
+
+    def delete_usage(self, agent: str, keys: Sequence[tuple[str, str]]) -> None:
+        raise InvalidPath(
+            f"{self.url}: usage counters are dropped by the server, which records who and "
+            "why: use store.usage.drop (skillfs usage drop)"
+        )
 
     def audit(
         self,

@@ -470,13 +470,29 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
     ) -> AsyncIterator[pb.UsageResponse]:
         agent = check_id("agent", request.agent_id)
         principal.require_agent_admin(agent)
-        detail = await self.backend.run(self.store.usage.detail, agent)
+        # the engine's counters as held, drops' records included (`store.usage.drops`)
+        detail = await self.backend.run(self.engine.usage_detail, agent)
         counts = [
             pb.UsageCount(user_id=u, skill=s, count=n.count, last_used=n.last_used)
             for (u, s), n in sorted(detail.items())
         ]
         for batch in wire.by_size(counts, pb.UsageCount.ByteSize, budget(context)):
             yield pb.UsageResponse(counts=batch)
+
+    @unary
+    def DropUsage(
+        self, request: pb.DropUsageRequest, context: grpc.ServicerContext, principal: Principal
+    ) -> pb.DropUsageResponse:
+        agent = check_id("agent", request.agent_id)
+        principal.require_agent_admin(agent)
+        drop = self.store.usage.drop(
+            agent,
+            users=list(request.users) if request.some_users else None,
+            skills=list(request.skills) if request.some_skills else None,
+            reason=request.reason,
+            actor=principal.name,
+        )
+        return pb.DropUsageResponse(drop_json=drop.model_dump_json().encode())
 
     @streaming
     async def ListBlobs(

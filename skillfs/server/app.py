@@ -44,6 +44,7 @@ from skillfs.server.http import ASGIApp, HttpPort
 from skillfs.server.metrics import Metrics
 from skillfs.server.reader import Reader
 from skillfs.server.rpc import GenericOnly, add_lenient
+from skillfs.store.limits import Limits
 
 log = logging.getLogger("skillfs.server")
 
@@ -90,6 +91,9 @@ class ServerConfig(BaseModel):
     max_message_mib: int = 16
     #: Curation by one elected server per interval (docs/governance.md); None: off.
     curate: CurateConfig | None = None
+    #: The store's limits, its quotas among them (docs/security.md, "Quotas"); the same on
+    #: every server of a deployment.
+    limits: Limits = Limits()
 
 
 class SkillfsServer:
@@ -98,7 +102,9 @@ class SkillfsServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.tokens = Tokens(config.tokens)
-        self.store = open_store(sized_store_url(config.store, config.max_workers + POOL_EXTRA))
+        self.store = open_store(
+            sized_store_url(config.store, config.max_workers + POOL_EXTRA), limits=config.limits
+        )
         try:
             self.curator = Curator(self.store, config.curate) if config.curate else None
         except SkillfsError:

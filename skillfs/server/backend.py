@@ -26,6 +26,7 @@ from skillfs.server.revisions import SharedReads
 from skillfs.server.rpc import CALL_END, Busy
 from skillfs.server.views import Views
 from skillfs.store.blobs import small_files
+from skillfs.store.quotas import Credential, acting_as, current
 from skillfs.util.deadline import budget
 
 T = TypeVar("T")
@@ -160,12 +161,10 @@ class Backend:
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` in the executor: the event loop never blocks on the store. Served for
         a call with a deadline, it runs within what is left of it (`util.deadline.budget`):
-        the store's retries give up when the client no longer waits."""
+        the store's retries give up when the client no longer waits. Its commits are
+        charged to the call's token (`store.quotas.acting_as`)."""
         loop = asyncio.get_running_loop()
-        end = CALL_END.get()
-        work = functools.partial(fn, *args)
-        if end is not None:
-            work = functools.partial(_within, end, work)
+        work = functools.partial(_within, CALL_END.get(), current(), functools.partial(fn, *args))
         return await loop.run_in_executor(self.executor, work)
 
     def now(self, principal: Principal, given: float) -> float:
@@ -182,6 +181,9 @@ class Backend:
         await self.run(self.views.close)
 
 
-def _within(end: float, work: Callable[[], T]) -> T:
-    with budget(max(0.0, end - time.monotonic())):
-        return work()
+def _within(end: float | None, credential: Credential | None, work: Callable[[], T]) -> T:
+    with acting_as(credential):
+        if end is None:
+            return work()
+        with budget(max(0.0, end - time.monotonic())):
+            return work()

@@ -306,6 +306,9 @@ class Reader(Watching, pb_grpc.SkillReaderServicer):  # type: ignore[misc]  # ge
             counts[key] = counts.get(key, 0) + c.count
             # a client's clock may be ahead: a time never passes the server's (kept forward)
             times[key] = max(times.get(key, 0.0), min(c.last_used, now) if c.last_used > 0 else now)
+        if not principal.administers_agent(agent):  # only what a view of it shows counts
+            seen = self.store.usage.seen(agent, counts, lambda s: principal.may(Level.read, s))
+            counts = {key: n for key, n in counts.items() if key in seen}
         self.store.usage.record(agent, counts, times)
         return pb.Empty()
 

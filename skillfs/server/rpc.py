@@ -25,6 +25,7 @@ from skillfs.errors import InvalidArgument, InvalidPath, SkillfsError
 from skillfs.model import Scope
 from skillfs.remote import wire
 from skillfs.server.metrics import Metrics
+from skillfs.store.quotas import acting_as
 
 log = logging.getLogger("skillfs.server")
 T = TypeVar("T")
@@ -72,7 +73,8 @@ async def call(
     try:
         principal = tokens.authenticate(bearer(context))
         who = principal.name
-        yield principal
+        with acting_as(principal.credential()):  # the token the call's commits are charged to
+            yield principal
     except (SkillfsError, VersionMismatch) as exc:
         status, meta = wire.status_of(exc)
         failure = (status, meta, str(exc))

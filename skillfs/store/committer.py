@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from skillfs.engines.base import Check, CommitOp, Engine, VersionMismatch
+from skillfs.engines.base import Charge, Check, CommitOp, Engine, VersionMismatch
 from skillfs.errors import (
     Conflict,
     InvalidArgument,
@@ -34,7 +34,7 @@ from skillfs.model.ops import Command, FileValue, Propose, Put, Stage, WriteOpti
 from skillfs.spec.profiles import Profiles
 from skillfs.spec.skill_md import SKILL_MD, Inspection, inspect_skill
 from skillfs.spec.validation import SPEC
-from skillfs.store import rules
+from skillfs.store import quotas, rules
 from skillfs.store.blobs import Blobs, Retrying, sha256
 from skillfs.store.limits import Limits, check_file, check_file_table, default_mode
 from skillfs.store.plans import Plan, Prepared, Step, plan
@@ -159,7 +159,7 @@ class Committer:
                 landed = self._in_history(steps, attempt)
             if not landed:
                 try:
-                    ops, checks = self._ops(domain, steps, attempt, current, message)
+                    ops, checks, charges = self._ops(domain, steps, attempt, current, message)
                 except Conflict:  # against our own commit, another writer's on top? (C6)
                     if unsure or not self._in_history(steps, attempt):
                         raise
@@ -168,7 +168,7 @@ class Committer:
                 return self._already(domain, steps, current, commit_id)
             started = time.monotonic()
             try:
-                revision = self.engine.commit(domain, ops, checks)
+                revision = self.engine.commit(domain, ops, checks, charges)
             except VersionMismatch:
                 if time.monotonic() > end:
                     break
@@ -197,9 +197,9 @@ class Committer:
         attempt: _Attempt,
         current: dict[tuple[Scope, str], Manifest],
         message: str,
-    ) -> tuple[list[CommitOp], list[Check]]:
-        """The attempt's next versions, held to every rule, and the lower-layer entries the
-        engine compares with them."""
+    ) -> tuple[list[CommitOp], list[Check], list[Charge]]:
+        """The attempt's next versions, held to every rule, the lower-layer entries the
+        engine compares with them, and what they add to the quotas (`store.quotas`)."""
         ops: list[CommitOp] = []
         for s in steps:
             cur = current.get((s.scope, s.entry))
@@ -217,7 +217,8 @@ class Committer:
         guarded = [g for g in rules.guarded(ops, current, markets) if g not in current]
         current.update(attempt.read(guarded, other_domains=True))
         rules.check_ops(ops, current, markets, self.names(ops, current))
-        return ops, _checks(domain, ops, current, markets)
+        charged = quotas.charges(ops, current, self.limits, quotas.current())
+        return ops, _checks(domain, ops, current, markets), charged
 
     def commit_built(self, domain: str, ops: Sequence[CommitOp]) -> Revision:
         """A commit whose next versions a client built (a skillfs server's `Commit` from a
@@ -234,7 +235,8 @@ class Committer:
         guarded = rules.guarded(ops, current, markets)
         current.update(self.load([g for g in guarded if g not in current]))
         rules.check_ops(ops, current, markets, self.names(ops, current))
-        return self.engine.commit(domain, ops, _checks(domain, ops, current, markets))
+        charged = quotas.charges(ops, current, self.limits, quotas.current())
+        return self.engine.commit(domain, ops, _checks(domain, ops, current, markets), charged)
 
     def names(self, ops: Sequence[CommitOp], current: rules.Current) -> dict[Scope, list[str]]:
         """For the name rule (`rules.check_new_names`), in each scope where the commit

@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from skillfs.engines.base import MiB
 from skillfs.errors import InvalidArgument, InvalidPath, TooLarge
@@ -37,13 +37,17 @@ def disk_mode(mode: int) -> int:
 
 
 class Limits(BaseModel):
-    """Size limits; an over-limit write raises TooLarge before anything is written."""
+    """Size limits; an over-limit write raises TooLarge before anything is written. The
+    quotas (bytes a scope, and a token in one agent or market, may hold: docs/security.md,
+    "Quotas"; None: no quota) are held by the engine's atomic commit (QuotaExceeded)."""
 
     model_config = ConfigDict(frozen=True)
 
     max_file_size: int = 64 * MiB
     max_skill_size: int = 256 * MiB
     max_files: int = 10_000
+    scope_quota: int | None = Field(default=2048 * MiB, gt=0)
+    token_quota: int | None = Field(default=2048 * MiB, gt=0)
 
 
 def check_file(

@@ -9,7 +9,9 @@ from collections.abc import Callable, Iterable, Sequence
 from pydantic import BaseModel, ConfigDict
 
 from skillfs.engines.base import CommitOp, Engine
+from skillfs.errors import InvalidArgument
 from skillfs.model import Manifest, Scope, VersionSummary
+from skillfs.store.quotas import Recount
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,8 @@ def gc(
     referenced: set[str] = set()
     dropped = 0
     for domain in domains:
+        counted = engine.quota_used(domain)  # before the mark reads: see Recount.deltas
+        recount = Recount()
         for scope in engine.scopes(domain):
             live = engine.load_scope(scope)
             histories = engine.scope_history(scope, sorted(live))
@@ -80,8 +84,13 @@ def gc(
                     history = [m for m in history if m.version not in gone]
                 for m in [current, *history]:
                     referenced.update(e.sha256 for _, e in m.all_files())  # staged too
+                recount.skill(scope, [*reversed(history), current])
                 if progress:
                     progress("mark", 1)
+        if counted is not None:
+            if domain.startswith("agents/"):
+                _count_usage(engine, domain.split("/", 1)[1], recount)
+            engine.adjust_quota(domain, recount.deltas(counted))
     seen = deleted = 0
     cutoff = started - grace
     for digest in engine.blob_shas():
@@ -96,6 +105,22 @@ def gc(
         blobs_deleted=deleted,
         history_dropped=dropped,
     )
+
+
+#: What a usage counter costs besides its user and skill: its count, time and framing.
+USAGE_KEY_BYTES = 32
+
+
+def _count_usage(engine: Engine, agent: str, recount: Recount) -> None:
+    """An agent's usage counters into its scopes' counts: a user's into the user's scope,
+    the rest (loads without a user, drops' records, ids no scope may have) into the shared
+    scope."""
+    for user, skill in engine.usage_detail(agent):
+        try:
+            scope = Scope.user(agent, user) if user else Scope.shared(agent)
+        except InvalidArgument:
+            scope = Scope.shared(agent)
+        recount.usage(scope, len(user.encode()) + len(skill.encode()) + USAGE_KEY_BYTES)
 
 
 def prune_after_commit(

@@ -468,6 +468,25 @@ def test_usage(filled: str) -> None:
     assert "no usage recorded" in ok(filled, "usage", "-a", "other").stdout
 
 
+def test_drop_usage(filled: str) -> None:
+    """`skillfs drop-usage` forgets the counters named, asks first (--yes in a script), needs
+    a reason, and `usage --drops` lists who dropped what, when and why."""
+    with skillfs.open_store(filled) as store:
+        store.usage.record("bot", {("alice", "reviewer"): 3, ("bob", "notes"): 5})
+    refused = run(filled, "drop-usage", "-a", "bot", "--user", "bob", "-m", "spam")
+    assert refused.exit_code == 1 and "pass --yes" in error_line(refused)
+    assert "say why" in error_line(run(filled, "drop-usage", "-a", "bot", "--yes"))
+    said = ok(filled, "drop-usage", "-a", "bot", "--user", "bob", "-m", "made-up", "--yes")
+    assert "dropped 1 usage counter of agent bot by " in said.stdout
+    assert [r["user"] for r in as_json(filled, "usage", "-a", "bot")] == ["alice"]
+    (drop,) = as_json(filled, "usage", "-a", "bot", "--drops")
+    assert (drop["users"], drop["skills"], drop["dropped"], drop["reason"]) == (
+        ["bob"], None, 1, "made-up",
+    )  # fmt: skip
+    assert "made-up" in ok(filled, "usage", "-a", "bot", "--drops").stdout
+    assert "was ever dropped" in ok(filled, "usage", "-a", "other", "--drops").stdout
+
+
 # ----------------------------------------------------------------------------- on Redis too
 
 

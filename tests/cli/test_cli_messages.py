@@ -40,6 +40,7 @@ NO_VERSIONS = {
     "drafts show": "reads only",
     "export": "writes local files only",
     "gc": "removes unreferenced blobs and expired history: no version to say why in",
+    "drop-usage": "forgets usage counters, no version; its --message is the drop's reason",
     "serve": "writes what its clients send, each with their own message",
     "mcp": "writes what the host's model sends, each with its own message",
     "run": "adds the example skills once, with a message of its own (EXAMPLES_MESSAGE)",

@@ -120,3 +120,21 @@ def test_a_market_report_needs_every_agents_usage(client: Client, store: skillfs
     page = _scoped_client(store, ["market:team:admin"]).get("/markets/team/curation")
     assert page.status == 200 and 'id="report"' not in page.text
     assert 'id="report"' in client.get("/markets/team/curation").text  # *:admin
+
+
+def test_drop_usage_from_the_curation_page(client: Client, store: skillfs.Store) -> None:
+    """An admin drops a user's usage from the curation page with a reason (required), the
+    drop is listed with who and why; a reader may not."""
+    store.usage.record(AGENT, {("alice", "code-reviewer"): 3, ("bob", "code-reviewer"): 1})
+    page = client.get(CURATION)
+    assert 'id="drop-usage-form"' in page.text and 'id="drops"' not in page.text
+    drop = CURATION.replace("curation", "usage/drop")
+    reader = Client(client.app)
+    reader.sign_in(READER)
+    assert reader.post(drop, {"user": "alice", "message": "spam"}).status == 403
+    assert client.post(drop, {"user": "alice", "message": " "}).status == 400
+    r = client.post(drop, {"user": "alice", "skill": "", "message": "made-up loads"})
+    assert r.status == 200 and "Dropped 1 usage counter of support-bot: made-up loads" in r.text
+    assert store.usage.counts(AGENT) == {("bob", "code-reviewer"): 1}
+    listed = r.text.split('id="drops"', 1)[1].split("</table>", 1)[0]
+    assert ">ops<" in listed and "made-up loads" in listed and ">alice<" in listed

@@ -596,8 +596,10 @@ def test_a_lost_answer_and_another_writer_on_top_is_still_ours(
     real = store.engine.commit
     lost: list[int] = []
 
-    def commit_then_lose_the_answer(domain: str, ops: Any, checks: Any = ()) -> Any:
-        revision = real(domain, ops, checks)
+    def commit_then_lose_the_answer(
+        domain: str, ops: Any, checks: Any = (), charges: Any = ()
+    ) -> Any:
+        revision = real(domain, ops, checks, charges)
         if not lost:
             lost.append(1)
             other.publish(ALICE, "s", files_v("s", 3), expected_version=2)

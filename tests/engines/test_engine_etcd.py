@@ -80,7 +80,7 @@ def test_url_options(etcd_server: EtcdServer) -> None:
     e = EtcdEngine(f"etcd://u:secret@{etcd_server.endpoint},localhost?prefix=a/&timeout=2")
     assert e.url == f"etcd://u:***@{etcd_server.endpoint},localhost?prefix=a/&timeout=2"
     assert [ep.target for ep in e._etcd.endpoints] == [etcd_server.endpoint, "localhost:2379"]
-    assert e._etcd.timeout == 2.0 and e.max_ops == 63 and e.chunk_size == MiB
+    assert e._etcd.timeout == 2.0 and e.max_ops == 62 and e.chunk_size == MiB
     e.close()
     with pytest.raises(InvalidArgument, match="unknown option"):
         EtcdEngine(f"etcd://{etcd_server.endpoint}?prefx=a/")
@@ -117,8 +117,12 @@ def test_physical_layout(etcd_url: str, server_client: etcd3.Etcd3Client) -> Non
     assert store.usage.counts("support-bot") == {("alice", "code-reviewer"): 2, ("", "s"): 1}
     assert keys["domains"] == b"1"  # the domain index is complete (the store started with it)
     assert keys["domains/agents/support-bot"] == keys["domains/markets/team"] == b""
+    # the quota counters of each domain, one key each (docs/engine-etcd.md, "Quotas")
+    scope_bytes = int(keys["quota/agents/support-bot/scope%3Auser%3Asupport-bot%2Falice"])
+    assert scope_bytes > 2 * len(skill_md("code-reviewer", "two"))  # both versions, their blobs
+    assert int(keys["quota/markets/team/scope%3Amarket%3Ateam"]) > 0
     tops = {k.split("/", 1)[0] for k in keys}
-    assert tops == {"agents", "markets", "history", "blobs", "usage", "domains"}
+    assert tops == {"agents", "markets", "history", "blobs", "usage", "domains", "quota"}
     # the revision is the store's own mod_revision of the rev key; the epoch names the cluster
     _, meta = server_client.get("agents/support-bot/rev")
     rev = store.revision("support-bot")
@@ -302,7 +306,7 @@ def test_a_request_over_the_limits_is_never_sent(engine: EtcdEngine) -> None:
 
 def test_limit_options_in_the_url(etcd_server: EtcdServer) -> None:
     e = EtcdEngine(f"{etcd_server.url}?max_txn_ops=1024&max_request_bytes=10485760")
-    assert e.max_ops == 511 and e.max_manifest_bytes > 4 * MiB
+    assert e.max_ops == 510 and e.max_manifest_bytes > 4 * MiB
     with pytest.raises(InvalidPath, match=r"max_request_bytes=1000 .* at least"):
         EtcdEngine(f"{etcd_server.url}?max_request_bytes=1000")
 

@@ -85,6 +85,7 @@ def test_physical_layout_matches_the_doc(redis_url: str, raw: redis.Redis) -> No
         "t1/agents/{support-bot}/rev": "hash",
         "t1/agents/{support-bot}/log": "stream",
         "t1/agents/{support-bot}/scopes": "set",
+        "t1/agents/{support-bot}/quota": "hash",
         "t1/agents/{support-bot}/usage": "hash",
         "t1/agents/{support-bot}/usage/at": "hash",
         "t1/agents/{support-bot}/users/alice/skills": "hash",
@@ -93,6 +94,7 @@ def test_physical_layout_matches_the_doc(redis_url: str, raw: redis.Redis) -> No
         "t1/markets/{team}/rev": "hash",
         "t1/markets/{team}/log": "stream",
         "t1/markets/{team}/scopes": "set",
+        "t1/markets/{team}/quota": "hash",
         "t1/markets/{team}/skills": "hash",
     }
     for sha in shas:
@@ -140,9 +142,9 @@ def test_cluster_keeps_an_agent_in_one_slot_and_commits_across_its_scopes(
             n.port: len(list(n.client().scan_iter(match=f"{prefix}agents/*")))
             for n in redis_cluster.nodes
         }
-    assert len(keys) == 6  # rev, log, scopes, two skills hashes, one history
+    assert len(keys) == 7  # rev, log, scopes, quota, two skills hashes, one history
     assert {rc.keyslot(k) for k in keys} == {key_slot(b"support-bot")}
-    assert sorted(per_node.values()) == [0, 0, 6]
+    assert sorted(per_node.values()) == [0, 0, 7]
     assert store.agents() == ["support-bot"] and store.users("support-bot") == ["alice"]
 
 

@@ -130,7 +130,13 @@ def test_physical_layout(db: Path) -> None:
         "scopes",
         "usage",
         "leases",
+        "quota",
     }
+    held = q("SELECT domain, key FROM quota ORDER BY domain").fetchall()  # bytes per scope
+    assert held == [
+        ("tenant1/agents/support-bot", "scope:user:support-bot/alice"),
+        ("tenant1/markets/team", "scope:market:team"),
+    ]
     sha = m.files["SKILL.md"].sha256
     assert q("SELECT key FROM blobs WHERE key = ?", (f"tenant1/blobs/{sha}",)).fetchone()
     assert q(

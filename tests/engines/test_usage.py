@@ -41,6 +41,30 @@ def test_last_used_moves_forward_only(store: skillfs.Store) -> None:
     assert store.usage.detail("nobody") == {}
 
 
+def test_an_operator_drops_usage_and_the_drop_is_recorded(store: skillfs.Store) -> None:
+    """`store.usage.drop` forgets the counters it names (users, skills, or all), records who,
+    when and why (`drops`, newest first; over grpc:// the server's token is the actor), and
+    refuses a drop without a reason or with a bad id before anything is dropped."""
+    t = time.time() - 100
+    counts = {("alice", "a"): 2, ("bob", "a"): 1, ("alice", "b"): 5, ("", "a"): 1}
+    store.usage.record(BOT, counts, dict.fromkeys(counts, t))
+    with pytest.raises(InvalidArgument, match="say why"):
+        store.usage.drop(BOT, users=["alice"], reason=" ")
+    with pytest.raises(InvalidPath):
+        store.usage.drop(BOT, users=["_x"], reason="bad id")
+    first = store.usage.drop(BOT, users=["alice"], reason="made-up names", actor="ops")
+    assert (first.users, first.skills, first.dropped) == (("alice",), None, 2)
+    assert store.usage.counts(BOT) == {("bob", "a"): 1, ("", "a"): 1}
+    second = store.usage.drop(BOT, skills=["a"], reason="reset")
+    assert second.dropped == 2 and store.usage.detail(BOT) == {}
+    drops = store.usage.drops(BOT)
+    assert [d.reason for d in drops] == ["reset", "made-up names"]
+    assert drops[1].actor in ("ops", "admin")  # grpc://: the server's token
+    assert drops[0].at >= drops[1].at >= t
+    store.usage.record(BOT, {("alice", "a"): 1})  # counting goes on
+    assert store.usage.counts(BOT) == {("alice", "a"): 1}
+
+
 def test_a_count_of_zero_records_nothing(store: skillfs.Store) -> None:
     """Outside (differential) testing: a 0 count stored a last use without a load on most
     engines, was dropped on etcd, and made a server refuse the whole batch. It records

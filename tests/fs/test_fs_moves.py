@@ -49,11 +49,13 @@ def before_commit(fs: SkillFileSystem, other: Callable[[], Any]) -> None:
     engine = fs.store.engine
     real, ran = engine.commit, []
 
-    def commit(domain: str, ops: list[Any], checks: Any = ()) -> skillfs.Revision:
+    def commit(
+        domain: str, ops: list[Any], checks: Any = (), charges: Any = ()
+    ) -> skillfs.Revision:
         if not ran:
             ran.append(True)
             other()
-        return real(domain, ops, checks)
+        return real(domain, ops, checks, charges)
 
     engine.commit = commit  # type: ignore[method-assign]
 

@@ -207,6 +207,27 @@ def test_apply_skips_a_skill_used_meanwhile(fleet: skillfs.Store, store_url: str
     assert first.skill in fleet.skills(first.scope)
 
 
+def test_a_window_that_overlaps_a_usage_drop_is_unknown(fleet: skillfs.Store) -> None:
+    """Usage dropped now, curated 50 days later: a skill the drop covers is idle since the
+    drop at most (its reason says the time before is not known), so it is stale, not to
+    archive, and applying the report leaves it; a drop of another user's usage leaves a
+    user's own skill alone. (The drop's time is the store's clock: a server's own.)"""
+    dropped = fleet.usage.drop(BOT, users=["bob"], reason="made-up names").at
+    later = dropped + 50 * DAY
+    report = fleet.curation.run(BOT, now=later)
+    assert _names(report.to_archive) == [f"{ALICE}/notes"]  # bob's drop: not alice's use
+    copy = next(i for i in report.stale if i.skill == "review-copy")
+    assert copy.idle_seconds == pytest.approx(50 * DAY, abs=60)
+    assert copy.reason.startswith("never used; version 1 committed 250 days ago; its usage was ")
+    assert copy.idle_since == dropped
+    assert "dropped 50 days ago by " in copy.reason and "(made-up names): not known before" in (
+        copy.reason
+    )
+    applied = fleet.curation.run(BOT, now=later, dry_run=False)
+    assert _names(applied.archived) == [f"{ALICE}/notes"]
+    assert "review-copy" in fleet.skills(SHARED)
+
+
 def test_market_skills_by_every_agents_use(store: skillfs.Store, store_url: str) -> None:
     """A market skill is used when any agent used it, also one holding no skill of its own."""
     with _aged(store_url, 100) as old:

@@ -187,11 +187,11 @@ def test_an_archive_that_loses_a_race_to_a_promote_is_retried(
     store.rollouts.stage(SHARED, "s0", {"SKILL.md": skill_md("s0", "cand")}, Rollout(users=("u1",)))
     real, raced = store.engine.commit, []
 
-    def commit(domain: str, ops: list, checks: Any = ()) -> skillfs.Revision:  # type: ignore[type-arg]
+    def commit(domain: str, ops: list, checks: Any = (), charges: Any = ()) -> skillfs.Revision:  # type: ignore[type-arg]
         if not raced:  # the promote lands between the archive's read and its commit
             raced.append(True)  # (memory: `other` shares this engine, and its commit)
             other.rollouts.promote(SHARED, "s0")
-        return real(domain, ops, checks)
+        return real(domain, ops, checks, charges)
 
     store.engine.commit = commit  # type: ignore[method-assign]
     result = store.archive.add(SHARED, "s0", reason="old")

@@ -48,6 +48,8 @@ def _page(call: Call, domain: str, name: str, scopes: list[Scope]) -> Response:
     windows = _windows(call)
     admin = call.can.admin(domain)
     report = call.store.curation.run(domain, *windows, actor=call.actor) if admin else None
+    agent = domain.startswith("agents/")
+    drops = call.store.usage.drops(name) if admin and agent else []
     return call.render_domain(
         "curation.html",
         domain,
@@ -56,6 +58,30 @@ def _page(call: Call, domain: str, name: str, scopes: list[Scope]) -> Response:
         report=report,
         admin=admin,
         windows=windows,
+        drops=drops,
+    )
+
+
+def drop_usage(call: Call, agent: str) -> Response:
+    """Forget usage counters of the agent (the form's user and skill, each optional: every
+    one), recorded with the signed-in token and the form's reason."""
+    domain = f"agents/{agent}"
+    if not call.can.admin(domain):
+        raise PermissionDenied(
+            f"token {call.actor!r} may not drop the usage of {agent}: this needs an admin "
+            "grant on the agent"
+        )
+    user, skill = call.field("user").strip(), call.field("skill").strip()
+    drop = call.store.usage.drop(
+        agent,
+        users=[user] if user else None,
+        skills=[skill] if skill else None,
+        reason=call.message,
+        actor=call.actor,
+    )
+    return call.done(
+        urls.domain_page(domain, "curation") + "#usage-drops",
+        f"Dropped {plural(drop.dropped, 'usage counter')} of {agent}: {drop.reason}",
     )
 
 

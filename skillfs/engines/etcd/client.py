@@ -138,6 +138,7 @@ class _Endpoint:
         self.watch = etcdrpc.WatchStub(self.channel)
         self.auth = etcdrpc.AuthStub(self.channel)
         self.lease = etcdrpc.LeaseStub(self.channel)
+        self.maintenance = etcdrpc.MaintenanceStub(self.channel)
         self.token: str | None = None
 
 
@@ -487,6 +488,13 @@ class EtcdClient:
         return self.rpc(run, deadline=deadline)
 
     # ------------------------------------------------------------------ listings
+
+    def db_size(self) -> int:
+        """The backend's size in bytes, as the member answering says (what etcd compares with
+        its --quota-backend-bytes)."""
+        request = etcdrpc.StatusRequest()
+        reply = self.rpc(lambda ep, t, md: ep.maintenance.Status(request, timeout=t, metadata=md))
+        return int(reply.dbSize)
 
     def grant_lease(self, ttl: int) -> tuple[int, int]:
         """A new lease: its id and its TTL in seconds."""

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from etcd3 import etcdrpc
 
 from skillfs.engines.base import (
+    Charge,
     Check,
     CommitOp,
     Engine,
     MiB,
     UrlOptions,
     VersionMismatch,
+    charged,
     check_current,
     check_unchanged,
 )
@@ -27,6 +29,7 @@ from skillfs.engines.etcd import client as ec
 from skillfs.engines.etcd import watch as etcd_watch
 from skillfs.engines.etcd.gateway import GatewayReads
 from skillfs.engines.etcd.lease import EtcdLeases
+from skillfs.engines.etcd.space import SPACE_QUERY, SpaceGuard
 from skillfs.engines.etcd.usage import EtcdUsage
 from skillfs.errors import InvalidPath, StoreUnavailable, TooLarge
 from skillfs.model import Change, Manifest, Revision, Scope, UsageStat
@@ -34,6 +37,9 @@ from skillfs.model import Change, Manifest, Revision, Scope, UsageStat
 #: What a manifest may not use of half the request budget: the keys and the rev key put
 #: beside it in a commit (docs/engine-etcd.md, "Limits").
 KEYS_RESERVE = 8 * 1024
+#: Reads and transactions a commit tries while only a quota counter or a checked entry moved
+#: under it (commits of other skills of the agent charging the same counters).
+COUNTER_RETRIES = 20
 CHUNKS_PER_READ = 32  # chunk reads per transaction: responses stay under 32 MiB
 PARTIAL = b"partial "  # last-use value of a blob still being uploaded
 COMPLETE_BELOW = b"p"  # a complete blob's last-use value (decimal text) sorts below this
@@ -67,7 +73,7 @@ class EtcdEngine(EtcdLeases, Engine):
         super().__init__(url)
         if urlsplit(url).scheme != "etcd":
             raise InvalidPath(f"not an etcd URL: {self.url!r}; use etcd://host:port[,host:port]")
-        options = UrlOptions(url, ("prefix", "timeout", *LIMITS_QUERY, *ec.TLS_QUERY))
+        options = UrlOptions(url, ("prefix", "timeout", *LIMITS_QUERY, *SPACE_QUERY, *ec.TLS_QUERY))
         self._prefix = options.get("prefix").encode()
         request_bytes = options.number("max_request_bytes", int, ec.MAX_REQUEST_BYTES)
         if request_bytes < self.chunk_size + 64 * 1024:
@@ -86,9 +92,11 @@ class EtcdEngine(EtcdLeases, Engine):
             max_txn_ops=options.number("max_txn_ops", int, ec.MAX_TXN_OPS),
             max_request_bytes=request_bytes,
         )
-        #: A commit's success list holds 2 puts per op (manifest, history copy) plus the rev
-        #: key; max_ops >= 1 needs max_txn_ops >= 3.
-        self.max_ops = max(1, (self._etcd.max_txn_ops - 1) // 2)
+        #: A commit's success list holds 2 puts per op (manifest, history copy), the rev key
+        #: and its quota counters (two for a commit to one scope: the scope's, the token's);
+        #: max_ops >= 1 needs max_txn_ops >= 5.
+        self.max_ops = max(1, (self._etcd.max_txn_ops - 3) // 2)
+        self._space = SpaceGuard(self._etcd, options)
         #: A manifest fits half a request, so an update (old and new manifest in one
         #: transaction) fits whenever the creation did.
         self.max_manifest_bytes = self._etcd.request_budget // 2 - KEYS_RESERVE
@@ -155,7 +163,9 @@ class EtcdEngine(EtcdLeases, Engine):
 
     def put_blob(self, sha: str, chunks: Sequence[bytes], now: float) -> None:
         """Marker first, chunks next, then the marker turns complete if nobody (GC) removed it
-        meanwhile; a crashed upload leaves a dated marker that GC can collect with its chunks."""
+        meanwhile; a crashed upload leaves a dated marker that GC can collect with its chunks.
+        Refused while the backend is near its quota (`SpaceGuard`)."""
+        self._space.check()
         use = self._use_key(sha)
         stamp = repr(now).encode()
         for _ in range(3):
@@ -181,6 +191,7 @@ class EtcdEngine(EtcdLeases, Engine):
                 self._etcd.txn(
                     etcdrpc.TxnRequest(success=[ec.put_op(self._key(f"blobs/{sha}/{i}"), chunk)])
                 )
+                self._space.note(len(chunk))
             response = self._etcd.txn(
                 etcdrpc.TxnRequest(
                     compare=[ec.mod_is(use, marker)],
@@ -248,66 +259,120 @@ class EtcdEngine(EtcdLeases, Engine):
         }
 
     def commit(
-        self, domain: str, ops: Sequence[CommitOp], checks: Sequence[Check] = ()
+        self,
+        domain: str,
+        ops: Sequence[CommitOp],
+        checks: Sequence[Check] = (),
+        charges: Sequence[Charge] = (),
     ) -> Revision:
-        """Read the current manifests (their bytes go to history) and the checked ones, then
-        one transaction: compare each key's mod_revision with what was read, copy the old
-        manifests to history, put the new ones and the rev key. A failed compare returns the
-        current manifests in the same round trip, for the VersionMismatch the Store retries
-        on."""
+        """Read the current manifests (their bytes go to history), the checked ones and the
+        quota counters charged, then one transaction: compare each key's mod_revision with
+        what was read, copy the old manifests to history, put the new ones, the counters and
+        the rev key. A failed compare returns the current manifests in the same round trip:
+        one that moved is the VersionMismatch the Store retries on; otherwise a check or a
+        counter moved (another commit of the agent), and the engine reads and tries again.
+        Refused while the backend is near its quota (`SpaceGuard`)."""
+        self._space.check()
         self._index(domain)
         keys = [self._manifest_key(op.scope, op.manifest.skill) for op in ops]
         checked = [self._manifest_key(c.scope, c.skill) for c in checks]
+        counters = [self._quota_key(domain, c.key) for c in charges]
         bodies = [self._manifest_body(op) for op in ops]
-        read = self._etcd.get_many(keys + checked)
-        current, held = read[: len(keys)], read[len(keys) :]
-        self._check_versions(ops, current)
-        for c, kv in zip(checks, held, strict=True):
-            check_unchanged(c, Manifest.from_json(kv.value).version if kv is not None else 0)
-        request = etcdrpc.TxnRequest(
-            compare=[
-                ec.mod_is(k, kv.mod_revision if kv is not None else 0)
-                for k, kv in zip(keys + checked, read, strict=True)
-            ],
-            success=[
-                *(
+        for _ in range(COUNTER_RETRIES):
+            read = self._etcd.get_many(keys + checked + counters)
+            current = read[: len(keys)]
+            held = read[len(keys) : len(keys) + len(checked)]
+            used = read[len(keys) + len(checked) :]
+            self._check_versions(ops, current)
+            for c, kv in zip(checks, held, strict=True):
+                check_unchanged(c, Manifest.from_json(kv.value).version if kv is not None else 0)
+            counted = [
+                charged(domain, c, int(kv.value) if kv is not None else 0)
+                for c, kv in zip(charges, used, strict=True)
+            ]
+            request = etcdrpc.TxnRequest(
+                compare=[
+                    ec.mod_is(k, kv.mod_revision if kv is not None else 0)
+                    for k, kv in zip(keys + checked + counters, read, strict=True)
+                ],
+                success=[
+                    *(
+                        ec.put_op(
+                            self._history_prefix(op.scope, op.manifest.skill)
+                            + b"%010d" % op.expect,
+                            kv.value,
+                        )
+                        for op, kv in zip(ops, current, strict=True)
+                        if kv is not None
+                    ),
+                    *(ec.put_op(k, body) for k, body in zip(keys, bodies, strict=True)),
+                    *(ec.put_op(k, b"%d" % n) for k, n in zip(counters, counted, strict=True)),
                     ec.put_op(
-                        self._history_prefix(op.scope, op.manifest.skill) + b"%010d" % op.expect,
-                        kv.value,
-                    )
-                    for op, kv in zip(ops, current, strict=True)
-                    if kv is not None
-                ),
-                *(ec.put_op(k, body) for k, body in zip(keys, bodies, strict=True)),
-                ec.put_op(self._rev_key(domain), ops[0].manifest.commit_id.encode(), prev_kv=True),
-            ],
-            failure=[ec.get_op(k) for k in keys],
-        )
-        size = request.ByteSize()
-        if size > self._etcd.request_budget:
-            raise TooLarge(
-                f"a commit of {len(ops)} skill(s) is one etcd transaction of {size} bytes (new "
-                f"manifests and the history copies of the old ones), over the limit of "
-                f"{self._etcd.request_budget} bytes per request (--max-request-bytes "
-                f"{self._etcd.max_request_bytes} less etcd's envelope): commit fewer skills at "
-                "once; nothing was written"
+                        self._rev_key(domain), ops[0].manifest.commit_id.encode(), prev_kv=True
+                    ),
+                ],
+                failure=[ec.get_op(k) for k in keys],
             )
-        response = self._etcd.txn(request)
-        if not response.succeeded:
-            now = [ec.first_kv(r) for r in response.responses]
-            self._check_versions(ops, now)
-            # rewritten at the same version between our read and the transaction
-            first = ops[0]
-            raise VersionMismatch(first.scope, first.manifest.skill, first.expect)
-        rev_put = response.responses[-1].response_put
-        created = (
-            rev_put.prev_kv.create_revision
-            if rev_put.HasField("prev_kv")
-            else response.header.revision
-        )
-        return Revision(
-            epoch=_epoch(response.header.cluster_id, created), counter=response.header.revision
-        )
+            self._check_request(ops, charges, request)
+            response = self._etcd.txn(request)
+            self._space.note(request.ByteSize())
+            if response.succeeded:
+                rev_put = response.responses[-1].response_put
+                created = (
+                    rev_put.prev_kv.create_revision
+                    if rev_put.HasField("prev_kv")
+                    else response.header.revision
+                )
+                return Revision(
+                    epoch=_epoch(response.header.cluster_id, created),
+                    counter=response.header.revision,
+                )
+            self._check_versions(ops, [ec.first_kv(r) for r in response.responses])
+        # rewritten at the same version between our read and the transaction, or counters
+        # that kept moving
+        first = ops[0]
+        raise VersionMismatch(first.scope, first.manifest.skill, first.expect)
+
+    def _check_request(
+        self, ops: Sequence[CommitOp], charges: Sequence[Charge], request: Any
+    ) -> None:
+        """TooLarge, nothing written, for a commit over one request's operations or bytes."""
+        size, puts = request.ByteSize(), len(request.success)
+        if size > self._etcd.request_budget or puts > self._etcd.max_txn_ops:
+            raise TooLarge(
+                f"a commit of {len(ops)} skill(s) in {max(len(charges) - 1, 1)} scope(s) is one "
+                f"etcd transaction of {size} bytes and {puts} writes (new manifests, the history "
+                "copies of the old ones, the quota counters), over the limit of "
+                f"{self._etcd.request_budget} bytes (--max-request-bytes "
+                f"{self._etcd.max_request_bytes} less etcd's envelope) or "
+                f"{self._etcd.max_txn_ops} operations per request: commit fewer skills, or "
+                "fewer scopes, at once; nothing was written"
+            )
+
+    def _quota_key(self, domain: str, counter: str) -> bytes:
+        return self._key(f"quota/{domain}/{quote(counter, safe='')}")
+
+    def quota_used(self, domain: str) -> dict[str, int]:
+        prefix = self._quota_key(domain, "")
+        return {
+            unquote(kv.key[len(prefix) :].decode()): int(kv.value) for kv in self._etcd.scan(prefix)
+        }
+
+    def adjust_quota(self, domain: str, deltas: Mapping[str, int]) -> None:
+        """Each counter by compare-and-swap, read again while another commit moves it."""
+        for counter, n in deltas.items():
+            key = self._quota_key(domain, counter)
+            for _ in range(COUNTER_RETRIES):
+                kv = self._etcd.get_many([key])[0]
+                now = int(kv.value) if kv is not None else 0
+                response = self._etcd.txn(
+                    etcdrpc.TxnRequest(
+                        compare=[ec.mod_is(key, kv.mod_revision if kv is not None else 0)],
+                        success=[ec.put_op(key, b"%d" % max(0, now + n))],
+                    )
+                )
+                if response.succeeded:
+                    break
 
     def _manifest_body(self, op: CommitOp) -> bytes:
         """The manifest's JSON, refused when over `max_manifest_bytes`: creation and update
@@ -436,6 +501,9 @@ class EtcdEngine(EtcdLeases, Engine):
 
     def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         return self._usage.read(agent)
+
+    def delete_usage(self, agent: str, keys: Sequence[tuple[str, str]]) -> None:
+        self._usage.delete(agent, keys)
 
     def usage_agents(self) -> list[str]:
         return sorted(self._etcd.children(self._key("usage/agents/")))

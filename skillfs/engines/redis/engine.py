@@ -21,10 +21,12 @@ from redis.commands.core import Script
 
 from skillfs.engines.base import (
     LOG_LIMIT,
+    Charge,
     Check,
     CommitOp,
     Engine,
     UrlOptions,
+    charged,
     check_current,
     check_unchanged,
 )
@@ -293,14 +295,20 @@ class RedisEngine(redis_lease.RedisLeases, Engine):
         return {s: Manifest.from_json(v) for s, v in zip(skills, raw, strict=True) if v}
 
     def commit(
-        self, domain: str, ops: Sequence[CommitOp], checks: Sequence[Check] = ()
+        self,
+        domain: str,
+        ops: Sequence[CommitOp],
+        checks: Sequence[Check] = (),
+        charges: Sequence[Charge] = (),
     ) -> Revision:
         base = self._domain_key(domain)
         fixed = [f"{base}/rev", f"{base}/log", f"{base}/scopes"]
         if not self.cluster:  # one slot only matters in Cluster; elsewhere the script lists it
             fixed.append(self._domains_key)
         keys = list(fixed)
-        args: list[str | int] = [uuid.uuid4().hex, self.log_limit, len(fixed), domain, len(checks)]
+        args: list[str | int] = [
+            uuid.uuid4().hex, self.log_limit, len(fixed), domain, len(checks), len(charges),
+        ]  # fmt: skip
         for op in ops:
             m = op.manifest
             keys += [self._skills_key(op.scope), self._history_key(op.scope, m.skill)]
@@ -311,6 +319,10 @@ class RedisEngine(redis_lease.RedisLeases, Engine):
         for c in checks:
             keys.append(self._skills_key(c.scope))
             args += [c.skill, c.expect]
+        if charges:
+            keys.append(self._quota_key(domain))
+            for q in charges:
+                args += [q.key, q.bytes, -1 if q.limit is None else q.limit]
         if self.cluster:  # after the ops: the channel that wakes `changes_many`'s waiters
             args.append(self._wake.channel)
         with self._guard:
@@ -319,6 +331,8 @@ class RedisEngine(redis_lease.RedisLeases, Engine):
             result = self._run_commit(keys, args)
         if result[0] == 3:  # a check found its entry moved
             check_unchanged(checks[int(result[1]) - 1], int(result[2]))
+        if result[0] == 4:  # a charge past its quota
+            charged(domain, charges[int(result[1]) - 1], int(result[2]))
         if result[0] != 1:  # the script applied `check_current`: raise what it found
             op = ops[int(result[1]) - 1]
             check_current(op, int(result[2]), live=result[0] != 2)
@@ -358,6 +372,20 @@ class RedisEngine(redis_lease.RedisLeases, Engine):
                 )
             return cast(list[Any], result)
         raise rx.NoScriptError("the commit script could not be loaded")
+
+    def _quota_key(self, domain: str) -> str:
+        return f"{self._domain_key(domain)}/quota"
+
+    def quota_used(self, domain: str) -> dict[str, int]:
+        with self._guard:
+            raw = cast(dict[bytes, bytes], self._client.hgetall(self._quota_key(domain)))
+        return {k.decode(): int(v) for k, v in raw.items()}
+
+    def adjust_quota(self, domain: str, deltas: Mapping[str, int]) -> None:
+        if deltas:
+            args = [x for key, n in deltas.items() for x in (key, n)]
+            with self._guard:
+                self._client.eval(scripts.ADJUST, 1, self._quota_key(domain), *args)
 
     def history(self, scope: Scope, skill: str) -> list[Manifest]:
         with self._guard:
@@ -505,6 +533,10 @@ class RedisEngine(redis_lease.RedisLeases, Engine):
     def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         with self._guard:
             return redis_usage.read(self._client, self._usage_key(agent))
+
+    def delete_usage(self, agent: str, keys: Sequence[tuple[str, str]]) -> None:
+        with self._guard:
+            redis_usage.delete(self._client, self._usage_key(agent), keys)
 
     def usage_agents(self) -> list[str]:
         with self._guard:

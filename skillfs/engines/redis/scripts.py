@@ -3,17 +3,20 @@ with the hash tags (every key of a domain in one slot) they keep the consistency
 Redis Cluster too (docs/engine-redis.md, docs/design.md §3)."""
 
 # KEYS: rev, log, scopes[, domains], then per op: scope hash, history hash; then per check
-#       (an entry compared, not written): its scope hash.
-# ARGV: fresh epoch, log limit, number of fixed keys, domain, number of checks, then per op:
-#       skill, expected version, manifest JSON, scope, op, new version, actor, message; then
-#       per check: skill, expected version; then, in Cluster, the channel the domain is
-#       published on once committed (wakes `changes_many`).
+#       (an entry compared, not written): its scope hash; then, with charges, the domain's
+#       quota hash.
+# ARGV: fresh epoch, log limit, number of fixed keys, domain, number of checks, number of
+#       charges, then per op: skill, expected version, manifest JSON, scope, op, new version,
+#       actor, message; then per check: skill, expected version; then per charge: counter,
+#       bytes, limit (-1: none); then, in Cluster, the channel the domain is published on
+#       once committed (wakes `changes_many`).
 # A manifest's version and deleted flag are read from the head of its JSON, which is written
 # in the model's field order (skill, version, commit_id, committed_at, deleted; a quote inside
 # a JSON string is always escaped, so the pattern cannot match inside one): decoding a large
 # manifest whole would cost the script ~10 ms per MB. Any other shape is decoded.
-# Reads and checks everything before the first write, so a mismatch ({0, op, version}) or a
-# deletion of a skill that is not live ({2, op, version}) writes nothing. The epoch
+# Reads and checks everything before the first write, so a mismatch ({0, op, version}), a
+# deletion of a skill that is not live ({2, op, version}), a moved check ({3, check, version})
+# or a charge past its quota ({4, charge, bytes held}) writes nothing. The epoch
 # changes when the server's replication ID differs from the one the revision was written under:
 # after a failover or a restart this server's history may lack writes others saw, and counters
 # that overtook the lost ones must not look like the same revisions to a follower.
@@ -24,7 +27,9 @@ _HEAD = (
 COMMIT = """#!lua
 local nfixed = tonumber(ARGV[3])
 local nchecks = tonumber(ARGV[5])
-local n = (#KEYS - nfixed - nchecks) / 2
+local ncharges = tonumber(ARGV[6])
+local quota = KEYS[#KEYS]
+local n = (#KEYS - nfixed - nchecks - (ncharges > 0 and 1 or 0)) / 2
 local olds = {}
 local function state(old)
   local v, d = string.match(old, HEAD)
@@ -35,7 +40,7 @@ local function state(old)
   return tonumber(v), d == 'false'
 end
 for i = 1, n do
-  local a = 5 + (i - 1) * 8
+  local a = 6 + (i - 1) * 8
   local old = redis.call('HGET', KEYS[nfixed + 2 * i - 1], ARGV[a + 1])
   local v, live = 0, false
   if old then v, live = state(old) end
@@ -44,11 +49,18 @@ for i = 1, n do
   olds[i] = {old, v}
 end
 for j = 1, nchecks do
-  local c = 5 + n * 8 + (j - 1) * 2
+  local c = 6 + n * 8 + (j - 1) * 2
   local old = redis.call('HGET', KEYS[nfixed + 2 * n + j], ARGV[c + 1])
   local v = 0
   if old then v = state(old) end
   if v ~= tonumber(ARGV[c + 2]) then return {3, j, v} end
+end
+local q0 = 6 + n * 8 + nchecks * 2
+for k = 1, ncharges do
+  local q = q0 + (k - 1) * 3
+  local used = tonumber(redis.call('HGET', quota, ARGV[q + 1]) or '0')
+  local add, limit = tonumber(ARGV[q + 2]), tonumber(ARGV[q + 3])
+  if limit >= 0 and add > 0 and used + add > limit then return {4, k, used} end
 end
 local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
 local rev = redis.call('HMGET', KEYS[1], 'epoch', 'counter', 'replid')
@@ -60,8 +72,12 @@ if last then counter = math.max(counter, tonumber(string.match(last[1], '^(%d+)'
 counter = counter + 1
 local c = string.format('%d', counter)
 redis.call('HSET', KEYS[1], 'epoch', epoch, 'counter', c, 'replid', replid)
+for k = 1, ncharges do
+  local q = q0 + (k - 1) * 3
+  redis.call('HINCRBY', quota, ARGV[q + 1], ARGV[q + 2])
+end
 for i = 1, n do
-  local a = 5 + (i - 1) * 8
+  local a = 6 + (i - 1) * 8
   if olds[i][1] then
     redis.call('HSET', KEYS[nfixed + 2 * i], string.format('%d', olds[i][2]), olds[i][1])
   end
@@ -72,7 +88,7 @@ for i = 1, n do
   redis.call('SADD', KEYS[3], ARGV[a + 4])
 end
 if nfixed == 4 then redis.call('SADD', KEYS[4], ARGV[4]) end
-local channel = ARGV[6 + n * 8 + nchecks * 2]
+local channel = ARGV[q0 + ncharges * 3 + 1]
 if channel then redis.call('PUBLISH', channel, ARGV[4]) end
 return {1, counter, epoch}
 """.replace("HEAD", _HEAD)
@@ -112,4 +128,15 @@ redis.call('DEL', KEYS[1])
 local i = 0
 while redis.call('UNLINK', ARGV[2] .. i) == 1 do i = i + 1 end
 return 1
+"""
+
+# KEYS: a domain's quota hash. ARGV: counter, delta, counter, delta, ...: each counter moved by
+# its delta, never below 0 (GC's re-count).
+ADJUST = """#!lua
+for i = 1, #ARGV, 2 do
+  if redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) < 0 then
+    redis.call('HSET', KEYS[1], ARGV[i], 0)
+  end
+end
+return 0
 """

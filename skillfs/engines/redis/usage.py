@@ -5,7 +5,7 @@ field a JSON `[user, skill]`; a time only moves forward (a script keeps the late
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import cast
 
 import redis.exceptions as rx
@@ -58,6 +58,17 @@ def add(
     ]
     if times:
         client.register_script(LATEST)(keys=[f"{key}/at"], args=times)
+
+
+def delete(client: Client, key: str, keys: Sequence[tuple[str, str]]) -> None:
+    """Forget these (user, skill) counters of hash `key` and their times, in one MULTI."""
+    fields = [json.dumps([user, skill]) for user, skill in keys]
+    if not fields:
+        return
+    pipe = client.pipeline(transaction=True)
+    pipe.hdel(key, *fields)
+    pipe.hdel(f"{key}/at", *fields)
+    pipe.execute()
 
 
 def agents(client: Client, prefix: str, escaped: str) -> list[str]:

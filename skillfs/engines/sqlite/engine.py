@@ -18,10 +18,12 @@ from urllib.parse import unquote, urlsplit
 
 from skillfs.engines.base import (
     LOG_LIMIT,
+    Charge,
     Check,
     CommitOp,
     Engine,
     UrlOptions,
+    charged,
     check_current,
     check_unchanged,
     must_reset,
@@ -34,7 +36,7 @@ from skillfs.model import USAGE_MAX, Change, Manifest, Revision, Scope, UsageSta
 from skillfs.model.names import check_domain
 
 #: The schema this code writes; `PRAGMA user_version` of the file.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: Seconds a statement waits for another writer's lock before StoreUnavailable.
 TIMEOUT = 5.0
 #: Longest sleep between two checks for other processes' commits while `changes` waits.
@@ -70,6 +72,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE usage ADD COLUMN last_used REAL NOT NULL DEFAULT 0",
     ),
     4: (sqlite_lease.CREATE,),  # one holder per lease (docs/governance.md, "Curation")
+    5: (  # bytes each scope and token of a domain holds (docs/security.md, "Quotas")
+        "CREATE TABLE quota (domain TEXT NOT NULL, key TEXT NOT NULL, used INTEGER NOT NULL,"
+        " PRIMARY KEY (domain, key)) WITHOUT ROWID",
+    ),
 }
 
 
@@ -228,7 +234,11 @@ class SqliteEngine(sqlite_lease.SqliteLeases, Engine):
         return out
 
     def commit(
-        self, domain: str, ops: Sequence[CommitOp], checks: Sequence[Check] = ()
+        self,
+        domain: str,
+        ops: Sequence[CommitOp],
+        checks: Sequence[Check] = (),
+        charges: Sequence[Charge] = (),
     ) -> Revision:
         dkey = self._domain(domain)
         with self._db.write() as conn:
@@ -245,6 +255,11 @@ class SqliteEngine(sqlite_lease.SqliteLeases, Engine):
                     (self._scope(c.scope), c.skill),
                 ).fetchone()
                 check_unchanged(c, 0 if row is None else int(row[0]))
+            counted = [(dkey, c.key, charged(domain, c, self._used(conn, dkey, c.key)))
+                       for c in charges]  # fmt: skip
+            conn.executemany(
+                "INSERT OR REPLACE INTO quota (domain, key, used) VALUES (?, ?, ?)", counted
+            )
             rev = conn.execute(
                 "SELECT epoch, counter, log_size, trimmed FROM revisions WHERE domain = ?", (dkey,)
             ).fetchone()
@@ -294,6 +309,31 @@ class SqliteEngine(sqlite_lease.SqliteLeases, Engine):
         with self._committed:
             self._committed.notify_all()
         return Revision(epoch=epoch, counter=counter)
+
+    @staticmethod
+    def _used(conn: sqlite3.Connection, dkey: str, key: str) -> int:
+        row = conn.execute(
+            "SELECT used FROM quota WHERE domain = ? AND key = ?", (dkey, key)
+        ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def quota_used(self, domain: str) -> dict[str, int]:
+        rows = self._db.query(
+            "SELECT key, used FROM quota WHERE domain = ?", (self._domain(domain),)
+        )
+        return {key: int(used) for key, used in rows}
+
+    def adjust_quota(self, domain: str, deltas: Mapping[str, int]) -> None:
+        dkey = self._domain(domain)
+        with self._db.write() as conn:
+            conn.executemany(
+                "INSERT OR IGNORE INTO quota (domain, key, used) VALUES (?, ?, 0)",
+                [(dkey, key) for key in deltas],
+            )
+            conn.executemany(
+                "UPDATE quota SET used = max(0, used + ?) WHERE domain = ? AND key = ?",
+                [(n, dkey, key) for key, n in deltas.items()],
+            )
 
     @staticmethod
     def _trim(conn: sqlite3.Connection, dkey: str, excess: int) -> int:
@@ -464,6 +504,14 @@ class SqliteEngine(sqlite_lease.SqliteLeases, Engine):
             (self._domain(f"agents/{agent}"),),
         )
         return {(user, skill): UsageStat(n, float(t)) for user, skill, n, t in rows}
+
+    def delete_usage(self, agent: str, keys: Sequence[tuple[str, str]]) -> None:
+        key = self._domain(f"agents/{agent}")
+        with self._db.write() as conn:
+            conn.executemany(
+                "DELETE FROM usage WHERE agent = ? AND user = ? AND skill = ?",
+                [(key, user, skill) for user, skill in keys],
+            )
 
     def usage_agents(self) -> list[str]:
         start, end = self._range(self._domain("agents/"))

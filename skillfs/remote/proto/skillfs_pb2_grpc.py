@@ -723,6 +723,11 @@ class SkillAdminStub:
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.UsageRequest.SerializeToString,
                 response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.UsageResponse.FromString,
                 _registered_method=True)
+        self.DropUsage = channel.unary_unary(
+                '/skillfs.v1.SkillAdmin/DropUsage',
+                request_serializer=skillfs_dot_v1_dot_skillfs__pb2.DropUsageRequest.SerializeToString,
+                response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.DropUsageResponse.FromString,
+                _registered_method=True)
         self.ListBlobs = channel.unary_stream(
                 '/skillfs.v1.SkillAdmin/ListBlobs',
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.Empty.SerializeToString,
@@ -805,6 +810,12 @@ class SkillAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DropUsage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListBlobs(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -875,6 +886,11 @@ def add_SkillAdminServicer_to_server(servicer, server):
                     servicer.Usage,
                     request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.UsageRequest.FromString,
                     response_serializer=skillfs_dot_v1_dot_skillfs__pb2.UsageResponse.SerializeToString,
+            ),
+            'DropUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.DropUsage,
+                    request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.DropUsageRequest.FromString,
+                    response_serializer=skillfs_dot_v1_dot_skillfs__pb2.DropUsageResponse.SerializeToString,
             ),
             'ListBlobs': grpc.unary_stream_rpc_method_handler(
                     servicer.ListBlobs,
@@ -1163,6 +1179,33 @@ class SkillAdmin:
             '/skillfs.v1.SkillAdmin/Usage',
             skillfs_dot_v1_dot_skillfs__pb2.UsageRequest.SerializeToString,
             skillfs_dot_v1_dot_skillfs__pb2.UsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DropUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/skillfs.v1.SkillAdmin/DropUsage',
+            skillfs_dot_v1_dot_skillfs__pb2.DropUsageRequest.SerializeToString,
+            skillfs_dot_v1_dot_skillfs__pb2.DropUsageResponse.FromString,
             options,
             channel_credentials,
             insecure,
