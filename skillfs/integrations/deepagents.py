@@ -73,7 +73,7 @@ class SkillfsBackend(BackendProtocol):
 
     def _files(self, snap: Snapshot) -> dict[str, int]:
         """Every file of the view as `/skill/path` -> size."""
-        return {f"/{s.id}/{p}": e.size for s in snap.skills for p, e in s.files.items()}
+        return {f"/{s.id}/{p}": e.size for s in snap.model_skills for p, e in s.files.items()}
 
     def ls(self, path: str) -> LsResult:
         try:
@@ -97,7 +97,7 @@ class SkillfsBackend(BackendProtocol):
     def read(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
         skill, rel = self._split(file_path)
         try:
-            data = self.skills.snapshot().read_bytes(skill, rel)
+            data = _read(self.skills.snapshot(), skill, rel)
         except SkillfsError as exc:
             return ReadResult(error=str(exc))
         try:
@@ -132,7 +132,7 @@ class SkillfsBackend(BackendProtocol):
         texts: dict[str, Any] = {}
         try:
             snap = self.skills.snapshot()
-            for s in snap.skills:
+            for s in snap.model_skills:
                 for p in s.files:
                     data = snap.read_bytes(s.id, p)
                     if b"\0" not in data:
@@ -150,7 +150,7 @@ class SkillfsBackend(BackendProtocol):
         for p in paths:
             skill, rel = self._split(p)
             try:
-                out.append(FileDownloadResponse(path=p, content=snap.read_bytes(skill, rel)))
+                out.append(FileDownloadResponse(path=p, content=_read(snap, skill, rel)))
             except SkillfsError:
                 is_dir = any(f.startswith(p.rstrip("/") + "/") for f in self._files(snap))
                 out.append(
@@ -209,5 +209,11 @@ def _as(data: bytes) -> Callable[[bytes | None], bytes]:
     return lambda old: data
 
 
+def _read(snap: Snapshot, skill: str, path: str) -> bytes:
+    """A file of a skill the model sees (the agent's reads are the model's: a skill only
+    users invoke, `disable-model-invocation: true`, is not among them)."""
+    return snap.read_bytes(snap.model_skill(skill).id, path)
+
+
 def _ids(snap: Snapshot) -> str:
-    return ", ".join(s.id for s in snap.skills) or "(none)"
+    return ", ".join(s.id for s in snap.model_skills) or "(none)"

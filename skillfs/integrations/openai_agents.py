@@ -64,7 +64,7 @@ class AgentSkills:
         return "\n\n".join(part for part in (self.base, block) if part)
 
     async def _has_skills(self, ctx: RunContextWrapper[Any], agent: Any) -> bool:
-        return bool((await self.skills.asnapshot()).skills)
+        return bool((await self.skills.asnapshot()).model_skills)
 
     def _invoker(self, name: str) -> Any:
         async def invoke(ctx: ToolContext[Any], arguments: str) -> str:

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from skillfs.governance.rollout_rule import effective
 from skillfs.model import FileEntry, Finding, Manifest, Scope, Typed, error_findings
 from skillfs.model.names import check_id, is_hidden_dir, name_key
+from skillfs.spec.invocation import Invocation, invocation
 
 
 class Reader(Protocol):
@@ -77,6 +78,11 @@ class SkillInfo:
     #: The staged candidate of `version`, which this worker's rollout rule gives it
     #: (docs/governance.md, "Staged rollout"); False: the live version.
     candidate: bool = False
+
+    @property
+    def invocation(self) -> Invocation:
+        """Who may invoke the skill, and its arguments (Claude Code's fields)."""
+        return invocation(self.frontmatter)
 
 
 class Layer:

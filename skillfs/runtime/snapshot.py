@@ -26,6 +26,7 @@ from skillfs.runtime.prompt import MAX_DESCRIPTION, PromptOptions, prompt_descri
 from skillfs.runtime.skill_writes import WRITE_TOOL_NAMES, SkillWriter, ToolStyle, shape
 from skillfs.runtime.typed import TypedReadings
 from skillfs.runtime.usage import UsageRecorder
+from skillfs.spec.arguments import line_of, substitute
 from skillfs.spec.skill_md import SKILL_MD, parse_skill_md
 
 TOOL_NAMES = ("load_skill_through_path", "read_skill", "search_skills")
@@ -47,6 +48,9 @@ class MergedSkills:
         self.skills = tuple(skills)
         self.token = view_token(self.skills)
         self.by_id = {s.id: s for s in self.skills}
+        model = tuple(s for s in self.skills if s.invocation.model)
+        #: What the model sees: the skills without `disable-model-invocation: true`.
+        self.model_skills = self.skills if len(model) == len(self.skills) else model
         self._readings = readings
         self._typed: dict[str, Typed] | None = None
         self._prompts: dict[tuple[Path | None, PromptOptions], str] = {}
@@ -61,19 +65,20 @@ class MergedSkills:
         key = (files_root, options)
         text = self._prompts.get(key)
         if text is None:
-            text = self._prompts[key] = render(self.skills, files_root, options)
+            text = self._prompts[key] = render(self.model_skills, files_root, options)
         return text
 
     def tools(self, enum: bool, style: ToolStyle) -> list[dict[str, Any]]:
         key = (enum, style)
         defs = self._tools.get(key)
         if defs is None:  # no skills, no skill tools (as no block: runtime/prompt.py)
-            specs = self._tool_specs(enum) if self.skills else []
+            specs = self._tool_specs(enum) if self.model_skills else []
             defs = self._tools[key] = [shape(t, style) for t in specs]
         return copy.deepcopy(defs)
 
     def _tool_specs(self, enum: bool) -> list[tuple[str, str, dict[str, Any]]]:
-        return tool_specs([s.id for s in self.skills] if enum and self.skills else None)
+        ids = [s.id for s in self.model_skills]
+        return tool_specs(ids if enum and ids else None)
 
 
 def tool_specs(enum: Sequence[str] | None = None) -> list[tuple[str, str, dict[str, Any]]]:
@@ -213,43 +218,38 @@ class Snapshot:
 
     # ------------------------------------------------------------------ skills and files
 
-    def skill(self, skill_id: str) -> SkillInfo:
-        """A skill of the view; NotFound lists every available id."""
-        s = self._merged.by_id.get(skill_id) if isinstance(skill_id, str) else None
-        if s is None:
-            ids = [x.id for x in self.skills]
-            near = difflib.get_close_matches(str(skill_id), ids, n=1)
-            hint = f" Did you mean {near[0]!r}?" if near else ""
-            listing = ", ".join(ids) if ids else "(none)"
-            raise NotFound(f"unknown skill id {skill_id!r}.{hint} Available skill ids: {listing}")
-        return s
+    @property
+    def model_skills(self) -> tuple[SkillInfo, ...]:
+        """The skills the model sees (prompt, tools, their listings): all but those whose
+        SKILL.md says `disable-model-invocation: true`, which users invoke (`invoke`)."""
+        return self._merged.model_skills
 
-    def _entry(self, skill_id: str, path: str) -> tuple[SkillInfo, str, FileEntry]:
-        s = self.skill(skill_id)
-        try:
-            norm = normalize_path(path)
-        except InvalidArgument as exc:
-            raise NotFound(f"{exc}. Files of skill {skill_id!r}: {', '.join(s.files)}") from exc
-        entry = s.files.get(norm)
-        if entry is None:
-            paths = sorted(s.files)
-            near = difflib.get_close_matches(norm, paths, n=1)
-            hint = f" Did you mean {near[0]!r}?" if near else ""
+    def skill(self, skill_id: str) -> SkillInfo:
+        """A skill of the view, the model's or not; NotFound lists every available id."""
+        return _lookup(skill_id, self._merged.by_id, self.skills)
+
+    def model_skill(self, skill_id: str) -> SkillInfo:
+        """A skill the model may read; NotFound lists the ids the model sees, and says so of
+        a skill only users invoke."""
+        s = self._merged.by_id.get(skill_id) if isinstance(skill_id, str) else None
+        if s is not None and not s.invocation.model:
             raise NotFound(
-                f"skill {skill_id!r} has no file {path!r}.{hint} "
-                f"Files of skill {skill_id!r}: {', '.join(paths)}"
+                f"skill {skill_id!r} is not available to the model: its SKILL.md says "
+                "disable-model-invocation: true (a user invokes it)"
             )
-        return s, norm, entry
+        return _lookup(skill_id, self._merged.by_id, self.model_skills)
 
     def read_bytes(self, skill_id: str, path: str) -> bytes:
         """A file's bytes as of this snapshot; NotFound lists the skill's files."""
-        s, _, entry = self._entry(skill_id, path)
-        return s.reader.read_entry(entry)
+        s = self.skill(skill_id)
+        return s.reader.read_entry(_entry(s, path)[1])
 
     def load(self, skill_id: str, path: str = SKILL_MD) -> str:
         """load_skill_through_path: SKILL.md with a header saying which skill, from which
-        layer, and where its files are; any other path returns that file's text."""
-        s, norm, entry = self._entry(skill_id, path)
+        layer, and where its files are; any other path returns that file's text. Refused for
+        a skill the model does not see (`model_skill`)."""
+        s = self.model_skill(skill_id)
+        norm, entry = _entry(s, path)
         cut = entry.size > LOAD_MAX
         text = _text(norm, s.reader.read_entry(entry, 0, LOAD_MAX if cut else None), entry.size)
         self._usage.add(self.user_id, s.id)
@@ -267,21 +267,43 @@ class Snapshot:
         return "\n".join([*header, "", text])
 
     def read_skill(self, skill_id: str) -> str:
-        """The skill's instructions: SKILL.md without its frontmatter."""
-        s = self.skill(skill_id)
-        data = self.read_bytes(skill_id, SKILL_MD)
-        self._usage.add(self.user_id, skill_id)
-        body = parse_skill_md(data).body.strip("\n") + "\n"
+        """The skill's instructions: SKILL.md without its frontmatter. Refused for a skill
+        the model does not see (`model_skill`)."""
+        s = self.model_skill(skill_id)
+        body = self._body(s) + "\n"
         if len(s.description.strip()) > MAX_DESCRIPTION:  # the prompt showed it cut
             return f"Description: {s.description.strip()}\n\n{body}"
         return body
 
+    def invoke(self, skill_id: str, arguments: str | Mapping[str, str] = "") -> str:
+        """A user's invocation of a skill (Claude Code's `/skill-name args`, an MCP prompt):
+        its instructions with `$ARGUMENTS` substituted (spec/arguments.py). `arguments` is
+        the line as typed, or named values (the frontmatter's `arguments`, else the one
+        name `arguments`). Works for a skill the model does not see; NotFound for one whose
+        SKILL.md says `user-invocable: false`."""
+        s = self.skill(skill_id)
+        how = s.invocation
+        if not how.user:
+            raise NotFound(
+                f"skill {skill_id!r} is not invoked by users: its SKILL.md says "
+                "user-invocable: false (the model loads it when a task needs it)"
+            )
+        if not isinstance(arguments, str):
+            arguments = line_of(how.argument_names, arguments)
+        return substitute(self._body(s), arguments, how.argument_names) + "\n"
+
+    def _body(self, s: SkillInfo) -> str:
+        """SKILL.md without its frontmatter, without blank lines around it; one use."""
+        data = s.reader.read_entry(_entry(s, SKILL_MD)[1])
+        self._usage.add(self.user_id, s.id)
+        return parse_skill_md(data).body.strip("\n")
+
     def search_skills(self, query: str) -> list[SkillInfo]:
-        """Skills whose id, name, description or a file path contains every word of `query`,
-        best first (name hits before description hits before path hits)."""
+        """Skills the model sees whose id, name, description or a file path contains every
+        word of `query`, best first (name hits before description hits before path hits)."""
         words = query.lower().split()
         scored: list[tuple[int, str, SkillInfo]] = []
-        for s in self.skills:
+        for s in self.model_skills:
             name, desc = f"{s.id} {s.name}".lower(), s.description.lower()
             paths = " ".join(s.files).lower()
             score = 0
@@ -362,7 +384,7 @@ class Snapshot:
         hits = self.search_skills(query)
         if not hits:
             return f"No skill matches {query!r}. Available skill ids: " + ", ".join(
-                s.id for s in self.skills
+                s.id for s in self.model_skills
             )
         lines = (f"{s.id}: {prompt_description(s.description)}" for s in hits)
         return "\n".join(lines)  # one line each: the description as the prompt shows it
@@ -386,6 +408,36 @@ _DEFAULT_PROMPT = PromptOptions()
 LOAD_MAX = 256 * 1024
 #: The most file paths SKILL.md's header lists.
 LIST_MAX = 200
+
+
+def _lookup(skill_id: str, by_id: Mapping[str, SkillInfo], among: Sequence[SkillInfo]) -> SkillInfo:
+    """The skill `skill_id`; NotFound lists the ids of `among`, with a "did you mean"."""
+    s = by_id.get(skill_id) if isinstance(skill_id, str) else None
+    if s is None:
+        ids = [x.id for x in among]
+        near = difflib.get_close_matches(str(skill_id), ids, n=1)
+        hint = f" Did you mean {near[0]!r}?" if near else ""
+        listing = ", ".join(ids) if ids else "(none)"
+        raise NotFound(f"unknown skill id {skill_id!r}.{hint} Available skill ids: {listing}")
+    return s
+
+
+def _entry(s: SkillInfo, path: str) -> tuple[str, FileEntry]:
+    """A file of `s` by its path, normalized; NotFound lists the skill's files."""
+    try:
+        norm = normalize_path(path)
+    except InvalidArgument as exc:
+        raise NotFound(f"{exc}. Files of skill {s.id!r}: {', '.join(s.files)}") from exc
+    entry = s.files.get(norm)
+    if entry is None:
+        paths = sorted(s.files)
+        near = difflib.get_close_matches(norm, paths, n=1)
+        hint = f" Did you mean {near[0]!r}?" if near else ""
+        raise NotFound(
+            f"skill {s.id!r} has no file {path!r}.{hint} "
+            f"Files of skill {s.id!r}: {', '.join(paths)}"
+        )
+    return norm, entry
 
 
 def _arg(args: Mapping[str, Any], key: str) -> str:

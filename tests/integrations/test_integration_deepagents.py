@@ -170,3 +170,19 @@ def test_backend_writes_drafts_when_skills_write_drafts() -> None:
     assert store.manifests(ALICE) == {"_drafts/guide": draft}  # nothing live in alice's scope
     assert backend.read("/guide/style.md").file_data["content"] == "be kind\n"  # type: ignore[index]
     assert "no such file" in (backend.edit("/guide/x.md", "a", "b").error or "")
+
+
+def test_a_skill_users_invoke_is_not_in_the_agents_files() -> None:
+    """deepagents' SkillsMiddleware lists what the backend shows to the model: a skill whose
+    SKILL.md says `disable-model-invocation: true` is not there, and reads of it are refused."""
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    store.publish(SHARED, "guide", {"SKILL.md": md("guide")})
+    hidden = b"---\nname: deploy\ndescription: Deploys.\ndisable-model-invocation: true\n---\nGo\n"
+    store.publish(SHARED, "deploy", {"SKILL.md": hidden, "ref.md": b"steps"})
+    backend = SkillfsBackend(skillfs.Skills(store, "bot", "alice"))
+    assert [e["path"] for e in backend.ls("/").entries or []] == ["/guide/"]
+    assert [m["path"] for m in backend.glob("**/*.md").matches or []] == ["/guide/SKILL.md"]
+    assert "disable-model-invocation" in (backend.read("/deploy/SKILL.md").error or "")
+    assert backend.grep("steps").matches == []
+    [down] = backend.download_files(["/deploy/ref.md"])
+    assert down.error is not None and down.content is None
