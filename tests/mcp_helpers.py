@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
+import httpx2
 import mcp_types as types
 import uvicorn
-from mcp import StdioServerParameters
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
@@ -88,6 +90,12 @@ async def http_endpoint(store: skillfs.Store, tokens_text: str | Path) -> AsyncI
             yield f"http://127.0.0.1:{port}"
         finally:
             server.should_exit = True
+
+
+def sdk_client(url: str, token: str, mode: str = "auto", **kw: Any) -> Client:
+    """The official SDK's client over streamable HTTP with a bearer token."""
+    http = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"})
+    return Client(streamable_http_client(url, http_client=http), mode=mode, **kw)  # type: ignore[arg-type]
 
 
 def tokens_text() -> str:

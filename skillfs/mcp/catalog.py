@@ -210,14 +210,15 @@ def _is_dir(s: SkillInfo, path: str) -> bool:
 MAX_LISTED = 50
 
 
-def _listing(items: list[str]) -> str:
+def listing(items: list[str]) -> str:
+    """`items` for an error message: the first MAX_LISTED, and how many more."""
     more = len(items) - MAX_LISTED
     return ", ".join(items[:MAX_LISTED]) + (f" and {more} more" if more > 0 else "") or "(none)"
 
 
 def _ids(snap: Snapshot) -> str:
-    return _listing([s.id for s in snap.skills])
+    return listing([s.id for s in snap.skills])
 
 
 def _files(s: SkillInfo) -> str:
-    return _listing([uri(s.id, p) for p in sorted(s.files)])
+    return listing([uri(s.id, p) for p in sorted(s.files)])

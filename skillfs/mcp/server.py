@@ -1,5 +1,6 @@
 """The MCP server: the Skills extension (`skills/list`, `skills/get`, `skill://` resources,
-`resources/directory/read`) and the skill tools, on the official `mcp` SDK's low-level
+`resources/directory/read`), the skill tools and skills as prompts (`prompts/list`,
+`prompts/get`), on the official `mcp` SDK's low-level
 `Server` (docs/integrations.md says why not FastMCP).
 
 One `Server` serves stdio (`skillfs mcp`) and streamable HTTP (`skillfs/mcp/http.py`), both
@@ -20,8 +21,8 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from skillfs.errors import NotFound, PermissionDenied, SkillfsError
-from skillfs.mcp import catalog
+from skillfs.errors import InvalidArgument, NotFound, PermissionDenied, SkillfsError
+from skillfs.mcp import catalog, prompts
 from skillfs.mcp.catalog import EXTENSION, BadUri
 from skillfs.mcp.views import View, Views
 from skillfs.spec.skill_md import SKILL_MD
@@ -159,6 +160,24 @@ def build_server(views: Views, *, page_size: int = 100, ttl_ms: int = 0) -> Serv
             content=[types.TextContent(type="text", text=text)], is_error=failed
         )
 
+    async def list_prompts(ctx: Ctx, params: types.PaginatedRequestParams | None) -> Any:
+        _, snap = await snapshot(ctx)
+        items, more = _page(prompts.invocable(snap), params.cursor if params else None, page_size)
+        return types.ListPromptsResult(
+            prompts=[prompts.prompt(s) for s in items], next_cursor=more, ttl_ms=ttl_ms
+        )
+
+    async def get_prompt(ctx: Ctx, params: types.GetPromptRequestParams) -> Any:
+        _, snap = await snapshot(ctx)
+        try:
+            s = prompts.skill_of(snap, params.name)
+            text = await anyio.to_thread.run_sync(snap.invoke, s.id, params.arguments or {})
+        except (NotFound, InvalidArgument) as exc:
+            raise _invalid(str(exc)) from exc
+        except SkillfsError as exc:
+            raise MCPError(code=types.INTERNAL_ERROR, message=str(exc)) from exc
+        return prompts.result(s, text)
+
     async def listen(ctx: Ctx, params: Any) -> Any:
         view, _ = await snapshot(ctx)  # the view's changes are told from here on (its watch's base)
         return await view.serve_listen(ctx, params, views.check(ctx))
@@ -177,6 +196,8 @@ def build_server(views: Views, *, page_size: int = 100, ttl_ms: int = 0) -> Serv
         on_read_resource=read_resource,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        on_list_prompts=list_prompts,
+        on_get_prompt=get_prompt,
         on_subscriptions_listen=listen,
     )
     server.add_request_handler("skills/list", ListSkillsParams, list_skills)
@@ -190,12 +211,12 @@ def build_server(views: Views, *, page_size: int = 100, ttl_ms: int = 0) -> Serv
 async def _advertise_on_initialize(ctx: Ctx, call_next: Callable[[Ctx], Awaitable[Any]]) -> Any:
     """The 2025-11-25 `ServerCapabilities` has no `extensions`, so the SDK drops it from the
     `initialize` result; put it back for handshake-era hosts (the ext-skills specification's
-    capability), and say that resources and tools send list-changed notifications."""
+    capability), and say that resources, tools and prompts send list-changed notifications."""
     result = await call_next(ctx)
     if ctx.method == "initialize" and isinstance(result, dict):
         caps = result.setdefault("capabilities", {})
         caps.setdefault("extensions", {})[EXTENSION] = {"directoryRead": True}
-        for kind in ("resources", "tools"):
+        for kind in ("resources", "tools", "prompts"):
             if isinstance(caps.get(kind), dict):
                 caps[kind]["listChanged"] = True
     return result

@@ -35,7 +35,7 @@ def run_stdio(
 
     async def main() -> None:
         options = server.create_initialization_options(
-            NotificationOptions(resources_changed=True, tools_changed=True)
+            NotificationOptions(prompts_changed=True, resources_changed=True, tools_changed=True)
         )
         async with stdio_server() as (read, write):
             await server.run(read, write, options)

@@ -4,7 +4,8 @@ their sessions of a change as soon as it lands.
 Every request takes a fresh snapshot of its view (docs/design.md §3 C3: an edit is seen at the
 next request; C4: everything one request reads is of one snapshot). Each view also has one
 watch task, woken by the runtime's follower (`Skills.wait_changed`); when the view's token
-moves it sends `notifications/resources/list_changed` to the sessions that read the view:
+moves it sends `notifications/resources/list_changed` (and `prompts/list_changed` when the
+prompts a user picks from changed) to the sessions that read the view:
 on their `subscriptions/listen` streams (protocol 2026-07-28) and on the connection of
 handshake-era sessions (≤ 2025-11-25), which the SDK offers no registry of, so the view keeps
 the ones that called it (bounded).
@@ -25,6 +26,7 @@ from mcp.server.session import ServerSession
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
     ListenHandler,
+    PromptsListChanged,
     ResourcesListChanged,
     ResourceUpdated,
     ToolsListChanged,
@@ -34,6 +36,7 @@ from mcp.types import INVALID_REQUEST
 
 from skillfs.api import Store
 from skillfs.mcp.catalog import uri
+from skillfs.mcp.prompts import invocable, prompt
 from skillfs.runtime import Market, Skills, Snapshot
 from skillfs.runtime.skill_writes import WriteMode, check_mode
 from skillfs.util.outage import Outage
@@ -144,7 +147,8 @@ class View:
                 snap = now
 
     async def _notify(self, now: Snapshot, before: Snapshot) -> None:
-        tools = bool(now.skills) != bool(before.skills)
+        tools = bool(now.model_skills) != bool(before.model_skills)
+        listed = [prompt(s) for s in invocable(now)] != [prompt(s) for s in invocable(before)]
         for scope, allowed in list(self._listening.items()):
             if not allowed():
                 scope.cancel()  # before the publish below: the stream hears none of it
@@ -153,6 +157,8 @@ class View:
         await self.bus.publish(ResourcesListChanged())
         if tools:  # the skill tools come and go with the skills
             await self.bus.publish(ToolsListChanged())
+        if listed:  # a prompt added, gone, or described anew
+            await self.bus.publish(PromptsListChanged())
         for key, (session, allowed) in list(self._sessions.items()):
             if not allowed():
                 self._sessions.pop(key, None)
@@ -161,6 +167,8 @@ class View:
                 await session.send_resource_list_changed()
                 if tools:
                     await session.send_tool_list_changed()
+                if listed:
+                    await session.send_prompt_list_changed()
             except Exception:
                 self._sessions.pop(key, None)
 

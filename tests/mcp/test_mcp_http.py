@@ -15,8 +15,6 @@ import httpx2
 import pytest
 from fastmcp import Client as FastClient
 from fastmcp.skills import SkillsClientExtension
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 import skillfs
@@ -26,6 +24,7 @@ from tests.mcp_helpers import (
     digest,
     http_endpoint,
     publish_corpus,
+    sdk_client,
     sdk_list_skills,
     tokens_text,
 )
@@ -74,11 +73,6 @@ def test_fastmcp_reads_the_whole_corpus_over_http(store: skillfs.Store) -> None:
                 assert checked == sum(len(f) for f in corpus.values())
 
     anyio.run(main)
-
-
-def sdk_client(url: str, token: str, mode: str = "auto", **kw: Any) -> Client:
-    http = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"})
-    return Client(streamable_http_client(url, http_client=http), mode=mode, **kw)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
