@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shlex
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -72,6 +73,25 @@ def prompt(
             help="A local skills directory layer, below the markets (repeatable).",
         ),
     ] = None,
+    invoke: Annotated[
+        str | None,
+        typer.Option(
+            "--invoke",
+            metavar="SKILL",
+            show_default=False,
+            help="Print what a user's /SKILL ARGS gives the model instead: the skill's "
+            "instructions with $ARGUMENTS substituted.",
+        ),
+    ] = None,
+    args: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[ARGS]...",
+            show_default=False,
+            help="With --invoke: the arguments. One is the line as typed (quote it: "
+            "'\"my widget\" React'); several are one argument each.",
+        ),
+    ] = None,
     store_url: StoreOption = None,
     token: TokenOption = None,
     as_json: JsonOption = False,
@@ -80,7 +100,10 @@ def prompt(
 
     Without --user, the shared view: the layers and the agent-shared scope, as a user with
     no skills of their own sees them. Skills left out of the view (no usable SKILL.md) are
-    listed on stderr."""
+    listed on stderr. With --invoke SKILL [ARGS]..., what a user's invocation of the skill
+    gives the model (docs/runtime.md, "Invoking a skill")."""
+    if args and invoke is None:
+        raise typer.BadParameter("ARGS go with --invoke SKILL", param_hint="ARGS")
     users = _ids("user", [user] if user is not None else [])
     layers: list[LocalDir | Market] = [
         *(LocalDir(p) for p in local or []),
@@ -90,9 +113,17 @@ def prompt(
     # when Skills closes, and closing a SQLite store under them crashes the process.
     store = connect(store_url, token)
     who = users[0] if users else _nobody(store, agent)
+    line = args[0] if args and len(args) == 1 else shlex.join(args or [])
     with Skills(store, agent, who, layers, environment=environment) as skills:
         snap = skills.snapshot()
+        text = snap.invoke(invoke, line) if invoke is not None else ""
     _warn_unknown(store, snap.revisions)
+    if invoke is not None:
+        if as_json:
+            emit_json({"skill": invoke, "arguments": line, "text": text})
+        else:
+            typer.echo(plain(text, multiline=True), nl=False)
+        return
     if as_json:
         emit_json(
             {

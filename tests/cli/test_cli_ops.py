@@ -108,6 +108,26 @@ def test_prompt_bad_input(url: str) -> None:
     assert "is unavailable" in line
 
 
+def test_prompt_invoke_is_what_a_users_invocation_gives_the_model(url: str) -> None:
+    deploy = (
+        b"---\nname: deploy\ndescription: Deploys.\ndisable-model-invocation: true\n---\n"
+        b"Deploy $0 with $1. Line: $ARGUMENTS\n"
+    )
+    publish(url, "shared:bot", "deploy", {"SKILL.md": deploy})
+    publish(url, "shared:bot", "reviewer", {"SKILL.md": skill_md("reviewer")})
+    assert "deploy" not in ok(url, "prompt", "-a", "bot").stdout  # the model never sees it
+    one = ok(url, "prompt", "-a", "bot", "--invoke", "deploy", '"eu west" --now')
+    assert one.stdout == 'Deploy eu west with --now. Line: "eu west" --now\n'
+    several = ok(url, "prompt", "-a", "bot", "--invoke", "deploy", "eu west", "now")
+    assert several.stdout == "Deploy eu west with now. Line: 'eu west' now\n"
+    data = as_json(url, "prompt", "-a", "bot", "--invoke", "reviewer", "x")
+    assert data["skill"] == "reviewer" and data["text"].endswith("\n\nARGUMENTS: x\n")
+    assert "unknown skill id 'nope'" in error_line(
+        run(url, "prompt", "-a", "bot", "--invoke", "nope")
+    )
+    assert "ARGS go with --invoke" in error_line(run(url, "prompt", "-a", "bot", "x"), code=2)
+
+
 # --------------------------------------------------------------------------------- watch
 
 
