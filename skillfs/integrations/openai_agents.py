@@ -7,9 +7,10 @@ agent = Agent(name="support", instructions=kit.instructions, tools=kit.tools)
 
 The SDK calls `instructions` at every model turn: each call takes a fresh snapshot and returns
 its prompt block (docs/runtime.md), so an edit shows at the next turn, and an unchanged view
-gives byte-identical instructions (prompt caches stay warm). The tools `load_skill_through_path`,
-`read_skill` and `search_skills` answer from a fresh snapshot too, and are disabled while the
-view holds no skill. With `Skills(..., skill_writes="draft" | "live")` the write tools
+gives byte-identical instructions (prompt caches stay warm). The tools of the worker's tool set
+(`Skills(..., tools=)`; by default `load_skill_through_path`, `read_skill` and `search_skills`)
+answer from a fresh snapshot too, and are disabled while the view holds no skill. With
+`Skills(..., skill_writes="draft" | "live")` the write tools
 `propose_skill` and `skill_manage` follow, always enabled (docs/governance.md).
 """
 
@@ -22,8 +23,8 @@ from agents import Agent, FunctionTool, RunContextWrapper
 from agents.tool_context import ToolContext
 
 from skillfs.runtime import PromptOptions, Skills
+from skillfs.runtime.model_tools import tool_specs
 from skillfs.runtime.skill_writes import write_tool_specs
-from skillfs.runtime.snapshot import tool_specs
 
 
 class AgentSkills:
@@ -41,10 +42,12 @@ class AgentSkills:
                 description=description,
                 params_json_schema=schema,
                 on_invoke_tool=self._invoker(name),
-                strict_json_schema=True,
+                # strict mode wants every property required; Spring AI Alibaba's
+                # read_skill names a skill by any one of three
+                strict_json_schema=schema["required"] == list(schema["properties"]),
                 is_enabled=self._has_skills,
             )
-            for name, description, schema in tool_specs()
+            for name, description, schema in tool_specs(skills.tool_set)
         ]
         if skills.skill_writes is not None:  # `files` is a map: not strict-mode JSON schema
             self.tools += [

@@ -1,32 +1,37 @@
 """The skills block of the system prompt (docs/runtime.md "The prompt block").
 
 The default (`PromptOptions()`) is the `<available_skills>` XML block the runtime has always
-produced, so prompt caches stay warm; the options add an instruction header, a Markdown form
-and grouping by source layer. An empty view gives no block at all: the Agent Skills client
-guide (agentskills.io/integrate-skills) says to omit the skills section when there are none.
+produced, so prompt caches stay warm; the options add an instruction header, a Markdown form,
+grouping by source layer, and a template of the host's own with `{skills_list}` and
+`{skills_load_instructions}` (Spring AI Alibaba's placeholders). An empty view gives no block
+at all: the Agent Skills client guide (agentskills.io/integrate-skills) says to omit the
+skills section when there are none.
 """
 
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import groupby
-from pathlib import Path
+from pathlib import PurePath
 from typing import Literal
 
+from skillfs.errors import InvalidArgument
 from skillfs.runtime.layers import SkillInfo
+from skillfs.runtime.model_tools import LOAD_INSTRUCTIONS
 
 #: The Agent Skills specification's limit on a description (agentskills.io/specification).
 MAX_DESCRIPTION = 1024
 CUT_MARKER = " […] (cut at 1024 characters; read_skill gives the whole description)"
 
-#: The header `PromptOptions(header=True)` puts above the block.
-DEFAULT_HEADER = (
-    "You have skills: folders of instructions, scripts and resources for specialized tasks. "
-    "When a task matches a skill's description, load its SKILL.md with "
-    "load_skill_through_path before acting, then load the files it mentions as needed."
-)
+#: What the header `PromptOptions(header=True)` says before the tool set's load instructions.
+INTRO = "You have skills: folders of instructions, scripts and resources for specialized tasks. "
+#: The header `PromptOptions(header=True)` puts above the block (the default tool set's).
+DEFAULT_HEADER = INTRO + LOAD_INSTRUCTIONS["default"]
+#: The placeholders a template may hold.
+PLACEHOLDERS = ("skills_list", "skills_load_instructions")
 
 # XML 1.0 forbids these characters even escaped; a description holding one would break the block.
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -77,17 +82,64 @@ def prompt_description(text: str) -> str:
 class PromptOptions:
     """How `Snapshot.prompt()` renders the skills.
 
-    `header`: True for `DEFAULT_HEADER`, or your own text, put above the block.
+    `header`: True for an instruction paragraph naming the worker's tools (`DEFAULT_HEADER`
+    with the default tool set), or your own text, put above the block.
     `style`: "xml" (`<available_skills>`) or "markdown" (a bulleted list).
-    `group_by_source`: one group per source layer (by label) instead of one list."""
+    `group_by_source`: one group per source layer (by label) instead of one list.
+    `template`: your own text holding `{skills_list}` (the block, in `style`) and maybe
+    `{skills_load_instructions}` (how to load a skill with the worker's tools); `{{` and
+    `}}` are literal braces. Instead of `header`."""
 
     header: bool | str = False
     style: Literal["xml", "markdown"] = "xml"
     group_by_source: bool = False
+    template: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.template is not None:
+            check_template(self.template)
+            if self.header:
+                raise InvalidArgument(
+                    "PromptOptions: give a template or a header, not both (put the header's "
+                    "text in the template)"
+                )
 
 
-def render(skills: Sequence[SkillInfo], files_root: Path | None, options: PromptOptions) -> str:
-    """The block for `skills` (sorted by id); empty when there are none."""
+def check_template(template: str) -> None:
+    """InvalidArgument unless `template` holds `{skills_list}` and no other placeholder."""
+    try:
+        fields = [
+            (name, spec, conversion)
+            for _, name, spec, conversion in string.Formatter().parse(template)
+            if name is not None
+        ]
+    except ValueError as exc:  # a lone "{" or "}"
+        raise InvalidArgument(
+            f"prompt template: {exc}; write {{{{ and }}}} for a literal brace"
+        ) from exc
+    known = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
+    for name, spec, conversion in fields:
+        if name not in PLACEHOLDERS or spec or conversion:
+            shown = "{" + name + (f"!{conversion}" if conversion else "")
+            shown += f":{spec}}}" if spec else "}"
+            raise InvalidArgument(
+                f"prompt template: unknown placeholder {shown}: a template may hold {known}; "
+                "write {{ and }} for a literal brace"
+            )
+    if "skills_list" not in {name for name, _, _ in fields}:
+        raise InvalidArgument(
+            "prompt template: no {skills_list}: the template must say where the skills go"
+        )
+
+
+def render(
+    skills: Sequence[SkillInfo],
+    files_root: PurePath | None,
+    options: PromptOptions,
+    instructions: str = LOAD_INSTRUCTIONS["default"],
+) -> str:
+    """The block for `skills` (sorted by id), `files_root` being the root the model is shown;
+    empty when there are none. `instructions`: how to load a skill with the worker's tools."""
     if not skills:
         return ""
     groups: list[tuple[str | None, list[SkillInfo]]]
@@ -99,15 +151,17 @@ def render(skills: Sequence[SkillInfo], files_root: Path | None, options: Prompt
     body = (
         _markdown(groups, files_root) if options.style == "markdown" else _xml(groups, files_root)
     )
-    header = DEFAULT_HEADER if options.header is True else options.header or ""
+    if options.template is not None:
+        return options.template.format(skills_list=body, skills_load_instructions=instructions)
+    header = INTRO + instructions if options.header is True else options.header or ""
     return f"{header}\n\n{body}" if header else body
 
 
-def _root(files_root: Path | None, s: SkillInfo) -> str | None:
+def _root(files_root: PurePath | None, s: SkillInfo) -> str | None:
     return None if files_root is None else str(files_root / s.source_dir / s.id)
 
 
-def _xml(groups: list[tuple[str | None, list[SkillInfo]]], files_root: Path | None) -> str:
+def _xml(groups: list[tuple[str | None, list[SkillInfo]]], files_root: PurePath | None) -> str:
     lines = ["<available_skills>"]
     for source, skills in groups:
         pad = "  "
@@ -134,7 +188,7 @@ def _xml(groups: list[tuple[str | None, list[SkillInfo]]], files_root: Path | No
     return "\n".join(lines)
 
 
-def _markdown(groups: list[tuple[str | None, list[SkillInfo]]], files_root: Path | None) -> str:
+def _markdown(groups: list[tuple[str | None, list[SkillInfo]]], files_root: PurePath | None) -> str:
     lines = ["## Available skills"]
     for source, skills in groups:
         lines.append("")

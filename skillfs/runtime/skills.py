@@ -27,7 +27,9 @@ from skillfs.runtime.fsspec_dir import FsspecDir
 from skillfs.runtime.git_repo import GitRepo
 from skillfs.runtime.held import Held
 from skillfs.runtime.layers import Layer, LayerSkills, Market, StoreScope, merge
+from skillfs.runtime.model_tools import ToolSet, check_tool_set
 from skillfs.runtime.recovery import Recovery
+from skillfs.runtime.session import Session
 from skillfs.runtime.skill_writes import SkillWriter, WriteMode, check_mode
 from skillfs.runtime.snapshot import MergedSkills, Snapshot
 from skillfs.runtime.typed import TypedReadings
@@ -69,6 +71,11 @@ class Skills:
     `skill_manage` to every snapshot: the agent writes skills to this user's scope, as
     drafts for review or live (docs/governance.md, "Agent-written skills").
 
+    `tools` names the tool set the model is given: "default", or a host's ("harness9",
+    "saa"; docs/runtime.md, "Tool sets"). The worker is the conversation's session: what
+    the model disables with `disable_skill` stays hidden from its snapshots; make one worker
+    per conversation.
+
     Close it (`close()`, or `with Skills(...) as skills:`): that releases its scopes and,
     when `store` was a URL, closes the store it opened. A store object you pass in is yours
     to close. One dropped unclosed is released when it and its snapshots are collected
@@ -86,8 +93,12 @@ class Skills:
         followers: Callable[[str], Follower] | None = None,
         usage: UsageRecorder | None = None,
         skill_writes: WriteMode | None = None,
+        tools: ToolSet = "default",
     ) -> None:
         self.skill_writes = check_mode(skill_writes)
+        #: The tools the model is given (runtime/model_tools.py).
+        self.tool_set = check_tool_set(tools)
+        self._session = Session()
         self.agent_id = check_id("agent", agent_id)
         self.user_id = check_id("user", user_id)
         self.environment = None if environment is None else check_id("environment", environment)
@@ -235,14 +246,19 @@ class Skills:
             states[i] = layer.state()
         now = cast(tuple[LayerSkills, ...], tuple(states))  # every slot is filled above
         last = self._last
+        hidden = self._session.hidden
         if last is not None and _identical(now, self._states):
-            if last.revisions == seen and not last.stale:
+            if last.merged.hidden != hidden:  # the model disabled a skill: same skills
+                merged = MergedSkills(last.skills, self._readings, hidden)
+                snap = last._replace(merged=merged, revisions=seen, stale=False)
+            elif last.revisions == seen and not last.stale:
                 return last  # nothing moved: the same object, prompt and tools included
-            snap = last._replace(revisions=seen, stale=False)
+            else:
+                snap = last._replace(revisions=seen, stale=False)
         else:
             pairs = list(zip(self.layers, now, strict=True))
             skills, problems = merge(pairs, self.user_id, self.environment)
-            merged = MergedSkills(skills, self._readings)
+            merged = MergedSkills(skills, self._readings, hidden)
             if last is not None and last.token == merged.token:
                 merged = last.merged  # same skills: keep the prompt and tools computed for them
             snap = Snapshot(
@@ -254,6 +270,8 @@ class Skills:
                 usage=self._usage,
                 writer=self._writer,
                 lease=self._lease,
+                tool_set=self.tool_set,
+                session=self._session,
             )
         self._last, self._states = snap, now
         return snap

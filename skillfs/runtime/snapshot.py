@@ -14,7 +14,7 @@ import difflib
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
 from skillfs.errors import InvalidArgument, NotFound, SkillfsError
@@ -22,109 +22,87 @@ from skillfs.model import FileEntry, Revision, Typed
 from skillfs.model.names import normalize_path
 from skillfs.runtime.layers import Problem, SkillInfo
 from skillfs.runtime.materialize import materialize
+from skillfs.runtime.model_tools import (
+    LOAD_INSTRUCTIONS,
+    SELECTORS,
+    TOOL_SETS,
+    ToolSet,
+    by_name,
+    by_path,
+    not_found,
+    skill_path,
+    tool_specs,
+)
 from skillfs.runtime.prompt import MAX_DESCRIPTION, PromptOptions, prompt_description, render
+from skillfs.runtime.session import Session
 from skillfs.runtime.skill_writes import WRITE_TOOL_NAMES, SkillWriter, ToolStyle, shape
 from skillfs.runtime.typed import TypedReadings
 from skillfs.runtime.usage import UsageRecorder
 from skillfs.spec.arguments import line_of, substitute
 from skillfs.spec.skill_md import SKILL_MD, parse_skill_md
 
-TOOL_NAMES = ("load_skill_through_path", "read_skill", "search_skills")
 
-
-def view_token(skills: Sequence[SkillInfo]) -> str:
-    """What the worker sees, as a digest: skill, layer and version (commit id or content)."""
+def view_token(skills: Sequence[SkillInfo], hidden: frozenset[str] = frozenset()) -> str:
+    """What the worker sees, as a digest: skill, layer and version (commit id or content),
+    and the skills its session hid."""
     h = hashlib.sha256()
     for s in skills:
         staged = "\0candidate" if s.candidate else ""  # same version, other files
         h.update(f"{s.id}\0{s.source}\0{s.digest}\0{s.version}{staged}\n".encode())
+    for skill_id in sorted(hidden):
+        h.update(f"\0hidden\0{skill_id}\n".encode())
     return h.hexdigest()[:32]
 
 
 class MergedSkills:
     """The merged skills of one token, with everything derived from them cached."""
 
-    def __init__(self, skills: Sequence[SkillInfo], readings: TypedReadings) -> None:
+    def __init__(
+        self,
+        skills: Sequence[SkillInfo],
+        readings: TypedReadings,
+        hidden: frozenset[str] = frozenset(),
+    ) -> None:
         self.skills = tuple(skills)
-        self.token = view_token(self.skills)
+        #: The skill ids the worker's session hid (runtime/session.py).
+        self.hidden = hidden
+        self.token = view_token(self.skills, hidden)
         self.by_id = {s.id: s for s in self.skills}
-        model = tuple(s for s in self.skills if s.invocation.model)
-        #: What the model sees: the skills without `disable-model-invocation: true`.
+        model = tuple(s for s in self.skills if s.invocation.model and s.id not in hidden)
+        #: What the model sees: the skills without `disable-model-invocation: true`, and not
+        #: hidden by the session.
         self.model_skills = self.skills if len(model) == len(self.skills) else model
         self._readings = readings
         self._typed: dict[str, Typed] | None = None
-        self._prompts: dict[tuple[Path | None, PromptOptions], str] = {}
-        self._tools: dict[tuple[bool, ToolStyle], list[dict[str, Any]]] = {}
+        self._prompts: dict[tuple[PurePath | None, PromptOptions, ToolSet], str] = {}
+        self._tools: dict[tuple[bool, ToolStyle, ToolSet], list[dict[str, Any]]] = {}
 
     def typed(self) -> Mapping[str, Typed]:
         if self._typed is None:
             self._typed = self._readings.of(self.skills)
         return self._typed
 
-    def prompt(self, files_root: Path | None, options: PromptOptions) -> str:
-        key = (files_root, options)
+    def prompt(self, shown_root: PurePath | None, options: PromptOptions, tool_set: ToolSet) -> str:
+        key = (shown_root, options, tool_set)
         text = self._prompts.get(key)
         if text is None:
-            text = self._prompts[key] = render(self.model_skills, files_root, options)
+            how = LOAD_INSTRUCTIONS[tool_set]
+            text = self._prompts[key] = render(self.model_skills, shown_root, options, how)
         return text
 
-    def tools(self, enum: bool, style: ToolStyle) -> list[dict[str, Any]]:
-        key = (enum, style)
+    def tools(self, enum: bool, style: ToolStyle, tool_set: ToolSet) -> list[dict[str, Any]]:
+        key = (enum, style, tool_set)
         defs = self._tools.get(key)
         if defs is None:  # no skills, no skill tools (as no block: runtime/prompt.py)
-            specs = self._tool_specs(enum) if self.model_skills else []
+            specs = self._tool_specs(enum, tool_set) if self.model_skills else []
             defs = self._tools[key] = [shape(t, style) for t in specs]
         return copy.deepcopy(defs)
 
-    def _tool_specs(self, enum: bool) -> list[tuple[str, str, dict[str, Any]]]:
-        ids = [s.id for s in self.model_skills]
-        return tool_specs(ids if enum and ids else None)
-
-
-def tool_specs(enum: Sequence[str] | None = None) -> list[tuple[str, str, dict[str, Any]]]:
-    """(name, description, JSON schema) of the skill tools; `enum`: the skill ids to allow."""
-    skill_id: dict[str, Any] = {
-        "type": "string",
-        "description": "The <skill-id> of a skill listed in <available_skills>.",
-    }
-    if enum is not None:
-        skill_id["enum"] = list(enum)
-
-    def params(**props: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "properties": props,
-            "required": list(props),
-            "additionalProperties": False,
-        }
-
-    return [
-        (
-            "load_skill_through_path",
-            "Load a skill's instructions or one of its files. Call it with path "
-            "'SKILL.md' before using a skill from <available_skills>, then load the "
-            "files its instructions mention by their path relative to the skill.",
-            params(
-                skill_id=skill_id,
-                path={
-                    "type": "string",
-                    "description": "A path inside the skill, e.g. 'SKILL.md' or "
-                    "'references/guide.md'.",
-                },
-            ),
-        ),
-        (
-            "read_skill",
-            "Read a skill's instructions: its SKILL.md without the YAML frontmatter.",
-            params(skill_id=skill_id),
-        ),
-        (
-            "search_skills",
-            "Find available skills whose name, description or file paths contain every "
-            "word of the query.",
-            params(query={"type": "string", "description": "Words to look for."}),
-        ),
-    ]
+    def _tool_specs(self, enum: bool, tool_set: ToolSet) -> list[tuple[str, str, dict[str, Any]]]:
+        if not enum:
+            return tool_specs(tool_set)
+        names = sorted({s.name for s in self.model_skills})
+        return tool_specs(tool_set, [s.id for s in self.model_skills], names)
 
 
 class Snapshot:
@@ -133,13 +111,16 @@ class Snapshot:
     __slots__ = (
         "_lease",
         "_merged",
+        "_session",
         "_usage",
         "_writer",
         "agent_id",
         "files_root",
         "problems",
         "revisions",
+        "shown_root",
         "stale",
+        "tool_set",
         "user_id",
     )
 
@@ -153,13 +134,19 @@ class Snapshot:
         problems: Sequence[Problem],
         usage: UsageRecorder,
         files_root: Path | None = None,
+        shown_root: PurePath | None = None,
         stale: bool = False,
         writer: SkillWriter | None = None,
         lease: object = None,
+        tool_set: ToolSet = "default",
+        session: Session | None = None,
     ) -> None:
         self._merged = merged
         self._usage = usage
         self._writer = writer
+        self._session = session or Session()
+        #: The tools the model is given (runtime/model_tools.py).
+        self.tool_set: ToolSet = tool_set
         #: Keeps what the worker holds (its store) while this snapshot is in use.
         self._lease = lease
         self.agent_id = agent_id
@@ -170,6 +157,9 @@ class Snapshot:
         self.problems: tuple[Problem, ...] = tuple(problems)
         #: Where `materialize` wrote the files; None when not materialized.
         self.files_root = files_root
+        #: The files root the model is told (`<files-root>`, `Files root:`): `files_root`, or
+        #: where a sandbox sees it (`materialize(shown_as=)`).
+        self.shown_root = shown_root if shown_root is not None else files_root
         #: True when served from the last snapshot because the store was unavailable.
         self.stale = stale
 
@@ -181,9 +171,12 @@ class Snapshot:
             "problems": self.problems,
             "usage": self._usage,
             "files_root": self.files_root,
+            "shown_root": self.shown_root,
             "stale": self.stale,
             "writer": self._writer,
             "lease": self._lease,
+            "tool_set": self.tool_set,
+            "session": self._session,
         }
         fields.update(changes)
         merged = fields.pop("merged", self._merged)
@@ -221,8 +214,12 @@ class Snapshot:
     @property
     def model_skills(self) -> tuple[SkillInfo, ...]:
         """The skills the model sees (prompt, tools, their listings): all but those whose
-        SKILL.md says `disable-model-invocation: true`, which users invoke (`invoke`)."""
-        return self._merged.model_skills
+        SKILL.md says `disable-model-invocation: true`, which users invoke (`invoke`), and
+        those the model disabled in this session (`disable_skill`)."""
+        hidden = self._session.hidden
+        if hidden == self._merged.hidden:
+            return self._merged.model_skills
+        return tuple(s for s in self._merged.model_skills if s.id not in hidden)
 
     def skill(self, skill_id: str) -> SkillInfo:
         """A skill of the view, the model's or not; NotFound lists every available id."""
@@ -237,7 +234,52 @@ class Snapshot:
                 f"skill {skill_id!r} is not available to the model: its SKILL.md says "
                 "disable-model-invocation: true (a user invokes it)"
             )
+        if s is not None and s.id in self._session.hidden:
+            raise NotFound(
+                f"skill {skill_id!r} was disabled for the rest of this session (disable_skill)"
+            )
         return _lookup(skill_id, self._merged.by_id, self.model_skills)
+
+    def select(
+        self,
+        skill_id: str | None = None,
+        skill_name: str | None = None,
+        skill_path: str | None = None,
+    ) -> SkillInfo:
+        """The skill the model names by id, frontmatter name or directory (Spring AI
+        Alibaba's `read_skill`); InvalidArgument when none is given or they name different
+        skills, NotFound (as `model_skill`) when one names none the model may read."""
+        given = {
+            k: v
+            for k, v in zip(SELECTORS, (skill_id, skill_name, skill_path), strict=True)
+            if v is not None
+        }
+        if not given:
+            raise InvalidArgument("name the skill: give skill_id, skill_name or skill_path")
+        found = {k: self.model_skill(self._named(k, v)) for k, v in given.items()}
+        ids = {s.id for s in found.values()}
+        if len(ids) > 1:
+            said = ", ".join(f"{k} {given[k]!r} is skill {s.id!r}" for k, s in found.items())
+            raise InvalidArgument(f"the arguments name different skills ({said}): give one")
+        return next(iter(found.values()))
+
+    def _named(self, selector: str, value: str) -> str:
+        """The id of the skill `value` names (a skill id is itself), among the skills the model
+        sees, else among all (so `model_skill` says why the model may not read it)."""
+        if selector == "skill_id":
+            return value
+        for among in (self.model_skills, self.skills):
+            s = (
+                by_name(value, among)
+                if selector == "skill_name"
+                else by_path(value, among, self.shown_root)
+            )
+            if s is not None:
+                return s.id
+        if selector == "skill_name":
+            raise not_found("name", value, sorted({s.name for s in self.model_skills}))
+        paths = [skill_path(s, self.shown_root) for s in self.model_skills]
+        raise not_found("path", value, paths)
 
     def read_bytes(self, skill_id: str, path: str) -> bytes:
         """A file's bytes as of this snapshot; NotFound lists the skill's files."""
@@ -258,8 +300,8 @@ class Snapshot:
         version = f", version {s.version}" if s.version is not None else ""
         others = [p for p in sorted(s.files) if p != SKILL_MD]
         header = [f"Skill: {s.id} (source: {s.source}{version})"]
-        if self.files_root is not None:
-            header.append(f"Files root: {self.files_root / s.source_dir / s.id}")
+        if self.shown_root is not None:
+            header.append(f"Files root: {self.shown_root / s.source_dir / s.id}")
         listed = ", ".join(others[:LIST_MAX]) if others else "none besides SKILL.md"
         if len(others) > LIST_MAX:
             listed += f", … and {len(others) - LIST_MAX} more (search_skills finds them by path)"
@@ -274,6 +316,22 @@ class Snapshot:
         if len(s.description.strip()) > MAX_DESCRIPTION:  # the prompt showed it cut
             return f"Description: {s.description.strip()}\n\n{body}"
         return body
+
+    def use_skill(self, skill_name: str) -> str:
+        """harness9's `use_skill`: the instructions of the skill named `skill_name` (its
+        frontmatter name, else its id), as `read_skill` gives them."""
+        return self.read_skill(self.select(skill_name=skill_name).id)
+
+    def disable_skill(self, skill_id: str) -> str:
+        """Spring AI Alibaba's `disable_skill`: hide a skill from the model for the rest of
+        this session, the worker (runtime/session.py); later snapshots leave it out of the
+        prompt and the tools, and reads of it are refused from now on."""
+        s = self.model_skill(skill_id)
+        self._session.hide(s.id)
+        return (
+            f"Skill {s.id!r} is disabled for the rest of this conversation: it leaves the "
+            "skills list at the next step, and reading it is refused."
+        )
 
     def invoke(self, skill_id: str, arguments: str | Mapping[str, str] = "") -> str:
         """A user's invocation of a skill (Claude Code's `/skill-name args`, an MCP prompt):
@@ -321,23 +379,25 @@ class Snapshot:
     def prompt(self, options: PromptOptions | None = None) -> str:
         """The `<available_skills>` block for the system prompt, or the form `options` ask
         for (runtime/prompt.py); empty when the view holds no skill. Cached per token."""
-        return self._merged.prompt(self.files_root, options or _DEFAULT_PROMPT)
+        return self._merged.prompt(self.shown_root, options or _DEFAULT_PROMPT, self.tool_set)
 
     def tools(self, *, enum: bool = False, style: ToolStyle = "openai") -> list[dict[str, Any]]:
-        """Tool definitions (JSON schema) for `load_skill_through_path`, `read_skill` and
-        `search_skills`, in OpenAI's function-tool shape or Anthropic's (`style`); none
-        when the view holds no skill. The skill
+        """Tool definitions (JSON schema) of the worker's tool set (`Skills(..., tools=)`; the
+        default: `load_skill_through_path`, `read_skill` and `search_skills`), in OpenAI's
+        function-tool shape or Anthropic's (`style`); none when the view holds no skill. The
+        skill
         id is a plain string unless `enum`: an enum changes the tools whenever a skill is
         added, which invalidates the provider's prompt cache. With `Skills(...,
         skill_writes=)` on, `propose_skill` and `skill_manage` follow (also in an empty view:
         an agent may write its first skill)."""
-        tools = self._merged.tools(enum, style)
+        tools = self._merged.tools(enum, style, self.tool_set)
         return tools + self._writer.tools(style) if self._writer is not None else tools
 
     @property
     def tool_names(self) -> tuple[str, ...]:
         """The names `call_tool` answers."""
-        return TOOL_NAMES + (WRITE_TOOL_NAMES if self._writer is not None else ())
+        names = TOOL_SETS[self.tool_set]
+        return names + (WRITE_TOOL_NAMES if self._writer is not None else ())
 
     def call_tool(self, name: str, arguments: Mapping[str, Any] | str) -> str:
         """Run one of `tools()` and return its text result, or the error as text, so a model
@@ -355,18 +415,30 @@ class Snapshot:
         except ValueError as exc:
             return f"Error: invalid arguments for {name}: {exc}", True
         try:
-            if name == "load_skill_through_path":
-                return self.load(_arg(args, "skill_id"), _arg(args, "path")), False
-            if name == "read_skill":
-                return self.read_skill(_arg(args, "skill_id")), False
-            if name == "search_skills":
-                return self._search_text(_arg(args, "query")), False
+            if name in TOOL_SETS[self.tool_set]:
+                return self._call(name, args), False
         except SkillfsError as exc:
             return f"Error: {exc}", True
         if name in WRITE_TOOL_NAMES and self._writer is not None:
             text = self._writer.call(name, args, self._merged.by_id, self.read_bytes)
             return text, text.startswith("Error:")  # its results are JSON, never that
         return f"Error: unknown tool {name!r}; tools: {', '.join(self.tool_names)}", True
+
+    def _call(self, name: str, args: Mapping[str, Any]) -> str:
+        """One tool of the worker's set, as `tool_specs` defines its arguments."""
+        if name == "load_skill_through_path":
+            return self.load(_arg(args, "skill_id"), _arg(args, "path"))
+        if name == "search_skills":
+            return self._search_text(_arg(args, "query"))
+        if name == "use_skill":
+            return self.use_skill(_arg(args, "skill_name"))
+        if self.tool_set != "saa":  # the default read_skill: by skill_id
+            return self.read_skill(_arg(args, "skill_id"))
+        unknown = sorted(set(args) - set(SELECTORS))
+        if unknown:
+            raise InvalidArgument(f"unknown argument {unknown[0]!r}; give {', '.join(SELECTORS)}")
+        s = self.select(**{k: _arg(args, k) for k in SELECTORS if args.get(k) is not None})
+        return self.read_skill(s.id) if name == "read_skill" else self.disable_skill(s.id)
 
     def change_file(self, skill: str, path: str, change: Callable[[bytes | None], bytes]) -> str:
         """One file of `skill` set to `change(its bytes, or None)` as `skill_manage` writes
@@ -391,15 +463,20 @@ class Snapshot:
 
     # ------------------------------------------------------------------ materializing
 
-    def materialize(self, directory: str | Path = ".skills-cache") -> Snapshot:
+    def materialize(
+        self, directory: str | Path = ".skills-cache", *, shown_as: str | None = None
+    ) -> Snapshot:
         """Write this snapshot's skills under `directory/<source>/<skill>/` and return the
         snapshot with `files_root` set, whose prompt and SKILL.md headers then name the
-        directories. Incremental: only files whose hash changed are rewritten. A skill with
-        a path no file system holds (stored before the path caps) is skipped, with a warning
-        and a Problem in the returned snapshot's `problems`."""
+        directories: under `shown_as` instead when given, the absolute path at which a
+        sandbox (a container's mount) sees `directory`. Incremental: only files whose hash
+        changed are rewritten. A skill with a path no file system holds (stored before the
+        path caps) is skipped, with a warning and a Problem in the returned snapshot's
+        `problems`."""
+        shown = None if shown_as is None else _shown_root(shown_as)
         root = Path(directory).expanduser().resolve()
         skipped = materialize(self.skills, root, self.token)
-        return self._replace(files_root=root, problems=(*self.problems, *skipped))
+        return self._replace(files_root=root, shown_root=shown, problems=(*self.problems, *skipped))
 
 
 _DEFAULT_PROMPT = PromptOptions()
@@ -408,6 +485,19 @@ _DEFAULT_PROMPT = PromptOptions()
 LOAD_MAX = 256 * 1024
 #: The most file paths SKILL.md's header lists.
 LIST_MAX = 200
+
+
+def _shown_root(shown_as: str) -> PurePosixPath:
+    """`materialize(shown_as=)` checked: an absolute POSIX path, nothing to normalize away."""
+    if not isinstance(shown_as, str) or not shown_as.startswith("/"):
+        raise InvalidArgument(
+            f"shown_as={shown_as!r}: give the absolute path at which the sandbox sees the "
+            "materialized directory, e.g. '/workspace/.skills-cache'"
+        )
+    shown = PurePosixPath(shown_as)
+    if ".." in shown.parts or any(c in shown_as for c in "\0\n\r"):
+        raise InvalidArgument(f"shown_as={shown_as!r}: no '..', line breaks or NUL in the path")
+    return shown
 
 
 def _lookup(skill_id: str, by_id: Mapping[str, SkillInfo], among: Sequence[SkillInfo]) -> SkillInfo:

@@ -89,3 +89,32 @@ def test_skill_writes_add_the_write_tools_and_the_next_step_sees_the_skill() -> 
     assert '\\"version\\": 1' in json.dumps(second.input, default=str)
     assert "Handle refunds." in second.system_instructions  # live: seen at the next step
     assert store.manifest(skillfs.Scope.user("bot", "alice"), "refunds").actor == "agent:bot/alice"
+
+
+def test_the_saa_tool_set_reads_by_name_and_disables_for_the_run() -> None:
+    """`Skills(..., tools="saa")`: the SDK gets read_skill (no required argument, so not
+    strict) and disable_skill; a disabled skill leaves the next turn's instructions."""
+    set_tracing_disabled(True)
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    store.publish(SHARED, "refunds", {"SKILL.md": md("refunds", "Handle refunds.", "Step one.")})
+    store.publish(SHARED, "billing", {"SKILL.md": md("billing", "Billing help.", "Bill it.")})
+    kit = AgentSkills(skillfs.Skills(store, "bot", "alice", tools="saa"))
+    assert [(t.name, t.strict_json_schema) for t in kit.tools] == [
+        ("read_skill", False),
+        ("disable_skill", False),
+        ("load_skill_through_path", True),
+    ]
+    model = ScriptedModel(
+        [
+            [function_call("read_skill", {"skill_name": "refunds"}, call_id="c1")],
+            [function_call("disable_skill", {"skill_path": "shared/billing"}, call_id="c2")],
+            [assistant_message("done")],
+        ]
+    )
+    agent = Agent(name="support", instructions=kit.instructions, tools=kit.tools, model=model)
+    asyncio.run(Runner.run(agent, "refund order 7"))
+    first, second, third = model.calls
+    assert "Billing help." in first.system_instructions
+    assert "Step one." in json.dumps(second.input, default=str)
+    assert "Billing help." not in third.system_instructions
+    assert "Handle refunds." in third.system_instructions

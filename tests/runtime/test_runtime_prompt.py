@@ -4,10 +4,15 @@ with a marker (whole through read_skill), no `&apos;`, block scalars stripped (i
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 
+import pytest
+
 from skillfs import PromptOptions, Skills
+from skillfs.errors import InvalidArgument
 from skillfs.model import Scope
+from skillfs.runtime.model_tools import LOAD_INSTRUCTIONS
 from skillfs.runtime.prompt import CUT_MARKER, DEFAULT_HEADER
 from tests.runtime_helpers import md, memory_store
 
@@ -55,6 +60,45 @@ def test_header_markdown_and_grouping() -> None:
         "",
         "- **alpha** (skill id `alpha`): Alice's alpha.",
     ]
+
+
+def test_a_template_places_the_list_and_the_load_instructions() -> None:
+    """Spring AI Alibaba's placeholders; the list in the chosen style; `{{` for a brace."""
+    snap = view().snapshot()
+    template = "## Skills {{v1}}\n\n{skills_list}\n\n### How\n{skills_load_instructions}"
+    text = snap.prompt(PromptOptions(template=template, style="markdown"))
+    assert text == (
+        "## Skills {v1}\n\n## Available skills\n\n"
+        "- **alpha** (skill id `alpha`): Alice's alpha.\n"
+        "- **beta** (skill id `beta`): Shared beta.\n\n### How\n" + LOAD_INSTRUCTIONS["default"]
+    )
+    assert DEFAULT_HEADER.endswith(LOAD_INSTRUCTIONS["default"])
+    xml = snap.prompt(PromptOptions(template="Skills:\n{skills_list}"))
+    assert xml == "Skills:\n" + snap.prompt()
+    empty = Skills(memory_store(), "bot", "alice").snapshot()
+    assert empty.prompt(PromptOptions(template="Skills:\n{skills_list}")) == ""
+
+
+@pytest.mark.parametrize(
+    ("template", "error"),
+    [
+        ("{skills}", "unknown placeholder {skills}: a template may hold {skills_list}, "),
+        ("{skills_list} {0}", "unknown placeholder {0}"),
+        ("{skills_list!r}", "unknown placeholder {skills_list!r}"),
+        ("{skills_list:>9}", "unknown placeholder {skills_list:>9}"),
+        ("{skills_list.x}", "unknown placeholder {skills_list.x}"),
+        ("{skills_list} {", "Single '{' encountered"),
+        ("{skills_load_instructions}", "no {skills_list}"),
+    ],
+)
+def test_a_template_with_an_unknown_placeholder_is_refused(template: str, error: str) -> None:
+    with pytest.raises(InvalidArgument, match=re.escape(error)):
+        PromptOptions(template=template)
+
+
+def test_a_template_and_a_header_together_are_refused() -> None:
+    with pytest.raises(InvalidArgument, match="a template or a header, not both"):
+        PromptOptions(template="{skills_list}", header=True)
 
 
 def test_empty_view_has_no_block_and_no_tools() -> None:

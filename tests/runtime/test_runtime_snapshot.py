@@ -291,6 +291,22 @@ def test_materialize_layout_modes_and_files_root(skills: Skills, tmp_path: Path)
     assert ET.fromstring(skills.snapshot().prompt())[0].find("files-root") is None
 
 
+def test_materialize_shown_as_names_the_sandbox_path(skills: Skills, tmp_path: Path) -> None:
+    """Files are written under the host directory; the model is told the container's mount."""
+    host = tmp_path / "cache"
+    snap = skills.snapshot().materialize(host, shown_as="/workspace/.skills-cache")
+    written = (host / "user" / "notes" / "SKILL.md").read_bytes()
+    assert written == md("notes", "Alice's notes helper.")
+    assert snap.files_root == host.resolve() and str(snap.shown_root) == "/workspace/.skills-cache"
+    [entry] = [s for s in ET.fromstring(snap.prompt()) if s.findtext("skill-id") == "notes"]
+    assert entry.findtext("files-root") == "/workspace/.skills-cache/user/notes"
+    assert str(tmp_path) not in snap.prompt() and str(tmp_path) not in snap.load("notes")
+    assert "Files root: /workspace/.skills-cache/user/notes\n" in snap.load("notes")
+    for bad in ("workspace/cache", "/workspace/../etc", "/a\nb"):
+        with pytest.raises(SkillfsError, match="shown_as="):
+            skills.snapshot().materialize(host, shown_as=bad)
+
+
 def test_materialize_reads_every_store_layer_in_one_round_trip(tmp_path: Path) -> None:
     store, counter = counting_store()
     store = Store(cast(Engine, counter), blob_cache_bytes=0)  # nothing warm: all is read
