@@ -130,8 +130,8 @@ class PostgresDialect(Dialect):
             if found is None:
                 conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
                 conn.execute(
-                    f"CREATE TABLE {SCHEMA}.skillfs_schema (version integer PRIMARY KEY,"
-                    " applied_at timestamptz NOT NULL DEFAULT now())"
+                    f"CREATE TABLE IF NOT EXISTS {SCHEMA}.skillfs_schema"
+                    " (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
                 )
             found = found or 0
             where = f"store {self.url.redacted}: the database"
@@ -144,7 +144,12 @@ class PostgresDialect(Dialect):
     @staticmethod
     def _version(conn: psycopg.Connection[Any]) -> int | None:
         """The schema's version; None before the schema exists."""
-        row = conn.execute(f"SELECT to_regclass('{SCHEMA}.skillfs_schema') IS NOT NULL").fetchone()
+        row = conn.execute(  # the catalog as of this statement: an opener that waited for
+            # the lock sees the table another one just made
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables"
+            " WHERE schemaname = %s AND tablename = 'skillfs_schema')",
+            (SCHEMA,),
+        ).fetchone()
         if not row or not row[0]:
             return None
         found = conn.execute(f"SELECT max(version) FROM {SCHEMA}.skillfs_schema").fetchone()
@@ -223,6 +228,11 @@ class PostgresDialect(Dialect):
                 f"store URL {self.url.redacted}: libpq refused it ({exc})"
             ) from None
         except (psycopg.OperationalError, psycopg.InterfaceError, pe.ReadOnlySqlTransaction) as exc:
+            refused = _refused(exc)
+            if refused is not None:
+                kind, advice = refused
+                said = str(exc).strip().replace("\n", " ")
+                raise kind(f"store {self.url.redacted}: {said}; {advice}") from None
             pool = self._pool_of_pid
             state = getattr(exc, "sqlstate", None)
             lost = state is None or state.startswith(("08", "57"))
@@ -232,6 +242,28 @@ class PostgresDialect(Dialect):
 
     def _unavailable(self, exc: BaseException) -> StoreUnavailable:
         return unavailable_error(self.url.redacted, exc)
+
+
+#: What libpq says (it gives no SQLSTATE) when it cannot connect for a reason that waiting
+#: does not fix, and what that is.
+_CHECK_USER = "the server refused this user: check the user and password in the URL"
+_CONNECT_REFUSED: dict[str, tuple[type[PermissionDenied | StoreFailed], str]] = {
+    "authentication failed": (PermissionDenied, _CHECK_USER),
+    "no pg_hba.conf entry": (PermissionDenied, f"{_CHECK_USER} and the server's pg_hba.conf"),
+    "does not exist": (
+        StoreFailed,
+        "create the database (createdb NAME) and its user, or fix their names in the URL",
+    ),
+}
+
+
+def _refused(exc: BaseException) -> tuple[type[PermissionDenied | StoreFailed], str] | None:
+    """What a connection was refused for that waiting does not fix, and what to do, by
+    libpq's text."""
+    if getattr(exc, "sqlstate", None) is not None:
+        return None
+    text = str(exc)
+    return next((kind for said, kind in _CONNECT_REFUSED.items() if said in text), None)
 
 
 def _failed(exc: psycopg.Error) -> str:

@@ -91,7 +91,7 @@ class Listener:
         outage = Outage(log, f"notifications of {self.name}")
         while not self._closed.is_set():
             try:
-                self._listen()
+                self._listen(outage)
             except Exception as exc:  # the connection failed: listen again on a new one
                 self._bump(session=0)
                 if self._closed.is_set():
@@ -100,12 +100,13 @@ class Listener:
             else:
                 return
 
-    def _listen(self) -> None:
+    def _listen(self, outage: Outage) -> None:
         conn = self._connect()
         try:
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
             self._sessions += 1
             self._bump(session=self._sessions)
+            outage.recovered()
             quiet_since = time.monotonic()
             while not self._closed.is_set():
                 for note in conn.notifies(timeout=SLICE, stop_after=1):
