@@ -15,7 +15,7 @@ PostgreSQL needs besides:
 
     with PostgresServer() as pg:      # started; stopped and its directory removed on exit
         pg.url                        # postgresql://skillfs:…@127.0.0.1:P/skillfs
-        pg.kill(); pg.restart()       # a crash, then crash recovery on the same data
+        pg.kill(); pg.start()         # a crash, then crash recovery on the same data
 
 `fsync=off` only spares the machine's disk: a killed server loses nothing the kernel holds,
 which is what these tests crash (not the kernel).
@@ -197,14 +197,6 @@ class PostgresServer:
         """SIGKILL to the process group (postmaster and backends): a crash."""
         if self._proc is not None:
             self._proc.kill()
-
-    def restart(self, timeout: float = 60.0) -> Self:
-        """Stop (if running) and start again on the same port with the same data."""
-        self.stop()
-        return self.start(timeout)
-
-    def log_tail(self, lines: int = 30) -> str:
-        return self._proc.log_tail(lines) if self._proc else ""
 
     def remove(self) -> None:
         """Stop and delete the data directory."""
