@@ -52,16 +52,17 @@ def _pg(sql: str) -> str:
 
 
 class _Tx:
-    """The core's statements on one psycopg connection."""
+    """The core's statements on one psycopg connection, rows in binary: a chunk's bytes
+    arrive as they are (text would send each byte as two hex digits, 5x slower to read)."""
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn = conn
 
     def execute(self, sql: str, params: Sequence[Any] = (), /) -> Cursor:
-        return self.conn.execute(_pg(sql), params)
+        return self.conn.execute(_pg(sql), params, binary=True)
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]], /) -> Any:
-        cursor = self.conn.cursor()
+        cursor = self.conn.cursor(binary=True)
         cursor.executemany(_pg(sql), rows)
         return cursor
 
@@ -181,7 +182,7 @@ class PostgresDialect(Dialect):
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with self.guard(), self._pool().connection() as conn:
-            rows: list[Any] = conn.execute(_pg(sql), params).fetchall()
+            rows: list[Any] = _Tx(conn).execute(sql, params).fetchall()
             return rows
 
     def now(self, tx: Tx) -> float:

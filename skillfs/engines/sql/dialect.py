@@ -16,10 +16,8 @@ from skillfs.model import Revision
 
 
 class Cursor(Protocol):
-    """The rows of one statement (sqlite3's and psycopg's cursors both are)."""
-
-    @property
-    def rowcount(self) -> int: ...
+    """The rows of one statement (sqlite3's and psycopg's cursors both are). No row count:
+    a dialect that sends writes ahead (PostgreSQL's pipeline) knows it only later."""
 
     def fetchone(self) -> Any: ...
 

@@ -149,12 +149,18 @@ class SqlEngine(Engine):
             low = page[-1]
 
     def delete_blob_if_idle(self, sha: str, cutoff: float) -> bool:
+        """The blob's row is read (and held) before anything is deleted: a statement's row
+        count is not known yet where the dialect sends writes ahead (PostgreSQL's pipeline)."""
         key = self._blob(sha)
         with self.sql.write() as tx:
-            gone = tx.execute("DELETE FROM blobs WHERE key = ? AND last_use < ?", (key, cutoff))
-            if gone.rowcount:
+            idle = tx.execute(
+                f"SELECT key FROM blobs WHERE key = ? AND last_use < ?{self.sql.lock}",
+                (key, cutoff),
+            ).fetchone()
+            if idle is not None:
+                tx.execute("DELETE FROM blobs WHERE key = ?", (key,))
                 tx.execute("DELETE FROM blob_chunks WHERE key = ?", (key,))
-        return bool(gone.rowcount)
+        return idle is not None
 
     # ------------------------------------------------------------------ manifests and history
 
