@@ -21,7 +21,6 @@ from typing import Any
 import psycopg
 import psycopg_pool
 from psycopg import errors as pe
-from psycopg.pq import TransactionStatus
 
 from skillfs.engines.base import unavailable_error
 from skillfs.engines.postgres.url import PostgresUrl
@@ -172,13 +171,17 @@ class PostgresDialect(Dialect):
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Tx]:
-        with self.guard(), self._pool().connection() as conn:
+        """In pipeline mode too: BEGIN goes out with the first statement, COMMIT with the
+        last, so a read of one statement costs one round trip."""
+        with self.guard(), self._pool().connection() as conn, conn.pipeline():
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             try:
                 yield _Tx(conn)
-            finally:
-                if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+            except BaseException:
+                with contextlib.suppress(psycopg.Error):  # a broken connection: dropped
                     conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with self.guard(), self._pool().connection() as conn:

@@ -119,16 +119,16 @@ class SqlEngine(Engine):
             )
 
     def get_chunks(self, keys: Sequence[tuple[str, int]]) -> list[bytes | None]:
+        """One statement per batch and no transaction: chunks never change."""
         found: dict[tuple[str, int], bytes] = {}
         pairs = list(dict.fromkeys((self._blob(sha), idx) for sha, idx in keys))
-        with self.sql.read() as tx:
-            for i in range(0, len(pairs), BATCH // 2):
-                batch = pairs[i : i + BATCH // 2]
-                rows = ", ".join("(?, ?)" for _ in batch)
-                params = [x for pair in batch for x in pair]
-                sql = f"SELECT key, idx, data FROM blob_chunks WHERE (key, idx) IN (VALUES {rows})"
-                for key, idx, data in tx.execute(sql, params):
-                    found[(key, int(idx))] = bytes(data)
+        for i in range(0, len(pairs), BATCH // 2):
+            batch = pairs[i : i + BATCH // 2]
+            rows = ", ".join("(?, ?)" for _ in batch)
+            params = [x for pair in batch for x in pair]
+            sql = f"SELECT key, idx, data FROM blob_chunks WHERE (key, idx) IN (VALUES {rows})"
+            for key, idx, data in self.sql.query(sql, params):
+                found[(key, int(idx))] = bytes(data)
         return [found.get((self._blob(sha), idx)) for sha, idx in keys]
 
     def blob_shas(self) -> Iterator[str]:
