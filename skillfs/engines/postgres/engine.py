@@ -40,6 +40,7 @@ class PostgresEngine(SqlEngine):
         self._confirmed: dict[str, tuple[Revision, int, int]] = {}
         #: Looks at the log that waits made (tests count them: none while idle).
         self.looks = 0
+        self._wakes = 0  # `wake_waits` calls: a wait that sees it move answers
 
     @property
     def listener(self) -> Listener:
@@ -58,6 +59,7 @@ class PostgresEngine(SqlEngine):
         """Look at the domains not confirmed since their last notification, then wait for
         the next one heard of (see the module's docstring)."""
         deadline = time.monotonic() + timeout
+        wakes = self._wakes
         listener = self.listener
         listener.start(min(timeout, LISTEN_START))
         while True:
@@ -74,9 +76,15 @@ class PostgresEngine(SqlEngine):
                     for d, r in stale.items():
                         self._confirmed[d] = (r, session, heard[d])
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or self._wakes != wakes:
                 return {}
             listener.wait(generation, left)
+
+    def wake_waits(self) -> None:
+        self._wakes += 1
+        held = self._listener_of_pid
+        if held is not None and held[0] == os.getpid():
+            held[1].wake()
 
     def close(self) -> None:
         with self._lock:

@@ -77,6 +77,10 @@ class Listener:
         with self._cond:
             self._cond.wait_for(lambda: self.generation != generation, timeout)
 
+    def wake(self) -> None:
+        """Wake every waiter now (they look whether they should answer)."""
+        self._bump()
+
     def _bump(self, session: int | None = None, domain: str | None = None) -> None:
         with self._cond:
             if session is not None:
