@@ -74,7 +74,7 @@ def test_concurrent_writers_and_readers_keep_the_contract(
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("engine", ["sqlite", "redis", "etcd", "postgres"])
+@pytest.mark.parametrize("engine", ["sqlite", "redis", "etcd"])
 def test_worker_snapshots_are_isolated(
     request: pytest.FixtureRequest, engine: str, tmp_path: Path
 ) -> None:
