@@ -37,13 +37,15 @@ $(DEV): $(RUNTIME)
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(DEV)
 
-# Debian's servers for the real-store tests and chromium for the console's browser tests;
+# Debian's servers for the real-store tests (PostgreSQL's binaries are under
+# /usr/lib/postgresql/*/bin, not on PATH; support/postgres.py runs its own server) and chromium for the console's browser tests;
 # installed only when missing.
 servers:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v redis-sentinel >/dev/null || missing="$$missing redis-sentinel"; \
 	command -v etcd >/dev/null || missing="$$missing etcd-server etcd-client"; \
+	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	test -x /usr/bin/chromium || missing="$$missing chromium"; \
 	command -v openssl >/dev/null || missing="$$missing openssl"; \
 	if [ -n "$$missing" ]; then \

@@ -10,14 +10,16 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 if TYPE_CHECKING:
     import etcd3
+    import psycopg
     import redis
 
+    from support.postgres import PostgresServer
     from support.servers import EtcdServer, RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,6 +95,19 @@ def redis_server(dir: Path, stack: ExitStack) -> tuple[RedisServer, redis.Redis]
     client = server.client()
     stack.callback(client.close)
     return server, client
+
+
+def postgres_server(stack: ExitStack) -> tuple[PostgresServer, psycopg.Connection[Any]]:
+    """A PostgreSQL started for this run (its own mkdtemp directory) and a connection to
+    its database, both closed by `stack`."""
+    import psycopg
+
+    from support.postgres import PostgresServer
+
+    server = stack.enter_context(PostgresServer())
+    conn = psycopg.connect(server.url, autocommit=True)
+    stack.callback(conn.close)
+    return server, conn
 
 
 def etcd_server(dir: Path, stack: ExitStack) -> tuple[EtcdServer, etcd3.Etcd3Client]:

@@ -1,6 +1,6 @@
 """Engine benchmarks: what a worker pays per step, per scope load, per publish and per file.
 
-    python -m bench.engines                      # sqlite, redis, etcd; prints a table
+    python -m bench.engines                      # sqlite, redis, etcd, postgres; a table
     python -m bench.engines --engines redis --n 5000
     python -m bench.engines --write-docs         # also replaces this section of docs/benchmarks.md
 
@@ -8,7 +8,8 @@ Per engine, against one server started here (support/servers.py) or one SQLite f
 
 - freshness check when nothing changed: `store.revisions([agent])` (the per-step check of C3)
   against one raw client read of the same store, timed interleaved so both see the same
-  machine: Redis GET of a small key, a linearizable etcd get, a SQLite SELECT of one row.
+  machine: Redis GET of a small key, a linearizable etcd get, a SQLite SELECT of one row, a
+  PostgreSQL SELECT of one row on one connection of its own.
   Target: p50 ratio <= 1.3 (the check is one round trip and little else);
 - loading a scope of 200 skills: engine calls (round trips) and time;
 - publish latency of a small skill (3 files, one changed) with `expected_version`;
@@ -44,7 +45,7 @@ from skillfs.model.manifest import PARSED
 
 AGENT = "bench"
 SHARED = Scope.shared(AGENT)
-ENGINES = ("sqlite", "redis", "etcd")
+ENGINES = ("sqlite", "redis", "etcd", "postgres")
 TARGET_RATIO = 1.3
 #: A "hot" skill is timed from this version on (past HistoryPolicy.keep_versions = 50).
 HOT_FROM = 300
@@ -165,10 +166,25 @@ def _etcd(tmp: Path, stack: ExitStack) -> Target:
     )
 
 
+def _postgres(tmp: Path, stack: ExitStack) -> Target:
+    server, conn = common.postgres_server(stack)
+    conn.execute("CREATE TABLE IF NOT EXISTS bench_raw (k text PRIMARY KEY, v bytea)")
+    conn.execute("INSERT INTO bench_raw VALUES ('small', %s) ON CONFLICT DO NOTHING", (b"x" * 32,))
+    version = conn.execute("SHOW server_version").fetchone()
+    return Target(
+        "postgres",
+        server.url,
+        "SELECT of one row",
+        lambda: conn.execute("SELECT v FROM bench_raw WHERE k = %s", ("small",)).fetchone(),
+        f"PostgreSQL {version[0] if version else '?'}",
+    )
+
+
 SETUP: dict[str, Callable[[Path, ExitStack], Target]] = {
     "sqlite": _sqlite,
     "redis": _redis,
     "etcd": _etcd,
+    "postgres": _postgres,
 }
 
 

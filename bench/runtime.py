@@ -1,7 +1,7 @@
 """Runtime benchmarks: what a reasoning step costs a worker, and how fast an edit reaches
-every worker, on Redis and etcd.
+every worker, on Redis, etcd and PostgreSQL.
 
-    python -m bench.runtime                      # redis and etcd; prints a table
+    python -m bench.runtime                      # redis, etcd, postgres; prints a table
     python -m bench.runtime --engines redis --n 5000
     python -m bench.runtime --write-docs         # also replaces this section of docs/benchmarks.md
 
@@ -9,7 +9,8 @@ Per engine, against one server started here (support/servers.py), with an agent-
 of 50 skills (SKILL.md, two references and a script each):
 
 - step, nothing changed: `skills.snapshot()` + `snap.prompt()`, timed interleaved with one
-  raw client read of the same server (Redis GET of a 2 KiB key; a linearizable etcd get).
+  raw client read of the same server (Redis GET of a 2 KiB key; a linearizable etcd get; a
+  PostgreSQL SELECT of a 2 KiB row on one connection of its own).
   Target: p50 <= 1.3x the raw read (p99 reported);
 - `snap.load()` of a file already in the cache. Target: p50 <= 10 µs;
 - propagation: one process publishes an edit to a shared skill; 16 follower processes (one
@@ -48,7 +49,7 @@ from skillfs.spec.skill_md import parse_skill_md
 AGENT = "bench-rt"
 SHARED = Scope.shared(AGENT)
 SKILLS = 50
-ENGINES = ("redis", "etcd")
+ENGINES = ("redis", "etcd", "postgres")
 STEP_TARGET = 1.3
 LOAD_TARGET_US = 10.0
 PROPAGATION_TARGET_MS = 100.0
@@ -184,7 +185,41 @@ def _etcd(tmp: Path, stack: ExitStack) -> Target:
     )
 
 
-SETUP: dict[str, Callable[[Path, ExitStack], Target]] = {"redis": _redis, "etcd": _etcd}
+def _postgres(tmp: Path, stack: ExitStack) -> Target:
+    server, conn = common.postgres_server(stack)
+    conn.execute("CREATE TABLE bench_raw (k text PRIMARY KEY, v bytea)")
+    conn.execute("INSERT INTO bench_raw VALUES ('raw', %s)", (b"x" * 2048,))
+    conn.execute('CREATE TABLE peer_files (path text COLLATE "C" PRIMARY KEY, data bytea)')
+
+    def setup(files: dict[str, dict[str, bytes]]) -> None:
+        rows = [(f"{s}/{p}", d) for s, fs in files.items() for p, d in fs.items()]
+        conn.cursor().executemany("INSERT INTO peer_files VALUES (%s, %s)", rows)
+
+    def step() -> str:
+        rows = conn.execute("SELECT path, data FROM peer_files", binary=True).fetchall()
+        skill_mds = {
+            path.split("/", 1)[0]: data for path, data in rows if path.endswith("/SKILL.md")
+        }
+        return peer_prompt(skill_mds)
+
+    version = conn.execute("SHOW server_version").fetchone()
+    return Target(
+        "postgres",
+        f"{server.url}?prefix=rt{uuid.uuid4().hex[:8]}/",
+        f"PostgreSQL {version[0] if version else '?'}",
+        "SELECT of a 2 KiB row",
+        lambda: conn.execute("SELECT v FROM bench_raw WHERE k = %s", ("raw",)).fetchone(),
+        "one SELECT of every file (a SQL skill registry's table) + parse",
+        setup,
+        step,
+    )
+
+
+SETUP: dict[str, Callable[[Path, ExitStack], Target]] = {
+    "redis": _redis,
+    "etcd": _etcd,
+    "postgres": _postgres,
+}
 
 
 # --------------------------------------------------------------------------- propagation

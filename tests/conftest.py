@@ -9,7 +9,8 @@ nothing is skipped.
 Tiers (README, "Tests"): tests/unit, tests/store, tests/governance, tests/engines, a folder
 per surface and tests/scenarios, every test of which is marked `slow`. A test that needs a
 server is marked `server`: by hand where it starts one itself, and here where it asks for a
-server fixture or is parametrized with a store engine that has one (redis*, etcd*, grpc).
+server fixture or is parametrized with a store engine that has one (redis*, etcd*, postgres,
+grpc).
 `pytest --no-servers` (`make check`) deselects those and makes any other server fail its
 test loudly.
 """
@@ -24,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from support.postgres import PostgresServer
 from support.servers import (
     NO_SERVERS_ENV,
     EtcdCluster,
@@ -48,6 +50,7 @@ SERVER_FIXTURES = {
     "etcd_cluster",
     "redis_url",
     "etcd_url",
+    "postgres_server",
 }
 SERVER_ENGINES = set(ENGINES) - SERVERLESS
 NO_SERVERS = (
@@ -116,7 +119,9 @@ pytest.register_assert_rewrite("upath.tests.cases", "upath.tests.utils")
 _startup_seconds: dict[str, float] = {}
 
 
-def _started(name: str, server: RedisServer | RedisCluster | RedisSentinel | EtcdCluster) -> None:
+def _started(
+    name: str, server: RedisServer | RedisCluster | RedisSentinel | EtcdCluster | PostgresServer
+) -> None:
     if server.startup_seconds is not None:
         _startup_seconds[name] = server.startup_seconds
 
@@ -154,6 +159,15 @@ def etcd_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdClust
     with EtcdCluster(tmp_path_factory.mktemp("etcd-cluster"), members=3) as cluster:
         _started("etcd_cluster", cluster)
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of its own (not the package's cluster), data in a mkdtemp
+    directory the `postgres` user owns (support/postgres.py)."""
+    with PostgresServer() as server:
+        _started("postgres_server", server)
+        yield server
 
 
 @pytest.fixture

@@ -29,13 +29,14 @@ ENGINES = [
     "redis-sentinel",
     "etcd",
     "etcd-cluster",
+    "postgres",
     "grpc",
 ]
 #: The `store` fixture outside tests/engines and tests/scenarios.
 LOGIC_ENGINES = ["memory", "sqlite", "grpc"]
 #: The `store` fixture in tests/scenarios: one topology of each engine (a cluster's own
 #: behaviour, failover and routing, is tests/engines' to show).
-ENGINE_KINDS = ["memory", "sqlite", "redis", "etcd", "grpc"]
+ENGINE_KINDS = ["memory", "sqlite", "redis", "etcd", "postgres", "grpc"]
 #: Engines that need no server: every other one marks its tests `server` (tests/conftest.py).
 SERVERLESS = {"memory", "sqlite"}
 SERVER_FIXTURE = {
@@ -44,6 +45,7 @@ SERVER_FIXTURE = {
     "redis-sentinel": "redis_sentinel",
     "etcd": "etcd_server",
     "etcd-cluster": "etcd_cluster",
+    "postgres": "postgres_server",
 }
 
 

@@ -241,7 +241,7 @@ StoreOption = Annotated[
         envvar="SKILLFS_STORE",
         metavar="URL",
         show_default=False,
-        help="Store URL (sqlite:///…, redis://…, etcd://…, grpc://…); "
+        help="Store URL (sqlite:///…, redis://…, etcd://…, postgresql://…, grpc://…); "
         "default $SKILLFS_STORE, else the embedded SQLite file.",
     ),
 ]

@@ -82,7 +82,8 @@ class ServerConfig(BaseModel):
     #: Seconds in-flight calls get to finish on shutdown.
     grace: float = 10.0
     #: Threads for blocking store calls (the one executor); the store's connection pool
-    #: (Redis) is sized from it, max_workers + POOL_EXTRA, so no thread waits on the pool.
+    #: (Redis, PostgreSQL) is sized from it, max_workers + POOL_EXTRA, so no thread waits
+    #: on the pool.
     max_workers: int = 64
     #: Calls in flight (streams included) before gRPC answers RESOURCE_EXHAUSTED itself;
     #: default: every cap's streams plus 4 unary calls per thread.
@@ -375,21 +376,26 @@ def settle_gc() -> None:
 
 
 def sized_store_url(url: str, connections: int) -> str:
-    """A Redis store URL whose connection pool holds `connections` (unless the URL says);
-    other stores are not pooled that way and are returned as given."""
+    """A Redis or PostgreSQL store URL whose connection pool holds `connections` (unless the
+    URL says; PostgreSQL's pool opens them as they are needed); other stores are not pooled
+    that way and are returned as given."""
     parts = urlsplit(url)
-    if not parts.scheme.startswith("redis"):
+    if parts.scheme.startswith("redis"):
+        option = "max_connections"
+    elif parts.scheme in ("postgresql", "postgres"):
+        option = "pool_size"
+    else:
         return url
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
-    if "max_connections" in query:
-        if int(query["max_connections"]) < connections:
+    if option in query:
+        if int(query[option]) < connections:
             raise SkillfsError(
-                f"the store URL's max_connections={query['max_connections']} is below the "
+                f"the store URL's {option}={query[option]} is below the "
                 f"{connections} connections the server's threads may use: raise it, or drop "
                 "it and let the server size the pool (max_workers + POOL_EXTRA)"
             )
         return url
-    query["max_connections"] = str(connections)
+    query[option] = str(connections)
     return parts._replace(query=urlencode(query)).geturl()
 
 

@@ -49,6 +49,14 @@ def open_engine(url: str | None = None, **options: Any) -> Engine:
         from skillfs.engines.etcd.engine import EtcdEngine
 
         return EtcdEngine(url, **options)
+    if scheme in ("postgresql", "postgres"):
+        try:
+            from skillfs.engines.postgres.engine import PostgresEngine
+        except ImportError as exc:
+            raise InvalidArgument(
+                f"a {scheme}:// store needs psycopg ({exc}): pip install 'skillfs[postgres]'"
+            ) from None
+        return PostgresEngine(url, **options)
     if scheme in ("grpc", "grpcs"):
         from skillfs.remote.engine import GrpcEngine
 
@@ -56,5 +64,6 @@ def open_engine(url: str | None = None, **options: Any) -> Engine:
     raise InvalidArgument(
         f"unknown store URL {url!r}: use memory://, sqlite:///path, redis://host:port/db, "
         "rediss://, redis+cluster://h:p,h:p, redis+sentinel://h:p/service/db, "
-        "etcd://host:port[,host:port] or grpc://host:port[,host:port] (grpcs:// for TLS)"
+        "etcd://host:port[,host:port], postgresql://user:password@host:port/db or "
+        "grpc://host:port[,host:port] (grpcs:// for TLS)"
     )

@@ -20,7 +20,8 @@ import pytest
 
 import skillfs
 from skillfs.engines.base import CommitOp, VersionMismatch
-from skillfs.engines.sqlite.engine import SCHEMA_VERSION, SqliteEngine, parse_path
+from skillfs.engines.sql.schema import SCHEMA_VERSION
+from skillfs.engines.sqlite.engine import SqliteEngine, parse_path
 from skillfs.errors import InvalidArgument, StoreFailed, StoreUnavailable
 from skillfs.model import Manifest, Revision, Scope
 from support.grpc_servers import ADMIN as GRPC_ADMIN

@@ -14,7 +14,8 @@ import pytest
 import skillfs
 from skillfs import UsageStat
 from skillfs.cli.common import iso
-from skillfs.engines.sqlite.engine import MIGRATIONS
+from skillfs.engines.sql.schema import migrations
+from skillfs.engines.sqlite.file import SqliteFile
 from skillfs.errors import InvalidArgument, InvalidPath
 from skillfs.runtime.usage import UsageRecorder
 from tests.cli_helpers import as_json, ok
@@ -98,7 +99,7 @@ def test_sqlite_file_of_schema_2_is_migrated(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     raw = sqlite3.connect(path)
     for version in (1, 2):
-        for statement in MIGRATIONS[version]:
+        for statement in migrations(SqliteFile.types)[version]:
             raw.execute(statement)
     raw.execute("INSERT INTO usage VALUES ('agents/support-bot', 'alice', 'a', 4)")
     raw.execute("PRAGMA user_version=2")

@@ -48,7 +48,7 @@ MIN_OPERATIONS = 1000
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("engine", ["sqlite", "redis", "redis-cluster", "etcd"])
+@pytest.mark.parametrize("engine", ["sqlite", "redis", "redis-cluster", "etcd", "postgres"])
 def test_concurrent_writers_and_readers_keep_the_contract(
     request: pytest.FixtureRequest, engine: str, tmp_path: Path
 ) -> None:

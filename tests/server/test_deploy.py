@@ -70,6 +70,11 @@ def test_wiring() -> None:
         "--appendonly",
         "yes",
     ]
+    # the PostgreSQL option: its user and database are the ones docs/deploy.md's URL names
+    pg = r[("StatefulSet", "postgres")]["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in pg["env"]}
+    assert env["POSTGRES_USER"] == env["POSTGRES_DB"] == "skillfs"
+    assert r[("Service", "postgres")]["spec"]["ports"][0]["port"] == 5432
 
 
 def test_compose_file() -> None:
@@ -88,7 +93,8 @@ def test_compose_file() -> None:
         assert (DEPLOY / s["build"]["context"] / s["build"]["dockerfile"]).is_file()
         host_ports |= {p.split(":")[0] for p in s["ports"]}
     assert len(host_ports) == 4  # no two servers on one host port
-    assert {"etcd", "redis"} <= services.keys() and set(compose["volumes"]) == {
+    assert {"etcd", "redis", "postgres"} <= services.keys() and set(compose["volumes"]) == {
         "etcd-data",
         "redis-data",
+        "postgres-data",
     }

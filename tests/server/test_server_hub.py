@@ -48,7 +48,7 @@ def meta(token: str) -> list[tuple[str, str]]:
     return [("authorization", f"Bearer {token}")]
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "postgres"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url_for(request, request.param, tmp_path)
 

@@ -1,7 +1,7 @@
-"""One SQLite file shared by the threads and processes of one host: a connection per thread
-(reopened after `close` and after fork()), WAL mode, durable transactions, and the schema
-brought up to date when the file is opened. The tables themselves are the engine's
-(`skillfs/engines/sqlite/engine.py`); docs/engine-sqlite.md."""
+"""The SQLite dialect of the SQL core: one file shared by the threads and processes of one
+host, a connection per thread (reopened after `close` and after fork()), WAL mode, durable
+transactions, and the schema (`skillfs.engines.sql.schema`, its version in
+`PRAGMA user_version`) brought up to date when the file is opened; docs/engine-sqlite.md."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from skillfs.engines.sql.dialect import Dialect
+from skillfs.engines.sql.schema import SCHEMA_VERSION, Types, check_version, upgrade
 from skillfs.errors import StoreFailed, StoreUnavailable
 
 #: The WAL is truncated back to this size after a checkpoint (a 64 MiB blob grows it).
@@ -56,23 +58,16 @@ _FAILED = {
 }
 
 
-class SqliteFile:
-    """The file at `path`, named `url` in errors, at `schema_version`: `migrations[N]`
-    bring a file at version N-1 to N."""
+class SqliteFile(Dialect):
+    """The file at `path`, named `url` in errors."""
 
-    def __init__(
-        self,
-        url: str,
-        path: Path,
-        timeout: float,
-        schema_version: int,
-        migrations: Mapping[int, Sequence[str]],
-    ) -> None:
+    types = Types(text="TEXT", blob="BLOB", real="REAL", integer="INTEGER", keyed=" WITHOUT ROWID")
+    deleted = "json_extract(body, '$.deleted')"
+
+    def __init__(self, url: str, path: Path, timeout: float) -> None:
         self.url = url
         self.path = path
         self.timeout = timeout
-        self.migrations = migrations
-        self.schema_version = schema_version
         self._local = threading.local()
         #: Every connection with the process and thread that opened it.
         self._conns: list[tuple[int, threading.Thread, sqlite3.Connection]] = []
@@ -113,7 +108,7 @@ class SqliteFile:
                 conn.execute("PRAGMA fullfsync=ON")
                 conn.execute("PRAGMA checkpoint_fullfsync=ON")
                 conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
-                self._check_version(conn.execute("PRAGMA user_version").fetchone()[0])
+                check_version(conn.execute("PRAGMA user_version").fetchone()[0], self._where)
             except BaseException:
                 conn.close()
                 raise
@@ -158,26 +153,19 @@ class SqliteFile:
         current: sqlite3.Connection = local.conn
         return current
 
-    def _check_version(self, found: int) -> None:
-        if found > self.schema_version:
-            raise StoreFailed(
-                f"store {self.url}: {self.path} was written by a newer skillfs (schema version "
-                f"{found}; this skillfs reads up to {self.schema_version}): upgrade skillfs to "
-                "use it"
-            )
+    @property
+    def _where(self) -> str:
+        return f"store {self.url}: {self.path}"
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         """Apply the missing migrations in one write transaction; racing openers queue on it."""
-        if conn.execute("PRAGMA user_version").fetchone()[0] == self.schema_version:
+        if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
             return
         conn.execute("BEGIN IMMEDIATE")
         try:
             found = conn.execute("PRAGMA user_version").fetchone()[0]
-            self._check_version(found)
-            for version in range(found + 1, self.schema_version + 1):
-                for statement in self.migrations[version]:
-                    conn.execute(statement)
-            conn.execute(f"PRAGMA user_version={self.schema_version}")
+            upgrade(self.types, found, self._where, conn.execute)
+            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             conn.execute("COMMIT")
         finally:
             if conn.in_transaction:
@@ -236,6 +224,9 @@ class SqliteFile:
             finally:
                 if conn.in_transaction:
                     conn.execute("COMMIT")
+
+    def ping(self) -> None:
+        self.query("SELECT count(*) FROM revisions")
 
     def data_version(self) -> int:
         """A number that moves when another connection (thread or process) commits."""

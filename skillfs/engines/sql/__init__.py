@@ -1,0 +1,2 @@
+"""The SQL engines' shared core: the schema, its migrations, the commit and the log, written
+once over a dialect (SQLite, PostgreSQL)."""
