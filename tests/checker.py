@@ -349,7 +349,7 @@ def _write_once(
             records[0].action, call = step
             res = call(tag)
         else:
-            res = store.commit(puts, commit_id=tag)
+            res = store.commit(puts, options=skillfs.WriteOptions(commit_id=tag))
     except Conflict as exc:
         for w in records:
             w.outcome = "conflict"

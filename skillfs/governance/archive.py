@@ -9,7 +9,7 @@ from __future__ import annotations
 from skillfs.governance.ports import Commits
 from skillfs.model import CommitResult, Scope
 from skillfs.model.ops import Archive as ArchiveCommand
-from skillfs.model.ops import Restore
+from skillfs.model.ops import Restore, WriteOptions
 from skillfs.store.who import check_message
 
 
@@ -36,7 +36,9 @@ class Archive:
         command = ArchiveCommand(
             scope=scope, skill=skill, replace=replace, expected_version=expected_version
         )
-        return self._commits.commit([command], actor=actor, message=check_message(reason))
+        return self._commits.commit(
+            [command], options=WriteOptions(actor=actor, message=check_message(reason))
+        )
 
     def restore(
         self,
@@ -50,4 +52,4 @@ class Archive:
         """Bring `.archive/<name>` back live as `name` in one commit (the archive entry gets
         a tombstone). A live skill of that name is a Conflict: nothing is written."""
         command = Restore(scope=scope, name=name, expected_version=expected_version)
-        return self._commits.commit([command], actor=actor, message=message)
+        return self._commits.commit([command], options=WriteOptions(actor=actor, message=message))

@@ -16,7 +16,7 @@ from skillfs.governance.ports import Commits, Reads
 from skillfs.model import CommitResult, FileEntry, Finding, Manifest, Put, Remove, Rollout, Scope
 from skillfs.model.entry import ARCHIVE, DRAFTS, EntryKind, EntryRef
 from skillfs.model.names import check_live_name
-from skillfs.model.ops import Approve, FileValue, Propose, Reject
+from skillfs.model.ops import Approve, FileValue, Propose, Reject, WriteOptions
 from skillfs.store.who import check_message
 
 
@@ -77,7 +77,9 @@ class Drafts:
             scope=scope, name=name, files=dict(files), based_on=based_on,
             expected_version=expected_version,
         )  # fmt: skip
-        return self._commits.commit([command], strict=strict, actor=actor, message=message)
+        return self._commits.commit(
+            [command], options=WriteOptions(actor=actor, message=message), strict=strict
+        )
 
     def list(self, target: str | Scope) -> builtins.list[Draft]:
         """The drafts of a scope, or of every scope of an agent (by id or `agents/<id>`) or of
@@ -128,7 +130,9 @@ class Drafts:
         command = Approve(
             scope=scope, name=name, rollout=rollout, into=into, expected_version=expected_version
         )
-        return self._commits.commit([command], strict=strict, actor=actor, message=message)
+        return self._commits.commit(
+            [command], options=WriteOptions(actor=actor, message=message), strict=strict
+        )
 
     def reject(
         self,
@@ -142,7 +146,9 @@ class Drafts:
         """Remove the draft; the reason is the commit's message, kept in its history and in
         the audit (as `reject`)."""
         command = Reject(scope=scope, name=name, expected_version=expected_version)
-        return self._commits.commit([command], actor=actor, message=check_message(reason))
+        return self._commits.commit(
+            [command], options=WriteOptions(actor=actor, message=check_message(reason))
+        )
 
     # ------------------------------------------------------------------ legacy manifests
 
@@ -177,7 +183,7 @@ class Drafts:
                 current_version=there[first].version,
             )
         message = check_message(message) or "split into one entry per skill"
-        return self._commits.commit(changes, actor=actor, message=message)
+        return self._commits.commit(changes, options=WriteOptions(actor=actor, message=message))
 
 
 def draft_of(

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from skillfs.governance.ports import Commits
 from skillfs.model import CommitResult, Rollout, Scope
-from skillfs.model.ops import Abort, FileValue, Promote, Stage, Widen
+from skillfs.model.ops import Abort, FileValue, Promote, Stage, Widen, WriteOptions
 
 
 class Rollouts:
@@ -40,7 +40,9 @@ class Rollouts:
             expected_version=expected_version,
         )  # fmt: skip
         return self._commits.commit(
-            [command], commit_id=commit_id, strict=strict, actor=actor, message=message
+            [command],
+            options=WriteOptions(actor=actor, message=message, commit_id=commit_id),
+            strict=strict,
         )
 
     def widen(
@@ -61,7 +63,9 @@ class Rollouts:
         command = Widen(
             scope=scope, skill=skill, rollout=rollout, expected_version=expected_version
         )
-        return self._commits.commit([command], commit_id=commit_id, actor=actor, message=message)
+        return self._commits.commit(
+            [command], options=WriteOptions(actor=actor, message=message, commit_id=commit_id)
+        )
 
     def promote(
         self,
@@ -79,7 +83,9 @@ class Rollouts:
         surfaces' policy: a candidate with error findings is refused (InvalidSkill)."""
         command = Promote(scope=scope, skill=skill, expected_version=expected_version)
         return self._commits.commit(
-            [command], commit_id=commit_id, strict=strict, actor=actor, message=message
+            [command],
+            options=WriteOptions(actor=actor, message=message, commit_id=commit_id),
+            strict=strict,
         )
 
     def abort(
@@ -98,4 +104,6 @@ class Rollouts:
         scope a disabled entry without files stays: it is how a user hides a skill.) Its
         history stays."""
         command = Abort(scope=scope, skill=skill, expected_version=expected_version)
-        return self._commits.commit([command], commit_id=commit_id, actor=actor, message=message)
+        return self._commits.commit(
+            [command], options=WriteOptions(actor=actor, message=message, commit_id=commit_id)
+        )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from skillfs.governance import audit
 from skillfs.governance.ports import Commits, Reads
 from skillfs.model import AuditEntry, CommitResult, Scope
-from skillfs.model.ops import Disable, Enable
+from skillfs.model.ops import Disable, Enable, WriteOptions
 from skillfs.store.who import check_message
 
 
@@ -35,7 +35,7 @@ class Governance:
         command = Disable(
             scope=scope, skill=skill, reason=reason, expected_version=expected_version
         )
-        return self._commits.commit([command], actor=actor, message=reason)
+        return self._commits.commit([command], options=WriteOptions(actor=actor, message=reason))
 
     def enable(
         self,
@@ -50,7 +50,7 @@ class Governance:
         the user sees the skill from below again. A user's copy of a skill an operator
         disabled below is that user's own from then on (docs/governance.md)."""
         command = Enable(scope=scope, skill=skill, expected_version=expected_version)
-        return self._commits.commit([command], actor=actor, message=message)
+        return self._commits.commit([command], options=WriteOptions(actor=actor, message=message))
 
     def audit(
         self,

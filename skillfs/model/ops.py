@@ -57,6 +57,10 @@ class WriteOptions(BaseModel):
     commit_id: str | None = None
 
 
+#: No options: the store's actor, no message, last writer wins, a new commit id.
+DEFAULT = WriteOptions()
+
+
 class _Command(BaseModel):
     """Strict: a field takes its own type (a Scope, a Rollout), never a dict that looks like
     one, and anything else is an InvalidArgument that names the field."""
