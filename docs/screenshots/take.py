@@ -92,7 +92,7 @@ def seed_governance(store: skillfs.Store) -> None:
     )
     store.rollouts.stage(
         SHARED, "release-notes", notes, skillfs.Rollout(users=["alice"], fraction=0.1),
-        actor="oncall-ana", message="group the notes by product area",
+        options=skillfs.WriteOptions(actor="oncall-ana", message="group the notes by product area"),
     )  # fmt: skip
     store.drafts.propose(
         Scope.user(AGENT, "alice"),
