@@ -87,9 +87,13 @@ def test_governed_manifests_round_trip_and_take_versioned_commits(
     )
     assert other.manifest(SHARED, "live").candidate is None
     with pytest.raises(Conflict):
-        other.governance.enable(SHARED, "off", expected_version=off.version - 1)
+        other.governance.enable(
+            SHARED, "off", options=skillfs.WriteOptions(expected_version=off.version - 1)
+        )
     assert (
-        other.governance.enable(SHARED, "off", expected_version=off.version).version
+        other.governance.enable(
+            SHARED, "off", options=skillfs.WriteOptions(expected_version=off.version)
+        ).version
         == off.version + 1
     )
     assert not store.manifest(SHARED, "off").disabled
