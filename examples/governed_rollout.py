@@ -101,7 +101,11 @@ def run(url: str) -> None:
         for d in store.drafts.list(mine):
             print(f"operator: draft {d.name} v{d.version} by {d.actor} in {d.scope}: {d.message!r}")
         store.drafts.approve(
-            mine, SKILL, rollout=Rollout(fraction=0.1), into=shared, actor=OPERATOR
+            mine,
+            SKILL,
+            rollout=Rollout(fraction=0.1),
+            into=shared,
+            options=skillfs.WriteOptions(actor=OPERATOR),
         )
         seen = census(workers, "canary 10 %", seen)
         store.rollouts.widen(

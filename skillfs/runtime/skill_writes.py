@@ -316,10 +316,10 @@ class SkillWriter:
         if self.mode == "draft":
             expected = at.draft.version if at.draft is not None else 0
             result = self.store.drafts.propose(
-                self.scope, at.name, files, expected_version=expected, strict=True,
+                self.scope, at.name, files, strict=True,
                 # an edit of the pending draft is built on what that draft was proposed on
                 based_on=at.draft.base_version if at.draft is not None else None,
-                actor=options.actor, message=options.message,
+                options=options.model_copy(update={"expected_version": expected}),
             )  # fmt: skip
             version = result.versions.get(draft_entry(at.name))
             return self._done(action, at.name, version, findings, "draft")
@@ -346,12 +346,9 @@ class SkillWriter:
                     f"skill {at.name!r} has no pending draft to withdraw; deleting a live "
                     "skill is an operator's decision: say so in your answer instead"
                 )
+            withdraw = WriteOptions(actor=self.actor, expected_version=at.draft.version)
             result = self.store.drafts.reject(
-                self.scope,
-                at.name,
-                message or "withdrawn by the agent",
-                expected_version=at.draft.version,
-                actor=self.actor,
+                self.scope, at.name, message or "withdrawn by the agent", options=withdraw
             )
             version = result.versions.get(draft_entry(at.name))
             return self._done("delete", at.name, version, [], "withdrawn")

@@ -177,10 +177,8 @@ class StoreCore:
             )
             raise NotFound(f"version {version} of {scope}/{skill} {what}: pick another version")
         put = Put(scope, skill, dict(old.files), options.expected_version)
-        message = options.message or f"rollback to version {version}"
-        return self.commit(
-            [put], options=options.model_copy(update={"message": message}), strict=strict
-        )
+        said = options.or_message(f"rollback to version {version}")
+        return self.commit([put], options=said, strict=strict)
 
     def commit(
         self,

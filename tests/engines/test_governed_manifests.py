@@ -42,7 +42,9 @@ def test_governed_manifests_round_trip_and_take_versioned_commits(
     store.publish(SHARED, "off", skill_files("off"))
     store.governance.disable(SHARED, "off", reason="broken on prod")
     store.governance.disable(ALICE, "live", reason="not for alice")  # a hiding entry: no files
-    store.drafts.propose(SHARED, "new", skill_files("new"), message="please review")
+    store.drafts.propose(
+        SHARED, "new", skill_files("new"), options=skillfs.WriteOptions(message="please review")
+    )
     store.publish(SHARED, "old", skill_files("old"))
     store.archive.add(SHARED, "old", "unused")
 
@@ -97,7 +99,9 @@ def test_governed_manifests_round_trip_and_take_versioned_commits(
         == off.version + 1
     )
     assert not store.manifest(SHARED, "off").disabled
-    store.drafts.approve(SHARED, "new", expected_version=draft.version)
+    store.drafts.approve(
+        SHARED, "new", options=skillfs.WriteOptions(expected_version=draft.version)
+    )
     assert other.manifest(SHARED, "new").files.keys() == draft.files.keys()
     assert "_drafts/new" not in other.manifests(SHARED)
     store.archive.restore(SHARED, "old")
