@@ -300,5 +300,5 @@ def restore(
     name)."""
     skill = skill_only(target)
     with opened(store_url, token) as store:
-        result = store.archive.restore(scope, skill, message=message)
+        result = store.archive.restore(scope, skill, options=WriteOptions(message=message))
     _done(f"restored {shown(skill)}", scope, result, as_json)

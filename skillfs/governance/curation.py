@@ -28,6 +28,7 @@ from skillfs.governance.ports import Reads
 from skillfs.governance.usage import Usage
 from skillfs.model import Manifest, Scope, UsageDrop, UsageStat, target_domain, usage_by_skill
 from skillfs.model.names import is_hidden_dir
+from skillfs.model.ops import WriteOptions
 from skillfs.spec.skill_md import SKILL_MD, parse_skill_md
 from skillfs.store.who import MESSAGE_MAX, check_actor, check_message
 from skillfs.util.durations import format_duration
@@ -220,8 +221,8 @@ class Curation:
                 why = f"{message} — {why}"
             try:
                 self._archive.add(
-                    item.scope, item.skill, why, expected_version=m.version, replace=True,
-                    actor=actor,
+                    item.scope, item.skill, why, replace=True,
+                    options=WriteOptions(actor=actor, expected_version=m.version),
                 )  # fmt: skip
             except (Conflict, NotFound, InvalidPath) as exc:
                 skipped.append(_note(item, f"not archived: {exc}"))

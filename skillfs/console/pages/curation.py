@@ -144,8 +144,7 @@ def archive(call: Call, scope: Scope, skill: str) -> Response:
         scope,
         skill,
         reason=call.message,
-        expected_version=call.form_int("expected"),
-        actor=call.actor,
+        options=call.options(call.form_int("expected")),
     )
     return call.done(
         urls.domain_page(scope.domain, "curation"),
@@ -159,9 +158,7 @@ def restore(call: Call, scope: Scope, skill: str) -> Response:
     result = call.store.archive.restore(
         scope,
         skill,
-        expected_version=call.form_int("expected"),
-        actor=call.actor,
-        message=call.message,
+        options=call.options(call.form_int("expected")),
     )
     version = result.versions.get(skill)
     return call.done(
