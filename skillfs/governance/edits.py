@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from skillfs.errors import Conflict, EditConflict, FailedPrecondition, NotFound
+from skillfs.errors import Conflict, EditConflict, FailedPrecondition, InvalidArgument, NotFound
 from skillfs.governance.ports import Commits, Reads
 from skillfs.model import CommitResult, File, FileEntry, Manifest, Origin, Put, Remove, Scope
 from skillfs.model.names import normalize_path
@@ -102,7 +102,10 @@ class Edits:
         files by reference, its origin recorded, so the shared skill's kill switch still
         holds for it. `options.expected_version` is the shared version copied."""
         if user.kind != "user" or user.agent_id is None:
-            raise FailedPrecondition(f"an override is made in a user's scope, not {user}")
+            raise InvalidArgument(
+                f"an override is made in a user's scope, not {user}: give "
+                "Scope.user(agent, user) of the agent whose shared skill it copies"
+            )
         copy = Copy(
             scope=Scope.shared(user.agent_id), skill=skill, into=user,
             expected_version=options.expected_version,
