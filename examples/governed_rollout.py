@@ -101,12 +101,18 @@ def run(url: str) -> None:
         for d in store.drafts.list(mine):
             print(f"operator: draft {d.name} v{d.version} by {d.actor} in {d.scope}: {d.message!r}")
         store.drafts.approve(
-            mine, SKILL, rollout=Rollout(fraction=0.1), into=shared, actor=OPERATOR
+            mine,
+            SKILL,
+            rollout=Rollout(fraction=0.1),
+            into=shared,
+            options=skillfs.WriteOptions(actor=OPERATOR),
         )
         seen = census(workers, "canary 10 %", seen)
-        store.rollouts.widen(shared, SKILL, Rollout(fraction=0.5), actor=OPERATOR)
+        store.rollouts.widen(
+            shared, SKILL, Rollout(fraction=0.5), options=skillfs.WriteOptions(actor=OPERATOR)
+        )
         seen = census(workers, "widened to 50 %", seen)
-        store.rollouts.promote(shared, SKILL, actor=OPERATOR)
+        store.rollouts.promote(shared, SKILL, options=skillfs.WriteOptions(actor=OPERATOR))
         census(workers, "promoted", seen)
     for e in store.governance.audit(shared, skill=SKILL)[::-1]:
         print(f"audit: {SKILL} v{e.version} {e.action} by {e.actor}: {e.message}")

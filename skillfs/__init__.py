@@ -20,6 +20,7 @@ from skillfs.model import (
     Scope,
     UsageStat,
 )
+from skillfs.model.ops import WriteOptions
 from skillfs.runtime import FsspecDir, GitRepo, LocalDir, Market, PromptOptions, Skills, Snapshot
 from skillfs.store.limits import Limits
 from skillfs.store.opening import default_url
@@ -54,6 +55,7 @@ __all__ = [
     "Snapshot",
     "Store",
     "UsageStat",
+    "WriteOptions",
     "default_url",
     "errors",
     "open_store",

@@ -349,7 +349,7 @@ def _write_once(
             records[0].action, call = step
             res = call(tag)
         else:
-            res = store.commit(puts, commit_id=tag)
+            res = store.commit(puts, options=skillfs.WriteOptions(commit_id=tag))
     except Conflict as exc:
         for w in records:
             w.outcome = "conflict"
@@ -386,7 +386,11 @@ def _rollout_step(
             else Rollout(fraction=rng.choice((0.3, 0.6)))
         )
         return "stage", lambda tag: store.rollouts.stage(
-            scope, skill, put.files, rule, expected, commit_id=tag
+            scope,
+            skill,
+            put.files,
+            rule,
+            options=skillfs.WriteOptions(expected_version=expected, commit_id=tag),
         )
     wider = Rollout(
         users=sorted({*c.rollout.users, rng.choice(users)}),
@@ -395,14 +399,17 @@ def _rollout_step(
     roll = rng.random()
     if roll < 0.4 and wider != c.rollout:
         return "widen", lambda tag: store.rollouts.widen(
-            scope, skill, wider, expected_version=expected, commit_id=tag
+            scope,
+            skill,
+            wider,
+            options=skillfs.WriteOptions(expected_version=expected, commit_id=tag),
         )
     if roll < 0.7:
         return "promote", lambda tag: store.rollouts.promote(
-            scope, skill, expected_version=expected, commit_id=tag
+            scope, skill, options=skillfs.WriteOptions(expected_version=expected, commit_id=tag)
         )
     return "abort", lambda tag: store.rollouts.abort(
-        scope, skill, expected_version=expected, commit_id=tag
+        scope, skill, options=skillfs.WriteOptions(expected_version=expected, commit_id=tag)
     )
 
 

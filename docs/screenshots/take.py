@@ -92,7 +92,7 @@ def seed_governance(store: skillfs.Store) -> None:
     )
     store.rollouts.stage(
         SHARED, "release-notes", notes, skillfs.Rollout(users=["alice"], fraction=0.1),
-        actor="oncall-ana", message="group the notes by product area",
+        options=skillfs.WriteOptions(actor="oncall-ana", message="group the notes by product area"),
     )  # fmt: skip
     store.drafts.propose(
         Scope.user(AGENT, "alice"),
@@ -102,8 +102,9 @@ def seed_governance(store: skillfs.Store) -> None:
             b"and starts a refund when the customer qualifies.\n---\n\n# Refund policy\n\n"
             b"Refunds within 30 days of purchase; ask for the order number first.\n"
         },
-        message="customers ask for refunds every day",
-        actor=f"agent:{AGENT}/alice",
+        options=skillfs.WriteOptions(
+            actor=f"agent:{AGENT}/alice", message="customers ask for refunds every day"
+        ),
     )
 
 

@@ -36,6 +36,7 @@ from skillfs.governance.curation_report import (
     windows,
 )
 from skillfs.model.names import check_id
+from skillfs.model.ops import WriteOptions
 
 
 def parse_curated(text: str) -> str:
@@ -89,7 +90,9 @@ def curate(
     with opened(store_url, token) as store:
         targets = [target] if target is not None else store.agents()
         reports = [
-            store.curation.run(t, stale, cutoff, dry_run=not apply, message=message)
+            store.curation.run(
+                t, stale, cutoff, dry_run=not apply, options=WriteOptions(message=message)
+            )
             for t in targets
         ]
     if as_json:

@@ -41,6 +41,7 @@ from skillfs.cli.rollout import EnvOption, FractionOption, UserOption, rule_of
 from skillfs.governance.drafts import Draft
 from skillfs.model import CommitResult, Scope
 from skillfs.model.names import draft_entry, is_hidden_dir
+from skillfs.model.ops import WriteOptions
 
 #: Another scope of the agent an approved draft goes to (docs/governance.md).
 IntoOption = Annotated[
@@ -211,9 +212,8 @@ def approve(
         result = store.drafts.approve(
             scope,
             name,
-            expected_version=expected_version,
+            options=WriteOptions(expected_version=expected_version, message=message),
             strict=not force,
-            message=message,
             rollout=rule if canary else None,
             into=into,
         )
@@ -235,7 +235,9 @@ def reject(
     """Remove the draft; the reason stays in its history and in the audit."""
     name = skill_only(target)
     with opened(store_url, token) as store:
-        result = store.drafts.reject(scope, name, reason, expected_version=expected_version)
+        result = store.drafts.reject(
+            scope, name, reason, options=WriteOptions(expected_version=expected_version)
+        )
     _done(f"rejected {shown(name)}", scope, result, as_json)
 
 
@@ -251,7 +253,7 @@ def split(
     """Split the single `_drafts` / `.archive` manifest an older skillfs wrote into one entry
     per skill, in one commit."""
     with opened(store_url, token) as store:
-        result = store.drafts.split_legacy(scope, message=message)
+        result = store.drafts.split_legacy(scope, options=WriteOptions(message=message))
     if result is None:
         if as_json:
             emit_json(None)
@@ -298,5 +300,5 @@ def restore(
     name)."""
     skill = skill_only(target)
     with opened(store_url, token) as store:
-        result = store.archive.restore(scope, skill, message=message)
+        result = store.archive.restore(scope, skill, options=WriteOptions(message=message))
     _done(f"restored {shown(skill)}", scope, result, as_json)

@@ -28,6 +28,7 @@ from skillfs.cli.common import (
     when,
 )
 from skillfs.model import CommitResult, Scope
+from skillfs.model.ops import WriteOptions
 
 #: `--message` of the commands whose message is also their reason (`disable`, `drafts
 #: reject`, `archive`): `--reason`/`-r`, as they took it first, is the same option.
@@ -110,7 +111,7 @@ def enable(
     """Switch a disabled skill back on (in a user's scope: stop hiding it from that user)."""
     skill = skill_only(target)
     with opened(store_url, token) as store:
-        result = store.governance.enable(scope, skill, message=message)
+        result = store.governance.enable(scope, skill, options=WriteOptions(message=message))
     done("enabled", scope, skill, result, as_json)
 
 

@@ -27,6 +27,7 @@ from skillfs.cli.govern import done
 from skillfs.cli.transfer import read_source, skill_sources
 from skillfs.errors import FailedPrecondition, InvalidArgument, InvalidPath
 from skillfs.model import Rollout
+from skillfs.model.ops import WriteOptions
 
 EnvOption = Annotated[
     list[str] | None,
@@ -121,8 +122,9 @@ def stage(
             )
         source = sources[0]
         files = read_source(source)
+        options = WriteOptions(expected_version=version, message=message)
         result = store.rollouts.stage(
-            scope, source.name, files, rule, version, strict=not force, message=message
+            scope, source.name, files, rule, options=options, strict=not force
         )
         staged = store.manifest(scope, source.name).candidate
     if staged is not None and staged.findings and not as_json:
@@ -156,9 +158,8 @@ def widen(
             users=[*old.users, *(user or [])],
             fraction=old.fraction if fraction is None else fraction,
         )
-        result = store.rollouts.widen(
-            scope, skill, rule, expected_version=m.version, message=message
-        )
+        options = WriteOptions(expected_version=m.version, message=message)
+        result = store.rollouts.widen(scope, skill, rule, options=options)
     done(f"widened to {rule.describe()}:", scope, skill, result, as_json)
 
 
@@ -178,9 +179,8 @@ def promote(
     skill = skill_only(target)
     with opened(store_url, token, create=True) as store:
         expected = store.manifest(scope, skill).version if version is None else version
-        result = store.rollouts.promote(
-            scope, skill, expected_version=expected, message=message, strict=not force
-        )
+        options = WriteOptions(expected_version=expected, message=message)
+        result = store.rollouts.promote(scope, skill, options=options, strict=not force)
     done("promoted the candidate of", scope, skill, result, as_json)
 
 
@@ -198,5 +198,6 @@ def abort(
     staged is deleted; history keeps it)."""
     skill = skill_only(target)
     with opened(store_url, token, create=True) as store:
-        result = store.rollouts.abort(scope, skill, expected_version=version, message=message)
+        options = WriteOptions(expected_version=version, message=message)
+        result = store.rollouts.abort(scope, skill, options=options)
     done("aborted the candidate of", scope, skill, result, as_json)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from skillfs.api import Store
 from skillfs.errors import Conflict
 from skillfs.model import File, FileEntry, Origin, Put, Remove, Scope
+from skillfs.model.ops import WriteOptions
 from skillfs.util.backoff import pause
 from skillfs.util.deadline import deadline
 
@@ -122,7 +123,7 @@ def publish(
     attempt = 0
     while changes := _changes(scope, group):
         try:
-            store.commit(changes, message=message)
+            store.commit(changes, options=WriteOptions(message=message))
             return
         except Conflict:
             if not batch.replay or time.monotonic() > end:

@@ -28,6 +28,7 @@ from skillfs.governance.ports import Reads
 from skillfs.governance.usage import Usage
 from skillfs.model import Manifest, Scope, UsageDrop, UsageStat, target_domain, usage_by_skill
 from skillfs.model.names import is_hidden_dir
+from skillfs.model.ops import DEFAULT, WriteOptions
 from skillfs.spec.skill_md import SKILL_MD, parse_skill_md
 from skillfs.store.who import MESSAGE_MAX, check_actor, check_message
 from skillfs.util.durations import format_duration
@@ -63,8 +64,7 @@ class Curation:
         dry_run: bool = True,
         now: float | None = None,
         duplicate_threshold: float = DUPLICATE_THRESHOLD,
-        actor: str | None = None,
-        message: str = "",
+        options: WriteOptions = DEFAULT,
     ) -> CurationReport:
         """Report an agent's (all its scopes; by id or `agents/A`) or a market's
         (`markets/M`) skills idle for `stale_after` (stale) or `archive_after` (to archive)
@@ -73,15 +73,21 @@ class Curation:
         committed since; `now` defaults to the store's clock.
 
         With `dry_run=False` each skill to archive is archived (`store.archive.add`, one
-        commit each, by `actor`, its message `message` followed by its own reason) after its
-        last use is read again: one used or changed meanwhile is left in place and reported in
-        `skipped` with why."""
+        commit each, by `options.actor`, its message `options.message` followed by its own
+        reason) after its last use is read again: one used or changed meanwhile is left in
+        place and reported in `skipped` with why. Each archive compares the version it read
+        and has its own commit id, so `options` give neither."""
         stale, cutoff = windows(stale_after, archive_after)
         if not 0 < duplicate_threshold <= 1:
             raise InvalidArgument(f"duplicate_threshold {duplicate_threshold} is not in (0, 1]")
-        if not dry_run and actor is not None:
-            check_actor(actor)  # a bad one is refused before anything is read
-        if len(check_message(message)) > MESSAGE_MAX - REASON_ROOM:
+        if options.expected_version is not None or options.commit_id is not None:
+            raise InvalidArgument(
+                "a curation run archives each skill at the version it reads, in a commit of "
+                "its own: give its options an actor and a message only"
+            )
+        if not dry_run and options.actor is not None:
+            check_actor(options.actor)  # a bad one is refused before anything is read
+        if len(check_message(options.message)) > MESSAGE_MAX - REASON_ROOM:
             raise InvalidArgument(
                 f"a curation message is at most {MESSAGE_MAX - REASON_ROOM} characters (each "
                 "archive adds its reason to it): shorten it"
@@ -128,7 +134,7 @@ class Curation:
         )
         if dry_run:
             return report
-        archived, skipped = self._archive_idle(domain, to_archive, now, cutoff, actor, message)
+        archived, skipped = self._archive_idle(domain, to_archive, now, cutoff, options)
         return report.model_copy(update={"archived": archived, "skipped": kept + skipped})
 
     def _curated_domain(self, target: str) -> str:
@@ -186,8 +192,7 @@ class Curation:
         items: Sequence[CuratedSkill],
         now: float | None,
         cutoff: float,
-        actor: str | None,
-        message: str,
+        options: WriteOptions,
     ) -> tuple[list[CuratedSkill], list[CuratedSkill]]:
         """Archive each item whose last use, read again just before (at most RECHECK seconds
         before), is still outside the window; the others are skipped with the reason."""
@@ -216,12 +221,12 @@ class Curation:
                 continue
             after = format_duration(cutoff)
             why = f"curation: idle {format_duration(at - since)} (archive after {after})"
-            if message:
-                why = f"{message} — {why}"
+            if options.message:
+                why = f"{options.message} — {why}"
             try:
                 self._archive.add(
-                    item.scope, item.skill, why, expected_version=m.version, replace=True,
-                    actor=actor,
+                    item.scope, item.skill, why, replace=True,
+                    options=WriteOptions(actor=options.actor, expected_version=m.version),
                 )  # fmt: skip
             except (Conflict, NotFound, InvalidPath) as exc:
                 skipped.append(_note(item, f"not archived: {exc}"))

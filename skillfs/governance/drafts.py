@@ -16,7 +16,7 @@ from skillfs.governance.ports import Commits, Reads
 from skillfs.model import CommitResult, FileEntry, Finding, Manifest, Put, Remove, Rollout, Scope
 from skillfs.model.entry import ARCHIVE, DRAFTS, EntryKind, EntryRef
 from skillfs.model.names import check_live_name
-from skillfs.model.ops import Approve, FileValue, Propose, Reject
+from skillfs.model.ops import DEFAULT, Approve, FileValue, Propose, Reject, WriteOptions
 from skillfs.store.who import check_message
 
 
@@ -61,23 +61,21 @@ class Drafts:
         name: str,
         files: Mapping[str, FileValue],
         *,
-        message: str = "",
-        actor: str | None = None,
-        expected_version: int | None = None,
+        options: WriteOptions = DEFAULT,
         strict: bool = False,
         based_on: int | None = None,
     ) -> CommitResult:
-        """Write the draft `_drafts/<name>` (a new one, or its next version: `expected_version`
-        is the draft's) through the publish path: checked and validated like a publish, its
-        findings recorded, and the live skill's version it is proposed against kept in it:
-        the live version now, or `based_on` for files built on an older one (an edit of the
-        pending draft passes the draft's own base, so that a live edit made since still
-        shows it stale)."""
+        """Write the draft `_drafts/<name>` (a new one, or its next version:
+        `options.expected_version` is the draft's) through the publish path: checked and
+        validated like a publish, its findings recorded, and the live skill's version it is
+        proposed against kept in it: the live version now, or `based_on` for files built on
+        an older one (an edit of the pending draft passes the draft's own base, so that a
+        live edit made since still shows it stale)."""
         command = Propose(
             scope=scope, name=name, files=dict(files), based_on=based_on,
-            expected_version=expected_version,
+            expected_version=options.expected_version,
         )  # fmt: skip
-        return self._commits.commit([command], strict=strict, actor=actor, message=message)
+        return self._commits.commit([command], options=options, strict=strict)
 
     def list(self, target: str | Scope) -> builtins.list[Draft]:
         """The drafts of a scope, or of every scope of an agent (by id or `agents/<id>`) or of
@@ -107,17 +105,15 @@ class Drafts:
         scope: Scope,
         name: str,
         *,
-        expected_version: int | None = None,
+        options: WriteOptions = DEFAULT,
         strict: bool = False,
-        actor: str | None = None,
-        message: str = "",
         rollout: Rollout | None = None,
         into: Scope | None = None,
     ) -> CommitResult:
         """Make the draft's files the live skill `name` and remove the draft, in one commit.
         Refused (Conflict, nothing written) when the live skill moved since the draft was
-        proposed; `expected_version` is the draft's version the reviewer saw; `strict`
-        refuses a draft with error findings.
+        proposed; `options.expected_version` is the draft's version the reviewer saw;
+        `strict` refuses a draft with error findings.
 
         With `rollout`, the draft becomes the skill's staged candidate for the workers the
         rule names instead (the live version stays for everyone else; `store.rollouts` widens,
@@ -126,33 +122,26 @@ class Drafts:
         approved into the agent's shared scope; the draft's base is its own scope's, so it
         is not compared there (a rollout leaves the live version there untouched)."""
         command = Approve(
-            scope=scope, name=name, rollout=rollout, into=into, expected_version=expected_version
-        )
-        return self._commits.commit([command], strict=strict, actor=actor, message=message)
+            scope=scope, name=name, rollout=rollout, into=into,
+            expected_version=options.expected_version,
+        )  # fmt: skip
+        return self._commits.commit([command], options=options, strict=strict)
 
     def reject(
-        self,
-        scope: Scope,
-        name: str,
-        reason: str = "",
-        *,
-        expected_version: int | None = None,
-        actor: str | None = None,
+        self, scope: Scope, name: str, reason: str = "", *, options: WriteOptions = DEFAULT
     ) -> CommitResult:
-        """Remove the draft; the reason is the commit's message, kept in its history and in
-        the audit (as `reject`)."""
-        command = Reject(scope=scope, name=name, expected_version=expected_version)
-        return self._commits.commit([command], actor=actor, message=check_message(reason))
+        """Remove the draft; the reason is the commit's message (unless `options.message`
+        gives another), kept in its history and in the audit (as `reject`)."""
+        command = Reject(scope=scope, name=name, expected_version=options.expected_version)
+        return self._commits.commit([command], options=options.or_message(check_message(reason)))
 
     # ------------------------------------------------------------------ legacy manifests
 
-    def split_legacy(
-        self, scope: Scope, *, actor: str | None = None, message: str = ""
-    ) -> CommitResult | None:
+    def split_legacy(self, scope: Scope, *, options: WriteOptions = DEFAULT) -> CommitResult | None:
         """Split the single `_drafts` / `.archive` manifest an older skillfs wrote (its files
         `<name>/...`) into one entry per name, drafts and archived skills alike, in one
-        commit (`message`, default "split into one entry per skill"); None when there is
-        none. An entry of a name already there is a Conflict: nothing is written."""
+        commit (`options.message`, default "split into one entry per skill"); None when
+        there is none. An entry of a name already there is a Conflict: nothing is written."""
         legacy = self._reads.retrying(self._reads.engine.load_skills, scope, [DRAFTS, ARCHIVE])
         changes: builtins.list[Put | Remove] = []
         for where, m in sorted(legacy.items()):
@@ -176,8 +165,8 @@ class Drafts:
                 skill=first,
                 current_version=there[first].version,
             )
-        message = check_message(message) or "split into one entry per skill"
-        return self._commits.commit(changes, actor=actor, message=message)
+        said = options.or_message("split into one entry per skill")
+        return self._commits.commit(changes, options=said)
 
 
 def draft_of(

@@ -13,19 +13,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from skillfs.errors import Conflict, EditConflict, FailedPrecondition, NotFound
+from skillfs.errors import Conflict, EditConflict, FailedPrecondition, InvalidArgument, NotFound
 from skillfs.governance.ports import Commits, Reads
 from skillfs.model import CommitResult, File, FileEntry, Manifest, Origin, Put, Remove, Scope
 from skillfs.model.names import normalize_path
-from skillfs.model.ops import Command, Copy, FileValue, Move, WriteOptions
+from skillfs.model.ops import DEFAULT, Command, Copy, FileValue, Move, WriteOptions
 from skillfs.store.blobs import sha256
 from skillfs.store.limits import default_mode
 from skillfs.util.backoff import pause
 from skillfs.util.deadline import deadline
 from skillfs.util.text_merge import merge3
-
-#: No options: the store's actor, no message, last writer wins, a new commit id.
-DEFAULT = WriteOptions()
 
 
 class ConflictPolicy(StrEnum):
@@ -96,7 +93,7 @@ class Edits:
             scope=scope, source=skill, target=new_name, into=into,
             expected_version=options.expected_version,
         )  # fmt: skip
-        return self._commit([move], options, strict)
+        return self._commits.commit([move], options=options, strict=strict)
 
     def override(
         self, user: Scope, skill: str, *, options: WriteOptions = DEFAULT, strict: bool = False
@@ -105,12 +102,15 @@ class Edits:
         files by reference, its origin recorded, so the shared skill's kill switch still
         holds for it. `options.expected_version` is the shared version copied."""
         if user.kind != "user" or user.agent_id is None:
-            raise FailedPrecondition(f"an override is made in a user's scope, not {user}")
+            raise InvalidArgument(
+                f"an override is made in a user's scope, not {user}: give "
+                "Scope.user(agent, user) of the agent whose shared skill it copies"
+            )
         copy = Copy(
             scope=Scope.shared(user.agent_id), skill=skill, into=user,
             expected_version=options.expected_version,
         )  # fmt: skip
-        return self._commit([copy], options, strict)
+        return self._commits.commit([copy], options=options, strict=strict)
 
     def edit_file(
         self,
@@ -156,7 +156,7 @@ class Edits:
             if files:
                 command = Put(scope, skill, files, version, origin)
             try:
-                return self._commit([command], options, strict)
+                return self._commits.commit([command], options=options, strict=strict)
             except Conflict:
                 if time.monotonic() > end:
                     raise
@@ -194,7 +194,7 @@ class Edits:
             version = options.expected_version
             put = Put(scope, skill, kept, held.version if version is None else version)
             try:
-                return self._commit([put], options, strict)
+                return self._commits.commit([put], options=options, strict=strict)
             except Conflict:
                 if version is not None or time.monotonic() > end:
                     raise
@@ -283,7 +283,7 @@ class Edits:
         size = batch or self._reads.engine.max_ops or 100
         for i in range(0, len(puts), size):
             chunk = puts[i : i + size]
-            done = self._commit(chunk, options, strict)
+            done = self._commits.commit(chunk, options=options, strict=strict)
             result.commits.append(done)
             for put in chunk:
                 status = "updated" if put.expected_version else "created"
@@ -292,7 +292,9 @@ class Edits:
 
     def delete(self, scope: Scope, skill: str, *, options: WriteOptions = DEFAULT) -> CommitResult:
         """Delete a skill (its history keeps it: `rollback` brings it back)."""
-        return self._commit([Remove(scope, skill, options.expected_version)], options, False)
+        return self._commits.commit(
+            [Remove(scope, skill, options.expected_version)], options=options
+        )
 
     def rollback(
         self,
@@ -304,18 +306,7 @@ class Edits:
         strict: bool = False,
     ) -> CommitResult:
         """A new version whose files are those of `version` (also after a delete)."""
-        return self._commits.rollback(
-            scope, skill, version, options.expected_version, strict=strict,
-            actor=options.actor, message=options.message, commit_id=options.commit_id,
-        )  # fmt: skip
-
-    def _commit(
-        self, commands: Sequence[Command], options: WriteOptions, strict: bool
-    ) -> CommitResult:
-        return self._commits.commit(
-            commands, commit_id=options.commit_id, strict=strict, actor=options.actor,
-            message=options.message,
-        )  # fmt: skip
+        return self._commits.rollback(scope, skill, version, options=options, strict=strict)
 
 
 def _bytes(value: bytes | str) -> bytes:

@@ -9,7 +9,7 @@ from typing import ParamSpec, Protocol, TypeVar
 
 from skillfs.engines.base import Engine
 from skillfs.model import CommitResult, FileEntry, Manifest, Scope
-from skillfs.model.ops import Command
+from skillfs.model.ops import DEFAULT, Command, WriteOptions
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -22,10 +22,8 @@ class Commits(Protocol):
         self,
         changes: Sequence[Command],
         *,
-        commit_id: str | None = None,
+        options: WriteOptions = DEFAULT,
         strict: bool = False,
-        actor: str | None = None,
-        message: str = "",
     ) -> CommitResult: ...
 
     def rollback(
@@ -33,12 +31,9 @@ class Commits(Protocol):
         scope: Scope,
         skill: str,
         version: int,
-        expected_version: int | None = None,
         *,
+        options: WriteOptions = DEFAULT,
         strict: bool = False,
-        actor: str | None = None,
-        message: str = "",
-        commit_id: str | None = None,
     ) -> CommitResult: ...
 
 

@@ -9,11 +9,12 @@ from collections.abc import Mapping
 
 from skillfs.governance.ports import Commits
 from skillfs.model import CommitResult, Rollout, Scope
-from skillfs.model.ops import Abort, FileValue, Promote, Stage, Widen
+from skillfs.model.ops import DEFAULT, Abort, FileValue, Promote, Stage, Widen, WriteOptions
 
 
 class Rollouts:
-    """stage / widen / promote / abort."""
+    """stage / widen / promote / abort. Each takes one `WriteOptions` (actor, message, the
+    skill's expected version, commit id)."""
 
     def __init__(self, commits: Commits) -> None:
         self._commits = commits
@@ -24,12 +25,9 @@ class Rollouts:
         skill: str,
         files: Mapping[str, FileValue],
         rollout: Rollout,
-        expected_version: int | None = None,
         *,
+        options: WriteOptions = DEFAULT,
         strict: bool = False,
-        actor: str | None = None,
-        message: str = "",
-        commit_id: str | None = None,
     ) -> CommitResult:
         """Stage `files` as the skill's candidate for the workers `rollout` names; the live
         version stays for everyone else (a new skill: nobody else sees it). The files are
@@ -37,65 +35,36 @@ class Rollouts:
         the candidate and its rule."""
         command = Stage(
             scope=scope, skill=skill, files=dict(files), rollout=rollout,
-            expected_version=expected_version,
+            expected_version=options.expected_version,
         )  # fmt: skip
-        return self._commits.commit(
-            [command], commit_id=commit_id, strict=strict, actor=actor, message=message
-        )
+        return self._commits.commit([command], options=options, strict=strict)
 
     def widen(
-        self,
-        scope: Scope,
-        skill: str,
-        rollout: Rollout,
-        *,
-        expected_version: int | None = None,
-        actor: str | None = None,
-        message: str = "",
-        commit_id: str | None = None,
+        self, scope: Scope, skill: str, rollout: Rollout, *, options: WriteOptions = DEFAULT
     ) -> CommitResult:
         """Give the candidate to more workers. The new rule must keep everyone the old one
         reached: every environment and user still listed, the fraction not lower (the
         buckets are stable, so a higher fraction only adds users). To narrow, abort and
         stage again."""
         command = Widen(
-            scope=scope, skill=skill, rollout=rollout, expected_version=expected_version
+            scope=scope, skill=skill, rollout=rollout, expected_version=options.expected_version
         )
-        return self._commits.commit([command], commit_id=commit_id, actor=actor, message=message)
+        return self._commits.commit([command], options=options)
 
     def promote(
-        self,
-        scope: Scope,
-        skill: str,
-        *,
-        expected_version: int | None = None,
-        actor: str | None = None,
-        message: str = "",
-        commit_id: str | None = None,
-        strict: bool = False,
+        self, scope: Scope, skill: str, *, options: WriteOptions = DEFAULT, strict: bool = False
     ) -> CommitResult:
         """Make the candidate the live version for everyone, in one commit; the version it
         replaces stays in history (roll back to it like any other). `strict`, the admin
         surfaces' policy: a candidate with error findings is refused (InvalidSkill)."""
-        command = Promote(scope=scope, skill=skill, expected_version=expected_version)
-        return self._commits.commit(
-            [command], commit_id=commit_id, strict=strict, actor=actor, message=message
-        )
+        command = Promote(scope=scope, skill=skill, expected_version=options.expected_version)
+        return self._commits.commit([command], options=options, strict=strict)
 
-    def abort(
-        self,
-        scope: Scope,
-        skill: str,
-        *,
-        expected_version: int | None = None,
-        actor: str | None = None,
-        message: str = "",
-        commit_id: str | None = None,
-    ) -> CommitResult:
+    def abort(self, scope: Scope, skill: str, *, options: WriteOptions = DEFAULT) -> CommitResult:
         """Drop the candidate: everyone sees the live version again. A skill that was only
         staged (never live) is deleted, so nobody sees it, also when it was disabled since:
         a disabled entry left in its place would hide the name from below. (In a user's
         scope a disabled entry without files stays: it is how a user hides a skill.) Its
         history stays."""
-        command = Abort(scope=scope, skill=skill, expected_version=expected_version)
-        return self._commits.commit([command], commit_id=commit_id, actor=actor, message=message)
+        command = Abort(scope=scope, skill=skill, expected_version=options.expected_version)
+        return self._commits.commit([command], options=options)

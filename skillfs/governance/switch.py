@@ -7,50 +7,38 @@ from __future__ import annotations
 from skillfs.governance import audit
 from skillfs.governance.ports import Commits, Reads
 from skillfs.model import AuditEntry, CommitResult, Scope
-from skillfs.model.ops import Disable, Enable
+from skillfs.model.ops import DEFAULT, Disable, Enable, WriteOptions
 from skillfs.store.who import check_message
 
 
 class Governance:
-    """disable / enable, and the audit of who changed what."""
+    """disable / enable (each taking one `WriteOptions`), and the audit of who changed
+    what."""
 
     def __init__(self, reads: Reads, commits: Commits) -> None:
         self._reads = reads
         self._commits = commits
 
     def disable(
-        self,
-        scope: Scope,
-        skill: str,
-        reason: str = "",
-        *,
-        expected_version: int | None = None,
-        actor: str | None = None,
+        self, scope: Scope, skill: str, reason: str = "", *, options: WriteOptions = DEFAULT
     ) -> CommitResult:
         """Switch a skill off without deleting it: its files and history stay, and the entry
         shadows its name and contributes nothing (a skill-shaped hole at its layer). In a
         user's scope a skill the user sees from the shared scope or a market is hidden from
-        that user alone, by an entry with no files."""
-        reason = check_message(reason)
+        that user alone, by an entry with no files. `reason` is kept in the entry and is the
+        commit's message unless `options.message` gives another."""
         command = Disable(
-            scope=scope, skill=skill, reason=reason, expected_version=expected_version
-        )
-        return self._commits.commit([command], actor=actor, message=reason)
+            scope=scope, skill=skill, reason=check_message(reason),
+            expected_version=options.expected_version,
+        )  # fmt: skip
+        return self._commits.commit([command], options=options)
 
-    def enable(
-        self,
-        scope: Scope,
-        skill: str,
-        *,
-        expected_version: int | None = None,
-        actor: str | None = None,
-        message: str = "",
-    ) -> CommitResult:
+    def enable(self, scope: Scope, skill: str, *, options: WriteOptions = DEFAULT) -> CommitResult:
         """Switch a disabled skill back on; a user's hiding entry (no files) is removed, so
         the user sees the skill from below again. A user's copy of a skill an operator
         disabled below is that user's own from then on (docs/governance.md)."""
-        command = Enable(scope=scope, skill=skill, expected_version=expected_version)
-        return self._commits.commit([command], actor=actor, message=message)
+        command = Enable(scope=scope, skill=skill, expected_version=options.expected_version)
+        return self._commits.commit([command], options=options)
 
     def audit(
         self,

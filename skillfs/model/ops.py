@@ -56,6 +56,15 @@ class WriteOptions(BaseModel):
     expected_version: int | None = None
     commit_id: str | None = None
 
+    def or_message(self, message: str) -> WriteOptions:
+        """These options, with `message` when they carry none: an operation's reason or its
+        own wording, the commit's message unless the caller gave one."""
+        return self if self.message else self.model_copy(update={"message": message})
+
+
+#: No options: the store's actor, no message, last writer wins, a new commit id.
+DEFAULT = WriteOptions()
+
 
 class _Command(BaseModel):
     """Strict: a field takes its own type (a Scope, a Rollout), never a dict that looks like

@@ -27,6 +27,7 @@ from skillfs.errors import (
 )
 from skillfs.model import File, FileEntry, Finding, Manifest, Origin, Put, Scope, error_findings
 from skillfs.model.names import check_live_name, draft_entry, normalize_path
+from skillfs.model.ops import WriteOptions
 from skillfs.runtime.layers import SkillInfo
 from skillfs.spec.skill_md import SKILL_MD, inspect_skill
 from skillfs.store.who import agent_actor
@@ -311,19 +312,20 @@ class SkillWriter:
         """One commit: the draft's next version, or the user's skill's."""
         findings = self._check(at.name, files)
         message = message or f"{action} by {self.actor}"
-        who = {"actor": self.actor, "message": message}
+        options = WriteOptions(actor=self.actor, message=message)
         if self.mode == "draft":
             expected = at.draft.version if at.draft is not None else 0
             result = self.store.drafts.propose(
-                self.scope, at.name, files, expected_version=expected, strict=True,
+                self.scope, at.name, files, strict=True,
                 # an edit of the pending draft is built on what that draft was proposed on
-                based_on=at.draft.base_version if at.draft is not None else None, **who,
+                based_on=at.draft.base_version if at.draft is not None else None,
+                options=options.model_copy(update={"expected_version": expected}),
             )  # fmt: skip
             version = result.versions.get(draft_entry(at.name))
             return self._done(action, at.name, version, findings, "draft")
         expected = at.own.version if at.own is not None else 0
         put = Put(self.scope, at.name, files, expected, self._origin(at))
-        result = self.store.commit([put], strict=True, **who)
+        result = self.store.commit([put], options=options, strict=True)
         return self._done(action, at.name, result.versions.get(at.name), findings, "live")
 
     def _origin(self, at: _State) -> Origin | None:
@@ -344,12 +346,9 @@ class SkillWriter:
                     f"skill {at.name!r} has no pending draft to withdraw; deleting a live "
                     "skill is an operator's decision: say so in your answer instead"
                 )
+            withdraw = WriteOptions(actor=self.actor, expected_version=at.draft.version)
             result = self.store.drafts.reject(
-                self.scope,
-                at.name,
-                message or "withdrawn by the agent",
-                expected_version=at.draft.version,
-                actor=self.actor,
+                self.scope, at.name, message or "withdrawn by the agent", options=withdraw
             )
             version = result.versions.get(draft_entry(at.name))
             return self._done("delete", at.name, version, [], "withdrawn")

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from skillfs.api import Store
 from skillfs.errors import SkillfsError, StoreUnavailable
 from skillfs.governance.curation_report import ARCHIVE_AFTER, STALE_AFTER
+from skillfs.model.ops import WriteOptions
 from skillfs.util.durations import parse_duration
 
 log = logging.getLogger("skillfs.server.curator")
@@ -128,7 +129,7 @@ class Curator:
                     continue
                 report = self.store.curation.run(
                     agent, c.stale_after, c.archive_after, dry_run=False,
-                    actor=f"curator:{self.holder}",
+                    options=WriteOptions(actor=f"curator:{self.holder}"),
                 )  # fmt: skip
             except SkillfsError as exc:
                 log.warning("curation of %s failed: %s", agent, exc)

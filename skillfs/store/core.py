@@ -32,7 +32,7 @@ from skillfs.model import (
 )
 from skillfs.model.entry import DRAFTS, EntryKind, EntryRef
 from skillfs.model.names import check_domain, check_entry, is_hidden_dir, normalize_path
-from skillfs.model.ops import Command, FileValue, WriteOptions
+from skillfs.model.ops import DEFAULT, Command, FileValue, WriteOptions
 from skillfs.remote.hints import hints_of
 from skillfs.spec.profiles import Profiles
 from skillfs.store.blobs import Blobs
@@ -141,12 +141,9 @@ class StoreCore:
         message: str = "",
     ) -> CommitResult:
         """Replace a skill's whole file set (one-skill `commit`)."""
+        options = WriteOptions(actor=actor, message=message, commit_id=commit_id)
         return self.commit(
-            [Put(scope, skill, files, expected_version)],
-            commit_id=commit_id,
-            strict=strict,
-            actor=actor,
-            message=message,
+            [Put(scope, skill, files, expected_version)], options=options, strict=strict
         )
 
     def delete(
@@ -159,55 +156,45 @@ class StoreCore:
         actor: str | None = None,
         message: str = "",
     ) -> CommitResult:
-        return self.commit(
-            [Remove(scope, skill, expected_version)],
-            commit_id=commit_id,
-            actor=actor,
-            message=message,
-        )
+        options = WriteOptions(actor=actor, message=message, commit_id=commit_id)
+        return self.commit([Remove(scope, skill, expected_version)], options=options)
 
     def rollback(
         self,
         scope: Scope,
         skill: str,
         version: int,
-        expected_version: int | None = None,
         *,
+        options: WriteOptions = DEFAULT,
         strict: bool = False,
-        actor: str | None = None,
-        message: str = "",
-        commit_id: str | None = None,
     ) -> CommitResult:
-        """Publish a new version whose files equal those of `version`."""
+        """Publish a new version whose files equal those of `version` (`options`: who, why,
+        the version it replaces, as `commit`; the message defaults to the rollback)."""
         old = self.manifest(scope, skill, version=version)
         if old.deleted or not old.files:  # a deletion, a staged-only skill, a hiding entry
             what = (
                 "is a deletion" if old.deleted else "holds no live files (staged only, or hiding)"
             )
             raise NotFound(f"version {version} of {scope}/{skill} {what}: pick another version")
-        message = message or f"rollback to version {version}"
-        return self.publish(
-            scope, skill, dict(old.files), expected_version, strict=strict, actor=actor,
-            message=message, commit_id=commit_id,
-        )  # fmt: skip
+        put = Put(scope, skill, dict(old.files), options.expected_version)
+        said = options.or_message(f"rollback to version {version}")
+        return self.commit([put], options=said, strict=strict)
 
     def commit(
         self,
         changes: Sequence[Command],
         *,
-        commit_id: str | None = None,
+        options: WriteOptions = DEFAULT,
         strict: bool = False,
-        actor: str | None = None,
-        message: str = "",
     ) -> CommitResult:
         """Several writes of one agent (or one market), all or nothing (docs/design.md §2):
         Puts and Removes, and any governed command (skillfs.model.ops). Each is held to every
         rule of the Committer.
 
         `strict` is the admin surfaces' policy (docs/design.md §7): a skill with error findings
-        is refused with InvalidSkill carrying them, before anything is uploaded. `actor` and
-        `message` say who made the change and why (default: this store's `actor`)."""
-        options = WriteOptions(actor=actor, message=message, commit_id=commit_id)
+        is refused with InvalidSkill carrying them, before anything is uploaded. `options` say
+        who made the change and why (default: this store's `actor`) and the commit's id; each
+        command carries the version it expects, so `options.expected_version` is not read."""
         return self.committer.commit(changes, options, strict=strict)
 
     def retrying(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

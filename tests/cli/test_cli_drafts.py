@@ -31,7 +31,10 @@ def test_cli_drafts_review(cli_url: str) -> None:
     with skillfs.open_store(cli_url) as store:
         store.publish(SHARED, "a", files("a"))
         store.drafts.propose(
-            SHARED, "a", {**files("a", "better"), "new.md": b"n"}, message="tighter"
+            SHARED,
+            "a",
+            {**files("a", "better"), "new.md": b"n"},
+            options=skillfs.WriteOptions(message="tighter"),
         )
         store.drafts.propose(ALICE, "mine", files("mine"))
         store.drafts.propose(SHARED, "bad", {"SKILL.md": b"no frontmatter"})

@@ -970,6 +970,18 @@ def test_per_user_override(client: Client, store: skillfs.Store) -> None:
     assert diff.status == 200 and "The two versions hold the same files" in diff.text
 
 
+def test_override_from_a_users_skill_is_bad_input(client: Client, store: skillfs.Store) -> None:
+    """An override copies a shared skill: asked on a user's skill, it is a 400 (bad input,
+    as `store.edits.override` raises InvalidArgument for a scope not a user's), nothing
+    written."""
+    alice = Scope.user(AGENT, "alice")
+    store.publish(alice, "greeter", {"SKILL.md": GOOD_MD})
+    before = store.revision(AGENT)
+    r = client.post(skill_url("greeter", "override", scope=alice), {"user": "bob"})
+    assert r.status == 400 and "from an agent's shared skills" in unescape(r.text)
+    assert store.revision(AGENT) == before
+
+
 def test_history_diff_and_rollback(client: Client, store: skillfs.Store) -> None:
     v1 = store.manifest(SHARED, "code-reviewer").version
     text = md_text(store, "code-reviewer")

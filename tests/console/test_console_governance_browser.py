@@ -191,11 +191,15 @@ def test_review_queue_approves_one_draft_as_a_canary_and_rejects_another(
         SHARED,
         "sql-query-helper",
         {"SKILL.md": text.replace("# ", "# Reviewed: ", 1).encode()},
-        message="clearer title",
-        actor="agent:support-bot/alice",
+        options=skillfs.WriteOptions(actor="agent:support-bot/alice", message="clearer title"),
     )
     greeter = b"---\nname: greeter\ndescription: Greets people politely.\n---\n\nSay hi.\n"
-    store.drafts.propose(ALICE, "greeter", {"SKILL.md": greeter}, message="alice wants greetings")
+    store.drafts.propose(
+        ALICE,
+        "greeter",
+        {"SKILL.md": greeter},
+        options=skillfs.WriteOptions(message="alice wants greetings"),
+    )
 
     page.goto(f"/agents/{AGENT}/")
     page.click("a.btn >> text=Review queue")

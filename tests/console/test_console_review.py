@@ -32,10 +32,16 @@ def _draft_url(scope: Scope, name: str, action: str = "") -> str:
 def test_queue_diff_approve_and_reject(client: Client, store: skillfs.Store) -> None:
     text = md_text(store, "code-reviewer").replace("# Code reviewer", "# Code reviewer, v2")
     store.drafts.propose(
-        SHARED, "code-reviewer", {"SKILL.md": File(text.encode())}, message="sharper"
+        SHARED,
+        "code-reviewer",
+        {"SKILL.md": File(text.encode())},
+        options=skillfs.WriteOptions(message="sharper"),
     )
     store.drafts.propose(
-        ALICE, "greeter", {"SKILL.md": File(GREETER)}, actor="agent:support-bot/alice"
+        ALICE,
+        "greeter",
+        {"SKILL.md": File(GREETER)},
+        options=skillfs.WriteOptions(actor="agent:support-bot/alice"),
     )
     queue = client.get(QUEUE)
     assert queue.status == 200
@@ -130,7 +136,10 @@ def test_approve_as_canary(client: Client, store: skillfs.Store) -> None:
 
 def test_approve_a_users_draft_into_the_shared_scope(client: Client, store: skillfs.Store) -> None:
     store.drafts.propose(
-        ALICE, "greeter", {"SKILL.md": File(GREETER)}, actor="agent:support-bot/alice"
+        ALICE,
+        "greeter",
+        {"SKILL.md": File(GREETER)},
+        options=skillfs.WriteOptions(actor="agent:support-bot/alice"),
     )
     page = client.get(_draft_url(ALICE, "greeter"))
     assert 'name="into" value="shared"' in page.text
@@ -150,7 +159,10 @@ def test_a_users_drafts_are_not_counted_as_the_users_own_skills(
     (`_drafts/<name>`) is on the review queue, not one of them."""
     store.publish(ALICE, "notes", {"SKILL.md": File(GREETER.replace(b"greeter", b"notes"))})
     store.drafts.propose(
-        ALICE, "greeter", {"SKILL.md": File(GREETER)}, actor="agent:support-bot/alice"
+        ALICE,
+        "greeter",
+        {"SKILL.md": File(GREETER)},
+        options=skillfs.WriteOptions(actor="agent:support-bot/alice"),
     )
     page = client.get("/agents/support-bot/users/alice")
     assert page.status == 200

@@ -203,7 +203,7 @@ def test_rollback_and_retention(store: skillfs.Store, store_url: str) -> None:
     assert c.version == 4
     assert store.read(ALICE, "a", "references/r1.md") == b"v1 ref 1\n"
     with pytest.raises(Conflict):
-        store.rollback(ALICE, "a", version=2, expected_version=3)
+        store.rollback(ALICE, "a", version=2, options=skillfs.WriteOptions(expected_version=3))
     tight = skillfs.open_store(
         store_url, history_policy=HistoryPolicy(keep_versions=2, keep_days=0)
     )
@@ -569,7 +569,8 @@ def test_retried_commit_after_another_writer_is_still_ours(store: skillfs.Store)
     """The reply of a two-skill commit is lost, then someone edits one of its skills: the
     retry must report the commit as landed, not Conflict and not a second write."""
     store.commit(
-        [Put(ALICE, "a", files_v("a", 1)), Put(ALICE, "b", files_v("b", 1))], commit_id="lost-reply"
+        [Put(ALICE, "a", files_v("a", 1)), Put(ALICE, "b", files_v("b", 1))],
+        options=skillfs.WriteOptions(commit_id="lost-reply"),
     )
     store.publish(ALICE, "b", files_v("b", 2))
     again = store.commit(
@@ -577,7 +578,7 @@ def test_retried_commit_after_another_writer_is_still_ours(store: skillfs.Store)
             Put(ALICE, "a", files_v("a", 1), expected_version=0),
             Put(ALICE, "b", files_v("b", 1), expected_version=0),
         ],
-        commit_id="lost-reply",
+        options=skillfs.WriteOptions(commit_id="lost-reply"),
     )
     assert again.versions == {"a": 1, "b": 1}
     assert store.manifest(ALICE, "b").version == 2

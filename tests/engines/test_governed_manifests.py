@@ -32,11 +32,19 @@ def test_governed_manifests_round_trip_and_take_versioned_commits(
     store: skillfs.Store, other: skillfs.Store
 ) -> None:
     store.publish(SHARED, "live", skill_files("live"), message="first")
-    store.rollouts.stage(SHARED, "live", skill_files("live", "canary"), RULE, message="canary")
+    store.rollouts.stage(
+        SHARED,
+        "live",
+        skill_files("live", "canary"),
+        RULE,
+        options=skillfs.WriteOptions(message="canary"),
+    )
     store.publish(SHARED, "off", skill_files("off"))
     store.governance.disable(SHARED, "off", reason="broken on prod")
     store.governance.disable(ALICE, "live", reason="not for alice")  # a hiding entry: no files
-    store.drafts.propose(SHARED, "new", skill_files("new"), message="please review")
+    store.drafts.propose(
+        SHARED, "new", skill_files("new"), options=skillfs.WriteOptions(message="please review")
+    )
     store.publish(SHARED, "old", skill_files("old"))
     store.archive.add(SHARED, "old", "unused")
 
@@ -65,19 +73,35 @@ def test_governed_manifests_round_trip_and_take_versioned_commits(
 
     # versioned commits over each of them: a stale version is refused, the current one taken
     wider = Rollout(environments=["prod"], users=["alice"], fraction=0.5)
-    assert other.rollouts.widen(SHARED, "live", wider, expected_version=2).version == 3
+    assert (
+        other.rollouts.widen(
+            SHARED, "live", wider, options=skillfs.WriteOptions(expected_version=2)
+        ).version
+        == 3
+    )
     with pytest.raises(Conflict):
-        store.rollouts.promote(SHARED, "live", expected_version=2)
-    assert store.rollouts.promote(SHARED, "live", expected_version=3).version == 4
+        store.rollouts.promote(SHARED, "live", options=skillfs.WriteOptions(expected_version=2))
+    assert (
+        store.rollouts.promote(
+            SHARED, "live", options=skillfs.WriteOptions(expected_version=3)
+        ).version
+        == 4
+    )
     assert other.manifest(SHARED, "live").candidate is None
     with pytest.raises(Conflict):
-        other.governance.enable(SHARED, "off", expected_version=off.version - 1)
+        other.governance.enable(
+            SHARED, "off", options=skillfs.WriteOptions(expected_version=off.version - 1)
+        )
     assert (
-        other.governance.enable(SHARED, "off", expected_version=off.version).version
+        other.governance.enable(
+            SHARED, "off", options=skillfs.WriteOptions(expected_version=off.version)
+        ).version
         == off.version + 1
     )
     assert not store.manifest(SHARED, "off").disabled
-    store.drafts.approve(SHARED, "new", expected_version=draft.version)
+    store.drafts.approve(
+        SHARED, "new", options=skillfs.WriteOptions(expected_version=draft.version)
+    )
     assert other.manifest(SHARED, "new").files.keys() == draft.files.keys()
     assert "_drafts/new" not in other.manifests(SHARED)
     store.archive.restore(SHARED, "old")

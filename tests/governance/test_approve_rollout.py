@@ -33,7 +33,12 @@ def seen(store: Store, user: str) -> str | None:
 
 def test_a_users_draft_approved_into_the_shared_scope_as_a_canary(store: Store) -> None:
     store.publish(SHARED, "faq", {"SKILL.md": md("faq", "Old.")})
-    store.drafts.propose(ALICE, "faq", {"SKILL.md": md("faq", "New.")}, actor="agent:bot/alice")
+    store.drafts.propose(
+        ALICE,
+        "faq",
+        {"SKILL.md": md("faq", "New.")},
+        options=skillfs.WriteOptions(actor="agent:bot/alice"),
+    )
     before = counter(store)
     done = store.drafts.approve(ALICE, "faq", rollout=Rollout(fraction=0.25), into=SHARED)
     assert counter(store) == before + 1  # the draft removed and the candidate staged: one commit
@@ -85,7 +90,7 @@ def test_an_agents_draft_approved_into_shared_records_both_actors(tmp_path: Path
     assert '"status": "draft"' in skills.snapshot().call_tool(
         "propose_skill", {"name": "faq", "files": files}
     )
-    store.drafts.approve(ALICE, "faq", into=SHARED, actor="operator")
+    store.drafts.approve(ALICE, "faq", into=SHARED, options=skillfs.WriteOptions(actor="operator"))
     audit = store.governance.audit("bot")
     assert {(e.scope, e.skill, e.action, e.actor) for e in audit[:2]} == {
         (SHARED, "faq", "approve", "operator"),

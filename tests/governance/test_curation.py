@@ -129,7 +129,9 @@ def test_windows_and_threshold(fleet: skillfs.Store) -> None:
 
 
 def test_apply_archives_restorably(fleet: skillfs.Store) -> None:
-    report = fleet.curation.run(BOT, dry_run=False, now=NOW, actor="curator:test")
+    report = fleet.curation.run(
+        BOT, dry_run=False, now=NOW, options=skillfs.WriteOptions(actor="curator:test")
+    )
     assert not report.dry_run and _names(report.skipped) == [f"{SHARED}/off"]
     assert "kept though idle 90 days or more: archiving it would end" in report.skipped[0].reason
     assert sorted(_names(report.archived)) == sorted(_names(report.to_archive))
@@ -170,7 +172,18 @@ def test_apply_refuses_a_bad_actor_first(fleet: skillfs.Store) -> None:
     """Outside testing: each archive refused the actor, the call reported every skill as
     skipped instead of saying what was wrong."""
     with pytest.raises(InvalidArgument, match="actor"):
-        fleet.curation.run(BOT, dry_run=False, now=NOW, actor="bad\nactor")
+        fleet.curation.run(
+            BOT, dry_run=False, now=NOW, options=skillfs.WriteOptions(actor="bad\nactor")
+        )
+    assert "review-copy" in fleet.skills(SHARED)
+
+
+@pytest.mark.parametrize("given", [{"expected_version": 3}, {"commit_id": "once"}])
+def test_apply_refuses_options_it_cannot_keep(fleet: skillfs.Store, given: dict) -> None:
+    """A run makes one commit per skill, each on the version it reads: one expected version
+    or one commit id for all of them would be ignored or reused, so it is refused first."""
+    with pytest.raises(InvalidArgument, match="an actor and a message only"):
+        fleet.curation.run(BOT, dry_run=False, now=NOW, options=skillfs.WriteOptions(**given))
     assert "review-copy" in fleet.skills(SHARED)
 
 
@@ -178,9 +191,13 @@ def test_apply_says_why_before_each_reason(fleet: skillfs.Store) -> None:
     """The caller's message (the console's form) starts each archive's message, its own
     reason after it; one too long to leave room for the reasons is refused first."""
     with pytest.raises(InvalidArgument, match="curation message is at most 3896 characters"):
-        fleet.curation.run(BOT, dry_run=False, now=NOW, message="x" * 3897)
+        fleet.curation.run(
+            BOT, dry_run=False, now=NOW, options=skillfs.WriteOptions(message="x" * 3897)
+        )
     assert fleet.skills(ALICE) == ["notes"]
-    fleet.curation.run(BOT, dry_run=False, now=NOW, message="spring cleaning")
+    fleet.curation.run(
+        BOT, dry_run=False, now=NOW, options=skillfs.WriteOptions(message="spring cleaning")
+    )
     notes = fleet.manifest(ALICE, ".archive/notes")
     assert notes.message.startswith("spring cleaning — curation: idle 200 days"), notes.message
 

@@ -28,10 +28,15 @@ def who(store: skillfs.Store, claimed: str) -> str:
 def test_propose_and_list_drafts_across_an_agents_scopes(store: skillfs.Store) -> None:
     store.publish(SHARED, "a", files("a"))
     done = store.drafts.propose(
-        SHARED, "a", files("a", "better"), message="tighter", actor="agent:x"
+        SHARED,
+        "a",
+        files("a", "better"),
+        options=skillfs.WriteOptions(actor="agent:x", message="tighter"),
     )
     assert done.versions == {"_drafts/a": 1}
-    store.drafts.propose(SHARED, "a", files("a", "best"), expected_version=1)
+    store.drafts.propose(
+        SHARED, "a", files("a", "best"), options=skillfs.WriteOptions(expected_version=1)
+    )
     store.drafts.propose(ALICE, "mine", {"SKILL.md": b"no frontmatter"})
     store.drafts.propose(SHARED, "b", files("b"))
     drafts = {(d.scope, d.name): d for d in store.drafts.list("support-bot")}
@@ -53,7 +58,9 @@ def test_approve_is_one_commit_and_removes_the_draft(store: skillfs.Store) -> No
     store.drafts.propose(SHARED, "a", files("a", "better"))
     store.drafts.propose(SHARED, "new", files("new"))
     rev = store.revision("support-bot")
-    done = store.drafts.approve(SHARED, "a", expected_version=1, actor="reviewer")
+    done = store.drafts.approve(
+        SHARED, "a", options=skillfs.WriteOptions(actor="reviewer", expected_version=1)
+    )
     assert done.versions == {"_drafts/a": 2, "a": 2}
     assert store.revision("support-bot") > rev
     assert "better" in view(store, "alice")["a"]
@@ -86,14 +93,18 @@ def test_approving_a_draft_whose_live_skill_moved_writes_nothing(store: skillfs.
     with pytest.raises(Conflict, match="the live skill is now deleted"):
         store.drafts.approve(SHARED, "a")
     assert store.revision("support-bot") == rev
-    store.drafts.propose(SHARED, "a", files("a", "draft"), expected_version=1)  # proposed again
+    store.drafts.propose(
+        SHARED, "a", files("a", "draft"), options=skillfs.WriteOptions(expected_version=1)
+    )  # proposed again
     assert store.drafts.approve(SHARED, "a").versions == {"_drafts/a": 3, "a": 4}
     assert "draft" in view(store, "alice")["a"]
 
 
 def test_reject_keeps_the_reason_in_history_and_audit(store: skillfs.Store) -> None:
     store.drafts.propose(SHARED, "a", files("a"))
-    done = store.drafts.reject(SHARED, "a", reason="duplicates b", actor="reviewer")
+    done = store.drafts.reject(
+        SHARED, "a", reason="duplicates b", options=skillfs.WriteOptions(actor="reviewer")
+    )
     assert done.versions == {"_drafts/a": 2}
     assert store.drafts.list(SHARED) == []
     [gone, _proposed] = store.history(SHARED, "_drafts/a")
@@ -102,9 +113,9 @@ def test_reject_keeps_the_reason_in_history_and_audit(store: skillfs.Store) -> N
         "reject",
         "propose",
     ]
-    assert store.drafts.propose(SHARED, "a", files("a"), expected_version=0).versions == {
-        "_drafts/a": 3
-    }
+    assert store.drafts.propose(
+        SHARED, "a", files("a"), options=skillfs.WriteOptions(expected_version=0)
+    ).versions == {"_drafts/a": 3}
 
 
 def test_bad_draft_input_writes_nothing(store: skillfs.Store) -> None:
@@ -120,9 +131,11 @@ def test_bad_draft_input_writes_nothing(store: skillfs.Store) -> None:
     with pytest.raises(NotFound, match="drafts there: a"):
         store.drafts.reject(SHARED, "zz")
     with pytest.raises(Conflict, match="changed since you read it"):
-        store.drafts.approve(SHARED, "a", expected_version=7)
+        store.drafts.approve(SHARED, "a", options=skillfs.WriteOptions(expected_version=7))
     with pytest.raises(Conflict, match="changed since you read it"):
-        store.drafts.propose(SHARED, "a", files("a"), expected_version=0)
+        store.drafts.propose(
+            SHARED, "a", files("a"), options=skillfs.WriteOptions(expected_version=0)
+        )
     assert store.revision("support-bot") == rev  # every refusal above wrote nothing
     assert store.manifest(SHARED, "_drafts/a").version == 1
     store.drafts.propose(ALICE, "bad", {"SKILL.md": b"no frontmatter"})
@@ -213,9 +226,14 @@ def test_a_new_proposal_racing_an_approval_never_goes_live_unreviewed(
         draft = store.drafts.propose(SHARED, "a", files("a", f"reviewed {round_}")).version
         results = race(
             [
-                lambda v=draft: store.drafts.approve(SHARED, "a", expected_version=v),
+                lambda v=draft: store.drafts.approve(
+                    SHARED, "a", options=skillfs.WriteOptions(expected_version=v)
+                ),
                 lambda v=draft: other.drafts.propose(
-                    SHARED, "a", files("a", "unreviewed"), expected_version=v
+                    SHARED,
+                    "a",
+                    files("a", "unreviewed"),
+                    options=skillfs.WriteOptions(expected_version=v),
                 ),
             ]
         )

@@ -102,8 +102,9 @@ def test_override_copies_by_reference_and_keeps_the_kill_switch(store: Store) ->
     bob = Scope.user(AGENT, "bob")
     with pytest.raises(FailedPrecondition, match="disabled in shared:support-bot"):
         store.edits.override(bob, "guide")
-    with pytest.raises(FailedPrecondition, match="user's scope"):
-        store.edits.override(SHARED, "guide")
+    for not_a_user in (SHARED, Scope.market("tools")):  # bad input, not a wrong state
+        with pytest.raises(InvalidArgument, match="user's scope"):
+            store.edits.override(not_a_user, "guide")
 
 
 def test_edit_file_keeps_other_writers_changes_by_policy(store: Store) -> None:

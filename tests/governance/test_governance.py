@@ -80,7 +80,9 @@ def test_audit_newest_first_filtered(store: skillfs.Store) -> None:
     mid = time.time()
     time.sleep(0.01)
     store.publish(SHARED, "a", files("a", "2"), actor="bea", message="fix a")
-    store.governance.disable(SHARED, "a", reason="broken", actor="ann")
+    store.governance.disable(
+        SHARED, "a", reason="broken", options=skillfs.WriteOptions(actor="ann")
+    )
     entries = store.governance.audit("support-bot")
     assert [(e.skill, e.version, e.action, e.message) for e in entries] == [
         ("a", 3, "disable", "broken"),
@@ -208,7 +210,7 @@ def test_disable_bad_input_writes_nothing(store: skillfs.Store) -> None:
     with pytest.raises(FailedPrecondition, match="already disabled"):
         store.governance.disable(SHARED, "a")
     with pytest.raises(Conflict):
-        store.governance.enable(SHARED, "a", expected_version=1)
+        store.governance.enable(SHARED, "a", options=skillfs.WriteOptions(expected_version=1))
     assert store.revision("support-bot") == rev
     # a disabled skill archived keeps its switch: enable acts on skills only (review: it
     # switched the archive entry on, and a restore then served it)
@@ -281,7 +283,7 @@ def test_grpc_client_cannot_claim_another_actor(tmp_path: Path) -> None:
         url = f"grpc://127.0.0.1:{server.grpc_port}"
         with skillfs.open_store(url, token=grpc_servers.ALICE, actor="admin") as alice:
             alice.publish(ALICE, "a", files("a"), actor="root", message="mine")
-            alice.governance.disable(ALICE, "a", actor="root")
+            alice.governance.disable(ALICE, "a", options=skillfs.WriteOptions(actor="root"))
             assert [(m.actor, m.message) for m in alice.history(ALICE, "a")] == [
                 ("alice", "disabled"),
                 ("alice", "mine"),

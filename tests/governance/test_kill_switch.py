@@ -114,7 +114,9 @@ def test_a_copy_made_before_the_disable_is_hidden_until_enabled_for_the_user(
     with pytest.raises(FailedPrecondition, match="wrong advice"):  # nor is the copy edited
         store.publish(ALICE, "notes", skill("notes", "edited"))
 
-    store.governance.enable(ALICE, "notes", message="reviewed: alice's copy is fine")
+    store.governance.enable(
+        ALICE, "notes", options=skillfs.WriteOptions(message="reviewed: alice's copy is fine")
+    )
     assert store.manifest(ALICE, "notes").origin is None
     assert {s.id for s in Skills(store, AGENT, "alice").snapshot().skills} == {"notes", "guide"}
     assert store.governance.audit(ALICE, skill="notes")[0].action == "enable"

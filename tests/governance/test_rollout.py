@@ -65,7 +65,13 @@ def test_stage_widen_promote_on_every_topology(store: skillfs.Store, other: skil
     bob = skillfs.Skills(other, AGENT, "bob")  # a worker in another process's place
     carol = skillfs.Skills(other, AGENT, "carol", environment="prod")
     assert [s.candidate for s in bob.snapshot().skills] == [False]
-    staged = store.rollouts.stage(SHARED, "s", files("s", "canary"), Rollout(users=["bob"]), v1)
+    staged = store.rollouts.stage(
+        SHARED,
+        "s",
+        files("s", "canary"),
+        Rollout(users=["bob"]),
+        options=skillfs.WriteOptions(expected_version=v1),
+    )
     assert staged.version == v1 + 1
     m = store.manifest(SHARED, "s")
     assert m.candidate is not None and m.candidate.rollout.users == ("bob",)
@@ -246,7 +252,11 @@ def test_bad_input_writes_nothing(store: skillfs.Store) -> None:
         store.rollouts.stage(SHARED, "s", {"../x": b"x"}, Rollout(fraction=0.5))
     with pytest.raises(Conflict):
         store.rollouts.stage(
-            SHARED, "s", files("s", "x"), Rollout(fraction=0.5), expected_version=7
+            SHARED,
+            "s",
+            files("s", "x"),
+            Rollout(fraction=0.5),
+            options=skillfs.WriteOptions(expected_version=7),
         )
     with pytest.raises(skillfs.errors.InvalidSkill):
         store.rollouts.stage(SHARED, "s", {"SKILL.md": b"no frontmatter"}, Rollout(), strict=True)
@@ -261,7 +271,7 @@ def test_bad_input_writes_nothing(store: skillfs.Store) -> None:
         with pytest.raises(FailedPrecondition, match=r"keep everyone|nothing to widen"):
             store.rollouts.widen(SHARED, "s", narrower)
     with pytest.raises(Conflict):
-        store.rollouts.promote(SHARED, "s", expected_version=1)
+        store.rollouts.promote(SHARED, "s", options=skillfs.WriteOptions(expected_version=1))
     assert store.revision(AGENT) == before
 
 

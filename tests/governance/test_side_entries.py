@@ -34,7 +34,9 @@ def test_archive_and_restore_are_one_commit_each(store: skillfs.Store) -> None:
     store.publish(SHARED, "a", files("a"))
     store.publish(SHARED, "a", files("a", "v2"))
     rev = store.revision("support-bot")
-    done = store.archive.add(SHARED, "a", reason="unused for 90 days", actor="curator")
+    done = store.archive.add(
+        SHARED, "a", reason="unused for 90 days", options=skillfs.WriteOptions(actor="curator")
+    )
     assert done.versions == {"a": 3, ".archive/a": 1}
     assert store.revision("support-bot") > rev
     # one commit: the revision moved by one, and the tombstone and the archive entry carry
@@ -77,7 +79,7 @@ def test_archive_and_restore_refuse_and_write_nothing(store: skillfs.Store) -> N
     with pytest.raises(InvalidArgument):
         store.archive.add(SHARED, "_drafts")
     with pytest.raises(Conflict, match="changed since you read it"):
-        store.archive.add(SHARED, "a", expected_version=1)
+        store.archive.add(SHARED, "a", options=skillfs.WriteOptions(expected_version=1))
     assert store.revision("support-bot") == rev
     # what to do instead, where archive and restore do not apply (outside testing: a staged
     # skill was told to enable, a hiding entry to be archived first, which is refused)

@@ -363,7 +363,7 @@ def test_draft_propose_is_a_pending_draft_in_no_view(store: Store) -> None:
     draft_files = store.manifest(ALICE, "_drafts/faq").files
     assert sorted(draft_files) == ["SKILL.md", "a.md"]
     assert store.read_entry(draft_files["SKILL.md"]) == files["SKILL.md"].encode()
-    store.drafts.approve(ALICE, "faq", actor="operator")
+    store.drafts.approve(ALICE, "faq", options=skillfs.WriteOptions(actor="operator"))
     nxt = skills.snapshot()
     assert nxt.skill("faq").description == "The new answers."  # alice's own copy, live
     assert Skills(store, "bot", "bob").snapshot().skill("faq").description == "The old answers."

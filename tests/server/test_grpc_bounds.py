@@ -146,7 +146,7 @@ def test_a_commit_of_many_skills_reaches_a_remote_follower(
         remote.commit(
             [skillfs.Put(SHARED, f"m{i:03d}", {"SKILL.md": skill_md(f"m{i:03d}")})
              for i in range(500)],
-            message="m" * 4000,
+            options=skillfs.WriteOptions(message="m" * 4000),
         )  # fmt: skip
         assert len(worker.snapshot().skills) == 501
     changes = list(remote.changes.follow(AGENT, since=first.revision, timeout=2))

@@ -64,10 +64,17 @@ def test_a_propose_token_writes_drafts_and_nothing_live(server: SkillfsServer) -
     admin.publish(SHARED, "live", files("live"))
     access = agent.access(SHARED)
     assert access.read and access.propose and not access.write
-    done = agent.drafts.propose(SHARED, "live", files("live", "better"), message="from the agent")
+    done = agent.drafts.propose(
+        SHARED,
+        "live",
+        files("live", "better"),
+        options=skillfs.WriteOptions(message="from the agent"),
+    )
     assert done.versions == {"_drafts/live": 1}
     assert admin.manifest(SHARED, "_drafts/live").actor == "agent"
-    agent.drafts.propose(SHARED, "live", files("live", "best"), expected_version=1)  # reuses blobs
+    agent.drafts.propose(
+        SHARED, "live", files("live", "best"), options=skillfs.WriteOptions(expected_version=1)
+    )  # reuses blobs
     rev = admin.revision("support-bot")
     refused = {
         "publish": lambda: agent.publish(SHARED, "live", files("live", "pwned")),
@@ -93,7 +100,7 @@ def test_a_propose_token_writes_drafts_and_nothing_live(server: SkillfsServer) -
         admin.skills(SHARED) == ["live"]
         and "body" in admin.read(SHARED, "live", "SKILL.md").decode()
     )
-    admin.drafts.approve(SHARED, "live", expected_version=2)
+    admin.drafts.approve(SHARED, "live", options=skillfs.WriteOptions(expected_version=2))
     assert b"best" in admin.read(SHARED, "live", "SKILL.md")
     agent.drafts.propose(SHARED, "other", files("other"))
     agent.drafts.reject(SHARED, "other", reason="changed my mind")  # a draft: its own to remove

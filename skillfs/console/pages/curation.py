@@ -18,6 +18,7 @@ from skillfs.errors import PermissionDenied
 from skillfs.governance.curation_report import ARCHIVE_AFTER, STALE_AFTER
 from skillfs.model import Manifest, Scope
 from skillfs.model.names import ARCHIVE, side_entry
+from skillfs.model.ops import WriteOptions
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,11 @@ def _page(call: Call, domain: str, name: str, scopes: list[Scope]) -> Response:
     archived skills of the scopes the token may read."""
     windows = _windows(call)
     admin = call.can.admin(domain)
-    report = call.store.curation.run(domain, *windows, actor=call.actor) if admin else None
+    report = (
+        call.store.curation.run(domain, *windows, options=WriteOptions(actor=call.actor))
+        if admin
+        else None
+    )
     agent = domain.startswith("agents/")
     drops = call.store.usage.drops(name) if admin and agent else []
     return call.render_domain(
@@ -112,7 +117,11 @@ def _apply(call: Call, domain: str) -> Response:
         )
     stale, archive = _windows(call)
     report = call.store.curation.run(
-        domain, stale, archive, dry_run=False, actor=call.actor, message=call.message
+        domain,
+        stale,
+        archive,
+        dry_run=False,
+        options=call.options(),
     )
     done = ", ".join(c.skill for c in report.archived) or "none"
     said = f"Archived {plural(len(report.archived), 'idle skill')}: {done}"
@@ -144,8 +153,7 @@ def archive(call: Call, scope: Scope, skill: str) -> Response:
         scope,
         skill,
         reason=call.message,
-        expected_version=call.form_int("expected"),
-        actor=call.actor,
+        options=call.options(call.form_int("expected")),
     )
     return call.done(
         urls.domain_page(scope.domain, "curation"),
@@ -159,9 +167,7 @@ def restore(call: Call, scope: Scope, skill: str) -> Response:
     result = call.store.archive.restore(
         scope,
         skill,
-        expected_version=call.form_int("expected"),
-        actor=call.actor,
-        message=call.message,
+        options=call.options(call.form_int("expected")),
     )
     version = result.versions.get(skill)
     return call.done(

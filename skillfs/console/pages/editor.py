@@ -266,9 +266,8 @@ def _write(
     strict = not forced(call)
     if rule is not None:
         return call.store.rollouts.stage(
-            scope, loaded.skill, files, rule, expected_version=expected, strict=strict,
-            actor=call.actor, message=call.message,
-        )  # fmt: skip
+            scope, loaded.skill, files, rule, options=call.options(expected), strict=strict
+        )
     if expected == 0:
         return call.store.publish(
             scope, loaded.skill, files, expected_version=0, strict=strict, actor=call.actor,

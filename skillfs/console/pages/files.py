@@ -126,8 +126,8 @@ def _write(
         else:
             files = with_file(shown, path, data)
         return call.store.rollouts.stage(
-            scope, m.skill, files, m.candidate.rollout, expected_version=expected,
-            strict=strict, actor=call.actor, message=call.message,
+            scope, m.skill, files, m.candidate.rollout, options=call.options(expected),
+            strict=strict,
         )  # fmt: skip
     entry = m.files.get(path)
     return call.store.edits.edit_file(

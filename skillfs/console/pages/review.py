@@ -112,8 +112,8 @@ def approve(call: Call, scope: Scope, skill: str) -> Response:
     rule = rollout_of(call) if call.field("canary") == "1" else None
     try:
         result = call.store.drafts.approve(
-            scope, skill, expected_version=expected, rollout=rule, into=into,
-            actor=call.actor, message=call.message, strict=not forced(call),
+            scope, skill, rollout=rule, into=into, options=call.options(expected),
+            strict=not forced(call),
         )  # fmt: skip
     except InvalidSkill as exc:
         action = urls.skill_url(scope, draft_entry(skill), "approve")
@@ -151,12 +151,6 @@ def reject(call: Call, scope: Scope, skill: str) -> Response:
     audit."""
     call.require(Level.write, scope)
     reason = call.message
-    call.store.drafts.reject(
-        scope,
-        skill,
-        reason=call.message,
-        expected_version=call.form_int("expected"),
-        actor=call.actor,
-    )
+    call.store.drafts.reject(scope, skill, reason, options=call.options(call.form_int("expected")))
     said = f"Rejected the draft of {skill}" + (f": {reason}" if reason else "")
     return call.done(urls.domain_page(scope.domain, "drafts"), said)

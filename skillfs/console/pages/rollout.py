@@ -104,9 +104,7 @@ def widen(call: Call, scope: Scope, skill: str) -> Response:
     call.require(Level.write, scope)
     expected = call.form_int("expected")
     rule = rollout_of(call)
-    call.store.rollouts.widen(
-        scope, skill, rule, expected_version=expected, actor=call.actor, message=call.message
-    )
+    call.store.rollouts.widen(scope, skill, rule, options=call.options(expected))
     return call.done(
         urls.skill_url(scope, skill) + "#rollout",
         f"Widened {skill}'s candidate to {rule.describe()}",
@@ -120,9 +118,7 @@ def promote(call: Call, scope: Scope, skill: str) -> Response:
         result = call.store.rollouts.promote(
             scope,
             skill,
-            expected_version=call.form_int("expected"),
-            actor=call.actor,
-            message=call.message,
+            options=call.options(call.form_int("expected")),
             strict=not forced(call),
         )
     except InvalidSkill as exc:
@@ -141,9 +137,7 @@ def abort(call: Call, scope: Scope, skill: str) -> Response:
     call.require(Level.write, scope)
     current = call.store.manifest(scope, skill, version=call.form_int("expected"))
     staged_only = not has_live(current)
-    call.store.rollouts.abort(
-        scope, skill, expected_version=current.version, actor=call.actor, message=call.message
-    )
+    call.store.rollouts.abort(scope, skill, options=call.options(current.version))
     if staged_only:
         return call.done(
             urls.scope_url(scope), f"Aborted {skill}: it was never live, so it is gone"

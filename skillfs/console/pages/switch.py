@@ -26,9 +26,7 @@ def disable(call: Call, scope: Scope, skill: str) -> Response:
     reason = call.message
     expected = call.form_int("expected")
     back = _back(call, scope, skill)  # every field checked before anything is written
-    call.store.governance.disable(
-        scope, skill, reason=call.message, expected_version=expected, actor=call.actor
-    )
+    call.store.governance.disable(scope, skill, reason, options=call.options(expected))
     # in a user's scope, a skill it does not hold (expected 0) can only be hidden
     hid = scope.kind == "user" and expected == 0
     said = f": {reason}" if reason else ""
@@ -46,9 +44,7 @@ def enable(call: Call, scope: Scope, skill: str) -> Response:
     expected = call.form_int("expected")
     unhide = call.store.manifest(scope, skill, version=expected).hides
     back = _back(call, scope, skill, gone=unhide)
-    call.store.governance.enable(
-        scope, skill, expected_version=expected, actor=call.actor, message=call.message
-    )
+    call.store.governance.enable(scope, skill, options=call.options(expected))
     if unhide:
         message = f"{skill} is no longer hidden from {scope.user_id}"
     else:
