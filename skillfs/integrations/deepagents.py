@@ -19,6 +19,7 @@ first (the per-user override of docs/design.md §5).
 
 from __future__ import annotations
 
+import base64
 import posixpath
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -27,6 +28,7 @@ from deepagents.backends.protocol import (
     FILE_NOT_FOUND,
     INVALID_PATH,
     IS_DIRECTORY,
+    PERMISSION_DENIED,
     BackendProtocol,
     EditResult,
     FileDownloadResponse,
@@ -39,6 +41,9 @@ from deepagents.backends.protocol import (
     WriteResult,
 )
 from deepagents.backends.utils import (
+    MAX_VIDEO_INPUT_BYTES,
+    InvalidGlobPatternError,
+    _get_backend_read_file_type,
     compile_grep_include_glob,
     create_file_data,
     grep_matches_from_files,
@@ -100,15 +105,32 @@ class SkillfsBackend(BackendProtocol):
             data = _read(self.skills.snapshot(), skill, rel)
         except SkillfsError as exc:
             return ReadResult(error=str(exc))
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            return ReadResult(error=f"{file_path} is a binary file of {len(data)} bytes")
-        return slice_read_response(create_file_data(text), offset, limit)
+        # As deepagents' own backends read (FilesystemBackend, StoreBackend, BaseSandbox): a
+        # type its classifier calls non-text (image, audio, video, PDF), or bytes that are not
+        # UTF-8, come whole and base64-encoded; its read_file tool hands them to a multimodal
+        # model as a content block. The classifier is private to deepagents, but it is the
+        # one its tool routes on: a PDF read as text would be decoded there as base64.
+        file_type = _get_backend_read_file_type(file_path)
+        if file_type == "video" and len(data) > MAX_VIDEO_INPUT_BYTES:
+            return ReadResult(
+                error=f"Video file exceeds maximum input size of {MAX_VIDEO_INPUT_BYTES} bytes"
+            )
+        if file_type == "text":
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+            else:
+                return slice_read_response(create_file_data(text), offset, limit)
+        encoded = base64.standard_b64encode(data).decode("ascii")
+        return ReadResult(file_data=create_file_data(encoded, encoding="base64"))
 
     def glob(self, pattern: str, path: str | None = None) -> GlobResult:
         root = (path or "/").rstrip("/") + "/"
-        match = compile_grep_include_glob(pattern)
+        try:  # a refused pattern (`../*`) is an error result, as deepagents' own backends say
+            match = compile_grep_include_glob(pattern)
+        except InvalidGlobPatternError as exc:
+            return GlobResult(error=str(exc))
         try:
             files = self._files(self.skills.snapshot())
         except SkillfsError as exc:
@@ -196,6 +218,8 @@ class SkillfsBackend(BackendProtocol):
         return EditResult(path=file_path, occurrences=counted[0])
 
     def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
+        if self.skills.skill_writes is None:  # deepagents' name for a backend that is read-only
+            return [FileUploadResponse(path=path, error=PERMISSION_DENIED) for path, _ in files]
         return [
             FileUploadResponse(
                 path=path, error=INVALID_PATH if self._commit(path, _as(data)) else None

@@ -5,6 +5,7 @@ scope; the backend answers ls, read with offset/limit, glob and grep."""
 
 from __future__ import annotations
 
+import base64
 import uuid
 from typing import Any
 
@@ -14,6 +15,7 @@ pytest.importorskip("deepagents")
 
 from deepagents import create_deep_agent
 from deepagents.backends import CompositeBackend, StateBackend
+from deepagents.backends.protocol import INVALID_PATH, PERMISSION_DENIED
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
@@ -186,3 +188,73 @@ def test_a_skill_users_invoke_is_not_in_the_agents_files() -> None:
     assert backend.grep("steps").matches == []
     [down] = backend.download_files(["/deploy/ref.md"])
     assert down.error is not None and down.content is None
+
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
+
+
+def test_binary_files_reach_the_model_encoded_as_deepagents_own_backends_return_them() -> None:
+    """Outside testing: reading a skill's image, PDF or other non-UTF-8 file answered an error,
+    where deepagents' own backends return the bytes base64-encoded (its `read_file` tool then
+    hands them to a multimodal model as a content block)."""
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    files = {"SKILL.md": md("guide"), "logo.png": PNG, "form.pdf": b"%PDF-1.4 plain", "x.bin": PNG}
+    store.publish(SHARED, "guide", files)
+    model = ScriptedChat(
+        messages=iter(
+            [read_call("/skills/guide/logo.png", "c1"), AIMessage(content="seen"), AIMessage("")]
+        )
+    )
+    backend = CompositeBackend(
+        default=StateBackend(),
+        routes={"/skills/": SkillfsBackend(skillfs.Skills(store, "bot", "alice"))},
+    )
+    agent = create_deep_agent(model=model, backend=backend, checkpointer=InMemorySaver())
+    out = agent.invoke(
+        {"messages": [HumanMessage("what is the logo?")]}, {"configurable": {"thread_id": "b"}}
+    )
+    [message] = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert message.status == "success"
+    [block] = message.content_blocks
+    assert (block["type"], block.get("mime_type")) == ("image", "image/png")
+    assert base64.b64decode(block["base64"]) == PNG  # type: ignore[typeddict-item]
+    for path, data in (("/skills/guide/form.pdf", b"%PDF-1.4 plain"), ("/skills/guide/x.bin", PNG)):
+        read = backend.read(path, offset=5, limit=1)  # the whole payload, as theirs: no window
+        assert read.file_data is not None and read.file_data["encoding"] == "base64", path
+        assert base64.b64decode(read.file_data["content"]) == data
+
+
+def test_a_refused_glob_is_an_error_result_as_deepagents_own_backends_answer() -> None:
+    """Outside testing: a pattern deepagents' shared matcher refuses (`../*`) raised out of
+    `glob`, where its own backends return `GlobResult(error=...)`."""
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    store.publish(SHARED, "guide", {"SKILL.md": md("guide")})
+    backend = CompositeBackend(
+        default=StateBackend(),
+        routes={"/skills/": SkillfsBackend(skillfs.Skills(store, "bot", "alice"))},
+    )
+    refused = backend.glob("../*", path="/skills/")
+    assert refused.matches is None and "Path traversal not allowed" in (refused.error or "")
+    call = {"name": "glob", "args": {"pattern": "../*", "path": "/skills/"}, "id": "g1"}
+    model = ScriptedChat(messages=iter([AIMessage(content="", tool_calls=[call]), AIMessage("")]))
+    agent = create_deep_agent(model=model, backend=backend, checkpointer=InMemorySaver())
+    out = agent.invoke({"messages": [HumanMessage("list")]}, {"configurable": {"thread_id": "g"}})
+    [message] = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert message.status == "error" and str(message.content) == f"Error: {refused.error}"
+
+
+def test_an_upload_refused_because_writes_are_off_is_permission_denied() -> None:
+    """Outside testing: with skill writes off every upload answered `invalid_path`; deepagents'
+    protocol names that refusal `permission_denied` (an invalid path stays `invalid_path`)."""
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    store.publish(SHARED, "guide", {"SKILL.md": md("guide")})
+    read_only = CompositeBackend(
+        default=StateBackend(),
+        routes={"/skills/": SkillfsBackend(skillfs.Skills(store, "bot", "alice"))},
+    )
+    [up] = read_only.upload_files([("/skills/guide/logo.png", PNG)])
+    assert up.error == PERMISSION_DENIED
+    writable = SkillfsBackend(skillfs.Skills(store, "bot", "alice", skill_writes="live"))
+    [bad] = writable.upload_files([("/Bad Name/logo.png", PNG)])
+    assert bad.error == INVALID_PATH
+    assert store.skills(ALICE) == []
