@@ -16,30 +16,16 @@ pytest.importorskip("deepagents")
 from deepagents import create_deep_agent
 from deepagents.backends import CompositeBackend, StateBackend
 from deepagents.backends.protocol import INVALID_PATH, PERMISSION_DENIED
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 import skillfs
 from skillfs.integrations.deepagents import SkillfsBackend, fresh_skills
+from tests.langchain_helpers import ScriptedChat
 from tests.runtime_helpers import md
 
 SHARED = skillfs.Scope.shared("bot")
 ALICE = skillfs.Scope.user("bot", "alice")
-
-
-class ScriptedChat(GenericFakeChatModel):
-    """langchain's fake chat model, accepting the tools a deep agent binds and recording what
-    it was sent."""
-
-    sent: list[list[BaseMessage]] = []
-
-    def bind_tools(self, tools: Any, *, tool_choice: Any = None, **kw: Any) -> ScriptedChat:
-        return self
-
-    def _generate(self, messages: list[BaseMessage], *a: Any, **kw: Any) -> Any:
-        self.sent.append(list(messages))
-        return super()._generate(messages, *a, **kw)
 
 
 def read_call(path: str, call_id: str) -> AIMessage:
