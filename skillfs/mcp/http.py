@@ -31,7 +31,7 @@ from skillfs.api import Store
 from skillfs.auth import Level, Principal, Tokens, Unauthenticated
 from skillfs.errors import PermissionDenied, SkillfsError
 from skillfs.mcp.server import build_server
-from skillfs.mcp.views import ViewKey, Views
+from skillfs.mcp.views import SESSION_HEADER, ViewKey, Views
 from skillfs.model import Scope as SkillScope
 from skillfs.model.names import check_id
 from skillfs.util.lru import Lru
@@ -43,7 +43,6 @@ ALLOWED_KEY = "skillfs.mcp.allowed"
 #: Sessions whose token is remembered (the oldest is forgotten: its requests then go to the
 #: SDK as they come, which answers an unknown session 404).
 MAX_SESSIONS = 10_000
-SESSION_HEADER = "mcp-session-id"
 #: How long `close()` waits for the sessions to end (it must not hold a server's stop).
 CLOSE_SECONDS = 2.0
 

@@ -24,7 +24,7 @@ from mcp.shared.exceptions import MCPError
 from skillfs.errors import InvalidArgument, NotFound, PermissionDenied, SkillfsError
 from skillfs.mcp import catalog, prompts
 from skillfs.mcp.catalog import EXTENSION, BadUri
-from skillfs.mcp.views import View, Views
+from skillfs.mcp.views import View, Views, conversation
 from skillfs.spec.skill_md import SKILL_MD
 
 Ctx = ServerRequestContext[Any, Any]
@@ -61,7 +61,7 @@ def build_server(views: Views, *, page_size: int = 100, ttl_ms: int = 0) -> Serv
     async def snapshot(ctx: Ctx) -> tuple[View, Any]:
         view = await view_of(ctx)
         try:
-            return view, await view.snapshot()
+            return view, await view.snapshot(conversation(ctx))
         except SkillfsError as exc:
             raise MCPError(code=types.INTERNAL_ERROR, message=str(exc)) from exc
 

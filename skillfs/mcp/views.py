@@ -14,6 +14,7 @@ the ones that called it (bounded).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
@@ -77,9 +78,12 @@ class View:
         self._first: Snapshot | None = None
         self._watching = False
 
-    async def snapshot(self) -> Snapshot:
-        """A fresh snapshot, taken in a thread (the store clients block)."""
-        snap = await anyio.to_thread.run_sync(self.skills.snapshot)
+    async def snapshot(self, session: str | None = None) -> Snapshot:
+        """A fresh snapshot of the conversation `session` (`conversation`; None: the view's
+        own), taken in a thread (the store clients block)."""
+        snap = await anyio.to_thread.run_sync(
+            functools.partial(self.skills.snapshot, session=session)
+        )
         if self._first is None and not self._watching:
             self._first = snap
         return snap
@@ -198,8 +202,19 @@ def changed_uris(now: Snapshot, before: Snapshot) -> list[str]:
 
 
 Resolver = Callable[[ServerRequestContext[Any, Any]], ViewKey]
+#: The header of an MCP session over HTTP (Streamable HTTP).
+SESSION_HEADER = "mcp-session-id"
 #: Whether a session's token may still read its view (asked again before each notice).
 Allowed = Callable[[], bool]
+
+
+def conversation(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    """The conversation a request belongs to: its MCP session over HTTP (the session header,
+    which the transport binds to the token that opened it); None over stdio, whose process is
+    one conversation, and for a stateless request (docs/runtime.md, "Sessions")."""
+    request = ctx.request
+    headers = getattr(request, "headers", None)
+    return None if headers is None else headers.get(SESSION_HEADER)
 
 
 def always() -> bool:

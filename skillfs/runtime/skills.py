@@ -26,10 +26,18 @@ from skillfs.runtime.follower import Follower, follower_for
 from skillfs.runtime.fsspec_dir import FsspecDir
 from skillfs.runtime.git_repo import GitRepo
 from skillfs.runtime.held import Held
-from skillfs.runtime.layers import Layer, LayerSkills, Market, StoreScope, merge
+from skillfs.runtime.layers import (
+    Layer,
+    LayerSkills,
+    Market,
+    Problem,
+    SkillInfo,
+    StoreScope,
+    merge,
+)
 from skillfs.runtime.model_tools import ToolSet, check_tool_set
 from skillfs.runtime.recovery import Recovery
-from skillfs.runtime.session import Session
+from skillfs.runtime.session import MAX_SESSIONS, Sessions, Tracked
 from skillfs.runtime.skill_writes import SkillWriter, WriteMode, check_mode
 from skillfs.runtime.snapshot import MergedSkills, Snapshot
 from skillfs.runtime.typed import TypedReadings
@@ -72,9 +80,12 @@ class Skills:
     drafts for review or live (docs/governance.md, "Agent-written skills").
 
     `tools` names the tool set the model is given: "default", or a host's ("harness9",
-    "saa"; docs/runtime.md, "Tool sets"). The worker is the conversation's session: what
-    the model disables with `disable_skill` stays hidden from its snapshots; make one worker
-    per conversation.
+    "saa"; docs/runtime.md, "Tool sets").
+
+    A snapshot is of one conversation's session (`snapshot(session=)`, a thread or run id;
+    docs/runtime.md, "Sessions"): the skills its model loaded and disabled. The worker keeps
+    `max_sessions` of them, the least recently used forgotten first; without an id, a
+    snapshot is of the worker's own session.
 
     Close it (`close()`, or `with Skills(...) as skills:`): that releases its scopes and,
     when `store` was a URL, closes the store it opened. A store object you pass in is yours
@@ -94,11 +105,14 @@ class Skills:
         usage: UsageRecorder | None = None,
         skill_writes: WriteMode | None = None,
         tools: ToolSet = "default",
+        max_sessions: int = MAX_SESSIONS,
     ) -> None:
         self.skill_writes = check_mode(skill_writes)
         #: The tools the model is given (runtime/model_tools.py).
         self.tool_set = check_tool_set(tools)
-        self._session = Session()
+        #: The worker's own session, and those named by the host (runtime/session.py).
+        self._session = Tracked()
+        self._sessions = Sessions(max_sessions)
         self.agent_id = check_id("agent", agent_id)
         self.user_id = check_id("user", user_id)
         self.environment = None if environment is None else check_id("environment", environment)
@@ -162,8 +176,13 @@ class Skills:
         )
         self._lease = self._held.lease()
         self._confirmed = -float("inf")  # when the last store round trip started
-        self._last: Snapshot | None = None
+        # The merged view of the layer states last seen, shared by every session.
         self._states: tuple[LayerSkills, ...] = ()
+        self._view: tuple[list[SkillInfo], list[Problem]] | None = None
+        self._seen: dict[str, Revision | None] = {}
+        #: The merged skills of `_view` with nothing hidden: shared by the sessions that hid
+        #: nothing, so their prompt and tools are computed once.
+        self._shared: MergedSkills | None = None
 
     def __repr__(self) -> str:
         env = f", environment={self.environment}" if self.environment else ""
@@ -176,9 +195,10 @@ class Skills:
 
     # ------------------------------------------------------------------ snapshots
 
-    def snapshot(self, *, allow_stale: bool = False) -> Snapshot:
+    def snapshot(self, *, allow_stale: bool = False, session: str | None = None) -> Snapshot:
         """The skills for the next reasoning step (C3-C5), within one budget: the store's
-        `retry_for` for every store call the step makes (docs/runtime.md).
+        `retry_for` for every store call the step makes (docs/runtime.md), as the
+        conversation `session` changed them (its id; None: the worker's own session).
 
         With `allow_stale`, a store outage returns the last snapshot marked `stale` instead
         of raising StoreUnavailable (docs/design.md §7: only where the caller asked for it),
@@ -191,29 +211,30 @@ class Skills:
                     f"{self!r} is closed, and so is the store it opened: make a new Skills"
                 )
             self._held.track()
-            if allow_stale and self._last is not None and self._recovery.down:
-                return self._last._replace(stale=True)
+            sess = self._session if session is None else self._sessions.get(session)
+            if allow_stale and self._view is not None and self._recovery.down:
+                return self._of_session(sess, self._states, self._seen)._replace(stale=True)
             try:
                 with budget(self.store.retry_for):
-                    snap = self._snapshot()
+                    snap = self._snapshot(sess)
             except (StoreUnavailable, StoreFailed) as exc:  # a store down, or failing
-                if allow_stale and self._last is not None:
+                if allow_stale and self._view is not None:
                     self._recovery.failed(exc)
-                    return self._last._replace(stale=True)
+                    return self._of_session(sess, self._states, self._seen)._replace(stale=True)
                 raise
             self._recovery.recovered()
             return snap
 
-    def wait_changed(self, token: str, timeout: float) -> Snapshot:
-        """Block until the view differs from the one whose token is `token`, `timeout`
-        passes or the worker is closed, and return the snapshot then. Woken by the agent's
-        watch as soon as it sees a change; markets, disk and Git layers are looked at about
-        every second."""
+    def wait_changed(self, token: str, timeout: float, *, session: str | None = None) -> Snapshot:
+        """Block until the view (of `session`, as `snapshot`) differs from the one whose
+        token is `token`, `timeout` passes or the worker is closed, and return the snapshot
+        then. Woken by the agent's watch as soon as it sees a change; markets, disk and Git
+        layers are looked at about every second."""
         deadline = time.monotonic() + timeout
         while True:
             agent = self._plan[0][0]
             seen = agent.ready
-            snap = self.snapshot()
+            snap = self.snapshot(session=session)
             left = deadline - time.monotonic()
             if snap.token != token or left <= 0:
                 return snap
@@ -221,11 +242,11 @@ class Skills:
             if not self._held.tracking:  # closed meanwhile: end now, tracking nothing again
                 return snap
 
-    async def asnapshot(self, *, allow_stale: bool = False) -> Snapshot:
+    async def asnapshot(self, *, allow_stale: bool = False, session: str | None = None) -> Snapshot:
         """`snapshot()` for asyncio code, run in a worker thread (the store clients block)."""
-        return await asyncio.to_thread(self.snapshot, allow_stale=allow_stale)
+        return await asyncio.to_thread(self.snapshot, allow_stale=allow_stale, session=session)
 
-    def _snapshot(self) -> Snapshot:
+    def _snapshot(self, sess: Tracked) -> Snapshot:
         started = time.monotonic()
         revisions: dict[str, Revision | None]
         if self._fresh_enough(started):
@@ -245,9 +266,21 @@ class Skills:
         for i, layer in self._disk:
             states[i] = layer.state()
         now = cast(tuple[LayerSkills, ...], tuple(states))  # every slot is filled above
-        last = self._last
-        hidden = self._session.hidden
-        if last is not None and _identical(now, self._states):
+        if self._view is None or not _identical(now, self._states):
+            pairs = list(zip(self.layers, now, strict=True))
+            self._view = merge(pairs, self.user_id, self.environment)
+            self._states, self._shared = now, None
+        self._seen = seen
+        return self._of_session(sess, now, seen)
+
+    def _of_session(
+        self, sess: Tracked, now: tuple[LayerSkills, ...], seen: dict[str, Revision | None]
+    ) -> Snapshot:
+        """The snapshot of `sess` over the merged view of the layer states `now`: its last
+        one itself while nothing it depends on moved (C3)."""
+        last = sess.last
+        hidden = sess.session.hidden
+        if last is not None and _identical(now, sess.states):
             if last.merged.hidden != hidden:  # the model disabled a skill: same skills
                 merged = MergedSkills(last.skills, self._readings, hidden)
                 snap = last._replace(merged=merged, revisions=seen, stale=False)
@@ -256,9 +289,9 @@ class Skills:
             else:
                 snap = last._replace(revisions=seen, stale=False)
         else:
-            pairs = list(zip(self.layers, now, strict=True))
-            skills, problems = merge(pairs, self.user_id, self.environment)
-            merged = MergedSkills(skills, self._readings, hidden)
+            assert self._view is not None  # merged before any session's snapshot
+            skills, problems = self._view
+            merged = self._merged(skills, hidden)
             if last is not None and last.token == merged.token:
                 merged = last.merged  # same skills: keep the prompt and tools computed for them
             snap = Snapshot(
@@ -271,10 +304,17 @@ class Skills:
                 writer=self._writer,
                 lease=self._lease,
                 tool_set=self.tool_set,
-                session=self._session,
+                session=sess.session,
             )
-        self._last, self._states = snap, now
+        sess.last, sess.states = snap, now
         return snap
+
+    def _merged(self, skills: list[SkillInfo], hidden: frozenset[str]) -> MergedSkills:
+        if hidden:
+            return MergedSkills(skills, self._readings, hidden)
+        if self._shared is None:
+            self._shared = MergedSkills(skills, self._readings)
+        return self._shared
 
     def _warn_missing(self, seen: dict[str, Revision | None]) -> None:
         """A market that was never written is most likely a typo (`Market("typo")`): its layer
@@ -296,7 +336,7 @@ class Skills:
             )
 
     def _fresh_enough(self, now: float) -> bool:
-        if self.max_staleness is None or self._last is None:
+        if self.max_staleness is None or self._view is None:
             return False
         return all(
             now - max(f.verified_at, self._confirmed) <= self.max_staleness

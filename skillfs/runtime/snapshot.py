@@ -188,6 +188,11 @@ class Snapshot:
         return self._merged.token
 
     @property
+    def session(self) -> str | None:
+        """The id of the conversation this snapshot is of; None: the worker's own session."""
+        return self._session.id
+
+    @property
     def merged(self) -> MergedSkills:
         """The merged skills behind this snapshot, shared by the snapshots of its token."""
         return self._merged
@@ -297,6 +302,7 @@ class Snapshot:
         self._usage.add(self.user_id, s.id)
         if norm != SKILL_MD:
             return text
+        self._session.load(s.id)
         version = f", version {s.version}" if s.version is not None else ""
         others = [p for p in sorted(s.files) if p != SKILL_MD]
         header = [f"Skill: {s.id} (source: {s.source}{version})"]
@@ -313,6 +319,7 @@ class Snapshot:
         the model does not see (`model_skill`)."""
         s = self.model_skill(skill_id)
         body = self._body(s) + "\n"
+        self._session.load(s.id)
         if len(s.description.strip()) > MAX_DESCRIPTION:  # the prompt showed it cut
             return f"Description: {s.description.strip()}\n\n{body}"
         return body
@@ -324,7 +331,7 @@ class Snapshot:
 
     def disable_skill(self, skill_id: str) -> str:
         """Spring AI Alibaba's `disable_skill`: hide a skill from the model for the rest of
-        this session, the worker (runtime/session.py); later snapshots leave it out of the
+        this snapshot's session (runtime/session.py); later snapshots leave it out of the
         prompt and the tools, and reads of it are refused from now on."""
         s = self.model_skill(skill_id)
         self._session.hide(s.id)
