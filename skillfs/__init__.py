@@ -21,7 +21,16 @@ from skillfs.model import (
     UsageStat,
 )
 from skillfs.model.ops import WriteOptions
-from skillfs.runtime import FsspecDir, GitRepo, LocalDir, Market, PromptOptions, Skills, Snapshot
+from skillfs.runtime import (
+    FsspecDir,
+    GitRepo,
+    HostTool,
+    LocalDir,
+    Market,
+    PromptOptions,
+    Skills,
+    Snapshot,
+)
 from skillfs.store.limits import Limits
 from skillfs.store.opening import default_url
 from skillfs.store.retention import GcReport, HistoryPolicy
@@ -39,6 +48,7 @@ __all__ = [
     "GcReport",
     "GitRepo",
     "HistoryPolicy",
+    "HostTool",
     "Limits",
     "LocalDir",
     "Manifest",

@@ -13,6 +13,11 @@ stay warm). Its tools are the worker's tool set (`Skills(..., tools=)`; by defau
 snapshot, offered to the model only while the view holds a skill. With
 `Skills(..., skill_writes="draft" | "live")` the write tools `propose_skill` and
 `skill_manage` follow, always offered (docs/governance.md).
+
+A run's thread (`config={"configurable": {"thread_id": ...}}`) is its session
+(docs/runtime.md, "Sessions"): what the model disables or loads there stays there. A host tool
+registered bindable (`Skills(..., host_tools=[HostTool(name=..., bindable=True)])`) is left
+out of the model's tools until a skill loaded in the thread binds it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.messages import SystemMessage
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
+from langgraph.config import get_config
 
 from skillfs.runtime import PromptOptions, Skills, Snapshot
 from skillfs.runtime.model_tools import tool_specs
@@ -32,7 +38,7 @@ from skillfs.runtime.skill_writes import write_tool_specs
 
 class SkillsMiddleware(AgentMiddleware):
     """The skills block in the system message and the skill tools, over one (agent, user)
-    view: one `Skills` worker per conversation (the tools' session, docs/runtime.md)."""
+    view; each thread is a session of the worker (docs/runtime.md, "Sessions")."""
 
     def __init__(self, skills: Skills, *, prompt: PromptOptions | None = None) -> None:
         super().__init__()
@@ -42,22 +48,25 @@ class SkillsMiddleware(AgentMiddleware):
         writes = [] if skills.skill_writes is None else write_tool_specs(skills.skill_writes)
         self.tools: list[BaseTool] = [self._tool(*spec) for spec in [*reads, *writes]]
         self._reads = {name for name, _, _ in reads}
+        self._bindable = {t.name for t in skills.host_tools if t.bindable}
 
     def wrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
     ) -> ModelResponse:
-        return handler(self._with_skills(request, self.skills.snapshot()))
+        return handler(self._with_skills(request, self.skills.snapshot(session=thread_id())))
 
     async def awrap_model_call(
         self,
         request: ModelRequest,
         handler: Callable[[ModelRequest], Awaitable[ModelResponse]],
     ) -> ModelResponse:
-        return await handler(self._with_skills(request, await self.skills.asnapshot()))
+        snap = await self.skills.asnapshot(session=thread_id())
+        return await handler(self._with_skills(request, snap))
 
     def _with_skills(self, request: ModelRequest, snap: Snapshot) -> ModelRequest:
         """`request` with the snapshot's block after its system message; without the read
-        tools while the view is empty (nothing they could name)."""
+        tools while the view is empty (nothing they could name), nor the bindable host
+        tools the thread's skills have not bound."""
         block = snap.prompt(self.prompt)
         changes: dict[str, Any] = {}
         if block:
@@ -66,10 +75,11 @@ class SkillsMiddleware(AgentMiddleware):
             changes["system_message"] = SystemMessage(
                 content_blocks=[*held, {"type": "text", "text": text}]
             )
+        hidden = self._bindable.difference(snap.bound_tools)
         if not snap.model_skills:
-            changes["tools"] = [
-                t for t in request.tools if not (isinstance(t, BaseTool) and t.name in self._reads)
-            ]
+            hidden |= self._reads
+        if hidden:
+            changes["tools"] = [t for t in request.tools if _name(t) not in hidden]
         return request.override(**changes) if changes else request
 
     def _tool(self, name: str, description: str, schema: dict[str, Any]) -> BaseTool:
@@ -78,13 +88,14 @@ class SkillsMiddleware(AgentMiddleware):
         itself."""
 
         def run(**arguments: Any) -> str:
-            text, failed = self.skills.snapshot().tool_outcome(name, arguments)
+            snap = self.skills.snapshot(session=thread_id())
+            text, failed = snap.tool_outcome(name, arguments)
             if failed:
                 raise ToolException(text)
             return text
 
         async def arun(**arguments: Any) -> str:
-            snap = await self.skills.asnapshot()
+            snap = await self.skills.asnapshot(session=thread_id())
             text, failed = await asyncio.to_thread(snap.tool_outcome, name, arguments)
             if failed:
                 raise ToolException(text)
@@ -98,3 +109,24 @@ class SkillsMiddleware(AgentMiddleware):
             coroutine=arun,
             handle_tool_error=True,
         )
+
+
+def thread_id() -> str | None:
+    """The thread of the run being served (LangGraph's `configurable.thread_id`), the
+    session of the worker; None outside a run or without one: the worker's own session."""
+    try:
+        config = get_config()
+    except RuntimeError:  # not inside a run
+        return None
+    value = config.get("configurable", {}).get("thread_id")
+    return None if value is None else str(value)
+
+
+def _name(tool: Any) -> str | None:
+    """A tool's name as a request holds it: a LangChain tool, or a provider's dict."""
+    if isinstance(tool, BaseTool):
+        return tool.name
+    if isinstance(tool, dict):
+        name = tool.get("name") or tool.get("function", {}).get("name")
+        return name if isinstance(name, str) else None
+    return None

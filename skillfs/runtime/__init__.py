@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from skillfs.runtime.bound_tools import HostTool
 from skillfs.runtime.fsspec_dir import FsspecDir
 from skillfs.runtime.git_repo import GitRepo
 from skillfs.runtime.layers import Market, Problem, SkillInfo
@@ -14,6 +15,7 @@ from skillfs.runtime.snapshot import Snapshot
 __all__ = [
     "FsspecDir",
     "GitRepo",
+    "HostTool",
     "LocalDir",
     "Market",
     "Problem",

@@ -15,13 +15,14 @@ import logging
 import operator
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, cast
 
 from skillfs.api import Store, open_store
 from skillfs.errors import InvalidArgument, SkillfsError, StoreFailed, StoreUnavailable
 from skillfs.model import Revision, Scope
 from skillfs.model.names import check_id
+from skillfs.runtime.bound_tools import Binder, HostTool, check_host_tools
 from skillfs.runtime.follower import Follower, follower_for
 from skillfs.runtime.fsspec_dir import FsspecDir
 from skillfs.runtime.git_repo import GitRepo
@@ -37,7 +38,7 @@ from skillfs.runtime.layers import (
 )
 from skillfs.runtime.model_tools import ToolSet, check_tool_set
 from skillfs.runtime.recovery import Recovery
-from skillfs.runtime.session import MAX_SESSIONS, Sessions, Tracked
+from skillfs.runtime.session import MAX_SESSIONS, Session, Sessions, Tracked
 from skillfs.runtime.skill_writes import SkillWriter, WriteMode, check_mode
 from skillfs.runtime.snapshot import MergedSkills, Snapshot
 from skillfs.runtime.typed import TypedReadings
@@ -87,6 +88,12 @@ class Skills:
     `max_sessions` of them, the least recently used forgotten first; without an id, a
     snapshot is of the worker's own session.
 
+    `host_tools` registers the host's own tools, each marked bindable or not: a bindable one
+    is offered in a session (`snap.host_tools`) only while a skill its model loaded there
+    names it in `allowed-tools`, from a layer in `trusted_layers` (labels; by default the
+    agent-shared scope and the markets, never the user's scope; docs/runtime.md, "Tools
+    bound to skills").
+
     Close it (`close()`, or `with Skills(...) as skills:`): that releases its scopes and,
     when `store` was a URL, closes the store it opened. A store object you pass in is yours
     to close. One dropped unclosed is released when it and its snapshots are collected
@@ -106,6 +113,8 @@ class Skills:
         skill_writes: WriteMode | None = None,
         tools: ToolSet = "default",
         max_sessions: int = MAX_SESSIONS,
+        host_tools: Sequence[HostTool] = (),
+        trusted_layers: Collection[str] | None = None,
     ) -> None:
         self.skill_writes = check_mode(skill_writes)
         #: The tools the model is given (runtime/model_tools.py).
@@ -134,6 +143,7 @@ class Skills:
             raise InvalidArgument(
                 f"two layers share the name {', '.join(twice)}: give them distinct name=..."
             )
+        self._binder = Binder(check_host_tools(host_tools), self._trusted(trusted_layers))
         opened = None  # the store this worker opened itself (the arguments checked first)
         if isinstance(store, Store):
             self.store = store
@@ -187,6 +197,35 @@ class Skills:
     def __repr__(self) -> str:
         env = f", environment={self.environment}" if self.environment else ""
         return f"Skills({self.store.url}, {self.agent_id}/{self.user_id}{env})"
+
+    @property
+    def host_tools(self) -> tuple[HostTool, ...]:
+        """The host's tools as registered (`host_tools=`), in that order."""
+        return self._binder.tools
+
+    def _trusted(self, labels: Collection[str] | None) -> frozenset[str]:
+        """The labels of the layers whose skills may bind host tools: `labels` checked, or
+        the shared scope and the markets; never the user's scope, where users and agents
+        write (a skill there would widen the agent's tools)."""
+        user = self.layers[-1].label
+        if labels is None:
+            return frozenset(x.label for x in self.layers if isinstance(x, Market)) | {
+                self.layers[-2].label
+            }
+        if isinstance(labels, str):
+            raise InvalidArgument(f"trusted_layers={labels!r}: give a list of layer labels")
+        known = [x.label for x in self.layers]
+        for label in labels:
+            if label == user:
+                raise InvalidArgument(
+                    f"trusted_layers: {label!r} is the user's scope, where users and agents "
+                    "write skills; its skills never bind host tools"
+                )
+            if label not in known:
+                raise InvalidArgument(
+                    f"trusted_layers: no layer is labelled {label!r}; layers: {', '.join(known)}"
+                )
+        return frozenset(labels)
 
     @property
     def followers(self) -> list[Follower]:
@@ -278,22 +317,32 @@ class Skills:
     ) -> Snapshot:
         """The snapshot of `sess` over the merged view of the layer states `now`: its last
         one itself while nothing it depends on moved (C3)."""
-        last = sess.last
-        hidden = sess.session.hidden
+        last, session = sess.last, sess.session
+        hidden = session.hidden
         if last is not None and _identical(now, sess.states):
-            if last.merged.hidden != hidden:  # the model disabled a skill: same skills
+            merged = last.merged
+            if merged.hidden != hidden:  # the model disabled a skill: same skills
                 merged = MergedSkills(last.skills, self._readings, hidden)
-                snap = last._replace(merged=merged, revisions=seen, stale=False)
-            elif last.revisions == seen and not last.stale:
-                return last  # nothing moved: the same object, prompt and tools included
-            else:
+            bound = self._bound(session, merged)
+            if merged is last.merged and bound == last.bound_tools:
+                if last.revisions == seen and not last.stale:
+                    return last  # nothing moved: the same object, prompt and tools included
                 snap = last._replace(revisions=seen, stale=False)
+            else:
+                snap = last._replace(
+                    merged=merged,
+                    revisions=seen,
+                    stale=False,
+                    bound_tools=bound,
+                    host_tools=self._binder.offered(bound),
+                )
         else:
             assert self._view is not None  # merged before any session's snapshot
             skills, problems = self._view
             merged = self._merged(skills, hidden)
-            if last is not None and last.token == merged.token:
+            if last is not None and last.merged.token == merged.token:
                 merged = last.merged  # same skills: keep the prompt and tools computed for them
+            bound = self._bound(session, merged)
             snap = Snapshot(
                 merged,
                 agent_id=self.agent_id,
@@ -304,10 +353,19 @@ class Skills:
                 writer=self._writer,
                 lease=self._lease,
                 tool_set=self.tool_set,
-                session=sess.session,
+                session=session,
+                bound_tools=bound,
+                host_tools=self._binder.offered(bound),
             )
         sess.last, sess.states = snap, now
         return snap
+
+    def _bound(self, session: Session, merged: MergedSkills) -> tuple[str, ...]:
+        """The host tools `session`'s loaded skills bind, among those still in its view."""
+        if not self._binder.bindable:
+            return ()
+        loaded = session.keep_loaded(merged.model_ids)
+        return self._binder.bound(merged.by_id[i] for i in sorted(loaded))
 
     def _merged(self, skills: list[SkillInfo], hidden: frozenset[str]) -> MergedSkills:
         if hidden:

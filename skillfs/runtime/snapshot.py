@@ -72,6 +72,7 @@ class MergedSkills:
         #: What the model sees: the skills without `disable-model-invocation: true`, and not
         #: hidden by the session.
         self.model_skills = self.skills if len(model) == len(self.skills) else model
+        self.model_ids = frozenset(s.id for s in self.model_skills)
         self._readings = readings
         self._typed: dict[str, Typed] | None = None
         self._prompts: dict[tuple[PurePath | None, PromptOptions, ToolSet], str] = {}
@@ -112,10 +113,13 @@ class Snapshot:
         "_lease",
         "_merged",
         "_session",
+        "_token",
         "_usage",
         "_writer",
         "agent_id",
+        "bound_tools",
         "files_root",
+        "host_tools",
         "problems",
         "revisions",
         "shown_root",
@@ -140,8 +144,17 @@ class Snapshot:
         lease: object = None,
         tool_set: ToolSet = "default",
         session: Session | None = None,
+        bound_tools: tuple[str, ...] = (),
+        host_tools: tuple[str, ...] = (),
     ) -> None:
         self._merged = merged
+        #: The host tools this session's loaded skills bind (docs/runtime.md, "Tools bound
+        #: to skills"), in the order the host registered them.
+        self.bound_tools = bound_tools
+        #: The host's tools to offer the model at this step: those not bindable, and the
+        #: bound ones, in the order registered (the same tuple while nothing changed).
+        self.host_tools = host_tools
+        self._token = merged.token if not bound_tools else _bound_token(merged.token, bound_tools)
         self._usage = usage
         self._writer = writer
         self._session = session or Session()
@@ -177,6 +190,8 @@ class Snapshot:
             "lease": self._lease,
             "tool_set": self.tool_set,
             "session": self._session,
+            "bound_tools": self.bound_tools,
+            "host_tools": self.host_tools,
         }
         fields.update(changes)
         merged = fields.pop("merged", self._merged)
@@ -184,8 +199,9 @@ class Snapshot:
 
     @property
     def token(self) -> str:
-        """Equal tokens mean equal views: same skills, same layers, same versions."""
-        return self._merged.token
+        """Equal tokens mean equal views: same skills, same layers, same versions, same
+        skills hidden and host tools bound by the session."""
+        return self._token
 
     @property
     def session(self) -> str | None:
@@ -492,6 +508,11 @@ _DEFAULT_PROMPT = PromptOptions()
 LOAD_MAX = 256 * 1024
 #: The most file paths SKILL.md's header lists.
 LIST_MAX = 200
+
+
+def _bound_token(token: str, bound: tuple[str, ...]) -> str:
+    """A view's token with the host tools a session bound in it."""
+    return hashlib.sha256(f"{token}\0bound\0{chr(0).join(bound)}".encode()).hexdigest()[:32]
 
 
 def _shown_root(shown_as: str) -> PurePosixPath:

@@ -84,3 +84,33 @@ def test_an_empty_view_offers_only_the_write_tools_until_the_agent_writes_a_skil
         [*READS, "propose_skill", "skill_manage"],
     ]
     assert store.manifest(ALICE, "refunds").actor == "agent:bot/alice"
+
+
+def test_a_threads_loaded_skill_binds_a_host_tool_in_that_thread_only() -> None:
+    """A bindable host tool is out of the model's tools until a shared skill naming it is
+    loaded in the thread; the next thread of the same user starts without it."""
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    text = "---\nname: sql\ndescription: Query the database.\nallowed-tools: run_sql\n---\nGo.\n"
+    store.publish(SHARED, "sql", {"SKILL.md": text.encode()})
+
+    def run_sql(query: str) -> str:
+        """Run a read-only SQL query."""
+        return "42"
+
+    def script() -> Iterator[AIMessage]:
+        yield call("read_skill", {"skill_id": "sql"}, "c1")
+        yield call("run_sql", {"query": "select 42"}, "c2")
+        yield AIMessage(content="42")
+        yield AIMessage(content="hello")  # the other thread's one step
+
+    model = ScriptedChat(messages=script())
+    host = [skillfs.HostTool(name="run_sql", bindable=True)]
+    kit = SkillsMiddleware(skillfs.Skills(store, "bot", "alice", host_tools=host))
+    agent = create_agent(model, tools=[run_sql], middleware=[kit])
+    one = {"configurable": {"thread_id": "t1"}}
+    out = agent.invoke({"messages": [HumanMessage("how many?")]}, one)
+    assert out["messages"][-1].content == "42"
+    agent.invoke({"messages": [HumanMessage("hi")]}, {"configurable": {"thread_id": "t2"}})
+    assert model.offered == [READS, [*READS, "run_sql"], [*READS, "run_sql"], READS]
+    replies = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert [str(m.content) for m in replies] == ["Go.\n", "42"]
