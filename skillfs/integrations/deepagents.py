@@ -14,7 +14,8 @@ clears that cache so the list is read again at the next invoke. Writes are the a
 skills of docs/governance.md, under the same rules as the `skill_manage` tool: off unless
 `Skills(..., skill_writes="draft" | "live")`, each a commit to the user's scope (a draft, or
 live) by `agent:<agentId>/<userId>`; a skill the user sees from a lower layer is copied there
-first (the per-user override of docs/design.md §5).
+first (the per-user override of docs/design.md §5). A run's thread (`configurable.thread_id`)
+is its session of the worker (docs/runtime.md, "Sessions").
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from deepagents.backends.utils import (
 )
 
 from skillfs.errors import SkillfsError
+from skillfs.integrations.langchain import thread_id
 from skillfs.runtime import Skills, Snapshot
 
 
@@ -82,7 +84,7 @@ class SkillfsBackend(BackendProtocol):
 
     def ls(self, path: str) -> LsResult:
         try:
-            snap = self.skills.snapshot()
+            snap = self.skills.snapshot(session=thread_id())
         except SkillfsError as exc:
             return LsResult(error=str(exc))
         prefix = "/" + "/".join(x for x in self._split(path) if x)
@@ -102,7 +104,7 @@ class SkillfsBackend(BackendProtocol):
     def read(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
         skill, rel = self._split(file_path)
         try:
-            data = _read(self.skills.snapshot(), skill, rel)
+            data = _read(self.skills.snapshot(session=thread_id()), skill, rel)
         except SkillfsError as exc:
             return ReadResult(error=str(exc))
         # As deepagents' own backends read (FilesystemBackend, StoreBackend, BaseSandbox): a
@@ -132,7 +134,7 @@ class SkillfsBackend(BackendProtocol):
         except InvalidGlobPatternError as exc:
             return GlobResult(error=str(exc))
         try:
-            files = self._files(self.skills.snapshot())
+            files = self._files(self.skills.snapshot(session=thread_id()))
         except SkillfsError as exc:
             return GlobResult(error=str(exc))
         return GlobResult(
@@ -153,7 +155,7 @@ class SkillfsBackend(BackendProtocol):
     ) -> GrepResult:
         texts: dict[str, Any] = {}
         try:
-            snap = self.skills.snapshot()
+            snap = self.skills.snapshot(session=thread_id())
             for s in snap.model_skills:
                 for p in s.files:
                     data = snap.read_bytes(s.id, p)
@@ -165,7 +167,7 @@ class SkillfsBackend(BackendProtocol):
 
     def download_files(self, paths: list[str]) -> list[FileDownloadResponse]:
         try:
-            snap = self.skills.snapshot()
+            snap = self.skills.snapshot(session=thread_id())
         except SkillfsError as exc:
             return [FileDownloadResponse(path=p, error=str(exc)) for p in paths]
         out: list[FileDownloadResponse] = []
@@ -188,7 +190,7 @@ class SkillfsBackend(BackendProtocol):
         `Skills(..., skill_writes=)` says, refused when off); the error, or None."""
         skill, rel = self._split(file_path)
         try:
-            text = self.skills.snapshot().change_file(skill, rel, change)
+            text = self.skills.snapshot(session=thread_id()).change_file(skill, rel, change)
         except SkillfsError as exc:
             return str(exc)
         return text.removeprefix("Error: ") if text.startswith("Error:") else None
