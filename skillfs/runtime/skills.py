@@ -38,7 +38,8 @@ from skillfs.runtime.layers import (
 )
 from skillfs.runtime.model_tools import ToolSet, check_tool_set
 from skillfs.runtime.recovery import Recovery
-from skillfs.runtime.session import MAX_SESSIONS, Session, Sessions, Tracked
+from skillfs.runtime.session import Session
+from skillfs.runtime.sessions import MAX_SESSIONS, Sessions, Tracked
 from skillfs.runtime.skill_writes import SkillWriter, WriteMode, check_mode
 from skillfs.runtime.snapshot import MergedSkills, Snapshot
 from skillfs.runtime.typed import TypedReadings
@@ -119,7 +120,7 @@ class Skills:
         self.skill_writes = check_mode(skill_writes)
         #: The tools the model is given (runtime/model_tools.py).
         self.tool_set = check_tool_set(tools)
-        #: The worker's own session, and those named by the host (runtime/session.py).
+        #: The worker's own session, and those named by the host (runtime/sessions.py).
         self._session = Tracked()
         self._sessions = Sessions(max_sessions)
         self.agent_id = check_id("agent", agent_id)
