@@ -11,6 +11,7 @@ from skillfs.model import (
     File,
     FileEntry,
     Finding,
+    GcReport,
     Manifest,
     Origin,
     Put,
@@ -33,7 +34,7 @@ from skillfs.runtime import (
 )
 from skillfs.store.limits import Limits
 from skillfs.store.opening import default_url
-from skillfs.store.retention import GcReport, HistoryPolicy
+from skillfs.store.retention import HistoryPolicy
 
 __all__ = [
     "Change",

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 
 import skillfs
-from skillfs.engines.base import CommitOp
+from skillfs.engines.base import CommitOp, Engine
 from skillfs.model import FileEntry, Manifest, Scope
 
 DESCRIPTION = "Does things. Use when testing."
@@ -87,3 +87,10 @@ def write_legacy(store: skillfs.Store, where: str, legacy: dict[str, bytes]) -> 
     )
     store.engine.commit(shared.domain, [CommitOp(scope=shared, manifest=m, expect=m.version - 1)])
     store.delete(shared, "src", expected_version=src.version)
+
+
+def raw_engine(store: skillfs.Store) -> Engine:
+    """The engine itself, under the store's file tables (skillfs/store/tables.py): what a
+    test that looks inside an engine (its client, its keys) holds; over grpc:// the store's
+    engine."""
+    return getattr(store.engine, "inner", store.engine)  # type: ignore[no-any-return]

@@ -22,6 +22,7 @@ from skillfs.errors import InvalidArgument, NotFound, QuotaExceeded, StoreUnavai
 from skillfs.model import (
     AuditEntry,
     Change,
+    GcReport,
     Manifest,
     Revision,
     Scope,
@@ -249,6 +250,10 @@ class Engine(ABC):
     #: engine waits longer and ends a wait early when a domain is added
     #: (`remote.hints.Hints.interrupt_wait`).
     watch_wait: float = 1.0
+    #: Whether a store over this engine keeps big file tables in chunks
+    #: (`skillfs.store.tables`, docs/design.md §2): a grpc:// engine says no, its server's
+    #: store does, and the wire carries whole tables.
+    table_chunks: bool = True
 
     def __init__(self, url: str) -> None:
         self.url = redact(url)
@@ -473,6 +478,13 @@ class Engine(ABC):
     ) -> list[AuditEntry] | None:
         """`Store.audit` answered by the engine in one call (a skillfs server, within its
         token's read grants), or None: the store reads it from manifests and their history."""
+        return None
+
+    # --- garbage collection
+
+    def gc(self, grace: float) -> GcReport | None:
+        """Blob GC run in one call by the store behind this engine (a skillfs server's, which
+        alone sees its file tables' chunks), or None: the store marks and sweeps itself."""
         return None
 
     # --- leases: one holder at a time across processes (docs/governance.md, "Curation")

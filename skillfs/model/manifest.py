@@ -173,6 +173,28 @@ class Rollout(BaseModel):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TableRef(Edge):
+    """A file table stored as content-addressed chunks (docs/design.md §2, "File tables"):
+    the digests of its top chunks in path order, and the number and bytes of its files, so
+    that a history listing says them without reading a chunk. A manifest holding one stores
+    no `files` of its own; a store's reads give it back whole (`skillfs.store.tables`)."""
+
+    chunks: tuple[str, ...]
+    count: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TableChunk(Edge):
+    """One chunk of a stored file table, kept as a blob named by the SHA-256 of its JSON: a
+    run of the table's rows in path order (`files`), or the digests of the chunks below it
+    (`chunks`), never both."""
+
+    files: dict[str, FileEntry] = Field(default_factory=dict, exclude_if=lambda v: not v)
+    chunks: tuple[str, ...] = Field(default=(), exclude_if=lambda v: not v)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Candidate(Edge):
     """The version a skill stages beside its live one (docs/governance.md, "Staged rollout"):
     a whole file table with its frontmatter and findings, the rule saying who gets it, and
@@ -187,6 +209,18 @@ class Candidate(Edge):
     commit_id: str
     actor: str = ""
     staged_at: float = 0.0
+    #: The stored form of a big `files` (`TableRef`); absent from the JSON when None.
+    table: TableRef | None = Field(default=None, exclude_if=lambda v: v is None)
+
+    @property
+    def file_count(self) -> int:
+        return len(self.files) + (self.table.count if self.table is not None else 0)
+
+    @property
+    def size(self) -> int:
+        return sum(e.size for e in self.files.values()) + (
+            self.table.size if self.table is not None else 0
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -239,6 +273,9 @@ class Manifest(Edge):
     operation: str = Field(default="", exclude_if=lambda v: not v)
     #: A copy's origin (`Origin`); absent from the stored JSON when None.
     origin: Origin | None = Field(default=None, exclude_if=lambda v: v is None)
+    #: The stored form of a big `files` (`TableRef`, docs/design.md §2, "File tables"):
+    #: only an engine holds a manifest with one; absent from the JSON when None.
+    table: TableRef | None = Field(default=None, exclude_if=lambda v: v is None)
 
     def __post_init__(self) -> None:
         fm = self.frontmatter  # its name is most often the skill's: one string object for both
@@ -284,7 +321,14 @@ class Manifest(Edge):
 
     @property
     def size(self) -> int:
-        return sum(e.size for e in self.files.values())
+        return sum(e.size for e in self.files.values()) + (
+            self.table.size if self.table is not None else 0
+        )
+
+    @property
+    def file_count(self) -> int:
+        """The files of the live version, whichever form its table has."""
+        return len(self.files) + (self.table.count if self.table is not None else 0)
 
     def all_files(self) -> list[tuple[str, FileEntry]]:
         """Every (path, entry) the manifest references: its files, then its staged
@@ -409,7 +453,7 @@ class Manifest(Edge):
             operation=self.operation,
             disabled=self.disabled,
             disabled_reason=self.disabled_reason,
-            file_count=len(self.files),
+            file_count=self.file_count,
             size=self.size,
             usable=self.usable,
             findings=self.findings,
@@ -421,8 +465,8 @@ class Manifest(Edge):
                 commit_id=c.commit_id,
                 actor=c.actor,
                 staged_at=c.staged_at,
-                file_count=len(c.files),
-                size=sum(e.size for e in c.files.values()),
+                file_count=c.file_count,
+                size=c.size,
                 findings=c.findings,
             ),
         )
@@ -548,6 +592,12 @@ def _salvage(raw: bytes | str, exc: ValidationError) -> Manifest:
             files[path] = FileEntry.model_validate(e)
         except (ValidationError, AttributeError):
             continue
+    table = None
+    if isinstance(doc.get("table"), dict):
+        try:  # a stored file table (docs/design.md §2): the store reads its chunks back
+            table = TableRef.model_validate(doc["table"])
+        except ValidationError:
+            table = None
     skill, version = doc.get("skill"), doc.get("version")
     skill = skill if isinstance(skill, str) else "?"
     version = version if isinstance(version, int) else 0
@@ -572,4 +622,5 @@ def _salvage(raw: bytes | str, exc: ValidationError) -> Manifest:
             ),
         ),
         files=files,
+        table=table,
     )

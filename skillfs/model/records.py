@@ -279,6 +279,15 @@ def usage_by_skill(detail: dict[tuple[str, str], UsageStat]) -> dict[str, UsageS
     return out
 
 
+class GcReport(BaseModel):
+    """What a blob GC did (`Store.gc`): blobs seen, marked and deleted, versions dropped."""
+
+    blobs_seen: int
+    blobs_referenced: int
+    blobs_deleted: int
+    history_dropped: int
+
+
 class CommitResult(BaseModel):
     """What a write returns (C2): the domain's new revision and each skill's new version."""
 

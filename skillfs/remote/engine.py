@@ -33,6 +33,7 @@ from skillfs.errors import InvalidArgument, InvalidPath
 from skillfs.model import (
     Access,
     AuditEntry,
+    GcReport,
     Manifest,
     Revision,
     Scope,
@@ -75,8 +76,14 @@ _CHANNEL_OPTIONS = [
 ]
 
 
+#: How long a blob GC run by the server (`gc`) may take: it walks the whole store.
+GC_TIMEOUT = 3600.0
+
+
 class GrpcEngine(GrpcWatching, Engine):
     """One or more skillfs servers, balanced and failed over by this client."""
+
+    table_chunks = False  # the server's store keeps them; the wire carries whole tables
 
     def __init__(
         self,
@@ -441,6 +448,21 @@ class GrpcEngine(GrpcWatching, Engine):
         )
         replies = self._all("reader", "Audit", request)
         return [wire.audit_from_pb(e) for r in replies for e in r.entries]
+
+    def gc(self, grace: float) -> GcReport:
+        """Run by the server: only its store sees the chunks of the file tables it stores
+        (the wire carries whole tables), so a mark made here would miss them. The wire's
+        grace 0 names the server's default: a grace of 0 is sent as a microsecond."""
+        request = pb.GcRequest(grace=max(grace, 1e-6))
+        reply = self._run(
+            lambda s, t: s.admin.Gc(request, metadata=self._metadata, timeout=t), GC_TIMEOUT
+        )
+        return GcReport(
+            blobs_seen=reply.blobs_seen,
+            blobs_referenced=reply.blobs_referenced,
+            blobs_deleted=reply.blobs_deleted,
+            history_dropped=reply.history_dropped,
+        )
 
     # ------------------------------------------------------------------ access and life cycle
 

@@ -18,11 +18,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import ParamSpec, Self, TypeVar
 
 from skillfs.engines.base import Engine, MiB
-from skillfs.errors import NotFound, StoreUnavailable
+from skillfs.errors import InvalidArgument, NotFound, StoreUnavailable
 from skillfs.model import (
     Access,
     CommitResult,
     FileEntry,
+    GcReport,
     Manifest,
     Put,
     Remove,
@@ -41,7 +42,8 @@ from skillfs.store.committer import Committer, out_of_time
 from skillfs.store.limits import Limits
 from skillfs.store.locals import Locals
 from skillfs.store.log_reads import LogReads
-from skillfs.store.retention import GcReport, HistoryPolicy, gc, prune
+from skillfs.store.retention import HistoryPolicy, gc, prune
+from skillfs.store.tables import Tables
 from skillfs.util.deadline import deadline
 
 log = logging.getLogger(__name__)
@@ -66,7 +68,10 @@ class StoreCore:
         actor: str | None = None,
         profiles: Sequence[str] | None = None,
     ) -> None:
-        self.engine = engine
+        #: Big file tables in chunks (store.tables) above a store's engine; a grpc:// engine
+        #: leaves them to its server.
+        self._tables = Tables(engine, lambda: self.clock()) if engine.table_chunks else None
+        self.engine: Engine = self._tables or engine
         self.actor = actor
         #: The host profiles whose fields and names are no errors here (docs/validation.md,
         #: "Host profiles"): what every commit's findings are made under.
@@ -76,13 +81,13 @@ class StoreCore:
         self.gc_grace = gc_grace
         self.retry_for = retry_for
         self.clock = clock
-        self.blobs = Blobs(engine, self.retrying, blob_cache_bytes)
-        self.changes = Changes(engine)
+        self.blobs = Blobs(self.engine, self.retrying, blob_cache_bytes)
+        self.changes = Changes(self.engine)
         #: Single-attempt reads for followers of the log (the runtime, the server).
-        self.log_reads = LogReads(engine)
+        self.log_reads = LogReads(self.engine)
         self._locals = Locals()
         self.committer = Committer(
-            engine=engine,
+            engine=self.engine,
             blobs=self.blobs,
             limits=self.limits,
             history_policy=self.history_policy,
@@ -222,10 +227,19 @@ class StoreCore:
         self, grace: float | None = None, progress: Callable[[str, int], None] | None = None
     ) -> GcReport:
         """Prune every skill's history, then sweep the blobs nothing references that no
-        publisher touched within `grace` seconds (default `gc_grace`)."""
-        domains = self.retrying(self.engine.stored_domains)
+        publisher touched within `grace` seconds (default `gc_grace`). A client of a skillfs
+        server has the server run it (`Engine.gc`)."""
         grace = self.gc_grace if grace is None else grace
-        return gc(self.engine, self.history_policy, self.clock, domains, grace, progress)
+        if self._tables is None:
+            report = self.engine.gc(grace)
+            if report is None:
+                raise InvalidArgument(
+                    f"store {self.url} cannot collect its blobs through this engine: open the "
+                    "store by its URL to run gc"
+                )
+            return report
+        domains = self.retrying(self.engine.stored_domains)
+        return gc(self._tables, self.history_policy, self.clock, domains, grace, progress)
 
     # ------------------------------------------------------------------ reads
 

@@ -10,8 +10,9 @@ from pydantic import BaseModel, ConfigDict
 
 from skillfs.engines.base import CommitOp, Engine
 from skillfs.errors import InvalidArgument
-from skillfs.model import Manifest, Scope, VersionSummary
+from skillfs.model import GcReport, Manifest, Scope, VersionSummary
 from skillfs.store.quotas import Recount
+from skillfs.store.tables import Tables
 
 log = logging.getLogger(__name__)
 
@@ -24,13 +25,6 @@ class HistoryPolicy(BaseModel):
 
     keep_versions: int = 50
     keep_days: float = 30.0
-
-
-class GcReport(BaseModel):
-    blobs_seen: int
-    blobs_referenced: int
-    blobs_deleted: int
-    history_dropped: int
 
 
 def _to_drop(
@@ -50,7 +44,7 @@ def prune(engine: Engine, policy: HistoryPolicy, now: float, scope: Scope, skill
 
 
 def gc(
-    engine: Engine,
+    tables: Tables,
     policy: HistoryPolicy,
     clock: Callable[[], float],
     domains: Iterable[str],
@@ -60,10 +54,13 @@ def gc(
     """Mark every blob a live or kept manifest references, then sweep the rest that no
     publisher touched since the mark started minus `grace` (re-checked atomically).
 
-    The mark reads each scope whole: its live manifests, then the history of all its skills
-    (`Engine.scope_history`, one round trip where the store allows), so its round trips grow
-    with the scopes and with what it drops, not with the skills. The sweep reads the blob
-    index in pages (`blob_shas`) and deletes only the unreferenced blobs, one call each."""
+    The mark reads each scope whole, as stored: its live manifests, then the history of all
+    its skills (`Engine.scope_history`, one round trip where the store allows), so its round
+    trips grow with the scopes and with what it drops, not with the skills; a stored file
+    table's chunks are marked with the files they list (`Tables.references`, each chunk once).
+    The sweep reads the blob index in pages (`blob_shas`) and deletes only the unreferenced
+    blobs, one call each."""
+    engine = tables.inner
     started = clock()
     referenced: set[str] = set()
     dropped = 0
@@ -82,9 +79,8 @@ def gc(
                     dropped += len(drop)
                     gone = set(drop)
                     history = [m for m in history if m.version not in gone]
-                for m in [current, *history]:
-                    referenced.update(e.sha256 for _, e in m.all_files())  # staged too
-                recount.skill(scope, [*reversed(history), current])
+                tables.references([current, *history], referenced)  # staged too
+                recount.skill(scope, tables.whole([*reversed(history), current]))
                 if progress:
                     progress("mark", 1)
         if counted is not None:

@@ -37,7 +37,7 @@ from skillfs.errors import (
 from skillfs.model import Candidate, Manifest, Revision, Rollout, Scope
 from support.servers import HOST, EtcdCluster, EtcdServer, free_port
 from tests import helpers
-from tests.helpers import skill_md
+from tests.helpers import raw_engine, skill_md
 
 ALICE = Scope.user("support-bot", "alice")
 SHARED = Scope.shared("support-bot")
@@ -88,7 +88,7 @@ def test_url_options(etcd_server: EtcdServer) -> None:
         EtcdEngine(f"etcd://{etcd_server.endpoint}?timeout=soon")
     with pytest.raises(InvalidArgument, match="need TLS"):
         EtcdEngine(f"etcd://{etcd_server.endpoint}?cert=/x")
-    assert isinstance(skillfs.open_store(etcd_server.url).engine, EtcdEngine)
+    assert isinstance(raw_engine(skillfs.open_store(etcd_server.url)), EtcdEngine)
 
 
 def test_physical_layout(etcd_url: str, server_client: etcd3.Etcd3Client) -> None:
@@ -703,7 +703,7 @@ def test_gateway_reads_rest_then_follow_the_failover(
     from the member that client moved to."""
     monkeypatch.setattr(etcd_gateway, "REST", 3.0)
     store = _cluster_store(etcd_cluster, first=1, timeout=2.0)
-    engine = store.engine
+    engine = raw_engine(store)
     assert isinstance(engine, EtcdEngine)
     rev = store.publish(ALICE, "a", {"SKILL.md": skill_md("a")}).revision
     domain = [ALICE.domain]
@@ -787,7 +787,7 @@ def test_rotation_when_the_member_in_use_is_killed(
     etcd_cluster: EtcdCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = _cluster_store(etcd_cluster, first=1, timeout=2.0)
-    engine = store.engine
+    engine = raw_engine(store)
     assert isinstance(engine, EtcdEngine)
     c = store.publish(ALICE, "a", {"SKILL.md": skill_md("a", "0")})
     assert engine._etcd.endpoint == etcd_cluster.endpoints[1]
@@ -921,7 +921,7 @@ def test_user_and_password(auth_server: EtcdServer, monkeypatch: pytest.MonkeyPa
     store = skillfs.open_store(url)
     store.publish(ALICE, "a", {"SKILL.md": skill_md("a")})
     assert store.read(ALICE, "a", "SKILL.md") == skill_md("a")
-    engine = store.engine
+    engine = raw_engine(store)
     assert isinstance(engine, EtcdEngine)
     domain = [ALICE.domain]
     now = engine.revisions(domain)

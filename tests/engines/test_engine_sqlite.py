@@ -26,7 +26,7 @@ from skillfs.errors import InvalidArgument, StoreFailed, StoreUnavailable
 from skillfs.model import Manifest, Revision, Scope
 from support.grpc_servers import ADMIN as GRPC_ADMIN
 from support.grpc_servers import running
-from tests.helpers import manifest, skill_md
+from tests.helpers import manifest, raw_engine, skill_md
 
 ALICE = Scope.user("support-bot", "alice")
 BOB = Scope.user("support-bot", "bob")
@@ -108,7 +108,7 @@ def test_physical_layout(db: Path) -> None:
         store.publish(MARKET, "m", {"SKILL.md": skill_md("m")})
         store.usage.record("support-bot", {("alice", "code-reviewer"): 2})
         store.usage.record("support-bot", {("alice", "code-reviewer"): 3})
-        engine = store.engine
+        engine = raw_engine(store)
         assert isinstance(engine, SqliteEngine)
         conn = engine._db.conn()
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)

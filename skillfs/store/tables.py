@@ -1,0 +1,479 @@
+"""Big file tables kept in content-addressed chunks (docs/design.md §2, "File tables"), once,
+above every engine: a version of a skill of many files stores the few chunks its change
+touched and a short list of digests, not its whole table again.
+
+`Tables` is the engine a store works through. Before a commit it turns every file table
+over `INLINE_MAX` rows (a manifest's, a staged candidate's) into a tree of chunks of at most
+`FANOUT` entries, written like blobs; its reads give every manifest back whole. Chunk
+boundaries are content-defined (a row ends a chunk where its path's hash says so), so a
+change of one file rewrites a chunk or two and the one chunk above them, whatever the file's
+place in the table. Chunks are immutable and named by their SHA-256, so an in-process cache
+keeps them parsed: a reload, or a version that changed a file, reads only the chunks it has
+not seen."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+from skillfs.engines.base import Charge, Check, CommitOp, Engine
+from skillfs.errors import InvalidArgument
+from skillfs.model import (
+    AuditEntry,
+    Change,
+    FileEntry,
+    Finding,
+    GcReport,
+    Manifest,
+    Revision,
+    Scope,
+    UsageDrop,
+    UsageStat,
+    VersionSummary,
+)
+from skillfs.model.manifest import TableChunk, TableRef
+from skillfs.util.lru import Lru
+
+log = logging.getLogger(__name__)
+K = TypeVar("K")
+T = TypeVar("T")
+
+#: A file table of more rows than this is stored in chunks; a smaller one stays in its
+#: manifest, so a scope of ordinary skills still loads in one round trip.
+INLINE_MAX = 256
+#: The most entries a chunk holds (file rows, or digests of the chunks below), and the most
+#: digests a manifest's `table` lists: a taller table gets another level.
+FANOUT = 64
+#: About one entry in this many ends its chunk: a row whose path's SHA-256 starts with a
+#: byte divisible by it, a digest that does (chunks of ~16 entries on average).
+BOUNDARY = 16
+#: Entries (rows and digests) the parsed-chunk cache holds: the tables of a few hundred
+#: skills of 4,000 files, sharing their rows with the manifests a worker holds anyway.
+CACHE_ENTRIES = 200_000
+#: Bytes of serialized chunks kept by their content, so that a commit serializes only the
+#: chunks its change touched (the tables of a few skills of 4,000 files).
+MADE_BYTES = 16 * 1024 * 1024
+
+
+@functools.lru_cache(maxsize=65536)
+def _ends_at(path: str) -> bool:
+    return hashlib.sha256(path.encode()).digest()[0] % BOUNDARY == 0
+
+
+def _path_ends(row: tuple[str, FileEntry]) -> bool:
+    return _ends_at(row[0])
+
+
+def _digest_ends(digest: str) -> bool:
+    return int(digest[:2], 16) % BOUNDARY == 0
+
+
+def _runs(items: Sequence[T], ends: Callable[[T], bool]) -> Iterator[list[T]]:
+    """`items` cut into runs of at most FANOUT, each ending where `ends` says or at FANOUT."""
+    run: list[T] = []
+    for item in items:
+        run.append(item)
+        if len(run) == FANOUT or ends(item):
+            yield run
+            run = []
+    if run:
+        yield run
+
+
+def _tables(m: Manifest) -> list[TableRef]:
+    """The stored tables a manifest holds: its own, its staged candidate's."""
+    found = [m.table] if m.table is not None else []
+    if m.candidate is not None and m.candidate.table is not None:
+        found.append(m.candidate.table)
+    return found
+
+
+def _weight(chunk: TableChunk) -> int:
+    return len(chunk.files) + len(chunk.chunks)
+
+
+def _made_size(made: tuple[str, bytes]) -> int:
+    return len(made[1])
+
+
+class MissingChunk(Exception):
+    """A stored table names a chunk the store does not have (or holds other bytes under)."""
+
+    def __init__(self, digest: str) -> None:
+        super().__init__(digest)
+        self.digest = digest
+
+
+class Tables(Engine):
+    """An engine whose big file tables are kept in chunks, over the engine that stores them
+    (`inner`). Every primitive is the inner engine's; commits and manifest reads convert.
+    What else the inner engine has (its client, its own helpers) is reached through this
+    object too."""
+
+    table_chunks = False  # over an engine whose tables are already whole: not again
+
+    def __init__(self, inner: Engine, clock: Callable[[], float]) -> None:
+        super().__init__(inner.url)
+        self.inner = inner
+        self.chunk_size = inner.chunk_size
+        self.max_ops = inner.max_ops
+        self.watch_wait = inner.watch_wait
+        self._clock = clock
+        self._chunks: Lru[str, TableChunk] = Lru(CACHE_ENTRIES, _weight)
+        #: A chunk's entries -> its digest and bytes, for the chunks commits made.
+        self._made: Lru[tuple[Any, ...], tuple[str, bytes]] = Lru(MADE_BYTES, _made_size)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not set yet (a copy, an unpickled object): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    # ------------------------------------------------------------------ writing tables
+
+    def commit(
+        self,
+        domain: str,
+        ops: Sequence[CommitOp],
+        checks: Sequence[Check] = (),
+        charges: Sequence[Charge] = (),
+    ) -> Revision:
+        """The inner commit of `ops` with their big tables in chunks, written first."""
+        written: dict[str, bytes] = {}
+        stored = [self._packed(op, written) for op in ops]
+        if written:
+            self._upload(stored, written)
+        return self.inner.commit(domain, stored, checks, charges)
+
+    def _packed(self, op: CommitOp, written: dict[str, bytes]) -> CommitOp:
+        m = op.manifest
+        if _tables(m):
+            raise InvalidArgument(
+                f"{op.scope}/{m.skill}: a manifest to commit gives its files, not a stored "
+                "table of chunks (the store makes those); nothing was written"
+            )
+        if len(m.files) > INLINE_MAX:
+            m = dataclasses.replace(m, files={}, table=self._table(m.files, written))
+        c = m.candidate
+        if c is not None and len(c.files) > INLINE_MAX:
+            staged = dataclasses.replace(c, files={}, table=self._table(c.files, written))
+            m = dataclasses.replace(m, candidate=staged)
+        return op if m is op.manifest else CommitOp(scope=op.scope, manifest=m, expect=op.expect)
+
+    def _table(self, files: Mapping[str, FileEntry], written: dict[str, bytes]) -> TableRef:
+        """The chunks of a file table (added to `written`) and the reference to them."""
+        rows = sorted(files.items())
+        refs = [self._chunk(tuple(run), written) for run in _runs(rows, _path_ends)]
+        while len(refs) > FANOUT:
+            refs = [self._chunk(tuple(run), written) for run in _runs(refs, _digest_ends)]
+        size = sum(e.size for _, e in rows)
+        return TableRef(chunks=tuple(refs), count=len(rows), size=size)
+
+    def _chunk(
+        self,
+        entries: tuple[tuple[str, FileEntry], ...] | tuple[str, ...],
+        written: dict[str, bytes],
+    ) -> str:
+        """The digest of the chunk of these entries, rows or digests (added to `written`),
+        made and serialized only when this object has not made it before."""
+        made = self._made.get(entries)
+        if made is None:
+            chunk = (
+                TableChunk(chunks=entries)
+                if isinstance(entries[0], str)
+                else TableChunk(files=dict(entries))
+            )
+            data = chunk.model_dump_json().encode()
+            made = (hashlib.sha256(data).hexdigest(), data)
+            self._made.put(entries, made)
+            self._chunks.put(made[0], chunk)
+        written[made[0]] = made[1]
+        return made[0]
+
+    def _upload(self, ops: Sequence[CommitOp], written: Mapping[str, bytes]) -> None:
+        """Store the chunks the versions these ops replace do not already reference. Those
+        are touched (a chunk stored before, maybe unreferenced, gets GC's grace again) or
+        written; the others are safe from GC as it is: its mark reads the live version,
+        which holds them before the commit and after it (docs/architecture.md, "Blob GC")."""
+        kept: set[str] = set()
+        by_scope: dict[Scope, list[CommitOp]] = {}
+        for op in ops:
+            if op.expect and _tables(op.manifest):
+                by_scope.setdefault(op.scope, []).append(op)
+        for scope, some in by_scope.items():
+            now = self.inner.load_skills(scope, [op.manifest.skill for op in some])
+            for op in some:
+                cur = now.get(op.manifest.skill)
+                if cur is not None and cur.version == op.expect:
+                    roots = [d for t in _tables(cur) for d in t.chunks]
+                    kept.update(d for d, c in self._trees(roots).items() if c is not None)
+        fresh = [d for d in written if d not in kept]
+        stamp = self._clock()
+        present = self.inner.touch_blobs(fresh, stamp) if fresh else set()
+        size = self.inner.chunk_size
+        for digest in fresh:
+            if digest not in present:
+                data = written[digest]
+                parts = [data[i : i + size] for i in range(0, len(data), size)]
+                self.inner.put_blob(digest, parts, stamp)
+
+    # ------------------------------------------------------------------ reading tables
+
+    def _trees(self, roots: Iterable[str]) -> dict[str, TableChunk | None]:
+        """Every chunk below `roots` by digest (None: missing or damaged), cached ones from
+        memory, the rest read one level at a time, each level in one round trip."""
+        found: dict[str, TableChunk | None] = {}
+        level = list(dict.fromkeys(roots))
+        while level:
+            cold = []
+            for digest in level:
+                cached = self._chunks.get(digest)
+                if cached is None:
+                    cold.append(digest)
+                else:
+                    found[digest] = cached
+            found.update(self._read(cold))
+            below = (d for digest in level if (c := found[digest]) for d in c.chunks)
+            level = [d for d in dict.fromkeys(below) if d not in found]
+        return found
+
+    def _read(self, digests: Sequence[str]) -> dict[str, TableChunk | None]:
+        """Chunks from the store, checked against their digests, and cached."""
+        if not digests:
+            return {}
+        size = self.inner.chunk_size
+        out: dict[str, TableChunk | None] = {}
+        for digest, first in zip(digests, self.inner.get_chunks([(d, 0) for d in digests]),
+                                 strict=True):  # fmt: skip
+            data = first
+            index = 1
+            while data is not None and len(data) == size * index:  # a chunk over one piece
+                more = self.inner.get_chunks([(digest, index)])[0]
+                if more is None:
+                    break
+                data += more
+                index += 1
+            out[digest] = self._parsed(digest, data)
+        return out
+
+    def _parsed(self, digest: str, data: bytes | None) -> TableChunk | None:
+        if data is None or hashlib.sha256(data).hexdigest() != digest:
+            return None
+        try:
+            chunk = TableChunk.model_validate_json(data)
+        except ValidationError:
+            return None
+        self._chunks.put(digest, chunk)
+        return chunk
+
+    def _whole(self, manifests: Mapping[K, Manifest]) -> dict[K, Manifest]:
+        """The manifests with their stored tables read back into `files`."""
+        roots = [d for m in manifests.values() for t in _tables(m) for d in t.chunks]
+        if not roots:
+            return dict(manifests)
+        chunks = self._trees(roots)
+        return {k: _expanded(m, chunks) for k, m in manifests.items()}
+
+    def whole(self, manifests: Sequence[Manifest]) -> list[Manifest]:
+        """Stored manifests with their tables read back (GC's quota recount)."""
+        return list(self._whole(dict(enumerate(manifests))).values())
+
+    def references(self, manifests: Iterable[Manifest], into: set[str]) -> None:
+        """Every blob stored manifests reference, their tables' chunks and the files listed
+        there included, added to `into` (GC's mark; a shared chunk is walked once)."""
+        held = list(manifests)
+        for m in held:
+            into.update(e.sha256 for _, e in m.all_files())
+        roots = [d for m in held for t in _tables(m) for d in t.chunks]
+        for digest, chunk in self._trees(d for d in roots if d not in into).items():
+            if chunk is None:
+                log.warning("GC: the file table chunk %s is missing; its files are unreachable",
+                            digest)  # fmt: skip
+                continue
+            into.add(digest)
+            into.update(e.sha256 for e in chunk.files.values())
+
+    # ------------------------------------------------------------------ manifests
+
+    def load_scope(self, scope: Scope) -> dict[str, Manifest]:
+        return self._whole(self.inner.load_scope(scope))
+
+    def entry_names(self, scope: Scope) -> list[str] | None:
+        return self.inner.entry_names(scope)
+
+    def load_skills(self, scope: Scope, skills: Sequence[str]) -> dict[str, Manifest]:
+        return self._whole(self.inner.load_skills(scope, skills))
+
+    def history(self, scope: Scope, skill: str) -> list[Manifest]:
+        return self.whole(self.inner.history(scope, skill))
+
+    def history_summaries(self, scope: Scope, skill: str) -> list[VersionSummary]:
+        """Summaries of the stored versions: their tables' counts and sizes, no chunk read."""
+        return self.inner.history_summaries(scope, skill)
+
+    def history_version(self, scope: Scope, skill: str, version: int) -> Manifest | None:
+        found = self.inner.history_version(scope, skill, version)
+        return None if found is None else self._whole({0: found})[0]
+
+    def scope_history(self, scope: Scope, skills: Sequence[str]) -> dict[str, list[Manifest]]:
+        found = self.inner.scope_history(scope, skills)
+        flat = self._whole({(s, i): m for s, ms in found.items() for i, m in enumerate(ms)})
+        return {s: [flat[(s, i)] for i in range(len(ms))] for s, ms in found.items()}
+
+    def drop_history(self, scope: Scope, skill: str, versions: Sequence[int]) -> None:
+        self.inner.drop_history(scope, skill, versions)
+
+    def quota_used(self, domain: str) -> dict[str, int] | None:
+        return self.inner.quota_used(domain)
+
+    def adjust_quota(self, domain: str, deltas: Mapping[str, int]) -> None:
+        self.inner.adjust_quota(domain, deltas)
+
+    # ------------------------------------------------------------------ the rest: the inner's
+
+    def touch_blobs(self, shas: Sequence[str], now: float) -> set[str]:
+        return self.inner.touch_blobs(shas, now)
+
+    def put_blob(self, sha: str, chunks: Sequence[bytes], now: float) -> None:
+        self.inner.put_blob(sha, chunks, now)
+
+    def get_chunks(self, keys: Sequence[tuple[str, int]]) -> list[bytes | None]:
+        return self.inner.get_chunks(keys)
+
+    def blob_shas(self) -> Iterator[str]:
+        return self.inner.blob_shas()
+
+    def delete_blob_if_idle(self, sha: str, cutoff: float) -> bool:
+        return self.inner.delete_blob_if_idle(sha, cutoff)
+
+    def revisions(self, domains: Sequence[str]) -> dict[str, Revision | None]:
+        return self.inner.revisions(domains)
+
+    def changes(self, domain: str, since: Revision, timeout: float) -> list[Change]:
+        return self.inner.changes(domain, since, timeout)
+
+    def changes_many(
+        self, since: Mapping[str, Revision], timeout: float
+    ) -> dict[str, list[Change]]:
+        return self.inner.changes_many(since, timeout)
+
+    def wake_waits(self) -> None:
+        self.inner.wake_waits()
+
+    def domains(self) -> list[str]:
+        return self.inner.domains()
+
+    def stored_domains(self) -> list[str]:
+        return self.inner.stored_domains()
+
+    def scopes(self, domain: str) -> list[Scope]:
+        return self.inner.scopes(domain)
+
+    def add_usage(
+        self,
+        agent: str,
+        counts: Mapping[tuple[str, str], int],
+        last_used: Mapping[tuple[str, str], float] | None = None,
+    ) -> None:
+        self.inner.add_usage(agent, counts, last_used)
+
+    def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
+        return self.inner.usage_detail(agent)
+
+    def delete_usage(self, agent: str, keys: Sequence[tuple[str, str]]) -> None:
+        self.inner.delete_usage(agent, keys)
+
+    def drop_usage(self, agent: str, keys: Sequence[tuple[str, str]], drop: UsageDrop) -> UsageDrop:
+        return self.inner.drop_usage(agent, keys, drop)
+
+    def usage_agents(self) -> list[str] | None:
+        return self.inner.usage_agents()
+
+    def usage(self, agent: str) -> dict[tuple[str, str], int]:
+        return self.inner.usage(agent)
+
+    def audit(
+        self,
+        target: str,
+        *,
+        since: float | None,
+        until: float | None,
+        actor: str | None,
+        skill: str | None,
+        limit: int,
+    ) -> list[AuditEntry] | None:
+        return self.inner.audit(
+            target, since=since, until=until, actor=actor, skill=skill, limit=limit
+        )
+
+    def gc(self, grace: float) -> GcReport | None:
+        return self.inner.gc(grace)
+
+    def acquire_lease(self, name: str, holder: str, ttl: float) -> bool:
+        return self.inner.acquire_lease(name, holder, ttl)
+
+    def renew_lease(self, name: str, holder: str, ttl: float) -> bool:
+        return self.inner.renew_lease(name, holder, ttl)
+
+    def release_lease(self, name: str, holder: str) -> bool:
+        return self.inner.release_lease(name, holder)
+
+    def ping(self) -> None:
+        self.inner.ping()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _expanded(m: Manifest, chunks: Mapping[str, TableChunk | None]) -> Manifest:
+    """`m` with its stored tables read back; a table that cannot be read leaves the version
+    without files and with an error finding (like a manifest that cannot be parsed)."""
+    if not _tables(m):
+        return m
+    try:
+        if m.table is not None:
+            m = dataclasses.replace(m, files=_rows(m.table, chunks), table=None)
+        c = m.candidate
+        if c is not None and c.table is not None:
+            staged = dataclasses.replace(c, files=_rows(c.table, chunks), table=None)
+            m = dataclasses.replace(m, candidate=staged)
+    except MissingChunk as exc:
+        return _unreadable(m, exc.digest)
+    return m
+
+
+def _rows(table: TableRef, chunks: Mapping[str, TableChunk | None]) -> dict[str, FileEntry]:
+    files: dict[str, FileEntry] = {}
+    pending = list(reversed(table.chunks))
+    while pending:
+        digest = pending.pop()
+        chunk = chunks.get(digest)
+        if chunk is None:
+            raise MissingChunk(digest)
+        files.update(chunk.files)
+        pending.extend(reversed(chunk.chunks))
+    if len(files) != table.count:
+        raise MissingChunk(table.chunks[0] if table.chunks else "")
+    return files
+
+
+def _unreadable(m: Manifest, digest: str) -> Manifest:
+    log.warning("the file table of %s (version %s) is unreadable: chunk %s", m.skill, m.version,
+                digest)  # fmt: skip
+    finding = Finding(
+        severity="error",
+        rule="manifest-unreadable",
+        message=(
+            f"the file table of version {m.version} cannot be read (its chunk {digest} is "
+            "missing from the store or damaged): publish the skill again (or delete it) to "
+            "repair it"
+        ),
+    )
+    return dataclasses.replace(
+        m, files={}, table=None, candidate=None, frontmatter=None, findings=(finding,)
+    )
