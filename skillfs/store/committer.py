@@ -84,16 +84,20 @@ class Committer:
         domain = rules.check_shape([(s.scope, s.entry) for s in steps], None, self.engine.max_ops)
         message = check_message(options.message or next((p.message for p in plans), ""))
         commit_id = check_commit_id(options.commit_id or uuid.uuid4().hex)
-        prepared = self._prepare(commands, strict)
-        attempt = _Attempt(self, commit_id, self.who(options.actor), strict, prepared)
+        prepared, uploaded = self._prepare(commands, strict)
+        attempt = _Attempt(self, commit_id, self.who(options.actor), strict, prepared, uploaded)
         attempt.given_id = options.commit_id is not None
         return self._commit(domain, plans, steps, attempt, message)
 
     # ------------------------------------------------------------------ before the loop
 
-    def _prepare(self, commands: Sequence[Command], strict: bool) -> dict[int, Prepared]:
+    def _prepare(
+        self, commands: Sequence[Command], strict: bool
+    ) -> tuple[dict[int, Prepared], set[str]]:
         """The files of every command that carries some: checked against the limits,
-        hashed, inspected (the strict policy applied), the new blobs uploaded together."""
+        hashed, inspected (the strict policy applied), the new bytes uploaded together (and
+        their digests returned). Stored files kept by reference are touched per attempt
+        (`_touch`)."""
         now = self.clock()
         blobs: dict[str, bytes] = {}
         out: dict[int, Prepared] = {}
@@ -118,9 +122,8 @@ class Committer:
             if strict:
                 rules.refuse_errors(ref.name, reading.findings)
             out[id(c)] = prepared(table, reading)
-        refs = {e.sha256 for p in out.values() for e in p.files.values()} - blobs.keys()
-        self.blobs.upload(blobs, refs, now)
-        return out
+        self.blobs.upload(blobs, set(), now)
+        return out, set(blobs)
 
     def inspect(
         self,
@@ -166,6 +169,7 @@ class Committer:
                     landed = True
             if landed:
                 return self._already(domain, steps, current, commit_id)
+            self._touch(ops, current, attempt)
             started = time.monotonic()
             try:
                 revision = self.engine.commit(domain, ops, checks, charges)
@@ -219,6 +223,29 @@ class Committer:
         rules.check_ops(ops, current, markets, self.names(ops, current))
         charged = quotas.charges(ops, current, self.limits, quotas.current())
         return ops, _checks(domain, ops, current, markets), charged
+
+    def _touch(
+        self,
+        ops: Sequence[CommitOp],
+        current: Mapping[tuple[Scope, str], Manifest],
+        attempt: _Attempt,
+    ) -> None:
+        """Refresh the last-use time of the stored files the new versions reference and the
+        versions they replace do not (a rollback's, a copy's, a file kept by reference from
+        elsewhere), refusing one whose blob is gone. A file the replaced version holds needs
+        none: GC's mark reads the live version, which holds it before the commit and after
+        (docs/architecture.md, "Blob GC"), and an edit of one file of a large skill touches
+        one blob, not thousands (on etcd each touch is a revision kept until compaction)."""
+        held = {
+            e.sha256
+            for op in ops
+            if (cur := current.get((op.scope, op.manifest.skill))) is not None
+            for _, e in cur.all_files()
+        }
+        refs = {e.sha256 for op in ops for _, e in op.manifest.all_files()}
+        fresh = refs - held - attempt.uploaded
+        if fresh:
+            self.blobs.upload({}, fresh, attempt.now)
 
     def commit_built(self, domain: str, ops: Sequence[CommitOp]) -> Revision:
         """A commit whose next versions a client built (a skillfs server's `Commit` from a
@@ -318,6 +345,8 @@ class _Attempt:
     actor: str
     strict: bool
     prepared_files: dict[int, Prepared]
+    #: The digests of the new bytes the commit uploaded before its attempts.
+    uploaded: set[str]
     now: float = 0.0
     #: The caller named the commit id (a retry may reuse it): it is looked for in history.
     given_id: bool = False

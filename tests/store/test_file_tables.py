@@ -245,3 +245,30 @@ def test_gc_through_a_server_keeps_the_chunks(store: skillfs.Store, store_url: s
     fresh = skillfs.open_store(store_url)
     assert len(fresh.manifest(SHARED, "big").files) == BIG + 1
     assert len(fresh.manifest(SHARED, "big", version=1).files) == BIG
+
+
+def test_an_edit_touches_only_what_the_replaced_version_lacks(
+    store: skillfs.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file the replaced version holds is safe from GC without a touch (the mark reads the
+    live version before the commit and after); on etcd each touch is a revision kept until
+    compaction, so touching a large skill's every file made each edit cost kilobytes."""
+    store.publish(SHARED, "big", big_files())
+    touched: list[str] = []
+    real = store.engine.touch_blobs
+
+    def touch(shas: Sequence[str], now: float) -> set[str]:
+        touched.extend(shas)
+        return real(shas, now)
+
+    monkeypatch.setattr(store.engine, "touch_blobs", touch)
+    m1 = store.manifest(SHARED, "big")
+    store.publish(SHARED, "big", edited(m1, "references/x.md", b"x\n"), expected_version=1)
+    assert sha256(b"x\n") in touched and len(touched) <= 4  # the new file, maybe new chunks
+    touched.clear()
+    m2 = store.manifest(SHARED, "big")
+    without = {p: e for p, e in m2.files.items() if p != "references/x.md"}
+    store.publish(SHARED, "big", without, expected_version=2)
+    assert touched == []  # nothing new
+    store.rollback(SHARED, "big", version=2)  # brings back a file the live version lacks
+    assert touched == [sha256(b"x\n")]
