@@ -206,9 +206,9 @@ class Tables(Engine):
             if op.expect and _tables(op.manifest):
                 by_scope.setdefault(op.scope, []).append(op)
         for scope, some in by_scope.items():
-            now = self.inner.load_skills(scope, [op.manifest.skill for op in some])
+            current = self.inner.load_skills(scope, [op.manifest.skill for op in some])
             for op in some:
-                cur = now.get(op.manifest.skill)
+                cur = current.get(op.manifest.skill)
                 if cur is not None and cur.version == op.expect:
                     roots = [d for t in _tables(cur) for d in t.chunks]
                     kept.update(d for d, c in self._trees(roots).items() if c is not None)
@@ -252,7 +252,7 @@ class Tables(Engine):
                                  strict=True):  # fmt: skip
             data = first
             index = 1
-            while data is not None and len(data) == size * index:  # a chunk over one piece
+            while data is not None and len(data) == size * index:  # over one blob piece
                 more = self.inner.get_chunks([(digest, index)])[0]
                 if more is None:
                     break
@@ -285,7 +285,8 @@ class Tables(Engine):
 
     def references(self, manifests: Iterable[Manifest], into: set[str]) -> None:
         """Every blob stored manifests reference, their tables' chunks and the files listed
-        there included, added to `into` (GC's mark; a shared chunk is walked once)."""
+        there included, added to `into` (GC's mark; a top chunk marked already, shared with
+        a version seen before, is not walked again)."""
         held = list(manifests)
         for m in held:
             into.update(e.sha256 for _, e in m.all_files())
