@@ -369,3 +369,15 @@ def test_import_and_ls_through_the_real_entry_point(url: str, tmp_path: Path) ->
             capture_output=True, text=True, cwd=REPO, timeout=120,
         )  # fmt: skip
         assert [r["skill"] for r in json.loads(ran.stdout)] == ["one"], (module, ran.stderr)
+
+
+def test_a_skill_of_many_files_round_trips(url: str, tmp_path: Path) -> None:
+    """Its file table is stored in chunks (docs/design.md §2, "File tables"): the import
+    writes them, the export reads every file back."""
+    src = _skill(tmp_path / "src", "wide")
+    for i in range(400):
+        (src / "references").mkdir(exist_ok=True)
+        (src / "references" / f"n-{i:03d}.md").write_bytes(b"%d\n" % i)
+    ok(url, "import", str(tmp_path / "src"), "-s", "shared:bot")
+    ok(url, "export", str(tmp_path / "out"), "-s", "shared:bot")
+    assert _tree(tmp_path / "out") == _tree(tmp_path / "src")

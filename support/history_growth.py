@@ -1,0 +1,175 @@
+"""History growth (docs/benchmarks.md, "History growth"): one-file commits to a skill of
+4,000 files, and what each adds to what the engine holds — the sum of its keys' and values'
+sizes in the store's namespace; on etcd every put since the start counts, superseded
+revisions included, until a compaction. The new files' blobs are left out (they are the
+change itself). Used by tests/engines and tests/scenarios (test_history_growth.py) and by
+bench/history.py.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterable
+from typing import Any, cast
+
+from etcd3 import etcdrpc
+
+import skillfs
+from skillfs import Scope
+from skillfs.engines.base import Engine
+from skillfs.engines.etcd.client import prefix_end
+from skillfs.engines.etcd.engine import EtcdEngine
+from skillfs.engines.memory import MemoryEngine
+from skillfs.engines.redis.engine import RedisEngine
+from skillfs.engines.sqlite.engine import SqliteEngine
+from skillfs.store.blobs import sha256
+
+SHARED = Scope.shared("support-bot")
+FILES = 4000
+#: The most one one-file commit may add to what an engine holds (issue 28 §2).
+LIMIT = 20 * 1024
+#: Different texts among the files (few blobs: a fast first publish; the table is the same).
+TEXTS = 40
+
+
+def path_of(i: int) -> str:
+    return f"references/part-{i // 100:02d}/note-{i:04d}.md"
+
+
+def one_file_commits(store: skillfs.Store, commits: int) -> tuple[float, float]:
+    """Publish a skill of FILES files, then `commits` one-file commits (even ones change a
+    file spread over the table, odd ones add one): the bytes each added to what the engine
+    holds, on average, and the seconds each took."""
+    files = {path_of(i): b"note %d\n" % (i % TEXTS) for i in range(FILES - 1)}
+    md = b"---\nname: large\ndescription: A skill of many files.\n---\nbody\n"
+    store.publish(SHARED, "large", {"SKILL.md": md, **files})
+    held = Held(store)
+    new: list[str] = []
+    m = store.manifest(SHARED, "large")
+    started = time.monotonic()
+    for n in range(commits):
+        data = b"edit %d\n" % n
+        new.append(sha256(data))
+        path = path_of(n * 997 % (FILES - 1)) if n % 2 == 0 else f"references/new/add-{n:04d}.md"
+        version = store.publish(
+            SHARED, "large", {**m.files, path: data}, expected_version=m.version
+        ).version
+        m = store.manifest(SHARED, "large")
+        assert m.version == version and m.files[path].sha256 == new[-1]
+    seconds = (time.monotonic() - started) / commits
+    return held.grown(new) / commits, seconds
+
+
+class Held:
+    """The bytes one store holds from now on (`grown`), or now (`total`)."""
+
+    def __init__(self, store: skillfs.Store) -> None:
+        #: The engine itself, under the store's file tables (skillfs/store/tables.py).
+        self.engine = cast(Engine, getattr(store.engine, "inner", store.engine))
+        self.start = self._etcd_revision() if isinstance(self.engine, EtcdEngine) else 0
+        self.base = self.total(())
+
+    def grown(self, exclude: Iterable[str]) -> int:
+        """The bytes added since this object was made, leaving out the blobs `exclude`."""
+        return self.total(exclude) - self.base
+
+    def total(self, exclude: Iterable[str]) -> int:
+        skip = set(exclude)
+        e = self.engine
+        if isinstance(e, MemoryEngine):
+            return _memory(e, skip)
+        if isinstance(e, SqliteEngine):
+            return _sqlite(e, skip)
+        if isinstance(e, RedisEngine):
+            return _redis(e, skip)
+        if isinstance(e, EtcdEngine):
+            return _etcd(e, self.start, skip)
+        raise TypeError(f"no byte count for {type(e).__name__}")
+
+    def _etcd_revision(self) -> int:
+        e = cast(EtcdEngine, self.engine)
+        response = e._etcd.range(etcdrpc.RangeRequest(key=b"\0", limit=1))
+        return int(response.header.revision)
+
+
+def _named(key: str | bytes, skip: set[str]) -> bool:
+    text = key.decode(errors="replace") if isinstance(key, bytes) else key
+    return any(sha in text for sha in skip)
+
+
+def _memory(e: MemoryEngine, skip: set[str]) -> int:
+    total = 0
+    for (sha, _), data in e._chunks.items():
+        if sha not in skip:
+            total += len(sha) + 8 + len(data)
+    total += sum(len(sha) + 8 for sha in e._blob_use if sha not in skip)
+    for scope, live in e._live.items():
+        total += sum(len(str(scope)) + len(k) + len(m.model_dump_json()) for k, m in live.items())
+    for (scope, skill), older in e._history.items():
+        total += sum(len(str(scope)) + len(skill) + len(m.model_dump_json()) for m in older)
+    total += sum(len(c.model_dump_json()) for log in e._log.values() for c in log)
+    return total
+
+
+def _sqlite(e: SqliteEngine, skip: set[str]) -> int:
+    conn = sqlite3.connect(e.path)
+    try:
+        total = 0
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        for table in tables:
+            columns = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
+            keyed = "key" in columns and table in ("blobs", "blob_chunks")
+            where = f" WHERE key NOT IN ({','.join('?' * len(skip))})" if keyed and skip else ""
+            size = " + ".join(f"coalesce(length({c}), 0)" for c in columns)
+            row = conn.execute(
+                f"SELECT coalesce(sum({size}), 0) FROM {table}{where}",
+                tuple(skip) if where else (),
+            ).fetchone()
+            total += int(row[0])
+        return total
+    finally:
+        conn.close()
+
+
+def _redis(e: RedisEngine, skip: set[str]) -> int:
+    client: Any = e._client
+    total = 0
+    for key in client.scan_iter(match=e.prefix.replace("*", r"\*") + "*", count=1000):
+        if _named(key, skip):
+            continue
+        kind = client.type(key)
+        kind = kind.decode() if isinstance(kind, bytes) else kind
+        total += len(key)
+        if kind == "string":
+            total += int(client.strlen(key))
+        elif kind == "hash":
+            total += sum(len(k) + len(v) for k, v in client.hgetall(key).items())
+        elif kind == "set":
+            total += sum(len(m) for m in client.smembers(key))
+        elif kind == "zset":
+            total += sum(len(m) + 8 for m in client.zrange(key, 0, -1))
+        elif kind == "list":
+            total += sum(len(m) for m in client.lrange(key, 0, -1))
+        elif kind == "stream":
+            for entry_id, fields in client.xrange(key):
+                total += len(entry_id) + sum(len(k) + len(v) for k, v in fields.items())
+    return total
+
+
+def _etcd(e: EtcdEngine, start: int, skip: set[str]) -> int:
+    """What was live under the engine's prefix at revision `start`, plus every put since
+    (superseded ones included): each later revision's puts read as of that revision."""
+    prefix = e._prefix
+    assert prefix, "measure etcd under a key prefix (?prefix= in the URL)"
+    end = prefix_end(prefix)
+
+    def size(revision: int, only: bool) -> int:
+        request = etcdrpc.RangeRequest(key=prefix, range_end=end, revision=revision)
+        if only:
+            request.min_mod_revision = request.max_mod_revision = revision
+        kvs = e._etcd.range(request).kvs
+        return sum(len(kv.key) + len(kv.value) for kv in kvs if not _named(kv.key, skip))
+
+    now = int(e._etcd.range(etcdrpc.RangeRequest(key=b"\0", limit=1)).header.revision)
+    return size(start, False) + sum(size(r, True) for r in range(start + 1, now + 1))
