@@ -29,19 +29,18 @@ SHARED = Scope.shared("support-bot")
 FILES = 4000
 #: The most one one-file commit may add to what an engine holds (issue 28 §2).
 LIMIT = 20 * 1024
-#: Different texts among the files (few blobs: a fast first publish; the table is the same).
-TEXTS = 40
 
 
 def path_of(i: int) -> str:
     return f"references/part-{i // 100:02d}/note-{i:04d}.md"
 
 
-def one_file_commits(store: skillfs.Store, commits: int) -> tuple[float, float]:
-    """Publish a skill of FILES files, then `commits` one-file commits (even ones change a
-    file spread over the table, odd ones add one): the bytes each added to what the engine
-    holds, on average, and the seconds each took."""
-    files = {path_of(i): b"note %d\n" % (i % TEXTS) for i in range(FILES - 1)}
+def one_file_commits(store: skillfs.Store, commits: int, texts: int = FILES) -> tuple[float, float]:
+    """Publish a skill of FILES files holding `texts` different texts (fewer blobs: a faster
+    first publish, the same file table), then `commits` one-file commits (even ones change
+    a file spread over the table, odd ones add one): the bytes each added to what the
+    engine holds, on average, and the seconds each took."""
+    files = {path_of(i): b"note %d\n" % (i % texts) for i in range(FILES - 1)}
     md = b"---\nname: large\ndescription: A skill of many files.\n---\nbody\n"
     store.publish(SHARED, "large", {"SKILL.md": md, **files})
     held = Held(store)

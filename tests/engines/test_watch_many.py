@@ -452,6 +452,8 @@ def test_gc_round_trips_grow_with_scopes_not_skills(
 
 
 def test_gc_still_prunes_history_in_batches(store: skillfs.Store) -> None:
+    if store.url.startswith("grpc"):
+        pytest.skip("over grpc:// the server collects, by its own history policy")
     scope = Scope.shared("h")
     for n in range(4):
         store.commit([skillfs.Put(scope, s, files(s, n)) for s in ("a", "b")])
