@@ -4,7 +4,8 @@ holds (issue 28 §2: at most 20 KB; docs/design.md §2, "File tables").
     python -m bench.history                     # 150 commits per engine; prints a table
     python -m bench.history --write-docs        # also replaces this section of docs/benchmarks.md
 
-Memory, SQLite, Redis, a Redis Cluster of three masters and etcd, the servers started here.
+Memory, SQLite, Redis, a Redis Cluster of three masters, etcd and PostgreSQL, the servers
+started here.
 The measure is support/history_growth.py's: the sum of the engine's key and value sizes in
 the store's namespace, on etcd every put since the first commit (superseded revisions
 included, as etcd keeps them until a compaction), the new files' blobs left out.
@@ -20,6 +21,7 @@ from pathlib import Path
 import skillfs
 from bench import common
 from support.history_growth import FILES, one_file_commits
+from support.postgres import PostgresServer
 from support.servers import EtcdServer, RedisCluster, RedisServer
 
 
@@ -31,12 +33,14 @@ def measure(commits: int) -> list[tuple[str, float, float]]:
         redis = stack.enter_context(RedisServer(root / "redis"))
         cluster = stack.enter_context(RedisCluster(root / "cluster"))
         etcd = stack.enter_context(EtcdServer(root / "etcd"))
+        postgres = stack.enter_context(PostgresServer())
         urls = {
             "memory": "memory://history-growth",
             "SQLite": f"sqlite:///{root / 'skills.db'}",
             "Redis": redis.url,
             "Redis Cluster": cluster.url,
             "etcd": f"{etcd.url}?prefix=bench/",
+            "PostgreSQL": postgres.url,
         }
         for name, url in urls.items():
             with skillfs.open_store(url) as store:

@@ -8,7 +8,6 @@ bench/history.py.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Iterable
 from typing import Any, cast
@@ -22,7 +21,7 @@ from skillfs.engines.etcd.client import prefix_end
 from skillfs.engines.etcd.engine import EtcdEngine
 from skillfs.engines.memory import MemoryEngine
 from skillfs.engines.redis.engine import RedisEngine
-from skillfs.engines.sqlite.engine import SqliteEngine
+from skillfs.engines.sql.engine import SqlEngine
 from skillfs.store.blobs import sha256
 
 SHARED = Scope.shared("support-bot")
@@ -78,8 +77,8 @@ class Held:
         e = self.engine
         if isinstance(e, MemoryEngine):
             return _memory(e, skip)
-        if isinstance(e, SqliteEngine):
-            return _sqlite(e, skip)
+        if isinstance(e, SqlEngine):
+            return _sql(e, skip)
         if isinstance(e, RedisEngine):
             return _redis(e, skip)
         if isinstance(e, EtcdEngine):
@@ -111,24 +110,30 @@ def _memory(e: MemoryEngine, skip: set[str]) -> int:
     return total
 
 
-def _sqlite(e: SqliteEngine, skip: set[str]) -> int:
-    conn = sqlite3.connect(e.path)
-    try:
-        total = 0
-        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        for table in tables:
-            columns = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
-            keyed = "key" in columns and table in ("blobs", "blob_chunks")
-            where = f" WHERE key NOT IN ({','.join('?' * len(skip))})" if keyed and skip else ""
-            size = " + ".join(f"coalesce(length({c}), 0)" for c in columns)
-            row = conn.execute(
-                f"SELECT coalesce(sum({size}), 0) FROM {table}{where}",
-                tuple(skip) if where else (),
-            ).fetchone()
-            total += int(row[0])
-        return total
-    finally:
-        conn.close()
+#: The first column of each table of the SQL engines, which starts with the store's prefix.
+_SQL_TABLES = {
+    "blobs": "key", "blob_chunks": "key", "manifests": "scope", "history": "scope",
+    "revisions": "domain", "changes": "domain", "scopes": "domain", "usage": "agent",
+    "leases": "key", "quota": "domain",
+}  # fmt: skip
+
+
+def _sql(e: SqlEngine, skip: set[str]) -> int:
+    """Every row of the store's prefix (SQLite: every row), its values' bytes summed."""
+    total = 0
+    for table, first in _SQL_TABLES.items():
+        where, params = "", ()
+        if e.prefix:
+            where, params = f" WHERE {first} >= ? AND {first} < ?", e._range(e.prefix)
+        for row in e.sql.query(f"SELECT * FROM {table}{where}", params):
+            if table.startswith("blob") and _named(row[0], skip):
+                continue
+            total += sum(
+                len(v) if isinstance(v, bytes | memoryview) else len(str(v).encode())
+                for v in row
+                if v is not None
+            )
+    return total
 
 
 def _redis(e: RedisEngine, skip: set[str]) -> int:

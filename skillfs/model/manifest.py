@@ -25,6 +25,7 @@ from pydantic.dataclasses import dataclass
 from skillfs.errors import InvalidArgument
 from skillfs.model.file_entry import FileEntry
 from skillfs.model.names import check_id
+from skillfs.model.table import TableRef, file_bytes, file_count
 
 log = logging.getLogger(__name__)
 
@@ -173,28 +174,6 @@ class Rollout(BaseModel):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TableRef(Edge):
-    """A file table stored as content-addressed chunks (docs/design.md §2, "File tables"):
-    the digests of its top chunks in path order, and the number and bytes of its files, so
-    that a history listing says them without reading a chunk. A manifest holding one stores
-    no `files` of its own; a store's reads give it back whole (`skillfs.store.tables`)."""
-
-    chunks: tuple[str, ...]
-    count: int
-    size: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TableChunk(Edge):
-    """One chunk of a stored file table, kept as a blob named by the SHA-256 of its JSON: a
-    run of the table's rows in path order (`files`), or the digests of the chunks below it
-    (`chunks`), never both."""
-
-    files: dict[str, FileEntry] = Field(default_factory=dict, exclude_if=lambda v: not v)
-    chunks: tuple[str, ...] = Field(default=(), exclude_if=lambda v: not v)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Candidate(Edge):
     """The version a skill stages beside its live one (docs/governance.md, "Staged rollout"):
     a whole file table with its frontmatter and findings, the rule saying who gets it, and
@@ -211,16 +190,6 @@ class Candidate(Edge):
     staged_at: float = 0.0
     #: The stored form of a big `files` (`TableRef`); absent from the JSON when None.
     table: TableRef | None = Field(default=None, exclude_if=lambda v: v is None)
-
-    @property
-    def file_count(self) -> int:
-        return len(self.files) + (self.table.count if self.table is not None else 0)
-
-    @property
-    def size(self) -> int:
-        return sum(e.size for e in self.files.values()) + (
-            self.table.size if self.table is not None else 0
-        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -321,14 +290,7 @@ class Manifest(Edge):
 
     @property
     def size(self) -> int:
-        return sum(e.size for e in self.files.values()) + (
-            self.table.size if self.table is not None else 0
-        )
-
-    @property
-    def file_count(self) -> int:
-        """The files of the live version, whichever form its table has."""
-        return len(self.files) + (self.table.count if self.table is not None else 0)
+        return file_bytes(self.files, self.table)
 
     def all_files(self) -> list[tuple[str, FileEntry]]:
         """Every (path, entry) the manifest references: its files, then its staged
@@ -453,7 +415,7 @@ class Manifest(Edge):
             operation=self.operation,
             disabled=self.disabled,
             disabled_reason=self.disabled_reason,
-            file_count=self.file_count,
+            file_count=file_count(self.files, self.table),
             size=self.size,
             usable=self.usable,
             findings=self.findings,
@@ -465,8 +427,8 @@ class Manifest(Edge):
                 commit_id=c.commit_id,
                 actor=c.actor,
                 staged_at=c.staged_at,
-                file_count=c.file_count,
-                size=c.size,
+                file_count=file_count(c.files, c.table),
+                size=file_bytes(c.files, c.table),
                 findings=c.findings,
             ),
         )
@@ -592,12 +554,11 @@ def _salvage(raw: bytes | str, exc: ValidationError) -> Manifest:
             files[path] = FileEntry.model_validate(e)
         except (ValidationError, AttributeError):
             continue
-    table = None
-    if isinstance(doc.get("table"), dict):
-        try:  # a stored file table (docs/design.md §2): the store reads its chunks back
-            table = TableRef.model_validate(doc["table"])
-        except ValidationError:
-            table = None
+    raw_table = doc.get("table")
+    try:  # a stored file table (docs/design.md §2): the store reads its chunks back
+        table = TableRef.model_validate(raw_table) if isinstance(raw_table, dict) else None
+    except ValidationError:
+        table = None
     skill, version = doc.get("skill"), doc.get("version")
     skill = skill if isinstance(skill, str) else "?"
     version = version if isinstance(version, int) else 0

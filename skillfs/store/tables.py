@@ -37,7 +37,7 @@ from skillfs.model import (
     UsageStat,
     VersionSummary,
 )
-from skillfs.model.manifest import TableChunk, TableRef
+from skillfs.model.table import TableChunk, TableRef
 from skillfs.util.lru import Lru
 
 log = logging.getLogger(__name__)

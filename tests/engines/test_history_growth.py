@@ -15,7 +15,7 @@ from support.history_growth import LIMIT, one_file_commits
 from tests.stores import url_for
 
 #: Each engine once (a sentinel's and an etcd cluster's bytes are their single node's).
-TOPOLOGIES = ["memory", "sqlite", "redis", "redis-cluster", "etcd"]
+TOPOLOGIES = ["memory", "sqlite", "redis", "redis-cluster", "etcd", "postgres"]
 COMMITS = 20
 
 

@@ -16,7 +16,7 @@ from skillfs import FileEntry, Rollout, Scope
 from skillfs.engines.base import CommitOp, Engine
 from skillfs.errors import InvalidArgument
 from skillfs.model import Manifest
-from skillfs.model.manifest import TableRef
+from skillfs.model.table import TableRef
 from skillfs.store.blobs import sha256
 from skillfs.store.retention import HistoryPolicy
 from skillfs.store.tables import FANOUT, INLINE_MAX, Tables
@@ -168,7 +168,7 @@ def test_a_commit_cannot_name_stored_chunks(store: skillfs.Store) -> None:
     one = {"SKILL.md": m.files["SKILL.md"]}
     forged = (
         Manifest.empty("thief")
-        .with_files(one, None, ())
+        .with_files(one, None, (), None)
         .stamped(version=1, commit_id=uuid.uuid4().hex, committed_at=1.0, actor="x", message="")
     )
     forged = forged.model_copy(update={"table": TableRef(chunks=("0" * 64,), count=1, size=1)})
