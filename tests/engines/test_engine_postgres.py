@@ -26,7 +26,7 @@ from skillfs.errors import (
 from skillfs.model import Change, Revision, Scope
 from support.postgres import PASSWORD, PostgresServer
 from support.servers import free_port
-from tests.helpers import manifest, skill_md
+from tests.helpers import manifest, raw_engine, skill_md
 
 SHARED = Scope.shared("support-bot")
 DOMAIN = "agents/support-bot"
@@ -206,7 +206,7 @@ def _follow(store: skillfs.Store, wait: float) -> tuple[list[Change], threading.
 def test_followers_are_woken_by_notify_and_read_nothing_while_idle(url: str) -> None:
     with skillfs.open_store(url) as follower, skillfs.open_store(url) as writer:
         writer.publish(SHARED, "a", {"SKILL.md": skill_md("a")})
-        engine = follower.engine
+        engine = raw_engine(follower)
         assert isinstance(engine, PostgresEngine)
         got, arrived = _follow(follower, wait=0.1)
         time.sleep(0.5)  # subscribed, caught up, listening
@@ -225,7 +225,7 @@ def test_followers_are_woken_by_notify_and_read_nothing_while_idle(url: str) -> 
 
 def test_a_quiet_listening_connection_is_pinged(url: str) -> None:
     with skillfs.open_store(url) as store:
-        engine = store.engine
+        engine = raw_engine(store)
         assert isinstance(engine, PostgresEngine)
         engine.listener.ping_every = 0.3
         _follow(store, wait=0.5)
@@ -248,7 +248,7 @@ def test_a_cut_listening_connection_is_made_anew_and_catches_up(
 ) -> None:
     with skillfs.open_store(url) as follower, skillfs.open_store(url) as writer:
         writer.publish(SHARED, "a", {"SKILL.md": skill_md("a")})
-        engine = follower.engine
+        engine = raw_engine(follower)
         assert isinstance(engine, PostgresEngine)
         got, arrived = _follow(follower, wait=0.2)
         time.sleep(0.5)
