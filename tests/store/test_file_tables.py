@@ -272,3 +272,19 @@ def test_an_edit_touches_only_what_the_replaced_version_lacks(
     assert touched == []  # nothing new
     store.rollback(SHARED, "big", version=2)  # brings back a file the live version lacks
     assert touched == [sha256(b"x\n")]
+
+
+def test_gc_recounts_a_chunked_skill_as_its_commits_were_charged(store: skillfs.Store) -> None:
+    """Quotas (docs/security.md): GC re-counts a skill from its tables read back whole, as
+    the commits were charged, not from the stored manifests (which list no files)."""
+    if tables_of(store) is None:
+        pytest.skip("a skillfs server counts its own quotas")
+    store.publish(SHARED, "big", big_files())
+    m = store.manifest(SHARED, "big")
+    store.publish(SHARED, "big", edited(m, "references/x.md", b"x\n"), expected_version=1)
+    key = f"scope:{SHARED}"
+    charged = (store.engine.quota_used(SHARED.domain) or {})[key]
+    assert charged > sum(len(v) for v in big_files().values())
+    store.engine.adjust_quota(SHARED.domain, {key: -charged})
+    store.gc(grace=0)
+    assert (store.engine.quota_used(SHARED.domain) or {})[key] == charged
