@@ -53,7 +53,7 @@ FANOUT = 64
 #: About one entry in this many ends its chunk: a row whose path's SHA-256 starts with a
 #: byte divisible by it, a digest that does (chunks of ~16 entries on average).
 BOUNDARY = 16
-#: Entries (rows and digests) the parsed-chunk cache holds: the tables of a few hundred
+#: Entries (rows and digests) the parsed-chunk cache holds: the tables of some 50
 #: skills of 4,000 files, sharing their rows with the manifests a worker holds anyway.
 CACHE_ENTRIES = 200_000
 #: Bytes of serialized chunks kept by their content, so that a commit serializes only the
