@@ -38,7 +38,15 @@ def _blocked_reads(admin: Any) -> int:
     return sum(1 for c in admin.client_list() if c.get("name") == NAME and c["cmd"] == "xread")
 
 
-def _hub(port: int, since: skillfs.Revision, target: list[Any], woke: threading.Event) -> Any:
+def _reached(target: list[Any], seen: list[Any]) -> bool:
+    return bool(target) and rev_to_pb(target[0]) in seen
+
+
+def _hub(
+    port: int, since: skillfs.Revision, target: list[Any], seen: list[Any], woke: threading.Event
+) -> Any:
+    """A Watch stream whose events' revisions go to `seen`; `woke` once `target` is among
+    them (the event may come before the publish call returns and `target` is known)."""
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     stream = pb_grpc.SkillReaderStub(channel).Watch(
         pb.WatchRequest(domain=DOMAIN, since=rev_to_pb(since)),
@@ -47,7 +55,8 @@ def _hub(port: int, since: skillfs.Revision, target: list[Any], woke: threading.
 
     def read() -> None:
         for event in stream:
-            if target and event.through == rev_to_pb(target[0]):
+            seen.append(event.through)
+            if _reached(target, seen):
                 woke.set()
                 return
 
@@ -106,7 +115,8 @@ def test_the_hub_console_and_mcp_share_one_store_connection(
     with running(url, tmp_path) as server:
         assert server.http_port is not None
         feed = server.store.changes.feed
-        channel, stream = _hub(server.grpc_port, since, target, woke["hub"])
+        through: list[Any] = []
+        channel, stream = _hub(server.grpc_port, since, target, through, woke["hub"])
         http = _console(server.http_port, woke["console"], stop)
         _mcp(server.http_port, listed, woke["mcp"], stop)
         try:
@@ -119,6 +129,8 @@ def test_the_hub_console_and_mcp_share_one_store_connection(
                 time.sleep(0.1)
             assert max(seen) == 1, seen  # before: the hub, the console and MCP one each
             target.append(writer.publish(alice, "second", {"SKILL.md": md("second")}).revision)
+            if _reached(target, through):
+                woke["hub"].set()
             for name, event in woke.items():
                 assert event.wait(10), f"the publish did not reach the {name}"
         finally:
