@@ -98,11 +98,13 @@ def test_a_one_file_change_stores_a_few_chunks(store: skillfs.Store) -> None:
                   expected_version=1)  # fmt: skip
     added = set(store.engine.blob_shas()) - before
     assert sha256(b"new\n") in added
-    assert 2 <= len(added) <= 4  # the file, its leaf chunk (or two) and the chunk above
+    # the file, its leaf chunk (or two) and the chunk above (or two: the level above cuts its
+    # runs by the chunks' digests, which the files' times make differ from run to run)
+    assert 2 <= len(added) <= 5
     if tables_of(store) is not None:
         old, new = stored(store, "big", 1), stored(store, "big")
         assert old.table is not None and new.table is not None
-        assert len(set(new.table.chunks) - set(old.table.chunks)) == 1
+        assert 1 <= len(set(new.table.chunks) - set(old.table.chunks)) <= 2
 
 
 def test_old_versions_read_back_whole(store: skillfs.Store) -> None:
@@ -184,7 +186,7 @@ def test_a_missing_chunk_fails_its_skill_not_the_scope(store_url: str) -> None:
         pytest.skip("a chunk is deleted from the engine itself: not over grpc://")
     store.publish(SHARED, "big", big_files())
     store.publish(SHARED, "small", {"SKILL.md": skill_md("small")})
-    leaf = stored(store, "big").table.chunks[3]  # type: ignore[union-attr]
+    leaf = stored(store, "big").table.chunks[-1]  # type: ignore[union-attr]  # how many: by digests
     assert tables.inner.delete_blob_if_idle(leaf, float("inf"))
     fresh = skillfs.open_store(store_url)  # nothing cached
     loaded = fresh.manifests(SHARED)
