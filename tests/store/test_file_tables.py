@@ -290,3 +290,15 @@ def test_gc_recounts_a_chunked_skill_as_its_commits_were_charged(store: skillfs.
     store.engine.adjust_quota(SHARED.domain, {key: -charged})
     store.gc(grace=0)
     assert (store.engine.quota_used(SHARED.domain) or {})[key] == charged
+
+
+def test_every_engine_method_is_the_inner_engines_or_converts() -> None:
+    """An `Engine` method Tables neither converts nor hands to its inner engine would run the
+    base class's default over Tables itself (`usage_agents` answering None over SQLite)."""
+    methods = {n for n, v in vars(Engine).items() if callable(v) and not n.startswith("_")}
+    helpers = {"unavailable", "unavailable_error"}  # the engine's own URL: the same either way
+    assert methods - helpers <= set(vars(Tables)), methods - helpers - set(vars(Tables))
+    tables = skillfs.open_store("memory://").engine
+    assert isinstance(tables, Tables)
+    assert tables.usage_agents == tables.inner.usage_agents  # bound to the inner engine
+    assert tables.usage_agents() == []
