@@ -38,11 +38,10 @@ import psycopg
 from support.servers import (
     HOST,
     ServerError,
+    _OneProcess,
     _Process,
-    _start_with_retries,
     _wait_until,
     check_servers_allowed,
-    free_port,
 )
 
 USER = "skillfs"
@@ -75,19 +74,14 @@ def _as_owner() -> list[str]:
     return ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--"]
 
 
-class PostgresServer:
+class PostgresServer(_OneProcess):
     """One PostgreSQL server with a database `skillfs` owned by the password user `skillfs`."""
 
     def __init__(self, port: int | None = None, *, name: str = "postgres") -> None:
-        self.name = name
-        self._choose_port = port is None
-        self.port = port if port is not None else free_port()
+        super().__init__(port, name)
         self.dir = Path(tempfile.mkdtemp(prefix="skillfs-pg-"))
         self.data = self.dir / "data"
-        self.startup_seconds: float | None = None
-        self._proc: _Process | None = None
         self._initialized = False
-        self._ever_started = False
 
     @property
     def url(self) -> str:
@@ -95,14 +89,6 @@ class PostgresServer:
 
     def url_of(self, database: str) -> str:
         return f"postgresql://{USER}:{PASSWORD}@{HOST}:{self.port}/{database}"
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.running
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
 
     def _initdb(self) -> None:
         if os.geteuid() == 0:
@@ -155,10 +141,6 @@ class PostgresServer:
             **kwargs,
         )
 
-    def _repick(self) -> None:
-        self.stop()
-        self.port = free_port()
-
     def start(self, timeout: float = 60.0) -> Self:
         """initdb on first start, then start and wait until it answers; ServerError otherwise."""
         if self.running:
@@ -167,17 +149,7 @@ class PostgresServer:
         t0 = time.monotonic()
         if not self._initialized:
             self._initdb()
-
-        def once() -> None:
-            try:
-                self._launch()
-                self._wait_ready(time.monotonic() + timeout)
-            except BaseException:
-                self.stop()
-                raise
-
-        can_repick = self._choose_port and not self._ever_started
-        _start_with_retries(once, self._repick if can_repick else None)
+        self._start_process(timeout)
         with self.admin() as conn:
             exists = "SELECT 1 FROM pg_database WHERE datname = %s"
             if not conn.execute(exists, (DATABASE,)).fetchone():
@@ -195,8 +167,7 @@ class PostgresServer:
 
     def kill(self) -> None:
         """SIGKILL to the process group (postmaster and backends): a crash."""
-        if self._proc is not None:
-            self._proc.kill()
+        super().kill()
 
     def remove(self) -> None:
         """Stop and delete the data directory."""

@@ -356,7 +356,61 @@ def _admin(port: int) -> redis.Redis:
     )
 
 
-class RedisServer:
+class _OneProcess:
+    """What a server of one process shares (RedisServer, support/postgres.py's
+    PostgresServer): its port, free and ours to change until it first answers, its process,
+    and starting it (launch, wait until it answers, stop it if it does not, and try a new port
+    after a lost port race). A subclass launches, waits and stops in its own way."""
+
+    def __init__(self, port: int | None, name: str) -> None:
+        self.name = name
+        self._choose_port = port is None
+        self.port = port if port is not None else free_port()
+        self.startup_seconds: float | None = None
+        self._proc: _Process | None = None
+        self._ever_started = False
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.running
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def _launch(self) -> None:
+        raise NotImplementedError
+
+    def _wait_ready(self, deadline: float) -> None:
+        """Until it answers (by `deadline`); then `_ever_started`."""
+        raise NotImplementedError
+
+    def stop(self, timeout: float = 10.0) -> None:
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        """SIGKILL: a crash."""
+        if self._proc is not None:
+            self._proc.kill()
+
+    def _repick(self) -> None:
+        self.stop()
+        self.port = free_port()
+
+    def _start_process(self, timeout: float) -> None:
+        def once() -> None:
+            try:
+                self._launch()
+                self._wait_ready(time.monotonic() + timeout)
+            except BaseException:
+                self.stop()
+                raise
+
+        can_repick = self._choose_port and not self._ever_started
+        _start_with_retries(once, self._repick if can_repick else None)
+
+
+class RedisServer(_OneProcess):
     """One redis-server.
 
     ``appendonly=True`` runs with ``--appendonly yes --appendfsync always`` (every acknowledged
@@ -374,17 +428,12 @@ class RedisServer:
         extra_args: Iterable[str] = (),
         name: str = "redis",
     ) -> None:
+        super().__init__(port, name)
         self.dir = Path(dir)
         self.host = HOST
         self.appendonly = appendonly
         self.replicaof = replicaof
         self.extra_args = list(extra_args)
-        self.name = name
-        self._choose_port = port is None
-        self.port = port if port is not None else free_port()
-        self.startup_seconds: float | None = None
-        self._proc: _Process | None = None
-        self._ever_started = False
 
     @property
     def address(self) -> tuple[str, int]:
@@ -397,14 +446,6 @@ class RedisServer:
     @property
     def log_path(self) -> Path:
         return self.dir / f"{self.name}.log"
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.running
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
 
     def _argv(self) -> list[str]:
         argv = [
@@ -441,26 +482,12 @@ class RedisServer:
         _wait_until(f"{proc.name} to answer PING", ours_answers, deadline, [proc])
         self._ever_started = True
 
-    def _repick(self) -> None:
-        self.stop()
-        self.port = free_port()
-
     def start(self, timeout: float = 30.0) -> Self:
         """Start (no-op if running) and wait until PING answers; ServerError otherwise."""
         if self.running:
             return self
         t0 = time.monotonic()
-
-        def once() -> None:
-            try:
-                self._launch()
-                self._wait_ready(time.monotonic() + timeout)
-            except BaseException:
-                self.stop()
-                raise
-
-        can_repick = self._choose_port and not self._ever_started
-        _start_with_retries(once, self._repick if can_repick else None)
+        self._start_process(timeout)
         self.startup_seconds = time.monotonic() - t0
         return self
 
@@ -471,8 +498,7 @@ class RedisServer:
 
     def kill(self) -> None:
         """SIGKILL: a crash, no shutdown work (AOF fsync, RDB save) happens."""
-        if self._proc is not None:
-            self._proc.kill()
+        super().kill()
 
     def restart(self, timeout: float = 30.0) -> Self:
         """Stop (if running) and start again on the same port with the same data directory."""
