@@ -67,7 +67,7 @@ class Usage:
         own = {user: held(Scope.user(agent, user), names) for user in users}
         rest = [n for n in names if n not in everyone and not any(n in o for o in own.values())]
         if rest:
-            for market in self._markets():
+            for market in self._reads.markets():
                 everyone |= held(Scope.market(market), rest)
         return {(u, s) for u, s in wanted if s in everyone or (u and s in own[u])}
 
@@ -134,10 +134,6 @@ class Usage:
         detail = {k: v for k, v in held.items() if k[0] != USAGE_DROPS}
         drops = [UsageDrop.model_validate_json(s) for u, s in held if u == USAGE_DROPS]
         return detail, sorted(drops, key=lambda d: d.at, reverse=True)
-
-    def _markets(self) -> list[str]:
-        domains = self._reads.retrying(self._reads.engine.domains)
-        return [d.split("/", 1)[1] for d in domains if d.startswith("markets/")]
 
 
 def _shown(m: Manifest) -> bool:
