@@ -51,24 +51,24 @@ class Usage:
         `may_read` allows: the user's own (user "" has none), the agent's shared scope, a
         market. What a token that may not administer the agent records is held to this
         (`skillfs.server.reader`), so its counts never name what no view shows. One read per
-        scope, markets only for names the agent's scopes do not hold."""
+        scope, markets only for names the agent's scopes do not hold, until each is found."""
         wanted = set(keys)
         names = sorted({skill for _, skill in wanted})
-        shown: dict[Scope, set[str]] = {}
 
         def held(scope: Scope, among: Sequence[str]) -> set[str]:
-            if scope not in shown:
-                found = self._reads.manifests(scope, among) if may_read(scope) and among else {}
-                shown[scope] = {name for name, m in found.items() if _shown(m)}
-            return shown[scope]
+            found = self._reads.manifests(scope, among) if may_read(scope) and among else {}
+            return {name for name, m in found.items() if _shown(m)}
 
         everyone = held(Scope.shared(agent), names)
         users = sorted({user for user, _ in wanted if user})
         own = {user: held(Scope.user(agent, user), names) for user in users}
         rest = [n for n in names if n not in everyone and not any(n in o for o in own.values())]
-        if rest:
-            for market in self._markets():
-                everyone |= held(Scope.market(market), rest)
+        for market in self._reads.markets() if rest else []:
+            found = held(Scope.market(market), rest)
+            everyone |= found
+            rest = [n for n in rest if n not in found]
+            if not rest:
+                break
         return {(u, s) for u, s in wanted if s in everyone or (u and s in own[u])}
 
     def counts(self, agent: str) -> dict[Key, int]:
@@ -134,10 +134,6 @@ class Usage:
         detail = {k: v for k, v in held.items() if k[0] != USAGE_DROPS}
         drops = [UsageDrop.model_validate_json(s) for u, s in held if u == USAGE_DROPS]
         return detail, sorted(drops, key=lambda d: d.at, reverse=True)
-
-    def _markets(self) -> list[str]:
-        domains = self._reads.retrying(self._reads.engine.domains)
-        return [d.split("/", 1)[1] for d in domains if d.startswith("markets/")]
 
 
 def _shown(m: Manifest) -> bool:

@@ -17,7 +17,6 @@ from skillfs.model import Scope
 from skillfs.model.names import check_id
 from skillfs.remote.proto import skillfs_pb2 as pb
 from skillfs.runtime import Market, Skills, Snapshot
-from skillfs.runtime.follower import Follower, follower_for
 from skillfs.runtime.usage import UsageRecorder
 
 #: Markets one view may name (each is a layer and a domain to follow).
@@ -68,7 +67,6 @@ class Views:
         self.max_bytes = max_bytes
         self._items: OrderedDict[Key, _View] = OrderedDict()
         self._weight = 0
-        self._followers: dict[str, tuple[Follower, int]] = {}
         self._usage: dict[str, tuple[UsageRecorder, int]] = {}
         self._lock = threading.Lock()
 
@@ -77,8 +75,10 @@ class Views:
 
     @property
     def followed(self) -> list[str]:
-        """The domains the views follow (through the hub)."""
-        return list(self._followers)
+        """The domains the views follow (each through the store's one follower of it)."""
+        with self._lock:
+            views = [v.skills for v in self._items.values()]
+        return list(dict.fromkeys(f.domain for skills in views for f in skills.followers))
 
     def snapshot(self, key: Key) -> Snapshot:
         """The view's snapshot now (C3: one revision read); blocks on the store."""
@@ -109,7 +109,6 @@ class Views:
             user,
             [Market(m) for m in markets],
             environment=environment or None,
-            followers=self._follower,
             usage=self._usage[agent][0],
         )
 
@@ -117,17 +116,10 @@ class Views:
         held = self._usage.get(agent)
         return held[0] if held else UsageRecorder(self._store, agent, background=False)
 
-    def _follower(self, domain: str) -> Follower:
-        """The domain's follower; called under the lock (by `_open`)."""
-        held = self._followers.get(domain)
-        if held is None:
-            held = (follower_for(self._store, domain), 0)
-        self._followers[domain] = (held[0], held[1] + 1)
-        return held[0]
-
     def _evict(self) -> list[Skills]:
         """Drop least recently used views beyond the budget (the newest always stays);
-        their followers and recorders are released under the lock."""
+        their recorders are released under the lock (closing a view releases its scopes
+        from the store's followers)."""
         out: list[Skills] = []
         while self._weight > self.max_bytes and len(self._items) > 1:
             _, view = self._items.popitem(last=False)
@@ -137,12 +129,6 @@ class Views:
         return out
 
     def _release(self, skills: Skills) -> None:
-        for follower in skills.followers:
-            held, refs = self._followers[follower.domain]
-            if refs > 1:
-                self._followers[follower.domain] = (held, refs - 1)
-            else:
-                del self._followers[follower.domain]
         recorder, refs = self._usage[skills.agent_id]
         if refs > 1:
             self._usage[skills.agent_id] = (recorder, refs - 1)

@@ -417,21 +417,6 @@ def test_conflict_reopen_merges_both_edits(url: str, editor: ScriptedEditor) -> 
     assert _version(url) == 3
 
 
-def test_conflict_reopen_with_markers(url: str, editor: ScriptedEditor) -> None:
-    resolved = skill_md("reviewer", "# Steps\n\n1. one\n2. both\n3. three\n").decode()
-    steps = [
-        {"replace": [["2. two", "2. mine"]], "concurrent": _theirs(url, "2. two", "2. theirs")},
-        {"write": resolved},
-    ]
-    result = editor(url, "reviewer/SKILL.md", "--on-conflict", "reopen", steps=steps)
-    assert result.exit_code == 0, result.output
-    assert "both changed the same lines" in result.stdout
-    assert (
-        "<<<<<<< your edit\n2. mine\n=======\n2. theirs\n>>>>>>> version 2\n" in (editor.seen()[1])
-    )
-    assert _read(url) == resolved
-
-
 def test_conflict_merge_saves_a_clean_merge_by_itself(url: str, editor: ScriptedEditor) -> None:
     """--on-conflict merge is the store's merge policy (store.edits.edit_file): their change
     and yours on other lines are saved without reopening the editor."""
@@ -446,13 +431,17 @@ def test_conflict_merge_saves_a_clean_merge_by_itself(url: str, editor: Scripted
     assert as_json(url, "history", "reviewer", "-s", "shared:bot")[0]["message"] == "louder"
 
 
-def test_conflict_merge_reopens_on_markers(url: str, editor: ScriptedEditor) -> None:
+@pytest.mark.parametrize("policy", ["reopen", "merge"])
+def test_conflict_reopens_on_markers(url: str, editor: ScriptedEditor, policy: str) -> None:
+    """Both changed the same lines: --on-conflict reopen (the CLI's merge) and merge (the
+    store's, which writes nothing) reopen the editor on the same markers, and the resolved
+    text is saved on their version."""
     resolved = skill_md("reviewer", "# Steps\n\n1. one\n2. both\n3. three\n").decode()
     steps = [
         {"replace": [["2. two", "2. mine"]], "concurrent": _theirs(url, "2. two", "2. theirs")},
         {"write": resolved},
     ]
-    result = editor(url, "reviewer/SKILL.md", "--on-conflict", "merge", steps=steps)
+    result = editor(url, "reviewer/SKILL.md", "--on-conflict", policy, steps=steps)
     assert result.exit_code == 0, result.output
     assert "both changed the same lines: resolve the conflict markers" in result.stdout
     assert (

@@ -50,6 +50,7 @@ def test_a_read_only_token_records_usage_only_of_skills_its_view_sees(
         admin.governance.disable(SHARED, "off", reason="broken")
         admin.publish(MINE, "mine", {"SKILL.md": skill_md("mine")})
         admin.publish(Scope.market("team"), "from-market", {"SKILL.md": skill_md("from-market")})
+        admin.publish(Scope.market("zeta"), "further", {"SKILL.md": skill_md("further")})
         admin.drafts.propose(MINE, "proposal", {"SKILL.md": skill_md("proposal")})
         made_up = {("alice", f"made-up-{i}"): 1 for i in range(2000)}
         started = time.monotonic()
@@ -59,17 +60,23 @@ def test_a_read_only_token_records_usage_only_of_skills_its_view_sees(
             ("alice", "shared-one"): 2,
             ("alice", "mine"): 3,
             ("alice", "from-market"): 1,
+            ("alice", "further"): 1,  # in a second market: read on past the first
             ("bob", "shared-one"): 1,
             ("bob", "mine"): 1,  # alice's skill: bob's view does not hold it
             ("alice", "gone"): 1,
             ("alice", "off"): 1,
+            ("alice", "proposal"): 1,  # a draft: no view holds it as a skill
         }
         reader.usage.record(AGENT, real)
-        alice.usage.record(AGENT, {("alice", "mine"): 1, ("alice", "made-up"): 1})
+        # alice's token reads no market: a market skill's name is not hers to count
+        alice.usage.record(
+            AGENT, {("alice", "mine"): 1, ("alice", "made-up"): 1, ("alice", "from-market"): 5}
+        )
         assert admin.usage.counts(AGENT) == {
             ("alice", "shared-one"): 2,
             ("alice", "mine"): 4,
             ("alice", "from-market"): 1,
+            ("alice", "further"): 1,
             ("bob", "shared-one"): 1,
         }
     finally:
