@@ -142,6 +142,7 @@ def test_etcd_commits_of_many_scopes_are_too_large_not_a_failed_transaction(
         store.commit([skillfs.Put(s, "s", {"SKILL.md": skill_md("s")}) for s in scopes])
         before = store.revision(AGENT)
         again = [skillfs.Put(s, "s", {"SKILL.md": skill_md("s", "v2")}) for s in scopes]
-        with pytest.raises(TooLarge, match="commit fewer skills, or fewer scopes, at once"):
+        with pytest.raises(TooLarge, match="commit fewer skills, or fewer scopes, at once") as e:
             store.commit(again)
+        assert f"{len(scopes)} skill(s) in {len(scopes)} scope(s)" in str(e.value)
         assert store.revision(AGENT) == before

@@ -313,7 +313,7 @@ class EtcdEngine(EtcdLeases, Engine):
                 ],
                 failure=[ec.get_op(k) for k in keys],
             )
-            self._check_request(ops, charges, request)
+            self._check_request(ops, request)
             response = self._etcd.txn(request)
             self._space.note(request.ByteSize())
             if response.succeeded:
@@ -333,14 +333,13 @@ class EtcdEngine(EtcdLeases, Engine):
         first = ops[0]
         raise VersionMismatch(first.scope, first.manifest.skill, first.expect)
 
-    def _check_request(
-        self, ops: Sequence[CommitOp], charges: Sequence[Charge], request: Any
-    ) -> None:
+    def _check_request(self, ops: Sequence[CommitOp], request: Any) -> None:
         """TooLarge, nothing written, for a commit over one request's operations or bytes."""
         size, puts = request.ByteSize(), len(request.success)
         if size > self._etcd.request_budget or puts > self._etcd.max_txn_ops:
+            scopes = len({op.scope for op in ops})
             raise TooLarge(
-                f"a commit of {len(ops)} skill(s) in {max(len(charges) - 1, 1)} scope(s) is one "
+                f"a commit of {len(ops)} skill(s) in {scopes} scope(s) is one "
                 f"etcd transaction of {size} bytes and {puts} writes (new manifests, the history "
                 "copies of the old ones, the quota counters), over the limit of "
                 f"{self._etcd.request_budget} bytes (--max-request-bytes "
