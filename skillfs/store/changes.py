@@ -32,13 +32,13 @@ def follow_changes(
     follower's caller wants the changes, not the outage (docs/design.md §3, C8)."""
     end = None if timeout is None else time.monotonic() + timeout
     outage = Outage(log, f"follow {domain}")
-    if since is None:
-        since = engine.revisions([domain])[domain] or EMPTY
     while not (stop and stop.is_set()):
         wait = poll if end is None else min(poll, end - time.monotonic())
         if wait <= 0:
             return
         try:
+            if since is None:  # from now: where the domain is once the store answers
+                since = engine.revisions([domain])[domain] or EMPTY
             batch = engine.changes(domain, since, wait)
         except StoreUnavailable as exc:
             outage.failed(exc)

@@ -26,9 +26,14 @@ DOWN = "store grpc://10.0.0.1:7070 is unavailable (connection refused)"
 RECOVERED = r"follow agents/bot: recovered after [0-9.]+s and [0-9]+ failed attempts"
 
 
-def _break(store: skillfs.Store, down: threading.Event) -> None:
-    """The engine's change log fails while `down` is set, as over grpc:// with no server."""
-    for name in ("changes", "changes_many"):
+def _break(
+    store: skillfs.Store,
+    down: threading.Event,
+    names: tuple[str, ...] = ("changes", "changes_many"),
+) -> None:
+    """The engine's change log (or `names`) fails while `down` is set, as over grpc:// with
+    no server."""
+    for name in names:
         original = getattr(store.engine, name)
 
         def failing(*args: Any, original: Any = original, **kwargs: Any) -> Any:
@@ -79,7 +84,7 @@ def test_store_follow_logs_an_outage_once(caplog: pytest.LogCaptureFixture) -> N
     store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
     store.publish(skillfs.Scope.shared("bot"), "a", {"SKILL.md": skill_md("a")})
     down = threading.Event()
-    _break(store, down)
+    _break(store, down, ("revisions", "changes", "changes_many"))  # down from the start
     down.set()
     # retries every 0.5 s: down for the first two, then 2 s of margin for a loaded machine
     # to make the one that succeeds (and logs the recovery) before the follow ends
