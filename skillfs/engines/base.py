@@ -444,12 +444,17 @@ class Engine(ABC):
         """Forget the counters of these (user, skill id) keys of an agent (absent ones are
         no error)."""
 
-    def drop_usage(self, agent: str, keys: Sequence[tuple[str, str]], drop: UsageDrop) -> UsageDrop:
-        """An operator's drop (`store.usage.drop`): the record kept first, as the counter of
-        the reserved user `USAGE_DROPS` (no user id starts with `_`) whose skill is the
-        record's JSON, then the keys forgotten; a crash between leaves a record of a drop
-        that did not happen, never a drop without its record. A skillfs server does it
-        whole, recording its token as the actor."""
+    def drop_usage(self, agent: str, drop: UsageDrop) -> UsageDrop:
+        """An operator's drop (`store.usage.drop`) of the counters `drop` covers, as read
+        now: the record kept first, as the counter of the reserved user `USAGE_DROPS` (no user
+        id starts with `_`) whose skill is the record's JSON, then the counters forgotten; a
+        crash between leaves a record of a drop that did not happen, never a drop without its
+        record. A skillfs server does it whole from its own read, recording its token as the
+        actor."""
+        keys = sorted(
+            k for k in self.usage_detail(agent) if k[0] != USAGE_DROPS and drop.covers(*k)
+        )
+        drop = drop.model_copy(update={"dropped": len(keys)})
         self.add_usage(agent, {(USAGE_DROPS, drop.model_dump_json()): 1}, {})
         self.delete_usage(agent, keys)
         return drop

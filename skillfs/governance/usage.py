@@ -102,22 +102,15 @@ class Usage:
         picked = None if skills is None else tuple(sorted(set(map(check_skill_name, skills))))
         if not check_message(reason).strip():
             raise InvalidArgument("say why the usage is dropped (reason=...): it is audited")
-        held = self.detail(agent)
-        keys = sorted(
-            (u, s)
-            for u, s in held
-            if (picked_users is None or u in picked_users) and (picked is None or s in picked)
-        )
         record = UsageDrop(
             agent=agent,
             users=picked_users,
             skills=picked,
-            dropped=len(keys),
             at=self._reads.clock(),
             actor=self._who(actor),
             reason=reason,
         )
-        done = self._reads.retrying(self._reads.engine.drop_usage, agent, keys, record)
+        done = self._reads.retrying(self._reads.engine.drop_usage, agent, record)
         log.info(
             "usage dropped: agent %s, %d counters, by %s: %s",
             agent, done.dropped, done.actor, done.reason,

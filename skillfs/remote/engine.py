@@ -413,9 +413,9 @@ class GrpcEngine(GrpcWatching, Engine):
             (c.user_id, c.skill): UsageStat(c.count, c.last_used) for r in replies for c in r.counts
         }
 
-    def drop_usage(self, agent: str, keys: Sequence[tuple[str, str]], drop: UsageDrop) -> UsageDrop:
+    def drop_usage(self, agent: str, drop: UsageDrop) -> UsageDrop:
         """The server drops what `drop` names from its own read, recording its token as the
-        actor (`keys`, read here, are the client's view of the same)."""
+        actor."""
         request = pb.DropUsageRequest(
             agent_id=agent,
             users=drop.users or (),
