@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import base64
 import posixpath
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from deepagents.backends.protocol import (
@@ -53,7 +53,9 @@ from deepagents.backends.utils import (
 
 from skillfs.errors import SkillfsError
 from skillfs.integrations.langchain import thread_id
+from skillfs.model import FileEntry
 from skillfs.runtime import Skills, Snapshot
+from skillfs.runtime.layers import Reader, SkillInfo
 
 
 def fresh_skills(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -156,11 +158,12 @@ class SkillfsBackend(BackendProtocol):
         texts: dict[str, Any] = {}
         try:
             snap = self.skills.snapshot(session=thread_id())
+            data = _read_all(snap.model_skills)
             for s in snap.model_skills:
-                for p in s.files:
-                    data = snap.read_bytes(s.id, p)
-                    if b"\0" not in data:
-                        texts[f"/{s.id}/{p}"] = create_file_data(data.decode("utf-8", "replace"))
+                for p, e in s.files.items():
+                    blob = data[e.sha256]
+                    if b"\0" not in blob:
+                        texts[f"/{s.id}/{p}"] = create_file_data(blob.decode("utf-8", "replace"))
         except SkillfsError as exc:
             return GrepResult(error=str(exc))
         return grep_matches_from_files(texts, pattern, path, glob, max_count=max_count)
@@ -239,6 +242,18 @@ def _read(snap: Snapshot, skill: str, path: str) -> bytes:
     """A file of a skill the model sees (the agent's reads are the model's: a skill only
     users invoke, `disable-model-invocation: true`, is not among them)."""
     return snap.read_bytes(snap.model_skill(skill).id, path)
+
+
+def _read_all(skills: Sequence[SkillInfo]) -> dict[str, bytes]:
+    """Every file of `skills` by SHA-256: one batched read per layer (`read_entries`), not
+    a round trip per file."""
+    layers: dict[int, tuple[Reader, list[FileEntry]]] = {}
+    for s in skills:
+        layers.setdefault(id(s.reader), (s.reader, []))[1].extend(s.files.values())
+    data: dict[str, bytes] = {}
+    for reader, entries in layers.values():
+        data.update(reader.read_entries(entries))
+    return data
 
 
 def _ids(snap: Snapshot) -> str:

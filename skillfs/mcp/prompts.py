@@ -19,11 +19,18 @@ from skillfs.mcp.catalog import listing
 from skillfs.runtime import SkillInfo, Snapshot
 from skillfs.runtime.prompt import prompt_description
 from skillfs.spec.arguments import ARGUMENTS
+from skillfs.spec.invocation import Invocation
 
 
 def invocable(snap: Snapshot) -> list[SkillInfo]:
     """The skills `prompts/list` carries: those users invoke, sorted by id."""
     return [s for s in snap.skills if s.invocation.user]
+
+
+def listed(snap: Snapshot) -> list[tuple[str, str, str, Invocation]]:
+    """What `prompts/list` says of the view, to compare two views by: each `prompt` is made
+    of these alone, so equal lists mean equal prompts (without building them)."""
+    return [(s.id, s.name, s.description, s.invocation) for s in invocable(snap)]
 
 
 def prompt(s: SkillInfo) -> types.Prompt:
@@ -61,8 +68,8 @@ def prompt(s: SkillInfo) -> types.Prompt:
 
 def skill_of(snap: Snapshot, name: str) -> SkillInfo:
     """The skill a prompt name names; NotFound naming the prompts otherwise."""
-    s = next((x for x in invocable(snap) if x.id == name), None)
-    if s is None:
+    s = snap.merged.by_id.get(name)
+    if s is None or not s.invocation.user:
         names = listing([x.id for x in invocable(snap)])
         raise NotFound(f"no prompt {name[:200]!r} is served; prompts: {names}")
     return s

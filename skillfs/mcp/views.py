@@ -36,8 +36,8 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_REQUEST
 
 from skillfs.api import Store
+from skillfs.mcp import prompts
 from skillfs.mcp.catalog import uri
-from skillfs.mcp.prompts import invocable, prompt
 from skillfs.runtime import Market, Skills, Snapshot
 from skillfs.runtime.skill_writes import WriteMode, check_mode
 from skillfs.util.outage import Outage
@@ -152,7 +152,7 @@ class View:
 
     async def _notify(self, now: Snapshot, before: Snapshot) -> None:
         tools = bool(now.model_skills) != bool(before.model_skills)
-        listed = [prompt(s) for s in invocable(now)] != [prompt(s) for s in invocable(before)]
+        listed = prompts.listed(now) != prompts.listed(before)
         for scope, allowed in list(self._listening.items()):
             if not allowed():
                 scope.cancel()  # before the publish below: the stream hears none of it

@@ -32,6 +32,9 @@ class Tracked:
         self.last: Snapshot | None = None
         #: The layer states `last` was made of.
         self.states: tuple[LayerSkills, ...] = ()
+        #: The session's loaded skills `last.bound_tools` were bound from (the set object:
+        #: `Session` replaces it when it changes, so identity says "the same loads").
+        self.bound_from: frozenset[str] | None = None
 
 
 class Sessions:

@@ -362,12 +362,14 @@ class SkillWriter:
         return self._done("delete", at.name, result.versions.get(at.name), [], "deleted")
 
     def _check(self, name: str, files: Files) -> list[Finding]:
-        """The skill's findings; one with errors (broken YAML, a name that is not the
-        directory's, ...) is refused before anything is written."""
+        """The skill's findings under the store's host profiles, as its commit makes them;
+        one with errors (broken YAML, a name that is not the directory's, ...) is refused
+        before anything is written."""
         skill_md = next((v for p, v in files.items() if _path(p) == SKILL_MD), None)
         if skill_md is None:
             raise InvalidArgument(f"nothing was written: {name} would have no SKILL.md")
-        findings = inspect_skill(name, {SKILL_MD: self._data(skill_md)}).findings
+        files_md = {SKILL_MD: self._data(skill_md)}
+        findings = inspect_skill(name, files_md, self.store.profiles).findings
         errors = error_findings(findings)
         if errors:
             raise InvalidSkill(

@@ -38,7 +38,6 @@ from skillfs.runtime.layers import (
 )
 from skillfs.runtime.model_tools import ToolSet, check_tool_set
 from skillfs.runtime.recovery import Recovery
-from skillfs.runtime.session import Session
 from skillfs.runtime.sessions import MAX_SESSIONS, Sessions, Tracked
 from skillfs.runtime.skill_writes import SkillWriter, WriteMode, check_mode
 from skillfs.runtime.snapshot import MergedSkills, Snapshot
@@ -324,7 +323,7 @@ class Skills:
             merged = last.merged
             if merged.hidden != hidden:  # the model disabled a skill: same skills
                 merged = MergedSkills(last.skills, self._readings, hidden)
-            bound = self._bound(session, merged)
+            bound = self._bound(sess, merged)
             if merged is last.merged and bound == last.bound_tools:
                 if last.revisions == seen and not last.stale:
                     return last  # nothing moved: the same object, prompt and tools included
@@ -343,7 +342,7 @@ class Skills:
             merged = self._merged(skills, hidden)
             if last is not None and last.merged.token == merged.token:
                 merged = last.merged  # same skills: keep the prompt and tools computed for them
-            bound = self._bound(session, merged)
+            bound = self._bound(sess, merged)
             snap = Snapshot(
                 merged,
                 agent_id=self.agent_id,
@@ -361,11 +360,17 @@ class Skills:
         sess.last, sess.states = snap, now
         return snap
 
-    def _bound(self, session: Session, merged: MergedSkills) -> tuple[str, ...]:
-        """The host tools `session`'s loaded skills bind, among those still in its view."""
+    def _bound(self, sess: Tracked, merged: MergedSkills) -> tuple[str, ...]:
+        """The host tools the session's loaded skills bind, among those still in its view:
+        its last snapshot's while the skills and the loads are the same objects (no
+        frontmatter is read again at a step where nothing moved)."""
         if not self._binder.bindable:
             return ()
-        loaded = session.keep_loaded(merged.model_ids)
+        loaded = sess.session.keep_loaded(merged.model_ids)
+        last = sess.last
+        if last is not None and last.merged is merged and loaded is sess.bound_from:
+            return last.bound_tools
+        sess.bound_from = loaded
         return self._binder.bound(merged.by_id[i] for i in sorted(loaded))
 
     def _merged(self, skills: list[SkillInfo], hidden: frozenset[str]) -> MergedSkills:

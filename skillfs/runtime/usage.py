@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import time
 from collections import Counter
@@ -48,6 +49,8 @@ class UsageRecorder:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
+        #: The process whose exit writes the pending counts (`_flush_at_exit`).
+        self._pid = os.getpid()
 
     def add(self, user: str, skill: str) -> None:
         """Count one load at this time; never touches the store."""
@@ -61,6 +64,7 @@ class UsageRecorder:
                     target=self._run, name=f"skillfs-usage {self.agent}", daemon=True
                 )
                 self._thread.start()
+                self._pid = os.getpid()
                 atexit.register(self._flush_at_exit)  # until closed
             if self._pending >= self.max_pending:
                 self._wake.set()
@@ -96,6 +100,8 @@ class UsageRecorder:
         self.flush()
 
     def _flush_at_exit(self) -> None:
+        if os.getpid() != self._pid:  # a forked child: its copy holds its parent's counts
+            return
         try:
             self.flush()
         except Exception as exc:  # the store may be closed already: report, do not mask exit

@@ -244,3 +244,26 @@ def test_an_upload_refused_because_writes_are_off_is_permission_denied() -> None
     [bad] = writable.upload_files([("/Bad Name/logo.png", PNG)])
     assert bad.error == INVALID_PATH
     assert store.skills(ALICE) == []
+
+
+def test_grep_reads_the_view_in_one_batch_per_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """grep reads every file of the model's skills: batched (`read_entries`), not one store
+    read per file."""
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    for name in ("guide", "faq"):
+        files = {"SKILL.md": md(name), "a.md": f"{name} kind\n".encode(), "b.md": b"\0bin"}
+        store.publish(SHARED, name, files)
+    backend = SkillfsBackend(skillfs.Skills(store, "bot", "alice"))
+    batches: list[int] = []
+    read_entries = store.read_entries
+
+    def counted(entries: Any) -> Any:
+        entries = list(entries)
+        batches.append(len(entries))
+        return read_entries(entries)
+
+    monkeypatch.setattr(store, "read_entries", counted)
+    monkeypatch.setattr(store, "read_entry", None)  # no file read one by one
+    matches = backend.grep("kind").matches or []
+    assert sorted(m["path"] for m in matches) == ["/faq/a.md", "/guide/a.md"]
+    assert batches == [6]

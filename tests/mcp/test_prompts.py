@@ -197,3 +197,36 @@ def test_prompts_over_http_are_the_tokens_users() -> None:
             assert text_of(got) == "a: b -> c\n"
 
     anyio.run(main)
+
+
+def test_the_prompt_listing_moves_exactly_when_a_prompt_does() -> None:
+    """`prompts.listed`, what a view compares to tell `prompts/list_changed`: equal for an
+    edit no prompt shows (a body, a file), different when a prompt's arguments, hint or
+    description change, or a prompt comes or goes; equal listings, equal prompts."""
+    from skillfs.mcp import prompts
+
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    publish_skills(store)
+    skills = skillfs.Skills(store, AGENT, "alice")
+
+    def step(skill: str, extra: str, body: str = "Body.", **files: bytes) -> tuple[bool, bool]:
+        before = skills.snapshot()
+        store.publish(ALICE, skill, {"SKILL.md": skill_md(skill, extra, body), **files})
+        now = skills.snapshot()
+        assert now.token != before.token
+        made = [prompts.prompt(s) for s in prompts.invocable(now)]
+        made_before = [prompts.prompt(s) for s in prompts.invocable(before)]
+        return prompts.listed(now) != prompts.listed(before), made != made_before
+
+    assert step("migrate", "arguments: [component, source, target]\n", "Other.") == (False, False)
+    assert step("migrate", "arguments: [component, source, target]\n", **{"a.md": b"a"}) == (
+        False,
+        False,
+    )
+    assert step("migrate", "arguments: [component, target]\n") == (True, True)
+    assert step("deploy", "disable-model-invocation: true\nargument-hint: '[env]'\n") == (
+        True,
+        True,
+    )
+    assert step("background", "") == (True, True)  # now users invoke it
+    assert step("fresh", "") == (True, True)

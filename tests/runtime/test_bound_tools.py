@@ -118,3 +118,23 @@ def test_host_tools_are_checked() -> None:
         Skills(memory_store(), "bot", "alice", host_tools=[TOOLS[1], TOOLS[1]])
     with pytest.raises(ValueError, match="give the name the model calls it by"):
         HostTool(name="two words")
+
+
+def test_a_step_where_nothing_moved_reads_no_frontmatter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-step path: the bound tools are the last snapshot's while the skills and the
+    session's loads are the same; a new load binds anew."""
+    from skillfs.runtime import bound_tools
+
+    reads: list[object] = []
+    real = bound_tools.allowed_tools
+    monkeypatch.setattr(bound_tools, "allowed_tools", lambda fm: reads.append(fm) or real(fm))
+    skills = worker(store_with_skills())
+    skills.snapshot(session="t").call_tool("read_skill", {"skill_id": "sql"})
+    bound = skills.snapshot(session="t")
+    assert bound.bound_tools == ("run_sql",) and len(reads) == 1
+    for _ in range(3):
+        assert skills.snapshot(session="t") is bound
+    assert len(reads) == 1
+    bound.call_tool("read_skill", {"skill_id": "mail"})
+    assert skills.snapshot(session="t").bound_tools == ("run_sql", "send_mail")
+    assert len(reads) == 3

@@ -143,6 +143,24 @@ def test_skill_manage_actions_each_one_commit(store: Store) -> None:
     assert {e.actor for e in store.governance.audit(ALICE)} == {actor_of(store)}
 
 
+def test_the_agents_skill_is_checked_under_the_stores_profiles() -> None:
+    """A field a profile the store accepts gives a meaning to is no error for the agent's
+    write either (the commit's own check decides the same); on a spec-only store it is."""
+    content = text("notes").replace("description:", "disable-model-invocation: true\ndescription:")
+    args = {"action": "create", "name": "notes", "content": content}
+
+    def write(store: Store) -> str:
+        snap = Skills(store, "bot", "alice", skill_writes="live").snapshot()
+        return snap.call_tool("skill_manage", args)
+
+    claude = skillfs.open_store("memory://", profiles=["claude-code"])
+    assert ok(write(claude))["version"] == 1
+    assert claude.manifests(ALICE)["notes"].frontmatter["disable-model-invocation"] == "true"
+    spec = skillfs.open_store("memory://")
+    assert "'disable-model-invocation' is not an Agent Skills field" in write(spec)
+    assert "notes" not in spec.manifests(ALICE)
+
+
 def test_editing_a_shared_skill_writes_the_users_copy(store: Store) -> None:
     store.publish(SHARED, "faq", {"SKILL.md": md("faq"), "big.md": b"x" * 1000})
     skills = Skills(store, "bot", "alice", skill_writes="live")
