@@ -56,6 +56,7 @@ from skillfs.governance.edits import ConflictPolicy
 from skillfs.model import CommitResult, File, Finding, Manifest, Scope, error_findings
 from skillfs.model.names import check_live_name, entry_name
 from skillfs.model.ops import WriteOptions
+from skillfs.spec.profiles import Profiles
 from skillfs.spec.skill_md import SKILL_MD, TEMPLATE_DESCRIPTION, inspect_skill, skill_template
 from skillfs.util.text_merge import has_markers, merge3
 
@@ -129,12 +130,13 @@ def _ask(question: str, choices: dict[str, str]) -> str:
             return answer
 
 
-def _check(skill: str, files: dict[str, File]) -> list[Finding]:
-    """The spec findings, plus one the CLI adds: a SKILL.md whose description is still the
+def _check(skill: str, files: dict[str, File], profiles: Profiles) -> list[Finding]:
+    """The findings under the store's host `profiles`, as its commit makes them, plus one the
+    CLI adds: a SKILL.md whose description is still the
     template's placeholder would go live with it, so it counts as an error (--force saves)."""
     # a draft's or an archived skill's SKILL.md names the skill it holds, as the store checks
     frontmatter, findings, _ = inspect_skill(
-        entry_name(skill), {p: f.data for p, f in files.items()}
+        entry_name(skill), {p: f.data for p, f in files.items()}, profiles
     )
     if (frontmatter or {}).get("description") == TEMPLATE_DESCRIPTION:
         findings = [
@@ -348,7 +350,7 @@ class _Edit:
         old = base.files.get(self.path)
         files = dict(base.files)
         files[self.path] = File(mine, mode=old.mode if old else None)
-        findings = _check(self.skill, files)
+        findings = _check(self.skill, files, self.store.profiles)
         errors = error_findings(findings)
         if findings:
             warnings = len(findings) - len(errors)

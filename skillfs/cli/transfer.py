@@ -315,7 +315,7 @@ class _Importer:
             progress.update(task, description=f"reading {source.name}")
             skills[source.name] = files = read_source(source)
             self.findings[source.name] = inspect_skill(
-                source.name, {p: f.data for p, f in files.items()}
+                source.name, {p: f.data for p, f in files.items()}, self.store.profiles
             ).findings
             self.rows[source.name] = _row(source, self.findings[source.name])
             progress.advance(task, source.size)

@@ -672,3 +672,20 @@ def test_rollback_errors(url: str) -> None:
     ok(url, "rm", "reviewer", "-s", "shared:bot", "--yes")
     line = error_line(run(url, "rollback", "reviewer", "-s", "shared:bot", "--to", "2"))
     assert line == "error: version 2 of shared:bot/reviewer is a deletion: pick another version"
+
+
+def test_a_field_the_stores_profiles_accept_saves_without_force(
+    editor: ScriptedEditor, url: str
+) -> None:
+    """`skillfs edit` checks a save under the store's host profiles, as its commit does: on a
+    store that accepts Claude Code's fields one of them is no error to confirm; on a store
+    of the spec alone it is, and the save is refused without --force (the edit kept)."""
+    field = [["description: Does", "disable-model-invocation: true\ndescription: Does"]]
+    refused = editor(url, "reviewer/SKILL.md", steps=[{"replace": field}])
+    assert refused.exit_code == 1 and "is not an Agent Skills field" in refused.stdout
+    assert "not saved" in refused.stderr
+    assert _version(url) == 1
+    saved = editor(url, "reviewer/SKILL.md", steps=[{"replace": field}],
+                   SKILLFS_PROFILES="claude-code")  # fmt: skip
+    assert saved.exit_code == 0, (saved.stdout, saved.stderr)
+    assert _version(url) == 2 and "disable-model-invocation: true" in _read(url)

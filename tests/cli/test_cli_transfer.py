@@ -129,6 +129,20 @@ def test_import_keeps_bytes_modes_and_findings(url: str, tmp_path: Path) -> None
     assert [r["skill"] for r in as_json(url, "ls", "-s", "user:bot/alice")] == ["bad", "good"]
 
 
+def test_import_reports_findings_under_the_stores_profiles(url: str, tmp_path: Path) -> None:
+    """The report says what the store's commit finds: a Claude Code field is an error on a
+    store of the spec alone and none on one that accepts Claude Code's profile."""
+    text = skill_md("cc").decode().replace("description:", "argument-hint: <n>\ndescription:", 1)
+    src = _skill(tmp_path, "cc", content=text.encode())
+    spec = json.loads(run(url, "import", str(src), "-s", "shared:bot", "--json").stdout)
+    assert [r["valid"] for r in spec["skills"]] == [False]
+    claude = json.loads(
+        run(url, "import", str(src), "-s", "shared:bot", "--json",
+            SKILLFS_PROFILES="claude-code").stdout
+    )  # fmt: skip
+    assert [(r["valid"], r["errors"]) for r in claude["skills"]] == [(True, [])]
+
+
 def test_import_a_single_skill_and_updates(url: str, tmp_path: Path) -> None:
     one = _skill(tmp_path, "one")
     report = as_json(url, "import", str(one), "-s", "shared:bot")
