@@ -56,8 +56,7 @@ from skillfs.model.names import (
     check_skill_name,
     is_hidden_dir,
     normalize_path,
-    path_over_caps,
-    shown_path,
+    unwritable,
 )
 from skillfs.model.ops import WriteOptions
 from skillfs.spec.skill_dirs import (
@@ -496,18 +495,8 @@ def export(
 def _unwritable(manifests: dict[str, Manifest]) -> list[dict[str, str]]:
     """The skills with a path stored before the path caps (docs/security.md), longer or
     deeper than a file system may hold: each with why, for one warning."""
-    rows = []
-    for name, m in sorted(manifests.items()):
-        for path in sorted(m.files):
-            over = path_over_caps(path)
-            if over is not None:
-                reason = (
-                    f"file {shown_path(path)!r} cannot be written to disk ({over}); rename it "
-                    "(`skillfs check` lists every such path)"
-                )
-                rows.append({"skill": name, "reason": reason})
-                break
-    return rows
+    found = {name: unwritable(m.files) for name, m in sorted(manifests.items())}
+    return [{"skill": name, "reason": why} for name, why in found.items() if why is not None]
 
 
 def _replace(root: Path) -> None:

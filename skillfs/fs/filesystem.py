@@ -36,7 +36,7 @@ from skillfs.fs.options import LazyStore, base_fs, from_base, tops, with_default
 from skillfs.fs.transaction import Batches, SkillTransaction
 from skillfs.fs.tree import SKILLS, Info, SkillTree, dir_info, split, target
 from skillfs.model import Scope
-from skillfs.model.names import path_over_caps, shown_path
+from skillfs.model.names import unwritable
 from skillfs.model.ops import WriteOptions
 from skillfs.store.who import check_message
 from skillfs.util.backoff import pause
@@ -419,19 +419,14 @@ class SkillFileSystem(Batches, AbstractFileSystem, metaclass=_WithDefaults):  # 
 
     def _unwritable(self, skill: str, paths: Any) -> bool:
         """Whether `skill` holds a path no file system may hold (noted for `get`'s warning)."""
-        for path in sorted(paths):
-            over = path_over_caps(path)
-            if over is not None:
-                why = (
-                    f"file {shown_path(path)!r} cannot be written to disk ({over}); rename it "
-                    "(`skillfs check` lists every such path)"
-                )
-                if self._skipped is None:  # get_file on its own
-                    log.warning("get: skipped skill %r: %s", skill, why)
-                else:
-                    self._skipped[skill] = why
-                return True
-        return False
+        why = unwritable(paths)
+        if why is None:
+            return False
+        if self._skipped is None:  # get_file on its own
+            log.warning("get: skipped skill %r: %s", skill, why)
+        else:
+            self._skipped[skill] = why
+        return True
 
     def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
         path1, path2 = self._strip_protocol(path1), self._strip_protocol(path2)

@@ -113,6 +113,20 @@ def path_over_caps(path: str) -> str | None:
     return None
 
 
+def unwritable(paths: Iterable[str]) -> str | None:
+    """Why a skill holding `paths` cannot be written to disk (None: it can): its first path
+    stored before the caps that is longer or deeper than a file system may hold. What writes
+    skills to disk (materialize, export, fsspec `get`) skips such a skill and says this."""
+    for path in sorted(paths):
+        over = path_over_caps(path)
+        if over is not None:
+            return (
+                f"file {shown_path(path)!r} cannot be written to disk ({over}); rename it "
+                "(`skillfs check` lists every such path)"
+            )
+    return None
+
+
 def shown_path(path: str, most: int = 80) -> str:
     """A path as an error or finding shows it: cut to its first `most` characters."""
     return path if len(path) <= most else f"{path[:most]}…"

@@ -26,7 +26,8 @@ from typing import Any, NamedTuple
 
 from skillfs.errors import InvalidArgument, InvalidPath
 from skillfs.model import FileEntry, Finding
-from skillfs.model.names import normalize_path, path_over_caps, shown_path
+from skillfs.model.names import normalize_path
+from skillfs.model.names import unwritable as unwritable_paths
 from skillfs.runtime.layers import Problem, Reader, SkillInfo
 from skillfs.store.limits import disk_mode
 
@@ -75,17 +76,10 @@ def _read_state(root: Path) -> tuple[str, dict[str, Written], set[str]]:
 def unwritable(skill: SkillInfo) -> Finding | None:
     """Why a skill's files cannot be written to disk: a path stored before the path caps
     (docs/security.md) that is longer or deeper than a file system may hold."""
-    for path in sorted(skill.files):
-        over = path_over_caps(path)
-        if over is not None:
-            return Finding(
-                severity="error",
-                field="files",
-                rule="path-over-caps",
-                message=f"file {shown_path(path)!r} cannot be written to disk ({over}): "
-                "rename it, or run `skillfs check` to list every such path",
-            )
-    return None
+    why = unwritable_paths(skill.files)
+    if why is None:
+        return None
+    return Finding(severity="error", field="files", rule="path-over-caps", message=why)
 
 
 def _written(row: list[Any]) -> Written:
