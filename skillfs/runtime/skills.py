@@ -72,9 +72,9 @@ class Skills:
     `environment` (e.g. "prod") is what this worker declares to staged rollouts: a skill's
     candidate reaches it where the rule lists that environment (docs/governance.md).
 
-    `followers` (a domain's follower) and `usage` (the agent's recorder) replace this
-    process's shared ones: the server feeds its views' followers from its hub and flushes
-    their usage itself, so a view starts no thread (docs/server.md).
+    `followers` (a domain's follower) and `usage` (the agent's recorder) replace the store's
+    own (`follower_for`, `store.local`): the server flushes its views' usage itself, so a
+    view starts no thread (docs/server.md); a test gives a follower it feeds by hand.
 
     `skill_writes` ("draft" or "live"; off by default) adds the tools `propose_skill` and
     `skill_manage` to every snapshot: the agent writes skills to this user's scope, as
