@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any, cast
 
 from etcd3 import etcdrpc
+from etcd3.etcdrpc import kv_pb2
 
 import skillfs
 from skillfs import Scope
@@ -163,7 +164,10 @@ def _redis(e: RedisEngine, skip: set[str]) -> int:
 
 def _etcd(e: EtcdEngine, start: int, skip: set[str]) -> int:
     """What was live under the engine's prefix at revision `start`, plus every put since
-    (superseded ones included): each later revision's puts read as of that revision."""
+    (superseded ones included): the puts of etcd's history under the prefix, read with a
+    watch from `start + 1`. (A range of the whole prefix per revision reads every key again
+    for each: it was half of a 150-commit run's time on a skill of 4,000 blobs; it is left
+    for the revisions the watch did not bring, if any.)"""
     prefix = e._prefix
     assert prefix, "measure etcd under a key prefix (?prefix= in the URL)"
     end = prefix_end(prefix)
@@ -176,4 +180,19 @@ def _etcd(e: EtcdEngine, start: int, skip: set[str]) -> int:
         return sum(len(kv.key) + len(kv.value) for kv in kvs if not _named(kv.key, skip))
 
     now = int(e._etcd.range(etcdrpc.RangeRequest(key=b"\0", limit=1)).header.revision)
-    return size(start, False) + sum(size(r, True) for r in range(start + 1, now + 1))
+    total = size(start, False)
+    revision = start + 1
+    while revision <= now:
+        # whole revisions a batch; none at the deadline when nothing under the prefix is left
+        batch = e._etcd.watch(prefix, revision, time.monotonic() + 1)
+        assert batch is not None, f"etcd's history from revision {revision} unread"
+        events = [ev for ev in batch[1] if ev.kv.mod_revision <= now]
+        if not events:
+            break
+        total += sum(
+            len(ev.kv.key) + len(ev.kv.value)
+            for ev in events
+            if ev.type == kv_pb2.Event.PUT and not _named(ev.kv.key, skip)
+        )
+        revision = events[-1].kv.mod_revision + 1
+    return total + sum(size(r, True) for r in range(revision, now + 1))

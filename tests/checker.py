@@ -226,6 +226,9 @@ class _Job:
     user: str = "alice"
     stage_ratio: float = 0.0
     users: tuple[str, ...] = ()
+    #: The recording process's environment when it started the run ($SKILLFS_TOKEN, …): a
+    #: worker's own is the forkserver's, taken when that started (`_processes`).
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def hash_seed(role: str, index: int) -> int:
@@ -251,6 +254,8 @@ def _worker(role: Literal["w", "r", "s"], index: int, job: _Job, barrier: Any, a
     proc = f"{role}{index}"
     ops: list[Op] = []
     crash = None
+    os.environ.clear()
+    os.environ.update(job.env)
     try:
         store = skillfs.open_store(job.url, history_policy=KEEP_ALL, blob_cache_bytes=0)
         store.revision(job.agent)  # connect before the start line
@@ -571,6 +576,16 @@ def default_targets(
     return out
 
 
+def _processes() -> multiprocessing.context.BaseContext:
+    """Where the workers come from: forked from a forkserver that imported this module (and
+    skillfs) once for the pytest process, not spawned, which imported them again in every
+    worker (12 a run: ~0.5 s of CPU each). A worker is as fresh as a spawned one (the server
+    holds no thread, connection or store of the parent's) and pickles its arguments the same."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])  # read when the server starts: the first call
+    return ctx
+
+
 def record(
     url: str,
     out_dir: Path,
@@ -591,7 +606,7 @@ def record(
     during: Callable[[], None] | None = None,
     start_timeout: float = 120.0,
 ) -> History:
-    """Run writer and reader processes (spawned) against `url`; return their history.
+    """Run writer and reader processes against `url`; return their history.
 
     `readers` read through the store (revision, manifests, files: separate calls);
     `runtime_readers` take `Skills(store, agent, user).snapshot()`s as a worker does (the
@@ -605,7 +620,7 @@ def record(
     max_duration = max(duration, max_duration or duration)
     targets = list(targets or default_targets(agent, user=user))
     out_dir.mkdir(parents=True, exist_ok=True)
-    ctx = multiprocessing.get_context("spawn")
+    ctx = _processes()
     barrier = ctx.Barrier(writers + readers + runtime_readers + 1, timeout=start_timeout)
     acked = ctx.Value("q", 0)
     job = _Job(
@@ -622,6 +637,7 @@ def record(
         user=user,
         stage_ratio=stage_ratio,
         users=tuple(users),
+        env=dict(os.environ),
     )
     procs = [
         ctx.Process(
