@@ -206,6 +206,7 @@ def test_two_processes_move_and_edit_40_rounds(
     notes = fs.cat(f"skills/{left[0]}/notes.md").decode().splitlines()
     edits = [line for line in acknowledged if line.startswith("edit")]
     assert edits, acknowledged  # the race ran
+    assert [line for line in acknowledged if ">" in line], acknowledged  # and the mover moved
     assert [line for line in edits if line not in notes] == []  # no edit lost
     fs.store.close()
 
@@ -221,6 +222,7 @@ def test_two_processes_move_one_skill_40_rounds(
     fs = make_fs(url, tmp_path)
     fs.pipe({"skills/x/SKILL.md": skill_md("x"), "skills/x/notes.md": b"keep\n"})
     moves = race(url, tmp_path, ("mover", "other"))
+    assert moves, "no move was acknowledged: nothing raced"
     left = fs.store.skills(SHARED)
     assert len(left) == 1, left  # never duplicated
     for name in ("y", "z"):  # every move out of x acknowledged is one the store kept

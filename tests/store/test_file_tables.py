@@ -37,8 +37,11 @@ def big_files(tag: str = "", count: int = BIG) -> dict[str, bytes]:
 
 
 def tables_of(store: skillfs.Store) -> Tables | None:
-    """The store's file tables (None over grpc://: the server's store keeps them)."""
-    return store.engine if isinstance(store.engine, Tables) else None
+    """The store's file tables (None over grpc://: the server's store keeps them; any other
+    store without them fails, rather than skipping the checks that need them)."""
+    found = store.engine if isinstance(store.engine, Tables) else None
+    assert (found is None) == store.url.startswith("grpc://"), store.url
+    return found
 
 
 def stored(store: skillfs.Store, skill: str, version: int | None = None) -> Manifest:
