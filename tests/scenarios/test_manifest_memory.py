@@ -83,7 +83,7 @@ def measure(url: str) -> tuple[int, int]:
         assert len(snap.skills) == N
         # the follower's background warm done: nothing transient is left to count
         rev = snap.revisions["agents/mem-bot"]
-        assert rev is not None and worker.followers[0].wait_for(rev, 10)
+        assert rev is not None and worker.followers[0].wait_for(rev, 120)
         del snap
         gc.collect()
         held = tracemalloc.take_snapshot()
