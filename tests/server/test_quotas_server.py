@@ -1,6 +1,6 @@
 """Quotas through a skillfs server (docs/security.md, "Quotas"): the server's own limits,
 each token's writes charged to it whichever surface makes them (a `grpc://` publish, an
-fsspec write, the agent's `skill_manage`), the refusal the same error with the same words
+fsspec write, the agent's `skill_manage`, the CLI), the refusal the same error with the same words
 everywhere, a global admin held to the scopes' quotas only, and a token's own quota from
 the tokens file."""
 
@@ -21,6 +21,7 @@ from skillfs.runtime import Skills
 from skillfs.server.app import SkillfsServer
 from skillfs.store.limits import Limits
 from support.grpc_servers import ADMIN, ALICE, running
+from tests.cli_helpers import error_line, run
 from tests.helpers import skill_md
 
 AGENT = "support-bot"
@@ -39,7 +40,9 @@ def server(tmp_path: Path) -> Iterator[SkillfsServer]:
         yield srv
 
 
-def test_a_tokens_writes_are_charged_to_it_on_every_surface(server: SkillfsServer) -> None:
+def test_a_tokens_writes_are_charged_to_it_on_every_surface(
+    server: SkillfsServer, tmp_path: Path
+) -> None:
     url = f"grpc://127.0.0.1:{server.grpc_port}"
     alice = skillfs.open_store(url, token=ALICE)
     admin = skillfs.open_store(url, token=ADMIN)
@@ -65,6 +68,13 @@ def test_a_tokens_writes_are_charged_to_it_on_every_surface(server: SkillfsServe
                 },
             )
         assert answer.startswith("Error: skill_manage:") and "quota of token 'alice'" in answer
+        # the CLI: one error line with the same words, exit 1, nothing imported
+        source = tmp_path / "source" / "three"
+        source.mkdir(parents=True)
+        for name, data in files("three").items():
+            (source / name).write_bytes(data)
+        cli = run(url, "import", str(source.parent), "-s", f"user:{AGENT}/alice", "--token", ALICE)
+        assert "quota of token 'alice'" in error_line(cli)
         assert alice.skills(MINE) == ["one", "two"]
         # a global admin is held to the scope's quota alone (40,000 bytes)
         admin.publish(MINE, "three", files("three"))
