@@ -1,8 +1,9 @@
 """History grows by what a commit changed, not by the whole file table (issue 28 §2): one-file
 commits to a skill of 4,000 files add at most 20 KB each to what the engine holds, on every
-engine — on etcd its superseded revisions included (support/history_growth.py). A few
-commits per engine here; tests/scenarios/test_history_growth.py makes the 150 the issue
-names on etcd, and bench/history.py on every engine (docs/benchmarks.md, "History growth")."""
+engine — on etcd its superseded revisions included (support/history_growth.py). Twenty
+commits per engine here (what a commit adds does not change with their number);
+bench/history.py makes the 150 the issue names on every engine (docs/benchmarks.md,
+"History growth")."""
 
 from __future__ import annotations
 
