@@ -118,3 +118,29 @@ def test_the_saa_tool_set_reads_by_name_and_disables_for_the_run() -> None:
     assert "Step one." in json.dumps(second.input, default=str)
     assert "Billing help." not in third.system_instructions
     assert "Handle refunds." in third.system_instructions
+
+
+def test_each_conversation_is_its_own_session() -> None:
+    """`AgentSkills(session=)` maps a run's context to the worker's session: a skill the
+    model disabled in one conversation stays disabled in that conversation's next run and is
+    still offered in another's (docs/runtime.md, "Sessions")."""
+    set_tracing_disabled(True)
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    store.publish(SHARED, "refunds", {"SKILL.md": md("refunds", "Handle refunds.", "Step one.")})
+    store.publish(SHARED, "billing", {"SKILL.md": md("billing", "Billing help.", "Bill it.")})
+    kit = AgentSkills(
+        skillfs.Skills(store, "bot", "alice", tools="saa"),
+        session=lambda ctx: ctx.context["conversation"],
+    )
+
+    def run(conversation: str, *steps: list[object]) -> ScriptedModel:
+        model = ScriptedModel([*steps, [assistant_message("done")]])
+        agent = Agent(name="support", instructions=kit.instructions, tools=kit.tools, model=model)
+        asyncio.run(Runner.run(agent, "hi", context={"conversation": conversation}))
+        return model
+
+    disable = function_call("disable_skill", {"skill_name": "billing"}, call_id="c1")
+    assert "Billing help." not in run("a", [disable]).last_call.system_instructions
+    assert "Billing help." not in run("a").last_call.system_instructions  # its next run
+    other = run("b").last_call.system_instructions
+    assert "Billing help." in other and "Handle refunds." in other
