@@ -19,6 +19,11 @@ there at each listing (only changed files) and lists each skill's directory, for
 file tools (`Read`, `Bash`); `shown_as=` names that directory as a sandbox mounts it. Else
 `skill_tools(skills)` gives the worker's tool set (`load_skill_through_path`, ...) and, with
 `Skills(..., skill_writes=)`, the write tools, as AgentScope tools.
+
+An AgentScope agent is one conversation; give its loader and tools the conversation's id
+(`session=`), and what the model loads, binds or disables there stays in it, never in
+another conversation of the same user (docs/runtime.md, "Sessions"). Without it they share
+the worker's own session.
 """
 
 from __future__ import annotations
@@ -40,8 +45,8 @@ from skillfs.runtime.skill_writes import write_tool_specs
 
 
 class SkillfsLoader(SkillLoaderBase):
-    """The model's skills of one (agent, user) view as AgentScope skills: one `Skills`
-    worker per conversation (the tools' session, docs/runtime.md)."""
+    """The model's skills of one (agent, user) view, in one conversation (`session`), as
+    AgentScope skills."""
 
     def __init__(
         self,
@@ -49,13 +54,15 @@ class SkillfsLoader(SkillLoaderBase):
         *,
         materialize: str | Path | None = None,
         shown_as: str | None = None,
+        session: str | None = None,
     ) -> None:
         self.skills = skills
         self.materialize = materialize
         self.shown_as = shown_as
+        self.session = session
 
     async def list_skills(self) -> list[Skill]:
-        snap = await self.skills.asnapshot()
+        snap = await self.skills.asnapshot(session=self.session)
         if self.materialize is not None:
             snap = await asyncio.to_thread(
                 snap.materialize, self.materialize, shown_as=self.shown_as
@@ -86,17 +93,17 @@ class _ListedSkill(Skill):
         return f"<skill {self.name} at {self.dir}>"
 
 
-def skill_tools(skills: Skills) -> list[ToolBase]:
+def skill_tools(skills: Skills, *, session: str | None = None) -> list[ToolBase]:
     """The worker's tool set and, with `Skills(..., skill_writes=)`, its write tools, as
-    AgentScope tools answering from a fresh snapshot; allowed without asking the user (the
-    operator chose them for the worker); a failed call is an error result whose text says
-    what exists, so the model corrects itself."""
+    AgentScope tools answering from a fresh snapshot in the conversation `session`; allowed
+    without asking the user (the operator chose them for the worker); a failed call is an
+    error result whose text says what exists, so the model corrects itself."""
     allow = PermissionDecision(behavior=PermissionBehavior.ALLOW, message="a skillfs tool")
     reads = [(spec, True) for spec in tool_specs(skills.tool_set)]
     writes = [] if skills.skill_writes is None else write_tool_specs(skills.skill_writes)
     return [
         FunctionTool(
-            _runner(skills, name),
+            _runner(skills, name, session),
             name=name,
             description=description,
             input_schema=schema,
@@ -107,9 +114,9 @@ def skill_tools(skills: Skills) -> list[ToolBase]:
     ]
 
 
-def _runner(skills: Skills, name: str) -> Any:
+def _runner(skills: Skills, name: str, session: str | None) -> Any:
     async def run(**arguments: Any) -> ToolChunk:
-        snap = await skills.asnapshot()
+        snap = await skills.asnapshot(session=session)
         text, failed = await asyncio.to_thread(snap.tool_outcome, name, arguments)
         state = ToolResultState.ERROR if failed else ToolResultState.RUNNING
         return ToolChunk(content=[TextBlock(text=text)], state=state)

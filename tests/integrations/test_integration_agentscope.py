@@ -145,3 +145,27 @@ def test_materialized_skills_are_listed_where_the_sandbox_sees_them(tmp_path: Pa
     block = asyncio.run(toolkit.get_skill_instructions())
     assert block is not None and "<dir>/workspace/.skills-cache/user/notes</dir>" in block
     assert (tmp_path / "user/notes/SKILL.md").is_file()
+
+
+def test_each_agent_is_a_conversation_of_its_own() -> None:
+    """`session=` on the loader and the tools: a skill the model disabled in one agent's
+    conversation leaves that agent's next system prompt and stays in another's, though both
+    are the same user's view (docs/runtime.md, "Sessions")."""
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    store.publish(SHARED, "refunds", {"SKILL.md": md("refunds", "Handle refunds.", "Step one.")})
+    store.publish(SHARED, "billing", {"SKILL.md": md("billing", "Billing help.", "Bill it.")})
+    skills = skillfs.Skills(store, "bot", "alice", tools="saa")
+
+    def agent(conversation: str, script: Iterator[ChatResponse]) -> ScriptedModel:
+        model = ScriptedModel(script)
+        toolkit = Toolkit(
+            tools=skill_tools(skills, session=conversation),
+            skills_or_loaders=[SkillfsLoader(skills, session=conversation)],
+        )
+        asyncio.run(agent_for(model, toolkit).reply(UserMsg("user", "hi")))
+        return model
+
+    a = agent("a", iter([call("disable_skill", {"skill_name": "billing"}, "c1"), text("ok")]))
+    assert "Billing help." in system(a.sent[0]) and "Billing help." not in system(a.sent[1])
+    b = agent("b", iter([text("ok")]))
+    assert "Billing help." in system(b.sent[0]) and "Handle refunds." in system(b.sent[0])
