@@ -70,26 +70,28 @@ lint: $(DEV)
 check: lint
 	$(PYTEST) -q --no-servers tests/unit tests/store tests/governance
 
-# The whole suite, as CI runs it, in three lanes. Two side by side: the tests marked `serial`
-# (they hold wall-clock time to tight bounds) one at a time, collected from the files that
-# mark any, and every other test with pytest-xdist, niced so that a serial test gets the CPU
-# when it wants it. Each of the two has its own half of the port range; the serial lane's
-# report is printed after the other's. Then, alone, the serial tests of tests/scenarios (three servers counting runs
-# against the clock, a stopped store within a step's budget), which a loaded machine fails
-# even niced. A lane that selects no test (pytest's status 5) is no failure there.
-SERIAL_FILES = $$(grep -rl --include='test_*.py' --exclude-dir=scenarios 'mark.serial' tests)
-test: $(DEV) servers lint
-	@serial=$$(mktemp -d); status=0; runs=$$(mktemp -d $(TESTROOT)/skillfs-tests.XXXXXX); \
-	( SKILLFS_TEST_PORTS=1/2 $(PYTEST) -q -m serial --basetemp=$$runs/serial $(SERIAL_FILES) \
-		>$$serial/log 2>&1; echo $$? >$$serial/status ) & \
+# The whole suite, as CI runs it, in two lanes side by side. The side lane: lint, then the
+# tests marked `serial` (they hold wall-clock time to tight bounds: servers counting runs
+# against the clock, a stopped store within a step's budget), one at a time, collected from
+# the files that mark any. The main lane: every other test with pytest-xdist, niced to 19 so
+# that a serial test and its servers get the CPU when they want it. Each lane has its own
+# half of the port range; the side lane's report is printed after the main one's. A lane
+# that selects no test (pytest's status 5) is no failure there. (Before, the serial tests of
+# tests/scenarios ran alone after both, and lint before everything: 1.5 min more on 2 cores;
+# docs/benchmarks.md, "Test tiers".)
+SERIAL_FILES = $$(grep -rl --include='test_*.py' 'mark.serial' tests)
+test: $(DEV) servers
+	@side=$$(mktemp -d); status=0; runs=$$(mktemp -d $(TESTROOT)/skillfs-tests.XXXXXX); \
+	( { echo "---- lint"; $(MAKE) --no-print-directory lint; echo $$? >$$side/lint; \
+	    echo "---- the serial tests"; \
+	    SKILLFS_TEST_PORTS=1/2 $(PYTEST) -q -m serial --basetemp=$$runs/serial $(SERIAL_FILES); \
+	    echo $$? >$$side/serial; } >$$side/log 2>&1 ) & \
 	SKILLFS_TEST_PORTS=0/2 nice -n 19 $(PYTEST) -q -n $(WORKERS) --dist load \
 		--basetemp=$$runs/parallel -m "not serial" || status=$$?; \
-	wait; echo "---- the serial lane"; cat $$serial/log; \
-	rc=$$(cat $$serial/status); rm -rf $$serial; \
-	[ $$rc -eq 0 ] || [ $$rc -eq 5 ] || status=$$rc; \
-	echo "---- tests/scenarios' serial tests, alone"; \
-	$(PYTEST) -q -m serial --basetemp=$$runs/scenarios tests/scenarios \
-		|| { rc=$$?; [ $$rc -eq 5 ] || status=$$rc; }; \
+	wait; cat $$side/log; \
+	rc=$$(cat $$side/lint); [ $$rc -eq 0 ] || status=$$rc; \
+	rc=$$(cat $$side/serial); [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || status=$$rc; \
+	rm -rf $$side; \
 	if [ $$status -eq 0 ]; then rm -rf $$runs; else echo "failed tests' files: $$runs"; fi; \
 	exit $$status
 
