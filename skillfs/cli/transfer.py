@@ -51,7 +51,8 @@ from skillfs.cli.common import (
 )
 from skillfs.errors import InvalidArgument, InvalidPath, NotFound, SkillfsError, TooLarge
 from skillfs.governance.edits import Imported, ImportPolicy, ImportResult
-from skillfs.model import File, Finding, Manifest, Scope, error_findings
+from skillfs.model import File, FileEntry, Finding, Manifest, Scope, error_findings
+from skillfs.model.import_mark import check_source
 from skillfs.model.names import (
     check_skill_name,
     is_hidden_dir,
@@ -67,6 +68,7 @@ from skillfs.spec.skill_dirs import (
     read_regular,
 )
 from skillfs.spec.skill_md import SKILL_MD, inspect_skill
+from skillfs.store.blobs import sha256
 from skillfs.store.limits import Limits
 
 #: Skills per commit when the store sets no limit of its own: small enough that the progress
@@ -198,9 +200,10 @@ def _progress() -> Iterator[Progress]:
 
 #: What `--policy` says of each `ImportPolicy`, in `import --help`.
 POLICIES = {
-    ImportPolicy.REPLACE: "its files replace the scope's (the default, as import always did)",
-    ImportPolicy.CREATE: "the scope's skill is kept: only skills it does not hold are written",
-    ImportPolicy.FAIL: "nothing at all is written, and the skills that would change are named",
+    ImportPolicy.UPDATE: "nothing at all is written, and each such skill is named with who "
+    "wrote its version (the default)",
+    ImportPolicy.KEEP: "they are kept as they are, and the other skills are imported",
+    ImportPolicy.REPLACE: "the import's files replace them (their versions stay in history)",
 }
 
 
@@ -218,15 +221,39 @@ def import_(
     ],
     scope: ScopeOption,
     policy: Annotated[
-        ImportPolicy,
+        ImportPolicy | None,
         typer.Option(
             "--policy",
             metavar="|".join(ImportPolicy),
-            help="What to do with a skill the scope already holds with other files: "
+            show_default=False,
+            help="What to do with a skill the scope holds with other files that an import of "
+            "this source did not leave as it is now (changed since, or from elsewhere): "
             + "; ".join(f"{p.value}: {said}" for p, said in POLICIES.items())
-            + ". Skills whose files are the same are never written again.",
+            + ". A skill this source wrote and nobody changed since is updated; skills "
+            "whose files are the same are never written again.",
         ),
-    ] = ImportPolicy.REPLACE,
+    ] = None,
+    replace: Annotated[
+        bool, typer.Option("--replace", help="The same as --policy replace.")
+    ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="List what the import would create, update, leave unchanged, keep and "
+            "refuse, and write nothing.",
+        ),
+    ] = False,
+    source: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME",
+            show_default=False,
+            help="The source recorded in each version written, and whose earlier imports "
+            "may be updated (default: DIRECTORY's absolute path; name it, e.g. "
+            "git:team-skills, when the same skills are imported from changing paths).",
+        ),
+    ] = None,
     batch: Annotated[
         int | None,
         typer.Option(
@@ -250,10 +277,20 @@ def import_(
 ) -> None:
     """Store every skill below DIRECTORY in a scope, bytes and modes kept.
 
-    Skills that break the spec are stored anyway, their findings recorded and listed below;
-    skills whose files are unchanged are not written again, and --policy decides about a skill
-    the scope holds with other files (default: replace it). Only regular files are read:
-    symbolic links (unless --follow-symlinks), pipes and devices are skipped with a warning."""
+    Each version written records the import's source (DIRECTORY's path, or --source). A skill
+    the scope holds with other files is updated when an import of this source wrote it and
+    nobody changed it since; one someone else changed is not reverted: the import writes
+    nothing and names it, unless --replace (or --policy keep, which imports the rest).
+    Skills that break the spec are stored anyway, their findings recorded and listed below.
+    Only regular files are read: symbolic links (unless --follow-symlinks), pipes and devices
+    are skipped with a warning."""
+    if replace and policy not in (None, ImportPolicy.REPLACE):
+        raise typer.BadParameter(
+            f"--replace is --policy replace: give one of them, not --policy {policy.value}",
+            param_hint="--replace",
+        )
+    chosen = ImportPolicy.REPLACE if replace else policy or ImportPolicy.UPDATE
+    origin = check_source(source if source is not None else str(directory.resolve()))
     with opened(store_url, token, create=True) as store:
         sources = skill_sources(directory, store.limits, follow_symlinks)
         skipped = not_skills(directory) + [
@@ -271,27 +308,35 @@ def import_(
         size = batch or limit or DEFAULT_BATCH
         if limit is not None:  # the store's limit per atomic commit caps any batch
             size = min(size, limit)
-        # `fail` decides over the whole import, so it is one call (every skill read first);
-        # the other policies decide skill by skill, one call per batch
-        per_call = len(sources) if policy is ImportPolicy.FAIL else size
-        importer = _Importer(store, scope, policy, size, WriteOptions(message=message))
+        importer = _Importer(store, scope, origin, chosen, size, WriteOptions(message=message))
         with _progress() as progress:
-            task = progress.add_task("importing", total=sum(s.size for s in sources))
-            for i in range(0, len(sources), per_call):
-                importer.run(sources[i : i + per_call], progress, task)
+            # the whole import is decided first, from the files' digests (none held in
+            # memory), so a refusal writes nothing; then only what changes is read again
+            plan = importer.plan(sources, progress)
+            if not dry_run:
+                refusal = plan.refusal(scope)
+                if refusal is not None:
+                    raise refusal
+                writes = {i.skill for i in plan.skills if i.status in ("created", "updated")}
+                todo = [s for s in sources if s.name in writes]
+                task = progress.add_task("importing", total=sum(s.size for s in todo))
+                for i in range(0, len(todo), size):
+                    importer.run(todo[i : i + size], progress, task)
     rows = [importer.rows[s.name] for s in sources]
     if as_json:
         emit_json(
             {
                 "scope": str(scope),
-                "policy": policy.value,
+                "source": origin,
+                "policy": chosen.value,
+                "dry_run": dry_run,
                 "commits": importer.commits,
                 "skills": rows,
                 "skipped": skipped,
             }
         )
     else:
-        _summary(scope, rows, importer.commits, importer.findings)
+        _summary(scope, origin, rows, importer.commits, importer.findings, dry_run)
 
 
 @dataclass
@@ -300,6 +345,7 @@ class _Importer:
 
     store: Store
     scope: Scope
+    source: str
     policy: ImportPolicy
     batch: int
     options: WriteOptions
@@ -307,21 +353,49 @@ class _Importer:
     commits: list[dict[str, Any]] = field(default_factory=list)
     findings: dict[str, list[Finding]] = field(default_factory=dict)
 
+    def plan(self, sources: list[SkillSource], progress: Progress) -> ImportResult:
+        """The import decided for every skill (a dry run), each file hashed, not kept."""
+        task = progress.add_task("checking", total=sum(s.size for s in sources))
+        rows: dict[str, dict[str, FileEntry]] = {}
+        for source in sources:
+            progress.update(task, description=f"checking {source.name}")
+            rows[source.name] = entries = {}
+            md = b""
+            for rel, path in source.files.items():
+                data, st = _read(path)
+                md = data if rel == SKILL_MD else md
+                entries[rel] = FileEntry(
+                    sha256=sha256(data), size=len(data), mode=st.st_mode & 0o777,
+                    mtime=st.st_mtime,
+                )  # fmt: skip
+            texts = dict.fromkeys(entries, b"") | {SKILL_MD: md}
+            self.findings[source.name] = inspect_skill(
+                source.name, texts, self.store.profiles
+            ).findings
+            self.rows[source.name] = _row(source, self.findings[source.name])
+            progress.advance(task, source.size)
+        result = self.store.edits.import_skills(
+            self.scope, rows, source=self.source, policy=self.policy, dry_run=True
+        )
+        self._add(result)
+        return result
+
     def run(self, chunk: list[SkillSource], progress: Progress, task: TaskID) -> None:
         """Read `chunk`'s skills and import them in one call (commits of `batch` skills)."""
         skills: dict[str, dict[str, File]] = {}
         for source in chunk:
             progress.update(task, description=f"reading {source.name}")
-            skills[source.name] = files = read_source(source)
-            self.findings[source.name] = inspect_skill(
-                source.name, {p: f.data for p, f in files.items()}, self.store.profiles
-            ).findings
-            self.rows[source.name] = _row(source, self.findings[source.name])
+            skills[source.name] = read_source(source)
             progress.advance(task, source.size)
         progress.update(task, description=f"importing {plural(len(chunk), 'skill')}")
         try:
             result = self.store.edits.import_skills(
-                self.scope, skills, policy=self.policy, batch=self.batch, options=self.options
+                self.scope,
+                skills,
+                source=self.source,
+                policy=self.policy,
+                batch=self.batch,
+                options=self.options,
             )
         except SkillfsError:
             _partial(self.scope, self.commits)
@@ -342,7 +416,11 @@ class _Importer:
 
 
 def _status(item: Imported) -> dict[str, Any]:
-    return {"status": item.status, "version": item.version}
+    """A skill's status, its version, and who wrote the version a kept or refused one holds."""
+    row: dict[str, Any] = {"status": item.status, "version": item.version}
+    if item.status in ("kept", "refused"):
+        row["actor"] = item.actor
+    return row
 
 
 def _partial(scope: Scope, commits: list[dict[str, Any]]) -> None:
@@ -375,20 +453,34 @@ def _row(source: SkillSource, findings: list[Finding]) -> dict[str, Any]:
 
 def _summary(
     scope: Scope,
+    source: str,
     rows: list[dict[str, Any]],
     commits: list[dict[str, Any]],
     findings: dict[str, list[Finding]],
+    dry_run: bool,
 ) -> None:
-    statuses = ("created", "updated", "unchanged", "kept")
+    statuses = ("created", "updated", "unchanged", "kept", "refused")
     counts = {s: sum(r["status"] == s for r in rows) for s in statuses}
+    said = [f"{counts[s]} {s}" for s in statuses if counts[s] or s not in ("kept", "refused")]
+    skills = f"{len(rows)} skill{'s' * (len(rows) != 1)}"
+    if dry_run:
+        out.print(f"dry run: nothing written; importing {skills} from {shown(source)} into "
+                  f"{scope} would leave: " + ", ".join(said))  # fmt: skip
+        for r in rows:
+            if r["status"] != "unchanged":
+                who = f" (version {r['version']} by {shown(r['actor'])})" if "actor" in r else ""
+                out.print(f"  {r['status']:<9} {shown(r['skill'])}{who}")
+        return
     where = f"in {len(commits)} commit{'s' * (len(commits) != 1)}"
     if commits:
         where += f", now at revision {commits[-1]['revision']}"
-    said = [f"{counts[s]} {s}" for s in statuses if counts[s] or s != "kept"]
-    out.print(
-        f"imported {len(rows)} skill{'s' * (len(rows) != 1)} into {scope} {where}: "
-        + ", ".join(said)
-    )
+    out.print(f"imported {skills} into {scope} {where}: " + ", ".join(said))
+    for r in rows:
+        if r["status"] == "kept":
+            out.print(
+                f"  kept {shown(r['skill'])}: version {r['version']} by {shown(r['actor'])} "
+                "is not what an import of this source wrote"
+            )
     flagged = [r for r in rows if r["errors"] or r["warnings"]]
     for r in flagged:
         mark = "[red]✗[/red]" if r["errors"] else "[yellow]![/yellow]"

@@ -118,13 +118,15 @@ class Put(_Command):
     """Replace a skill's whole file set; `expected_version` 0 means 'must not exist yet'. A
     file may be a `FileEntry` of a stored file, kept by reference without re-sending it.
     `origin`: the lower layer's skill this one copies (a per-user override), whose kill
-    switch it keeps; a new version of a copy keeps its origin."""
+    switch it keeps; a new version of a copy keeps its origin. `import_source`: the import
+    source the files come from, recorded with their digest (docs/cli.md, "Import sources")."""
 
     scope: Scope
     skill: str
     files: dict[str, FileValue]
     expected_version: int | None = None
     origin: Origin | None = None
+    import_source: str | None = None
 
     def __init__(
         self,
@@ -133,6 +135,8 @@ class Put(_Command):
         files: Mapping[str, FileValue],
         expected_version: int | None = None,
         origin: Origin | None = None,
+        *,
+        import_source: str | None = None,
     ) -> None:
         super().__init__(
             scope=scope,
@@ -140,6 +144,7 @@ class Put(_Command):
             files=dict(files) if isinstance(files, Mapping) else files,
             expected_version=expected_version,
             origin=origin,
+            import_source=import_source,
         )
 
 

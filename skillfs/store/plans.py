@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from skillfs.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound
 from skillfs.model import Candidate, FileEntry, Finding, Manifest, Origin, Rollout, Scope, Typed
 from skillfs.model.entry import EntryKind, EntryRef
+from skillfs.model.import_mark import ImportMark, check_source, files_digest
 from skillfs.model.ops import (
     Abort,
     Approve,
@@ -121,7 +122,11 @@ def _put(c: Put) -> Plan:
         cur = a.live(c.scope, c.skill)
         origin = c.origin if c.origin is not None else cur.origin if cur is not None else None
         base = cur if cur is not None else Manifest.empty(c.skill)
-        return base.with_files(p.files, p.frontmatter, p.findings, p.typed, origin)
+        m = base.with_files(p.files, p.frontmatter, p.findings, p.typed, origin)
+        if c.import_source is None:
+            return m
+        mark = ImportMark(source=check_source(c.import_source), digest=files_digest(p.files))
+        return m.model_copy(update={"imported": mark})
 
     return Plan([Step(c.scope, c.skill, c.expected_version, make, payload=c)], [])
 
