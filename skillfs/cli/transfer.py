@@ -1,16 +1,15 @@
-"""Whole skill directories in and out of a scope: import and export.
+"""Whole skill directories into a scope: `skillfs import` (export: `skillfs.cli.export`).
 
 Import is a bulk surface (docs/design.md §7): skills that break the spec are stored with
 their findings recorded, and the summary lists them. Bytes, modes and modification times
-survive the round trip both ways. An import is `store.edits.import_skills` under the policy
-the operator chose, one call per batch.
+survive the round trip both ways. An import is decided whole by one `store.edits.import_skills`
+dry run over the files' digests, then written by one call per batch under the policy the
+operator chose (docs/cli.md, "Import sources").
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -36,13 +35,10 @@ from skillfs.cli.common import (
     ScopeOption,
     StoreOption,
     TokenOption,
-    YesOption,
     check_write,
     command,
-    confirmed,
     emit_json,
     err,
-    nothing_in,
     opened,
     out,
     plural,
@@ -51,13 +47,11 @@ from skillfs.cli.common import (
 )
 from skillfs.errors import InvalidArgument, InvalidPath, NotFound, SkillfsError, TooLarge
 from skillfs.governance.edits import Imported, ImportPolicy, ImportResult
-from skillfs.model import File, FileEntry, Finding, Manifest, Scope, error_findings
+from skillfs.model import File, FileEntry, Finding, Scope, error_findings
 from skillfs.model.import_mark import check_source
 from skillfs.model.names import (
     check_skill_name,
-    is_hidden_dir,
     normalize_path,
-    unwritable,
 )
 from skillfs.model.ops import WriteOptions
 from skillfs.spec.skill_dirs import (
@@ -185,7 +179,7 @@ def read_source(source: SkillSource) -> dict[str, File]:
 
 
 @contextmanager
-def _progress() -> Iterator[Progress]:
+def progress() -> Iterator[Progress]:
     """A progress bar in bytes on stderr, so stdout stays clean for --json."""
     columns = [
         TextColumn("[progress.description]{task.description}"),
@@ -309,19 +303,19 @@ def import_(
         if limit is not None:  # the store's limit per atomic commit caps any batch
             size = min(size, limit)
         importer = _Importer(store, scope, origin, chosen, size, WriteOptions(message=message))
-        with _progress() as progress:
+        with progress() as bar:
             # the whole import is decided first, from the files' digests (none held in
             # memory), so a refusal writes nothing; then only what changes is read again
-            plan = importer.plan(sources, progress)
+            plan = importer.plan(sources, bar)
             if not dry_run:
                 refusal = plan.refusal(scope)
                 if refusal is not None:
                     raise refusal
                 writes = {i.skill for i in plan.skills if i.status in ("created", "updated")}
                 todo = [s for s in sources if s.name in writes]
-                task = progress.add_task("importing", total=sum(s.size for s in todo))
+                task = bar.add_task("importing", total=sum(s.size for s in todo))
                 for i in range(0, len(todo), size):
-                    importer.run(todo[i : i + size], progress, task)
+                    importer.run(todo[i : i + size], bar, task)
     rows = [importer.rows[s.name] for s in sources]
     if as_json:
         emit_json(
@@ -492,117 +486,3 @@ def _summary(
             f"{invalid} with errors (stored; a worker shows a skill only if its SKILL.md has a "
             f"name and description), {len(flagged) - invalid} with warnings only"
         )
-
-
-@command("export", TRANSFER)
-def export(
-    directory: Annotated[
-        Path,
-        typer.Argument(
-            file_okay=False, metavar="DIRECTORY", show_default=False, help="Where to write."
-        ),
-    ],
-    scope: ScopeOption,
-    skills: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--skill", metavar="NAME", show_default=False, help="Only this skill (repeatable)."
-        ),
-    ] = None,
-    yes: YesOption = False,
-    store_url: StoreOption = None,
-    token: TokenOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Write a scope's skills to DIRECTORY, one sub-directory each, bytes and modes kept.
-
-    Into a DIRECTORY that is not empty it asks first (--yes does not ask): each exported
-    skill's directory is then replaced whole, everything else is left alone."""
-    if directory.exists() and any(directory.iterdir()):
-        confirmed(
-            f"{directory} is not empty: replace the exported skills' directories in it?",
-            f"nothing exported: {directory} is not empty",
-            yes,
-            unattended=f"nothing exported: {directory} is not empty and there is no terminal to "
-            "ask; pass --yes to replace the exported skills' directories in it, or export into "
-            "an empty directory",
-        )
-    with opened(store_url, token) as store:
-        manifests = {  # drafts and archived skills are not the scope's skills (`_drafts/`)
-            name: m for name, m in store.manifests(scope, skills).items() if not is_hidden_dir(name)
-        }
-        if not manifests and store.revision(scope) is None:  # a typo: no backup of nothing
-            raise NotFound(nothing_in(store, scope))
-        if skills:
-            missing = sorted(set(skills) - manifests.keys())
-            if missing:
-                raise NotFound(
-                    f"no skill {', '.join(map(repr, missing))} in {scope}; skills there: "
-                    + (", ".join(store.skills(scope)) or "none")
-                )
-        skipped = _unwritable(manifests)  # paths stored before the caps: skip, not fail
-        for row in skipped:
-            err.print(f"[yellow]warning:[/yellow] skipped {shown(row['skill'])}: {row['reason']}")
-            del manifests[row["skill"]]
-        rows = []
-        # every skill is written beside the directory's own first, and moved in once all
-        # are: a store or disk failure midway leaves DIRECTORY as it was
-        made = not directory.exists()
-        directory.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".skillfs-export-", dir=directory))
-        done = False
-        try:
-            with _progress() as progress:
-                total = sum(m.size for m in manifests.values())
-                task = progress.add_task("exporting", total=total)
-                for name in sorted(manifests):
-                    m = manifests[name]
-                    progress.update(task, description=f"writing {name}")
-                    try:
-                        _write_skill(staging / name, m, store.read_entries(m.files.values()))
-                    except OSError as exc:
-                        raise InvalidPath(
-                            f"nothing exported: writing {name} failed ({exc.strerror or exc})"
-                        ) from None
-                    progress.advance(task, m.size)
-                    rows.append(
-                        {"skill": name, "version": m.version, "files": len(m.files), "size": m.size}
-                    )
-            for name in sorted(manifests):
-                _replace(directory / name)
-                os.replace(staging / name, directory / name)
-            done = True
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-            if made and not done:
-                shutil.rmtree(directory, ignore_errors=True)
-    if as_json:
-        emit_json(
-            {"scope": str(scope), "directory": str(directory), "skills": rows, "skipped": skipped}
-        )
-    else:
-        out.print(f"exported {len(rows)} skill{'s' * (len(rows) != 1)} of {scope} to {directory}")
-
-
-def _unwritable(manifests: dict[str, Manifest]) -> list[dict[str, str]]:
-    """The skills with a path stored before the path caps (docs/security.md), longer or
-    deeper than a file system may hold: each with why, for one warning."""
-    found = {name: unwritable(m.files) for name, m in sorted(manifests.items())}
-    return [{"skill": name, "reason": why} for name, why in found.items() if why is not None]
-
-
-def _replace(root: Path) -> None:
-    """Make room for an exported skill's directory: what stood there goes, whole."""
-    if root.is_symlink() or root.is_file():
-        root.unlink()
-    elif root.exists():
-        shutil.rmtree(root)
-
-
-def _write_skill(root: Path, m: Manifest, data: dict[str, bytes]) -> None:
-    for path, entry in sorted(m.files.items()):
-        target = root / normalize_path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data[entry.sha256])
-        os.chmod(target, entry.mode & 0o777)  # the exact bits, for the round trip (cli.md)
-        os.utime(target, (entry.mtime, entry.mtime))

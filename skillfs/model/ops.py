@@ -40,6 +40,8 @@ class Operation(StrEnum):
     REJECT = "reject"
     ARCHIVE = "archive"
     RESTORE = "restore"
+    REQUIRE_REVIEW = "require-review"
+    LIFT_REVIEW = "lift-review"
 
 
 class WriteOptions(BaseModel):
@@ -285,8 +287,17 @@ class Copy(_Command):
     expected_version: int | None = None
 
 
+class RequireReview(_Command):
+    """Turn a scope's two-person rule on (`required`) or off (docs/governance.md, "The
+    two-person rule"); `expected_version` is the setting's."""
+
+    scope: Scope
+    required: bool
+    expected_version: int | None = None
+
+
 #: Every command a commit takes.
 Command: TypeAlias = (
     Put | Remove | Disable | Enable | Stage | Widen | Promote | Abort | Propose | Approve
-    | Reject | Archive | Restore | Move | Copy
+    | Reject | Archive | Restore | Move | Copy | RequireReview
 )  # fmt: skip

@@ -28,6 +28,7 @@ S = ("-s", str(SHARED))
 WRITES = {
     "edit", "rm", "rollback", "mv", "import", "disable", "enable", "stage", "widen", "promote",
     "abort", "archive", "restore", "curate", "drafts approve", "drafts reject", "drafts split",
+    "review-rule",
 }  # fmt: skip
 #: The commands that write no version of their own, and why they need no --message.
 NO_VERSIONS = {
@@ -121,6 +122,8 @@ def test_every_write_keeps_its_message(url: str, tmp_path: Path) -> None:
     write("drafts split")
     write("archive", "delta")
     write("restore", "delta")
+    write("review-rule", "on")
+    ok(url, "review-rule", "off", *S)
     ran.add("curate")  # a domain, not a scope: no -s
     ok(url, "curate", AGENT, "--apply", "--stale-after", "0.01s", "--archive-after", "0.01s",
        "-m", "why curate")  # fmt: skip

@@ -15,6 +15,7 @@ from tests.console.test_console import (
     READER,
     SHARED,
     Client,
+    _zip,
     console_store,  # noqa: F401  (a fixture)
     md_text,
 )
@@ -205,3 +206,26 @@ def test_approve_says_whose_workers_get_the_draft(client: Client, store: skillfs
         "for every worker of support-bot (a user with a greeter of their own keeps it)"
         in (shared.split('id="approve-reach">')[1])
     )
+
+
+def test_under_the_two_person_rule_the_console_proposes_and_approves(
+    client: Client, store: skillfs.Store
+) -> None:
+    """docs/governance.md, "The two-person rule": the console's writes end in the Committer
+    like every other surface's; a direct one is refused ("Review required", nothing written),
+    and the signed-in operator approves another person's draft."""
+    store.review.require(SHARED, options=skillfs.WriteOptions(actor="ana"))
+    before = store.revision(AGENT)
+    upload = client.upload(
+        "/" + SHARED.prefix,
+        {"op": "import"},
+        {"archive": ("g.zip", _zip({"greeter/SKILL.md": GREETER}))},
+    )
+    text = unescape(upload.text)
+    assert upload.status == 409 and "Review required" in text and "turned on by ana" in text
+    assert "Nothing was written" in text and store.revision(AGENT) == before
+    store.drafts.propose(
+        SHARED, "greeter", {"SKILL.md": File(GREETER)}, options=skillfs.WriteOptions(actor="bob")
+    )
+    r = client.post(_draft_url(SHARED, "greeter", "approve"), {"expected": "1"})
+    assert r.status == 200 and store.skills(SHARED).count("greeter") == 1
