@@ -229,3 +229,6 @@ def test_under_the_two_person_rule_the_console_proposes_and_approves(
     )
     r = client.post(_draft_url(SHARED, "greeter", "approve"), {"expected": "1"})
     assert r.status == 200 and store.skills(SHARED).count("greeter") == 1
+    activity = client.get("/agents/support-bot/activity")
+    assert activity.status == 200 and "require-review" in activity.text
+    assert 'two-person rule</a> <span class="chip">setting' in activity.text
