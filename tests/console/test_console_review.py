@@ -232,3 +232,26 @@ def test_under_the_two_person_rule_the_console_proposes_and_approves(
     activity = client.get("/agents/support-bot/activity")
     assert activity.status == 200 and "require-review" in activity.text
     assert 'two-person rule</a> <span class="chip">setting' in activity.text
+
+
+def test_the_scope_page_shows_and_switches_the_two_person_rule(
+    client: Client, store: skillfs.Store
+) -> None:
+    scope_url = "/" + SHARED.prefix
+    page = client.get(scope_url).text
+    assert 'id="review-rule"' in page and 'id="review-banner"' not in page
+    reader = Client(client.app)
+    reader.sign_in(READER)
+    assert 'id="review-rule"' not in reader.get(scope_url).text  # no admin grant: no form
+    refused = reader.post(scope_url, {"op": "review", "required": "1"})
+    assert refused.status == 403 and not store.review.rule(SHARED).required
+    on = client.post(scope_url, {"op": "review", "required": "1", "message": "SOC 2"})
+    assert on.status == 200 and "now requires review" in on.text
+    rule = store.review.rule(SHARED)
+    assert rule.required and rule.message == "SOC 2"
+    banner = reader.get(scope_url).text
+    assert 'id="review-banner"' in banner and "Review required" in banner and "SOC 2" in banner
+    assert "Lift the rule" not in banner  # a reader sees the rule, not the switch
+    off = client.post(scope_url, {"op": "review", "required": "0"})
+    assert off.status == 200 and not store.review.rule(SHARED).required
+    assert client.post(scope_url, {"op": "review", "required": "x"}).status == 400

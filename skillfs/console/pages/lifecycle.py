@@ -11,6 +11,7 @@ from skillfs.console import urls
 from skillfs.console.archive import read_zip
 from skillfs.console.call import Call, HTTPError
 from skillfs.console.findings import findings_of
+from skillfs.console.pages.review_rule import set_rule
 from skillfs.console.strict import confirm, forced
 from skillfs.errors import Conflict, InvalidSkill
 from skillfs.governance.edits import ImportPolicy
@@ -21,12 +22,14 @@ from skillfs.spec.validation import suggest_name
 
 
 def scope_post(call: Call, scope: Scope) -> Response:
-    """The scope page's forms: **New skill** and **Upload zip**."""
+    """The scope page's forms: **New skill**, **Upload zip** and the two-person rule."""
     op = call.field("op")
     if op == "new":
         return create(call, scope)
     if op == "import":
         return import_zip(call, scope)
+    if op == "review":
+        return set_rule(call, scope)
     raise HTTPError(400, "Bad request", f"unknown action {op!r}")
 
 
