@@ -1,7 +1,7 @@
 """The two-person rule (docs/governance.md, "The two-person rule"): a scope setting under which
 every write serving new files goes through a draft another actor approves, held by the
-Committer for every write — on memory, SQLite, Redis and etcd (`grpc://`, where the actor is
-the token's: tests/server/test_server_review.py). Refusals write nothing."""
+Committer for every write — on memory, SQLite, Redis, etcd and PostgreSQL (`grpc://`, where
+the actor is the token's: tests/server/test_server_review.py). Refusals write nothing."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ ALICE = Scope.user(AGENT, "alice")
 ANA, BOB = WriteOptions(actor="ana"), WriteOptions(actor="bob")
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis", "etcd"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "etcd", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     s = skillfs.open_store(url_for(request, request.param, tmp_path))
     yield s
