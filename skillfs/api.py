@@ -2,7 +2,8 @@
 the core (`skillfs.store.core`: reads, commits, retention) with governed change above it as
 namespaces — `store.edits` (rename, override, edit a file, import, delete, rollback),
 `store.governance` (disable, enable, audit), `store.drafts`, `store.rollouts`,
-`store.archive`, `store.curation`, `store.usage`, and the core's own `store.changes`. Each
+`store.archive`, `store.curation`, `store.usage`, `store.review` (the two-person rule), and
+the core's own `store.changes`. Each
 service is built from the core's narrow protocols (`skillfs.governance.ports`), so the core
 knows nothing of them and imports run one way."""
 
@@ -16,6 +17,7 @@ from skillfs.governance.archive import Archive
 from skillfs.governance.curation import Curation
 from skillfs.governance.drafts import Drafts
 from skillfs.governance.edits import Edits
+from skillfs.governance.review import Review
 from skillfs.governance.rollouts import Rollouts
 from skillfs.governance.switch import Governance
 from skillfs.governance.usage import Usage
@@ -35,6 +37,7 @@ class Store(StoreCore):
         self.usage = Usage(self, self.committer.who)
         self.curation = Curation(self, self.archive, self.usage)
         self.edits = Edits(self, self)
+        self.review = Review(self, self)
 
 
 #: The keyword options the store takes (the rest of open_store's options go to the engine).

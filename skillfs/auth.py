@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict
 
 from skillfs.errors import InvalidPath, PermissionDenied
 from skillfs.model import Access, Scope
-from skillfs.model.names import DRAFTS, check_id, in_side
+from skillfs.model.names import DRAFTS, SETTINGS, check_id, in_side
 from skillfs.store.quotas import Credential
 
 ENV_TOKENS = "SKILLFS_TOKENS"
@@ -52,7 +52,10 @@ class Level(IntEnum):
 
 
 def write_level(entry: str) -> Level:
-    """The level a write of `entry` needs: `propose` for a draft, `write` for the rest."""
+    """The level a write of `entry` needs: `propose` for a draft, `admin` for a setting of the
+    scope (the two-person rule, docs/security.md), `write` for the rest."""
+    if in_side(entry, SETTINGS):
+        return Level.admin
     return Level.propose if in_side(entry, DRAFTS) else Level.write
 
 

@@ -5,7 +5,8 @@
     │   ├── InvalidPath                                     an id, name or path
     │   └── InvalidSkill                                    a skill a strict surface refuses
     ├── FailedPrecondition        FAILED_PRECONDITION  409  the right request in the wrong
-    │                                                       state (disable what is disabled)
+    │   │                                                   state (disable what is disabled)
+    │   └── ReviewRequired                                  the two-person rule: propose it
     ├── Conflict                  ABORTED              409  changed since you read it
     │   └── EditConflict                                    both changed the same lines
     ├── NotFound                  NOT_FOUND            404
@@ -63,6 +64,12 @@ class FailedPrecondition(SkillfsError):
 
     grpc_code = "FAILED_PRECONDITION"
     http_status = 409
+
+
+class ReviewRequired(FailedPrecondition):
+    """A scope's two-person rule refused a write (docs/governance.md, "The two-person rule"):
+    a live change there goes through a draft another person approves. A surface that can
+    propose instead (the console's New skill) catches this one."""
 
 
 class Conflict(SkillfsError):

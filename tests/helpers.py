@@ -7,14 +7,20 @@ tests/runtime_helpers.py (workers' skills, a counting engine, a Git remote).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import skillfs
 from skillfs.engines.base import CommitOp, Engine
 from skillfs.model import FileEntry, Manifest, Scope
+
+if TYPE_CHECKING:
+    from skillfs.server.app import SkillfsServer
 
 DESCRIPTION = "Does things. Use when testing."
 
@@ -94,3 +100,21 @@ def raw_engine(store: skillfs.Store) -> Engine:
     test that looks inside an engine (its client, its keys) holds; over grpc:// the store's
     engine."""
     return getattr(store.engine, "inner", store.engine)  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def token_server(
+    store: str, tmp_path: Path, tokens: Sequence[tuple[str, str, list[str]]]
+) -> Iterator[SkillfsServer]:
+    """A skillfs server on 127.0.0.1 over `store` with these (name, token, grants)."""
+    from skillfs.auth import tokens_document
+    from skillfs.server.app import ServerConfig, SkillfsServer
+
+    path = tmp_path / "tokens.json"
+    path.write_text(tokens_document(tokens, receipt_key="k"))
+    config = ServerConfig(store=store, grpc="127.0.0.1:0", http="127.0.0.1:0", tokens=path)
+    srv = SkillfsServer(config).start()
+    try:
+        yield srv
+    finally:
+        srv.stop(0)

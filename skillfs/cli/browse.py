@@ -42,11 +42,14 @@ from skillfs.cli.common import (
     version_row,
     when,
 )
+from skillfs.cli.review import said
 from skillfs.cli.text import unified
 from skillfs.errors import NotFound
+from skillfs.governance.review import ReviewRule
 from skillfs.model import FileEntry, Manifest, Scope, UsageDrop, UsageStat, usage_by_skill
 from skillfs.model.names import ARCHIVE, DRAFTS, is_hidden_dir, side_entry
 from skillfs.store.core import file_of
+from skillfs.store.rules import REVIEW
 
 VersionOption = Annotated[int | None, version_option("A kept version (default: latest).")]
 
@@ -136,6 +139,8 @@ def _ls_skills(store: Store, scope: Scope, as_json: bool) -> None:
         emit_json(rows)
         return
     _ls_table(store, scope, manifests, rows)
+    if REVIEW in manifests:  # live: the scope's two-person rule holds
+        out.print(said(ReviewRule.of(scope, manifests[REVIEW])))
     for where, hint in ((DRAFTS, "skillfs drafts ls"), (ARCHIVE, "skillfs restore NAME")):
         names = sorted(n.split("/", 1)[1] for n in side if n.startswith(where + "/"))
         if names:

@@ -17,9 +17,11 @@ def register(app: typer.Typer) -> None:
         curate,
         drafts,
         edit,
+        export,
         govern,
         mcp,
         ops,
+        review,
         rollout,
         transfer,
     )

@@ -274,8 +274,8 @@ EXAMPLES_MESSAGE = "the example skills, added by `skillfs run`"
 
 
 def _import_examples(store: Store, examples: Path) -> list[str]:
-    """Import each example skill the example agent's shared scope does not hold yet (the
-    `create` policy: one an operator changed is kept as it is)."""
+    """Import each example skill the example agent's shared scope does not hold yet (one an
+    operator deleted or changed is left as it is)."""
     scope = Scope.shared(EXAMPLE_AGENT)
     have = set(store.skills(scope))
     sources = [  # as `skillfs import` reads them
@@ -284,7 +284,8 @@ def _import_examples(store: Store, examples: Path) -> list[str]:
     done = store.edits.import_skills(
         scope,
         {s.name: read_source(s) for s in sources},
-        policy=ImportPolicy.CREATE,
+        source=str(examples.resolve()),
+        policy=ImportPolicy.KEEP,
         options=WriteOptions(message=EXAMPLES_MESSAGE),
     )
     return [i.skill for i in done.skills if i.status == "created"]

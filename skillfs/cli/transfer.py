@@ -1,16 +1,15 @@
-"""Whole skill directories in and out of a scope: import and export.
+"""Whole skill directories into a scope: `skillfs import` (export: `skillfs.cli.export`).
 
 Import is a bulk surface (docs/design.md §7): skills that break the spec are stored with
 their findings recorded, and the summary lists them. Bytes, modes and modification times
-survive the round trip both ways. An import is `store.edits.import_skills` under the policy
-the operator chose, one call per batch.
+survive the round trip both ways. An import is decided whole by one `store.edits.import_skills`
+dry run over the files' digests, then written by one call per batch under the policy the
+operator chose (docs/cli.md, "Import sources").
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -36,13 +35,10 @@ from skillfs.cli.common import (
     ScopeOption,
     StoreOption,
     TokenOption,
-    YesOption,
     check_write,
     command,
-    confirmed,
     emit_json,
     err,
-    nothing_in,
     opened,
     out,
     plural,
@@ -51,12 +47,11 @@ from skillfs.cli.common import (
 )
 from skillfs.errors import InvalidArgument, InvalidPath, NotFound, SkillfsError, TooLarge
 from skillfs.governance.edits import Imported, ImportPolicy, ImportResult
-from skillfs.model import File, Finding, Manifest, Scope, error_findings
+from skillfs.model import File, FileEntry, Finding, Scope, error_findings
+from skillfs.model.import_mark import check_source
 from skillfs.model.names import (
     check_skill_name,
-    is_hidden_dir,
     normalize_path,
-    unwritable,
 )
 from skillfs.model.ops import WriteOptions
 from skillfs.spec.skill_dirs import (
@@ -67,6 +62,7 @@ from skillfs.spec.skill_dirs import (
     read_regular,
 )
 from skillfs.spec.skill_md import SKILL_MD, inspect_skill
+from skillfs.store.blobs import sha256
 from skillfs.store.limits import Limits
 
 #: Skills per commit when the store sets no limit of its own: small enough that the progress
@@ -183,7 +179,7 @@ def read_source(source: SkillSource) -> dict[str, File]:
 
 
 @contextmanager
-def _progress() -> Iterator[Progress]:
+def progress() -> Iterator[Progress]:
     """A progress bar in bytes on stderr, so stdout stays clean for --json."""
     columns = [
         TextColumn("[progress.description]{task.description}"),
@@ -198,9 +194,10 @@ def _progress() -> Iterator[Progress]:
 
 #: What `--policy` says of each `ImportPolicy`, in `import --help`.
 POLICIES = {
-    ImportPolicy.REPLACE: "its files replace the scope's (the default, as import always did)",
-    ImportPolicy.CREATE: "the scope's skill is kept: only skills it does not hold are written",
-    ImportPolicy.FAIL: "nothing at all is written, and the skills that would change are named",
+    ImportPolicy.UPDATE: "nothing at all is written, and each such skill is named with who "
+    "wrote its version (the default)",
+    ImportPolicy.KEEP: "they are kept as they are, and the other skills are imported",
+    ImportPolicy.REPLACE: "the import's files replace them (their versions stay in history)",
 }
 
 
@@ -218,15 +215,39 @@ def import_(
     ],
     scope: ScopeOption,
     policy: Annotated[
-        ImportPolicy,
+        ImportPolicy | None,
         typer.Option(
             "--policy",
             metavar="|".join(ImportPolicy),
-            help="What to do with a skill the scope already holds with other files: "
+            show_default=False,
+            help="What to do with a skill the scope holds with other files that an import of "
+            "this source did not leave as it is now (changed since, or from elsewhere): "
             + "; ".join(f"{p.value}: {said}" for p, said in POLICIES.items())
-            + ". Skills whose files are the same are never written again.",
+            + ". A skill this source wrote and nobody changed since is updated; skills "
+            "whose files are the same are never written again.",
         ),
-    ] = ImportPolicy.REPLACE,
+    ] = None,
+    replace: Annotated[
+        bool, typer.Option("--replace", help="The same as --policy replace.")
+    ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="List what the import would create, update, leave unchanged, keep and "
+            "refuse, and write nothing.",
+        ),
+    ] = False,
+    source: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME",
+            show_default=False,
+            help="The source recorded in each version written, and whose earlier imports "
+            "may be updated (default: DIRECTORY's absolute path; name it, e.g. "
+            "git:team-skills, when the same skills are imported from changing paths).",
+        ),
+    ] = None,
     batch: Annotated[
         int | None,
         typer.Option(
@@ -250,10 +271,20 @@ def import_(
 ) -> None:
     """Store every skill below DIRECTORY in a scope, bytes and modes kept.
 
-    Skills that break the spec are stored anyway, their findings recorded and listed below;
-    skills whose files are unchanged are not written again, and --policy decides about a skill
-    the scope holds with other files (default: replace it). Only regular files are read:
-    symbolic links (unless --follow-symlinks), pipes and devices are skipped with a warning."""
+    Each version written records the import's source (DIRECTORY's path, or --source). A skill
+    the scope holds with other files is updated when an import of this source wrote it and
+    nobody changed it since; one someone else changed is not reverted: the import writes
+    nothing and names it, unless --replace (or --policy keep, which imports the rest).
+    Skills that break the spec are stored anyway, their findings recorded and listed below.
+    Only regular files are read: symbolic links (unless --follow-symlinks), pipes and devices
+    are skipped with a warning."""
+    if replace and policy not in (None, ImportPolicy.REPLACE):
+        raise typer.BadParameter(
+            f"--replace is --policy replace: give one of them, not --policy {policy.value}",
+            param_hint="--replace",
+        )
+    chosen = ImportPolicy.REPLACE if replace else policy or ImportPolicy.UPDATE
+    origin = check_source(source if source is not None else str(directory.resolve()))
     with opened(store_url, token, create=True) as store:
         sources = skill_sources(directory, store.limits, follow_symlinks)
         skipped = not_skills(directory) + [
@@ -271,27 +302,35 @@ def import_(
         size = batch or limit or DEFAULT_BATCH
         if limit is not None:  # the store's limit per atomic commit caps any batch
             size = min(size, limit)
-        # `fail` decides over the whole import, so it is one call (every skill read first);
-        # the other policies decide skill by skill, one call per batch
-        per_call = len(sources) if policy is ImportPolicy.FAIL else size
-        importer = _Importer(store, scope, policy, size, WriteOptions(message=message))
-        with _progress() as progress:
-            task = progress.add_task("importing", total=sum(s.size for s in sources))
-            for i in range(0, len(sources), per_call):
-                importer.run(sources[i : i + per_call], progress, task)
+        importer = _Importer(store, scope, origin, chosen, size, WriteOptions(message=message))
+        with progress() as bar:
+            # the whole import is decided first, from the files' digests (none held in
+            # memory), so a refusal writes nothing; then only what changes is read again
+            plan = importer.plan(sources, bar)
+            if not dry_run:
+                refusal = plan.refusal(scope)
+                if refusal is not None:
+                    raise refusal
+                writes = {i.skill for i in plan.skills if i.status in ("created", "updated")}
+                todo = [s for s in sources if s.name in writes]
+                task = bar.add_task("importing", total=sum(s.size for s in todo))
+                for i in range(0, len(todo), size):
+                    importer.run(todo[i : i + size], bar, task)
     rows = [importer.rows[s.name] for s in sources]
     if as_json:
         emit_json(
             {
                 "scope": str(scope),
-                "policy": policy.value,
+                "source": origin,
+                "policy": chosen.value,
+                "dry_run": dry_run,
                 "commits": importer.commits,
                 "skills": rows,
                 "skipped": skipped,
             }
         )
     else:
-        _summary(scope, rows, importer.commits, importer.findings)
+        _summary(scope, origin, rows, importer.commits, importer.findings, dry_run)
 
 
 @dataclass
@@ -300,6 +339,7 @@ class _Importer:
 
     store: Store
     scope: Scope
+    source: str
     policy: ImportPolicy
     batch: int
     options: WriteOptions
@@ -307,21 +347,49 @@ class _Importer:
     commits: list[dict[str, Any]] = field(default_factory=list)
     findings: dict[str, list[Finding]] = field(default_factory=dict)
 
+    def plan(self, sources: list[SkillSource], progress: Progress) -> ImportResult:
+        """The import decided for every skill (a dry run), each file hashed, not kept."""
+        task = progress.add_task("checking", total=sum(s.size for s in sources))
+        rows: dict[str, dict[str, FileEntry]] = {}
+        for source in sources:
+            progress.update(task, description=f"checking {source.name}")
+            rows[source.name] = entries = {}
+            md = b""
+            for rel, path in source.files.items():
+                data, st = _read(path)
+                md = data if rel == SKILL_MD else md
+                entries[rel] = FileEntry(
+                    sha256=sha256(data), size=len(data), mode=st.st_mode & 0o777,
+                    mtime=st.st_mtime,
+                )  # fmt: skip
+            texts = dict.fromkeys(entries, b"") | {SKILL_MD: md}
+            self.findings[source.name] = inspect_skill(
+                source.name, texts, self.store.profiles
+            ).findings
+            self.rows[source.name] = _row(source, self.findings[source.name])
+            progress.advance(task, source.size)
+        result = self.store.edits.import_skills(
+            self.scope, rows, source=self.source, policy=self.policy, dry_run=True
+        )
+        self._add(result)
+        return result
+
     def run(self, chunk: list[SkillSource], progress: Progress, task: TaskID) -> None:
         """Read `chunk`'s skills and import them in one call (commits of `batch` skills)."""
         skills: dict[str, dict[str, File]] = {}
         for source in chunk:
             progress.update(task, description=f"reading {source.name}")
-            skills[source.name] = files = read_source(source)
-            self.findings[source.name] = inspect_skill(
-                source.name, {p: f.data for p, f in files.items()}, self.store.profiles
-            ).findings
-            self.rows[source.name] = _row(source, self.findings[source.name])
+            skills[source.name] = read_source(source)
             progress.advance(task, source.size)
         progress.update(task, description=f"importing {plural(len(chunk), 'skill')}")
         try:
             result = self.store.edits.import_skills(
-                self.scope, skills, policy=self.policy, batch=self.batch, options=self.options
+                self.scope,
+                skills,
+                source=self.source,
+                policy=self.policy,
+                batch=self.batch,
+                options=self.options,
             )
         except SkillfsError:
             _partial(self.scope, self.commits)
@@ -342,7 +410,11 @@ class _Importer:
 
 
 def _status(item: Imported) -> dict[str, Any]:
-    return {"status": item.status, "version": item.version}
+    """A skill's status, its version, and who wrote the version a kept or refused one holds."""
+    row: dict[str, Any] = {"status": item.status, "version": item.version}
+    if item.status in ("kept", "refused"):
+        row["actor"] = item.actor
+    return row
 
 
 def _partial(scope: Scope, commits: list[dict[str, Any]]) -> None:
@@ -375,20 +447,34 @@ def _row(source: SkillSource, findings: list[Finding]) -> dict[str, Any]:
 
 def _summary(
     scope: Scope,
+    source: str,
     rows: list[dict[str, Any]],
     commits: list[dict[str, Any]],
     findings: dict[str, list[Finding]],
+    dry_run: bool,
 ) -> None:
-    statuses = ("created", "updated", "unchanged", "kept")
+    statuses = ("created", "updated", "unchanged", "kept", "refused")
     counts = {s: sum(r["status"] == s for r in rows) for s in statuses}
+    said = [f"{counts[s]} {s}" for s in statuses if counts[s] or s not in ("kept", "refused")]
+    skills = f"{len(rows)} skill{'s' * (len(rows) != 1)}"
+    if dry_run:
+        out.print(f"dry run: nothing written; importing {skills} from {shown(source)} into "
+                  f"{scope} would leave: " + ", ".join(said))  # fmt: skip
+        for r in rows:
+            if r["status"] != "unchanged":
+                who = f" (version {r['version']} by {shown(r['actor'])})" if "actor" in r else ""
+                out.print(f"  {r['status']:<9} {shown(r['skill'])}{who}")
+        return
     where = f"in {len(commits)} commit{'s' * (len(commits) != 1)}"
     if commits:
         where += f", now at revision {commits[-1]['revision']}"
-    said = [f"{counts[s]} {s}" for s in statuses if counts[s] or s != "kept"]
-    out.print(
-        f"imported {len(rows)} skill{'s' * (len(rows) != 1)} into {scope} {where}: "
-        + ", ".join(said)
-    )
+    out.print(f"imported {skills} into {scope} {where}: " + ", ".join(said))
+    for r in rows:
+        if r["status"] == "kept":
+            out.print(
+                f"  kept {shown(r['skill'])}: version {r['version']} by {shown(r['actor'])} "
+                "is not what an import of this source wrote"
+            )
     flagged = [r for r in rows if r["errors"] or r["warnings"]]
     for r in flagged:
         mark = "[red]✗[/red]" if r["errors"] else "[yellow]![/yellow]"
@@ -400,117 +486,3 @@ def _summary(
             f"{invalid} with errors (stored; a worker shows a skill only if its SKILL.md has a "
             f"name and description), {len(flagged) - invalid} with warnings only"
         )
-
-
-@command("export", TRANSFER)
-def export(
-    directory: Annotated[
-        Path,
-        typer.Argument(
-            file_okay=False, metavar="DIRECTORY", show_default=False, help="Where to write."
-        ),
-    ],
-    scope: ScopeOption,
-    skills: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--skill", metavar="NAME", show_default=False, help="Only this skill (repeatable)."
-        ),
-    ] = None,
-    yes: YesOption = False,
-    store_url: StoreOption = None,
-    token: TokenOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Write a scope's skills to DIRECTORY, one sub-directory each, bytes and modes kept.
-
-    Into a DIRECTORY that is not empty it asks first (--yes does not ask): each exported
-    skill's directory is then replaced whole, everything else is left alone."""
-    if directory.exists() and any(directory.iterdir()):
-        confirmed(
-            f"{directory} is not empty: replace the exported skills' directories in it?",
-            f"nothing exported: {directory} is not empty",
-            yes,
-            unattended=f"nothing exported: {directory} is not empty and there is no terminal to "
-            "ask; pass --yes to replace the exported skills' directories in it, or export into "
-            "an empty directory",
-        )
-    with opened(store_url, token) as store:
-        manifests = {  # drafts and archived skills are not the scope's skills (`_drafts/`)
-            name: m for name, m in store.manifests(scope, skills).items() if not is_hidden_dir(name)
-        }
-        if not manifests and store.revision(scope) is None:  # a typo: no backup of nothing
-            raise NotFound(nothing_in(store, scope))
-        if skills:
-            missing = sorted(set(skills) - manifests.keys())
-            if missing:
-                raise NotFound(
-                    f"no skill {', '.join(map(repr, missing))} in {scope}; skills there: "
-                    + (", ".join(store.skills(scope)) or "none")
-                )
-        skipped = _unwritable(manifests)  # paths stored before the caps: skip, not fail
-        for row in skipped:
-            err.print(f"[yellow]warning:[/yellow] skipped {shown(row['skill'])}: {row['reason']}")
-            del manifests[row["skill"]]
-        rows = []
-        # every skill is written beside the directory's own first, and moved in once all
-        # are: a store or disk failure midway leaves DIRECTORY as it was
-        made = not directory.exists()
-        directory.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".skillfs-export-", dir=directory))
-        done = False
-        try:
-            with _progress() as progress:
-                total = sum(m.size for m in manifests.values())
-                task = progress.add_task("exporting", total=total)
-                for name in sorted(manifests):
-                    m = manifests[name]
-                    progress.update(task, description=f"writing {name}")
-                    try:
-                        _write_skill(staging / name, m, store.read_entries(m.files.values()))
-                    except OSError as exc:
-                        raise InvalidPath(
-                            f"nothing exported: writing {name} failed ({exc.strerror or exc})"
-                        ) from None
-                    progress.advance(task, m.size)
-                    rows.append(
-                        {"skill": name, "version": m.version, "files": len(m.files), "size": m.size}
-                    )
-            for name in sorted(manifests):
-                _replace(directory / name)
-                os.replace(staging / name, directory / name)
-            done = True
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-            if made and not done:
-                shutil.rmtree(directory, ignore_errors=True)
-    if as_json:
-        emit_json(
-            {"scope": str(scope), "directory": str(directory), "skills": rows, "skipped": skipped}
-        )
-    else:
-        out.print(f"exported {len(rows)} skill{'s' * (len(rows) != 1)} of {scope} to {directory}")
-
-
-def _unwritable(manifests: dict[str, Manifest]) -> list[dict[str, str]]:
-    """The skills with a path stored before the path caps (docs/security.md), longer or
-    deeper than a file system may hold: each with why, for one warning."""
-    found = {name: unwritable(m.files) for name, m in sorted(manifests.items())}
-    return [{"skill": name, "reason": why} for name, why in found.items() if why is not None]
-
-
-def _replace(root: Path) -> None:
-    """Make room for an exported skill's directory: what stood there goes, whole."""
-    if root.is_symlink() or root.is_file():
-        root.unlink()
-    elif root.exists():
-        shutil.rmtree(root)
-
-
-def _write_skill(root: Path, m: Manifest, data: dict[str, bytes]) -> None:
-    for path, entry in sorted(m.files.items()):
-        target = root / normalize_path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data[entry.sha256])
-        os.chmod(target, entry.mode & 0o777)  # the exact bits, for the round trip (cli.md)
-        os.utime(target, (entry.mtime, entry.mtime))

@@ -67,6 +67,7 @@ SECURITY_HEADERS = {
 #: What an operator reads above a store error's message, by the HTTP status its class carries.
 _TITLES: dict[int | str, str] = {
     "FailedPrecondition": "Not possible now",
+    "ReviewRequired": "Review required",
     400: "Not accepted",
     403: "Not allowed",
     404: "Not found",

@@ -28,6 +28,11 @@ class Permissions:
     def write(self, scope: Scope) -> bool:
         return self.principal.may(Level.write, scope)
 
+    def configure(self, scope: Scope) -> bool:
+        """Whether the token may change the scope's settings (the two-person rule): an
+        admin grant on the scope (docs/security.md)."""
+        return self.principal.may(Level.admin, scope)
+
     def admin(self, domain: str) -> bool:
         """Whether the token administers an agent or a market (`agents/A`, `markets/M`):
         what curation needs, since it reads usage and archives across scopes. A market's

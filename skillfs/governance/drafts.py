@@ -14,8 +14,8 @@ from skillfs.errors import Conflict, FailedPrecondition
 from skillfs.governance.audit import scopes_named
 from skillfs.governance.ports import Commits, Reads
 from skillfs.model import CommitResult, FileEntry, Finding, Manifest, Put, Remove, Rollout, Scope
-from skillfs.model.entry import ARCHIVE, DRAFTS, EntryKind, EntryRef
-from skillfs.model.names import check_live_name
+from skillfs.model.entry import EntryKind, EntryRef
+from skillfs.model.names import ARCHIVE, DRAFTS, check_live_name
 from skillfs.model.ops import DEFAULT, Approve, FileValue, Propose, Reject, WriteOptions
 from skillfs.store.who import check_message
 

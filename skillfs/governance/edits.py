@@ -16,6 +16,7 @@ from enum import StrEnum
 from skillfs.errors import Conflict, EditConflict, FailedPrecondition, InvalidArgument, NotFound
 from skillfs.governance.ports import Commits, Reads
 from skillfs.model import CommitResult, File, FileEntry, Manifest, Origin, Put, Remove, Scope
+from skillfs.model.import_mark import check_source
 from skillfs.model.names import normalize_path
 from skillfs.model.ops import DEFAULT, Command, Copy, FileValue, Move, WriteOptions
 from skillfs.store.blobs import sha256
@@ -40,32 +41,60 @@ class ConflictPolicy(StrEnum):
 
 
 class ImportPolicy(StrEnum):
-    """What an import does with a skill the scope already holds with other files (a skill
-    whose files are the same is never written again)."""
+    """What an import does with a skill the scope holds with other files that an import of
+    the same source did not leave as it is now: someone changed it since, or it never came
+    from this source (docs/cli.md, "Import sources"). A skill this source wrote and nobody
+    changed since is updated, and one holding the same files is never written again."""
 
-    #: Write it: the import's files replace the scope's.
+    #: Write nothing at all, naming each such skill with who wrote its version.
+    UPDATE = "update"
+    #: Keep them as they are (`kept`) and write the rest.
+    KEEP = "keep"
+    #: Write over them too (their versions stay in history).
     REPLACE = "replace"
-    #: Keep the scope's: only skills the scope does not hold are written.
-    CREATE = "create"
-    #: Write nothing at all, naming the skills that would change.
-    FAIL = "fail"
 
 
 @dataclass(frozen=True)
 class Imported:
     """One skill of an import: `created`, `updated`, `unchanged` (the same files: not
-    written) or `kept` (held with other files, kept under the `create` policy), and its
-    version after the import (None: not in the scope)."""
+    written), `kept` (changed by someone else, kept under the `keep` policy) or `refused`
+    (the same, under `update`: the import writes nothing); its version after the import
+    (before it, for a dry run; None: not in the scope) and who wrote the version held."""
 
     skill: str
     status: str
     version: int | None
+    actor: str = ""
 
 
 @dataclass
 class ImportResult:
+    source: str
+    dry_run: bool = False
     skills: list[Imported] = field(default_factory=list)
     commits: list[CommitResult] = field(default_factory=list)
+
+    @property
+    def refused(self) -> list[Imported]:
+        return [i for i in self.skills if i.status == "refused"]
+
+    def refusal(self, scope: Scope) -> FailedPrecondition | None:
+        """The error an import that refuses skills ends with, naming each (None: none)."""
+        refused = self.refused
+        if not refused:
+            return None
+        named = "; ".join(
+            f"{i.skill} (version {i.version} by {i.actor or 'an unknown actor'})"
+            for i in refused[:20]
+        )
+        more = f" and {len(refused) - 20} more" if len(refused) > 20 else ""
+        return FailedPrecondition(
+            f"the import from {self.source} would overwrite {len(refused)} skill(s) of {scope} "
+            f"that it did not write as they are now (changed since, or from another source): "
+            f"{named}{more}; nothing was written: look at their history, then import with the "
+            "replace policy to overwrite them, or the keep policy to leave them and import the "
+            "rest"
+        )
 
 
 class Edits:
@@ -251,35 +280,40 @@ class Edits:
         scope: Scope,
         skills: Mapping[str, Mapping[str, FileValue]],
         *,
-        policy: ImportPolicy = ImportPolicy.REPLACE,
+        source: str,
+        policy: ImportPolicy = ImportPolicy.UPDATE,
+        dry_run: bool = False,
         batch: int | None = None,
         options: WriteOptions = DEFAULT,
         strict: bool = False,
     ) -> ImportResult:
-        """Whole skills into `scope`, `batch` skills per commit (default: the store's limit
-        per atomic commit, else 100). Each skill is written against the version read when the
-        import began: one another writer changes meanwhile is a Conflict, not reverted.
-        Skills whose files are the same are not written again; one the scope holds with
-        other files is handled by `policy`. Batches committed before a failure stay (run the
-        same import again to finish: what it wrote is unchanged then)."""
+        """Whole skills from `source` (docs/cli.md, "Import sources") into `scope`, `batch`
+        skills per commit (default: the store's limit per atomic commit, else 100); each
+        version written records the source and its files' digest. A skill held with other
+        files is updated when an import of `source` wrote it and nobody changed it since;
+        any other is handled by `policy`. `dry_run` decides and writes nothing (files may be
+        `FileEntry` rows then: only their digests and modes count). Each skill is written
+        against the version read when the import began: one another writer changes
+        meanwhile is a Conflict, not reverted. Batches committed before a failure stay (run
+        the same import again to finish: what it wrote is unchanged then)."""
+        check_source(source)
         current = self._reads.manifests(scope, list(skills))
-        result = ImportResult()
+        result = ImportResult(source, dry_run)
         puts: list[Put] = []
         for name, files in skills.items():
             held = current.get(name)
-            if held is not None and _same(files, held):
-                result.skills.append(Imported(name, "unchanged", held.version))
-            elif held is not None and policy is ImportPolicy.CREATE:
-                result.skills.append(Imported(name, "kept", held.version))
-            else:
-                puts.append(Put(scope, name, files, held.version if held is not None else 0))
-        changed = sorted(p.skill for p in puts if p.expected_version)
-        if policy is ImportPolicy.FAIL and changed:
-            raise FailedPrecondition(
-                f"the import would change {len(changed)} skill(s) {scope} holds with other "
-                f"files ({', '.join(changed[:20])}{' …' if len(changed) > 20 else ''}); "
-                "nothing was written: import with the replace or create policy"
-            )
+            status = _import_status(files, held, source, policy)
+            if status in ("created", "updated") and not dry_run:
+                expected = held.version if held is not None else 0
+                puts.append(Put(scope, name, files, expected, import_source=source))
+                continue
+            version, actor = (held.version, held.actor) if held is not None else (None, "")
+            result.skills.append(Imported(name, status, version, actor))
+        refusal = result.refusal(scope)
+        if dry_run or refusal is not None:
+            if refusal is not None and not dry_run:
+                raise refusal
+            return result
         size = batch or self._reads.engine.max_ops or 100
         for i in range(0, len(puts), size):
             chunk = puts[i : i + size]
@@ -320,6 +354,20 @@ def _text(data: bytes | None) -> str | None:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return None
+
+
+def _import_status(
+    files: Mapping[str, FileValue], held: Manifest | None, source: str, policy: ImportPolicy
+) -> str:
+    """What an import of `source` does with one skill (`Imported.status`)."""
+    if held is None:
+        return "created"
+    if _same(files, held):
+        return "unchanged"
+    mark = held.imported
+    if policy is ImportPolicy.REPLACE or (mark is not None and mark.wrote(source, held.files)):
+        return "updated"
+    return "kept" if policy is ImportPolicy.KEEP else "refused"
 
 
 def _same(files: Mapping[str, FileValue], held: Manifest) -> bool:

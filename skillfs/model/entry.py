@@ -1,6 +1,7 @@
 """What a scope keeps one manifest for (docs/governance.md): a skill, a draft of one
-(`_drafts/<name>`) or an archived one (`.archive/<name>`), parsed once into an `EntryRef`
-instead of from its key wherever it is met."""
+(`_drafts/<name>`), an archived one (`.archive/<name>`) or one of the scope's settings
+(`_settings/review`), parsed once into an `EntryRef` instead of from its key wherever it is
+met."""
 
 from __future__ import annotations
 
@@ -9,21 +10,23 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from skillfs.errors import InvalidPath
-from skillfs.model.names import check_live_name, check_skill_name
+from skillfs.model.names import ARCHIVE, DRAFTS, SETTINGS, check_live_name, check_skill_name
 
-#: The directories of a scope that hold side entries, one per skill.
-DRAFTS, ARCHIVE = "_drafts", ".archive"
+#: The settings a scope may hold: `review`, the two-person rule (docs/governance.md, "The
+#: two-person rule"), on while its entry is live.
+KNOWN_SETTINGS = ("review",)
 
 
 class EntryKind(StrEnum):
     SKILL = "skill"
     DRAFT = "draft"
     ARCHIVED = "archived"
+    SETTING = "setting"
     #: The single `_drafts` or `.archive` manifest an older skillfs wrote (`split_legacy`).
     LEGACY = "legacy"
 
 
-_DIRS = {EntryKind.DRAFT: DRAFTS, EntryKind.ARCHIVED: ARCHIVE}
+_DIRS = {EntryKind.DRAFT: DRAFTS, EntryKind.ARCHIVED: ARCHIVE, EntryKind.SETTING: SETTINGS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +48,10 @@ class EntryRef:
     @classmethod
     def archived(cls, name: str) -> EntryRef:
         return cls(EntryKind.ARCHIVED, check_live_name(name))
+
+    @classmethod
+    def setting(cls, name: str) -> EntryRef:
+        return cls(EntryKind.SETTING, name)
 
     @staticmethod
     def parse(key: str) -> EntryRef:
@@ -70,6 +77,13 @@ class EntryRef:
 def _parse(key: str) -> EntryRef:
     if isinstance(key, str) and "/" in key:
         where, _, name = key.partition("/")
+        if where == SETTINGS:
+            if name not in KNOWN_SETTINGS:
+                raise InvalidPath(
+                    f"unknown setting {key!r}: a scope's settings are "
+                    + ", ".join(f"{SETTINGS}/{n}" for n in KNOWN_SETTINGS)
+                )
+            return EntryRef(EntryKind.SETTING, name)
         for kind, folder in _DIRS.items():
             if where == folder:
                 return EntryRef(kind, check_live_name(name))

@@ -24,6 +24,7 @@ from pydantic.dataclasses import dataclass
 
 from skillfs.errors import InvalidArgument
 from skillfs.model.file_entry import FileEntry
+from skillfs.model.import_mark import ImportMark
 from skillfs.model.names import check_id
 from skillfs.model.table import TableRef, file_bytes, file_count
 
@@ -245,6 +246,8 @@ class Manifest(Edge):
     #: The stored form of a big `files` (`TableRef`, docs/design.md §2, "File tables"):
     #: only an engine holds a manifest with one; absent from the JSON when None.
     table: TableRef | None = Field(default=None, exclude_if=lambda v: v is None)
+    #: The import that wrote these files (docs/cli.md, "Import sources"); absent when None.
+    imported: ImportMark | None = Field(default=None, exclude_if=lambda v: v is None)
 
     def __post_init__(self) -> None:
         fm = self.frontmatter  # its name is most often the skill's: one string object for both
@@ -315,7 +318,8 @@ class Manifest(Edge):
         typed: Typed | None,
         origin: Origin | None = None,
     ) -> Manifest:
-        """A new file set; the kill switch and a staged candidate stay as they were."""
+        """A new file set (not an import's until marked); the kill switch and a staged
+        candidate stay as they were."""
         return dataclasses.replace(
             self,
             deleted=False,
@@ -326,6 +330,7 @@ class Manifest(Edge):
             base_version=None,
             origin=origin,
             operation="",
+            imported=None,
         )
 
     def tombstone(self) -> Manifest:

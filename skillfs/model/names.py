@@ -63,9 +63,10 @@ def is_hidden_dir(name: str) -> bool:
 
 
 #: The directories of a scope that hold side entries, one per skill (docs/governance.md,
-#: "Drafts and review", "Archive"): `_drafts/<name>`, `.archive/<name>`.
-DRAFTS, ARCHIVE = "_drafts", ".archive"
-SIDE_DIRS = (DRAFTS, ARCHIVE)
+#: "Drafts and review", "Archive"): `_drafts/<name>`, `.archive/<name>`; and its settings,
+#: `_settings/<name>` ("The two-person rule").
+DRAFTS, ARCHIVE, SETTINGS = "_drafts", ".archive", "_settings"
+SIDE_DIRS = (DRAFTS, ARCHIVE, SETTINGS)
 
 
 def check_live_name(name: str) -> str:
@@ -264,8 +265,8 @@ def archive_entry(name: str) -> str:
 
 
 def side_entry(entry: str) -> tuple[str, str] | None:
-    """(side directory, skill name) of an entry `_drafts/<name>` or `.archive/<name>`; None
-    for a skill (or any other name)."""
+    """(side directory, name) of an entry `_drafts/<name>`, `.archive/<name>` or a setting
+    `_settings/<name>`; None for a skill (or any other name)."""
     where, slash, name = entry.partition("/")
     return (where, name) if slash and where in SIDE_DIRS else None
 

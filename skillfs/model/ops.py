@@ -40,6 +40,8 @@ class Operation(StrEnum):
     REJECT = "reject"
     ARCHIVE = "archive"
     RESTORE = "restore"
+    REQUIRE_REVIEW = "require-review"
+    LIFT_REVIEW = "lift-review"
 
 
 class WriteOptions(BaseModel):
@@ -118,13 +120,15 @@ class Put(_Command):
     """Replace a skill's whole file set; `expected_version` 0 means 'must not exist yet'. A
     file may be a `FileEntry` of a stored file, kept by reference without re-sending it.
     `origin`: the lower layer's skill this one copies (a per-user override), whose kill
-    switch it keeps; a new version of a copy keeps its origin."""
+    switch it keeps; a new version of a copy keeps its origin. `import_source`: the import
+    source the files come from, recorded with their digest (docs/cli.md, "Import sources")."""
 
     scope: Scope
     skill: str
     files: dict[str, FileValue]
     expected_version: int | None = None
     origin: Origin | None = None
+    import_source: str | None = None
 
     def __init__(
         self,
@@ -133,6 +137,8 @@ class Put(_Command):
         files: Mapping[str, FileValue],
         expected_version: int | None = None,
         origin: Origin | None = None,
+        *,
+        import_source: str | None = None,
     ) -> None:
         super().__init__(
             scope=scope,
@@ -140,6 +146,7 @@ class Put(_Command):
             files=dict(files) if isinstance(files, Mapping) else files,
             expected_version=expected_version,
             origin=origin,
+            import_source=import_source,
         )
 
 
@@ -280,8 +287,17 @@ class Copy(_Command):
     expected_version: int | None = None
 
 
+class RequireReview(_Command):
+    """Turn a scope's two-person rule on (`required`) or off (docs/governance.md, "The
+    two-person rule"); `expected_version` is the setting's."""
+
+    scope: Scope
+    required: bool
+    expected_version: int | None = None
+
+
 #: Every command a commit takes.
 Command: TypeAlias = (
     Put | Remove | Disable | Enable | Stage | Widen | Promote | Abort | Propose | Approve
-    | Reject | Archive | Restore | Move | Copy
+    | Reject | Archive | Restore | Move | Copy | RequireReview
 )  # fmt: skip

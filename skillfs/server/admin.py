@@ -17,6 +17,7 @@ from skillfs.auth import Level, Principal, write_level
 from skillfs.engines.base import CommitOp, VersionMismatch
 from skillfs.errors import InvalidArgument, InvalidPath, NotFound, PermissionDenied, TooLarge
 from skillfs.model import Candidate, CommitResult, File, Manifest, Scope
+from skillfs.model.import_mark import ImportMark, check_source, files_digest
 from skillfs.model.names import check_domain, check_entry, check_id, normalize_path
 from skillfs.model.ops import WriteOptions
 from skillfs.remote import wire
@@ -265,6 +266,9 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             )
         if m.candidate is not None:
             update["candidate"] = self._staged(m, principal, scope, expect, update, moved)
+        if m.imported is not None:  # the digest of the files sent, not the client's word
+            source = check_source(m.imported.source)
+            update["imported"] = ImportMark(source=source, digest=files_digest(m.files))
         return m.model_copy(update=update)
 
     def _staged(

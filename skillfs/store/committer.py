@@ -152,8 +152,10 @@ class Committer:
         end = deadline(self.retry_for)
         unsure = False  # a commit was sent and its answer lost: it may have landed
         commit_id = attempt.commit_id
+        review = [(scope, rules.REVIEW) for scope in dict.fromkeys(s.scope for s in steps)]
         for n in range(1000):
             reads = [(s.scope, s.entry) for s in steps] + [r for p in plans for r in p.reads]
+            reads += review  # the two-person rule's entries, in the same read of each scope
             current = attempt.read(reads)
             landed = _ours(steps, current, attempt)
             if not landed and (unsure or (n == 0 and attempt.given_id)):
@@ -252,7 +254,9 @@ class Committer:
         `grpc://` store), held to the rules of the commits planned here, as of what its
         entries are now: one that moved since is a VersionMismatch, so the client reads
         again and plans again."""
-        current = self.load([(op.scope, op.manifest.skill) for op in ops])
+        current = self.load(
+            [(op.scope, op.manifest.skill) for op in ops] + rules.review_entries(ops)
+        )
         for op in ops:
             cur = current.get((op.scope, op.manifest.skill))
             version = cur.version if cur is not None else 0
@@ -458,12 +462,20 @@ def _checks(
     domain: str, ops: Sequence[CommitOp], current: rules.Current, markets: Sequence[str]
 ) -> list[Check]:
     """The lower-layer entries the kill switch read, compared by the engine with the commit
-    where they share its domain (a market's: read only)."""
+    where they share its domain (a market's: read only), and the two-person rule's entry of
+    each scope where the commit serves new files (a rule turned on meanwhile makes the
+    commit read again)."""
     written = {(op.scope, op.manifest.skill) for op in ops}
+    fresh = {
+        op.scope
+        for op in ops
+        if rules.goes_live(op.manifest, rules.live(current.get((op.scope, op.manifest.skill))))
+    }
+    review = [key for key in rules.review_entries(ops) if key[0] in fresh]
     return [
         Check(scope=scope, skill=entry, expect=current[(scope, entry)].version
               if (scope, entry) in current else 0)
-        for scope, entry in rules.guarded(ops, current, markets)
+        for scope, entry in [*rules.guarded(ops, current, markets), *review]
         if scope.domain == domain and (scope, entry) not in written
     ]  # fmt: skip
 

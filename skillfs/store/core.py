@@ -31,8 +31,8 @@ from skillfs.model import (
     Scope,
     VersionSummary,
 )
-from skillfs.model.entry import DRAFTS, EntryKind, EntryRef
-from skillfs.model.names import check_domain, check_entry, is_hidden_dir, normalize_path
+from skillfs.model.entry import EntryKind, EntryRef
+from skillfs.model.names import DRAFTS, check_domain, check_entry, is_hidden_dir, normalize_path
 from skillfs.model.ops import DEFAULT, Command, FileValue, WriteOptions
 from skillfs.remote.hints import hints_of
 from skillfs.spec.profiles import Profiles

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from skillfs.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound
 from skillfs.model import Candidate, FileEntry, Finding, Manifest, Origin, Rollout, Scope, Typed
 from skillfs.model.entry import EntryKind, EntryRef
+from skillfs.model.import_mark import ImportMark, check_source, files_digest
 from skillfs.model.ops import (
     Abort,
     Approve,
@@ -28,6 +29,7 @@ from skillfs.model.ops import (
     Put,
     Reject,
     Remove,
+    RequireReview,
     Restore,
     Stage,
     Widen,
@@ -121,7 +123,11 @@ def _put(c: Put) -> Plan:
         cur = a.live(c.scope, c.skill)
         origin = c.origin if c.origin is not None else cur.origin if cur is not None else None
         base = cur if cur is not None else Manifest.empty(c.skill)
-        return base.with_files(p.files, p.frontmatter, p.findings, p.typed, origin)
+        m = base.with_files(p.files, p.frontmatter, p.findings, p.typed, origin)
+        if c.import_source is None:
+            return m
+        mark = ImportMark(source=check_source(c.import_source), digest=files_digest(p.files))
+        return m.model_copy(update={"imported": mark})
 
     return Plan([Step(c.scope, c.skill, c.expected_version, make, payload=c)], [])
 
@@ -492,6 +498,32 @@ def _copy(c: Copy) -> Plan:
     return Plan([Step(c.into, c.skill, 0, make)], [(c.scope, c.skill)], message)
 
 
+# ---------------------------------------------------------------------------- settings
+
+
+def _require_review(c: RequireReview) -> Plan:
+    """The scope's `_settings/review` entry: live (no files) while the rule holds, a
+    tombstone once lifted, each change a version the audit lists."""
+    entry = EntryRef.setting("review").key
+
+    def make(a: Attempt) -> Manifest:
+        cur = a.live(c.scope, entry)
+        if c.required and cur is not None:
+            raise FailedPrecondition(
+                f"{c.scope} already requires review (since version {cur.version}, by "
+                f"{cur.actor or 'an unknown actor'}): nothing to change"
+            )
+        if c.required:
+            return Manifest.empty(entry).did(Operation.REQUIRE_REVIEW)
+        if cur is None:
+            raise FailedPrecondition(f"{c.scope} does not require review: nothing to lift")
+        return cur.tombstone().did(Operation.LIFT_REVIEW)
+
+    said = "review required: live writes go through an approved draft"
+    message = said if c.required else "review no longer required"
+    return Plan([Step(c.scope, entry, c.expected_version, make)], [], message)
+
+
 _PLANS: dict[type, Callable[[Any], Plan]] = {
     Put: _put,
     Remove: _remove,
@@ -508,4 +540,5 @@ _PLANS: dict[type, Callable[[Any], Plan]] = {
     Restore: _restore,
     Move: _move,
     Copy: _copy,
+    RequireReview: _require_review,
 }

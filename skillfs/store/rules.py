@@ -19,9 +19,10 @@ from skillfs.errors import (
     InvalidPath,
     InvalidSkill,
     NotFound,
+    ReviewRequired,
     TooLarge,
 )
-from skillfs.model import Finding, Manifest, Rollout, Scope, error_findings
+from skillfs.model import FileEntry, Finding, Manifest, Rollout, Scope, error_findings
 from skillfs.model.entry import EntryKind, EntryRef
 from skillfs.model.names import check_new_name, check_new_path, entry_name, name_key
 
@@ -121,7 +122,8 @@ def check_not_empty(ops: Sequence[CommitOp]) -> None:
     docs/design.md §1). A disabled marker holds none: a user's hiding of a skill below."""
     for op in ops:
         m = op.manifest
-        if not m.deleted and not m.files and m.candidate is None and not m.disabled:
+        setting = EntryRef.parse(m.skill).kind is EntryKind.SETTING
+        if not m.deleted and not m.files and m.candidate is None and not m.disabled and not setting:
             raise InvalidArgument(
                 f"{op.scope}/{m.skill}: a skill needs at least one file; to delete it, delete it"
             )
@@ -299,6 +301,105 @@ def _off(skill: str, below: Manifest, where: str) -> str:
     )
 
 
+# ---------------------------------------------------------------------------- two persons
+
+#: The entry of a scope's two-person rule: live while the scope requires review.
+REVIEW = EntryRef.setting("review").key
+
+
+def review_entries(ops: Sequence[CommitOp]) -> list[tuple[Scope, str]]:
+    """The two-person rule's entry of each scope where the commit writes a skill: read with
+    the commit's entries (the same round trip)."""
+    return list(
+        dict.fromkeys(
+            (op.scope, REVIEW) for op in ops if EntryRef.parse(op.manifest.skill).is_skill
+        )
+    )
+
+
+def goes_live(m: Manifest, before: Manifest | None) -> bool:
+    """Whether version `m` serves files that the version before it (None: none) did not: a
+    new file set, or a new staged candidate. A promote serves the candidate already staged, a
+    widen the same candidate to more workers; a disable, an enable, an abort, a delete or an
+    archive serve nothing new."""
+    if m.deleted:
+        return False
+    held = _rows(before.files) if before is not None else []
+    staged = _rows(before.candidate.files) if before and before.candidate else None
+    files = _rows(m.files)
+    if files and files != held and files != staged:
+        return True
+    return m.candidate is not None and _rows(m.candidate.files) != staged
+
+
+def check_review(ops: Sequence[CommitOp], current: Current) -> None:
+    """The two-person rule (docs/governance.md): in a scope whose `_settings/review` entry is
+    live, a write that serves new files to workers (`goes_live`) is refused unless it is the
+    approval, in the same commit, of a draft holding exactly those files and written by
+    another actor than the approver's. Drafts, disable, enable, abort, delete and archive are
+    not held to it. `current` holds the rule's entries (`review_entries`)."""
+    for op in ops:
+        rule = live(current.get((op.scope, REVIEW)))
+        m = op.manifest
+        if rule is None or not EntryRef.parse(m.skill).is_skill:
+            continue
+        if not goes_live(m, live(current.get((op.scope, m.skill)))):
+            continue
+        draft = _approved(op, ops, current)
+        by = rule.actor or "an operator"
+        if draft is None:
+            raise ReviewRequired(
+                f"{op.scope} requires review (the two-person rule, turned on by {by}): "
+                f"{m.skill} cannot be changed live directly; nothing was written: propose the "
+                "change as a draft (store.drafts.propose, the console's review, `skillfs edit` "
+                f"of _drafts/{m.skill}/FILE, fsspec under skills/_drafts/{m.skill}/), and "
+                "another person approves it"
+            )
+        if draft.actor == m.actor:
+            raise ReviewRequired(
+                f"{op.scope} requires review (the two-person rule, turned on by {by}): "
+                f"{m.actor!r} wrote the draft of {m.skill} (version {draft.version}) and cannot "
+                "approve it too; nothing was written: another person approves it, with a token "
+                "of their own"
+            )
+
+
+def _approved(op: CommitOp, ops: Sequence[CommitOp], current: Current) -> Manifest | None:
+    """The draft whose approval `op` is: the commit removes it as an approval, and `op`
+    serves exactly its files (live, or as the staged candidate)."""
+    m = op.manifest
+    if m.operation != "approve":
+        return None
+    entry = EntryRef.draft(m.skill).key
+    for other in ops:
+        o = other.manifest
+        if o.skill != entry or not o.deleted or o.operation != "approve":
+            continue
+        draft = live(current.get((other.scope, entry)))
+        served = m.candidate.files if m.candidate is not None else m.files
+        if draft is not None and _rows(served) == _rows(draft.files):
+            return draft
+    return None
+
+
+def _rows(files: Mapping[str, FileEntry]) -> list[tuple[str, str, int]]:
+    return sorted((path, e.sha256, e.mode) for path, e in files.items())
+
+
+def check_settings(ops: Sequence[CommitOp]) -> None:
+    """A setting's entry (`_settings/<name>`) holds no files, candidate or kill switch: it is
+    on while live, and changed only by its own command."""
+    for op in ops:
+        m = op.manifest
+        if EntryRef.parse(m.skill).kind is EntryKind.SETTING and (
+            m.files or m.candidate is not None or m.disabled
+        ):
+            raise InvalidArgument(
+                f"{op.scope}/{m.skill} is a setting of the scope, not a skill: it holds no "
+                "files; turn it on or off with its own command (`skillfs review-rule`)"
+            )
+
+
 # ---------------------------------------------------------------------------- what is written
 
 
@@ -350,3 +451,5 @@ def check_ops(
     check_new_names(ops, current, names or {})
     check_rollouts(ops)
     check_kill_switch(ops, current, markets)
+    check_settings(ops)
+    check_review(ops, current)

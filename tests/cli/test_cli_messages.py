@@ -4,6 +4,7 @@ store's history and audit; `skillfs mv` (store.edits.rename); `import --policy`
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ S = ("-s", str(SHARED))
 WRITES = {
     "edit", "rm", "rollback", "mv", "import", "disable", "enable", "stage", "widen", "promote",
     "abort", "archive", "restore", "curate", "drafts approve", "drafts reject", "drafts split",
+    "review-rule",
 }  # fmt: skip
 #: The commands that write no version of their own, and why they need no --message.
 NO_VERSIONS = {
@@ -120,6 +122,8 @@ def test_every_write_keeps_its_message(url: str, tmp_path: Path) -> None:
     write("drafts split")
     write("archive", "delta")
     write("restore", "delta")
+    write("review-rule", "on")
+    ok(url, "review-rule", "off", *S)
     ran.add("curate")  # a domain, not a scope: no -s
     ok(url, "curate", AGENT, "--apply", "--stale-after", "0.01s", "--archive-after", "0.01s",
        "-m", "why curate")  # fmt: skip
@@ -225,44 +229,60 @@ def test_mv_refusals(sqlite: str) -> None:
 # ------------------------------------------------------------------------- import --policy
 
 
-def test_import_policies(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'skills.db'}"
-    source = tmp_path / "skills"
-    for name in ("kept", "same", "fresh"):
+def test_reimport_updates_its_own_and_refuses_another_operators(url: str, tmp_path: Path) -> None:
+    """Issue 30: after operator B edited release-notes, importing the examples again put the
+    old text back. A re-import updates what it wrote, refuses (naming B's version) what B
+    changed, writes nothing on --dry-run or a refusal; --policy keep and --replace decide."""
+    source = tmp_path / "examples"
+    for name in ("release-notes", "triage"):
         _skill_dir(source, name)
-    publish(url, str(SHARED), "kept", {"SKILL.md": skill_md("kept", "theirs\n")})
-    same = source / "same"
-    publish(
-        url, str(SHARED), "same", {p.name: (same / p.name).read_bytes() for p in same.iterdir()}
-    )
+    first = as_json(url, "import", str(source), *S)
+    assert first["source"] == str(source.resolve()) and first["policy"] == "update"
+    with skillfs.open_store(url, actor="operator-b") as store:
+        edited = store.publish(SHARED, "release-notes", {"SKILL.md": skill_md(
+            "release-notes", "B's rewrite\n")}).version  # fmt: skip
+        b = store.manifest(SHARED, "release-notes").actor  # over grpc://: the token's name
+        before = store.revision(AGENT)
+    _skill_dir(source, "triage", "# Steps\n\n1. one\n2. two\n")  # the source moved on too
+    _skill_dir(source, "fresh")
 
-    line = error_line(run(url, "import", str(source), *S, "--policy", "fail"))
-    assert "would change 1 skill(s)" in line and "(kept)" in line
-    assert "nothing was written" in line
+    dry = ok(url, "import", str(source), *S, "--dry-run").stdout
+    assert "dry run: nothing written" in dry
+    assert "1 created, 1 updated, 0 unchanged, 1 refused" in dry
+    assert f"refused   release-notes (version {edited} by {b})" in dry
+    as_dry = as_json(url, "import", str(source), *S, "--dry-run")
+    statuses = {r["skill"]: (r["status"], r["version"]) for r in as_dry["skills"]}
+    assert statuses == {
+        "release-notes": ("refused", edited), "triage": ("updated", 1), "fresh": ("created", None)
+    }  # fmt: skip
+    line = error_line(run(url, "import", str(source), *S))
+    assert f"release-notes (version {edited} by {b})" in line and "nothing was written" in line
     with skillfs.open_store(url) as store:
-        assert store.skills(SHARED) == ["kept", "same"]
+        assert store.revision(AGENT) == before  # neither the dry run nor the refusal wrote
+        assert store.skills(SHARED) == ["release-notes", "triage"]
 
-    created = as_json(url, "import", str(source), *S, "--policy", "create", "-m", "new ones")
-    assert created["policy"] == "create"
-    statuses = {r["skill"]: (r["status"], r["version"]) for r in created["skills"]}
-    assert statuses == {"kept": ("kept", 1), "same": ("unchanged", 1), "fresh": ("created", 1)}
-    assert [c["skills"] for c in created["commits"]] == [["fresh"]]
+    kept = ok(url, "import", str(source), *S, "--policy", "keep", "-m", "new ones").stdout
+    assert "1 created, 1 updated, 0 unchanged, 1 kept" in kept
+    assert f"kept release-notes: version {edited} by {b}" in kept
     with skillfs.open_store(url) as store:
-        assert store.read(SHARED, "kept", "SKILL.md").endswith(b"theirs\n")
+        assert b"B's rewrite" in store.read(SHARED, "release-notes", "SKILL.md")
         assert store.manifest(SHARED, "fresh").message == "new ones"
 
-    again = ok(url, "import", str(source), *S, "--policy", "create").stdout
-    assert "0 created, 0 updated, 2 unchanged, 1 kept" in again
-
-    replaced = ok(url, "import", str(source), *S, "-m", "from the repo").stdout  # the default
-    assert "0 created, 1 updated, 2 unchanged" in replaced and "kept" not in replaced
+    usage = error_line(run(url, "import", str(source), *S, "--replace", "--policy", "keep"), 2)
+    assert "--replace is --policy replace" in usage
+    replaced = ok(url, "import", str(source), *S, "--replace").stdout
+    assert "0 created, 1 updated, 2 unchanged" in replaced
     with skillfs.open_store(url) as store:
-        assert store.manifest(SHARED, "kept").message == "from the repo"
-        assert b"theirs" not in store.read(SHARED, "kept", "SKILL.md")
-    assert ok(url, "import", str(source), *S, "--policy", "fail").exit_code == 0  # all same
-
+        assert b"B's rewrite" not in store.read(SHARED, "release-notes", "SKILL.md")
+    # another path holding the same skills is another source, unless --source names it
+    copy = tmp_path / "checkout"
+    shutil.copytree(source, copy)
+    _skill_dir(copy, "fresh", "# Steps\n\n1. changed\n")
+    assert "refused" in ok(url, "import", str(copy), *S, "--dry-run").stdout
+    named = as_json(url, "import", str(copy), *S, "--source", str(source.resolve()))
+    assert {r["skill"]: r["status"] for r in named["skills"]}["fresh"] == "updated"
     usage = error_line(run(url, "import", str(source), *S, "--policy", "x"), 2)
-    assert "'x' is not one of 'replace', 'create', 'fail'" in usage
+    assert "'x' is not one of 'update', 'keep', 'replace'" in usage
 
 
 def test_import_help_names_the_policies_and_the_default() -> None:

@@ -298,19 +298,19 @@ def test_an_export_that_fails_midway_leaves_the_directory_as_it_was(
 ) -> None:
     """Every skill is written beside the directory's own, then moved in (outside testing: a
     failing third skill left the first two replaced, their local files gone)."""
-    from skillfs.cli import transfer
+    from skillfs.cli import export
 
     for name in ("a", "b", "c"):
         _skill(tmp_path / "src", name)
     ok(url, "import", str(tmp_path / "src"), "-s", "shared:bot")
-    write = transfer._write_skill
+    write = export._write_skill
 
     def disk_full_at_c(root: Path, *args: Any) -> None:
         if root.name == "c":
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(root))
         write(root, *args)
 
-    monkeypatch.setattr(transfer, "_write_skill", disk_full_at_c)
+    monkeypatch.setattr(export, "_write_skill", disk_full_at_c)
     target = tmp_path / "out"
     (target / "a").mkdir(parents=True)
     (target / "a" / "local.md").write_text("mine")
@@ -320,7 +320,7 @@ def test_an_export_that_fails_midway_leaves_the_directory_as_it_was(
     fresh = tmp_path / "fresh"
     error_line(run(url, "export", str(fresh), "-s", "shared:bot"))
     assert not fresh.exists()
-    monkeypatch.setattr(transfer, "_write_skill", write)
+    monkeypatch.setattr(export, "_write_skill", write)
     ok(url, "export", str(target), "-s", "shared:bot", "--yes")
     assert sorted(os.listdir(target)) == ["a", "b", "c"] and os.listdir(target / "a") == [
         "SKILL.md"

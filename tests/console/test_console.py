@@ -725,35 +725,44 @@ def test_upload_zip_of_a_skill_directory(client: Client, store: skillfs.Store) -
     )
     assert again.status == 200 and "greeter already held these files" in again.text
     assert store.manifest(SHARED, "greeter").version == 1
-    # other files under the default policy, fail: nothing written, the store names them
-    changed = _zip({"greeter/SKILL.md": GOOD_MD + b"\nMore.\n", "other/SKILL.md": OTHER_MD})
-    refused = client.upload(
+    # the zip moved on and nobody changed greeter: the upload updates what it wrote
+    changed = _zip({"greeter/SKILL.md": GOOD_MD + b"\nMore.\n"})
+    r = client.upload(
         "/agents/support-bot/shared/skills/", {"op": "import"}, {"archive": ("g.zip", changed)}
     )
+    assert r.status == 200 and store.manifest(SHARED, "greeter").version == 2
+    # another operator edits greeter: the default policy, update, writes nothing, naming them
+    store.publish(SHARED, "greeter", {"SKILL.md": GOOD_MD + b"\nB's fix.\n"}, actor="operator-b")
+    newer = _zip({"greeter/SKILL.md": GOOD_MD + b"\nEven more.\n", "other/SKILL.md": OTHER_MD})
+    before = store.revision("support-bot")
+    refused = client.upload(
+        "/agents/support-bot/shared/skills/", {"op": "import"}, {"archive": ("g.zip", newer)}
+    )
     text = unescape(refused.text)
-    assert refused.status == 409 and "Not possible now" in text and "(greeter)" in text
-    assert "replace or create policy" in text and "Nothing was written" in text
-    assert "other" not in store.skills(SHARED)
+    assert refused.status == 409 and "Not possible now" in text
+    assert "from zip:g.zip would overwrite 1 skill" in text
+    assert "greeter (version 3 by operator-b)" in text and "Nothing was written" in text
+    assert store.revision("support-bot") == before and "other" not in store.skills(SHARED)
     kept = client.upload(
         "/agents/support-bot/shared/skills/",
-        {"op": "import", "policy": "create"},
-        {"archive": ("g.zip", changed)},
+        {"op": "import", "policy": "keep"},
+        {"archive": ("g.zip", newer)},
     )
     assert kept.status == 200 and "Imported other" in kept.text and "kept greeter" in kept.text
-    assert store.manifest(SHARED, "greeter").version == 1 and "other" in store.skills(SHARED)
+    assert store.manifest(SHARED, "greeter").version == 3 and "other" in store.skills(SHARED)
     replaced = client.upload(
         "/agents/support-bot/shared/skills/",
         {"op": "import", "policy": "replace"},
-        {"archive": ("g.zip", changed)},
+        {"archive": ("g.zip", newer)},
     )
-    assert replaced.status == 200 and store.manifest(SHARED, "greeter").version == 2
+    assert replaced.status == 200 and store.manifest(SHARED, "greeter").version == 4
     assert "already held these files" in replaced.text  # other: the same files
     bad = client.upload(
         "/agents/support-bot/shared/skills/",
         {"op": "import", "policy": "overwrite"},
-        {"archive": ("g.zip", changed)},
+        {"archive": ("g.zip", newer)},
     )
-    assert bad.status == 400 and "fail, replace or create" in bad.text
+    assert bad.status == 400 and "update, keep, replace" in bad.text
 
 
 def test_hidden_directories_are_no_skills_in_a_zip_nor_in_the_store(

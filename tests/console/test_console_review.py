@@ -15,6 +15,7 @@ from tests.console.test_console import (
     READER,
     SHARED,
     Client,
+    _zip,
     console_store,  # noqa: F401  (a fixture)
     md_text,
 )
@@ -205,3 +206,52 @@ def test_approve_says_whose_workers_get_the_draft(client: Client, store: skillfs
         "for every worker of support-bot (a user with a greeter of their own keeps it)"
         in (shared.split('id="approve-reach">')[1])
     )
+
+
+def test_under_the_two_person_rule_the_console_proposes_and_approves(
+    client: Client, store: skillfs.Store
+) -> None:
+    """docs/governance.md, "The two-person rule": the console's writes end in the Committer
+    like every other surface's; a direct one is refused ("Review required", nothing written),
+    and the signed-in operator approves another person's draft."""
+    store.review.require(SHARED, options=skillfs.WriteOptions(actor="ana"))
+    before = store.revision(AGENT)
+    upload = client.upload(
+        "/" + SHARED.prefix,
+        {"op": "import"},
+        {"archive": ("g.zip", _zip({"greeter/SKILL.md": GREETER}))},
+    )
+    text = unescape(upload.text)
+    assert upload.status == 409 and "Review required" in text and "turned on by ana" in text
+    assert "Nothing was written" in text and store.revision(AGENT) == before
+    store.drafts.propose(
+        SHARED, "greeter", {"SKILL.md": File(GREETER)}, options=skillfs.WriteOptions(actor="bob")
+    )
+    r = client.post(_draft_url(SHARED, "greeter", "approve"), {"expected": "1"})
+    assert r.status == 200 and store.skills(SHARED).count("greeter") == 1
+    activity = client.get("/agents/support-bot/activity")
+    assert activity.status == 200 and "require-review" in activity.text
+    assert 'two-person rule</a> <span class="chip">setting' in activity.text
+
+
+def test_the_scope_page_shows_and_switches_the_two_person_rule(
+    client: Client, store: skillfs.Store
+) -> None:
+    scope_url = "/" + SHARED.prefix
+    page = client.get(scope_url).text
+    assert 'id="review-rule"' in page and 'id="review-banner"' not in page
+    reader = Client(client.app)
+    reader.sign_in(READER)
+    assert 'id="review-rule"' not in reader.get(scope_url).text  # no admin grant: no form
+    refused = reader.post(scope_url, {"op": "review", "required": "1"})
+    assert refused.status == 403 and not store.review.rule(SHARED).required
+    on = client.post(scope_url, {"op": "review", "required": "1", "message": "SOC 2"})
+    assert on.status == 200 and "now requires review" in on.text
+    rule = store.review.rule(SHARED)
+    assert rule.required and rule.message == "SOC 2"
+    banner = reader.get(scope_url).text
+    assert 'id="review-banner"' in banner and "Review required" in banner and "SOC 2" in banner
+    assert "Lift the rule" not in banner  # a reader sees the rule, not the switch
+    off = client.post(scope_url, {"op": "review", "required": "0"})
+    assert off.status == 200 and not store.review.rule(SHARED).required
+    assert client.post(scope_url, {"op": "review", "required": "x"}).status == 400

@@ -10,7 +10,7 @@ import pytest
 
 import skillfs
 from skillfs import Scope
-from skillfs.errors import InvalidPath
+from skillfs.errors import InvalidPath, ReviewRequired
 from skillfs.fs import SkillFileSystem
 from tests.governance.test_side_entries import write_legacy
 from tests.stores import url_for
@@ -107,3 +107,22 @@ def test_a_legacy_drafts_manifest_is_read_beside_the_entries(fs: SkillFileSystem
         "skills/_drafts/old/SKILL.md",
     ]
     assert fs.cat("skills/_drafts/old/SKILL.md") == SKILL_MD
+
+
+def test_under_the_two_person_rule_a_write_is_refused_and_a_draft_is_not(
+    fs: SkillFileSystem,
+) -> None:
+    """docs/governance.md, "The two-person rule": fsspec's writes end in the Committer, which
+    refuses a live one (ReviewRequired, nothing written) and takes the draft."""
+    store: skillfs.Store = fs.store
+    store.publish(SHARED, "pdf", {"SKILL.md": SKILL_MD})
+    store.review.require(SHARED, options=skillfs.WriteOptions(actor="ana"))
+    before = store.revision(AGENT)
+    with pytest.raises(ReviewRequired, match="requires review"):
+        fs.pipe("skills/pdf/notes.md", b"direct")
+    with pytest.raises(ReviewRequired):
+        fs.pipe("skills/new/SKILL.md", SKILL_MD.replace(b"pdf", b"new"))
+    assert store.revision(AGENT) == before
+    fs.pipe("skills/_drafts/pdf/SKILL.md", SKILL_MD + b"reviewed\n")
+    store.drafts.approve(SHARED, "pdf", options=skillfs.WriteOptions(actor="ana"))
+    assert fs.cat("skills/pdf/SKILL.md").endswith(b"reviewed\n")

@@ -152,26 +152,49 @@ def test_edit_file_of_a_shared_skill_makes_the_users_copy(store: Store) -> None:
     assert sorted(store.manifest(ALICE, "s").files) == ["SKILL.md"]
 
 
-def test_import_policies(store: Store) -> None:
-    store.publish(SHARED, "kept", skill("kept", b"theirs\n"))
-    store.publish(SHARED, "same", skill("same"))
-    batch = {"kept": skill("kept"), "same": skill("same"), "fresh": skill("fresh")}
-    with pytest.raises(FailedPrecondition, match=r"would change 1 skill.*kept"):
-        store.edits.import_skills(SHARED, batch, policy=ImportPolicy.FAIL)
-    assert store.skills(SHARED) == ["kept", "same"]
-    created = store.edits.import_skills(SHARED, batch, policy=ImportPolicy.CREATE)
-    assert {i.skill: i.status for i in created.skills} == {
-        "kept": "kept", "same": "unchanged", "fresh": "created"
+def test_import_updates_its_own_skills_and_refuses_another_writers(store: Store) -> None:
+    """A re-import of a source updates what it wrote and nobody changed since, and refuses
+    (writing nothing) a skill another operator changed, naming them (issue 30)."""
+    src = "git:team-skills"
+    first = store.edits.import_skills(SHARED, {"a": skill("a"), "b": skill("b")}, source=src)
+    assert [(i.skill, i.status) for i in first.skills] == [("a", "created"), ("b", "created")]
+    mark = store.manifest(SHARED, "a").imported
+    assert mark is not None and mark.source == src
+    again = store.edits.import_skills(SHARED, {"a": skill("a"), "b": skill("b")}, source=src)
+    assert {i.status for i in again.skills} == {"unchanged"} and not again.commits
+    store.publish(SHARED, "b", skill("b", b"operator b's fix\n"), actor="operator-b")
+    newer = {"a": skill("a", b"v2\n"), "b": skill("b", b"v2\n"), "c": skill("c")}
+    before = store.revision(AGENT)
+    dry = store.edits.import_skills(SHARED, newer, source=src, dry_run=True)
+    b = store.manifest(SHARED, "b").actor  # over grpc:// the token's name
+    assert [(i.skill, i.status, i.version, i.actor) for i in dry.skills] == [
+        ("a", "updated", 1, store.manifest(SHARED, "a").actor),
+        ("b", "refused", 2, b),
+        ("c", "created", None, ""),
+    ]
+    with pytest.raises(FailedPrecondition, match=rf"b \(version 2 by {b}\).*nothing was"):
+        store.edits.import_skills(SHARED, newer, source=src)
+    assert store.revision(AGENT) == before  # neither the dry run nor the refusal wrote
+    assert read(store, SHARED, "b") == b"operator b's fix\n" and "c" not in store.skills(SHARED)
+    # another source did not write `a` as it is: refused too
+    with pytest.raises(FailedPrecondition, match=r"from zip:a.zip would overwrite 1 skill"):
+        store.edits.import_skills(SHARED, {"a": skill("a", b"zip\n")}, source="zip:a.zip")
+    kept = store.edits.import_skills(SHARED, newer, source=src, policy=ImportPolicy.KEEP)
+    assert {i.skill: i.status for i in kept.skills} == {
+        "a": "updated", "b": "kept", "c": "created"
     }  # fmt: skip
-    assert read(store, SHARED, "kept") == b"theirs\n"
+    assert read(store, SHARED, "a") == b"v2\n" and read(store, SHARED, "b") != b"v2\n"
+    # a disable keeps the files the import wrote: the next import still updates them
+    store.governance.disable(SHARED, "a", "checking")
+    newest = {"a": skill("a", b"v3\n")}
+    assert store.edits.import_skills(SHARED, newest, source=src).skills[0].status == "updated"
     replaced = store.edits.import_skills(
-        SHARED, batch, options=WriteOptions(message="from the repo")
-    )
-    assert {i.skill: i.status for i in replaced.skills} == {
-        "kept": "updated", "same": "unchanged", "fresh": "unchanged"
-    }  # fmt: skip
-    assert read(store, SHARED, "kept") == NOTES
-    assert store.manifest(SHARED, "kept").message == "from the repo"
+        SHARED, newer, source=src, policy=ImportPolicy.REPLACE,
+        options=WriteOptions(message="from the repo"),
+    )  # fmt: skip
+    assert {i.skill: i.status for i in replaced.skills}["b"] == "updated"
+    assert read(store, SHARED, "b") == b"v2\n"
+    assert store.manifest(SHARED, "b").message == "from the repo"
 
 
 def test_delete_and_rollback_take_their_options(store: Store) -> None:

@@ -12,13 +12,13 @@ import pytest
 
 import skillfs
 from skillfs import Put, Scope
-from skillfs.auth import Grant, Level, tokens_document
+from skillfs.auth import Grant, Level
 from skillfs.errors import PermissionDenied
 from skillfs.remote.proto import skillfs_pb2 as pb
 from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
-from skillfs.server.app import ServerConfig, SkillfsServer
+from skillfs.server.app import SkillfsServer
 from tests.helpers import skill_files as files
-from tests.helpers import skill_md
+from tests.helpers import skill_md, token_server
 from tests.stores import url_for
 
 SHARED = Scope.shared("support-bot")
@@ -35,19 +35,8 @@ TOKENS = [
 
 @pytest.fixture(params=["memory", "redis", "etcd"])
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SkillfsServer]:
-    tokens = tmp_path / "tokens.json"
-    tokens.write_text(tokens_document(TOKENS, receipt_key="k"))
-    config = ServerConfig(
-        store=url_for(request, request.param, tmp_path),
-        grpc="127.0.0.1:0",
-        http="127.0.0.1:0",
-        tokens=tokens,
-    )
-    srv = SkillfsServer(config).start()
-    try:
+    with token_server(url_for(request, request.param, tmp_path), tmp_path, TOKENS) as srv:
         yield srv
-    finally:
-        srv.stop(0)
 
 
 def open_as(server: SkillfsServer, token: str) -> skillfs.Store:

@@ -10,9 +10,11 @@ from skillfs.console.call import Call, redirect
 from skillfs.console.pages.files import shown_version
 from skillfs.console.paging import paged
 from skillfs.errors import NotFound
+from skillfs.governance.review import ReviewRule
 from skillfs.governance.rollout_rule import has_live
 from skillfs.model import Manifest, Scope
 from skillfs.model.names import check_id, is_hidden_dir
+from skillfs.store.rules import REVIEW
 
 #: The per-user listings stop here; an agent with more users is browsed by user id.
 MAX_USERS_LISTED = 200
@@ -155,7 +157,8 @@ def _described(m: Manifest) -> tuple[str, object]:
 def scope_page(call: Call, scope: Scope) -> Response:
     """A scope's skills 100 at a time (`?q=` filters, `?page=` pages), and its deleted ones."""
     call.require(Level.read, scope)
-    every = skills_of(call.store.entries(scope))  # one read: live entries and tombstones
+    raw = call.store.entries(scope)  # one read: live entries, tombstones and settings
+    every = skills_of(raw)
     entries = {k: m for k, m in every.items() if not m.deleted}
     # a user's hiding entries are not skills of the user's: listed apart (docs/governance.md)
     hiding = sorted((m for m in entries.values() if m.hides), key=lambda m: m.skill)
@@ -180,4 +183,5 @@ def scope_page(call: Call, scope: Scope) -> Response:
         shared=shared,
         deleted=deleted,
         hiding=hiding,
+        review=ReviewRule.of(scope, raw.get(REVIEW)),
     )

@@ -11,6 +11,7 @@ from skillfs.console import urls
 from skillfs.console.archive import read_zip
 from skillfs.console.call import Call, HTTPError
 from skillfs.console.findings import findings_of
+from skillfs.console.pages.review_rule import set_rule
 from skillfs.console.strict import confirm, forced
 from skillfs.errors import Conflict, InvalidSkill
 from skillfs.governance.edits import ImportPolicy
@@ -21,12 +22,14 @@ from skillfs.spec.validation import suggest_name
 
 
 def scope_post(call: Call, scope: Scope) -> Response:
-    """The scope page's forms: **New skill** and **Upload zip**."""
+    """The scope page's forms: **New skill**, **Upload zip** and the two-person rule."""
     op = call.field("op")
     if op == "new":
         return create(call, scope)
     if op == "import":
         return import_zip(call, scope)
+    if op == "review":
+        return set_rule(call, scope)
     raise HTTPError(400, "Bad request", f"unknown action {op!r}")
 
 
@@ -61,23 +64,26 @@ def create(call: Call, scope: Scope) -> Response:
 
 
 def import_zip(call: Call, scope: Scope) -> Response:
-    """A zip's skills in one commit (`store.edits.import_skills`) under the form's policy for
-    skills the scope holds with other files: `fail` (the default: nothing is written, and the
-    store names them), `replace` or `create` (keep them, import the others). Skills whose files
-    are the same are left as they are."""
+    """A zip's skills in one commit (`store.edits.import_skills`), the source `zip:<file
+    name>` (docs/cli.md, "Import sources"), under the form's policy for skills the scope holds
+    with other files that an upload of this zip did not leave as they are: `update` (the
+    default: nothing is written, and the store names them with who wrote them), `keep` (keep
+    them, import the others) or `replace`. Skills whose files are the same are left as they
+    are."""
     call.require(Level.write, scope)
     got = call.file("archive")
     if got is None:
         raise HTTPError(400, "No file", "choose a .zip file holding a skill directory")
-    chosen = call.field("policy") or ImportPolicy.FAIL.value
+    chosen = call.field("policy") or ImportPolicy.UPDATE.value
     if chosen not in {p.value for p in ImportPolicy}:
-        raise HTTPError(400, "Bad request", f"policy is fail, replace or create, not {chosen!r}")
+        raise HTTPError(400, "Bad request", f"policy is {', '.join(ImportPolicy)}, not {chosen!r}")
     policy = ImportPolicy(chosen)
     skills = read_zip(got.file.read(), call.zip_limits, call.field("name").strip())
     try:
         result = call.store.edits.import_skills(
             scope,
             skills,
+            source=f"zip:{got.filename or 'upload.zip'}",
             policy=policy,
             batch=len(skills),  # one commit, all or nothing, as the page says
             options=call.options(),
@@ -102,7 +108,10 @@ def import_zip(call: Call, scope: Scope) -> Response:
     if said["unchanged"]:
         message += f"; {', '.join(said['unchanged'])} already held these files (left as they were)"
     if said["kept"]:
-        message += f"; kept {', '.join(said['kept'])} as {urls.scope_label(scope)} holds them"
+        message += (
+            f"; kept {', '.join(said['kept'])} as {urls.scope_label(scope)} holds them (changed "
+            "since this zip was uploaded, or from elsewhere)"
+        )
     names = sorted(skills)
     target = urls.skill_url(scope, names[0]) if len(names) == 1 else urls.scope_url(scope)
     return call.done(target, message)
