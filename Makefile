@@ -60,9 +60,9 @@ run: $(RUNTIME)
 proto: $(DEV)
 	$(BIN)/python protos/generate.py
 
+LINT = $(BIN)/ruff check . && $(BIN)/mypy skillfs
 lint: $(DEV)
-	$(BIN)/ruff check .
-	$(BIN)/mypy skillfs
+	$(LINT)
 
 # The fast lane, while working: lint, then tests/unit, tests/store and tests/governance on
 # memory and SQLite. --no-servers deselects every test marked `server` and fails any test that
@@ -82,7 +82,7 @@ check: lint
 SERIAL_FILES = $$(grep -rl --include='test_*.py' 'mark.serial' tests)
 test: $(DEV) servers
 	@side=$$(mktemp -d); status=0; runs=$$(mktemp -d $(TESTROOT)/skillfs-tests.XXXXXX); \
-	( { echo "---- lint"; $(MAKE) --no-print-directory lint; echo $$? >$$side/lint; \
+	( { echo "---- lint"; $(LINT); echo $$? >$$side/lint; \
 	    echo "---- the serial tests"; \
 	    SKILLFS_TEST_PORTS=1/2 $(PYTEST) -q -m serial --basetemp=$$runs/serial $(SERIAL_FILES); \
 	    echo $$? >$$side/serial; } >$$side/log 2>&1 ) & \

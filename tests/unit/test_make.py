@@ -33,11 +33,12 @@ def test_make_test_adds_the_dev_tools(tmp_path: Path) -> None:
     assert "pytest" in plan
     assert "apt-get" in plan  # the Debian servers, when missing
     assert '-m "not serial"' in plan and "-m serial" in plan  # every test, in one lane or other
+    assert "ruff check . && " in plan and "mypy skillfs;" in plan  # lint, in the side lane
 
 
 def test_make_check_lints_and_runs_the_fast_tiers_without_servers(tmp_path: Path) -> None:
     plan = planned("check", tmp_path / "venv")
     assert "pip install -q -e '.[dev]'" in plan
-    assert "ruff check .\n" in plan and "mypy skillfs\n" in plan
+    assert "ruff check . && " in plan and "mypy skillfs\n" in plan
     assert plan.rstrip().endswith(" -q --no-servers tests/unit tests/store tests/governance")
     assert "apt-get" not in plan
