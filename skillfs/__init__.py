@@ -22,6 +22,7 @@ from skillfs.model import (
     UsageStat,
 )
 from skillfs.model.ops import WriteOptions
+from skillfs.model.pins import Pins
 from skillfs.runtime import (
     FsspecDir,
     GitRepo,
@@ -55,6 +56,7 @@ __all__ = [
     "Manifest",
     "Market",
     "Origin",
+    "Pins",
     "PromptOptions",
     "Put",
     "Remove",

@@ -1,7 +1,7 @@
 """The store `open_store()` returns (docs/architecture.md, "The core and its namespaces"):
 the core (`skillfs.store.core`: reads, commits, retention) with governed change above it as
 namespaces — `store.edits` (rename, override, edit a file, import, delete, rollback),
-`store.governance` (disable, enable, audit), `store.drafts`, `store.rollouts`,
+`store.governance` (disable, enable, audit), `store.drafts`, `store.rollouts`, `store.labels`,
 `store.archive`, `store.curation`, `store.usage`, `store.review` (the two-person rule), and
 the core's own `store.changes`. Each
 service is built from the core's narrow protocols (`skillfs.governance.ports`), so the core
@@ -18,6 +18,7 @@ from skillfs.governance.curation import Curation
 from skillfs.governance.drafts import Drafts
 from skillfs.governance.edits import Edits
 from skillfs.governance.review import Review
+from skillfs.governance.labels import Labels
 from skillfs.governance.rollouts import Rollouts
 from skillfs.governance.switch import Governance
 from skillfs.governance.usage import Usage
@@ -33,6 +34,7 @@ class Store(StoreCore):
         self.governance = Governance(self, self)
         self.drafts = Drafts(self, self)
         self.rollouts = Rollouts(self)
+        self.labels = Labels(self, self)
         self.archive = Archive(self)
         self.usage = Usage(self, self.committer.who)
         self.curation = Curation(self, self.archive, self.usage)

@@ -23,6 +23,7 @@ from skillfs.cli.common import (
     emit_json,
     file_only,
     iso,
+    labels_by_version,
     manifest_row,
     mode,
     nothing_in,
@@ -275,16 +276,19 @@ def history(
     token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Every kept version of a skill, newest first (a deletion is a version too)."""
+    """Every kept version of a skill, newest first (a deletion is a version too), with the
+    labels that name it now (docs/governance.md, "Labels and pins")."""
     skill = skill_only(target)
     with opened(store_url, token) as store:
         versions = store.versions(scope, skill)
+    named = labels_by_version(versions)
     if as_json:
-        emit_json([version_row(m) for m in versions])
+        emit_json([{**version_row(m), "labelled": named.get(m.version, [])} for m in versions])
         return
     cells = [
         [
             str(m.version),
+            ", ".join(shown(n) for n in named.get(m.version, [])),
             when(m.committed_at),
             m.commit_id[:12],
             str(m.file_count),
@@ -295,7 +299,7 @@ def history(
         ]
         for m in versions
     ]
-    columns = ["version", "when", "commit", "files", "size", "status", "actor", "message"]
+    columns = ["version", "labels", "when", "commit", "files", "size", "status", "actor", "message"]
     print_table(columns, cells, right={"version", "files", "size"}, flexible="message")
 
 

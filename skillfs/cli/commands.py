@@ -19,6 +19,7 @@ def register(app: typer.Typer) -> None:
         edit,
         export,
         govern,
+        labels,
         mcp,
         ops,
         review,
@@ -31,3 +32,4 @@ def register(app: typer.Typer) -> None:
     for name, panel, function in COMMANDS:
         app.command(name, rich_help_panel=panel, cls=Command)(function)
     app.add_typer(drafts.app, rich_help_panel=EDIT)
+    app.add_typer(labels.app, rich_help_panel=EDIT)

@@ -37,6 +37,7 @@ from skillfs.model import (
     error_findings,
 )
 from skillfs.model.names import SIDE_DIRS, check_entry, check_id, normalize_path
+from skillfs.model.pins import Pins
 from skillfs.store.opening import default_url, file_to_create
 from skillfs.util.durations import parse_duration
 
@@ -267,6 +268,27 @@ EnvironmentOption = Annotated[
         help="The environment the worker declares to staged rollouts (e.g. prod).",
     ),
 ]
+#: The labels a worker's view is pinned to (prompt, mcp; docs/governance.md, "Labels and pins").
+PinsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--pin",
+        metavar="[TARGET=]LABEL",
+        show_default=False,
+        help="Hold the view on labelled versions (repeatable): LABEL for every store layer, "
+        "market:NAME=LABEL for a layer, SKILL=LABEL for one skill.",
+    ),
+]
+
+
+def pins_of(values: list[str] | None) -> Pins:
+    """`--pin` values as Pins, a bad one a usage error (before anything is opened)."""
+    try:
+        return Pins.parse(values or [])
+    except SkillfsError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--pin") from None
+
+
 #: The market layers of a worker's view, for the commands that show one (prompt, mcp).
 MarketsOption = Annotated[
     list[str] | None,
@@ -404,6 +426,15 @@ def _live_status(v: VersionSummary) -> str:
     if warnings:
         return f"[yellow]! {warnings} warning{'s' * (warnings != 1)}[/yellow]"
     return "[green]✓[/green]"
+
+
+def labels_by_version(versions: Sequence[VersionSummary]) -> dict[int, list[str]]:
+    """Version -> the labels naming it now, from a history listed newest first (its newest
+    version carries the skill's labels; docs/governance.md, "Labels and pins")."""
+    out: dict[int, list[str]] = {}
+    for name, version in sorted(versions[0].labels.items()) if versions else ():
+        out.setdefault(version, []).append(name)
+    return out
 
 
 def candidate_row(c: CandidateSummary) -> dict[str, Any]:

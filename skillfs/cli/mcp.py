@@ -11,10 +11,12 @@ from skillfs.cli.common import (
     AgentOption,
     EnvironmentOption,
     MarketsOption,
+    PinsOption,
     StoreOption,
     TokenOption,
     command,
     connect,
+    pins_of,
 )
 
 
@@ -26,6 +28,7 @@ def mcp(
     ],
     markets: MarketsOption = None,
     environment: EnvironmentOption = None,
+    pins: PinsOption = None,
     skill_writes: Annotated[
         str | None,
         typer.Option(
@@ -45,4 +48,6 @@ def mcp(
     from skillfs.runtime.skill_writes import check_mode
 
     writes = check_mode(skill_writes)  # before the store is opened: a typo says so at once
-    run_stdio(connect(store_url, token), agent, user, markets or [], environment, writes)
+    pinned = pins_of(pins).texts()
+    store = connect(store_url, token)
+    run_stdio(store, agent, user, markets or [], environment, writes, pinned)

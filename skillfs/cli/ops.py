@@ -20,6 +20,7 @@ from skillfs.cli.common import (
     EnvironmentOption,
     JsonOption,
     MarketsOption,
+    PinsOption,
     StoreOption,
     TokenOption,
     agent_option,
@@ -30,6 +31,7 @@ from skillfs.cli.common import (
     opened,
     out,
     parse_revision,
+    pins_of,
     plain,
     print_findings,
     print_table,
@@ -63,6 +65,7 @@ def prompt(
     ] = None,
     markets: MarketsOption = None,
     environment: EnvironmentOption = None,
+    pins: PinsOption = None,
     local: Annotated[
         list[Path] | None,
         typer.Option(
@@ -105,6 +108,7 @@ def prompt(
     if args and invoke is None:
         raise typer.BadParameter("ARGS go with --invoke SKILL", param_hint="ARGS")
     users = _ids("user", [user] if user is not None else [])
+    pinned = pins_of(pins)
     layers: list[LocalDir | Market] = [
         *(LocalDir(p) for p in local or []),
         *(Market(m) for m in _ids("market", markets)),
@@ -114,7 +118,7 @@ def prompt(
     store = connect(store_url, token)
     who = users[0] if users else _nobody(store, agent)
     line = args[0] if args and len(args) == 1 else shlex.join(args or [])
-    with Skills(store, agent, who, layers, environment=environment) as skills:
+    with Skills(store, agent, who, layers, environment=environment, pins=pinned) as skills:
         snap = skills.snapshot()
         text = snap.invoke(invoke, line) if invoke is not None else ""
     _warn_unknown(store, snap.revisions)
@@ -137,6 +141,7 @@ def prompt(
                         "source": s.source,
                         "version": s.version,
                         "candidate": s.candidate,
+                        "pinned": s.pinned,
                         "shadows": list(s.shadows),
                     }
                     for s in snap.skills
@@ -158,6 +163,11 @@ def prompt(
     for s in snap.skills:
         if s.candidate:
             err.print(f"[cyan]candidate[/cyan] {shown(s.id)} ({shown(s.source)} v{s.version})")
+        if s.pinned:
+            err.print(
+                f"[cyan]pinned[/cyan] {shown(s.id)} at {shown(s.pinned)} "
+                f"({shown(s.source)} v{s.version})"
+            )
     for p in snap.problems:
         if p.disabled is not None:
             why = f": {shown(p.disabled)}" if p.disabled else ""

@@ -6,10 +6,11 @@ app = Starlette(routes=[Mount("/mcp", app=mcp)], lifespan=lambda app: mcp.lifesp
 ```
 
 Requests carry the same bearer tokens as gRPC (`skillfs.auth.Tokens`). The view is
-(agent, user[, markets][, environment]) from the query string
-(`/mcp?agent=support-bot&user=alice&market=team&environment=prod`) or the headers
-`X-Skillfs-Agent`, `X-Skillfs-User`, `X-Skillfs-Market`, `X-Skillfs-Environment` (the
-environment staged rollouts see: docs/governance.md); a token granted one
+(agent, user[, markets][, environment][, pins]) from the query string
+(`/mcp?agent=support-bot&user=alice&market=team&environment=prod&pin=stable`) or the headers
+`X-Skillfs-Agent`, `X-Skillfs-User`, `X-Skillfs-Market`, `X-Skillfs-Environment`,
+`X-Skillfs-Pin` (the environment staged rollouts see, the labels the view is pinned to:
+docs/governance.md); a token granted one
 user's scope needs neither. The token must be allowed to read every scope of the view, so a
 token for alice can never read bob's files, whatever URI it asks for.
 """
@@ -34,6 +35,7 @@ from skillfs.mcp.server import build_server
 from skillfs.mcp.views import SESSION_HEADER, ViewKey, Views
 from skillfs.model import Scope as SkillScope
 from skillfs.model.names import check_id
+from skillfs.model.pins import Pins
 from skillfs.util.lru import Lru
 
 #: Where the resolved view travels from the ASGI layer to the MCP handlers, and the check
@@ -199,6 +201,7 @@ def view_for(principal: Principal, headers: dict[str, str], query: str) -> ViewK
         check_id("user", users[0]),
         tuple(check_id("market", m) for m in values("market")),
         check_id("environment", envs[0]) if envs else "",
+        Pins.parse(values("pin")),
     )
     scopes = [
         SkillScope.user(key.agent, key.user),

@@ -12,6 +12,7 @@ from skillfs.api import Store
 from skillfs.mcp.server import build_server
 from skillfs.mcp.views import ViewKey, Views
 from skillfs.model.names import check_id
+from skillfs.model.pins import Pins
 from skillfs.runtime.skill_writes import WriteMode
 
 
@@ -22,6 +23,7 @@ def run_stdio(
     markets: Sequence[str] = (),
     environment: str | None = None,
     skill_writes: WriteMode | None = None,
+    pins: Sequence[str] = (),
 ) -> None:
     """Serve until stdin closes. Every request sees the same view, fresh at each request;
     `skill_writes` adds the write tools (docs/governance.md, "Agent-written skills")."""
@@ -30,6 +32,7 @@ def run_stdio(
         check_id("user", user),
         tuple(check_id("market", m) for m in markets),
         check_id("environment", environment) if environment else "",
+        Pins.parse(pins),
     )
     server = build_server(Views(store, lambda ctx: key, skill_writes=skill_writes))
 

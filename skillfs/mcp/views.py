@@ -18,7 +18,7 @@ import functools
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -38,6 +38,7 @@ from mcp.types import INVALID_REQUEST
 from skillfs.api import Store
 from skillfs.mcp import prompts
 from skillfs.mcp.catalog import uri
+from skillfs.model.pins import Pins
 from skillfs.runtime import Market, Skills, Snapshot
 from skillfs.runtime.skill_writes import WriteMode, check_mode
 from skillfs.util.outage import Outage
@@ -53,12 +54,14 @@ MAX_SESSIONS = 1000
 @dataclass(frozen=True)
 class ViewKey:
     """Which skills a session sees: the worker view `Skills(store, agent, user, markets,
-    environment=)` ("": no environment declared to staged rollouts)."""
+    environment=, pins=)` ("": no environment declared to staged rollouts; docs/governance.md,
+    "Labels and pins")."""
 
     agent: str
     user: str
     markets: tuple[str, ...] = ()
     environment: str = ""
+    pins: Pins = field(default_factory=Pins)
 
 
 class View:
@@ -260,6 +263,7 @@ class Views:
                 key.user,
                 layers,
                 environment=key.environment or None,
+                pins=key.pins,
                 skill_writes=self.skill_writes,
             )
             view = self._views[key] = View(key, skills)

@@ -194,6 +194,26 @@ class Candidate(Edge):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Labelled(Edge):
+    """A kept version a label names (docs/governance.md, "Labels and pins"): its version,
+    commit, file table, frontmatter and findings, held in the live manifest so that a worker
+    pinned to the label is served from the manifests it holds (no round trip of its own),
+    and who set the label when."""
+
+    version: int
+    commit_id: str
+    committed_at: float
+    files: dict[str, FileEntry]
+    frontmatter: dict[str, Any] | None = None
+    findings: tuple[Finding, ...] = ()
+    typed: Typed | None = Field(default=None, exclude_if=lambda v: v is None)
+    actor: str = ""
+    labelled_at: float = 0.0
+    #: The stored form of a big `files` (`TableRef`); absent from the JSON when None.
+    table: TableRef | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Origin(Edge):
     """Where a copy came from (copy-on-write of a lower layer's skill, an agent's live copy, an
     operator's override for a user): the entry and the version its files were taken from. A
@@ -248,6 +268,9 @@ class Manifest(Edge):
     table: TableRef | None = Field(default=None, exclude_if=lambda v: v is None)
     #: The import that wrote these files (docs/cli.md, "Import sources"); absent when None.
     imported: ImportMark | None = Field(default=None, exclude_if=lambda v: v is None)
+    #: Label name -> the kept version it names (docs/governance.md, "Labels and pins"),
+    #: carried by every version until moved or removed; absent from the JSON when empty.
+    labels: dict[str, Labelled] = Field(default_factory=dict, exclude_if=lambda v: not v)
 
     def __post_init__(self) -> None:
         fm = self.frontmatter  # its name is most often the skill's: one string object for both
@@ -296,10 +319,11 @@ class Manifest(Edge):
         return file_bytes(self.files, self.table)
 
     def all_files(self) -> list[tuple[str, FileEntry]]:
-        """Every (path, entry) the manifest references: its files, then its staged
-        candidate's (what GC keeps, and what a server's blob proofs cover)."""
+        """Every (path, entry) the manifest references: its files, its staged candidate's,
+        then its labelled versions' (what GC keeps, and what a server's blob proofs cover)."""
         staged = self.candidate.files.items() if self.candidate is not None else ()
-        return [*self.files.items(), *staged]
+        labelled = [row for held in self.labels.values() for row in held.files.items()]
+        return [*self.files.items(), *staged, *labelled]
 
     # ------------------------------------------------------------------ transitions
     # Each gives the next content of this entry; the commit stamps version, commit id, time,
@@ -334,7 +358,8 @@ class Manifest(Edge):
         )
 
     def tombstone(self) -> Manifest:
-        """A deletion: no files, nothing staged, switched on (versions go on counting)."""
+        """A deletion: no files, nothing staged or labelled, switched on (versions go on
+        counting)."""
         return Manifest(skill=self.skill, version=self.version, commit_id="", committed_at=0.0,
                         deleted=True, files={})  # fmt: skip
 
@@ -369,7 +394,8 @@ class Manifest(Edge):
 
     def moved_to(self, skill: str) -> Manifest:
         """This entry's content as entry `skill`'s (an archive, a restore, an approval): files,
-        findings, kill switch and candidate; not its history, base or origin."""
+        findings, kill switch and candidate; not its history, base, origin or labels (which name
+        versions of this entry's history)."""
         return Manifest(
             skill=skill,
             version=0,
@@ -383,6 +409,23 @@ class Manifest(Edge):
             disabled_reason=self.disabled_reason,
             candidate=self.candidate,
         )
+
+    def labelled(self, actor: str, at: float) -> Labelled:
+        """This version, live files only, as a label names it (set by `actor` at `at`)."""
+        return Labelled(
+            version=self.version,
+            commit_id=self.commit_id,
+            committed_at=self.committed_at,
+            files=self.files,
+            frontmatter=self.frontmatter,
+            findings=self.findings,
+            typed=self.typed,
+            actor=actor,
+            labelled_at=at,
+        )
+
+    def with_labels(self, labels: dict[str, Labelled]) -> Manifest:
+        return dataclasses.replace(self, labels=dict(sorted(labels.items())), operation="")
 
     def with_base(self, version: int) -> Manifest:
         """A draft proposed against the live skill's `version` (0: none)."""
@@ -425,6 +468,7 @@ class Manifest(Edge):
             usable=self.usable,
             findings=self.findings,
             description=shortened(description) if isinstance(description, str) else None,
+            labels={name: held.version for name, held in self.labels.items()},
             candidate=None
             if c is None
             else CandidateSummary(
@@ -483,6 +527,8 @@ class VersionSummary(Edge):
     findings: tuple[Finding, ...] = ()
     description: str | None = None
     candidate: CandidateSummary | None = None
+    #: The labels this version carries: label name -> the version it names.
+    labels: dict[str, int] = Field(default_factory=dict, exclude_if=lambda v: not v)
 
     @property
     def errors(self) -> list[Finding]:

@@ -42,6 +42,8 @@ class Operation(StrEnum):
     RESTORE = "restore"
     REQUIRE_REVIEW = "require-review"
     LIFT_REVIEW = "lift-review"
+    LABEL = "label"
+    UNLABEL = "unlabel"
 
 
 class WriteOptions(BaseModel):
@@ -214,6 +216,26 @@ class Abort(_Command):
     expected_version: int | None = None
 
 
+class SetLabel(_Command):
+    """Set or move `label` to the kept `version` of a skill (None: the live version as the
+    commit reads it); `expected_version` is the skill's."""
+
+    scope: Scope
+    skill: str
+    label: str
+    version: int | None = None
+    expected_version: int | None = None
+
+
+class RemoveLabel(_Command):
+    """Remove `label` from a skill (workers pinned to it get the head at their next step)."""
+
+    scope: Scope
+    skill: str
+    label: str
+    expected_version: int | None = None
+
+
 class Propose(_Command):
     """Write the draft `_drafts/<name>`, proposed against the live skill's version now, or
     `based_on` for files built on an older one; `expected_version` is the draft's."""
@@ -298,6 +320,6 @@ class RequireReview(_Command):
 
 #: Every command a commit takes.
 Command: TypeAlias = (
-    Put | Remove | Disable | Enable | Stage | Widen | Promote | Abort | Propose | Approve
-    | Reject | Archive | Restore | Move | Copy | RequireReview
+    Put | Remove | Disable | Enable | Stage | Widen | Promote | Abort | SetLabel | RemoveLabel
+    | Propose | Approve | Reject | Archive | Restore | Move | Copy | RequireReview
 )  # fmt: skip

@@ -12,9 +12,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from skillfs.governance.rollout_rule import effective
+from skillfs.governance.pin_rule import served
 from skillfs.model import FileEntry, Finding, Manifest, Scope, Typed, error_findings
 from skillfs.model.names import check_id, is_hidden_dir, name_key
+from skillfs.model.pins import Pins
 from skillfs.spec.invocation import Invocation, invocation
 
 
@@ -78,6 +79,9 @@ class SkillInfo:
     #: The staged candidate of `version`, which this worker's rollout rule gives it
     #: (docs/governance.md, "Staged rollout"); False: the live version.
     candidate: bool = False
+    #: The label this worker's pins hold it at (docs/governance.md, "Labels and pins"), whose
+    #: version `version` is; None: not held by a label (the head, or the candidate).
+    pinned: str | None = None
 
     @property
     def invocation(self) -> Invocation:
@@ -121,7 +125,10 @@ class StoreScope(Layer):
 
 
 def merge(
-    layers: Sequence[tuple[Layer, LayerSkills]], user: str, environment: str | None = None
+    layers: Sequence[tuple[Layer, LayerSkills]],
+    user: str,
+    environment: str | None = None,
+    pins: Pins | None = None,
 ) -> tuple[list[SkillInfo], list[Problem]]:
     """Lowest layer first; a usable skill shadows the whole same-named skill below it.
 
@@ -129,7 +136,9 @@ def merge(
     nothing, so a half-written override never hides the working skill below it. A disabled
     skill is a hole: it shadows its name and contributes nothing (docs/governance.md). A
     store skill with a staged candidate is what `rollout.effective` gives `user` in
-    `environment` (the layer's own, for a `Market` that names one). A copy whose origin an
+    `environment` (the layer's own, for a `Market` that names one); a store skill `pins` hold
+    at a label it carries is that label's version (`pin_rule.served`: a pin beats a
+    rollout, a disable beats a pin). A copy whose origin an
     operator disabled is a hole too (docs/governance.md, "Disable"), whenever it was made.
     A name that looks like a lower layer's (`names.name_key`: `PDF` over `pdf`, a Cyrillic
     letter over a Latin one) shadows it as an equal name would, and the shadowed skill is a
@@ -146,7 +155,8 @@ def merge(
             live = skills.manifests[skill]
             if is_hidden_dir(skill) or live.deleted:
                 continue
-            m = live if scope is None else effective(live, scope, user, env)
+            pin = pins.of(layer.label, skill) if pins and scope is not None else None
+            m, pinned = (live, None) if scope is None else served(live, scope, user, env, pin)
             if m is None:  # staged, never live, and not for this worker
                 continue
             if m.disabled:
@@ -184,7 +194,8 @@ def merge(
                 frontmatter=fm,
                 typed=m.typed,
                 reader=skills.reader,
-                candidate=m is not live,  # effective's new object: the candidate
+                candidate=m is not live and pinned is None,  # effective's new object
+                pinned=pinned,
             )
     return [winners[k] for k in sorted(winners)], problems
 

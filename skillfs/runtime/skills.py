@@ -22,6 +22,7 @@ from skillfs.api import Store, open_store
 from skillfs.errors import InvalidArgument, SkillfsError, StoreFailed, StoreUnavailable
 from skillfs.model import Revision, Scope
 from skillfs.model.names import check_id
+from skillfs.model.pins import Pins
 from skillfs.runtime.bound_tools import Binder, HostTool, check_host_tools
 from skillfs.runtime.follower import Follower, follower_for
 from skillfs.runtime.fsspec_dir import FsspecDir
@@ -72,6 +73,10 @@ class Skills:
     `environment` (e.g. "prod") is what this worker declares to staged rollouts: a skill's
     candidate reaches it where the rule lists that environment (docs/governance.md).
 
+    `pins` hold this worker on labelled versions (docs/governance.md, "Labels and pins"): a
+    `Pins`, or a label for every store layer (`pins="stable"`). A skill its pin's label names
+    is served at that version until the label moves; one without the label at its head.
+
     `followers` (a domain's follower) and `usage` (the agent's recorder) replace the store's
     own (`follower_for`, `store.local`): the server flushes its views' usage itself, so a
     view starts no thread (docs/server.md); a test gives a follower it feeds by hand.
@@ -108,6 +113,7 @@ class Skills:
         *,
         max_staleness: float | None = None,
         environment: str | None = None,
+        pins: Pins | str | None = None,
         followers: Callable[[str], Follower] | None = None,
         usage: UsageRecorder | None = None,
         skill_writes: WriteMode | None = None,
@@ -137,6 +143,8 @@ class Skills:
             StoreScope(Scope.shared(agent_id)),
             StoreScope(Scope.user(agent_id, user_id)),
         )
+        stored = [x.label for x in self.layers if x.scope is not None]
+        self.pins = Pins.given(pins).check_layers(stored)
         dirs = [layer.source_dir for layer in self.layers]
         if len(set(dirs)) != len(dirs):
             twice = sorted({d for d in dirs if dirs.count(d) > 1})
@@ -196,7 +204,8 @@ class Skills:
 
     def __repr__(self) -> str:
         env = f", environment={self.environment}" if self.environment else ""
-        return f"Skills({self.store.url}, {self.agent_id}/{self.user_id}{env})"
+        pins = f", pins={self.pins.describe()}" if self.pins else ""
+        return f"Skills({self.store.url}, {self.agent_id}/{self.user_id}{env}{pins})"
 
     @property
     def host_tools(self) -> tuple[HostTool, ...]:
@@ -307,7 +316,7 @@ class Skills:
         now = cast(tuple[LayerSkills, ...], tuple(states))  # every slot is filled above
         if self._view is None or not _identical(now, self._states):
             pairs = list(zip(self.layers, now, strict=True))
-            self._view = merge(pairs, self.user_id, self.environment)
+            self._view = merge(pairs, self.user_id, self.environment, self.pins)
             self._states, self._shared = now, None
         self._seen = seen
         return self._of_session(sess, now, seen)

@@ -16,7 +16,7 @@ import grpc
 from skillfs.auth import Level, Principal, write_level
 from skillfs.engines.base import CommitOp, VersionMismatch
 from skillfs.errors import InvalidArgument, InvalidPath, NotFound, PermissionDenied, TooLarge
-from skillfs.model import Candidate, CommitResult, File, Manifest, Scope
+from skillfs.model import Candidate, CommitResult, File, Labelled, Manifest, Scope
 from skillfs.model.import_mark import ImportMark, check_source, files_digest
 from skillfs.model.names import check_domain, check_entry, check_id, normalize_path
 from skillfs.model.ops import WriteOptions
@@ -269,7 +269,37 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         if m.imported is not None:  # the digest of the files sent, not the client's word
             source = check_source(m.imported.source)
             update["imported"] = ImportMark(source=source, digest=files_digest(m.files))
+        if m.labels:
+            update["labels"] = self._labelled(m, principal, scope, expect, update)
         return m.model_copy(update=update)
+
+    def _labelled(
+        self, m: Manifest, principal: Principal, scope: Scope, expect: int, update: dict[str, Any]
+    ) -> dict[str, Labelled]:
+        """The labels as the server vouches for them (docs/governance.md, "Labels and pins"):
+        one the entry carries already (same version and commit) stays as it is; a new or
+        moved one is made from the version the store keeps, by the token's name, so a client
+        cannot label files that version never held."""
+        cur = self._expected(scope, m.skill, expect)
+        held = cur.labels if cur is not None and not cur.deleted else {}
+        out: dict[str, Labelled] = {}
+        for name, sent in m.labels.items():
+            old = held.get(name)
+            if old is not None and (old.version, old.commit_id) == (sent.version, sent.commit_id):
+                out[name] = old
+                continue
+            kept = (
+                cur
+                if cur is not None and cur.version == sent.version
+                else self.engine.history_version(scope, m.skill, sent.version)
+            )
+            if kept is None or kept.deleted or kept.commit_id != sent.commit_id:
+                raise NotFound(
+                    f"{scope}/{m.skill}: label {name!r} names version {sent.version} (commit "
+                    f"{sent.commit_id!r}), which the store does not keep: label a kept version"
+                )
+            out[name] = kept.labelled(principal.name, update.get("committed_at", m.committed_at))
+        return out
 
     def _staged(
         self,

@@ -98,6 +98,7 @@ def _view_skill(s: Any) -> pb.ViewSkill:
         commit_id=s.digest,
         shadows=list(s.shadows),
         candidate=s.candidate,
+        pinned=s.pinned or "",
     )
 
 

@@ -15,6 +15,7 @@ from skillfs.api import Store
 from skillfs.errors import InvalidArgument
 from skillfs.model import Scope
 from skillfs.model.names import check_id
+from skillfs.model.pins import Pins
 from skillfs.remote.proto import skillfs_pb2 as pb
 from skillfs.runtime import Market, Skills, Snapshot
 from skillfs.runtime.usage import UsageRecorder
@@ -26,14 +27,14 @@ MAX_VIEW_MARKETS = 32
 VIEW_BYTES = 8 * 1024
 SKILL_BYTES = 2 * 1024
 
-#: (agent, user, markets, environment: "" for none).
-Key = tuple[str, str, tuple[str, ...], str]
+#: (agent, user, markets, environment: "" for none, pins).
+Key = tuple[str, str, tuple[str, ...], str, Pins]
 
 
 def view_key(view: pb.View) -> Key:
     """The view a request names: markets deduplicated (first place kept) and capped, so a
     request naming one market many times costs what naming it once does; the environment
-    staged rollouts see (docs/governance.md)."""
+    staged rollouts see and the labels the worker is pinned to (docs/governance.md)."""
     if not view.user_id:
         raise InvalidArgument("a view needs agent_id and user_id")
     markets = tuple(dict.fromkeys(view.markets))
@@ -44,12 +45,13 @@ def view_key(view: pb.View) -> Key:
     for m in markets:
         check_id("market", m)
     environment = check_id("environment", view.environment) if view.environment else ""
-    return check_id("agent", view.agent_id), check_id("user", view.user_id), markets, environment
+    agent, user = check_id("agent", view.agent_id), check_id("user", view.user_id)
+    return agent, user, markets, environment, Pins.parse(view.pins)
 
 
 def view_scopes(key: Key) -> list[Scope]:
     """The store scopes a view reads, lowest layer first."""
-    agent, user, markets, _ = key
+    agent, user, markets, _, _ = key
     return [*(Scope.market(m) for m in markets), Scope.shared(agent), Scope.user(agent, user)]
 
 
@@ -101,7 +103,7 @@ class Views:
         return snap
 
     def _open(self, key: Key) -> Skills:
-        agent, user, markets, environment = key
+        agent, user, markets, environment, pins = key
         self._usage[agent] = (self._recorder(agent), self._usage.get(agent, (None, 0))[1] + 1)
         return Skills(
             self._store,
@@ -109,6 +111,7 @@ class Views:
             user,
             [Market(m) for m in markets],
             environment=environment or None,
+            pins=pins,
             usage=self._usage[agent][0],
         )
 

@@ -374,6 +374,10 @@ class _Attempt:
     def live(self, scope: Scope, entry: str) -> Manifest | None:
         return rules.live(self.current.get((scope, entry)))
 
+    def kept(self, scope: Scope, entry: str, version: int) -> Manifest | None:
+        c = self.committer
+        return c.retrying(c.engine.history_version, scope, entry, version)
+
     def prepared(self, command: Command) -> Prepared:
         return self.prepared_files[id(command)]
 

@@ -29,11 +29,14 @@ from skillfs.model.ops import (
     Put,
     Reject,
     Remove,
+    RemoveLabel,
     RequireReview,
     Restore,
+    SetLabel,
     Stage,
     Widen,
 )
+from skillfs.model.pins import LATEST, MAX_LABELS, check_label
 from skillfs.store import rules
 
 
@@ -59,6 +62,9 @@ class Attempt(Protocol):
 
     def live(self, scope: Scope, entry: str) -> Manifest | None:
         """The entry's live manifest as this attempt read it (None: absent or deleted)."""
+
+    def kept(self, scope: Scope, entry: str, version: int) -> Manifest | None:
+        """A version of the entry kept in its history (None: never written, or pruned)."""
 
     def prepared(self, command: Command) -> Prepared:
         """The checked files of a command that carries some."""
@@ -293,6 +299,74 @@ def _abort(c: Abort) -> Plan:
         return cur.with_candidate(None).did(Operation.ABORT)
 
     return Plan([Step(c.scope, c.skill, c.expected_version, make)], [], "aborted the candidate")
+
+
+# ---------------------------------------------------------------------------- labels
+
+
+def _set_label(c: SetLabel) -> Plan:
+    """The label names the kept version asked for (the live one when none is): its files,
+    frontmatter and findings copied into the live manifest, so a pinned worker needs no read
+    of history (docs/governance.md, "Labels and pins")."""
+    _only_skills(c.skill, "labelled")
+    label = check_label(c.label, settable=True)
+
+    def make(a: Attempt) -> Manifest:
+        cur = a.live(c.scope, c.skill)
+        if cur is None:
+            raise a.missing(c.scope, c.skill)
+        version = cur.version if c.version is None else c.version
+        if version > cur.version or version < 1:
+            raise NotFound(
+                f"{c.scope}/{c.skill} has no version {version} (the live one is "
+                f"{cur.version}): label a version it holds"
+            )
+        target = cur if version == cur.version else a.kept(c.scope, c.skill, version)
+        if target is None:
+            raise NotFound(
+                f"version {version} of {c.scope}/{c.skill} is no longer kept (history "
+                "retention dropped it): label a version `skillfs history` lists"
+            )
+        if target.deleted or not target.files:
+            what = "a deletion" if target.deleted else "staged only, with no live files"
+            raise FailedPrecondition(
+                f"version {version} of {c.scope}/{c.skill} is {what}: a label names a version "
+                "with files; pick another version"
+            )
+        held = cur.labels.get(label)
+        if held is not None and held.version == version:
+            raise FailedPrecondition(
+                f"{label} already names version {version} of {c.scope}/{c.skill}: nothing to move"
+            )
+        if held is None and len(cur.labels) >= MAX_LABELS:
+            raise FailedPrecondition(
+                f"{c.scope}/{c.skill} carries {len(cur.labels)} labels, the most one skill "
+                f"may (MAX_LABELS): remove one first"
+            )
+        labels = {**cur.labels, label: target.labelled(a.actor, a.now)}
+        return cur.with_labels(labels).did(Operation.LABEL)
+
+    moved = f"version {c.version}" if c.version is not None else "the live version"
+    return Plan([Step(c.scope, c.skill, c.expected_version, make)], [], f"set {label} to {moved}")
+
+
+def _remove_label(c: RemoveLabel) -> Plan:
+    label = check_label(c.label, settable=True)
+
+    def make(a: Attempt) -> Manifest:
+        cur = a.live(c.scope, c.skill)
+        if cur is None:
+            raise a.missing(c.scope, c.skill)
+        if label not in cur.labels:
+            held = ", ".join(sorted(cur.labels)) or "none"
+            raise NotFound(
+                f"{c.scope}/{c.skill} carries no label {label!r} (its labels: {held}; "
+                f"{LATEST!r} is the head, never removed)"
+            )
+        labels = {k: v for k, v in cur.labels.items() if k != label}
+        return cur.with_labels(labels).did(Operation.UNLABEL)
+
+    return Plan([Step(c.scope, c.skill, c.expected_version, make)], [], f"removed {label}")
 
 
 # ---------------------------------------------------------------------------- side entries
@@ -534,6 +608,8 @@ _PLANS: dict[type, Callable[[Any], Plan]] = {
     Widen: _widen,
     Promote: _promote,
     Abort: _abort,
+    SetLabel: _set_label,
+    RemoveLabel: _remove_label,
     Approve: _approve,
     Reject: _reject,
     Archive: _archive,

@@ -19,7 +19,8 @@ log = logging.getLogger(__name__)
 
 class HistoryPolicy(BaseModel):
     """A replaced version is kept while it is among the newest `keep_versions` or younger
-    than `keep_days`; older ones are dropped after a commit and by `gc()`."""
+    than `keep_days`, or while a label names it (docs/governance.md, "Labels and pins");
+    older ones are dropped after a commit and by `gc()`."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -28,16 +29,29 @@ class HistoryPolicy(BaseModel):
 
 
 def _to_drop(
-    policy: HistoryPolicy, now: float, history: Sequence[Manifest | VersionSummary]
+    policy: HistoryPolicy,
+    now: float,
+    history: Sequence[Manifest | VersionSummary],
+    live: Manifest | None,
 ) -> list[int]:
-    """The versions of a history (newest first) the policy no longer keeps."""
+    """The versions of a history (newest first) the policy no longer keeps: never one a label
+    of the live version names."""
     cutoff = now - policy.keep_days * 86400
-    return [m.version for m in history[policy.keep_versions :] if m.committed_at < cutoff]
+    labelled = {held.version for held in live.labels.values()} if live is not None else set()
+    return [
+        m.version
+        for m in history[policy.keep_versions :]
+        if m.committed_at < cutoff and m.version not in labelled
+    ]
 
 
 def prune(engine: Engine, policy: HistoryPolicy, now: float, scope: Scope, skill: str) -> int:
     """Drop the versions of a skill the policy no longer keeps; how many were dropped."""
-    drop = _to_drop(policy, now, engine.history_summaries(scope, skill))
+    history = engine.history_summaries(scope, skill)
+    if len(history) <= policy.keep_versions:
+        return 0
+    live = engine.load_skills(scope, [skill]).get(skill)  # its labels keep their versions
+    drop = _to_drop(policy, now, history, live)
     if drop:
         engine.drop_history(scope, skill, drop)
     return len(drop)
@@ -73,7 +87,7 @@ def gc(
             now = clock()
             for skill, current in live.items():
                 history = histories.get(skill, [])
-                drop = _to_drop(policy, now, history)
+                drop = _to_drop(policy, now, history, current)
                 if drop:
                     engine.drop_history(scope, skill, drop)
                     dropped += len(drop)

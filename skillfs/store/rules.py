@@ -25,6 +25,7 @@ from skillfs.errors import (
 from skillfs.model import FileEntry, Finding, Manifest, Rollout, Scope, error_findings
 from skillfs.model.entry import EntryKind, EntryRef
 from skillfs.model.names import check_new_name, check_new_path, entry_name, name_key
+from skillfs.model.pins import MAX_LABELS, check_label
 
 #: What a commit read of its entries: (scope, entry) -> the manifest as it was (a tombstone
 #: included), absent when there was none.
@@ -114,6 +115,12 @@ def check_moves(ops: Sequence[CommitOp], current: Current) -> None:
                 "renaming or moving the skill (the new name would not carry the rollout), or "
                 "delete it on its own"
             )
+        if cur.labels:
+            raise FailedPrecondition(
+                f"{op.scope}/{m.skill} carries the labels {', '.join(sorted(cur.labels))}: "
+                "remove them before renaming or moving the skill (workers pinned to them "
+                "would jump to the new name's head), or delete it on its own"
+            )
 
 
 def check_not_empty(ops: Sequence[CommitOp]) -> None:
@@ -199,6 +206,24 @@ def check_rollouts(ops: Sequence[CommitOp]) -> None:
         c = op.manifest.candidate
         if c is not None:
             check_rule(op.scope, c.rollout)
+
+
+def check_labels(ops: Sequence[CommitOp]) -> None:
+    """A version's labels (docs/governance.md, "Labels and pins") are settable names, at most
+    MAX_LABELS of them, each naming an earlier version that held files."""
+    for op in ops:
+        m = op.manifest
+        if len(m.labels) > MAX_LABELS:
+            raise FailedPrecondition(
+                f"{op.scope}/{m.skill} would carry {len(m.labels)} labels: at most {MAX_LABELS}"
+            )
+        for name, held in m.labels.items():
+            check_label(name, settable=True)
+            if not 1 <= held.version < m.version or not held.files:
+                raise InvalidArgument(
+                    f"{op.scope}/{m.skill}: label {name!r} names version {held.version}, which "
+                    f"is not an earlier version with files of version {m.version}"
+                )
 
 
 def check_rule(scope: Scope, rollout: Rollout) -> Rollout:
@@ -450,6 +475,7 @@ def check_ops(
     check_added_paths(ops, current)
     check_new_names(ops, current, names or {})
     check_rollouts(ops)
+    check_labels(ops)
     check_kill_switch(ops, current, markets)
     check_settings(ops)
     check_review(ops, current)

@@ -75,10 +75,12 @@ def _runs(items: Sequence[T], ends: Callable[[T], bool]) -> Iterator[list[T]]:
 
 
 def _tables(m: Manifest) -> list[TableRef]:
-    """The stored tables a manifest holds: its own, its staged candidate's."""
+    """The stored tables a manifest holds: its own, its staged candidate's, its labelled
+    versions'."""
     found = [m.table] if m.table is not None else []
     if m.candidate is not None and m.candidate.table is not None:
         found.append(m.candidate.table)
+    found.extend(held.table for held in m.labels.values() if held.table is not None)
     return found
 
 
@@ -162,6 +164,14 @@ class Tables(Engine):
         if c is not None and len(c.files) > INLINE_MAX:
             staged = dataclasses.replace(c, files={}, table=self._table(c.files, written))
             m = dataclasses.replace(m, candidate=staged)
+        if any(len(held.files) > INLINE_MAX for held in m.labels.values()):
+            labels = {
+                name: dataclasses.replace(held, files={}, table=self._table(held.files, written))
+                if len(held.files) > INLINE_MAX
+                else held
+                for name, held in m.labels.items()
+            }
+            m = dataclasses.replace(m, labels=labels)
         return op if m is op.manifest else CommitOp(scope=op.scope, manifest=m, expect=op.expect)
 
     def _table(self, files: Mapping[str, FileEntry], written: dict[str, bytes]) -> TableRef:
@@ -367,6 +377,14 @@ def _expanded(m: Manifest, chunks: Mapping[str, TableChunk | None]) -> Manifest:
         if c is not None and c.table is not None:
             staged = dataclasses.replace(c, files=_rows(c.table, chunks), table=None)
             m = dataclasses.replace(m, candidate=staged)
+        if any(held.table is not None for held in m.labels.values()):
+            labels = {
+                name: held
+                if held.table is None
+                else dataclasses.replace(held, files=_rows(held.table, chunks), table=None)
+                for name, held in m.labels.items()
+            }
+            m = dataclasses.replace(m, labels=labels)
     except MissingChunk as exc:
         return _unreadable(m, exc.digest)
     return m
@@ -400,5 +418,5 @@ def _unreadable(m: Manifest, digest: str) -> Manifest:
         ),
     )
     return dataclasses.replace(
-        m, files={}, table=None, candidate=None, frontmatter=None, findings=(finding,)
+        m, files={}, table=None, candidate=None, labels={}, frontmatter=None, findings=(finding,)
     )
