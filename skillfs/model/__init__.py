@@ -3,19 +3,17 @@ their summaries, revisions, changes, what a commit returns and the writes a comm
 This face hands on the records every layer uses."""
 
 from skillfs.model.file_entry import FileEntry
+from skillfs.model.lean import Finding, Typed, error_findings
 from skillfs.model.manifest import (
     MTIME_MAX,
     MTIME_MIN,
     Candidate,
     CandidateSummary,
-    Finding,
     Labelled,
     Manifest,
     Origin,
     Rollout,
-    Typed,
     VersionSummary,
-    error_findings,
 )
 from skillfs.model.ops import Put, Remove
 from skillfs.model.records import (

@@ -1,9 +1,8 @@
 """Manifests: what a worker caches of every skill, so they are held lean (docs/design.md §2).
 
-`Finding`, `Candidate` and `Manifest` are slotted, frozen pydantic dataclasses: pydantic
-validates them wherever they cross the wire or the disk (the same JSON, byte for byte, as
-when they were `BaseModel`s), and an instance costs its slots, with no per-instance
-`__dict__` or fields-set; a file row, `FileEntry`, packs its digest with its size
+`Candidate`, `Labelled` and `Manifest` are lean records (skillfs/model/lean.py: slotted,
+frozen pydantic dataclasses, the same JSON as `BaseModel`s, no per-instance `__dict__`); a
+file row, `FileEntry`, packs its digest with its size
 (skillfs/model/file_entry.py; docs/benchmarks.md, "Manifests in memory")."""
 
 from __future__ import annotations
@@ -17,14 +16,15 @@ import math
 import re
 import threading
 from collections.abc import Iterable
-from typing import Any, ClassVar, Literal, Self
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.dataclasses import dataclass
 
 from skillfs.errors import InvalidArgument
 from skillfs.model.file_entry import FileEntry
 from skillfs.model.import_mark import ImportMark
+from skillfs.model.lean import Edge, Finding, Typed, error_findings
 from skillfs.model.names import check_id
 from skillfs.model.table import TableRef, file_bytes, file_count
 
@@ -33,73 +33,6 @@ log = logging.getLogger(__name__)
 #: The file times a manifest may hold: years 1 to 9999, what every platform's clock and
 #: `os.utime` accept (docs/validation.md).
 MTIME_MIN, MTIME_MAX = -62135596800.0, 253402300799.0
-
-
-_ADAPTERS: dict[str, TypeAdapter[Any]] = {}
-
-
-def _adapter(cls: type[Any]) -> TypeAdapter[Any]:
-    """The pydantic validator and serializer of a lean record class, made on first use."""
-    adapter = _ADAPTERS.get(cls.__qualname__)
-    if adapter is None:
-        adapter = _ADAPTERS[cls.__qualname__] = TypeAdapter(cls)
-    return adapter
-
-
-class Edge:
-    """The pydantic calls the edges make on a lean record (parse, dump, copy with changes),
-    under `BaseModel`'s names so callers read the same either way."""
-
-    __slots__ = ()
-    __dataclass_fields__: ClassVar[dict[str, Any]]
-
-    @classmethod
-    def model_validate_json(cls, raw: bytes | str) -> Self:
-        result: Self = _adapter(cls).validate_json(raw)
-        return result
-
-    @classmethod
-    def model_validate(cls, data: Any) -> Self:
-        result: Self = _adapter(cls).validate_python(data)
-        return result
-
-    def model_dump_json(self) -> str:
-        return _adapter(type(self)).dump_json(self).decode()
-
-    def model_dump(self, *, mode: Literal["json", "python"] = "python") -> dict[str, Any]:
-        result: dict[str, Any] = _adapter(type(self)).dump_python(self, mode=mode)
-        return result
-
-    def model_copy(self, *, update: dict[str, Any] | None = None) -> Self:
-        """A copy with `update`'s fields changed (validated, unlike `BaseModel.model_copy`)."""
-        return dataclasses.replace(self, **(update or {}))
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Finding(Edge):
-    """A validation finding: an error breaks the spec, a warning is usable but off-spec."""
-
-    severity: Literal["error", "warning"]
-    field: str | None = None
-    rule: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Typed(Edge):
-    """SKILL.md's frontmatter as a YAML 1.1 safe loader types it (`version: 2.0` a number,
-    `disable-model-invocation: false` a boolean): what MCP hosts compare the advertised
-    frontmatter with (docs/validation.md, "Two readings"). `refused` says why no host could
-    take it as JSON (a date, `.nan`, a scalar YAML 1.1 and 1.2 read apart), and then
-    `frontmatter` is None. skillfs.spec.typed reads it."""
-
-    frontmatter: dict[str, Any] | None = None
-    refused: str = Field(default="", exclude_if=lambda v: not v)
-
-
-def error_findings(findings: Iterable[Finding]) -> list[Finding]:
-    """The findings that break the spec: what a strict surface refuses (docs/design.md §7)."""
-    return [f for f in findings if f.severity == "error"]
 
 
 class Rollout(BaseModel):

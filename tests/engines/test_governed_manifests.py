@@ -106,3 +106,31 @@ def test_governed_manifests_round_trip_and_take_versioned_commits(
     assert "_drafts/new" not in other.manifests(SHARED)
     store.archive.restore(SHARED, "old")
     assert other.manifest(SHARED, "old").files.keys() == archived.files.keys()
+
+
+def test_labels_round_trip_and_pinned_workers_follow_them(
+    store: skillfs.Store, other: skillfs.Store
+) -> None:
+    """A pinned worker of another client keeps its version through a publish, follows its
+    label when it moves and loses a disabled skill, each at its next step (docs/governance.md,
+    "Labels and pins")."""
+    store.publish(SHARED, "s", skill_files("s", "one"))
+    store.labels.set(SHARED, "s", "stable", options=skillfs.WriteOptions(message="good"))
+    store.publish(SHARED, "s", skill_files("s", "two"))
+    m = other.manifest(SHARED, "s")
+    v1 = other.manifest(SHARED, "s", version=1)
+    assert (m.version, m.labels["stable"].version, m.labels["stable"].files) == (3, 1, v1.files)
+
+    def body(worker: skillfs.Skills) -> list[tuple[int | None, bytes]]:
+        snap = worker.snapshot()
+        return [(s.version, snap.read_bytes(s.id, "SKILL.md")[-4:]) for s in snap.skills]
+
+    with skillfs.Skills(other, "support-bot", "bob", pins="stable") as pinned:
+        assert body(pinned) == [(1, b"one\n")]
+        store.publish(SHARED, "s", skill_files("s", "three"))
+        assert body(pinned) == [(1, b"one\n")]
+        store.labels.set(SHARED, "s", "stable", 4)
+        assert body(pinned) == [(4, b"ree\n")]
+        store.governance.disable(SHARED, "s", "broken")
+        assert body(pinned) == []
+    assert [v.labels for v in other.versions(SHARED, "s")][:2] == [{"stable": 4}, {"stable": 4}]
