@@ -350,7 +350,7 @@ REGISTRIES_ALLOWED = {
     "skillfs/engines/memory.py": "`memory://NAME` names one store for the whole process",
     "skillfs/cli/common.py": "the CLI's commands, registered as their modules are imported",
     "skillfs/model/file_entry.py": "file modes interned: one int object per mode",
-    "skillfs/model/manifest.py": "pydantic adapters, made once per record class",
+    "skillfs/model/lean.py": "pydantic adapters, made once per record class",
 }
 
 
