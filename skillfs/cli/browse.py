@@ -23,7 +23,6 @@ from skillfs.cli.common import (
     emit_json,
     file_only,
     iso,
-    labels_by_version,
     manifest_row,
     mode,
     nothing_in,
@@ -49,6 +48,7 @@ from skillfs.errors import NotFound
 from skillfs.governance.review import ReviewRule
 from skillfs.model import FileEntry, Manifest, Scope, UsageDrop, UsageStat, usage_by_skill
 from skillfs.model.names import ARCHIVE, DRAFTS, is_hidden_dir, side_entry
+from skillfs.model.pins import labels_by_version
 from skillfs.store.core import file_of
 from skillfs.store.rules import REVIEW
 

@@ -428,15 +428,6 @@ def _live_status(v: VersionSummary) -> str:
     return "[green]✓[/green]"
 
 
-def labels_by_version(versions: Sequence[VersionSummary]) -> dict[int, list[str]]:
-    """Version -> the labels naming it now, from a history listed newest first (its newest
-    version carries the skill's labels; docs/governance.md, "Labels and pins")."""
-    out: dict[int, list[str]] = {}
-    for name, version in sorted(versions[0].labels.items()) if versions else ():
-        out.setdefault(version, []).append(name)
-    return out
-
-
 def candidate_row(c: CandidateSummary) -> dict[str, Any]:
     """A staged candidate as `--json` prints it (docs/governance.md, "Staged rollout")."""
     return {

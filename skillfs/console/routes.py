@@ -119,6 +119,7 @@ PAGES = [
     Page("GET", "/{scope}/{skill}/history", history.history_page),
     Page("GET", "/{scope}/{skill}/diff", history.diff_page),
     Page("POST", "/{scope}/{skill}/rollback", history.rollback, "form"),
+    Page("POST", "/{scope}/{skill}/label", history.label, "form"),
     Page("POST", "/{scope}/{skill}/restore", history.restore, "form"),
     Page("POST", "/{scope}/{skill}/delete", lifecycle.delete, "form"),
     Page("POST", "/{scope}/{skill}/rename", lifecycle.rename, "form"),

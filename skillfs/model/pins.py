@@ -7,11 +7,12 @@ manifest (`Manifest.labels`), and `skillfs.governance.pin_rule` resolves a pin."
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
 from skillfs.errors import InvalidArgument
+from skillfs.model.manifest import VersionSummary
 from skillfs.model.records import Scope
 
 #: The head: the live version (never a stored label). A pin to it holds a worker off canaries.
@@ -143,6 +144,15 @@ class Pins(BaseModel):
     def describe(self) -> str:
         """In words, for logs and listings."""
         return ", ".join(self.texts()) or "none"
+
+
+def labels_by_version(history: Sequence[VersionSummary]) -> dict[int, list[str]]:
+    """Version -> the labels naming it now, from a history listed newest first (its newest
+    version carries the skill's labels): what history listings show beside each version."""
+    out: dict[int, list[str]] = {}
+    for name, version in sorted(history[0].labels.items()) if history else ():
+        out.setdefault(version, []).append(name)
+    return out
 
 
 def _is_scope(text: str) -> bool:

@@ -229,3 +229,51 @@ def test_review_queue_approves_one_draft_as_a_canary_and_rejects_another(
     expect(first).to_contain_text("reject")
     expect(first.locator("td.actor")).to_have_text(OPERATOR)
     expect(first).to_contain_text("a shared greeter is coming")
+
+
+def test_moving_a_label_reaches_a_pinned_worker_at_its_next_step(
+    page: Page, store: skillfs.Store
+) -> None:
+    """docs/governance.md, "Labels and pins": the History page sets, moves and removes a
+    label; a worker pinned to it (made before, in this process: another replica's place)
+    is served the version the label names from its next step."""
+    skill = "pinned-notes"
+    for body in ("first", "second"):
+        store.publish(SHARED, skill, {"SKILL.md": (
+            f"---\nname: {skill}\ndescription: The {body} notes.\n---\n\nRead the {body}.\n"
+        ).encode()}, actor="seed")  # fmt: skip
+
+    def served() -> tuple[str, int | None, str | None]:
+        info = next(s for s in worker.snapshot().skills if s.id == skill)
+        return info.description, info.version, info.pinned
+
+    with skillfs.Skills(store, AGENT, "bob", pins="stable") as worker:
+        assert served() == ("The second notes.", 2, None)  # no label yet: the head
+        page.goto(f"/{SHARED.prefix}{skill}/history")
+        page.fill("#label-name", "stable")
+        page.select_option("#label-version", "1")
+        page.fill("#label-why", "the first passed review")
+        page.click("#label-set")
+        expect(page.locator(".flash.ok")).to_contain_text("stable now names version 1")
+        expect(page.locator("table.history tbody tr").last.locator("td.labels")).to_contain_text(
+            "stable"
+        )
+        assert served() == ("The first notes.", 1, "stable")
+        held = store.manifest(SHARED, skill).labels["stable"]
+        assert (held.version, held.actor) == (1, OPERATOR)
+
+        page.fill("#label-name", "stable")  # moved to the live version (v3 now holds v2's files)
+        page.select_option("#label-version", "3")
+        page.click("#label-set")
+        expect(page.locator(".flash.ok")).to_contain_text("stable now names version 3")
+        assert served() == ("The second notes.", 3, "stable")
+
+        page.fill("#label-name", "stable")
+        page.click("#label-remove")
+        expect(page.locator(".flash.ok")).to_contain_text("Removed stable")
+        expect(page.locator("td.labels [data-label]")).to_have_count(0)
+        assert served() == ("The second notes.", 5, None)
+
+    page.goto(f"/agents/{AGENT}/activity?skill={skill}")
+    expect(page.locator("#activity tbody tr").nth(0)).to_contain_text("unlabel")
+    expect(page.locator("#activity tbody tr").nth(2)).to_contain_text("the first passed review")

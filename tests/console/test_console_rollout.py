@@ -238,3 +238,41 @@ def test_a_never_live_skill_is_listed_as_its_candidate(
         assert "Greets people." in row.group(0) and "staged only" in row.group(0), url
         if url.startswith("/" + SHARED.prefix):
             assert f"1 · {len(new)} B" in row.group(0)  # the scope's table has the Files column
+
+
+def test_history_page_sets_moves_and_removes_a_label(client: Client, store: skillfs.Store) -> None:
+    """docs/governance.md, "Labels and pins": the History page's label form, each step one
+    commit by the signed-in token; bad input says what is wrong and writes nothing (the
+    browser story is in test_console_governance_browser.py)."""
+    v = store.manifest(SHARED, SKILL).version
+    page = client.get(skill_url(SKILL, "history"))
+    assert 'id="labels"' in page.text and 'name="label"' in page.text
+    r = client.post(
+        skill_url(SKILL, "label"),
+        {"label": "stable", "version": str(v), "expected": str(v), "message": "known good"},
+    )
+    assert r.status == 200 and f"stable now names version {v} of {SKILL}" in unescape(r.text)
+    assert 'data-label="stable"' in r.text
+    m = store.manifest(SHARED, SKILL)
+    assert (m.version, m.labels["stable"].version, m.actor, m.message) == (
+        v + 1, v, "ops", "known good"
+    )  # fmt: skip
+    bad = [
+        ({"label": "latest", "version": str(v)}, 400, "reserved"),
+        ({"label": "no good", "version": str(v)}, 400, "invalid label"),
+        ({"label": "beta", "version": "999"}, 404, "has no version 999"),
+        ({"label": "stable", "version": str(v)}, 409, "nothing to move"),
+        ({"label": "beta", "remove": "1"}, 404, "no label"),
+    ]
+    for form, status, text in bad:
+        r = client.post(skill_url(SKILL, "label"), {**form, "expected": str(v + 1)})
+        assert (r.status, text in unescape(r.text)) == (status, True), (form, r.status, r.text)
+    stale = client.post(
+        skill_url(SKILL, "label"), {"label": "beta", "version": str(v), "expected": str(v)}
+    )
+    assert stale.status == 409
+    assert store.manifest(SHARED, SKILL).version == v + 1
+    r = client.post(skill_url(SKILL, "label"), {"label": "stable", "remove": "1",
+                                               "expected": str(v + 1)})  # fmt: skip
+    assert r.status == 200 and "Removed stable" in r.text
+    assert store.manifest(SHARED, SKILL).labels == {}

@@ -12,13 +12,39 @@ from skillfs.console.pages.rollout import candidate_manifest
 from skillfs.console.strict import confirm, forced
 from skillfs.errors import Conflict, InvalidSkill
 from skillfs.model import CommitResult, Manifest, Scope
+from skillfs.model.pins import labels_by_version
 
 
 def history_page(call: Call, scope: Scope, skill: str) -> Response:
     call.require(Level.read, scope)
     history = call.store.versions(scope, skill)
     live = history[0] if history and not history[0].deleted else None
-    return call.render_scope("history.html", scope, skill=skill, history=history, live=live)
+    return call.render_scope(
+        "history.html",
+        scope,
+        skill=skill,
+        history=history,
+        live=live,
+        labels=labels_by_version(history),
+    )
+
+
+def label(call: Call, scope: Scope, skill: str) -> Response:
+    """Set, move (`version`) or remove (`remove=1`) a label: one commit on the version the
+    operator saw (docs/governance.md, "Labels and pins")."""
+    call.require(Level.write, scope)
+    name = call.field("label").strip()
+    options = call.options(call.form_int("expected"))
+    if call.field("remove") == "1":
+        result = call.store.labels.remove(scope, skill, name, options=options)
+        said = f"Removed {name} from {skill}: pinned workers get the head"
+    else:
+        version = call.form_int("version")
+        result = call.store.labels.set(scope, skill, name, version, options=options)
+        said = f"{name} now names version {version} of {skill}"
+    return call.done(
+        urls.skill_url(scope, skill, "history"), f"{said} (now version {result.version})"
+    )
 
 
 def diff_page(call: Call, scope: Scope, skill: str) -> Response:
