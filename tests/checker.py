@@ -28,6 +28,11 @@ Linux host) and writes its record to a JSON-lines file. `check` then reads the w
       them. With C3 (a step sees every version acknowledged before it) this is "seen at the next
       step after it is staged for it". C1 then checks files against the content a version
       holds for the reader (the live or the candidate write's tag), not its commit id.
+      With `pinned_readers`, writes also set the label `stable` on the head or remove it, and
+      those readers are pinned to it (docs/governance.md, "Labels and pins"): each of their
+      reads holds exactly the version the label names in the newest version its snapshot's
+      revision covers (never another, nor a candidate), and the head where that version
+      carries no label — C3 "as the worker's pins select it".
 
 Usage (from a test, a fault scenario or by hand)::
 
@@ -65,6 +70,8 @@ from skillfs.errors import Conflict, NotFound
 from skillfs.governance.rollout_rule import gets_candidate
 from skillfs.model import FileEntry, Manifest, Put, Rollout, Scope
 
+#: The label pinned runtime readers are held on, and writers move (`pinned_readers`).
+PIN = "stable"
 #: Paths every write puts; a manifest with a different file set is a partial publish.
 PATHS = ("SKILL.md", "references/notes.md", "scripts/run.sh", "assets/data.txt")
 _TAG = re.compile(rb"tag=([A-Za-z0-9_-]+)")
@@ -139,6 +146,8 @@ class FilesRead(Op):
     bad_sha: list[str]  # paths whose bytes do not hash to the manifest's sha256
     user: str = ""  # a runtime reader's user ("" for store-level reads)
     candidate: bool = False  # the view held the version's staged candidate
+    pin: str = ""  # the label the runtime reader is pinned to ("" for none)
+    pinned: str = ""  # the label its view held this skill at ("" for the head or candidate)
 
 
 OP_TYPES: dict[str, type[Op]] = {
@@ -174,6 +183,8 @@ class Content:
     live: str
     candidate: str | None = None
     rollout: Rollout | None = None
+    #: The labels the version carries: (label, the version it names).
+    labels: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass
@@ -226,6 +237,8 @@ class _Job:
     user: str = "alice"
     stage_ratio: float = 0.0
     users: tuple[str, ...] = ()
+    #: Runtime readers pinned to `PIN` (the first ones); writers then move it too.
+    pinned_readers: int = 0
     #: The recording process's environment when it started the run ($SKILLFS_TOKEN, …): a
     #: worker's own is the forkserver's, taken when that started (`_processes`).
     env: dict[str, str] = field(default_factory=dict)
@@ -262,7 +275,8 @@ def _worker(role: Literal["w", "r", "s"], index: int, job: _Job, barrier: Any, a
         runtime = None
         if role == "s":
             user = job.users[index % len(job.users)] if job.users else job.user
-            runtime = skillfs.Skills(store, job.agent, user)
+            pins = PIN if index < job.pinned_readers else None
+            runtime = skillfs.Skills(store, job.agent, user, pins=pins)
             runtime.snapshot()  # start its follower before the start line
         barrier.wait()
         started = time.monotonic()
@@ -382,6 +396,15 @@ def _rollout_step(
     if m is None:
         return None
     scope, skill, expected = put.scope, put.skill, m.version
+    if job.pinned_readers and m.files and rng.random() < 0.3:
+        options = skillfs.WriteOptions(expected_version=expected, commit_id="")
+        if PIN in m.labels and rng.random() < 0.3:
+            return "unlabel", lambda tag: store.labels.remove(
+                scope, skill, PIN, options=options.model_copy(update={"commit_id": tag})
+            )
+        return "label", lambda tag: store.labels.set(  # the head, as the writer read it
+            scope, skill, PIN, options=options.model_copy(update={"commit_id": tag})
+        )
     users = list(job.users or (job.user,))
     c = m.candidate
     if c is None:
@@ -518,8 +541,9 @@ def _runtime_snapshot(
     )
     view = {(str(i.scope), i.id): i for i in snap.skills if i.scope is not None}
     by_scope: dict[str, list[str]] = defaultdict(list)
-    for t in job.targets:
-        by_scope[t.scope].append(t.skill)
+    for t in job.targets:  # a skill held at a label is checked by R, not as the head
+        if not ((held := view.get((t.scope, t.skill))) and held.pinned):
+            by_scope[t.scope].append(t.skill)
     for scope_text, names in by_scope.items():
         seen = {k: (i.version or 0, i.digest) for k in names if (i := view.get((scope_text, k)))}
         ops.append(
@@ -555,6 +579,8 @@ def _runtime_snapshot(
                 commit_id=info.digest,
                 user=skills.user_id,
                 candidate=info.candidate,
+                pin=PIN if skills.pins else "",
+                pinned=info.pinned or "",
             )
         )
 
@@ -599,6 +625,7 @@ def record(
     user: str = "alice",
     users: Sequence[str] = (),
     stage_ratio: float = 0.0,
+    pinned_readers: int = 0,
     duration: float = 4.0,
     min_acked: int = 0,
     max_duration: float | None = None,
@@ -612,7 +639,8 @@ def record(
     `runtime_readers` take `Skills(store, agent, user).snapshot()`s as a worker does (the
     i-th as `users[i % len(users)]` when given). A `pair_ratio` share of the writes commits
     two skills of two scopes at once; a `stage_ratio` share of the others is a staged
-    rollout's step (`_rollout_step`). All run for
+    rollout's step (`_rollout_step`), or, with `pinned_readers` (the first runtime readers,
+    pinned to `PIN`), sets or removes that label. All run for
     `duration` seconds, then on until `min_acked` writes were acknowledged or `max_duration`
     seconds passed (a slow machine still gets a meaningful run); each stops after `max_ops`
     operations if given. `during` runs in this process while they work (a fault scenario
@@ -637,6 +665,7 @@ def record(
         user=user,
         stage_ratio=stage_ratio,
         users=tuple(users),
+        pinned_readers=pinned_readers,
         env=dict(os.environ),
     )
     procs = [
@@ -703,9 +732,10 @@ def _content(store: skillfs.Store, m: Manifest) -> Content:
         return tag_of(store.read_entry(entry)) if entry is not None else ""
 
     c = m.candidate
+    labels = tuple(sorted((name, held.version) for name, held in m.labels.items()))
     if c is None:
-        return Content(tag(m.files))
-    return Content(tag(m.files), tag(c.files), c.rollout)
+        return Content(tag(m.files), labels=labels)
+    return Content(tag(m.files), tag(c.files), c.rollout, labels)
 
 
 def _all_ready(procs: list[Any], barrier: Any, timeout: float) -> bool:
@@ -814,6 +844,8 @@ def check(history: History, *, allow_errors: bool = False) -> Report:
     if history.contents:
         r.counts["staged writes"] = sum(w.action != "publish" for w in acked)
         _check_rollout(history, freads, r)
+        if any(f.pin for f in freads):
+            _check_pins(history, acked, revs, freads, r)
     return r
 
 
@@ -831,7 +863,7 @@ def _check_rollout(history: History, freads: list[FilesRead], r: Report) -> None
     the reader's user (`skillfs.governance.rollout_rule.gets_candidate`)."""
     for f in freads:
         content = history.contents.get(Target(f.scope, f.skill), {}).get(f.version)
-        if not f.user or content is None:
+        if not f.user or content is None or f.pinned:  # a labelled version: `_check_pins`
             continue
         r.counts["R rollout checks"] += 1
         rule = content.rollout
@@ -842,6 +874,45 @@ def _check_rollout(history: History, freads: list[FilesRead], r: Report) -> None
             r.fail("R", f"{where}: holds the candidate, which its rule {rule} excludes")
         elif due and not f.candidate:
             r.fail("R", f"{where}: holds the live files, yet its rule {rule} gives the candidate")
+
+
+def _check_pins(
+    history: History,
+    acked: list[WriteOp],
+    revs: list[RevisionRead],
+    freads: list[FilesRead],
+    r: Report,
+) -> None:
+    """Every read of a pinned runtime reader holds the version its label names in the newest
+    version its snapshot's revision covers (the head, by the acknowledged writes), and the
+    head where that version carries no label (docs/governance.md, "Labels and pins")."""
+    at_rev = {(op.proc, op.snap): op for op in revs if op.isolated}
+    points: dict[tuple[Target, str], list[tuple[int, int]]] = defaultdict(list)
+    for w in acked:
+        if w.epoch is not None and w.counter is not None and w.version is not None:
+            points[(Target(w.scope, w.skill), w.epoch)].append((w.counter, w.version))
+    heads = {key: _Bound(some) for key, some in points.items()}
+    for f in freads:
+        rev = at_rev.get((f.proc, f.snap))
+        target = Target(f.scope, f.skill)
+        if not f.pin or rev is None or rev.epoch is None or rev.counter is None:
+            continue
+        best = heads.get((target, rev.epoch))
+        head = best.at_most(rev.counter) if best is not None else 0
+        content = history.contents.get(target, {}).get(head)
+        if content is None:
+            continue
+        r.counts["R pin checks"] += 1
+        named = dict(content.labels).get(f.pin)
+        where = f"{f.proc} snapshot {f.snap} (pinned to {f.pin}) read {f.scope}/{f.skill}"
+        if named is None:
+            if f.pinned:
+                r.fail("R", f"{where} at {f.pinned} v{f.version}: v{head} carries no {f.pin}")
+            continue
+        r.counts["R pinned views"] += 1
+        if f.pinned != f.pin or f.version != named or f.candidate:
+            held = f"{f.pinned or 'the head'} v{f.version}" + (" (candidate)" * f.candidate)
+            r.fail("R", f"{where}: holds {held}, yet {f.pin} names v{named} in v{head}")
 
 
 def _check_c1(

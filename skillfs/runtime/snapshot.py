@@ -44,11 +44,13 @@ from skillfs.spec.skill_md import SKILL_MD, parse_skill_md
 
 def view_token(skills: Sequence[SkillInfo], hidden: frozenset[str] = frozenset()) -> str:
     """What the worker sees, as a digest: skill, layer and version (commit id or content),
-    and the skills its session hid."""
+    the label a pin holds it at, and the skills its session hid."""
     h = hashlib.sha256()
     for s in skills:
         staged = "\0candidate" if s.candidate else ""  # same version, other files
-        h.update(f"{s.id}\0{s.source}\0{s.digest}\0{s.version}{staged}\n".encode())
+        # the same version held by a label or as the head: what `SkillInfo.pinned` says
+        pinned = f"\0pinned\0{s.pinned}" if s.pinned else ""
+        h.update(f"{s.id}\0{s.source}\0{s.digest}\0{s.version}{staged}{pinned}\n".encode())
     for skill_id in sorted(hidden):
         h.update(f"\0hidden\0{skill_id}\n".encode())
     return h.hexdigest()[:32]

@@ -51,10 +51,12 @@ def test_a_pinned_worker_keeps_its_version_follows_its_label_and_loses_a_disable
 ) -> None:
     v1 = store.publish(SHARED, "s", files("s", "one")).version
     store.publish(SHARED, "t", files("t", "tee"))
-    made = store.labels.set(SHARED, "s", "stable", options=WriteOptions(message="known good"))
-    assert made.version == v1 + 1
     pinned = skillfs.Skills(other, AGENT, "bob", pins="stable")  # another replica's worker
     free = skillfs.Skills(other, AGENT, "carol")
+    assert seen(pinned) == {"s": ("one", v1, None), "t": ("tee", 1, None)}  # no label: head
+    made = store.labels.set(SHARED, "s", "stable", options=WriteOptions(message="known good"))
+    assert made.version == v1 + 1
+    # the same files, now held by the label: the next step says so (a view of its own token)
     assert seen(pinned) == {"s": ("one", v1, "stable"), "t": ("tee", 1, None)}
     # publishes: the pinned worker keeps its version, the others get each at their next step
     for body in ("two", "three"):

@@ -108,10 +108,12 @@ def test_staged_views_across_processes(
     request: pytest.FixtureRequest, engine: str, tmp_path: Path
 ) -> None:
     """Writers that, 60 % of the time, stage a candidate for one user or a share of users,
-    widen, promote or abort it instead of publishing, against 4 worker processes of 4 users
+    widen, promote or abort it, or set the label `stable` on the head or remove it, instead
+    of publishing, against 4 worker processes of 4 users (2 of them pinned to `stable`)
     reading every file through their snapshots: C1-C6 as above, plus R — no worker ever
     holds a candidate its rule excludes, and each holds it wherever its rule includes it (so,
-    with C3, at the next step after it is staged for it)."""
+    with C3, at the next step after it is staged for it); a pinned worker holds exactly the
+    version its label names as of its snapshot's revision, the head where there is none."""
     url = url_for(request, engine, tmp_path)
     run = uuid.uuid4().hex[:6]
     history = record(
@@ -123,6 +125,7 @@ def test_staged_views_across_processes(
         runtime_readers=4,
         users=["u0", "u1", "u2", "u3"],
         stage_ratio=0.6,
+        pinned_readers=2,
         duration=4.0,
         min_acked=MIN_ACKED // 3,
         max_duration=MAX_SECONDS / 2,
@@ -133,6 +136,8 @@ def test_staged_views_across_processes(
     assert report.counts["staged writes"] >= 20, report.summary()
     assert report.counts["R candidate views"] > 0, report.summary()
     assert report.counts["R rollout checks"] > report.counts["R candidate views"], report.summary()
+    assert report.counts["R pinned views"] > 0, report.summary()
+    assert report.counts["R pin checks"] > report.counts["R pinned views"], report.summary()
 
 
 # --------------------------------------------------------------------------- the checker itself
@@ -390,6 +395,37 @@ def _staged_history(candidate: bool, user: str) -> list[str]:
 def test_checker_passes_staged_views() -> None:
     assert _staged_history(candidate=True, user="bob") == []
     assert _staged_history(candidate=False, user="carol") == []
+
+
+def _pinned_history(version: int, pinned: str) -> list[str]:
+    """w0-1 publishes, w1-2 publishes, w2-3 sets `stable` on v1; a worker pinned to it then
+    reads at revision 3, holding `version` at the label `pinned` ("": the head)."""
+    ops: list[Op] = [
+        _write("w0-1", None, 0, 0, 10, counter=1),
+        _write("w1-2", "w0-1", 1, 20, 30, counter=2),
+        _write("w2-3", "w1-2", 2, 40, 50, counter=3, action="label"),
+        _rev("s0", 51, 3, isolated=True),
+        dataclasses.replace(
+            _files("s0", 53, version, f"w{version - 1}-{version}"),
+            user="bob",
+            pin="stable",
+            pinned=pinned,
+        ),
+    ]
+    contents = {
+        T: {1: Content("w0-1"), 2: Content("w1-2"), 3: Content("w1-2", labels=(("stable", 1),))}
+    }
+    chain = [(1, "w0-1"), (2, "w1-2"), (3, "w2-3")]
+    history = History(agent="a", targets=[T], ops=ops, versions={T: chain}, contents=contents)
+    return check(history).violations
+
+
+def test_checker_passes_and_catches_pinned_views() -> None:
+    assert _pinned_history(1, "stable") == []
+    found = _pinned_history(2, "stable")  # the label names v1
+    assert any(v.startswith("R") and "stable names v1 in v3" in v for v in found), found
+    found = _pinned_history(2, "")  # the head, though v3 carries the label
+    assert any(v.startswith("R") and "holds the head v2" in v for v in found), found
 
 
 def test_checker_catches_a_candidate_shown_to_the_wrong_worker() -> None:
