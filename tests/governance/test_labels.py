@@ -291,3 +291,46 @@ def test_cli_label_set_ls_rm_and_prompt_pins(cli_url: str) -> None:
     assert "--pin" in error_line(run(cli_url, "prompt", "-a", AGENT, "--pin", "=x"), code=2)
     ok(cli_url, "label", "rm", "s", "stable", "-s", "shared:support-bot")
     assert as_json(cli_url, "label", "ls", "s", "-s", "shared:support-bot")["labels"] == []
+
+
+# ----------------------------------------------------------------- MCP
+
+
+def test_mcp_views_take_pins() -> None:
+    """An MCP session's view takes pins: from the query string (`pin`, repeatable) or the
+    X-Skillfs-Pin header over HTTP, fixed for stdio (`skillfs mcp --pin`)."""
+    import anyio
+    from mcp import Client
+
+    from skillfs.auth import Tokens
+    from skillfs.mcp import ViewKey, Views, build_server
+    from skillfs.mcp.http import view_for
+    from tests.mcp_helpers import sdk_list_skills, tokens_text
+
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    store.publish(SHARED, "s", {"SKILL.md": skill_md("s", description="The first.")})
+    store.labels.set(SHARED, "s", "stable")
+    store.publish(SHARED, "s", {"SKILL.md": skill_md("s", description="The second.")})
+
+    async def described(pins: Pins) -> list[str]:
+        key = ViewKey(AGENT, "alice", (), "", pins)
+        async with Client(build_server(Views(store, lambda ctx: key))) as c:
+            page = await sdk_list_skills(c.session)
+            return [s["frontmatter"]["description"] for s in page["skills"]]
+
+    async def main() -> None:
+        assert await described(Pins()) == ["The second."]
+        assert await described(Pins.parse(["stable"])) == ["The first."]
+        assert await described(Pins.parse(["s=latest", "stable"])) == ["The second."]
+
+    anyio.run(main)
+    alice = Tokens(text=tokens_text()).authenticate(f"Bearer {grpc_servers.ALICE}")
+    assert view_for(alice, {}, "pin=stable&pin=s%3Dlatest").pins == Pins(
+        layers={"*": "stable"}, skills={"s": "latest"}
+    )
+    assert view_for(alice, {"x-skillfs-pin": "market:team=stable"}, "").pins == Pins(
+        layers={"market:team": "stable"}
+    )
+    assert view_for(alice, {}, "").pins == Pins()
+    with pytest.raises(InvalidArgument, match="invalid label"):
+        view_for(alice, {}, "pin=not%20a%20label")
