@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 import skillfs
-from skillfs import Pins, Rollout, Scope, WriteOptions
+from skillfs import Pins, Rollout, WriteOptions
 from skillfs.engines.base import CommitOp
 from skillfs.errors import FailedPrecondition, InvalidArgument, NotFound
 from skillfs.remote.proto import skillfs_pb2 as pb
@@ -23,16 +23,8 @@ from skillfs.store.retention import HistoryPolicy
 from support import grpc_servers
 from support.grpc_servers import single
 from tests.cli_helpers import as_json, error_line, ok, run
+from tests.governance.test_rollout import AGENT, ALICE, MARKET, SHARED, files
 from tests.helpers import skill_md
-
-AGENT = "support-bot"
-SHARED = Scope.shared(AGENT)
-ALICE = Scope.user(AGENT, "alice")
-MARKET = Scope.market("team")
-
-
-def files(name: str, body: str) -> dict[str, bytes]:
-    return {"SKILL.md": skill_md(name, body=body), "references/r.md": f"ref {body}\n".encode()}
 
 
 def seen(worker: skillfs.Skills) -> dict[str, tuple[str, int | None, str | None]]:
