@@ -150,17 +150,25 @@ def test_bad_input_writes_nothing(store: skillfs.Store) -> None:
 @pytest.mark.parametrize("engine", ["memory", "sqlite"])
 def test_retention_and_gc_keep_labelled_versions(engine: str, tmp_path: Path) -> None:
     """A labelled version stays in history and its blobs stay through GC, whatever the
-    policy; once the label is gone, both go (a grpc:// store's policy is its server's)."""
+    policy, counted in the scope's quota; once the label is gone, all go (a grpc:// store's
+    policy and quotas are its server's)."""
     now = [1_000_000.0]
     url = f"memory://{uuid.uuid4().hex}" if engine == "memory" else f"sqlite:///{tmp_path}/s.db"
     keep_two = HistoryPolicy(keep_versions=2, keep_days=1)
     store = skillfs.open_store(url, clock=lambda: now[0], history_policy=keep_two, gc_grace=0)
-    store.publish(SHARED, "s", files("s", "v1"))
+    store.publish(SHARED, "s", {**files("s", "v1"), "big.bin": bytes(range(256)) * 80})
     store.labels.set(SHARED, "s", "stable", 1)
     for n in range(2, 8):
         now[0] += 86400 * 2
         store.publish(SHARED, "s", files("s", f"v{n}"))
     store.gc()
+
+    def used() -> int:  # the scope's quota counter, as GC re-counts it
+        counted = store.engine.quota_used(SHARED.domain)
+        assert counted is not None
+        return counted[f"scope:{SHARED}"]
+
+    labelled = used()
     kept = [v.version for v in store.versions(SHARED, "s")]
     assert 1 in kept and 2 not in kept and len(kept) == 4  # 8 (live), 7, 6 and labelled 1
     assert store.read(SHARED, "s", "references/r.md", version=1) == b"ref v1\n"
@@ -169,8 +177,12 @@ def test_retention_and_gc_keep_labelled_versions(engine: str, tmp_path: Path) ->
     with pytest.raises(NotFound, match="no longer kept"):
         store.labels.set(SHARED, "s", "beta", 3)
     store.labels.remove(SHARED, "s", "stable")
+    for n in range(8, 11):  # until the versions that carried the label are dropped too
+        now[0] += 86400 * 2
+        store.publish(SHARED, "s", files("s", f"v{n}"))
     store.gc()
     assert 1 not in [v.version for v in store.versions(SHARED, "s")]
+    assert labelled - used() > 20_480  # the labelled version's file counted while kept
     with pytest.raises(NotFound):
         store.read(SHARED, "s", "references/r.md", version=1)
     store.close()
