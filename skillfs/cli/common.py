@@ -460,6 +460,7 @@ def version_row(v: VersionSummary) -> dict[str, Any]:
         "disabled": v.disabled,
         "disabled_reason": v.disabled_reason or None,
         "candidate": None if v.candidate is None else candidate_row(v.candidate),
+        "labels": dict(v.labels),
         "actor": v.actor or None,
         "message": v.message or None,
         "files": v.file_count,

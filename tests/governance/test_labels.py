@@ -277,6 +277,8 @@ def test_cli_label_set_ls_rm_and_prompt_pins(cli_url: str) -> None:
     assert got["latest"] == 3 and [(x["label"], x["version"]) for x in got["labels"]] == [
         ("stable", 1)
     ]
+    listed = as_json(cli_url, "ls", "-s", "shared:support-bot")
+    assert [(r["skill"], r["labels"]) for r in listed] == [("s", {"stable": 1})]
     rows = as_json(cli_url, "history", "s", "-s", "shared:support-bot")
     assert [(r["version"], r["labelled"]) for r in rows] == [(3, []), (2, []), (1, ["stable"])]
     audit = as_json(cli_url, "audit", "--agent", AGENT)
