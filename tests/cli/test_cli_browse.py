@@ -129,6 +129,7 @@ def test_ls_scope_skills(filled: str) -> None:
         "disabled",
         "disabled_reason",
         "candidate",
+        "labels",
         "actor",
         "message",
         "files",

@@ -28,7 +28,7 @@ S = ("-s", str(SHARED))
 WRITES = {
     "edit", "rm", "rollback", "mv", "import", "disable", "enable", "stage", "widen", "promote",
     "abort", "archive", "restore", "curate", "drafts approve", "drafts reject", "drafts split",
-    "review-rule",
+    "review-rule", "label set", "label rm",
 }  # fmt: skip
 #: The commands that write no version of their own, and why they need no --message.
 NO_VERSIONS = {
@@ -40,6 +40,7 @@ NO_VERSIONS = {
     "check": "reads only",
     "check-names": "reads only",
     "drafts show": "reads only",
+    "label ls": "reads only",
     "export": "writes local files only",
     "gc": "removes unreferenced blobs and expired history: no version to say why in",
     "drop-usage": "forgets usage counters, no version; its --message is the drop's reason",
@@ -107,6 +108,8 @@ def test_every_write_keeps_its_message(url: str, tmp_path: Path) -> None:
     write("mv", "gamma", "gamma2")
     write("disable", "delta")
     write("enable", "delta")
+    write("label set", "alpha", "stable")
+    write("label rm", "alpha", "stable")
     staged = _skill_dir(tmp_path / "next", "eps", "# Steps\n\n1. better\n")
     write("stage", str(staged), "--user", "alice")
     write("widen", "eps", "--user", "bob")
