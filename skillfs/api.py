@@ -17,8 +17,8 @@ from skillfs.governance.archive import Archive
 from skillfs.governance.curation import Curation
 from skillfs.governance.drafts import Drafts
 from skillfs.governance.edits import Edits
-from skillfs.governance.review import Review
 from skillfs.governance.labels import Labels
+from skillfs.governance.review import Review
 from skillfs.governance.rollouts import Rollouts
 from skillfs.governance.switch import Governance
 from skillfs.governance.usage import Usage

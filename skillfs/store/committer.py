@@ -37,8 +37,9 @@ from skillfs.spec.validation import SPEC
 from skillfs.store import quotas, rules
 from skillfs.store.blobs import Blobs, Retrying, sha256
 from skillfs.store.limits import Limits, check_file, check_file_table, default_mode
-from skillfs.store.plans import Plan, Prepared, Step, plan
+from skillfs.store.plans import plan
 from skillfs.store.retention import HistoryPolicy, prune_after_commit
+from skillfs.store.steps import Plan, Prepared, Step
 from skillfs.store.who import check_actor, check_commit_id, check_message, default_actor
 from skillfs.util.backoff import pause
 from skillfs.util.deadline import bounded, deadline
@@ -342,7 +343,7 @@ class Committer:
 
 @dataclass
 class _Attempt:
-    """One commit's attempt as its plans see it (`plans.Attempt`)."""
+    """One commit's attempt as its plans see it (`steps.Attempt`)."""
 
     committer: Committer
     commit_id: str
