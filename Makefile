@@ -23,7 +23,7 @@ TESTROOT := $(or $(TESTTMP),/tmp)
 PYTEST := env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache \
 	$(if $(TESTTMP),TMPDIR=$(TESTTMP)) $(BIN)/pytest -o tmp_path_retention_policy=failed
 
-.PHONY: run check test lint servers proto clean
+.PHONY: run check test lint servers proto console-assets clean
 
 $(RUNTIME): pyproject.toml
 	@echo "installing skillfs into $(VENV) (the first run takes about a minute)"
@@ -59,6 +59,13 @@ run: $(RUNTIME)
 # Regenerate skillfs/remote/proto/ from protos/skillfs/v1/ (tests/test_grpc_proto.py checks it is current).
 proto: $(DEV)
 	$(BIN)/python protos/generate.py
+
+# Rebuild the console's editor, skillfs/console/static/editor.js and its licence notices, from
+# console/assets/ (CodeMirror 6 at the versions of its package-lock.json, bundled by esbuild;
+# needs node and npm). The bundle is committed; tests/console/test_console_assets.py checks it
+# was built from the lock and source beside it.
+console-assets:
+	cd console/assets && npm ci --no-audit --no-fund && node build.mjs
 
 LINT = $(BIN)/ruff check . && $(BIN)/mypy skillfs
 lint: $(DEV)

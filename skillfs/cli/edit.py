@@ -57,7 +57,8 @@ from skillfs.model import CommitResult, File, Finding, Manifest, Scope, error_fi
 from skillfs.model.names import check_live_name, entry_name
 from skillfs.model.ops import WriteOptions
 from skillfs.spec.profiles import Profiles
-from skillfs.spec.skill_md import SKILL_MD, TEMPLATE_DESCRIPTION, inspect_skill, skill_template
+from skillfs.spec.skill_md import SKILL_MD, inspect_skill
+from skillfs.spec.template import placeholder_findings, skill_template
 from skillfs.util.text_merge import has_markers, merge3
 
 
@@ -131,25 +132,23 @@ def _ask(question: str, choices: dict[str, str]) -> str:
 
 
 def _check(skill: str, files: dict[str, File], profiles: Profiles) -> list[Finding]:
-    """The findings under the store's host `profiles`, as its commit makes them, plus one the
-    CLI adds: a SKILL.md whose description is still the
-    template's placeholder would go live with it, so it counts as an error (--force saves)."""
+    """The findings under the store's host `profiles`, as its commit makes them, plus the
+    template's placeholder text still in SKILL.md (skillfs.spec.template): it would go live
+    with it, so it counts as an error here (--force saves)."""
     # a draft's or an archived skill's SKILL.md names the skill it holds, as the store checks
     frontmatter, findings, _ = inspect_skill(
         entry_name(skill), {p: f.data for p, f in files.items()}, profiles
     )
-    if (frontmatter or {}).get("description") == TEMPLATE_DESCRIPTION:
-        findings = [
-            Finding(
-                severity="error",
-                field="description",
-                rule="template-description",
-                message=f"description is still the template's placeholder "
-                f"({TEMPLATE_DESCRIPTION!r}): say what the skill does and when to use it",
-            ),
-            *findings,
-        ]
-    return findings
+    skill_md = files.get(SKILL_MD)
+    text = skill_md.data.decode("utf-8", errors="replace") if skill_md else ""
+    return [*placeholder_findings(frontmatter, text), *findings]
+
+
+def _placeholders(errors: list[Finding]) -> str:
+    """What of the template is left, for the refusal: "description", "text" or both."""
+    rules = {f.rule for f in errors}
+    kinds = [k for k in ("description", "text") if f"template-{k}" in rules]
+    return " and ".join(kinds)
 
 
 @contextmanager
@@ -359,12 +358,12 @@ class _Edit:
             print_findings(findings)
         if not errors or force:
             return ""
-        spec = [f for f in errors if f.rule != "template-description"]
+        spec = [f for f in errors if not f.rule.startswith("template-")]
         problems = (
             [f"would break the Agent Skills spec ({plural(len(spec), 'error')})"] if spec else []
         )
         if len(spec) < len(errors):
-            problems.append("still has the template's placeholder description")
+            problems.append(f"still has the template's placeholder {_placeholders(errors)}")
         said = f"{self.skill} {' and '.join(problems)}"
         choice = _ask(f"{said}.", {"e": "edit again", "s": "save anyway", "a": "abort"})
         if choice == "a":

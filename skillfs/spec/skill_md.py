@@ -21,9 +21,6 @@ from skillfs.spec.typed import read_typed
 from skillfs.spec.validation import SPEC, check_frontmatter, finding, show
 
 SKILL_MD = "SKILL.md"
-#: The description a new skill starts with when none is given; the editing surfaces refuse
-#: to save it unchanged (finding `template-description`).
-TEMPLATE_DESCRIPTION = "What this skill does, and when the agent should use it."
 MAX_LINES = 500  # the spec's recommendation for SKILL.md; longer ones get a warning
 #: How deep frontmatter may nest. Real skills nest two or three levels (metadata: {k: v});
 #: the limit keeps every stored manifest readable by any JSON reader (docs/validation.md).
@@ -382,26 +379,3 @@ def inspect_skill(
             finding(worst, None, "more-findings", f"and {left} more findings like these"),
         ]
     return Inspection(doc.frontmatter, findings, doc.typed)
-
-
-def skill_template(name: str, description: str = TEMPLATE_DESCRIPTION) -> bytes:
-    """A new skill's SKILL.md, the one template of every surface: valid frontmatter (safely
-    quoted) and the usual sections."""
-    head = yaml.safe_dump(
-        {"name": name, "description": description},
-        sort_keys=False,
-        allow_unicode=True,
-        width=10_000,
-        default_flow_style=False,
-    )
-    title = name.replace("-", " ").strip().capitalize() or name
-    body = (
-        f"# {title}\n\n"
-        "Say when the agent should use this skill, and what it gets done.\n\n"
-        "## Instructions\n\n"
-        "1. First step.\n"
-        "2. Second step.\n\n"
-        "## Examples\n\n"
-        "- A request this skill handles, and what a good answer looks like.\n"
-    )
-    return f"---\n{head}---\n\n{body}".encode()

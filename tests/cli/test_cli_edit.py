@@ -201,7 +201,11 @@ def test_an_override_created_meanwhile_is_a_conflict(url: str, editor: ScriptedE
 def test_a_new_skill_needs_a_description_of_its_own(
     url: str, editor: ScriptedEditor, edit_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    body = [{"replace": [["1. First step.", "1. Do it."]]}]
+    body = [{"replace": [["1. First step.", "1. Do it."], ["2. Second step.\n", ""],
+                         ["Say when the agent should use this skill, and what it gets done.",
+                          "Use it for fresh things."],
+                         ["- A request this skill handles, and what a good answer looks like.",
+                          "- Make it fresh: a fresh answer."]]}]  # fmt: skip
     result = editor(url, "fresh/SKILL.md", steps=body)
     line = error_line(result)
     assert "not saved: fresh still has the template's placeholder description" in line
@@ -219,6 +223,17 @@ def test_a_new_skill_needs_a_description_of_its_own(
     forced = editor(url, "other/SKILL.md", "--force", steps=body)
     assert forced.exit_code == 0, forced.output
     assert _version(url, "other") == 1
+
+
+def test_a_new_skill_needs_instructions_of_its_own(url: str, editor: ScriptedEditor) -> None:
+    """The template's placeholder instructions left in are refused as its description is
+    (skillfs.spec.template, the console's New skill's check too), each line named."""
+    described = [{"replace": [["What this skill does, and when", "Does fresh things, when"]]}]
+    result = editor(url, "fresh/SKILL.md", steps=described)
+    assert "not saved: fresh still has the template's placeholder text" in error_line(result)
+    assert "line 12 is still the template's placeholder ('1. First step.')" in result.stdout
+    with skillfs.open_store(url) as store:
+        assert store.manifests(SCOPE, ["fresh"]) == {}
 
 
 def test_temporary_copies_are_removed_unless_they_hold_unsaved_text(

@@ -666,22 +666,29 @@ def test_new_file_and_remove_file(client: Client, store: skillfs.Store) -> None:
 # ---------------------------------------------------------------------- skills
 
 
+#: New skill's instructions, the template's placeholder lines replaced.
+OWN = "Use it when a customer asks for a refund.\n\n## Instructions\n\n1. Check the order.\n"
+
+
 def test_create_from_template(client: Client, store: skillfs.Store) -> None:
     r = client.post(
         "/agents/support-bot/shared/skills/",
-        {"op": "new", "name": "refund-policy", "description": "Explains refunds: when, how much."},
-    )
+        {"op": "new", "name": "refund-policy", "description": "Explains refunds: when, how much.",
+         "instructions": OWN},
+    )  # fmt: skip
     assert r.status == 200 and "Created refund-policy" in r.text
     m = store.manifest(SHARED, "refund-policy")
     assert m.version == 1 and not m.findings
     assert m.frontmatter and m.frontmatter["description"] == "Explains refunds: when, how much."
+    assert md_text(store, "refund-policy").endswith("# Refund policy\n\n" + OWN)
     again = client.post(
         "/agents/support-bot/shared/skills/",
-        {"op": "new", "name": "refund-policy", "description": "x"},
+        {"op": "new", "name": "refund-policy", "description": "x", "instructions": OWN},
     )
     assert again.status == 409
     bad = client.post(
-        "/agents/support-bot/shared/skills/", {"op": "new", "name": "Bad_Name", "description": "x"}
+        "/agents/support-bot/shared/skills/",
+        {"op": "new", "name": "Bad_Name", "description": "x", "instructions": OWN},
     )
     assert bad.status == 422 and "Do it anyway" in bad.text
     assert "Bad_Name" not in store.skills(SHARED)
@@ -690,6 +697,39 @@ def test_create_from_template(client: Client, store: skillfs.Store) -> None:
         {"op": "new", "name": "Bad_Name", "description": "x", "force": "1"},
     )
     assert forced.status == 200 and "Bad_Name" in store.skills(SHARED)
+
+
+def test_new_skill_refuses_the_templates_text_unless_a_draft(
+    client: Client, store: skillfs.Store
+) -> None:
+    """The template's placeholder instructions never go live or canary by a plain click
+    (skillfs.spec.template, as `skillfs edit` refuses them); "Do it anyway" writes them, and a
+    draft may hold them: it lands in the review queue, nobody sees it."""
+    scope = "/" + SHARED.prefix
+    form = {"op": "new", "name": "half-done", "description": "Half done.", "message": "start"}
+    for how in ("live", "canary"):
+        r = client.post(scope, {**form, "create": how, "users": "alice"})
+        assert r.status == 422, (how, r.text[-1500:])
+        said = unescape(r.text)
+        assert "half-done still holds the template's text" in said
+        assert "is still the template's placeholder ('1. First step.')" in said
+        assert "Do it anyway" in said and 'value="start"' in r.text  # the message kept
+    assert "half-done" not in store.skills(SHARED)
+    assert store.drafts.list(SHARED) == []
+    r = client.post(scope, {**form, "create": "draft"})
+    assert r.status == 200 and "Proposed half-done as a draft" in r.text
+    (draft,) = store.drafts.list(SHARED)
+    assert draft.name == "half-done" and "half-done" not in store.skills(SHARED)
+    assert store.versions(SHARED, "_drafts/half-done")[0].message == "start"
+    r = client.post(scope, {**form, "name": "canary-one", "instructions": OWN, "create": "canary",
+                            "users": "alice", "percent": "10"})  # fmt: skip
+    assert r.status == 200 and "Staged canary-one" in r.text, r.text[-1500:]
+    m = store.manifest(SHARED, "canary-one")
+    assert m.candidate is not None and m.candidate.rollout.users == ("alice",)
+    assert m.candidate.rollout.fraction == 0.1
+    r = client.post(scope, {**form, "create": "live", "force": "1"})
+    assert r.status == 200 and "1. First step." in md_text(store, "half-done")
+    assert client.post(scope, {**form, "name": "x", "create": "everyone"}).status == 400
 
 
 def _zip(entries: dict[str, bytes], modes: dict[str, int] | None = None) -> bytes:
@@ -1373,7 +1413,8 @@ def test_a_refused_save_from_a_conflict_keeps_the_conflict(
 
 
 def test_bad_new_name_suggests_a_valid_one(client: Client, store: skillfs.Store) -> None:
-    form = {"op": "new", "name": "Refund Policy", "description": "Explains refunds."}
+    form = {"op": "new", "name": "Refund Policy", "description": "Explains refunds.",
+            "instructions": OWN}  # fmt: skip
     r = client.post("/" + SHARED.prefix, form)
     assert r.status == 422 and "Do it anyway" in r.text
     assert "Use “refund-policy”" in unescape(r.text)

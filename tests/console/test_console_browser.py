@@ -160,7 +160,8 @@ def test_edit_validate_save_conflict_rollback_override(
     expect(page.locator("h1")).to_contain_text(skill)
     page.click("text=Edit SKILL.md")
     expect(page.locator("#check-status")).to_have_text("valid")
-    expect(page.locator("#gutter > div")).to_have_count(editor_text(page).count("\n") + 1)
+    numbers = page.locator(".cm-lineNumbers .cm-gutterElement")
+    expect(numbers.last).to_have_text(str(editor_text(page).count("\n") + 1))
     v1 = store.manifest(SHARED, skill).version
     original = editor_text(page)
 
@@ -169,7 +170,7 @@ def test_edit_validate_save_conflict_rollback_override(
     set_editor(page, broken)
     expect(page.locator("#check-status")).to_contain_text("error")
     expect(page.locator("#findings .finding.error").first).to_contain_text("name")
-    expect(page.locator("#gutter > div").nth(1)).to_have_class("bad")
+    expect(numbers.filter(has_text=re.compile(r"^2$"))).to_have_class(re.compile(r"\bbad\b"))
 
     # Saving it anyway needs the explicit second button; a plain save stores nothing.
     page.click("#save")
@@ -346,18 +347,22 @@ def test_the_keyboard_gets_out_of_the_editor_and_past_the_sidebar(page: Page) ->
     expect(page.locator(".skip-link")).to_be_focused()
     page.keyboard.press("Enter")
     expect(page.locator("main")).to_be_focused()
-    page.focus("#content")
+    text = page.locator(".cm-content")
+    expect(text).to_have_attribute("aria-label", "Contents of SKILL.md")  # for a screen reader
+    text.focus()
     before = editor_text(page)
     page.keyboard.press("Tab")  # indents
-    expect(page.locator("#content")).to_be_focused()
+    expect(text).to_be_focused()
     assert editor_text(page) == "  " + before
     page.keyboard.press("Escape")
     page.keyboard.press("Tab")  # leaves, forwards
-    expect(page.locator("#content")).not_to_be_focused()
+    expect(text).not_to_be_focused()
     assert editor_text(page) == "  " + before
-    page.focus("#content")
+    text.focus()
     page.keyboard.press("Tab")  # indents again: Escape counts for one Tab
     assert editor_text(page) == "    " + before
+    page.keyboard.press("Control+s")  # saves (refused: the frontmatter no longer opens line 1)
+    expect(page.locator("#rejected")).to_contain_text("breaks the Agent Skills spec")
 
 
 def test_zip_upload_from_the_browser(page: Page, store: skillfs.Store, tmp_path: Path) -> None:

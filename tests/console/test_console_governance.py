@@ -115,7 +115,10 @@ def test_console_writes_are_recorded_by_the_token_name(
 ) -> None:
     """Each kind of console write, then the audit: every entry is by `ops` (the token's
     name in the tokens config), none by the server's user@host."""
-    client.post("/" + SHARED.prefix, {"op": "new", "name": "greeter", "description": "Greets."})
+    client.post(
+        "/" + SHARED.prefix,
+        {"op": "new", "name": "greeter", "description": "Greets.", "force": "1"},
+    )
     v = store.manifest(SHARED, "greeter").version
     text = md_text(store, "greeter") + "\nMore.\n"
     client.post(

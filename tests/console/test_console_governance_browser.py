@@ -22,6 +22,7 @@ from skillfs.model import Scope
 from tests.browser_helpers import (  # noqa: F401  (module_browser: a fixture)
     editor_text,
     module_browser,
+    set_editor,
     signed_in,
 )
 from tests.console.test_console import example_files
@@ -60,7 +61,7 @@ def test_activity_shows_the_console_user_as_actor(page: Page, store: skillfs.Sto
     skill = "sql-query-helper"
     page.goto(f"/{SHARED.prefix}{skill}/")
     page.click("text=Edit SKILL.md")
-    page.fill("#content", editor_text(page).replace("description: ", "description: Careful. "))
+    set_editor(page, editor_text(page).replace("description: ", "description: Careful. "))
     page.click("#save")
     expect(page.locator(".flash.ok")).to_contain_text("Saved SKILL.md")
     version = store.manifest(SHARED, skill).version
@@ -150,7 +151,7 @@ def test_save_as_canary_widen_and_promote(page: Page, store: skillfs.Store) -> N
     page.goto(f"/{SHARED.prefix}{skill}/files/SKILL.md")
     edited = editor_text(page).replace("# Release notes", "# Release notes (canary)")
     assert edited != editor_text(page)
-    page.fill("#content", edited)
+    set_editor(page, edited)
     page.click("#canary-toggle")
     page.fill("#canary-users", "alice")
     page.press("#canary-users", "Enter")  # stages: Enter never falls through to a plain Save

@@ -255,7 +255,16 @@ def test_each_forms_message_is_the_commits_message(client: Client, store: skillf
         assert r.status == status, (url, form, r.text[-2000:])
         return r
 
-    post(scope, {"op": "new", "name": "greeter", "description": "Greets.", "message": "new"})
+    post(
+        scope,
+        {
+            "op": "new",
+            "name": "greeter",
+            "description": "Greets.",
+            "message": "new",
+            "instructions": "Greet.",
+        },
+    )
     text = md_text(store, "greeter") + "\nMore.\n"
     post(skill_url("greeter", "save"), {"path": "SKILL.md", "content": text, "base": "1",
                                         "expected": "1", "message": "save"})  # fmt: skip

@@ -14,6 +14,7 @@ from skillfs.governance.review import ReviewRule
 from skillfs.governance.rollout_rule import has_live
 from skillfs.model import Manifest, Scope
 from skillfs.model.names import check_id, is_hidden_dir
+from skillfs.spec.template import TEMPLATE_INSTRUCTIONS
 from skillfs.store.rules import REVIEW
 
 #: The per-user listings stop here; an agent with more users is browsed by user id.
@@ -184,4 +185,5 @@ def scope_page(call: Call, scope: Scope) -> Response:
         deleted=deleted,
         hiding=hiding,
         review=ReviewRule.of(scope, raw.get(REVIEW)),
+        template_instructions=TEMPLATE_INSTRUCTIONS,
     )

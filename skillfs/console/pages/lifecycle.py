@@ -10,14 +10,16 @@ from skillfs.auth import Level
 from skillfs.console import urls
 from skillfs.console.archive import read_zip
 from skillfs.console.call import Call, HTTPError
-from skillfs.console.findings import findings_of
+from skillfs.console.findings import findings_of, shown
 from skillfs.console.pages.review_rule import set_rule
+from skillfs.console.pages.rollout import rollout_of
 from skillfs.console.strict import confirm, forced
 from skillfs.errors import Conflict, InvalidSkill
 from skillfs.governance.edits import ImportPolicy
 from skillfs.model import File, Scope, error_findings
 from skillfs.model.names import check_id, check_skill_name
-from skillfs.spec.skill_md import SKILL_MD, skill_template
+from skillfs.spec.skill_md import SKILL_MD, inspect_skill
+from skillfs.spec.template import TEMPLATE_INSTRUCTIONS, placeholder_findings, skill_template
 from skillfs.spec.validation import suggest_name
 
 
@@ -33,16 +35,51 @@ def scope_post(call: Call, scope: Scope) -> Response:
     raise HTTPError(400, "Bad request", f"unknown action {op!r}")
 
 
+#: How New skill writes it: live for everyone, a draft in the review queue, or a staged
+#: candidate for the workers a rollout rule names (the form's buttons).
+CREATE_AS = ("live", "draft", "canary")
+
+
 def create(call: Call, scope: Scope) -> Response:
+    """A new skill from the template with the form's description and instructions, written as
+    the button says (`CREATE_AS`). What would reach a worker (live, canary) is refused while it
+    still holds the template's placeholder text, as `skillfs edit` refuses it
+    (skillfs.spec.template), until "Do it anyway"; a draft may hold it, a reviewer decides."""
     call.require(Level.write, scope)
     name = check_skill_name(call.field("name").strip())
     description = call.field("description").strip()
-    files = {SKILL_MD: File(skill_template(name, description))}
+    instructions = call.field("instructions", TEMPLATE_INSTRUCTIONS)
+    how = call.field("create") or "live"
+    if how not in CREATE_AS:
+        raise HTTPError(400, "Bad request", f"create is live, draft or canary, not {how!r}")
+    text = skill_template(name, description, instructions)
+    files = {SKILL_MD: File(text)}
+    if how != "draft" and not forced(call):
+        inspected = inspect_skill(name, {SKILL_MD: text}, call.store.profiles)
+        left = placeholder_findings(inspected.frontmatter, text.decode())
+        if left:  # with the spec's errors, which the store would refuse next
+            problems = shown([*left, *error_findings(inspected.findings)], text.decode())
+            return confirm(
+                call, urls.scope_url(scope), f"{name} still holds the template's text",
+                {name: problems}, name_field="name",
+            )  # fmt: skip
     try:
-        result = call.store.publish(
-            scope, name, files, expected_version=0, strict=not forced(call), actor=call.actor,
-            message=call.message,
-        )  # fmt: skip
+        if how == "draft":
+            call.store.drafts.propose(scope, name, files, options=call.options(0))
+            return call.done(
+                urls.domain_page(scope.domain, "drafts"),
+                f"Proposed {name} as a draft: it goes live when a reviewer approves it",
+            )
+        if how == "canary":
+            rule = rollout_of(call)
+            result = call.store.rollouts.stage(
+                scope, name, files, rule, options=call.options(0), strict=not forced(call)
+            )
+        else:
+            result = call.store.publish(
+                scope, name, files, expected_version=0, strict=not forced(call),
+                actor=call.actor, message=call.message,
+            )  # fmt: skip
     except InvalidSkill as exc:
         return confirm(
             call,
@@ -57,9 +94,14 @@ def create(call: Call, scope: Scope) -> Response:
             "That skill exists",
             f"{scope} already has a skill {name!r}: pick another name, or edit that one",
         ) from None
+    if how == "canary":
+        return call.done(
+            urls.skill_url(scope, name) + "#rollout",
+            f"Staged {name} (version {result.version}) for {rule.describe()}: "
+            "nobody else sees it until you promote it",
+        )
     return call.done(
-        urls.skill_url(scope, name, "files", SKILL_MD),
-        f"Created {name} (version {result.version}): now write its instructions",
+        urls.skill_url(scope, name, "files", SKILL_MD), f"Created {name} (version {result.version})"
     )
 
 

@@ -208,72 +208,56 @@
   }
 
   // ------------------------------------------------------------ the editor
+  // The textarea is the form's field and the editor without scripts; editor.js (CodeMirror)
+  // draws the editor in its place and keeps it equal to the text, so the form posts the same.
   const area = document.getElementById("content");
-  const gutter = document.getElementById("gutter");
   const form = document.getElementById("editor-form");
-  if (!area || !gutter || !form) return;
+  if (!area || !form) return;
 
   const statusEl = document.getElementById("check-status");
   const dirtyEl = document.getElementById("dirty");
   const original = area.value;
-  let marks = {};
-  let shownLines = -1;
   let submitting = false;
+  let timer = null;
+  let seq = 0;
 
-  function readMarks() {
-    marks = {};
+  function save() {
+    const button = document.getElementById("save");
+    if (button) form.requestSubmit(button);
+  }
+
+  function changed() {
+    dirtyEl.hidden = area.value === original && !document.getElementById("conflict");
+    clearTimeout(timer);
+    timer = setTimeout(validate, 450);
+  }
+
+  const editor = window.SkillfsEditor
+    ? window.SkillfsEditor.mount(area, {
+      path: form.elements.path.value, wrap: area.closest(".editor").classList.contains("wrap"),
+      onChange: changed, onSave: save,
+    })
+    : null;
+  window.skillfsEditor = editor;  // for tests and the screenshots: set the text as typing would
+
+  // The lines the findings name, marked in the gutter: an error's red, a warning's amber.
+  function markLines() {
+    if (!editor) return;
+    const marks = {};
     document.querySelectorAll("#findings .finding[data-line]").forEach(function (li) {
       const line = li.dataset.line;
       if (marks[line] !== "bad") marks[line] = li.classList.contains("error") ? "bad" : "meh";
     });
-  }
-
-  // Prose is soft-wrapped (.editor.wrap): a line may take several rows, so each number's
-  // height is measured on a hidden copy of the text as wide as the textarea's.
-  const wraps = area.closest(".editor").classList.contains("wrap");
-  let mirror = null;
-
-  function lineHeights(texts) {
-    if (!mirror) { mirror = el("div", "gutter-mirror"); mirror.setAttribute("aria-hidden", "true"); body.appendChild(mirror); }
-    const style = getComputedStyle(area);
-    mirror.style.width = (area.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight)) + "px";
-    const frag = document.createDocumentFragment();
-    texts.forEach(function (t) { frag.appendChild(el("div", "", t || "\u200b")); });
-    mirror.replaceChildren(frag);
-    return Array.from(mirror.children, function (d) { return d.offsetHeight; });
-  }
-
-  function renderGutter(force) {
-    const texts = area.value.split("\n");
-    const lines = texts.length;
-    if (lines === shownLines && !force && !wraps) return;
-    shownLines = lines;
-    const heights = wraps && lines <= 20000 ? lineHeights(texts) : null;
-    const frag = document.createDocumentFragment();
-    for (let i = 1; i <= lines; i++) {
-      const line = el("div", marks[i] || "", String(i));
-      if (marks[i]) line.title = "see the validation findings";
-      if (heights && heights[i - 1] > 20) line.style.height = heights[i - 1] + "px";
-      frag.appendChild(line);
-    }
-    gutter.replaceChildren(frag);
-    gutter.scrollTop = area.scrollTop;
-  }
-  if (wraps) {
-    let pending = 0;
-    window.addEventListener("resize", function () {
-      cancelAnimationFrame(pending);
-      pending = requestAnimationFrame(function () { renderGutter(true); });
-    });
+    editor.mark(marks);
   }
 
   function goToLine(n) {
+    if (editor) { editor.goToLine(n); return; }
     const lines = area.value.split("\n");
     let pos = 0;
     for (let i = 0; i < n - 1 && i < lines.length; i++) pos += lines[i].length + 1;
     area.focus();
     area.setSelectionRange(pos, pos + (lines[n - 1] || "").length);
-    area.scrollTop = Math.max(0, (n - 5) * 20);
   }
 
   function bindFindingClicks() {
@@ -295,17 +279,15 @@
       list.appendChild(li);
     });
     if (none) none.hidden = result.findings.length > 0;
+    document.getElementById("findings-count").textContent = String(result.findings.length);
     const e = result.errors, w = result.warnings;
     statusEl.className = "check-status " + (e ? "bad" : w ? "meh" : "good");
     statusEl.textContent = e ? e + " error" + (e > 1 ? "s" : "") + (w ? ", " + w + " warning" + (w > 1 ? "s" : "") : "")
       : w ? w + " warning" + (w > 1 ? "s" : "") : "valid";
-    readMarks();
+    markLines();
     bindFindingClicks();
-    renderGutter(true);
   }
 
-  let timer = null;
-  let seq = 0;
   function validate() {
     const mine = ++seq;
     statusEl.className = "check-status busy";
@@ -332,30 +314,12 @@
       });
   }
 
-  area.addEventListener("input", function () {
-    renderGutter(false);
-    dirtyEl.hidden = area.value === original && !document.getElementById("conflict");
-    clearTimeout(timer);
-    timer = setTimeout(validate, 450);
-  });
-  area.addEventListener("scroll", function () { gutter.scrollTop = area.scrollTop; });
-  // Tab indents; after Escape the next Tab leaves the editor instead (as in CodeMirror and
-  // GitHub's editor), so the keyboard can always get out forwards.
-  let escaped = false;
-  area.addEventListener("focus", function () { escaped = false; });
-  area.addEventListener("keydown", function (ev) {
-    const leave = escaped;
-    escaped = ev.key === "Escape";
-    if (ev.key === "Tab" && !ev.shiftKey && !area.readOnly && !leave) {
-      ev.preventDefault();
-      area.setRangeText("  ", area.selectionStart, area.selectionEnd, "end");
-      area.dispatchEvent(new Event("input"));
-    } else if ((ev.ctrlKey || ev.metaKey) && ev.key === "s") {
-      ev.preventDefault();
-      const save = document.getElementById("save");
-      if (save) form.requestSubmit(save);
-    }
-  });
+  if (!editor) {
+    area.addEventListener("input", changed);
+    area.addEventListener("keydown", function (ev) {
+      if ((ev.ctrlKey || ev.metaKey) && ev.key === "s") { ev.preventDefault(); save(); }
+    });
+  }
   const checkBtn = document.getElementById("check");
   if (checkBtn) checkBtn.addEventListener("click", validate);
   form.addEventListener("submit", function () { submitting = true; });
@@ -363,8 +327,7 @@
     if (!submitting && area.value !== original && !area.readOnly) { ev.preventDefault(); ev.returnValue = ""; }
   });
 
-  readMarks();
+  markLines();
   bindFindingClicks();
-  renderGutter(true);
   if (document.getElementById("rejected") || document.getElementById("conflict")) dirtyEl.hidden = false;
 })();
