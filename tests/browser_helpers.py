@@ -41,12 +41,14 @@ def module_browser() -> Iterator[Browser]:
 
 
 @contextmanager
-def signed_in(browser: Browser, url: str, token: str, *, javascript: bool = True) -> Iterator[Page]:
-    """A fresh page of the console at `url`, signed in with `token` (with the page's script
-    switched off unless `javascript`); the test fails on any error the page logged
-    (`watch_errors`)."""
+def signed_in(
+    browser: Browser, url: str, token: str, *, javascript: bool = True, width: int = 1400
+) -> Iterator[Page]:
+    """A fresh page of the console at `url`, signed in with `token`, in a window `width`
+    pixels wide (with the page's script switched off unless `javascript`); the test fails on
+    any error the page logged (`watch_errors`)."""
     context = browser.new_context(
-        base_url=url, viewport={"width": 1400, "height": 900}, java_script_enabled=javascript
+        base_url=url, viewport={"width": width, "height": 900}, java_script_enabled=javascript
     )
     context.set_default_timeout(10_000)
     pg = context.new_page()
