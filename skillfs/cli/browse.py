@@ -51,6 +51,7 @@ from skillfs.model.names import ARCHIVE, DRAFTS, is_hidden_dir, side_entry
 from skillfs.model.pins import labels_by_version
 from skillfs.store.core import file_of
 from skillfs.store.rules import REVIEW
+from skillfs.util.suggest import closest
 
 VersionOption = Annotated[int | None, version_option("A kept version (default: latest).")]
 
@@ -153,7 +154,11 @@ def _ls_table(
 ) -> None:
     if not rows:
         users = store.users(scope.agent_id) if scope.kind == "user" and scope.agent_id else []
-        others = f"; users of {scope.agent_id} with skills: {', '.join(users)}" if users else ""
+        near = closest(scope.user_id or "", users)
+        mean = f" (did you mean {near}?)" if near else ""
+        others = (
+            f"{mean}; users of {scope.agent_id} with skills: {', '.join(users)}" if users else ""
+        )
         out.print(f"{scope} holds no skills{shown(others)}")
         return
     cells = [

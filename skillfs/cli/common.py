@@ -40,6 +40,7 @@ from skillfs.model.names import SIDE_DIRS, check_entry, check_id, normalize_path
 from skillfs.model.pins import Pins
 from skillfs.store.opening import default_url, file_to_create
 from skillfs.util.durations import parse_duration
+from skillfs.util.suggest import closest
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -526,12 +527,15 @@ def print_patch(patch: str) -> None:
 def nothing_in(store: Store, scope: Scope) -> str:
     """Why a scope whose agent or market was never written is empty (most likely a typo), and
     the ids there are, as `ls --agent` says it."""
-    if scope.kind == "market":
-        return f"market {scope.market_id!r} has no skills in {store.url}; markets: " + (
-            ", ".join(store.markets()) or "none"
-        )
-    return f"agent {scope.agent_id!r} has no skills in {store.url}; agents: " + (
-        ", ".join(store.agents()) or "none"
+    kind, name, known = (
+        ("market", scope.market_id, store.markets())
+        if scope.kind == "market"
+        else ("agent", scope.agent_id, store.agents())
+    )
+    near = closest(name or "", known)
+    mean = f" (did you mean {near}?)" if near else ""
+    return f"{kind} {name!r} has no skills in {store.url}{mean}; {kind}s: " + (
+        ", ".join(known) or "none"
     )
 
 

@@ -20,6 +20,7 @@ from skillfs.errors import InvalidPath, InvalidSkill, NotFound, TooLarge
 from skillfs.model import File, Manifest
 from skillfs.model.names import check_skill_name, is_hidden_dir, normalize_path
 from skillfs.spec.skill_md import SKILL_MD, parse_skill_md
+from skillfs.store.committer import renamed_skill_md
 
 #: Entries that archivers add and that are never part of a skill.
 _JUNK = ("__MACOSX/", ".DS_Store", "Thumbs.db")
@@ -35,7 +36,8 @@ def read_zip(data: bytes, limits: ZipLimits, name_hint: str = "") -> dict[str, d
     """The skills in a zip: `{skill: {path: File}}`.
 
     A zip with SKILL.md at its root is one skill, named `name_hint` or else by its frontmatter
-    `name`; otherwise every top-level directory holding a SKILL.md is a skill."""
+    `name`; otherwise every top-level directory holding a SKILL.md is a skill, and the one
+    such directory is named `name_hint` when given."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except zipfile.BadZipFile as exc:
@@ -90,7 +92,26 @@ def read_zip(data: bytes, limits: ZipLimits, name_hint: str = "") -> dict[str, d
         raise InvalidPath(
             "these files of the zip are outside every skill directory: " + ", ".join(stray[:10])
         )
+    if name_hint:
+        return _named(found, name_hint)
     return found
+
+
+def _named(found: dict[str, dict[str, File]], name: str) -> dict[str, dict[str, File]]:
+    """The one skill directory of a zip under the name the operator typed, its SKILL.md's
+    `name` following as a rename's does; a name typed for several skills is refused."""
+    if len(found) > 1:
+        raise InvalidPath(
+            f"the zip holds {len(found)} skills ({', '.join(sorted(found)[:10])}), so it cannot "
+            f"be named {name!r}: leave the skill name empty to import each under its "
+            "directory's name, or zip one skill"
+        )
+    ((folder, files),) = found.items()
+    name = check_skill_name(name)
+    md = renamed_skill_md(files[SKILL_MD].data, folder, name)
+    if md is not None:
+        files = {**files, SKILL_MD: File(md, mode=files[SKILL_MD].mode)}
+    return {name: files}
 
 
 def _junk(name: str) -> bool:

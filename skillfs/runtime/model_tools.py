@@ -11,7 +11,6 @@ seed's arguments (a name, a path) name a skill.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from pathlib import PurePath
 from typing import Any, Literal, get_args
@@ -19,6 +18,7 @@ from typing import Any, Literal, get_args
 from skillfs.errors import InvalidArgument, NotFound
 from skillfs.runtime.layers import SkillInfo
 from skillfs.spec.skill_md import SKILL_MD
+from skillfs.util.suggest import closest
 
 ToolSet = Literal["default", "harness9", "saa"]
 #: The tools of each set, in the order `tools()` gives them. The seeds' sets keep
@@ -169,8 +169,8 @@ def by_path(path: str, among: Sequence[SkillInfo], shown_root: PurePath | None) 
 
 def not_found(what: str, value: str, known: Sequence[str]) -> NotFound:
     """NotFound for an unknown name or path, with a "did you mean" and what exists."""
-    near = difflib.get_close_matches(value, known, n=1)
-    hint = f" Did you mean {near[0]!r}?" if near else ""
+    near = closest(value, known)
+    hint = f" Did you mean {near!r}?" if near else ""
     return NotFound(
         f"unknown skill {what} {value!r}.{hint} Available skill {what}s: "
         + (", ".join(known) or "(none)")

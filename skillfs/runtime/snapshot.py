@@ -10,7 +10,6 @@ token: byte-identical across steps, which keeps model providers' prompt caches w
 from __future__ import annotations
 
 import copy
-import difflib
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -40,6 +39,7 @@ from skillfs.runtime.typed import TypedReadings
 from skillfs.runtime.usage import UsageRecorder
 from skillfs.spec.arguments import line_of, substitute
 from skillfs.spec.skill_md import SKILL_MD, parse_skill_md
+from skillfs.util.suggest import closest
 
 
 def view_token(skills: Sequence[SkillInfo], hidden: frozenset[str] = frozenset()) -> str:
@@ -535,8 +535,8 @@ def _lookup(skill_id: str, by_id: Mapping[str, SkillInfo], among: Sequence[Skill
     s = by_id.get(skill_id) if isinstance(skill_id, str) else None
     if s is None:
         ids = [x.id for x in among]
-        near = difflib.get_close_matches(str(skill_id), ids, n=1)
-        hint = f" Did you mean {near[0]!r}?" if near else ""
+        near = closest(str(skill_id), ids)
+        hint = f" Did you mean {near!r}?" if near else ""
         listing = ", ".join(ids) if ids else "(none)"
         raise NotFound(f"unknown skill id {skill_id!r}.{hint} Available skill ids: {listing}")
     return s
@@ -551,8 +551,8 @@ def _entry(s: SkillInfo, path: str) -> tuple[str, FileEntry]:
     entry = s.files.get(norm)
     if entry is None:
         paths = sorted(s.files)
-        near = difflib.get_close_matches(norm, paths, n=1)
-        hint = f" Did you mean {near[0]!r}?" if near else ""
+        near = closest(norm, paths)
+        hint = f" Did you mean {near!r}?" if near else ""
         raise NotFound(
             f"skill {s.id!r} has no file {path!r}.{hint} "
             f"Files of skill {s.id!r}: {', '.join(paths)}"

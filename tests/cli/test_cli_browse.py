@@ -108,11 +108,17 @@ def test_ls_agent_scopes(filled: str) -> None:
 
 def test_ls_scope_of_an_unknown_agent_or_market_lists_those_there_are(filled: str) -> None:
     line = error_line(run(filled, "ls", "--scope", "shared:bto"))
-    assert line == f"error: agent 'bto' has no skills in {filled}; agents: bot"
+    assert line == f"error: agent 'bto' has no skills in {filled} (did you mean bot?); agents: bot"
     line = error_line(run(filled, "ls", "--scope", "market:taem", "--json"))
-    assert line == f"error: market 'taem' has no skills in {filled}; markets: team"
+    assert (
+        line
+        == f"error: market 'taem' has no skills in {filled} (did you mean team?); markets: team"
+    )
     user = ok(filled, "ls", "--scope", "user:bot/alcie").stdout
-    assert user == "user:bot/alcie holds no skills; users of bot with skills: alice\n"
+    assert (
+        user
+        == "user:bot/alcie holds no skills (did you mean alice?); users of bot with skills: alice\n"
+    )
     assert as_json(filled, "ls", "--scope", "user:bot/alcie") == []
 
 

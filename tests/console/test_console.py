@@ -805,6 +805,47 @@ def test_upload_zip_of_a_skill_directory(client: Client, store: skillfs.Store) -
     assert bad.status == 400 and "update, keep, replace" in bad.text
 
 
+def test_a_typo_in_an_agent_or_user_asks_did_you_mean(client: Client, store: skillfs.Store) -> None:
+    """Outside testing: `suport-bot` in "Open or start an agent" opened an empty new agent, and
+    a typo'd user a full view. An id close to one the store holds asks first, as the CLI's
+    `ls` does (skillfs.util.suggest); an id like none starts (or shows) it at once."""
+    store.publish(Scope.user(AGENT, "alice"), "greeter", {"SKILL.md": GOOD_MD})
+    r = client.get("/agents?agent=suport-bot")
+    said = unescape(r.text)
+    assert r.status == 200 and "No agent “suport-bot” yet. Did you mean support-bot?" in said
+    assert 'href="/agents/support-bot/" id="use-near"' in r.text
+    assert 'href="/agents/suport-bot/shared/skills/" id="use-typed"' in r.text
+    assert "Start agent suport-bot" in said
+    for typed, to in (("support-bot", "/agents/support-bot/shared/skills/"),
+                      ("billing-agent", "/agents/billing-agent/shared/skills/")):  # fmt: skip
+        r = client.get(f"/agents?agent={typed}", follow=False)
+        assert (r.status, r.header("Location")) == (303, to)
+    r = client.get(f"/agents/{AGENT}/users?user=alcie")
+    assert r.status == 200 and "No user “alcie” yet. Did you mean alice?" in unescape(r.text)
+    assert f'href="/agents/{AGENT}/users/alice/" id="use-near"' in r.text
+    r = client.get(f"/agents/{AGENT}/users?user=bob", follow=False)
+    assert (r.status, r.header("Location")) == (303, f"/agents/{AGENT}/users/bob/")
+
+
+def test_a_zip_holding_a_folder_takes_the_typed_name(client: Client, store: skillfs.Store) -> None:
+    """Outside testing: the typed name was ignored for a zip holding a folder, which went to
+    the folder's name (an existing skill there). The one folder takes the typed name, its
+    SKILL.md's `name` following as a rename's; a name typed for several skills is refused."""
+    scope = "/" + SHARED.prefix
+    folder = {"greeter/SKILL.md": GOOD_MD, "greeter/notes.md": b"n\n"}
+    r = client.upload(
+        scope, {"op": "import", "name": "hello"}, {"archive": ("z.zip", _zip(folder))}
+    )
+    assert r.status == 200 and "Imported hello from z.zip" in r.text
+    assert sorted(store.manifest(SHARED, "hello").files) == ["SKILL.md", "notes.md"]
+    assert "name: hello\n" in md_text(store, "hello") and "greeter" not in store.skills(SHARED)
+    two = {**folder, "other/SKILL.md": GOOD_MD.replace(b"greeter", b"other")}
+    r = client.upload(scope, {"op": "import", "name": "hi"}, {"archive": ("z.zip", _zip(two))})
+    assert r.status == 400 and "Nothing was written" in r.text
+    assert "the zip holds 2 skills (greeter, other), so it cannot be named 'hi'" in unescape(r.text)
+    assert "hi" not in store.skills(SHARED)
+
+
 def test_hidden_directories_are_no_skills_in_a_zip_nor_in_the_store(
     client: Client, store: skillfs.Store
 ) -> None:
@@ -1403,7 +1444,12 @@ def test_a_refused_save_from_a_conflict_keeps_the_conflict(
     assert refused.status == 422 and "still holds conflict markers" in refused.text
     assert "changed while you were editing" in refused.text
     assert f"Reload version {current}" in refused.text and "Overwrite with my text" in refused.text
-    assert "Your text against version" in refused.text  # the diff of their change
+    # their change, shown as theirs: their line added, never in red as if saving dropped it
+    assert (
+        "What they changed, from version" in refused.text and "(merging keeps it)" in refused.text
+    )
+    assert re.search(r'<tr class="add">(?:(?!</tr>).)*\(theirs\)', refused.text, re.S)
+    assert not re.search(r'<tr class="remove">(?:(?!</tr>).)*\(theirs\)', refused.text, re.S)
     assert ">Save merged text<" in refused.text and ">Save<" not in refused.text
     fields = _form_fields(refused)
     assert fields["mine"] == mine and "<<<<<<< your edit" in fields["content"]

@@ -254,6 +254,7 @@ def test_no_page_logs_an_error_or_a_failed_request(page: Page, store: skillfs.St
         f"/agents/{AGENT}/drafts",
         f"/{SHARED.prefix}_drafts/release-notes/",
         f"/agents/{AGENT}/curation",
+        "/agents?agent=suport-bot",  # did you mean support-bot?
     ):
         reply = page.goto(url)
         assert reply is not None and reply.status == 200, url

@@ -5,6 +5,7 @@ flow is in test_console_governance_browser.py."""
 
 from __future__ import annotations
 
+import re
 from html import unescape
 
 import skillfs
@@ -144,6 +145,10 @@ def test_approve_a_users_draft_into_the_shared_scope(client: Client, store: skil
     )
     page = client.get(_draft_url(ALICE, "greeter"))
     assert 'name="into" value="shared"' in page.text
+    # one checkbox for both ways to approve, and a heading over each column of the decision
+    assert page.text.count('name="into"') == 1
+    headings = re.findall(r"<h3>([^<]+)</h3>", page.text.split('id="decide"')[1])
+    assert headings == ["Approve", "Approve as canary", "Reject"]
     store.drafts.propose(SHARED, "other", {"SKILL.md": File(GREETER.replace(b"greeter", b"other"))})
     bad = client.post(_draft_url(SHARED, "other", "approve"), {"expected": "1", "into": "shared"})
     assert bad.status == 400 and "other" not in store.skills(SHARED)
@@ -200,7 +205,7 @@ def test_approve_says_whose_workers_get_the_draft(client: Client, store: skillfs
     mine = unescape(client.get(_draft_url(ALICE, "greeter")).text)
     reach = mine.split('id="approve-reach">')[1].split("</p>")[0]
     assert "for alice's workers only" in reach and "every worker" not in reach.split(";")[0]
-    assert "ticked into the shared skills, for every worker of support-bot instead" in reach
+    assert "with the box ticked, for every worker of support-bot instead" in reach
     shared = unescape(client.get(_draft_url(SHARED, "greeter")).text)
     assert (
         "for every worker of support-bot (a user with a greeter of their own keeps it)"

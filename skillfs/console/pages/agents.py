@@ -16,6 +16,7 @@ from skillfs.model import Manifest, Scope
 from skillfs.model.names import check_id, is_hidden_dir
 from skillfs.spec.template import TEMPLATE_INSTRUCTIONS
 from skillfs.store.rules import REVIEW
+from skillfs.util.suggest import closest
 
 #: The per-user listings stop here; an agent with more users is browsed by user id.
 MAX_USERS_LISTED = 200
@@ -86,19 +87,43 @@ def home(call: Call) -> Response:
 
 
 def open_agent(call: Call) -> Response:
-    """The "open an agent by id" form."""
-    agent = call.query.get("agent")
+    """The "open or start an agent" form: an agent the store holds opens; a new id close to
+    one it holds (a typo: `suport-bot`) asks "did you mean support-bot?" first, as the CLI
+    does (skillfs.util.suggest); any other starts a new agent at its empty shared scope."""
+    agent = call.query.get("agent", "").strip()
     if not agent:
         raise call.no_page()
-    return redirect(urls.scope_url(Scope.shared(agent.strip())))
+    agent = check_id("agent", agent)
+    known = call.nav()["agents"]  # the agents this token may see
+    near = closest(agent, known) if agent not in known else None
+    start = urls.scope_url(Scope.shared(agent))
+    if near is None:
+        return redirect(start)
+    return call.render(
+        "did_you_mean.html", what="agent", typed=agent, near=near, near_url=urls.agent_url(near),
+        typed_url=start, start_label=f"Start agent {agent}",
+        start_help="Starting it makes a new agent with no skills.",
+    )  # fmt: skip
 
 
 def open_user(call: Call, agent: str) -> Response:
-    """The "what does user … see" form; without a user, the agent's page."""
-    user = call.query.get("user")
+    """The "what does user … see" form; without a user, the agent's page. A user with no skills
+    of their own whose id is close to one with skills asks "did you mean …?" first (any user
+    id is a worker's, seeing the agent's shared skills)."""
+    user = call.query.get("user", "").strip()
     if not user:
         return redirect(urls.agent_url(agent))
-    return redirect(urls.user_url(agent, check_id("user", user.strip())))
+    user = check_id("user", user)
+    known = call.can.readable_users(agent, call.store.users(agent))
+    near = closest(user, known) if user not in known else None
+    view = urls.user_url(agent, user)
+    if near is None:
+        return redirect(view)
+    return call.render(
+        "did_you_mean.html", what="user", typed=user, near=near, agent=agent,
+        near_url=urls.user_url(agent, near), typed_url=view, start_label=f"What {user} sees",
+        start_help=f"A user with none of their own sees the shared skills of {agent}.",
+    )  # fmt: skip
 
 
 def to_agent(call: Call, agent: str) -> Response:

@@ -141,6 +141,14 @@ def import_zip(call: Call, scope: Scope) -> Response:
         return call.render_scope(
             "import_rejected.html", scope, 422, problems=problems, policy=policy.value
         )
+    except Conflict as exc:  # the import's own read, not one the operator made: say so
+        raise HTTPError(
+            409,
+            "Changed during the import",
+            f"{exc.skill or 'a skill of the zip'} was changed by another writer while the zip "
+            f"was being imported (it is now version {exc.current_version}); nothing was "
+            "written: upload the zip again to import it on top of their change",
+        ) from None
     said = {
         status: sorted(s.skill for s in result.skills if s.status == status)
         for status in ("created", "updated", "unchanged", "kept")
