@@ -191,8 +191,11 @@ class Principal(BaseModel):
 
     def require_domain(self, domain: str) -> None:
         if not self.may_see_domain(domain):
+            kind, _, name = domain.partition("/")
+            grant = f"market:{name}:read" if kind == "markets" else f"agent:{name}:read"
             raise PermissionDenied(
-                f"token {self.name!r} may read nothing in {domain}: ask an operator for a grant"
+                f"token {self.name!r} may read nothing in {domain}: ask an operator for a grant "
+                f"such as '{grant}'"
             )
 
     def administers_agent(self, agent: str) -> bool:
@@ -301,6 +304,21 @@ def _principal(i: int, entry: object) -> Principal:
     )
 
 
+def _from_env(text: str) -> TokenConfig:
+    """The tokens document `$SKILLFS_TOKENS` holds; a path there (where `--tokens` takes one)
+    is refused saying so, not as a document that is not YAML."""
+    try:
+        return TokenConfig.parse(text)
+    except InvalidPath:
+        named = text.strip()
+        if "\n" not in named and Path(named).is_file():
+            raise InvalidPath(
+                f"${ENV_TOKENS} holds the tokens document itself, not a path, and {named!r} is "
+                f"a file: pass it as --tokens {named} instead"
+            ) from None
+        raise
+
+
 class Tokens:
     """The current tokens config, from a file (re-read when it changes, so a revoked token
     stops working without a restart) or from `$SKILLFS_TOKENS`.
@@ -318,11 +336,13 @@ class Tokens:
 
     def __init__(self, path: str | os.PathLike[str] | None = None, text: str | None = None) -> None:
         path = None if path is None else Path(path)  # a str as docs/integrations.md shows it
-        if path is None and text is None:
+        from_env = path is None and text is None
+        if from_env:
             text = os.environ.get(ENV_TOKENS)
         if path is None and not text:
             raise InvalidPath(
-                f"no tokens: pass --tokens FILE or set ${ENV_TOKENS} (see docs/server.md)"
+                f"no tokens: pass --tokens FILE, or set ${ENV_TOKENS} to the tokens document "
+                "itself (see docs/server.md)"
             )
         self.path = path
         self._lock = threading.Lock()
@@ -331,7 +351,10 @@ class Tokens:
         self._checked = 0.0
         #: Why the file is not in force (deleted, unparsable), while every token is refused.
         self.failure: str | None = None
-        self._config = TokenConfig.parse(text) if text else self._load()
+        if text:
+            self._config = _from_env(text) if from_env else TokenConfig.parse(text)
+        else:
+            self._config = self._load()
         #: A config and, under it, authorization value -> principal (replaced as one tuple,
         #: so a thread holding an older config never fills the newer one's map).
         self._known: tuple[TokenConfig | None, dict[str, Principal]] = (None, {})
@@ -384,7 +407,8 @@ class Tokens:
         if not header:
             raise Unauthenticated(  # gRPC's metadata and HTTP's header (MCP) alike
                 "no token: send 'authorization: Bearer TOKEN' (an HTTP header, or gRPC "
-                "metadata: skillfs.open_store(..., token=...) or $SKILLFS_TOKEN)"
+                "metadata): the CLI's --token TOKEN or $SKILLFS_TOKEN, "
+                "skillfs.open_store(..., token=...) in Python"
             )
         config = self.config
         known = self._known

@@ -17,6 +17,7 @@ import typer
 from skillfs.cli.commands import register
 from skillfs.cli.common import JsonOption, StoreOption, emit_json, fail, out, shown
 from skillfs.cli.helptext import Command, Group
+from skillfs.cli.logged import say_warnings
 from skillfs.cli.serve import GrpcOption, HttpOption, run_examples, serve
 from skillfs.errors import InvalidArgument
 from skillfs.spec.profiles import PROFILES, Profiles
@@ -53,6 +54,7 @@ def _options(
     ] = False,
 ) -> None:
     """Agent Skills in a key-value store, served fresh to every agent worker."""
+    say_warnings()
 
 
 def main() -> None:

@@ -509,7 +509,20 @@ def print_table(
         t.add_row(*row)
     # rich caps a table at the terminal's width; render it at its own width instead
     lines = out.render_lines(t, out.options.update_width(max(out.width, sum(widths) + padding)))
-    out.print(Segments([s for line in lines for s in (*line, Segment.line())]), end="", crop=False)
+    segments = [s for line in lines for s in (*_rstrip(line), Segment.line())]
+    out.print(Segments(segments), end="", crop=False)
+
+
+def _rstrip(line: list[Segment]) -> list[Segment]:
+    """A rendered row without the blanks rich pads it with to the table's width (a copied or
+    diffed row ended in runs of spaces)."""
+    line = list(line)
+    while line and not line[-1].text.rstrip():
+        line.pop()
+    if line:
+        last = line[-1]
+        line[-1] = Segment(last.text.rstrip(), last.style, last.control)
+    return line
 
 
 def print_patch(patch: str) -> None:

@@ -50,7 +50,8 @@ HttpOption = Annotated[
 ]
 
 NO_TOKENS = (
-    "no tokens: pass --tokens FILE or set $SKILLFS_TOKENS to the document. A tokens file is "
+    "no tokens: pass --tokens FILE, or set $SKILLFS_TOKENS to the tokens document itself (its "
+    "text, not a path). A tokens file is "
     "YAML, e.g. `tokens: [{name: ops, token: <16+ random characters>, grants: ['*:admin']}]` "
     '(docs/server.md, "Tokens and grants"); for a local dev server with an admin token made '
     "for you, run `skillfs run` instead"
@@ -133,7 +134,8 @@ def serve(
             "--tokens",
             metavar="FILE",
             show_default=False,
-            help="Tokens and grants (default: the document in $SKILLFS_TOKENS).",
+            help="Tokens and grants (default: $SKILLFS_TOKENS, which holds the document itself, "
+            "not a path).",
         ),
     ] = None,
     tls_cert: Annotated[
@@ -215,7 +217,7 @@ def serve(
     from skillfs.server.backend import Caps
 
     if tokens is None and not os.environ.get(ENV_TOKENS):
-        raise fail(NO_TOKENS)
+        raise fail(NO_TOKENS, code=2)  # a missing option, as the CLI's usage errors
     curate = _curate_config(curate_every, curate_idle)
     setup_logging(log_level)
     config = ServerConfig(

@@ -503,3 +503,15 @@ def test_browse_on_redis(request: pytest.FixtureRequest, tmp_path: Path) -> None
     assert [r["skill"] for r in as_json(url, "ls", "-s", "shared:bot")] == ["reviewer"]
     assert ok(url, "cat", "reviewer/x.bin", "-s", "shared:bot").stdout_bytes == BINARY
     assert as_json(url, "ls", "--agent", "bot")[0]["scope"] == "shared:bot"
+
+
+def test_table_rows_end_with_their_last_cell(filled: str) -> None:
+    """No row is padded with spaces to the table's width (outside testing, every `ls` and
+    `history` row ended in a run of them)."""
+    for args in (
+        ("ls",),
+        ("ls", "--scope", "shared:bot"),
+        ("history", "reviewer", "-s", "shared:bot"),
+    ):
+        lines = ok(filled, *args, COLUMNS="200").stdout.splitlines()
+        assert len(lines) > 1 and [line for line in lines if line != line.rstrip()] == [], args

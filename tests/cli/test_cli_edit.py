@@ -198,14 +198,19 @@ def test_an_override_created_meanwhile_is_a_conflict(url: str, editor: ScriptedE
     assert "2. mine" in _kept_copy(result).read_text()
 
 
+#: The template's placeholder instructions replaced (skillfs.spec.template refuses them).
+OWN_INSTRUCTIONS = [
+    ["1. First step.", "1. Do it."],
+    ["2. Second step.\n", ""],
+    ["Say when the agent should use this skill, and what it gets done.", "For fresh things."],
+    ["- A request this skill handles, and what a good answer looks like.", "- Make it fresh."],
+]
+
+
 def test_a_new_skill_needs_a_description_of_its_own(
     url: str, editor: ScriptedEditor, edit_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    body = [{"replace": [["1. First step.", "1. Do it."], ["2. Second step.\n", ""],
-                         ["Say when the agent should use this skill, and what it gets done.",
-                          "Use it for fresh things."],
-                         ["- A request this skill handles, and what a good answer looks like.",
-                          "- Make it fresh: a fresh answer."]]}]  # fmt: skip
+    body = [{"replace": OWN_INSTRUCTIONS}]
     result = editor(url, "fresh/SKILL.md", steps=body)
     line = error_line(result)
     assert "not saved: fresh still has the template's placeholder description" in line
@@ -305,7 +310,9 @@ def test_edit_creates_a_file_and_a_skill(url: str, editor: ScriptedEditor) -> No
     assert result.exit_code == 0, result.output
     assert _read(url, "references/new.md") == "new\n"
     result = editor(
-        url, "fresh/SKILL.md", steps=[{"replace": [["What this skill does", "Makes things"]]}]
+        url,
+        "fresh/SKILL.md",
+        steps=[{"replace": [["What this skill does", "Makes things"], *OWN_INSTRUCTIONS]}],
     )
     assert result.exit_code == 0, result.output
     assert editor.seen()[-1].startswith("---\nname: fresh\ndescription: What this skill does")

@@ -89,3 +89,18 @@ def test_a_tls_pair_that_does_not_match_is_said_so(tmp_path: Path) -> None:
         f"error: TLS: {cert} and {key} are not a PEM certificate and its private key "
         "(KEY_VALUES_MISMATCH); give the files of one pair"
     ]
+
+
+def test_skillfs_tokens_holds_the_document_and_a_path_there_is_said_so(tmp_path: Path) -> None:
+    """`--tokens` takes a file, `$SKILLFS_TOKENS` the document itself (docs/server.md): a path
+    put there is refused saying so (it read as a document that was no mapping)."""
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(tokens_document([("ops", "x" * 20, ["*:admin"])], "k"))
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    result = process("serve", "--store", store, "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0",
+                     SKILLFS_TOKENS=str(tokens))  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        f"error: $SKILLFS_TOKENS holds the tokens document itself, not a path, and "
+        f"{str(tokens)!r} is a file: pass it as --tokens {tokens} instead"
+    ]

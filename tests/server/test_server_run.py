@@ -149,9 +149,12 @@ def test_serve_without_tokens_says_how_to_make_them(tmp_path: Path) -> None:
         env={**env, "COLUMNS": "400"},
         timeout=60,
     )  # fmt: skip
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # a missing option (docs/cli.md, "Exit codes")
     line = proc.stderr.strip()
-    assert line.startswith("error: no tokens: pass --tokens FILE or set $SKILLFS_TOKENS"), line
+    assert line.startswith(
+        "error: no tokens: pass --tokens FILE, or set $SKILLFS_TOKENS to the tokens document "
+        "itself (its text, not a path)"
+    ), line
     assert "tokens: [{name: ops, token:" in line and "grants: ['*:admin']" in line
     assert "docs/server.md" in line and "run `skillfs run`" in line
     missing = subprocess.run(

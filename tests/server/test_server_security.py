@@ -111,6 +111,18 @@ def test_grant_grammar() -> None:
             Grant.parse(bad)
 
 
+def test_a_refusal_names_the_grant_to_ask_for() -> None:
+    """A token that reads nothing of a market (or agent) is told which grant would let it:
+    the runtime of a worker with markets=["anthropic"] read only "ask for a grant"."""
+    token = "w" * 20
+    worker = Tokens(text=tokens_document([("worker", token, ["agent:bot:read"])], "k"))
+    principal = worker.authenticate(f"Bearer {token}")
+    with pytest.raises(PermissionDenied, match="grant such as 'market:anthropic:read'"):
+        principal.require_domain("markets/anthropic")
+    with pytest.raises(PermissionDenied, match="grant such as 'agent:other:read'"):
+        principal.require_domain("agents/other")
+
+
 def test_tokens_config_rules(tmp_path: Path) -> None:
     with pytest.raises(InvalidPath, match="exactly one"):
         TokenConfig.parse('{"tokens": [{"name": "x", "grants": ["*:read"]}]}')
@@ -577,7 +589,7 @@ def test_no_token_or_a_wrong_one(
         admin.UploadBlob(iter([pb.UploadBlobRequest(data=b"x")]), metadata=[])
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
     nobody = skillfs.open_store(url, token="")
-    with pytest.raises(PermissionDenied, match="no token"):
+    with pytest.raises(PermissionDenied, match=r"no token: .*the CLI's --token TOKEN"):
         nobody.publish(A, "x", {"SKILL.md": md("x")})
     wrong = skillfs.open_store(url, token="wrong-token-0123456789")
     with pytest.raises(PermissionDenied, match="unknown or revoked"):
