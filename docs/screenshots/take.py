@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 import skillfs  # noqa: E402
 from skillfs.console import make_app, serve  # noqa: E402
 from skillfs.model import File, Scope  # noqa: E402
-from tests.browser_helpers import chromium  # noqa: E402
+from tests.browser_helpers import chromium, editor_text, set_editor  # noqa: E402
 
 OUT = Path(__file__).resolve().parent
 TOKEN = "screenshot-admin-token-0123"
@@ -137,9 +137,10 @@ def main() -> None:
                 page.goto(skill)
                 shoot(page, "skill")
                 page.goto(skill + "files/SKILL.md")
-                text = page.input_value("#content")
-                page.fill(
-                    "#content",
+                shoot(page, "editor")
+                text = editor_text(page)
+                set_editor(
+                    page,
                     text.replace("name: code-reviewer", "name: Code Reviewer").replace(
                         "license: Apache-2.0", "license: Apache-2.0\nowner: platform"
                     ),
@@ -148,7 +149,7 @@ def main() -> None:
                 page.fill("#save-why", "name the owning team")
                 page.click("#save")
                 page.wait_for_selector("#rejected")
-                shoot(page, "editor-validation", full=True)
+                shoot(page, "editor-validation")
                 page.goto(skill + "files/SKILL.md")
                 reviewer = store.manifest(SHARED, "code-reviewer")
                 current = store.read(SHARED, "code-reviewer", "SKILL.md").decode()
@@ -166,11 +167,9 @@ def main() -> None:
                     },
                     expected_version=reviewer.version,
                 )
-                page.fill(
-                    "#content",
-                    page.input_value("#content").replace(
-                        "Understand the intent", "Understand the purpose"
-                    ),
+                set_editor(
+                    page,
+                    editor_text(page).replace("Understand the intent", "Understand the purpose"),
                 )
                 page.click("#save")
                 page.wait_for_selector("#conflict")
