@@ -104,8 +104,13 @@ def editor_text(page: Page) -> str:
 
 def set_editor(page: Page, text: str) -> None:
     """Replace the editor's text as typing would (the page validates on each change): through
-    the CodeMirror editor, or in the textarea of a page without scripts."""
-    if page.locator(".cm-content").count():
+    the CodeMirror editor, or in the textarea of a page without scripts. The page's scripts
+    run after its HTML is parsed: until they did (the console's `skillfsEditor` is set, to
+    null where no editor could be drawn) the textarea may be hidden with no editor yet."""
+    page.wait_for_function(
+        "() => window.skillfsEditor !== undefined || document.readyState === 'complete'"
+    )
+    if page.evaluate("() => Boolean(window.skillfsEditor)"):
         page.evaluate("text => window.skillfsEditor.set(text)", text)
     else:
         page.fill("#content", text)
