@@ -433,6 +433,9 @@ def candidate_row(c: CandidateSummary) -> dict[str, Any]:
     """A staged candidate as `--json` prints it (docs/governance.md, "Staged rollout")."""
     return {
         **c.rollout.model_dump(mode="json"),
+        "match": c.rollout.match,
+        "excluded_users": list(c.rollout.excluded_users),
+        "rule": c.rollout.describe(),
         "files": c.file_count,
         "errors": [f.message for f in error_findings(c.findings)],
         "staged_by": c.actor or None,

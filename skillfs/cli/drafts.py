@@ -37,7 +37,14 @@ from skillfs.cli.govern import (
     one_target,
 )
 from skillfs.cli.helptext import Command, Group
-from skillfs.cli.rollout import EnvOption, FractionOption, UserOption, rule_of
+from skillfs.cli.rollout import (
+    EnvOption,
+    ExcludeOption,
+    FractionOption,
+    MatchOption,
+    UserOption,
+    rule_of,
+)
 from skillfs.governance.drafts import Draft
 from skillfs.model import CommitResult, Scope
 from skillfs.model.names import draft_entry, is_hidden_dir
@@ -195,6 +202,8 @@ def approve(
     env: EnvOption = None,
     user: UserOption = None,
     fraction: FractionOption = None,
+    match: MatchOption = None,
+    exclude: ExcludeOption = None,
     into: IntoOption = None,
     store_url: StoreOption = None,
     token: TokenOption = None,
@@ -202,12 +211,13 @@ def approve(
 ) -> None:
     """Make the draft the live skill and remove the draft, in one commit. Refused when the
     live skill moved since the draft was proposed, and (unless --force) when the draft
-    breaks the Agent Skills spec. With --env, --user or --fraction the draft becomes the
-    skill's staged candidate for those workers instead (a canary; then `skillfs widen`,
-    `promote`); --into puts it in another scope of the agent (a user's draft into shared)."""
+    breaks the Agent Skills spec. With --env, --user or --fraction (and --match, --exclude,
+    as `skillfs stage`) the draft becomes the skill's staged candidate for those workers
+    instead (a canary; then `skillfs widen`, `promote`); --into puts it in another scope of
+    the agent (a user's draft into shared)."""
     name = skill_only(target)
-    canary = env is not None or user is not None or fraction is not None
-    rule = rule_of(env, user, fraction)
+    canary = any(o is not None for o in (env, user, fraction, match, exclude))
+    rule = rule_of(env, user, fraction, match, exclude)
     with opened(store_url, token) as store:
         result = store.drafts.approve(
             scope,

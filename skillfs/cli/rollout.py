@@ -51,6 +51,39 @@ UserOption = Annotated[
 ]
 
 
+ExcludeOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--exclude",
+        metavar="USER",
+        show_default=False,
+        help="This user never gets the candidate, whatever the rest of the rule says (repeatable).",
+    ),
+]
+
+
+def parse_match(text: str) -> str:
+    """`any` or `all`, checked by the rule's own check (a bad one is bad usage, exit 2)."""
+    try:
+        return Rollout(match=text).match
+    except InvalidArgument as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+MatchOption = Annotated[
+    str | None,
+    typer.Option(
+        "--match",
+        metavar="any|all",
+        parser=parse_match,
+        show_default=False,
+        help="How --env, --user and --fraction combine: a worker matching any one of them "
+        "gets the candidate (the default), or only one matching all of them (--env prod "
+        "--fraction 0.1 --match all: 10 % of prod's users).",
+    ),
+]
+
+
 def parse_fraction(text: str) -> float:
     """A share of users, checked by the rule's own check before anything is opened (a bad
     one is bad usage, exit 2: `widen` said "no staged candidate" first)."""
@@ -74,9 +107,18 @@ FractionOption = Annotated[
 ]
 
 
-def rule_of(env: list[str] | None, user: list[str] | None, fraction: float | None) -> Rollout:
-    """The rollout rule the --env, --user and --fraction options name."""
-    return Rollout(environments=env or [], users=user or [], fraction=fraction or 0.0)
+def rule_of(
+    env: list[str] | None,
+    user: list[str] | None,
+    fraction: float | None,
+    match: str | None,
+    exclude: list[str] | None,
+) -> Rollout:
+    """The rollout rule the --env, --user, --fraction, --match and --exclude options name."""
+    return Rollout(
+        environments=env or [], users=user or [], fraction=fraction or 0.0,
+        match=match or "any", excluded_users=exclude or [],
+    )  # fmt: skip
 
 
 ExpectOption = Annotated[
@@ -101,6 +143,8 @@ def stage(
     env: EnvOption = None,
     user: UserOption = None,
     fraction: FractionOption = None,
+    match: MatchOption = None,
+    exclude: ExcludeOption = None,
     version: ExpectOption = None,
     message: MessageOption = "",
     force: ForceOption = False,
@@ -109,10 +153,11 @@ def stage(
     as_json: JsonOption = False,
 ) -> None:
     """Stage a skill directory as the skill's candidate: the workers the rule names (--env,
-    --user, --fraction; any one is enough) get it at their next step, everyone else keeps
-    the live version (a new skill: nobody else sees it). Staging again replaces the
-    candidate. A candidate that breaks the spec needs --force."""
-    rule = rule_of(env, user, fraction)
+    --user, --fraction: any one is enough, or all of them with --match all; never an
+    --exclude'd user) get it at their next step, everyone else keeps the live version (a
+    new skill: nobody else sees it). Staging again replaces the candidate. A candidate that
+    breaks the spec needs --force."""
+    rule = rule_of(env, user, fraction, match, exclude)
     with opened(store_url, token, create=True) as store:
         sources = skill_sources(directory, store.limits)
         if len(sources) != 1 or sources[0].root.resolve() != directory.resolve():
@@ -139,14 +184,16 @@ def widen(
     env: EnvOption = None,
     user: UserOption = None,
     fraction: FractionOption = None,
+    match: MatchOption = None,
     message: MessageOption = "",
     store_url: StoreOption = None,
     token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Give a skill's candidate to more workers: the environments and users given are added
-    to its rule, and --fraction raises its share (never lowers it: everyone already in
-    stays in). To narrow, abort and stage again."""
+    to its rule, --fraction raises its share and --match any loosens an all-rule (never
+    narrowing: everyone already in stays in; its excluded users stay excluded). To narrow,
+    abort and stage again."""
     skill = skill_only(target)
     with opened(store_url, token, create=True) as store:
         m = store.manifest(scope, skill)
@@ -157,6 +204,8 @@ def widen(
             environments=[*old.environments, *(env or [])],
             users=[*old.users, *(user or [])],
             fraction=old.fraction if fraction is None else fraction,
+            match=old.match if match is None else match,
+            excluded_users=old.excluded_users,
         )
         options = WriteOptions(expected_version=m.version, message=message)
         result = store.rollouts.widen(scope, skill, rule, options=options)
@@ -169,18 +218,30 @@ def promote(
     scope: ScopeOption,
     version: ExpectOption = None,
     force: ForceOption = False,
+    anyway: Annotated[
+        bool,
+        typer.Option(
+            "--anyway",
+            help="Promote even though a live save landed after the candidate was staged "
+            "(that edit's files are replaced by the candidate's; history keeps them).",
+        ),
+    ] = False,
     message: MessageOption = "",
     store_url: StoreOption = None,
     token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Make a skill's candidate the live version for everyone, in one commit (the version it
-    replaces stays in history). A candidate that breaks the spec needs --force."""
+    replaces stays in history). Refused when a live save landed after the candidate was
+    staged, naming it: stage again on top of it, or --anyway. A candidate that breaks the
+    spec needs --force."""
     skill = skill_only(target)
     with opened(store_url, token, create=True) as store:
         expected = store.manifest(scope, skill).version if version is None else version
         options = WriteOptions(expected_version=expected, message=message)
-        result = store.rollouts.promote(scope, skill, options=options, strict=not force)
+        result = store.rollouts.promote(
+            scope, skill, options=options, strict=not force, anyway=anyway
+        )
     done("promoted the candidate of", scope, skill, result, as_json)
 
 

@@ -5,9 +5,14 @@ rule costs no round trip."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import logging
 
 from skillfs.model import Manifest, Rollout, Scope
+from skillfs.model.rollout import RULE_FORMAT
+
+log = logging.getLogger(__name__)
 
 #: 2**64: a bucket is the first 8 bytes of a SHA-256 read as a fraction of this.
 _SPAN = float(1 << 64)
@@ -25,12 +30,34 @@ def gets_candidate(
     rollout: Rollout, scope: Scope, skill: str, user: str, environment: str | None
 ) -> bool:
     """Whether a worker of `user` declaring `environment` (None: none) gets the candidate:
-    its environment is listed, its user is named, or the user's bucket is below the
-    fraction."""
-    return (
-        (environment is not None and environment in rollout.environments)
-        or user in rollout.users
-        or (rollout.fraction > 0.0 and bucket(scope, skill, user) < rollout.fraction)
+    never an excluded user; else its environment listed, its user named, its bucket below
+    the fraction — any one of the parts the rule gives, or all of them (`match`); the rule
+    with no part reaches nobody. A rule of a format this release does not know gives it to
+    nobody (`effective` logs it once)."""
+    if not rollout.known or user in rollout.excluded_users:
+        return False
+
+    def holds(part: str) -> bool:
+        if part == "environments":
+            return environment is not None and environment in rollout.environments
+        if part == "users":
+            return user in rollout.users
+        return bucket(scope, skill, user) < rollout.fraction  # (only when asked: a hash)
+
+    parts = rollout.parts()
+    held = (holds(p) for p in parts)
+    return bool(parts) and (all(held) if rollout.match == "all" else any(held))
+
+
+@functools.cache
+def _unknown(fmt: int, match: str) -> None:
+    """Log once per process (per kind of rule) that a rule is newer than this release."""
+    log.warning(
+        "a staged rollout rule of format %s (match %r) is newer than this release (format "
+        "%s): workers of this release serve the live version of such skills; upgrade them",
+        fmt,
+        match,
+        RULE_FORMAT,
     )
 
 
@@ -43,10 +70,13 @@ def has_live(m: Manifest) -> bool:
 def effective(m: Manifest, scope: Scope, user: str, environment: str | None) -> Manifest | None:
     """What a worker of `user` in `environment` sees of this entry: the candidate where the
     rule gives it to them (the same version and commit, the candidate's files, frontmatter
-    and findings; the kill switch still applies), `m` itself elsewhere, and None for a skill
-    with no live version. The candidate is a new object, so `result is not m` says which."""
+    and findings; the kill switch still applies), `m` itself elsewhere — also wherever the
+    rule is of a format this release does not know —, and None for a skill with no live
+    version. The candidate is a new object, so `result is not m` says which."""
     c = m.candidate
-    if c is not None and gets_candidate(c.rollout, scope, m.skill, user, environment):
+    if c is not None and not c.rollout.known:
+        _unknown(c.rollout.format, c.rollout.match)
+    elif c is not None and gets_candidate(c.rollout, scope, m.skill, user, environment):
         return as_candidate(m)
     return m if has_live(m) else None  # (a tombstone carries no candidate)
 

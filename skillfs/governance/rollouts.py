@@ -52,12 +52,22 @@ class Rollouts:
         return self._commits.commit([command], options=options)
 
     def promote(
-        self, scope: Scope, skill: str, *, options: WriteOptions = DEFAULT, strict: bool = False
+        self,
+        scope: Scope,
+        skill: str,
+        *,
+        options: WriteOptions = DEFAULT,
+        strict: bool = False,
+        anyway: bool = False,
     ) -> CommitResult:
         """Make the candidate the live version for everyone, in one commit; the version it
-        replaces stays in history (roll back to it like any other). `strict`, the admin
+        replaces stays in history (roll back to it like any other). A live save that landed
+        after the candidate was staged is refused (FailedPrecondition naming its version,
+        actor and time) unless `anyway`: promoting drops that edit. `strict`, the admin
         surfaces' policy: a candidate with error findings is refused (InvalidSkill)."""
-        command = Promote(scope=scope, skill=skill, expected_version=options.expected_version)
+        command = Promote(
+            scope=scope, skill=skill, expected_version=options.expected_version, anyway=anyway
+        )
         return self._commits.commit([command], options=options, strict=strict)
 
     def abort(self, scope: Scope, skill: str, *, options: WriteOptions = DEFAULT) -> CommitResult:

@@ -10,9 +10,9 @@ from skillfs.model.manifest import (
     Candidate,
     CandidateSummary,
     Labelled,
+    LiveEdit,
     Manifest,
     Origin,
-    Rollout,
     VersionSummary,
 )
 from skillfs.model.ops import Put, Remove
@@ -33,6 +33,7 @@ from skillfs.model.records import (
     target_domain,
     usage_by_skill,
 )
+from skillfs.model.rollout import Rollout
 
 __all__ = [
     "MTIME_MAX",
@@ -49,6 +50,7 @@ __all__ = [
     "Finding",
     "GcReport",
     "Labelled",
+    "LiveEdit",
     "Manifest",
     "Origin",
     "Put",

@@ -15,17 +15,15 @@ import logging
 import math
 import re
 import threading
-from collections.abc import Iterable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 from pydantic.dataclasses import dataclass
 
-from skillfs.errors import InvalidArgument
 from skillfs.model.file_entry import FileEntry
 from skillfs.model.import_mark import ImportMark
 from skillfs.model.lean import Edge, Finding, Typed, error_findings
-from skillfs.model.names import check_id
+from skillfs.model.rollout import Rollout
 from skillfs.model.table import TableRef, file_bytes, file_count
 
 log = logging.getLogger(__name__)
@@ -35,76 +33,14 @@ log = logging.getLogger(__name__)
 MTIME_MIN, MTIME_MAX = -62135596800.0, 253402300799.0
 
 
-class Rollout(BaseModel):
-    """Who gets a skill's staged candidate (docs/governance.md, "Staged rollout"): a worker
-    whose environment is one of `environments`, a user named in `users`, or a user whose
-    stable bucket (`skillfs.governance.rollout_rule.bucket`) is below `fraction`. Any one of
-    them is enough, so a wider rule only adds workers; the empty rule reaches nobody."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LiveEdit(Edge):
+    """A live version saved while a candidate was staged (docs/governance.md, "Promote guards
+    a later live edit"): promoting would replace its files with the candidate's."""
 
-    model_config = ConfigDict(frozen=True)
-
-    environments: tuple[str, ...] = ()
-    users: tuple[str, ...] = ()
-    fraction: float = 0.0
-
-    def __init__(
-        self,
-        environments: Iterable[str] = (),
-        users: Iterable[str] = (),
-        fraction: float = 0.0,
-    ) -> None:
-        if isinstance(environments, str) or isinstance(users, str):
-            raise InvalidArgument("a rollout takes lists: environments=[...], users=[...]")
-        try:  # sorted and once each: equal rules compare equal
-            envs, names = tuple(sorted(set(environments))), tuple(sorted(set(users)))
-        except TypeError:
-            raise InvalidArgument("a rollout's environments and users are lists of names") from None
-        try:
-            super().__init__(environments=envs, users=names, fraction=fraction)
-        except ValidationError as exc:
-            problem = exc.errors()[0]
-            raise InvalidArgument(
-                f"invalid rollout {'.'.join(map(str, problem['loc']))}: {problem['msg']}; give "
-                "environments=[names], users=[user ids] and fraction= a number from 0 to 1"
-            ) from None
-        self.check()
-
-    def describe(self) -> str:
-        """The rule in words, for messages and listings: `env prod, staging; users alice; 10 %`."""
-        parts = []
-        if self.environments:
-            parts.append("env " + ", ".join(self.environments))
-        if self.users:
-            parts.append("users " + ", ".join(self.users))
-        if self.fraction:
-            parts.append(f"{self.fraction * 100:g} %")
-        return "; ".join(parts) or "nobody"
-
-    def dropped_by(self, new: Rollout) -> str:
-        """What `new` drops of this rule's reach ("" when it keeps everyone)."""
-        parts = []
-        envs = [e for e in self.environments if e not in new.environments]
-        users = [u for u in self.users if u not in new.users]
-        if envs:
-            parts.append("environment " + ", ".join(envs))
-        if users:
-            parts.append("user " + ", ".join(users))
-        if new.fraction < self.fraction:
-            parts.append(f"users between fraction {new.fraction:g} and {self.fraction:g}")
-        return "; ".join(parts)
-
-    def check(self) -> Rollout:
-        """Raise InvalidPath unless names are ids (docs/design.md §1) and 0 <= fraction <= 1."""
-        for env in self.environments:
-            check_id("environment", env)
-        for user in self.users:
-            check_id("user", user)
-        if not (math.isfinite(self.fraction) and 0.0 <= self.fraction <= 1.0):
-            raise InvalidArgument(
-                f"invalid rollout fraction {self.fraction!r}: give a share of users from 0 "
-                "(nobody by share) to 1 (everyone), e.g. 0.1 for 10 %"
-            )
-        return self
+    version: int
+    actor: str = ""
+    at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,6 +60,17 @@ class Candidate(Edge):
     staged_at: float = 0.0
     #: The stored form of a big `files` (`TableRef`); absent from the JSON when None.
     table: TableRef | None = Field(default=None, exclude_if=lambda v: v is None)
+    #: The version whose live files it was staged beside (0: none); None when staged before
+    #: this was recorded. Set by the Committer (`store.rules.track_live`).
+    staged_on: int | None = Field(default=None, exclude_if=lambda v: v is None)
+    #: The newest live save since it was staged, set by the Committer: promote refuses it
+    #: unless asked to promote anyway. Absent from the JSON when None.
+    live_edit: LiveEdit | None = Field(default=None, exclude_if=lambda v: v is None)
+
+    @property
+    def live_version(self) -> int | None:
+        """The version whose live files everyone else keeps (None: not recorded)."""
+        return self.live_edit.version if self.live_edit is not None else self.staged_on
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

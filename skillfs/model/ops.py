@@ -14,8 +14,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, fie
 
 from skillfs.errors import InvalidArgument
 from skillfs.model.file_entry import FileEntry
-from skillfs.model.manifest import Origin, Rollout
+from skillfs.model.manifest import Origin
 from skillfs.model.records import File, Scope
+from skillfs.model.rollout import Rollout
 
 #: A file a write carries: new bytes (or text), a File with its mode, or a stored FileEntry
 #: kept by reference.
@@ -201,11 +202,13 @@ class Widen(_Command):
 
 
 class Promote(_Command):
-    """Make the staged candidate the live version for everyone."""
+    """Make the staged candidate the live version for everyone; `anyway`: also when a live
+    save landed after it was staged (its files are replaced by the candidate's)."""
 
     scope: Scope
     skill: str
     expected_version: int | None = None
+    anyway: bool = False
 
 
 class Abort(_Command):

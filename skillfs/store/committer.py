@@ -219,6 +219,7 @@ class Committer:
                 actor=attempt.actor,
                 message=message,
             )
+            m = rules.track_live(cur, m)
             ops.append(CommitOp(scope=s.scope, manifest=rules.storable(s.scope, m), expect=version))
         markets = self.markets() if rules.reads_markets(ops, current) else []
         guarded = [g for g in rules.guarded(ops, current, markets) if g not in current]
@@ -258,11 +259,14 @@ class Committer:
         current = self.load(
             [(op.scope, op.manifest.skill) for op in ops] + rules.review_entries(ops)
         )
+        tracked = []
         for op in ops:
             cur = current.get((op.scope, op.manifest.skill))
             version = cur.version if cur is not None else 0
             if version != op.expect:
                 raise VersionMismatch(op.scope, op.manifest.skill, version)
+            tracked.append(op.model_copy(update={"manifest": rules.track_live(cur, op.manifest)}))
+        ops = tracked
         markets = self.markets() if rules.reads_markets(ops, current) else []
         guarded = rules.guarded(ops, current, markets)
         current.update(self.load([g for g in guarded if g not in current]))

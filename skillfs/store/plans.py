@@ -6,6 +6,7 @@ never writes over a concurrent one and a move always copies its source as commit
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -189,6 +190,11 @@ def _staged(a: Attempt, scope: Scope, skill: str, what: str) -> tuple[Manifest, 
 def _widen(c: Widen) -> Plan:
     def make(a: Attempt) -> Manifest:
         cur, staged = _staged(a, c.scope, c.skill, "widen")
+        if not staged.rollout.known:
+            raise FailedPrecondition(
+                f"{c.scope}/{c.skill} is staged for {staged.rollout.describe()}: widen it with "
+                "a release that knows its format, or abort and stage again"
+            )
         dropped = staged.rollout.dropped_by(c.rollout)
         if dropped:
             raise FailedPrecondition(
@@ -208,12 +214,32 @@ def _widen(c: Widen) -> Plan:
 
 
 def _promote(c: Promote) -> Plan:
+    """Refused, unless `anyway`, when a live save landed after the candidate was staged:
+    promoting would replace that edit's files with the candidate's, which never held it
+    (docs/governance.md, "Promote guards a later live edit")."""
+
     def make(a: Attempt) -> Manifest:
         cur, staged = _staged(a, c.scope, c.skill, "promote")
+        edit = staged.live_edit
+        if edit is not None and not c.anyway:
+            raise FailedPrecondition(
+                f"{c.scope}/{c.skill}: live version {edit.version} was saved by "
+                f"{edit.actor or 'an unnamed actor'} at {_when(edit.at)}, after the candidate "
+                f"was staged by {staged.actor or 'an unnamed actor'} at {_when(staged.staged_at)}"
+                ": promoting would replace that edit with the candidate's files, which never "
+                "held it; nothing was written. Stage the candidate again on top of the live "
+                "version, or promote anyway to drop the live edit (`skillfs promote "
+                "--anyway`, the console's Promote anyway, `promote(..., anyway=True)`)"
+            )
         a.refuse_errors(c.skill, staged.findings)
         return cur.promoted().did(Operation.PROMOTE)
 
     return Plan([Step(c.scope, c.skill, c.expected_version, make)], [], "promoted the candidate")
+
+
+def _when(at: float) -> str:
+    """A commit's time as an operator reads it in a message (UTC)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
 
 
 def _abort(c: Abort) -> Plan:

@@ -7,6 +7,7 @@ store, does not change them."""
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
@@ -22,7 +23,7 @@ from skillfs.errors import (
     ReviewRequired,
     TooLarge,
 )
-from skillfs.model import FileEntry, Finding, Manifest, Rollout, Scope, error_findings
+from skillfs.model import FileEntry, Finding, LiveEdit, Manifest, Rollout, Scope, error_findings
 from skillfs.model.entry import EntryKind, EntryRef
 from skillfs.model.names import check_new_name, check_new_path, entry_name, name_key
 from skillfs.model.pins import MAX_LABELS, check_label
@@ -229,17 +230,43 @@ def check_labels(ops: Sequence[CommitOp]) -> None:
 def check_rule(scope: Scope, rollout: Rollout) -> Rollout:
     if not isinstance(rollout, Rollout):
         raise InvalidArgument(
-            f"a rollout is a skillfs.Rollout(environments=[...], users=[...], fraction=...), "
-            f"not {type(rollout).__name__}"
+            f"a rollout is a skillfs.Rollout(environments=[...], users=[...], fraction=..., "
+            f"match='any' | 'all', excluded_users=[...]), not {type(rollout).__name__}"
         )
     rollout.check()
-    others = sorted(set(rollout.users) - {scope.user_id}) if scope.kind == "user" else []
+    named = {*rollout.users, *rollout.excluded_users}
+    others = sorted(named - {scope.user_id}) if scope.kind == "user" else []
     if others:
         raise InvalidArgument(
             f"{scope} is seen by user {scope.user_id!r} alone: a rollout there cannot name "
             f"{', '.join(others)} (stage in the shared scope to reach other users)"
         )
     return rollout
+
+
+def track_live(cur: Manifest | None, m: Manifest) -> Manifest:
+    """A candidate's record of the live files beside it (docs/governance.md, "Promote guards
+    a later live edit"): one this commit stages notes the live version it is staged beside;
+    one kept while the commit changes the live files notes that live save (its version,
+    actor and time), which promote refuses unless asked to promote anyway. `m` is the next
+    version as committed (stamped)."""
+    c = m.candidate
+    if c is None:
+        return m
+    was = live(cur)
+    if c.commit_id == m.commit_id:  # staged by this commit (a stage, an approval as canary)
+        on = was.version if was is not None and was.files else 0
+        return replace(m, candidate=replace(c, staged_on=on, live_edit=None))
+    held = was.candidate if was is not None else None
+    if held is None or held.commit_id != c.commit_id or _content(m) == _content(was):
+        return m
+    edit = LiveEdit(version=m.version, actor=m.actor, at=m.committed_at)
+    return replace(m, candidate=replace(c, live_edit=edit))
+
+
+def _content(m: Manifest | None) -> dict[str, tuple[str, int]]:
+    """A version's live files as bytes and modes (a file's time alone is no edit)."""
+    return {path: (e.sha256, e.mode) for path, e in m.files.items()} if m is not None else {}
 
 
 # ---------------------------------------------------------------------------- the kill switch

@@ -126,7 +126,7 @@ def test_approve_as_canary(client: Client, store: skillfs.Store) -> None:
     assert bad.status == 400 and "from 0 to 100" in unescape(bad.text)
     assert store.manifest(SHARED, draft_entry("code-reviewer")).version == v  # still a draft
     r = client.post(url, {"expected": str(v), "canary": "1", "users": "alice", "percent": "10"})
-    assert r.status == 200 and "as a canary for users alice; 10 %" in r.text
+    assert r.status == 200 and "as a canary for users alice or 10 % of users" in r.text
     m = store.manifest(SHARED, "code-reviewer")
     assert m.candidate is not None
     assert m.candidate.rollout == skillfs.Rollout(users=["alice"], fraction=0.1)

@@ -9,7 +9,8 @@ import re
 from html import unescape
 
 import skillfs
-from skillfs.model import File, Rollout
+from skillfs.governance.rollout_rule import gets_candidate
+from skillfs.model import File, Rollout, Scope
 from tests.console.test_console import (
     AGENT,
     SHARED,
@@ -19,6 +20,7 @@ from tests.console.test_console import (
     skill_url,
 )
 from tests.console.test_console_governance import ops_client  # noqa: F401  (a fixture)
+from tests.helpers import skill_md
 
 SKILL = "code-reviewer"
 
@@ -53,7 +55,10 @@ def test_save_as_canary_stages_for_the_rule_only(client: Client, store: skillfs.
     assert md_text(store, SKILL) == live_text  # everyone else keeps the live files
     assert 'id="rollout"' in r.text and "users alice" in r.text
     users = r.text.split('id="rollout-users"', 1)[1].split("</p>", 1)[0]
-    assert "<b>1</b> gets the candidate" in users and '<span class="chip">alice</span>' in users
+    # alice is only named in the rule (no scope of her own): not counted as a known user
+    assert "No user has a scope here yet" in users
+    assert 'without a scope here yet: <span class="chip">alice</span>' in users
+    assert f"keeps the live files (those of version {m.version})" in r.text  # not the stage's
     assert "badge canary" in client.get("/" + SHARED.prefix).text
 
     alice = client.get("/agents/support-bot/users/alice/")
@@ -93,7 +98,7 @@ def test_widen_promote_and_abort(client: Client, store: skillfs.Store) -> None:
     ).version
     page = client.get(skill_url(SKILL) + "?who=carol")
     assert 'id="who-answer"' in page.text and "carol" in page.text
-    assert "no worker gets it by its environment" in page.text  # none named: nobody by it
+    assert "no part by environment" in page.text  # none named: nobody by it
     assert "every worker that declares one" not in page.text
     narrow = client.post(skill_url(SKILL, "widen"), {"expected": str(v), "percent": "5"})
     assert narrow.status == 409 and "keep everyone already in" in unescape(narrow.text)
@@ -160,7 +165,7 @@ def test_edit_the_candidate_and_a_skill_never_live(client: Client, store: skillf
             "environments": "staging, prod",
         },
     )
-    assert r.status == 200 and "Staged SKILL.md as a canary for env prod, staging" in r.text
+    assert r.status == 200 and "Staged SKILL.md as a canary for workers in prod, staging" in r.text
     m = store.manifest(SHARED, "greeter")
     assert m.candidate is not None and set(m.candidate.files) == {"SKILL.md", "references/tone.md"}
     assert not m.files  # still never live
@@ -276,3 +281,61 @@ def test_history_page_sets_moves_and_removes_a_label(client: Client, store: skil
                                                "expected": str(v + 1)})  # fmt: skip
     assert r.status == 200 and "Removed stable" in r.text
     assert store.manifest(SHARED, SKILL).labels == {}
+
+
+def test_a_combined_rule_in_words_and_its_cohort(client: Client, store: skillfs.Store) -> None:
+    """ "staging and 50 %, never u3" typed in the editor's canary panel: the panel says it in
+    words, and the known users it lists are exactly those the rule's buckets put in (in a
+    staging worker); "does u… get it?" answers the same."""
+    users = [f"u{i}" for i in range(12)]
+    for u in users:  # users with a scope of their own: the ones the console knows
+        store.publish(Scope.user(AGENT, u), "own", {"SKILL.md": File(skill_md("own"))})
+    m = store.manifest(SHARED, SKILL)
+    text = md_text(store, SKILL).replace("# Code reviewer", "# Code reviewer (both)")
+    rule = {"environments": "staging", "percent": "50", "match": "all", "excluded": "u3"}
+    r = _save_canary(client, text, m.version, **rule)
+    said = "workers in staging and 50 % of users, never u3"
+    assert r.status == 200 and f"Staged SKILL.md as a canary for {said}" in unescape(r.text)
+    want = Rollout(environments=["staging"], fraction=0.5, match="all", excluded_users=["u3"])
+    staged = store.manifest(SHARED, SKILL)
+    assert staged.candidate is not None and staged.candidate.rollout == want
+    page = client.get(skill_url(SKILL) + "?who=u5")
+    assert f'<b id="rollout-rule">{said}</b>' in unescape(page.text)
+    assert "all of the parts below" in page.text
+    panel = page.text.split('id="rollout-users"', 1)[1].split("</p>", 1)[0]
+    cohort = [u for u in users if gets_candidate(want, SHARED, SKILL, u, "staging")]
+    listed = re.findall(r'<span class="chip">(u\d+)</span>', panel)
+    assert sorted(listed) == sorted(cohort) and "u3" not in listed
+    assert f"<b>{len(cohort)}</b> get" in panel and "in workers declaring staging" in panel
+    answer = page.text.split('id="who-answer"', 1)[1].split("</span></span>", 1)[0]
+    gets = "gets the candidate" if "u5" in cohort else "gets the live version"
+    assert gets in answer and "in workers declaring staging" in answer
+    editor = client.get(skill_url(SKILL, "files/SKILL.md") + "?candidate=1")
+    assert '<option value="all" selected>' in editor.text and 'value="u3"' in editor.text
+
+
+def test_promote_anyway_after_a_later_live_edit(client: Client, store: skillfs.Store) -> None:
+    """A live save after staging: the panel says so, Promote is refused with a page naming
+    the live version, its actor and time and offering Promote anyway, nothing written; the
+    button promotes."""
+    text = md_text(store, SKILL).replace("# Code reviewer", "# Code reviewer (next)")
+    live = store.manifest(SHARED, SKILL).version
+    store.rollouts.stage(SHARED, SKILL, {"SKILL.md": File(text.encode())}, Rollout(users=["a"]))
+    head = client.get(skill_url(SKILL)).text.split("</h1>", 1)[0]  # the stage is not live:
+    assert f"v{live + 1}</span>" in head and f"live files of v{live}" in head
+    assert "candidate staged" in head
+    hot = md_text(store, SKILL).replace("# Code reviewer", "# Code reviewer (hotfix)")
+    v = store.publish(SHARED, SKILL, {"SKILL.md": File(hot.encode())}, actor="oncall").version
+    page = client.get(skill_url(SKILL))
+    assert f"Version {v} was saved live by oncall" in page.text
+    r = client.post(skill_url(SKILL, "promote"), {"expected": str(v), "message": "ship it"})
+    assert r.status == 409 and 'id="promote-anyway"' in r.text
+    assert f"Version {v} of {SKILL} was saved live by <b>oncall</b>" in r.text
+    assert 'name="anyway" value="1"' in r.text and 'value="ship it"' in r.text
+    assert store.manifest(SHARED, SKILL).version == v and md_text(store, SKILL) == hot
+    r = client.post(
+        skill_url(SKILL, "promote"), {"expected": str(v), "anyway": "1", "message": "ship it"}
+    )
+    assert r.status == 200 and "Promoted" in r.text
+    assert md_text(store, SKILL) == text
+    assert store.governance.audit(AGENT, skill=SKILL)[0].message == "ship it"

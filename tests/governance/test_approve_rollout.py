@@ -46,7 +46,7 @@ def test_a_users_draft_approved_into_the_shared_scope_as_a_canary(store: Store) 
     assert store.drafts.list(ALICE) == []
     m = store.manifest(SHARED, "faq")
     assert m.candidate is not None and m.candidate.rollout == Rollout(fraction=0.25)
-    assert m.operation == "approve" and m.message == "approved as a canary for 25 %"
+    assert m.operation == "approve" and m.message == "approved as a canary for 25 % of users"
     inside = {u for u in USERS if bucket(SHARED, "faq", u) < 0.25}
     assert 0 < len(inside) < len(USERS)
     assert {u for u in USERS if seen(store, u) == "New."} == inside
@@ -113,7 +113,7 @@ def test_cli_approves_a_users_draft_into_shared_as_a_canary(
     bad = run(url, "drafts", "approve", "faq", *mine, "--fraction", "1.5")
     assert "invalid rollout fraction 1.5" in " ".join(error_line(bad, 2).replace("│", " ").split())
     line = ok(url, "drafts", "approve", "faq", *mine, "--into", "shared:bot", "--fraction", "0.1")
-    assert "approved faq as a canary for 10 % in shared:bot" in line.stdout
+    assert "approved faq as a canary for 10 % of users in shared:bot" in line.stdout
     with skillfs.open_store(url) as store:
         m = store.manifest(SHARED, "faq")
         assert m.candidate is not None and m.candidate.rollout == Rollout(fraction=0.1)

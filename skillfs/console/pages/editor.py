@@ -19,7 +19,12 @@ from skillfs.console.findings import (
     skill_md_text,
     stored_findings,
 )
-from skillfs.console.pages.rollout import candidate_manifest, percent, rollout_of
+from skillfs.console.pages.rollout import (
+    RULE_FIELDS,
+    candidate_manifest,
+    rollout_of,
+    rule_fields,
+)
 from skillfs.console.skill_files import MAX_EDIT_BYTES, file_tree, with_file
 from skillfs.console.strict import forced
 from skillfs.errors import (
@@ -136,15 +141,8 @@ def _canary_fields(call: Call, editing: Candidate | None) -> dict[str, str] | No
     when a **Save as canary** is shown again (refused, conflicting, a bad rule); the staged
     rule, when the candidate itself is edited (`editing`). None: a plain save."""
     if call.method == "POST" and call.field("canary") == "1":
-        return {k: call.field(k) for k in ("environments", "users", "percent")}
-    if editing is None:
-        return None
-    rule = editing.rollout
-    return {
-        "environments": ", ".join(rule.environments),
-        "users": ", ".join(rule.users),
-        "percent": percent(rule),
-    }
+        return {k: call.field(k) for k in RULE_FIELDS}
+    return rule_fields(editing.rollout) if editing is not None else None
 
 
 def _edit_text(call: Call, field: str) -> str:

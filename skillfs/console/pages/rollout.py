@@ -24,8 +24,9 @@ MAX_NAMED = 200
 
 
 def rollout_of(call: Call) -> Rollout:
-    """The rule of a posted form: `environments` and `users` (separated by commas or spaces)
-    and `percent` (0-100, of users by stable bucket). InvalidPath saying what to fix."""
+    """The rule of a posted form: `environments` and `users` (separated by commas or spaces),
+    `percent` (0-100, of users by stable bucket), `match` (`any`, the default, or `all`) and
+    `excluded` (users who never get it). InvalidPath saying what to fix."""
     text = call.field("percent").strip().removesuffix("%").strip()
     try:
         percent = float(text) if text else 0.0
@@ -38,7 +39,11 @@ def rollout_of(call: Call) -> Rollout:
         )
     envs = [check_id("environment", e) for e in _words(call.field("environments"))]
     users = [check_id("user", u) for u in _words(call.field("users"))]
-    return Rollout(environments=envs, users=users, fraction=round(percent / 100.0, 6))
+    excluded = [check_id("user", u) for u in _words(call.field("excluded"))]
+    return Rollout(
+        environments=envs, users=users, fraction=round(percent / 100.0, 6),
+        match=call.field("match") or "any", excluded_users=excluded,
+    )  # fmt: skip
 
 
 def _words(text: str) -> list[str]:
@@ -51,27 +56,52 @@ def percent(rule: Rollout) -> str:
     return f"{rule.fraction * 100:g}" if rule.fraction else ""
 
 
+#: The fields of a rule's form, as `rollout_of` reads them.
+RULE_FIELDS = ("environments", "users", "percent", "match", "excluded")
+
+
+def rule_fields(rule: Rollout) -> dict[str, str]:
+    """A rule as its form's fields show it (the editor's canary panel, editing a candidate)."""
+    return {
+        "environments": ", ".join(rule.environments),
+        "users": ", ".join(rule.users),
+        "percent": percent(rule),
+        "match": rule.match,
+        "excluded": ", ".join(rule.excluded_users),
+    }
+
+
 @dataclass(frozen=True)
 class Reach:
     """Who a candidate reaches now, for the rollout panel."""
 
     candidate: Candidate
     rule: str  # the rule in words
-    #: Of the users the console knows (those with a scope of their own, `MAX_NAMED` at most,
-    #: and the users the rule names), those the rule gives the candidate, and how many asked.
+    #: The version whose live files everyone else keeps (None: not recorded, staged before
+    #: skillfs 0.2, or none: never live).
+    live_version: int | None
+    #: The environment the known users are asked in: one of an `all` rule's environments
+    #: (its users get it only there), else None (they get it whatever their environment).
+    env: str | None
+    #: Of the users the console knows (those with a scope of their own, `MAX_NAMED` at most),
+    #: those the rule gives the candidate, and how many were asked.
     users_in: list[str]
     users_asked: int
     more_users: bool
+    #: Users the rule names that have no scope of their own here (not counted as known).
+    named_only: list[str]
     #: One user asked about (`?who=`): (user, gets it, their bucket in percent).
     asked: tuple[str, bool, float] | None
 
 
 def reach(call: Call, scope: Scope, m: Manifest) -> Reach | None:
     """What the rollout panel shows of `m`'s candidate (None without one): its rule, the
-    known users it reaches without an environment, and the user asked about by `?who=`."""
+    known users it reaches, the named users the console does not know, and the user asked
+    about by `?who=`."""
     c = m.candidate
     if c is None:
         return None
+    rule = c.rollout
     if scope.kind == "user" and scope.user_id is not None:
         known = [scope.user_id]
     elif scope.agent_id is not None:
@@ -79,15 +109,18 @@ def reach(call: Call, scope: Scope, m: Manifest) -> Reach | None:
     else:
         known = []  # a market's users are whoever uses it: ask about one by id
     more = len(known) > MAX_NAMED
-    asked_users = list(dict.fromkeys([*c.rollout.users, *known[:MAX_NAMED]]))
-    users_in = [u for u in asked_users if gets_candidate(c.rollout, scope, m.skill, u, None)]
+    asked_users = known[:MAX_NAMED]
+    env = rule.environments[0] if rule.match == "all" and rule.environments else None
+    users_in = [u for u in asked_users if gets_candidate(rule, scope, m.skill, u, env)]
+    named_only = [u for u in rule.users if u not in set(known)]
     who = call.query.get("who", "").strip()
     asked = None
     if who:
         who = check_id("user", who)
-        got = gets_candidate(c.rollout, scope, m.skill, who, None)
+        got = gets_candidate(rule, scope, m.skill, who, env)
         asked = (who, got, bucket(scope, m.skill, who) * 100)
-    return Reach(c, c.rollout.describe(), users_in, len(asked_users), more, asked)
+    live = c.live_version if has_live(m) else None
+    return Reach(c, rule.describe(), live, env, users_in, len(asked_users), more, named_only, asked)
 
 
 def candidate_manifest(m: Manifest) -> Manifest:
@@ -112,18 +145,27 @@ def widen(call: Call, scope: Scope, skill: str) -> Response:
 
 
 def promote(call: Call, scope: Scope, skill: str) -> Response:
-    """The candidate becomes the live version for everyone, in one commit."""
+    """The candidate becomes the live version for everyone, in one commit. A live save that
+    landed after it was staged is refused by the store; the page then says so and offers
+    "Promote anyway" (the form again with `anyway=1`)."""
     call.require(Level.write, scope)
+    anyway = call.field("anyway") == "1"
+    expected = call.form_int("expected")
     try:
         result = call.store.rollouts.promote(
-            scope,
-            skill,
-            options=call.options(call.form_int("expected")),
-            strict=not forced(call),
+            scope, skill, options=call.options(expected), strict=not forced(call), anyway=anyway
         )
     except InvalidSkill as exc:
         action = urls.skill_url(scope, skill, "promote")
         return confirm(call, action, f"{skill}'s candidate breaks the spec", {skill: exc.findings})
+    except FailedPrecondition:
+        now = call.store.manifest(scope, skill)
+        if anyway or now.candidate is None or now.candidate.live_edit is None:
+            raise
+        return call.render(
+            "promote_anyway.html", 409, scope=scope, m=now, edit=now.candidate.live_edit,
+            message=call.field("message"),
+        )  # fmt: skip
     return call.done(
         urls.skill_url(scope, skill),
         f"Promoted {skill}'s candidate: every worker sees it from its next step "
