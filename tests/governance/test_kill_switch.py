@@ -157,3 +157,47 @@ def test_a_raw_commit_to_a_server_is_held_to_the_same_rule(tmp_path: Path) -> No
         assert direct.manifests(ALICE, ["leaky"]) == {}
     finally:
         server.stop(0)
+
+
+@pytest.mark.parametrize("origin", [SHARED, Scope.market("team")], ids=["shared", "market"])
+def test_a_disable_between_an_agents_read_and_its_copys_commit(store: Store, origin: Scope) -> None:
+    """The interleaving forced: the agent's step read the skill, its live copy's commit read
+    the origin and is about to be sent, and the operator's disable lands in between (the
+    engine's commit is where the disable is made). The copy is never served: from the same
+    domain (the shared scope) the commit compares the origin's version and, retried, is
+    refused; from a market, read just before the commit, the copy lands (the store does not
+    re-read it: a skillfs server does, and refuses it) and, naming its origin, is a hole at
+    the worker's next step with the finding origin-disabled."""
+    store.publish(origin, "guide", skill("guide"))
+    layers = [skillfs.Market("team")] if origin.kind == "market" else []
+    worker = Skills(store, AGENT, "alice", skill_writes="live", layers=layers)
+    step = worker.snapshot()
+    assert [s.id for s in step.skills] == ["guide"]
+    real, raced = store.engine.commit, []
+
+    def commit(domain: str, ops: list[CommitOp], checks: list[object], charges: object) -> object:
+        if not raced and any(op.scope == ALICE for op in ops):
+            raced.append(True)
+            store.engine.commit = real  # type: ignore[method-assign]
+            store.governance.disable(origin, "guide", reason="wrong advice")
+        return real(domain, ops, checks, charges)  # type: ignore[arg-type]
+
+    store.engine.commit = commit  # type: ignore[method-assign]
+    wrote = {"action": "write_file", "name": "guide", "path": "x.md", "content": "x"}
+    result = step.call_tool("skill_manage", wrote)
+    assert raced
+    copied = not result.startswith("Error")
+    over_grpc = store.url.startswith("grpc://")
+    assert copied == (origin.kind == "market" and not over_grpc), result
+    if copied:
+        assert store.manifest(ALICE, "guide").origin == Origin(
+            scope=str(origin), skill="guide", version=1
+        )
+    else:
+        assert "'guide' is disabled in" in result and "wrong advice" in result
+        assert "guide" not in store.skills(ALICE)
+    nxt = worker.snapshot()
+    assert nxt.skills == ()  # hidden at the next step either way
+    if copied:
+        hidden = [p for p in nxt.problems if p.source == str(ALICE)]
+        assert [(p.skill, p.findings[0].rule) for p in hidden] == [("guide", "origin-disabled")]
