@@ -184,8 +184,8 @@ def serve(
         typer.Option(
             "--curate-idle",
             metavar="DURATION",
-            help="With --curate-every: curate only agents with no skill committed for this "
-            "long (0: any).",
+            help="With --curate-every: curate only agents whose workers have not used their "
+            "skills, nor anyone committed to them, for this long (0: any).",
         ),
     ] = "2h",
     scope_quota: Annotated[

@@ -35,7 +35,8 @@ MAX_TICK = 30.0
 
 class CurateConfig(BaseModel):
     """When the server curates: every `every` seconds (one runner per deployment), agents
-    whose skills have had no commit for `idle` seconds; skills idle `archive_after` archived."""
+    whose skills no worker used and nobody committed to for `idle` seconds; skills idle
+    `archive_after` archived."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -145,11 +146,15 @@ class Curator:
         return True
 
     def _quiet(self, agent: str) -> bool:
-        """Whether no skill of the agent was committed within `idle` seconds: curation never
-        races an edit under way."""
+        """Whether the agent has been idle for `idle` seconds: no worker used any of its
+        skills (usage last-used times, as Harness's `minIdleHours`: skills do not leave an
+        agent in use) and nobody committed to them (curation never races an edit under
+        way). One usage read, then one listing per scope."""
         if self.config.idle == 0:
             return True
         cutoff = self.store.clock() - self.config.idle
+        if any(s.last_used > cutoff for s in self.store.usage.by_skill(agent).values()):
+            return False
         return not any(
             m.committed_at > cutoff
             for scope in self.store.scopes(agent)
