@@ -51,6 +51,7 @@ from skillfs.errors import InvalidPath, NotFound, SkillfsError, StoreUnavailable
 from skillfs.model import Rollout
 from skillfs.model.names import check_skill_name
 from skillfs.store.quotas import acting_as
+from skillfs.util.deadline import SERVER_READS, budget
 
 log = logging.getLogger(__name__)
 
@@ -282,7 +283,16 @@ class Console:
         return self.error_page(401, "Signed out", "your session ended: sign in again")
 
     def _dispatch(self, call: Call, page: Page, make: Any) -> Response:
-        """A page's response, or the error page of what it raised (runs in the pool)."""
+        """A page's response, or the error page of what it raised (runs in the pool). A page
+        that only reads, its error page included, runs under the server's short budget
+        (`SERVER_READS`): with the store down it says so within seconds, not after the
+        store's `retry_for`. A form's write keeps the store's own."""
+        if call.method not in ("GET", "HEAD"):
+            return self._respond(call, page, make)
+        with budget(SERVER_READS):
+            return self._respond(call, page, make)
+
+    def _respond(self, call: Call, page: Page, make: Any) -> Response:
         try:
             with acting_as(call.session.principal.credential()):  # its commits' token
                 resp = page.handler(call, **args_of(dict(call.request.path_params), make))

@@ -26,6 +26,7 @@ from skillfs.mcp import catalog, prompts
 from skillfs.mcp.catalog import EXTENSION, BadUri
 from skillfs.mcp.views import View, Views, conversation
 from skillfs.spec.skill_md import SKILL_MD
+from skillfs.util.deadline import SERVER_READS, within
 
 Ctx = ServerRequestContext[Any, Any]
 
@@ -118,7 +119,7 @@ def build_server(views: Views, *, page_size: int = 100, ttl_ms: int = 0) -> Serv
     async def read_resource(ctx: Ctx, params: types.ReadResourceRequestParams) -> Any:
         _, snap = await snapshot(ctx)
         s, path = _call(catalog.file_of, snap, params.uri)
-        data = await anyio.to_thread.run_sync(snap.read_bytes, s.id, path)
+        data = await anyio.to_thread.run_sync(within, SERVER_READS, snap.read_bytes, s.id, path)
         mime = catalog.mime_type(path)
         text = catalog.as_text(data)
         content: types.TextResourceContents | types.BlobResourceContents
@@ -154,7 +155,7 @@ def build_server(views: Views, *, page_size: int = 100, ttl_ms: int = 0) -> Serv
             text, failed = f"Error: {exc.error.message}", True
         else:
             text, failed = await anyio.to_thread.run_sync(
-                snap.tool_outcome, params.name, params.arguments or {}
+                within, SERVER_READS, snap.tool_outcome, params.name, params.arguments or {}
             )
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)], is_error=failed
@@ -171,7 +172,9 @@ def build_server(views: Views, *, page_size: int = 100, ttl_ms: int = 0) -> Serv
         _, snap = await snapshot(ctx)
         try:
             s = prompts.skill_of(snap, params.name)
-            text = await anyio.to_thread.run_sync(snap.invoke, s.id, params.arguments or {})
+            text = await anyio.to_thread.run_sync(
+                within, SERVER_READS, snap.invoke, s.id, params.arguments or {}
+            )
         except (NotFound, InvalidArgument) as exc:
             raise _invalid(str(exc)) from exc
         except SkillfsError as exc:

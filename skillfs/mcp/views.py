@@ -41,6 +41,7 @@ from skillfs.mcp.catalog import uri
 from skillfs.model.pins import Pins
 from skillfs.runtime import Market, Skills, Snapshot
 from skillfs.runtime.skill_writes import WriteMode, check_mode
+from skillfs.util.deadline import SERVER_READS, within
 from skillfs.util.outage import Outage
 
 log = logging.getLogger("skillfs.mcp")
@@ -85,7 +86,7 @@ class View:
         """A fresh snapshot of the conversation `session` (`conversation`; None: the view's
         own), taken in a thread (the store clients block)."""
         snap = await anyio.to_thread.run_sync(
-            functools.partial(self.skills.snapshot, session=session)
+            functools.partial(within, SERVER_READS, self.skills.snapshot, session=session)
         )
         if self._first is None and not self._watching:
             self._first = snap

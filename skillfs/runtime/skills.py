@@ -24,7 +24,7 @@ from skillfs.model import Revision, Scope
 from skillfs.model.names import check_id
 from skillfs.model.pins import Pins
 from skillfs.runtime.bound_tools import Binder, HostTool, check_host_tools
-from skillfs.runtime.follower import Follower, follower_for
+from skillfs.runtime.follower import LOCK_WAIT, Follower, follower_for
 from skillfs.runtime.fsspec_dir import FsspecDir
 from skillfs.runtime.git_repo import GitRepo
 from skillfs.runtime.held import Held
@@ -44,7 +44,7 @@ from skillfs.runtime.skill_writes import SkillWriter, WriteMode, check_mode
 from skillfs.runtime.snapshot import MergedSkills, Snapshot
 from skillfs.runtime.typed import TypedReadings
 from skillfs.runtime.usage import UsageRecorder, recorder_for
-from skillfs.util.deadline import budget
+from skillfs.util.deadline import bounded, budget, left
 
 log = logging.getLogger("skillfs.runtime")
 
@@ -252,8 +252,15 @@ class Skills:
         of raising StoreUnavailable (docs/design.md §7: only where the caller asked for it),
         within the budget; once the outage is known, at once, while a background probe
         watches for the store's return. A store that fails (StoreFailed: a corrupt file, a
-        full disk) counts as an outage here: the worker goes on with what it has."""
-        with self._lock:
+        full disk) counts as an outage here: the worker goes on with what it has. Under a
+        caller's budget (a console page, an MCP call) the wait for another thread's snapshot
+        of this worker ends with it too."""
+        if not self._lock.acquire(timeout=left(LOCK_WAIT) if bounded() else -1):
+            raise StoreUnavailable(
+                f"store unavailable: {self.store.url} did not answer another snapshot of "
+                f"{self!r} within this call's budget; retry"
+            )
+        try:
             if self._held.closed and self._held.opened is not None:
                 raise SkillfsError(
                     f"{self!r} is closed, and so is the store it opened: make a new Skills"
@@ -272,6 +279,8 @@ class Skills:
                 raise
             self._recovery.recovered()
             return snap
+        finally:
+            self._lock.release()
 
     def wait_changed(self, token: str, timeout: float, *, session: str | None = None) -> Snapshot:
         """Block until the view (of `session`, as `snapshot`) differs from the one whose

@@ -11,10 +11,20 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+from typing import ParamSpec, TypeVar
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 _END: ContextVar[float | None] = ContextVar("skillfs_budget_end", default=None)
+
+#: The budget of a console page and of an MCP call (docs/server.md, "A short budget for the
+#: server's own reads"): with the store down they answer "store unavailable" within 5 s (the
+#: rest is rendering), well below the MCP clients' request timeouts, instead of waiting out
+#: the store's `retry_for`.
+SERVER_READS = 4.0
 
 
 @contextlib.contextmanager
@@ -25,6 +35,13 @@ def budget(seconds: float) -> Iterator[None]:
         yield
     finally:
         _END.reset(token)
+
+
+def within(seconds: float, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """`fn(*args, **kwargs)` under `budget(seconds)`: for work handed to another thread,
+    which a budget set around the hand-over does not reach."""
+    with budget(seconds):
+        return fn(*args, **kwargs)
 
 
 def deadline(seconds: float) -> float:
