@@ -20,7 +20,7 @@ from skillfs.errors import FailedPrecondition, InvalidArgument
 from skillfs.governance.rollout_rule import gets_candidate
 from skillfs.model import Manifest
 from tests.cli_helpers import as_json, error_line, ok, run
-from tests.governance.test_rollout import files, seen
+from tests.governance.test_rollout import cli_url, files, seen  # noqa: F401  (a fixture)
 from tests.helpers import skill_md
 
 AGENT = "support-bot"
@@ -139,14 +139,7 @@ def test_promote_refuses_to_undo_a_later_live_edit(store: skillfs.Store) -> None
     assert store.manifest(SHARED, "s").candidate is None
 
 
-@pytest.fixture(params=["sqlite", "grpc"])
-def cli_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    from tests.stores import url_for
-
-    return url_for(request, request.param, tmp_path)
-
-
-def test_cli_match_exclude_and_promote_anyway(cli_url: str, tmp_path: Path) -> None:
+def test_cli_match_exclude_and_promote_anyway(cli_url: str, tmp_path: Path) -> None:  # noqa: F811
     skill = tmp_path / "s"
     skill.mkdir()
     (skill / "SKILL.md").write_bytes(skill_md("s", body="live"))
