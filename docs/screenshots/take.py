@@ -91,7 +91,9 @@ def seed_governance(store: skillfs.Store) -> None:
         md.replace("# Release notes", "# Release notes (grouped by area)").encode()
     )
     store.rollouts.stage(
-        SHARED, "release-notes", notes, skillfs.Rollout(users=["alice"], fraction=0.1),
+        SHARED, "release-notes", notes,
+        skillfs.Rollout(environments=["staging"], fraction=0.5, match="all",
+                        excluded_users=["bob"]),
         options=skillfs.WriteOptions(actor="oncall-ana", message="group the notes by product area"),
     )  # fmt: skip
     store.drafts.propose(
