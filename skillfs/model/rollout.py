@@ -58,6 +58,12 @@ class Rollout(BaseModel):
                 excluded_users=excluded_users, format=fmt,
             )  # fmt: skip
             return
+        unknown = sorted(set(stored) - {"format"})
+        if unknown:
+            raise InvalidArgument(
+                f"a rollout has no {', '.join(unknown)}: give environments=[...], users=[...], "
+                "fraction=, match='any' or 'all', excluded_users=[...]"
+            )
         lists = (environments, users, excluded_users)
         if any(isinstance(v, str) for v in lists):
             raise InvalidArgument(

@@ -133,3 +133,10 @@ def test_a_rule_of_an_unknown_format_serves_the_live_version(
     assert len(said) == 1
     with pytest.raises(InvalidArgument, match="format 9, newer than this release"):
         future.candidate.rollout.check()
+
+
+def test_a_misspelt_part_is_refused() -> None:
+    """A keyword the rule does not have is an error saying what it takes (a later format's
+    fields are only kept when read back from the store)."""
+    with pytest.raises(InvalidArgument, match="a rollout has no fractions"):
+        Rollout(fractions=0.1)  # type: ignore[call-arg]
