@@ -134,6 +134,6 @@ def test_a_file_name_that_is_not_utf8_is_one_error_line(tmp_path: Path) -> None:
     with open(os.fsencode(root) + b"/caf\xe9.txt", "wb") as f:  # a Latin-1 file name
         f.write(b"x")
     result = _import(f"sqlite:///{tmp_path / 'skills.db'}", root.parent)
-    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert "caf\\xe9.txt': file path" in result.stderr
     assert "not valid UTF-8 text" in result.stderr and "rename the file" in result.stderr
