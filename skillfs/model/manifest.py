@@ -15,6 +15,7 @@ import logging
 import math
 import re
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import Field, ValidationError
@@ -93,6 +94,10 @@ class Labelled(Edge):
     table: TableRef | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
+#: The labels of every manifest that has none: one map, never changed.
+_NO_LABELS: Mapping[str, Labelled] = {}
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Origin(Edge):
     """Where a copy came from (copy-on-write of a lower layer's skill, an agent's live copy, an
@@ -150,7 +155,11 @@ class Manifest(Edge):
     imported: ImportMark | None = Field(default=None, exclude_if=lambda v: v is None)
     #: Label name -> the kept version it names (docs/governance.md, "Labels and pins"),
     #: carried by every version until moved or removed; absent from the JSON when empty.
-    labels: dict[str, Labelled] = Field(default_factory=dict, exclude_if=lambda v: not v)
+    #: Read-only: a manifest without labels holds the one shared empty map (a dict each
+    #: would cost 64 B of every cached manifest, docs/benchmarks.md "Manifests in memory").
+    labels: Mapping[str, Labelled] = Field(
+        default_factory=lambda: _NO_LABELS, exclude_if=lambda v: not v
+    )
 
     def __post_init__(self) -> None:
         fm = self.frontmatter  # its name is most often the skill's: one string object for both

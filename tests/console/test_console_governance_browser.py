@@ -18,6 +18,7 @@ from playwright.sync_api import Browser, Page, expect
 import skillfs
 from skillfs.auth import Tokens, tokens_document
 from skillfs.console import ConsoleServer, make_app, serve
+from skillfs.governance.rollout_rule import gets_candidate
 from skillfs.model import Scope
 from tests.browser_helpers import (  # noqa: F401  (module_browser: a fixture)
     editor_text,
@@ -182,6 +183,37 @@ def test_save_as_canary_widen_and_promote(page: Page, store: skillfs.Store) -> N
     expect(page.locator("#activity tbody tr").nth(1)).to_contain_text("widen")
     expect(page.locator("#activity tbody tr").nth(2)).to_contain_text("stage")
     expect(page.locator("#activity td.actor").nth(2)).to_have_text(OPERATOR)
+
+
+def test_a_combined_rule_is_said_in_words_and_its_cohort_listed(
+    page: Page, store: skillfs.Store
+) -> None:
+    """'staging and 50 %, never u3' chosen in the canary panel: the skill's page says the rule
+    in words and lists as getting the candidate exactly the known users whose buckets the
+    rule takes, u3 never among them; aborted after, for the tests that follow."""
+    skill = "code-reviewer"
+    users = [f"u{i}" for i in range(10)]
+    for u in users:  # users with a scope of their own: those the console knows
+        store.publish(Scope.user(AGENT, u), "own", example_files("release-notes"), actor="seed")
+    page.goto(f"/{SHARED.prefix}{skill}/files/SKILL.md")
+    set_editor(page, editor_text(page).replace("# Code reviewer", "# Code reviewer (both)"))
+    page.click("#canary-toggle")
+    page.fill("#canary-envs", "staging")
+    page.fill("#canary-percent", "50")
+    page.select_option("#canary-match", "all")
+    page.fill("#canary-excluded", "u3")
+    page.press("#canary-excluded", "Enter")
+    said = "workers in staging and 50 % of users, never u3"
+    expect(page.locator(".flash.ok")).to_contain_text(f"as a canary for {said}")
+    page.goto(f"/{SHARED.prefix}{skill}/")
+    expect(page.locator("#rollout-rule")).to_have_text(said)
+    m = store.manifest(SHARED, skill)
+    assert m.candidate is not None
+    cohort = [u for u in users if gets_candidate(m.candidate.rollout, SHARED, skill, u, "staging")]
+    listed = page.locator("#rollout-users .chip").all_inner_texts()
+    assert sorted(listed) == sorted(cohort) and "u3" not in listed and 0 < len(cohort) < 10
+    page.click("#abort")
+    expect(page.locator("#rollout")).to_have_count(0)
 
 
 def test_review_queue_approves_one_draft_as_a_canary_and_rejects_another(

@@ -18,7 +18,8 @@ from skillfs.model.manifest import PARSED
 from skillfs.model.names import name_key
 
 N = 2000
-#: Issue 12's target: 1,536 B per cached manifest of 3 files; measured here: 1,397-1,432 B
+#: Issue 12's target: 1,536 B per cached manifest of 3 files; measured here: 1,397-1,432 B,
+#: 1,470-1,497 B since typed readings, imports, labels and rollout guards added their slots
 #: (from 5,289 B with `BaseModel` manifests, 1,681-1,714 B with hex digests held as strings).
 #: What is left is mostly content (the description, the file and frontmatter tables) and the
 #: records themselves (docs/benchmarks.md, "Manifests in memory").
