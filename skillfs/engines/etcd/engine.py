@@ -335,13 +335,14 @@ class EtcdEngine(EtcdLeases, Engine):
 
     def _check_request(self, ops: Sequence[CommitOp], request: Any) -> None:
         """TooLarge, nothing written, for a commit over one request's operations or bytes."""
-        size, puts = request.ByteSize(), len(request.success)
-        if size > self._etcd.request_budget or puts > self._etcd.max_txn_ops:
+        size, puts, compares = request.ByteSize(), len(request.success), len(request.compare)
+        if size > self._etcd.request_budget or max(puts, compares) > self._etcd.max_txn_ops:
             scopes = len({op.scope for op in ops})
             raise TooLarge(
-                f"a commit of {len(ops)} skill(s) in {scopes} scope(s) is one "
-                f"etcd transaction of {size} bytes and {puts} writes (new manifests, the history "
-                "copies of the old ones, the quota counters), over the limit of "
+                f"a commit of {len(ops)} skill(s) in {scopes} scope(s) is one etcd "
+                f"transaction of {size} bytes, {puts} writes (new manifests, the history copies "
+                f"of the old ones, the quota counters) and {compares} compares (those keys and "
+                "each scope's checked entries), over the limit of "
                 f"{self._etcd.request_budget} bytes (--max-request-bytes "
                 f"{self._etcd.max_request_bytes} less etcd's envelope) or "
                 f"{self._etcd.max_txn_ops} operations per request: commit fewer skills, or "
