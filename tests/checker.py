@@ -19,8 +19,9 @@ Linux host) and writes its record to a JSON-lines file. `check` then reads the w
 - C6  every acknowledged write is in the skill's history exactly once, at the version it was
       told; versions form a gap-free chain in which each write was based on the version just
       before it (no lost update); every failed attempt got `Conflict` carrying a newer current
-      version, and no write that got `Conflict` is in history; reads only ever see written
-      versions;
+      version, or is a promote refused because a live save landed after its candidate was
+      staged (docs/governance.md, "Promote"; history shows that save), and no write that got
+      either is in history; reads only ever see written versions;
 - R   (staged runs, `stage_ratio`) a staged rollout's view: some writes stage, widen, promote
       or abort a candidate (docs/governance.md) instead of publishing, and runtime readers of
       several users read each version's files as `skillfs.governance.rollout_rule` gives them:
@@ -66,7 +67,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import skillfs
-from skillfs.errors import Conflict, NotFound
+from skillfs.errors import Conflict, FailedPrecondition, NotFound
 from skillfs.governance.rollout_rule import gets_candidate
 from skillfs.model import FileEntry, Manifest, Put, Rollout, Scope
 
@@ -100,7 +101,7 @@ class WriteOp(Op):
     tag: str
     parent: str | None  # commit id of the version read before writing (None: none existed)
     expected: int
-    outcome: Literal["ok", "conflict", "error"]
+    outcome: Literal["ok", "conflict", "refused", "error"]
     version: int | None = None
     epoch: str | None = None
     counter: int | None = None
@@ -373,6 +374,10 @@ def _write_once(
         for w in records:
             w.outcome = "conflict"
             w.current = exc.current_version if exc.skill == w.skill else None
+    except FailedPrecondition as exc:  # a promote's guard of a later live save; else an error
+        for w in records:
+            w.outcome = "refused" if records[0].action == "promote" else "error"
+            w.error = f"{type(exc).__name__}: {exc}"
     except Exception as exc:  # recorded: an unknown outcome, a violation unless allowed
         for w in records:
             w.error = f"{type(exc).__name__}: {exc}"
@@ -1072,6 +1077,26 @@ def _check_c5(
             last_version[key] = max(got, last_version.get(key, 0))
 
 
+def _live_save_after_stage(
+    history: History, by_key: dict[tuple[str, str, str], WriteOp], w: WriteOp
+) -> bool:
+    """Whether, in the version the refused promote read, a publish came after the newest
+    stage: the live edit its guard names."""
+    chain = dict(history.versions[Target(w.scope, w.skill)])
+    staged_at = max(
+        (v for v in range(1, w.expected + 1) if _action(by_key, chain.get(v), w) == "stage"),
+        default=0,
+    )
+    return staged_at > 0 and any(
+        _action(by_key, chain.get(v), w) == "publish" for v in range(staged_at + 1, w.expected + 1)
+    )
+
+
+def _action(by_key: dict[tuple[str, str, str], WriteOp], tag: str | None, w: WriteOp) -> str:
+    made = by_key.get((tag, w.scope, w.skill)) if tag is not None else None
+    return made.action if made is not None else ""
+
+
 def _check_c6(
     history: History,
     writes: list[WriteOp],
@@ -1088,6 +1113,10 @@ def _check_c6(
             r.fail("C6", f"{w.tag} on {w.scope}/{w.skill} failed without Conflict: {w.error}")
         if w.outcome == "conflict":
             conflicts[w.tag].append(w)
+        if w.outcome == "refused":
+            r.counts["C6 refusal checks"] += 1
+            if not _live_save_after_stage(history, by_key, w):
+                r.fail("C6", f"{w.tag}: promote refused, yet no live save since staging: {w.error}")
     for tag, ws in conflicts.items():
         r.counts["C6 conflict checks"] += 1
         what = ", ".join(f"{w.scope}/{w.skill} at v{w.expected}" for w in ws)
@@ -1113,8 +1142,8 @@ def _check_c6(
                 r.fail("C6", f"{where} v{version}: commit {tag} is no recorded write of it")
                 continue
             w = made
-            if w.outcome == "conflict":
-                r.fail("C6", f"{where} v{version}: {tag} was told Conflict but is in history")
+            if w.outcome in ("conflict", "refused"):
+                r.fail("C6", f"{where} v{version}: {tag} was told {w.outcome} but is in history")
             elif w.outcome == "ok" and w.version != version:
                 r.fail(
                     "C6", f"{where}: {tag} was acknowledged as v{w.version}, history has v{version}"

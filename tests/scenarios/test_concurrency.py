@@ -433,3 +433,20 @@ def test_checker_catches_a_candidate_shown_to_the_wrong_worker() -> None:
     assert any(v.startswith("R") and "excludes" in v for v in found), found
     found = _staged_history(candidate=False, user="bob")
     assert any(v.startswith("R") and "gives the candidate" in v for v in found), found
+
+
+def test_checker_takes_a_refused_promote_only_after_a_live_save() -> None:
+    """A promote refused by its guard (FailedPrecondition) is no violation where history
+    shows a publish after the newest stage in the version it read; without one it is."""
+    staged = [
+        _write("w0-1", None, 0, 0, 10, counter=1),
+        _write("w0-2", "w0-1", 1, 11, 12, counter=2, action="stage"),
+        _write("w1-1", "w0-2", 2, 13, 14, counter=3),  # a live save after staging
+    ]
+    chain = [(1, "w0-1"), (2, "w0-2"), (3, "w1-1")]
+    read = [_rev("r0", 15, 3), _read("r0", 16, 3, "w1-1"), _files("r0", 17, 3, "w1-1")]
+    refused = _write("w0-3", "w1-1", 3, 20, 21, outcome="refused", action="promote")
+    assert _violations([*staged, *read, refused], chain) == []
+    early = _write("w0-3", "w0-2", 2, 12, 13, outcome="refused", action="promote")
+    found = _violations([*staged[:2], early], chain[:2])
+    assert any(v.startswith("C6") and "no live save since staging" in v for v in found), found
