@@ -43,7 +43,10 @@ def acting_as(credential: Credential | None) -> Iterator[None]:
     try:
         yield
     finally:
-        _CREDENTIAL.reset(token)
+        # A streaming call's async generator may be closed by another task (a client that
+        # went away): that task's context never held the credential, so nothing to restore.
+        with contextlib.suppress(ValueError):
+            _CREDENTIAL.reset(token)
 
 
 def current() -> Credential | None:

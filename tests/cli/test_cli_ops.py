@@ -148,8 +148,11 @@ def test_watch_prints_changes_as_they_commit(
 ) -> None:
     url = url_for(request, engine, tmp_path)
     publish(url, "shared:bot", "before", {"SKILL.md": skill_md("before")})
+    with skillfs.open_store(url) as store:  # from here: a loaded machine may start the
+        start = store.revision("bot")  # watch after the writes, which it must print still
     writer = _publish_later(url, 0.5, "one", "two")
-    result = ok(url, "watch", "--agent", "bot", "--timeout", "3", "--json")
+    since = ("--since", str(start))
+    result = ok(url, "watch", "--agent", "bot", *since, "--timeout", "3", "--json")
     writer.join()
     changes = [json.loads(line) for line in result.stdout.splitlines()]
     assert [(c["op"], c["scope"], c["skill"], c["version"]) for c in changes] == [
