@@ -94,7 +94,8 @@ class Labelled(Edge):
     table: TableRef | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
-#: The labels of every manifest that has none: one map, never changed.
+#: The labels of every manifest that has none: one map, read-only by its type (a
+#: `MappingProxyType` would be, at run time too, but cannot be pickled or deep-copied).
 _NO_LABELS: Mapping[str, Labelled] = {}
 
 

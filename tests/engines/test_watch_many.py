@@ -323,9 +323,14 @@ def test_etcd_follows_50_agents_on_one_watch_stream(etcd_server: EtcdServer, etc
     watchers = _etcd_metric(etcd_server, "etcd_debugging_mvcc_watcher_total")
     threads = threading.active_count()
     _, got = follow_all(store, since)
-    time.sleep(1.2)  # domains added while the feed waited join at its next wait
+
+    def watching() -> float:
+        return _etcd_metric(etcd_server, "etcd_debugging_mvcc_watcher_total") - watchers
+
+    wait_until(lambda: watching() >= 50)  # domains added while the feed waited join at its
+    time.sleep(0.5)  # next wait (~1 s; longer on a loaded machine); then none more
     assert _etcd_metric(etcd_server, "etcd_debugging_mvcc_watch_stream_total") - streams == 1
-    assert _etcd_metric(etcd_server, "etcd_debugging_mvcc_watcher_total") - watchers == 50
+    assert watching() == 50
     # the feed's dispatcher and two waits' threads, the stream reader, gRPC's request sender
     # and channel poller: not per domain
     assert threading.active_count() - threads <= 6

@@ -351,6 +351,7 @@ REGISTRIES_ALLOWED = {
     "skillfs/cli/common.py": "the CLI's commands, registered as their modules are imported",
     "skillfs/model/file_entry.py": "file modes interned: one int object per mode",
     "skillfs/model/lean.py": "pydantic adapters, made once per record class",
+    "skillfs/model/manifest.py": "the one empty labels map of every manifest without labels",
 }
 
 
