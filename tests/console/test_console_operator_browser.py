@@ -259,3 +259,7 @@ def test_no_page_logs_an_error_or_a_failed_request(page: Page, store: skillfs.St
         reply = page.goto(url)
         assert reply is not None and reply.status == 200, url
         expect(page.locator("h1").first).to_be_visible()
+        if "suport-bot" in url:
+            expect(page.locator("h1")).to_have_text(
+                "No agent “suport-bot” yet. Did you mean support-bot?"
+            )

@@ -82,11 +82,15 @@ def test_live_writes_need_another_persons_approval(store: Store) -> None:
     assert b"v3" in store.read(SHARED, "triage", "SKILL.md")
     # withdrawals stay immediate: disable, enable, abort, delete
     store.governance.disable(SHARED, "triage", "leaks", options=BOB)
+    assert store.manifest(SHARED, "triage").disabled
     store.governance.enable(SHARED, "triage", options=BOB)
+    assert not store.manifest(SHARED, "triage").disabled
     store.drafts.propose(SHARED, "triage", skill("triage", "v4"), options=BOB)
     store.drafts.approve(SHARED, "triage", rollout=Rollout(fraction=0.1), options=ANA)
     store.rollouts.abort(SHARED, "triage", options=BOB)
+    assert store.manifest(SHARED, "triage").candidate is None
     store.edits.delete(SHARED, "triage", options=BOB)
+    assert "triage" not in store.skills(SHARED)
 
     store.review.lift(SHARED, options=ANA)
     assert not store.review.rule(SHARED).required

@@ -49,7 +49,8 @@ def test_all_of_an_environment_and_a_fraction_through_workers(store: skillfs.Sto
     assert candidates(store, "staging") == candidates(store, None) == set()
     wider = Rollout(environments=["prod"], fraction=0.8, match="all", excluded_users=["u1"])
     store.rollouts.widen(SHARED, "s", wider)
-    assert candidates(store, "prod") >= want
+    widened = {u for u in USERS if gets_candidate(wider, SHARED, "s", u, "prod")}
+    assert candidates(store, "prod") == widened and widened > want  # the cohort kept, grown
     assert "u1" not in candidates(store, "prod")
     for narrower in (  # each drops someone: refused, nothing written
         Rollout(environments=["prod"], fraction=0.8, match="all", excluded_users=["u1", "u2"]),
@@ -101,6 +102,7 @@ def test_a_stored_rule_keeps_its_cohort_and_an_unknown_one_serves_live(
     with pytest.raises(InvalidArgument, match="format 3, newer than this release"):
         store.governance.disable(SHARED, "s", "old release")  # would lose what it says
     store.rollouts.abort(SHARED, "s")  # (abort writes no rule: it always works)
+    assert store.manifest(SHARED, "s").candidate is None
     assert seen(store, "u0")["s"] == "live"
 
 
