@@ -453,7 +453,7 @@ def _same_payload(s: Step, held: Manifest, attempt: _Attempt) -> None:
         files = attempt.prepared(s.payload).files
         staged = isinstance(s.payload, Stage) and held.candidate is not None
         table = held.candidate.files if staged and held.candidate else held.files
-        same = not held.deleted and _rows(table) == _rows(files)
+        same = not held.deleted and rules.rows(table) == rules.rows(files)
     elif s.removes:
         same = held.deleted
     else:
@@ -475,22 +475,15 @@ def _checks(
     each scope where the commit serves new files (a rule turned on meanwhile makes the
     commit read again)."""
     written = {(op.scope, op.manifest.skill) for op in ops}
-    fresh = {
-        op.scope
-        for op in ops
-        if rules.goes_live(op.manifest, rules.live(current.get((op.scope, op.manifest.skill))))
-    }
-    review = [key for key in rules.review_entries(ops) if key[0] in fresh]
+    review = list(
+        dict.fromkeys((op.scope, rules.REVIEW) for op in rules.held_to_review(ops, current))
+    )
     return [
         Check(scope=scope, skill=entry, expect=current[(scope, entry)].version
               if (scope, entry) in current else 0)
         for scope, entry in [*rules.guarded(ops, current, markets), *review]
         if scope.domain == domain and (scope, entry) not in written
     ]  # fmt: skip
-
-
-def _rows(files: Mapping[str, FileEntry]) -> list[tuple[str, str, int]]:
-    return sorted((path, e.sha256, e.mode) for path, e in files.items())
 
 
 def out_of_time(end: float, started: float) -> bool:

@@ -258,15 +258,12 @@ def track_live(cur: Manifest | None, m: Manifest) -> Manifest:
         on = was.version if was is not None and was.files else 0
         return replace(m, candidate=replace(c, staged_on=on, live_edit=None))
     held = was.candidate if was is not None else None
-    if held is None or held.commit_id != c.commit_id or _content(m) == _content(was):
+    if held is None or held.commit_id != c.commit_id:
+        return m
+    if was is not None and rows(m.files) == rows(was.files):  # a file's time alone is no edit
         return m
     edit = LiveEdit(version=m.version, actor=m.actor, at=m.committed_at)
     return replace(m, candidate=replace(c, live_edit=edit))
-
-
-def _content(m: Manifest | None) -> dict[str, tuple[str, int]]:
-    """A version's live files as bytes and modes (a file's time alone is no edit)."""
-    return {path: (e.sha256, e.mode) for path, e in m.files.items()} if m is not None else {}
 
 
 # ---------------------------------------------------------------------------- the kill switch
@@ -376,12 +373,24 @@ def goes_live(m: Manifest, before: Manifest | None) -> bool:
     archive serve nothing new."""
     if m.deleted:
         return False
-    held = _rows(before.files) if before is not None else []
-    staged = _rows(before.candidate.files) if before and before.candidate else None
-    files = _rows(m.files)
+    held = rows(before.files) if before is not None else []
+    staged = rows(before.candidate.files) if before and before.candidate else None
+    files = rows(m.files)
     if files and files != held and files != staged:
         return True
-    return m.candidate is not None and _rows(m.candidate.files) != staged
+    return m.candidate is not None and rows(m.candidate.files) != staged
+
+
+def held_to_review(ops: Sequence[CommitOp], current: Current) -> list[CommitOp]:
+    """The ops the two-person rule looks at: skills whose version serves new files. The
+    Committer compares the rule's entry of their scopes with the commit (`_checks`) and
+    `check_review` decides by it: one choice for both."""
+    return [
+        op
+        for op in ops
+        if EntryRef.parse(op.manifest.skill).is_skill
+        and goes_live(op.manifest, live(current.get((op.scope, op.manifest.skill))))
+    ]
 
 
 def check_review(ops: Sequence[CommitOp], current: Current) -> None:
@@ -390,12 +399,10 @@ def check_review(ops: Sequence[CommitOp], current: Current) -> None:
     approval, in the same commit, of a draft holding exactly those files and written by
     another actor than the approver's. Drafts, disable, enable, abort, delete and archive are
     not held to it. `current` holds the rule's entries (`review_entries`)."""
-    for op in ops:
+    for op in held_to_review(ops, current):
         rule = live(current.get((op.scope, REVIEW)))
         m = op.manifest
-        if rule is None or not EntryRef.parse(m.skill).is_skill:
-            continue
-        if not goes_live(m, live(current.get((op.scope, m.skill)))):
+        if rule is None:
             continue
         draft = _approved(op, ops, current)
         by = rule.actor or "an operator"
@@ -429,12 +436,14 @@ def _approved(op: CommitOp, ops: Sequence[CommitOp], current: Current) -> Manife
             continue
         draft = live(current.get((other.scope, entry)))
         served = m.candidate.files if m.candidate is not None else m.files
-        if draft is not None and _rows(served) == _rows(draft.files):
+        if draft is not None and rows(served) == rows(draft.files):
             return draft
     return None
 
 
-def _rows(files: Mapping[str, FileEntry]) -> list[tuple[str, str, int]]:
+def rows(files: Mapping[str, FileEntry]) -> list[tuple[str, str, int]]:
+    """A file table as what its files are (path, bytes, mode): two tables that differ only
+    in file times hold the same files."""
     return sorted((path, e.sha256, e.mode) for path, e in files.items())
 
 
