@@ -264,23 +264,29 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
                 findings=reading.findings if reading else [],
                 typed=reading.typed if reading else None,
             )
+        # the entry as the commit expects it, read once for the candidate and the labels
+        cur = self._expected(scope, m.skill, expect) if m.candidate or m.labels else None
         if m.candidate is not None:
-            update["candidate"] = self._staged(m, principal, scope, expect, update, moved)
+            update["candidate"] = self._staged(m, principal, scope, cur, update, moved)
         if m.imported is not None:  # the digest of the files sent, not the client's word
             source = check_source(m.imported.source)
             update["imported"] = ImportMark(source=source, digest=files_digest(m.files))
         if m.labels:
-            update["labels"] = self._labelled(m, principal, scope, expect, update)
+            update["labels"] = self._labelled(m, principal, scope, cur, update)
         return m.model_copy(update=update)
 
     def _labelled(
-        self, m: Manifest, principal: Principal, scope: Scope, expect: int, update: dict[str, Any]
+        self,
+        m: Manifest,
+        principal: Principal,
+        scope: Scope,
+        cur: Manifest | None,
+        update: dict[str, Any],
     ) -> dict[str, Labelled]:
         """The labels as the server vouches for them (docs/governance.md, "Labels and pins"):
         one the entry carries already (same version and commit) stays as it is; a new or
         moved one is made from the version the store keeps, by the token's name, so a client
-        cannot label files that version never held."""
-        cur = self._expected(scope, m.skill, expect)
+        cannot label files that version never held. `cur`: the entry as the commit expects it."""
         held = cur.labels if cur is not None and not cur.deleted else {}
         out: dict[str, Labelled] = {}
         for name, sent in m.labels.items():
@@ -306,7 +312,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         m: Manifest,
         principal: Principal,
         scope: Scope,
-        expect: int,
+        cur: Manifest | None,
         update: dict[str, Any],
         moved: Sequence[tuple[Scope, str, int]],
     ) -> Candidate:
@@ -315,10 +321,9 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         deletes, as archive and restore move it — keeps its files, findings and who staged
         it, taking only the client's rule (a widen, or any edit carrying it); a new one must
         be staged by this very commit and gets the server's reading of its SKILL.md, the
-        token's name and the commit's time."""
+        token's name and the commit's time. `cur`: the entry as the commit expects it."""
         c = m.candidate
         assert c is not None
-        cur = self._expected(scope, m.skill, expect)
         held = cur.candidate if cur is not None and not cur.deleted else None
         if held is None or held.commit_id != c.commit_id:
             held = self._moved_candidate(c, moved)
