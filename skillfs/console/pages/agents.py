@@ -94,13 +94,15 @@ def open_agent(call: Call) -> Response:
     if not agent:
         raise call.no_page()
     agent = check_id("agent", agent)
-    known = call.nav()["agents"]  # the agents this token may see
+    nav = call.nav()  # read once: the page's navigation shows the same
+    known = nav["agents"]  # the agents this token may see
     near = closest(agent, known) if agent not in known else None
     start = urls.scope_url(Scope.shared(agent))
     if near is None:
         return redirect(start)
     return call.render(
-        "did_you_mean.html", what="agent", typed=agent, near=near, near_url=urls.agent_url(near),
+        "did_you_mean.html", nav=nav, what="agent", typed=agent, near=near,
+        near_url=urls.agent_url(near),
         typed_url=start, start_label=f"Start agent {agent}",
         start_help="Starting it makes a new agent with no skills.",
     )  # fmt: skip
