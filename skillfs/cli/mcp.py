@@ -48,6 +48,6 @@ def mcp(
     from skillfs.runtime.skill_writes import check_mode
 
     writes = check_mode(skill_writes)  # before the store is opened: a typo says so at once
-    pinned = pins_of(pins).texts()
+    pinned = pins_of(pins)  # a bad one is a usage error before the store is opened
     store = connect(store_url, token)
     run_stdio(store, agent, user, markets or [], environment, writes, pinned)

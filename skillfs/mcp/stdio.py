@@ -23,7 +23,7 @@ def run_stdio(
     markets: Sequence[str] = (),
     environment: str | None = None,
     skill_writes: WriteMode | None = None,
-    pins: Sequence[str] = (),
+    pins: Pins | None = None,
 ) -> None:
     """Serve until stdin closes. Every request sees the same view, fresh at each request;
     `skill_writes` adds the write tools (docs/governance.md, "Agent-written skills")."""
@@ -32,7 +32,7 @@ def run_stdio(
         check_id("user", user),
         tuple(check_id("market", m) for m in markets),
         check_id("environment", environment) if environment else "",
-        Pins.parse(pins),
+        pins or Pins(),
     )
     server = build_server(Views(store, lambda ctx: key, skill_writes=skill_writes))
 
