@@ -6,7 +6,8 @@
     │   └── InvalidSkill                                    a skill a strict surface refuses
     ├── FailedPrecondition        FAILED_PRECONDITION  409  the right request in the wrong
     │   │                                                   state (disable what is disabled)
-    │   └── ReviewRequired                                  the two-person rule: propose it
+    │   ├── ReviewRequired                                  the two-person rule: propose it
+    │   └── LiveEditAfterStage                              promote would drop a live edit
     ├── Conflict                  ABORTED              409  changed since you read it
     │   └── EditConflict                                    both changed the same lines
     ├── NotFound                  NOT_FOUND            404
@@ -70,6 +71,12 @@ class ReviewRequired(FailedPrecondition):
     """A scope's two-person rule refused a write (docs/governance.md, "The two-person rule"):
     a live change there goes through a draft another person approves. A surface that can
     propose instead (the console's New skill) catches this one."""
+
+
+class LiveEditAfterStage(FailedPrecondition):
+    """Promote refused: a live save landed after the candidate was staged, and promoting
+    would drop it (docs/governance.md, "Promote guards a later live edit"). A surface that
+    offers "promote anyway" (the console) catches this one."""
 
 
 class Conflict(SkillfsError):

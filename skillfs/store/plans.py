@@ -10,7 +10,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from skillfs.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound
+from skillfs.errors import (
+    Conflict,
+    FailedPrecondition,
+    InvalidArgument,
+    LiveEditAfterStage,
+    NotFound,
+)
 from skillfs.model import Candidate, Manifest, Origin, Rollout, Scope
 from skillfs.model.entry import EntryKind, EntryRef
 from skillfs.model.import_mark import ImportMark, check_source, files_digest
@@ -222,7 +228,7 @@ def _promote(c: Promote) -> Plan:
         cur, staged = _staged(a, c.scope, c.skill, "promote")
         edit = staged.live_edit
         if edit is not None and not c.anyway:
-            raise FailedPrecondition(
+            raise LiveEditAfterStage(
                 f"{c.scope}/{c.skill}: live version {edit.version} was saved by "
                 f"{edit.actor or 'an unnamed actor'} at {_when(edit.at)}, after the candidate "
                 f"was staged by {staged.actor or 'an unnamed actor'} at {_when(staged.staged_at)}"

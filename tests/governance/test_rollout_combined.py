@@ -16,7 +16,7 @@ import pytest
 import skillfs
 from skillfs import Rollout, Scope, WriteOptions
 from skillfs.engines.base import CommitOp
-from skillfs.errors import FailedPrecondition, InvalidArgument
+from skillfs.errors import FailedPrecondition, InvalidArgument, LiveEditAfterStage
 from skillfs.governance.rollout_rule import gets_candidate
 from skillfs.model import Manifest
 from tests.cli_helpers import as_json, error_line, ok, run
@@ -107,7 +107,7 @@ def test_a_stored_rule_keeps_its_cohort_and_an_unknown_one_serves_live(
 
 
 def test_promote_refuses_to_undo_a_later_live_edit(store: skillfs.Store) -> None:
-    """A live save after staging: promote is FailedPrecondition naming the live version, its
+    """A live save after staging: promote is LiveEditAfterStage naming the live version, its
     actor and time, nothing written; widening keeps the guard; promote anyway promotes;
     staging again (on top of the live edit) clears it."""
     store.publish(SHARED, "s", files("s", "live"), actor="ana")
@@ -124,7 +124,7 @@ def test_promote_refuses_to_undo_a_later_live_edit(store: skillfs.Store) -> None
     assert edit.at == saved.committed_at and saved.actor in ("oncall", "admin")
     store.rollouts.widen(SHARED, "s", Rollout(users=["bob", "carol"]))
     before = store.revision(AGENT)
-    with pytest.raises(FailedPrecondition) as err:
+    with pytest.raises(LiveEditAfterStage) as err:  # (a FailedPrecondition, on every engine)
         store.rollouts.promote(SHARED, "s")
     said = str(err.value)
     assert f"live version {edit.version} was saved by {edit.actor}" in said

@@ -14,7 +14,7 @@ from skillfs.auth import Level
 from skillfs.console import urls
 from skillfs.console.call import Call
 from skillfs.console.strict import confirm, forced
-from skillfs.errors import FailedPrecondition, InvalidPath, InvalidSkill
+from skillfs.errors import FailedPrecondition, InvalidPath, InvalidSkill, LiveEditAfterStage
 from skillfs.governance.rollout_rule import as_candidate, bucket, gets_candidate, has_live
 from skillfs.model import Candidate, Manifest, Rollout, Scope
 from skillfs.model.names import check_id
@@ -158,9 +158,9 @@ def promote(call: Call, scope: Scope, skill: str) -> Response:
     except InvalidSkill as exc:
         action = urls.skill_url(scope, skill, "promote")
         return confirm(call, action, f"{skill}'s candidate breaks the spec", {skill: exc.findings})
-    except FailedPrecondition:
+    except LiveEditAfterStage:
         now = call.store.manifest(scope, skill)
-        if anyway or now.candidate is None or now.candidate.live_edit is None:
+        if now.candidate is None or now.candidate.live_edit is None:  # promoted, aborted since
             raise
         return call.render(
             "promote_anyway.html", 409, scope=scope, m=now, edit=now.candidate.live_edit,
