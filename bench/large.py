@@ -6,7 +6,9 @@
 
 One Redis and one `skillfs serve` over it, started here. The shared scope holds 10,000
 skills of 10 files (~20 MB of manifests, past gRPC's 16 MiB); one user's scope holds a
-4,000-file skill with 200 kept versions (~130 MB of history). Each figure is measured in a
+4,000-file skill with 200 kept versions, each changing one file as edits do (its tables
+stored in chunks, docs/design.md §2, "File tables"; ~130 MB of history as whole tables).
+Each figure is measured in a
 fresh process (the median of three), so "cold" means cold and the peak memory is that
 process's own: a worker's first `snapshot()`, `store.versions()` (the history listing) and
 `store.history()` (every version whole), directly on Redis and through the server.
@@ -58,10 +60,14 @@ print(json.dumps({"n": n, "seconds": seconds,
 """
 
 
-def _table(n: int, tag: str) -> dict[str, FileEntry]:
+def _table(n: int, tag: str, edit: int = 0) -> dict[str, FileEntry]:
+    """`n` files of one byte; with `edit`, the first holds that edit's bytes instead."""
     sha = hashlib.sha256(b"x").hexdigest()
+    first = hashlib.sha256(f"edit {edit}".encode()).hexdigest() if edit else sha
     return {
-        f"references/{tag}{i:05d}.md": FileEntry(sha256=sha, size=1, mode=0o644, mtime=1.0)
+        f"references/{tag}{i:05d}.md": FileEntry(
+            sha256=first if i == 0 else sha, size=1, mode=0o644, mtime=1.0
+        )
         for i in range(n)
     }
 
@@ -87,7 +93,7 @@ def seed(url: str) -> None:
         ops = [CommitOp(scope=SHARED, manifest=m, expect=0) for m in skills[i : i + 60]]
         engine.commit(SHARED.domain, ops)
     for v in range(1, VERSIONS + 1):
-        m = _manifest("wide", v, _table(WIDE, f"v{v}-"))
+        m = _manifest("wide", v, _table(WIDE, "w", edit=v))
         engine.commit(USER.domain, [CommitOp(scope=USER, manifest=m, expect=v - 1)])
     store.close()
 
@@ -124,7 +130,10 @@ def run() -> str:
         rows = []
         for what, label in (
             ("snapshot", f"cold `snapshot()`: {SKILLS:,} skills of {FILES} files"),
-            ("versions", f"`store.versions()`: {VERSIONS} versions of a {WIDE:,}-file skill"),
+            (
+                "versions",
+                f"`store.versions()`: {VERSIONS} one-file edits of a {WIDE:,}-file skill",
+            ),
             ("history", f"`store.history()`: the same {VERSIONS} versions whole"),
         ):
             direct = measure(url, "", what)
