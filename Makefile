@@ -91,9 +91,9 @@ test: $(DEV) servers
 	@side=$$(mktemp -d); status=0; runs=$$(mktemp -d $(TESTROOT)/skillfs-tests.XXXXXX); \
 	( { echo "---- lint"; $(LINT); echo $$? >$$side/lint; \
 	    echo "---- the serial tests"; \
-	    SKILLFS_TEST_PORTS=1/2 $(PYTEST) -q -m serial --basetemp=$$runs/serial $(SERIAL_FILES); \
+	    SKILLFS_TEST_PORTS=1/2 $(PYTEST) -q -m serial --durations=10 --basetemp=$$runs/serial $(SERIAL_FILES); \
 	    echo $$? >$$side/serial; } >$$side/log 2>&1 ) & \
-	SKILLFS_TEST_PORTS=0/2 nice -n 19 $(PYTEST) -q -n $(WORKERS) --dist load \
+	SKILLFS_TEST_PORTS=0/2 nice -n 19 $(PYTEST) -q -n $(WORKERS) --dist load --durations=30 \
 		--basetemp=$$runs/parallel -m "not serial" || status=$$?; \
 	wait; cat $$side/log; \
 	rc=$$(cat $$side/lint); [ $$rc -eq 0 ] || status=$$rc; \
