@@ -433,24 +433,45 @@ class Tokens:
         return principal
 
     def receipt(
-        self, principal: Principal, sha: str, size: int, issued: int | None = None
+        self,
+        principal: Principal,
+        sha: str,
+        size: int,
+        issued: int | None = None,
+        charged_in: str = "",
     ) -> bytes:
-        """A receipt issued now (or at `issued`): the time in 8 bytes, then the HMAC."""
+        """A receipt issued now (or at `issued`): the time in 8 bytes, the HMAC, then the
+        domain whose quota the upload was charged to, if it was (docs/security.md, "Quotas";
+        a receipt without one is what servers before 0.2 issued)."""
         when = int(self.clock()) if issued is None else issued
-        msg = f"{principal.token_sha256}\0{sha}\0{size}\0{when}".encode()
-        return (
-            when.to_bytes(8, "big")
-            + hmac.new(self.config.receipt_key, msg, hashlib.sha256).digest()
-        )
+        msg = f"{principal.token_sha256}\0{sha}\0{size}\0{when}"
+        if charged_in:
+            msg += f"\0{charged_in}"
+        mac = hmac.new(self.config.receipt_key, msg.encode(), hashlib.sha256).digest()
+        return when.to_bytes(8, "big") + mac + charged_in.encode()
 
     def check_receipt(self, principal: Principal, sha: str, size: int, receipt: bytes) -> bool:
         """Whether the receipt is this token's for the blob, issued within RECEIPT_TTL."""
-        if len(receipt) != 40:
+        if len(receipt) < RECEIPT_BYTES:
             return False
         issued = int.from_bytes(receipt[:8], "big")
+        try:
+            charged_in = charged_domain(receipt)
+        except UnicodeDecodeError:
+            return False
         return self.clock() - issued <= self.RECEIPT_TTL and hmac.compare_digest(
-            self.receipt(principal, sha, size, issued), receipt
+            self.receipt(principal, sha, size, issued, charged_in), receipt
         )
+
+
+#: A receipt's time and HMAC; the domain its upload was charged in follows, if any.
+RECEIPT_BYTES = 40
+
+
+def charged_domain(receipt: bytes) -> str:
+    """The domain a receipt says its upload was charged to the token's quota in ("": none);
+    to be trusted only once `Tokens.check_receipt` passed."""
+    return receipt[RECEIPT_BYTES:].decode()
 
 
 def tokens_document(entries: Iterable[tuple[str, str, list[str]]], receipt_key: str) -> str:

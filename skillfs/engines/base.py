@@ -77,6 +77,8 @@ class Charge(BaseModel):
     key: str
     bytes: int
     limit: int | None = None
+    #: What adds the bytes, as a refusal names it.
+    write: str = "this commit"
 
 
 def charged(domain: str, charge: Charge, used: int) -> int:
@@ -97,9 +99,9 @@ def charged(domain: str, charge: Charge, used: int) -> int:
                 "open_store(url, limits=Limits(scope_quota=...)))"
             )
         raise QuotaExceeded(
-            f"quota of {what} exceeded: it holds {used} bytes of its {charge.limit}, and this "
-            f"commit adds {charge.bytes}; nothing was written. Free space (delete skills or "
-            f"files, drop old versions; `skillfs gc` re-counts) or {how}"
+            f"quota of {what} exceeded: it holds {used} bytes of its {charge.limit}, and "
+            f"{charge.write} adds {charge.bytes}; nothing was written. Free space (delete "
+            f"skills or files, drop old versions; `skillfs gc` re-counts) or {how}"
         )
     return max(0, used + charge.bytes)
 
@@ -276,8 +278,10 @@ class Engine(ABC):
         """Of `shas`, return those stored, refreshing their last-use time (GC's grace)."""
 
     @abstractmethod
-    def put_blob(self, sha: str, chunks: Sequence[bytes], now: float) -> None:
-        """Store a blob's chunks and its last-use time; idempotent."""
+    def put_blob(self, sha: str, chunks: Sequence[bytes], now: float, domain: str = "") -> None:
+        """Store a blob's chunks and its last-use time; idempotent. `domain`: the agent or
+        market whose commit the blob is for, which a skillfs server charges the upload to
+        the token's quota in (`grpc://`); a store itself keeps one blob for every domain."""
 
     @abstractmethod
     def get_chunks(self, keys: Sequence[tuple[str, int]]) -> list[bytes | None]:
@@ -354,6 +358,12 @@ class Engine(ABC):
     def quota_used(self, domain: str) -> dict[str, int] | None:
         """Every quota counter of a domain (`Charge.key` -> bytes); None where the store
         keeps them out of reach (a skillfs server counts its own)."""
+
+    @abstractmethod
+    def charge_quota(self, domain: str, charge: Charge) -> None:
+        """Add a charge made outside a commit (a token's upload, the usage counters it
+        creates) to its counter, atomically checked against its quota (`charged`: else
+        QuotaExceeded, nothing added)."""
 
     @abstractmethod
     def adjust_quota(self, domain: str, deltas: Mapping[str, int]) -> None:

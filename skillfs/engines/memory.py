@@ -47,7 +47,7 @@ class MemoryEngine(Engine):
                 self._blob_use[s] = now
             return present
 
-    def put_blob(self, sha: str, chunks: Sequence[bytes], now: float) -> None:
+    def put_blob(self, sha: str, chunks: Sequence[bytes], now: float, domain: str = "") -> None:
         with self._lock:
             for i, c in enumerate(chunks):
                 self._chunks[(sha, i)] = bytes(c)
@@ -125,6 +125,11 @@ class MemoryEngine(Engine):
     def quota_used(self, domain: str) -> dict[str, int]:
         with self._lock:
             return dict(self._quota.get(domain, {}))
+
+    def charge_quota(self, domain: str, charge: Charge) -> None:
+        with self._lock:
+            counters = self._quota[domain]
+            counters[charge.key] = charged(domain, charge, counters.get(charge.key, 0))
 
     def adjust_quota(self, domain: str, deltas: Mapping[str, int]) -> None:
         with self._lock:

@@ -221,11 +221,12 @@ class GrpcEngine(GrpcWatching, Engine):
                 self._receipts.pop(sha)
         return present
 
-    def put_blob(self, sha: str, chunks: Sequence[bytes], now: float) -> None:
+    def put_blob(self, sha: str, chunks: Sequence[bytes], now: float, domain: str = "") -> None:
         size = sum(len(c) for c in chunks)
 
         def messages() -> Iterator[pb.UploadBlobRequest]:
-            yield pb.UploadBlobRequest(header=pb.UploadBlobHeader(sha256=sha, size=size, now=now))
+            header = pb.UploadBlobHeader(sha256=sha, size=size, now=now, domain=domain)
+            yield pb.UploadBlobRequest(header=header)
             for chunk in chunks:
                 for off in range(0, len(chunk), wire.PIECE):
                     yield pb.UploadBlobRequest(data=chunk[off : off + wire.PIECE])
@@ -337,6 +338,10 @@ class GrpcEngine(GrpcWatching, Engine):
     def quota_used(self, domain: str) -> None:
         """The server counts its store's quotas (docs/security.md, "Quotas")."""
         return None
+
+    def charge_quota(self, domain: str, charge: Charge) -> None:
+        """Nothing here: the server charges what this engine sends it (its uploads, the
+        usage counters it records) to the token this engine holds."""
 
     def adjust_quota(self, domain: str, deltas: Mapping[str, int]) -> None:
         raise InvalidPath(

@@ -5,6 +5,7 @@ proofs of `skillfs.server.proofs` (docs/server.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import itertools
 import time
@@ -24,6 +25,7 @@ from skillfs.remote import wire
 from skillfs.remote.proto import skillfs_pb2 as pb
 from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.backend import Backend
+from skillfs.server.proofs import upload_domain
 from skillfs.server.rpc import (
     allowed,
     bearer,
@@ -37,6 +39,7 @@ from skillfs.server.rpc import (
 )
 from skillfs.store.blobs import sha256
 from skillfs.store.limits import check_file_table
+from skillfs.store.quotas import prepaid
 from skillfs.store.rules import check_shape, storable
 from skillfs.store.who import check_commit_id, check_message
 
@@ -80,8 +83,10 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         context: grpc.ServicerContext,
         principal: Principal,
     ) -> pb.UploadBlobResponse:
-        """The bytes are gathered on the event loop as they arrive (an idle stream holds no
-        thread), checked against the header's size as they come, then stored."""
+        """The upload is charged to the token's quota in its domain before the bytes are
+        read (`proofs.upload_domain`), and given back if they never get stored; the bytes are
+        gathered on the event loop as they arrive (an idle stream holds no thread), checked
+        against the header's size as they come, then stored."""
         if not any(g.level >= Level.propose for g in principal.grants):
             raise PermissionDenied(
                 f"token {principal.name!r} may write nowhere (not even drafts), so it may not "
@@ -101,22 +106,24 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
                     f"blob of {size} bytes: files may hold 0 to {limit} bytes "
                     "(Limits.max_file_size)"
                 )
+            domain = upload_domain(principal, header.header.domain)
             self.backend.proofs.uploads.spend(principal, size)
-            buf = bytearray()
-            async for msg in incoming:
-                if msg.WhichOneof("part") != "data":
-                    raise InvalidArgument("UploadBlob: only data may follow the header")
-                buf += msg.data
-                if len(buf) > size:
-                    raise InvalidArgument(
-                        f"UploadBlob: more than the {size} bytes the header announced"
-                    )
-        data = bytes(buf)
-        now = self.backend.now(principal, header.header.now)
-        await self.backend.run(self._store_blob, sha, size, data, now)
-        return pb.UploadBlobResponse(receipt=self.backend.tokens.receipt(principal, sha, size))
+            charge = await self.backend.run(self.store.charge_token, domain, size, "this upload")
+            try:
+                data = await _gathered_blob(incoming, size)
+                now = self.backend.now(principal, header.header.now)
+                await self.backend.run(self._store_blob, sha, size, data, now)
+            except BaseException:
+                if charge is not None:  # given back whatever ends the call (not awaited)
+                    refund = functools.partial(self.store.refund, domain, charge, size)
+                    asyncio.get_running_loop().run_in_executor(self.backend.executor, refund)
+                raise
+        charged_in = domain if charge is not None else ""
+        receipt = self.backend.tokens.receipt(principal, sha, size, charged_in=charged_in)
+        return pb.UploadBlobResponse(receipt=receipt)
 
     def _store_blob(self, sha: str, size: int, data: bytes, now: float) -> None:
+        """The bytes stored, or InvalidArgument when they are not the blob the header named."""
         if len(data) != size or sha256(data) != sha:
             raise InvalidArgument(
                 f"UploadBlob: the {len(data)} bytes sent do not hash to {sha} of {size} bytes; "
@@ -197,7 +204,8 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             )
             for scope, m, expect in checked
         ]
-        revision = self.store.committer.commit_built(domain, ops)
+        with prepaid(self.backend.proofs.prepaid(principal, domain, proofs)):
+            revision = self.store.committer.commit_built(domain, ops)
         for op_ in ops:
             self.backend.proofs.index.remember(op_.scope, op_.manifest)
         return pb.CommitResponse(revision=wire.rev_to_pb(revision))
@@ -578,3 +586,15 @@ def _result(result: CommitResult) -> pb.CommitResult:
         commit_id=result.commit_id,
         versions=dict(result.versions),
     )
+
+
+async def _gathered_blob(incoming: AsyncIterator[pb.UploadBlobRequest], size: int) -> bytes:
+    """An upload's data messages, refused as soon as they pass the header's size."""
+    buf = bytearray()
+    async for msg in incoming:
+        if msg.WhichOneof("part") != "data":
+            raise InvalidArgument("UploadBlob: only data may follow the header")
+        buf += msg.data
+        if len(buf) > size:
+            raise InvalidArgument(f"UploadBlob: more than the {size} bytes the header announced")
+    return bytes(buf)

@@ -13,10 +13,11 @@ import time
 from collections.abc import Mapping
 
 from skillfs.api import Store
-from skillfs.auth import Level, Principal, Tokens
+from skillfs.auth import Level, Principal, Tokens, charged_domain
 from skillfs.engines.base import MiB
-from skillfs.errors import NotFound, PermissionDenied, TooLarge
+from skillfs.errors import InvalidArgument, NotFound, PermissionDenied, TooLarge
 from skillfs.model import Manifest, Scope
+from skillfs.model.names import check_domain
 from skillfs.remote import wire
 from skillfs.remote.proto import skillfs_pb2 as pb
 from skillfs.server.rpc import allowed, check_sha
@@ -56,8 +57,9 @@ class ManifestIndex:
 
 
 class UploadBudget:
-    """Bytes each token may upload per window (UploadBlob and Publish data), so one token
-    cannot fill the store with blobs it never commits faster than GC sweeps them. Global
+    """Bytes each token may upload per window through this server (UploadBlob and Publish
+    data): a rate limit. What a token's uploads hold is bounded fleet-wide by its quota,
+    charged per upload in the store (`upload_domain`; docs/security.md, "Quotas"). Global
     admin tokens are not counted (docs/server.md, "Blobs and hashes")."""
 
     #: Bytes a token may upload per window, and the window in seconds.
@@ -86,6 +88,31 @@ class UploadBudget:
                     f"bytes: retry in {wait:.0f} s, or ask an operator"
                 )
             self._spent[principal.token_sha256] = (start, spent + size)
+
+
+def upload_domain(principal: Principal, named: str) -> str:
+    """The domain an upload is charged in (docs/server.md, "Blobs and hashes"): the one the
+    header names, where the token may write at least drafts; for a client that names none
+    (before 0.2), the domain of the token's first grant that lets it upload and names one
+    agent or market. "" for a global admin, who is charged to no token."""
+    if principal.is_global_admin:
+        return check_domain(named) if named else ""
+    uploads = [g for g in principal.grants if g.level >= Level.propose]
+    if named:
+        domain = check_domain(named)
+        if not any(g.touches(domain) for g in uploads):
+            raise PermissionDenied(
+                f"token {principal.name!r} may write nothing in {domain}, so it may not upload "
+                "for it"
+            )
+        return domain
+    for g in uploads:
+        if g.kind != "all" and g.ident is not None:
+            return f"{'markets' if g.kind == 'market' else 'agents'}/{g.ident}"
+    raise InvalidArgument(
+        f"UploadBlob: name the agent or market the blob is for (the header's domain, which "
+        f"skillfs 0.2 clients send): token {principal.name!r} has no grant naming one"
+    )
 
 
 class BlobProofs:
@@ -136,6 +163,18 @@ class BlobProofs:
                 receipt = self.tokens.receipt(principal, sha, size)
                 return pb.BlobProof(sha256=sha, size=size, receipt=receipt)
         return None
+
+    def prepaid(
+        self, principal: Principal, domain: str, proofs: Mapping[str, pb.BlobProof]
+    ) -> frozenset[str]:
+        """The blobs whose receipts say the token's uploads paid for them in `domain`."""
+        return frozenset(
+            sha
+            for sha, p in proofs.items()
+            if p.receipt
+            and self.tokens.check_receipt(principal, sha, p.size, p.receipt)
+            and charged_domain(p.receipt) == domain
+        )
 
     def require_proven(
         self, principal: Principal, m: Manifest, proofs: Mapping[str, pb.BlobProof]

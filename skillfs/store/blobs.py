@@ -62,17 +62,27 @@ class Blobs:
     def clear(self) -> None:
         self._cache.clear()
 
-    def put(self, digest: str, data: bytes, now: float) -> None:
-        """Write one blob's bytes in the engine's chunks (an empty blob is one empty chunk)."""
+    def put(self, digest: str, data: bytes, now: float, domain: str = "") -> None:
+        """Write one blob's bytes in the engine's chunks (an empty blob is one empty chunk)
+        for a commit in `domain` (`Engine.put_blob`)."""
         size = self._engine.chunk_size
         chunks = [data[i : i + size] for i in range(0, len(data), size)] or [b""]
-        self._engine.put_blob(digest, chunks, now)
+        self._engine.put_blob(digest, chunks, now, domain)
 
-    def upload(self, blobs: Mapping[str, bytes], refs: set[str], now: float) -> None:
-        """Write the blobs the store lacks and refresh the last-use time of the ones it has
-        and of the stored files kept by reference (that is GC's grace)."""
+    def upload(
+        self,
+        blobs: Mapping[str, bytes],
+        refs: set[str],
+        now: float,
+        domain: str = "",
+        pay: Callable[[int], object] | None = None,
+    ) -> set[str]:
+        """Write the blobs the store lacks (for a commit in `domain`), once `pay` was given
+        their bytes (it may refuse them: nothing is written), and refresh the last-use time
+        of the ones it has and of the stored files kept by reference (that is GC's grace).
+        Returns the digests written."""
         if not blobs and not refs:
-            return
+            return set()
         present = self._retrying(self._engine.touch_blobs, [*blobs, *refs], now)
         lost = refs - present
         if lost:
@@ -80,10 +90,14 @@ class Blobs:
                 f"the store no longer has blob {min(lost)}: a file kept by reference must "
                 "still be stored; send its bytes instead"
             )
+        fresh = {digest: data for digest, data in blobs.items() if digest not in present}
+        if pay is not None and fresh:
+            pay(sum(len(data) for data in fresh.values()))
         for digest, data in blobs.items():
-            if digest not in present:
-                self._retrying(self.put, digest, data, now)
+            if digest in fresh:
+                self._retrying(self.put, digest, data, now, domain)
             self._cache.put(digest, data)
+        return set(fresh)
 
     def read_cached(self, entry: FileEntry, start: int = 0, end: int | None = None) -> bytes | None:
         """`read` when the blob is in the cache, else None (never a store call)."""

@@ -6,6 +6,7 @@ plan again, a lost answer makes it look for its own commit id, and retention fol
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
@@ -85,20 +86,35 @@ class Committer:
         domain = rules.check_shape([(s.scope, s.entry) for s in steps], None, self.engine.max_ops)
         message = check_message(options.message or next((p.message for p in plans), ""))
         commit_id = check_commit_id(options.commit_id or uuid.uuid4().hex)
-        prepared, uploaded = self._prepare(commands, strict)
+        prepared, uploaded, paid = self._prepare(commands, strict, domain)
         attempt = _Attempt(self, commit_id, self.who(options.actor), strict, prepared, uploaded)
+        attempt.domain = domain
         attempt.given_id = options.commit_id is not None
-        return self._commit(domain, plans, steps, attempt, message)
+        with quotas.prepaid(paid):
+            return self._commit(domain, plans, steps, attempt, message)
+
+    def charge_token(self, domain: str, n: int, write: str) -> Charge | None:
+        """Charge `n` bytes a token writes outside a commit (`write`: its uploads, the usage
+        counters it creates) to the token acting now (`quotas.acting_as`) in `domain`,
+        atomically against its quota: else QuotaExceeded naming it, nothing charged. None:
+        no token acts, nothing is charged (docs/security.md, "Quotas")."""
+        credential = quotas.current()
+        if credential is None or n <= 0:
+            return None
+        charge = quotas.token_charge(credential, self.limits, n, write)
+        self.retrying(self.engine.charge_quota, domain, charge)
+        return charge
 
     # ------------------------------------------------------------------ before the loop
 
     def _prepare(
-        self, commands: Sequence[Command], strict: bool
-    ) -> tuple[dict[int, Prepared], set[str]]:
+        self, commands: Sequence[Command], strict: bool, domain: str
+    ) -> tuple[dict[int, Prepared], set[str], frozenset[str]]:
         """The files of every command that carries some: checked against the limits,
         hashed, inspected (the strict policy applied), the new bytes uploaded together (and
-        their digests returned). Stored files kept by reference are touched per attempt
-        (`_touch`)."""
+        their digests returned), those the store lacked charged to the acting token first
+        (and returned: the commit does not charge them to it again). Stored files kept by
+        reference are touched per attempt (`_touch`)."""
         now = self.clock()
         blobs: dict[str, bytes] = {}
         out: dict[int, Prepared] = {}
@@ -123,8 +139,14 @@ class Committer:
             if strict:
                 rules.refuse_errors(ref.name, reading.findings)
             out[id(c)] = prepared(table, reading)
-        self.blobs.upload(blobs, set(), now)
-        return out, set(blobs)
+        paid = self.blobs.upload(blobs, set(), now, domain, self._payer(domain))
+        return out, set(blobs), frozenset(paid)
+
+    def _payer(self, domain: str) -> Callable[[int], object] | None:
+        """What charges a commit's uploads to the acting token, if one acts."""
+        if quotas.current() is None:
+            return None
+        return functools.partial(self.charge_token, domain, write="this upload")
 
     def inspect(
         self,
@@ -359,6 +381,8 @@ class _Attempt:
     now: float = 0.0
     #: The caller named the commit id (a retry may reuse it): it is looked for in history.
     given_id: bool = False
+    #: The agent or market committed to (what uploads are for).
+    domain: str = ""
     current: dict[tuple[Scope, str], Manifest] = field(default_factory=dict)
     _markets: dict[str, bool] = field(default_factory=dict)
 
@@ -416,7 +440,7 @@ class _Attempt:
                 blobs[digest] = text
                 files = {**files, SKILL_MD: FileEntry(sha256=digest, size=len(text),
                                                      mode=md.mode, mtime=self.now)}  # fmt: skip
-                c.blobs.upload(blobs, set(), self.now)
+                c.blobs.upload(blobs, set(), self.now, self.domain)
         return prepared(files, c.inspect(skill, files, blobs))
 
     def refuse_errors(self, skill: str, findings: Sequence[Finding]) -> None:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import ParamSpec, Self, TypeVar
 
-from skillfs.engines.base import Engine, MiB
+from skillfs.engines.base import Charge, Engine, MiB
 from skillfs.errors import InvalidArgument, NotFound, StoreUnavailable
 from skillfs.model import (
     Access,
@@ -216,6 +216,15 @@ class StoreCore:
                     raise
                 time.sleep(min(delay, end - time.monotonic()))
                 delay = min(delay * 2, 1.0)
+
+    def charge_token(self, domain: str, n: int, write: str) -> Charge | None:
+        """`Committer.charge_token`: a token's write outside a commit, charged to it."""
+        return self.committer.charge_token(domain, n, write)
+
+    def refund(self, domain: str, charge: Charge, n: int) -> None:
+        """Give back `n` bytes of a `charge_token` the write did not use."""
+        if n > 0:
+            self.retrying(self.engine.adjust_quota, domain, {charge.key: -n})
 
     # ------------------------------------------------------------------ history retention
 

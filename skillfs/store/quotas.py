@@ -8,12 +8,17 @@ A token, at the store level, is the credential a skillfs server authenticated th
 with: the server (gRPC and the console) names it for the call (`acting_as`), the way a
 step's budget travels (`skillfs.util.deadline`), so every write it makes, whatever the
 operation, is charged to it. A writer holding the store's credentials has none: only its
-scopes' quotas apply."""
+scopes' quotas apply.
+
+A token is also charged for what it writes outside commits, each when it writes it: the
+bytes it uploads (`upload`), and the usage counters it creates (`usage_bytes`). A blob its
+upload paid for is `prepaid` in a commit of the same domain, which charges it to the scopes
+but not to the token again."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 
 from pydantic import BaseModel, ConfigDict
@@ -31,6 +36,12 @@ class Credential(BaseModel):
 
     name: str
     quota_bytes: int | None = None
+    #: Blobs this token's uploads were charged for in the domain of the commit made now (a
+    #: skillfs server reads it off their receipts): not charged to the token again.
+    prepaid: frozenset[str] = frozenset()
+
+    def limit(self, limits: Limits) -> int | None:
+        return self.quota_bytes or limits.token_quota
 
 
 _CREDENTIAL: ContextVar[Credential | None] = ContextVar("skillfs_credential", default=None)
@@ -53,6 +64,18 @@ def current() -> Credential | None:
     return _CREDENTIAL.get()
 
 
+@contextlib.contextmanager
+def prepaid(blobs: frozenset[str]) -> Iterator[None]:
+    """The acting token's commits inside do not charge it again for these blobs: its
+    uploads paid for them in the commit's domain (a skillfs server reads their receipts)."""
+    credential = current()
+    if credential is None or not blobs:
+        yield
+        return
+    with acting_as(credential.model_copy(update={"prepaid": credential.prepaid | blobs})):
+        yield
+
+
 def scope_key(scope: Scope) -> str:
     return f"scope:{scope}"
 
@@ -61,12 +84,16 @@ def token_key(name: str) -> str:
     return f"token:{name}"
 
 
-def added(m: Manifest, before: Manifest | None) -> int:
-    """What a version adds: its manifest's bytes, and the bytes of the files (live and
-    staged) it holds that the version it replaces did not."""
+def brought(m: Manifest, before: Manifest | None) -> dict[str, int]:
+    """The files (live and staged) a version holds that the version it replaces did not:
+    SHA-256 -> size."""
     held = {e.sha256 for _, e in before.all_files()} if before is not None else set()
-    new = {e.sha256: e.size for _, e in m.all_files() if e.sha256 not in held}
-    return len(m.model_dump_json()) + sum(new.values())
+    return {e.sha256: e.size for _, e in m.all_files() if e.sha256 not in held}
+
+
+def added(m: Manifest, before: Manifest | None) -> int:
+    """What a version adds: its manifest's bytes, and the bytes of the files it brings."""
+    return len(m.model_dump_json()) + sum(brought(m, before).values())
 
 
 def charges(
@@ -75,20 +102,39 @@ def charges(
     limits: Limits,
     credential: Credential | None,
 ) -> list[Charge]:
-    """A commit's charges: one per scope it writes, and one for its token, if any."""
+    """A commit's charges: one per scope it writes, and one for its token, if any, less the
+    blobs its uploads paid for already (each once)."""
     per_scope: dict[Scope, int] = {}
+    new: dict[str, int] = {}
     for op in ops:
         before = current_entries.get((op.scope, op.manifest.skill))
-        per_scope[op.scope] = per_scope.get(op.scope, 0) + added(op.manifest, before)
+        files = brought(op.manifest, before)
+        new.update(files)
+        n = len(op.manifest.model_dump_json()) + sum(files.values())
+        per_scope[op.scope] = per_scope.get(op.scope, 0) + n
     out = [
         Charge(key=scope_key(s), bytes=n, limit=limits.scope_quota) for s, n in per_scope.items()
     ]
     if credential is not None:
-        limit = credential.quota_bytes or limits.token_quota
-        out.append(
-            Charge(key=token_key(credential.name), bytes=sum(per_scope.values()), limit=limit)
-        )
+        paid = sum(size for sha, size in new.items() if sha in credential.prepaid)
+        n = sum(per_scope.values()) - paid
+        out.append(Charge(key=token_key(credential.name), bytes=n, limit=credential.limit(limits)))
     return out
+
+
+def token_charge(credential: Credential, limits: Limits, n: int, write: str) -> Charge:
+    """A charge of `n` bytes to the token outside a commit (`Engine.charge_quota`)."""
+    return Charge(key=token_key(credential.name), bytes=n, limit=credential.limit(limits),
+                  write=write)  # fmt: skip
+
+
+#: What a usage counter costs besides its user and skill: its count, time and framing.
+USAGE_KEY_BYTES = 32
+
+
+def usage_bytes(keys: Iterable[tuple[str, str]]) -> int:
+    """What usage counters keyed by (user, skill id) hold (GC's recount, a token's charge)."""
+    return sum(len(u.encode()) + len(s.encode()) + USAGE_KEY_BYTES for u, s in keys)
 
 
 class Recount:

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from skillfs.engines.base import CommitOp, Engine
 from skillfs.errors import InvalidArgument
 from skillfs.model import GcReport, Manifest, Scope, VersionSummary
-from skillfs.store.quotas import Recount
+from skillfs.store.quotas import Recount, usage_bytes
 from skillfs.store.tables import Tables
 
 log = logging.getLogger(__name__)
@@ -117,10 +117,6 @@ def gc(
     )
 
 
-#: What a usage counter costs besides its user and skill: its count, time and framing.
-USAGE_KEY_BYTES = 32
-
-
 def _count_usage(engine: Engine, agent: str, recount: Recount) -> None:
     """An agent's usage counters into its scopes' counts: a user's into the user's scope,
     the rest (loads without a user, drops' records, ids no scope may have) into the shared
@@ -130,7 +126,7 @@ def _count_usage(engine: Engine, agent: str, recount: Recount) -> None:
             scope = Scope.user(agent, user) if user else Scope.shared(agent)
         except InvalidArgument:
             scope = Scope.shared(agent)
-        recount.usage(scope, len(user.encode()) + len(skill.encode()) + USAGE_KEY_BYTES)
+        recount.usage(scope, usage_bytes([(user, skill)]))
 
 
 def prune_after_commit(

@@ -337,6 +337,7 @@ class Tables(Engine):
     history_summaries = _Inner()
     drop_history = _Inner()
     quota_used = _Inner()
+    charge_quota = _Inner()
     adjust_quota = _Inner()
     touch_blobs = _Inner()
     put_blob = _Inner()

@@ -150,3 +150,43 @@ def test_etcd_commits_of_many_scopes_are_too_large_not_a_failed_transaction(
             store.commit(again)
         assert f"{len(scopes)} skill(s) in {len(scopes)} scope(s)" in str(e.value)
         assert store.revision(AGENT) == before
+
+
+def test_charges_outside_a_commit_race_for_the_quota_like_commits(url: str) -> None:
+    """A token's upload (or the usage counters it creates) is charged outside a commit, in
+    one atomic step of its own (`Engine.charge_quota`): eight charges of 6,000 bytes on two
+    store objects race for a quota of 20,000 and exactly three pass; a refused one adds
+    nothing and names the quota; a refund gives bytes back."""
+    domain = f"agents/{AGENT}"
+    stores = [opened(url), opened(url)]
+    results: list[bool] = []
+    lock = threading.Lock()
+
+    def charge(i: int) -> None:
+        with acting_as(Credential(name="worker", quota_bytes=20_000)):
+            try:
+                stores[i % 2].charge_token(domain, 6_000, "this upload")
+                ok = True
+            except QuotaExceeded as exc:
+                assert "this upload adds 6000; nothing was written" in str(exc)
+                ok = False
+        with lock:
+            results.append(ok)
+
+    threads = [threading.Thread(target=charge, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    try:
+        assert sorted(results) == [False] * 5 + [True] * 3
+        assert (stores[0].engine.quota_used(domain) or {})["token:worker"] == 18_000
+        assert stores[1].charge_token(domain, 6_000, "this upload") is None  # no token acts
+        with acting_as(Credential(name="worker", quota_bytes=20_000)):
+            charge_ = stores[1].charge_token(domain, 2_000, "this upload")
+            assert charge_ is not None
+            stores[1].refund(domain, charge_, 5_000)
+        assert (stores[0].engine.quota_used(domain) or {})["token:worker"] == 15_000
+    finally:
+        for s in stores:
+            s.close()

@@ -7,7 +7,8 @@ epochs and limits: docs/engine-etcd.md.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
@@ -161,7 +162,7 @@ class EtcdEngine(EtcdLeases, Engine):
             )
         return present
 
-    def put_blob(self, sha: str, chunks: Sequence[bytes], now: float) -> None:
+    def put_blob(self, sha: str, chunks: Sequence[bytes], now: float, domain: str = "") -> None:
         """Marker first, chunks next, then the marker turns complete if nobody (GC) removed it
         meanwhile; a crashed upload leaves a dated marker that GC can collect with its chunks.
         Refused while the backend is near its quota (`SpaceGuard`)."""
@@ -358,21 +359,34 @@ class EtcdEngine(EtcdLeases, Engine):
             unquote(kv.key[len(prefix) :].decode()): int(kv.value) for kv in self._etcd.scan(prefix)
         }
 
+    def charge_quota(self, domain: str, charge: Charge) -> None:
+        """Refused like a commit while the backend is near its quota (`SpaceGuard`)."""
+        self._space.check()
+        if not self._move_counter(domain, charge.key, lambda n: charged(domain, charge, n)):
+            raise StoreUnavailable(
+                f"the quota counter {charge.key} of {domain} on {self.url} kept moving; retry"
+            )
+
     def adjust_quota(self, domain: str, deltas: Mapping[str, int]) -> None:
-        """Each counter by compare-and-swap, read again while another commit moves it."""
         for counter, n in deltas.items():
-            key = self._quota_key(domain, counter)
-            for _ in range(COUNTER_RETRIES):
-                kv = self._etcd.get_many([key])[0]
-                now = int(kv.value) if kv is not None else 0
-                response = self._etcd.txn(
-                    etcdrpc.TxnRequest(
-                        compare=[ec.mod_is(key, kv.mod_revision if kv is not None else 0)],
-                        success=[ec.put_op(key, b"%d" % max(0, now + n))],
-                    )
+            self._move_counter(domain, counter, functools.partial(_plus_at_least_0, n))
+
+    def _move_counter(self, domain: str, counter: str, to: Callable[[int], int]) -> bool:
+        """A counter set to `to(its bytes)` by compare-and-swap, read again while another
+        write moves it; False when it kept moving."""
+        key = self._quota_key(domain, counter)
+        for _ in range(COUNTER_RETRIES):
+            kv = self._etcd.get_many([key])[0]
+            n = to(int(kv.value) if kv is not None else 0)
+            response = self._etcd.txn(
+                etcdrpc.TxnRequest(
+                    compare=[ec.mod_is(key, kv.mod_revision if kv is not None else 0)],
+                    success=[ec.put_op(key, b"%d" % n)],
                 )
-                if response.succeeded:
-                    break
+            )
+            if response.succeeded:
+                return True
+        return False
 
     def _manifest_body(self, op: CommitOp) -> bytes:
         """The manifest's JSON, refused when over `max_manifest_bytes`: creation and update
@@ -518,3 +532,7 @@ class EtcdEngine(EtcdLeases, Engine):
         self._log.close()
         self._gateway.close()
         self._etcd.close()
+
+
+def _plus_at_least_0(delta: int, held: int) -> int:
+    return max(0, held + delta)

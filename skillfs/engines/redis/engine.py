@@ -243,7 +243,7 @@ class RedisEngine(redis_lease.RedisLeases, Engine):
             found = pipe.execute()
         return {sha for sha, ok in zip(shas, found, strict=True) if ok}
 
-    def put_blob(self, sha: str, chunks: Sequence[bytes], now: float) -> None:
+    def put_blob(self, sha: str, chunks: Sequence[bytes], now: float, domain: str = "") -> None:
         """Chunks and last-use in one MULTI: a blob with a meta key always has all its chunks."""
         with self._guard:
             pipe = self._client.pipeline(transaction=True)
@@ -380,6 +380,15 @@ class RedisEngine(redis_lease.RedisLeases, Engine):
         with self._guard:
             raw = cast(dict[bytes, bytes], self._client.hgetall(self._quota_key(domain)))
         return {k.decode(): int(v) for k, v in raw.items()}
+
+    def charge_quota(self, domain: str, charge: Charge) -> None:
+        limit = -1 if charge.limit is None else charge.limit
+        with self._guard:
+            held = self._client.eval(
+                scripts.CHARGE, 1, self._quota_key(domain), charge.key, charge.bytes, limit
+            )
+        if held is not None:  # past its quota: nothing added
+            charged(domain, charge, int(cast(int, held)))
 
     def adjust_quota(self, domain: str, deltas: Mapping[str, int]) -> None:
         if deltas:

@@ -130,6 +130,17 @@ while redis.call('UNLINK', ARGV[2] .. i) == 1 do i = i + 1 end
 return 1
 """
 
+# KEYS: a domain's quota hash. ARGV: counter, bytes, limit (-1: none). The bytes added unless
+# they take the counter past its limit: then nothing, and the counter's bytes are returned.
+CHARGE = """#!lua
+local used = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+local add, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
+if limit >= 0 and add > 0 and used + add > limit then return used end
+if used + add < 0 then add = -used end
+redis.call('HINCRBY', KEYS[1], ARGV[1], add)
+return false
+"""
+
 # KEYS: a domain's quota hash. ARGV: counter, delta, counter, delta, ...: each counter moved by
 # its delta, never below 0 (GC's re-count).
 ADJUST = """#!lua

@@ -101,7 +101,7 @@ class SqlEngine(Engine):
                 )
         return found
 
-    def put_blob(self, sha: str, chunks: Sequence[bytes], now: float) -> None:
+    def put_blob(self, sha: str, chunks: Sequence[bytes], now: float, domain: str = "") -> None:
         """The blob's row first, then its chunks: the order GC deletes them in, so the two
         never wait on each other's rows."""
         key = self._blob(sha)
@@ -284,6 +284,15 @@ class SqlEngine(Engine):
             "SELECT key, used FROM quota WHERE domain = ?", (self._domain(domain),)
         )
         return {key: int(used) for key, used in rows}
+
+    def charge_quota(self, domain: str, charge: Charge) -> None:
+        dkey = self._domain(domain)
+        with self.sql.write() as tx:
+            used = self._held_counter(tx, dkey, charge.key)
+            tx.execute(
+                "UPDATE quota SET used = ? WHERE domain = ? AND key = ?",
+                (charged(domain, charge, used), dkey, charge.key),
+            )
 
     def adjust_quota(self, domain: str, deltas: Mapping[str, int]) -> None:
         dkey = self._domain(domain)
