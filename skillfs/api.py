@@ -36,7 +36,7 @@ class Store(StoreCore):
         self.rollouts = Rollouts(self)
         self.labels = Labels(self, self)
         self.archive = Archive(self)
-        self.usage = Usage(self, self.committer.who)
+        self.usage = Usage(self, self.committer.who, self)
         self.curation = Curation(self, self.archive, self.usage)
         self.edits = Edits(self, self)
         self.review = Review(self, self)

@@ -440,10 +440,11 @@ class Engine(ABC):
         agent: str,
         counts: Mapping[tuple[str, str], int],
         last_used: Mapping[tuple[str, str], float] | None = None,
-    ) -> None:
+    ) -> set[tuple[str, str]]:
         """Add load counts keyed by (user, skill id), and move each key's last-used time to
         `last_used[key]` when that is later (never backwards; a key without one keeps its
-        time)."""
+        time). Returns the keys it created: what a token's charge for them keeps
+        (docs/security.md, "Quotas")."""
 
     @abstractmethod
     def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:

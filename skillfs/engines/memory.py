@@ -197,13 +197,15 @@ class MemoryEngine(Engine):
         agent: str,
         counts: Mapping[tuple[str, str], int],
         last_used: Mapping[tuple[str, str], float] | None = None,
-    ) -> None:
+    ) -> set[tuple[str, str]]:
         times = last_used or {}
         with self._lock:
             held = self._usage[agent]
+            created = {key for key, n in counts.items() if n and key not in held}
             for key, n in counts.items():
                 add = UsageStat(n, times.get(key, 0.0))
                 held[key] = held.get(key, UsageStat(0, 0.0)).plus(add)
+            return created
 
     def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         with self._lock:

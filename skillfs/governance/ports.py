@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import ParamSpec, Protocol, TypeVar
 
-from skillfs.engines.base import Engine
+from skillfs.engines.base import Charge, Engine
 from skillfs.model import CommitResult, FileEntry, Manifest, Scope
 from skillfs.model.ops import DEFAULT, Command, WriteOptions
 
@@ -35,6 +35,14 @@ class Commits(Protocol):
         options: WriteOptions = DEFAULT,
         strict: bool = False,
     ) -> CommitResult: ...
+
+
+class TokenCharges(Protocol):
+    """What a token writes outside a commit, charged to it (`Committer.charge_token`)."""
+
+    def charge_token(self, domain: str, n: int, write: str) -> Charge | None: ...
+
+    def refund(self, domain: str, charge: Charge, n: int) -> None: ...
 
 
 class Reads(Protocol):

@@ -9,10 +9,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from skillfs.engines.base import USAGE_DROPS
 from skillfs.errors import InvalidArgument
-from skillfs.governance.ports import Reads
+from skillfs.governance.ports import Reads, TokenCharges
 from skillfs.model import Manifest, Scope, UsageDrop, UsageStat, usage_by_skill
 from skillfs.model.names import check_id, check_skill_name
 from skillfs.store.limits import check_usage
+from skillfs.store.quotas import usage_bytes
 from skillfs.store.who import check_message
 
 log = logging.getLogger(__name__)
@@ -23,10 +24,13 @@ Key = tuple[str, str]
 class Usage:
     """record, the counts read back, what a view sees, and drops."""
 
-    def __init__(self, reads: Reads, who: Callable[[str | None], str]) -> None:
+    def __init__(
+        self, reads: Reads, who: Callable[[str | None], str], charges: TokenCharges
+    ) -> None:
         self._reads = reads
         #: The actor a drop is recorded by: the one given, else the store's (`Committer.who`).
         self._who = who
+        self._charges = charges
 
     def record(
         self,
@@ -37,13 +41,22 @@ class Usage:
         """Add load counts keyed by (user, skill id), each checked by `check_usage`, and the
         time of each key's latest load (seconds since the epoch; now where not given). A
         stored last-used time only moves forward. A count of 0 records nothing (no load: no
-        last use either), on every engine."""
+        last use either), on every engine.
+
+        The counters a token creates are charged to it (docs/security.md, "Quotas"): the
+        batch as if every key were new, atomically against its quota (QuotaExceeded, nothing
+        recorded), then what the keys it found already there did not take is given back."""
         check_usage(counts, last_used)
         counts = {key: n for key, n in counts.items() if n}
         if counts:
+            agent = check_id("agent", agent)
             now, times = self._reads.clock(), last_used or {}
             stamped = {key: times.get(key) or now for key in counts}
-            self._reads.engine.add_usage(check_id("agent", agent), counts, stamped)
+            domain, most = f"agents/{agent}", usage_bytes(counts)
+            charge = self._charges.charge_token(domain, most, "this batch of usage counters")
+            created = self._reads.engine.add_usage(agent, counts, stamped)
+            if charge is not None:
+                self._charges.refund(domain, charge, most - usage_bytes(created))
 
     def seen(self, agent: str, keys: Iterable[Key], may_read: Callable[[Scope], bool]) -> set[Key]:
         """Of (user, skill id) `keys`, those whose skill the user's view holds live (neither

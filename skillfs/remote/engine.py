@@ -403,7 +403,7 @@ class GrpcEngine(GrpcWatching, Engine):
         agent: str,
         counts: Mapping[tuple[str, str], int],
         last_used: Mapping[tuple[str, str], float] | None = None,
-    ) -> None:
+    ) -> set[tuple[str, str]]:
         times = last_used or {}
         rows = [
             pb.UsageCount(user_id=u, skill=s, count=n, last_used=times.get((u, s), 0.0))
@@ -411,6 +411,7 @@ class GrpcEngine(GrpcWatching, Engine):
         ]
         for some in wire.chunked(rows):
             self._read("RecordUsage", pb.RecordUsageRequest(agent_id=agent, counts=some))
+        return set()  # the server charges the keys it creates to this engine's token
 
     def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         replies = self._all("admin", "Usage", pb.UsageRequest(agent_id=agent))

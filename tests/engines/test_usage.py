@@ -24,6 +24,19 @@ from tests.stores import url_for
 BOT = "support-bot"
 
 
+def test_add_usage_says_which_keys_it_created(store: skillfs.Store) -> None:
+    """What a token's charge for new usage counters keeps (docs/security.md, "Quotas");
+    over grpc:// the server charges them, so the client is told of none."""
+    engine = store.engine
+    first = engine.add_usage(BOT, {("alice", "a"): 1, ("bob", "a"): 2})
+    again = engine.add_usage(BOT, {("alice", "a"): 1, ("", "b"): 1})
+    if store.url.startswith("grpc://"):
+        assert first == again == set()
+    else:
+        assert first == {("alice", "a"), ("bob", "a")} and again == {("", "b")}
+    assert store.usage.counts(BOT) == {("alice", "a"): 2, ("bob", "a"): 2, ("", "b"): 1}
+
+
 def test_last_used_moves_forward_only(store: skillfs.Store) -> None:
     t = time.time() - 1000  # in the past: a server never takes a time past its own clock
     store.usage.record(BOT, {("alice", "a"): 2, ("bob", "a"): 1}, {("alice", "a"): t})

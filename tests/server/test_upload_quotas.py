@@ -23,6 +23,7 @@ from skillfs.server.app import SkillfsServer
 from skillfs.store.limits import Limits
 from support.grpc_servers import ALICE, running
 from tests.helpers import skill_md
+from tests.stores import url_for
 
 AGENT = "support-bot"
 DOMAIN = f"agents/{AGENT}"
@@ -37,8 +38,9 @@ def blob(tag: str, size: int = 6_000) -> tuple[str, bytes]:
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'skills.db'}"
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The store the servers share: SQLite unless the test names another engine."""
+    return url_for(request, getattr(request, "param", "sqlite"), tmp_path)
 
 
 @pytest.fixture
@@ -62,6 +64,7 @@ def charged(db: str) -> int:
         return (store.engine.quota_used(DOMAIN) or {}).get(TOKEN, 0)
 
 
+@pytest.mark.parametrize("db", ["sqlite", "redis", "etcd"], indirect=True)
 def test_two_servers_cannot_together_admit_more_uploads_than_the_quota(
     servers: list[SkillfsServer], db: str
 ) -> None:

@@ -510,8 +510,8 @@ class EtcdEngine(EtcdLeases, Engine):
         agent: str,
         counts: Mapping[tuple[str, str], int],
         last_used: Mapping[tuple[str, str], float] | None = None,
-    ) -> None:
-        self._usage.add(agent, counts, last_used or {})
+    ) -> set[tuple[str, str]]:
+        return self._usage.add(agent, counts, last_used or {})
 
     def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         return self._usage.read(agent)

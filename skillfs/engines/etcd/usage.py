@@ -41,13 +41,15 @@ class EtcdUsage:
         agent: str,
         counts: Mapping[tuple[str, str], int],
         last_used: Mapping[tuple[str, str], float],
-    ) -> None:
+    ) -> set[tuple[str, str]]:
         """One transaction per batch `EtcdClient.packed` cuts (the marker is one more op),
-        retried while others bump the same keys.
+        retried while others bump the same keys; the keys created (absent when the
+        transaction that landed compared them).
 
         Exactly once: the transaction also puts a marker key unique to the batch (on a lease,
         so markers expire by themselves), and a failed compare reads it back. When a retry
         finds its own marker, an earlier attempt landed and only its answer was lost."""
+        keys = {self._key(agent, user, skill): (user, skill) for user, skill in counts}
         items = [
             (
                 self._key(agent, user, skill),
@@ -56,6 +58,7 @@ class EtcdUsage:
             for (user, skill), n in counts.items()
             if n
         ]
+        created: set[bytes] = set()
         marker_bytes = len(self._prefix) + 2 * _COUNTER_BYTES
         for part in self._etcd.packed(
             items,
@@ -64,12 +67,13 @@ class EtcdUsage:
             reserve_bytes=marker_bytes,
         ):
             try:
-                self._add(agent, part, self._lease_for_marks())
+                created |= self._add(agent, part, self._lease_for_marks())
             except ec.LeaseGone:
                 self._lease = None
-                self._add(agent, part, self._lease_for_marks())
+                created |= self._add(agent, part, self._lease_for_marks())
+        return {keys[k] for k in created}
 
-    def _add(self, agent: str, part: Sequence[tuple[bytes, UsageStat]], lease: int) -> None:
+    def _add(self, agent: str, part: Sequence[tuple[bytes, UsageStat]], lease: int) -> set[bytes]:
         keys = [k for k, _ in part]
         mark = self._prefix + f"usage/batches/{uuid.uuid4().hex}".encode()
         current = self._etcd.get_many(keys)
@@ -91,7 +95,8 @@ class EtcdUsage:
             )
             response = self._etcd.txn(request)
             if response.succeeded or ec.first_kv(response.responses[-1]) is not None:
-                return  # done now, or by an attempt whose answer was lost
+                # done now, or by an attempt whose answer was lost
+                return {k for k, kv in zip(keys, current, strict=True) if kv is None}
             if time.monotonic() > end:
                 raise StoreUnavailable(
                     f"usage counters of agent {agent} on {self._url} stayed contended for "

@@ -535,9 +535,9 @@ class RedisEngine(redis_lease.RedisLeases, Engine):
         agent: str,
         counts: Mapping[tuple[str, str], int],
         last_used: Mapping[tuple[str, str], float] | None = None,
-    ) -> None:
+    ) -> set[tuple[str, str]]:
         with self._guard:
-            redis_usage.add(self._client, self._usage_key(agent), counts, last_used or {})
+            return redis_usage.add(self._client, self._usage_key(agent), counts, last_used or {})
 
     def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         with self._guard:

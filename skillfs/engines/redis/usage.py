@@ -34,10 +34,11 @@ def add(
     key: str,
     counts: Mapping[tuple[str, str], int],
     last_used: Mapping[tuple[str, str], float],
-) -> None:
-    """Add `counts` to the hash `key` and move the times in `key`/at forward to `last_used`."""
+) -> set[tuple[str, str]]:
+    """Add `counts` to the hash `key` and move the times in `key`/at forward to `last_used`;
+    the keys created (HINCRBY answered what it added: the field held nothing before)."""
     if not counts:
-        return
+        return set()
     fields = [json.dumps([user, skill]) for user, skill in counts]
     pipe = client.pipeline(transaction=False)
     for field, n in zip(fields, counts.values(), strict=True):
@@ -58,6 +59,7 @@ def add(
     ]
     if times:
         client.register_script(LATEST)(keys=[f"{key}/at"], args=times)
+    return {k for (k, n), r in zip(counts.items(), done, strict=True) if n and r == saturated(n)}
 
 
 def delete(client: Client, key: str, keys: Sequence[tuple[str, str]]) -> None:

@@ -437,10 +437,22 @@ class SqlEngine(Engine):
         agent: str,
         counts: Mapping[tuple[str, str], int],
         last_used: Mapping[tuple[str, str], float] | None = None,
-    ) -> None:
+    ) -> set[tuple[str, str]]:
         key = self._domain(f"agents/{agent}")
         times, caps = last_used or {}, (USAGE_MAX, USAGE_MAX)
+        wanted = sorted(k for k, n in counts.items() if n)
         with self.sql.write() as tx:
+            held: set[tuple[str, str]] = set()
+            for i in range(0, len(wanted), BATCH // 2):
+                some = wanted[i : i + BATCH // 2]
+                rows = ", ".join(["(?, ?)"] * len(some))
+                held.update(
+                    tx.execute(
+                        f'SELECT "user", skill FROM usage WHERE agent = ? AND ("user", skill) IN'
+                        f" (VALUES {rows})",
+                        [key, *(x for k in some for x in k)],
+                    )
+                )
             tx.executemany(
                 'INSERT INTO usage (agent, "user", skill, count, last_used) VALUES (?, ?, ?, ?, ?)'
                 ' ON CONFLICT (agent, "user", skill) DO UPDATE SET count = CASE'
@@ -453,6 +465,7 @@ class SqlEngine(Engine):
                     for (user, skill), n in sorted(counts.items())
                 ],
             )
+        return set(wanted) - held
 
     def usage_detail(self, agent: str) -> dict[tuple[str, str], UsageStat]:
         rows = self.sql.query(
