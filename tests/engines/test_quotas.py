@@ -9,6 +9,7 @@ own limits and tokens apply: tests/server/test_quotas_server.py."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -40,6 +41,15 @@ def url(store_url: str) -> str:
 
 def opened(url: str, quota: int | None = 35_000, **options: object) -> skillfs.Store:
     return skillfs.open_store(url, limits=Limits(scope_quota=quota), **options)
+
+
+def race(work: Callable[[int], None], n: int) -> None:
+    """`work(0)` to `work(n - 1)` at once, in threads, each given a minute."""
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
 
 
 def test_a_commit_past_a_scopes_quota_writes_nothing_and_says_which(url: str) -> None:
@@ -92,11 +102,7 @@ def test_racing_writers_cannot_both_pass_a_quota(url: str) -> None:
         with lock:
             landed.append(name)
 
-    threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    race(write, 8)
     try:
         assert len(landed) == 3 and len(refused) == 5, (landed, refused)
         assert sorted(stores[0].skills(ALICE)) == sorted(landed)
@@ -173,11 +179,7 @@ def test_charges_outside_a_commit_race_for_the_quota_like_commits(url: str) -> N
         with lock:
             results.append(ok)
 
-    threads = [threading.Thread(target=charge, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    race(charge, 8)
     try:
         assert sorted(results) == [False] * 5 + [True] * 3
         assert (stores[0].engine.quota_used(domain) or {})["token:worker"] == 18_000
