@@ -139,14 +139,9 @@ class Committer:
             if strict:
                 rules.refuse_errors(ref.name, reading.findings)
             out[id(c)] = prepared(table, reading)
-        paid = self.blobs.upload(blobs, set(), now, domain, self._payer(domain))
+        pay = functools.partial(self.charge_token, domain, write="this upload")
+        paid = self.blobs.upload(blobs, set(), now, domain, pay)
         return out, set(blobs), frozenset(paid)
-
-    def _payer(self, domain: str) -> Callable[[int], object] | None:
-        """What charges a commit's uploads to the acting token, if one acts."""
-        if quotas.current() is None:
-            return None
-        return functools.partial(self.charge_token, domain, write="this upload")
 
     def inspect(
         self,

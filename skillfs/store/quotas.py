@@ -10,10 +10,10 @@ step's budget travels (`skillfs.util.deadline`), so every write it makes, whatev
 operation, is charged to it. A writer holding the store's credentials has none: only its
 scopes' quotas apply.
 
-A token is also charged for what it writes outside commits, each when it writes it: the
-bytes it uploads (`upload`), and the usage counters it creates (`usage_bytes`). A blob its
-upload paid for is `prepaid` in a commit of the same domain, which charges it to the scopes
-but not to the token again."""
+A token is also charged for what it writes outside commits, each when it writes it
+(`token_charge`, applied by `Committer.charge_token`): the bytes it uploads, and the usage
+counters it creates (`usage_bytes`). A blob its upload paid for is `prepaid` in a commit of
+the same domain, which charges it to the scopes but not to the token again."""
 
 from __future__ import annotations
 
@@ -124,8 +124,8 @@ def charges(
 
 def token_charge(credential: Credential, limits: Limits, n: int, write: str) -> Charge:
     """A charge of `n` bytes to the token outside a commit (`Engine.charge_quota`)."""
-    return Charge(key=token_key(credential.name), bytes=n, limit=credential.limit(limits),
-                  write=write)  # fmt: skip
+    limit = credential.limit(limits)
+    return Charge(key=token_key(credential.name), bytes=n, limit=limit, write=write)
 
 
 #: What a usage counter costs besides its user and skill: its count, time and framing.
