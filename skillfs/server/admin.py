@@ -17,6 +17,7 @@ from skillfs.auth import Level, Principal, write_level
 from skillfs.engines.base import CommitOp, VersionMismatch
 from skillfs.errors import InvalidArgument, InvalidPath, NotFound, PermissionDenied, TooLarge
 from skillfs.model import Candidate, CommitResult, File, Labelled, Manifest, Scope
+from skillfs.model.entry import EntryKind, EntryRef
 from skillfs.model.import_mark import ImportMark, check_source, files_digest
 from skillfs.model.names import check_domain, check_entry, check_id, normalize_path
 from skillfs.model.ops import WriteOptions
@@ -35,6 +36,7 @@ from skillfs.server.rpc import (
     streaming,
     unary,
 )
+from skillfs.spec.profiles import Profiles
 from skillfs.store.blobs import sha256
 from skillfs.store.limits import check_file_table
 from skillfs.store.rules import check_shape, storable
@@ -189,15 +191,22 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
             self.backend.proofs.require_proven(principal, m, proofs)
         self._touch(checked, principal)
         moved = [(scope, m.skill, expect) for scope, m, expect in checked if m.deleted]  # sources
+        committer = self.store.committer
+        current = committer.read_built([(scope, m.skill) for scope, m, _ in checked])
         ops = [
             CommitOp(
                 scope=scope,
-                manifest=storable(scope, self._derived(m, principal, scope, expect, moved)),
+                manifest=storable(
+                    scope,
+                    self._derived(
+                        m, principal, scope, expect, moved, committer.accepted(scope, current)
+                    ),
+                ),
                 expect=expect,
             )
             for scope, m, expect in checked
         ]
-        revision = self.store.committer.commit_built(domain, ops)
+        revision = committer.commit_built(domain, ops, current)
         for op_ in ops:
             self.backend.proofs.index.remember(op_.scope, op_.manifest)
         return pb.CommitResponse(revision=wire.rev_to_pb(revision))
@@ -250,15 +259,19 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         scope: Scope,
         expect: int,
         moved: Sequence[tuple[Scope, str, int]],
+        profiles: Profiles,
     ) -> Manifest:
-        """Frontmatter and findings as the server reads them from SKILL.md (a client cannot
-        make a skill look valid; an entry without files has none, as `Store` records it),
-        and the server's clock unless a global admin commits."""
+        """Frontmatter and findings as the server reads them from SKILL.md under the host
+        `profiles` the scope accepts (a client cannot make a skill look valid; an entry
+        without files has none, as `Store` records it; a setting's says what it is), and the
+        server's clock unless a global admin commits."""
         update: dict[str, Any] = {"actor": principal.name}  # a client cannot claim another
         if not principal.is_global_admin:
             update["committed_at"] = time.time()
-        if not m.deleted:  # (a staged-only skill, a hiding entry: no SKILL.md to miss)
-            reading = self.store.committer.inspect(m.skill, m.files) if m.files else None
+        setting = EntryRef.parse(m.skill).kind is EntryKind.SETTING
+        if not m.deleted and not setting:  # (a staged-only skill, a hiding entry: no SKILL.md)
+            committer = self.store.committer
+            reading = committer.inspect(m.skill, m.files, profiles) if m.files else None
             update.update(
                 frontmatter=reading.frontmatter if reading else None,
                 findings=reading.findings if reading else [],
@@ -267,7 +280,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         # the entry as the commit expects it, read once for the candidate and the labels
         cur = self._expected(scope, m.skill, expect) if m.candidate or m.labels else None
         if m.candidate is not None:
-            update["candidate"] = self._staged(m, principal, scope, cur, update, moved)
+            update["candidate"] = self._staged(m, principal, scope, cur, update, moved, profiles)
         if m.imported is not None:  # the digest of the files sent, not the client's word
             source = check_source(m.imported.source)
             update["imported"] = ImportMark(source=source, digest=files_digest(m.files))
@@ -315,6 +328,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         cur: Manifest | None,
         update: dict[str, Any],
         moved: Sequence[tuple[Scope, str, int]],
+        profiles: Profiles,
     ) -> Candidate:
         """The candidate as the server vouches for it (docs/governance.md, "Staged rollout"):
         one the store holds (same commit id) — on this entry, or on an entry this commit
@@ -334,7 +348,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
                 f"{scope}/{m.skill}: a new candidate is staged by the commit that writes it "
                 f"(commit id {m.commit_id!r}), not {c.commit_id!r}"
             )
-        reading = self.store.committer.inspect(m.skill, c.files)
+        reading = self.store.committer.inspect(m.skill, c.files, profiles)
         return c.model_copy(
             update={
                 "frontmatter": reading.frontmatter,

@@ -34,7 +34,7 @@ from skillfs.model.ops import Command, FileValue, Propose, Put, Stage, WriteOpti
 from skillfs.spec.profiles import Profiles
 from skillfs.spec.skill_md import SKILL_MD, Inspection, inspect_skill
 from skillfs.spec.validation import SPEC
-from skillfs.store import quotas, rules
+from skillfs.store import quotas, rules, scope_profiles
 from skillfs.store.blobs import Blobs, Retrying, sha256
 from skillfs.store.limits import Limits, check_file, check_file_table, default_mode
 from skillfs.store.plans import plan
@@ -64,7 +64,8 @@ class Committer:
     markets: Callable[[], list[str]]
     #: The store's own actor (default: `$SKILLFS_ACTOR`, else `user@host`).
     actor: str | None = None
-    #: The host profiles a SKILL.md is checked under (docs/validation.md, "Host profiles").
+    #: The store's own host profiles: what a scope that names none accepts
+    #: (docs/validation.md, "Host profiles"; `store.scope_profiles`).
     profiles: Profiles = SPEC
 
     def who(self, actor: str | None = None) -> str:
@@ -85,23 +86,23 @@ class Committer:
         domain = rules.check_shape([(s.scope, s.entry) for s in steps], None, self.engine.max_ops)
         message = check_message(options.message or next((p.message for p in plans), ""))
         commit_id = check_commit_id(options.commit_id or uuid.uuid4().hex)
-        prepared, uploaded = self._prepare(commands, strict)
-        attempt = _Attempt(self, commit_id, self.who(options.actor), strict, prepared, uploaded)
+        tables, new = self._prepare(commands)
+        attempt = _Attempt(self, commit_id, self.who(options.actor), strict, tables, new)
         attempt.given_id = options.commit_id is not None
         return self._commit(domain, plans, steps, attempt, message)
 
     # ------------------------------------------------------------------ before the loop
 
     def _prepare(
-        self, commands: Sequence[Command], strict: bool
-    ) -> tuple[dict[int, Prepared], set[str]]:
-        """The files of every command that carries some: checked against the limits,
-        hashed, inspected (the strict policy applied), the new bytes uploaded together (and
-        their digests returned). Stored files kept by reference are touched per attempt
-        (`_touch`)."""
+        self, commands: Sequence[Command]
+    ) -> tuple[dict[int, tuple[str, dict[str, FileEntry]]], dict[str, bytes]]:
+        """The files of every command that carries some, by command: its entry and file
+        table, checked against the limits and hashed; and the new bytes. What SKILL.md says
+        is judged per attempt, under the profiles its scope holds then (`_Attempt.prepared`,
+        the strict policy applied); the first attempt uploads the new bytes (`_touch`)."""
         now = self.clock()
         blobs: dict[str, bytes] = {}
-        out: dict[int, Prepared] = {}
+        out: dict[int, tuple[str, dict[str, FileEntry]]] = {}
         for c in commands:
             if not isinstance(c, Put | Stage | Propose):
                 continue
@@ -118,27 +119,29 @@ class Committer:
                 raise InvalidArgument(
                     f"{c.scope}/{entry}: a skill needs at least one file; to delete it, delete it"
                 )
-            table = file_table(self.limits, entry, c.files, blobs, now)
-            reading = self.inspect(entry, table, blobs)
-            if strict:
-                rules.refuse_errors(ref.name, reading.findings)
-            out[id(c)] = prepared(table, reading)
-        self.blobs.upload(blobs, set(), now)
-        return out, set(blobs)
+            out[id(c)] = (entry, file_table(self.limits, entry, c.files, blobs, now))
+        return out, blobs
 
     def inspect(
         self,
         entry: str,
         files: Mapping[str, FileEntry],
+        profiles: Profiles,
         unstored: Mapping[str, bytes] | None = None,
     ) -> Inspection:
-        """A skill's readings and findings as its SKILL.md says, read once per write; the
-        other files are named but not read. `unstored` holds bytes not uploaded yet."""
+        """A skill's readings and findings as its SKILL.md says under the host `profiles` of
+        its scope (`accepted`); the other files are named but not read. `unstored` holds
+        bytes not uploaded yet."""
         texts = dict.fromkeys(files, b"")
         md = files.get(SKILL_MD)
         if md is not None:
             texts[SKILL_MD] = (unstored or {}).get(md.sha256) or self.blobs.read(md)
-        return inspect_skill(EntryRef.parse(entry).name, texts, self.profiles)
+        return inspect_skill(EntryRef.parse(entry).name, texts, profiles)
+
+    def accepted(self, scope: Scope, current: rules.Current) -> Profiles:
+        """The host profiles `scope` accepts as `current` holds its setting
+        (`scope_profiles.accepted`, over the store's own)."""
+        return scope_profiles.accepted(current.get((scope, scope_profiles.PROFILES)), self.profiles)
 
     # ------------------------------------------------------------------ the loop
 
@@ -154,9 +157,10 @@ class Committer:
         unsure = False  # a commit was sent and its answer lost: it may have landed
         commit_id = attempt.commit_id
         review = [(scope, rules.REVIEW) for scope in dict.fromkeys(s.scope for s in steps)]
+        review += scope_profiles.entries(s.scope for s in steps)  # what its findings are under
         for n in range(1000):
             reads = [(s.scope, s.entry) for s in steps] + [r for p in plans for r in p.reads]
-            reads += review  # the two-person rule's entries, in the same read of each scope
+            reads += review  # the scopes' settings, in the same read of each scope
             current = attempt.read(reads)
             landed = _ours(steps, current, attempt)
             if not landed and (unsure or (n == 0 and attempt.given_id)):
@@ -247,18 +251,26 @@ class Committer:
             for _, e in cur.all_files()
         }
         refs = {e.sha256 for op in ops for _, e in op.manifest.all_files()}
-        fresh = refs - held - attempt.uploaded
-        if fresh:
-            self.blobs.upload({}, fresh, attempt.now)
+        fresh = refs - held - set(attempt.new)
+        new = {} if attempt.sent else attempt.new  # judged by now: uploaded once, here
+        self.blobs.upload(new, fresh, attempt.now)
+        attempt.sent = True
 
-    def commit_built(self, domain: str, ops: Sequence[CommitOp]) -> Revision:
+    def read_built(self, targets: Sequence[tuple[Scope, str]]) -> dict[tuple[Scope, str], Manifest]:
+        """What a commit a client built is judged on, in one read of each scope: its entries
+        and their scopes' settings (the two-person rule, the host profiles its findings are
+        made under, `accepted`)."""
+        scopes = [scope for scope, _ in targets]
+        settings = [(scope, rules.REVIEW) for scope in scopes] + scope_profiles.entries(scopes)
+        return self.load([*targets, *settings])
+
+    def commit_built(
+        self, domain: str, ops: Sequence[CommitOp], current: dict[tuple[Scope, str], Manifest]
+    ) -> Revision:
         """A commit whose next versions a client built (a skillfs server's `Commit` from a
-        `grpc://` store), held to the rules of the commits planned here, as of what its
-        entries are now: one that moved since is a VersionMismatch, so the client reads
-        again and plans again."""
-        current = self.load(
-            [(op.scope, op.manifest.skill) for op in ops] + rules.review_entries(ops)
-        )
+        `grpc://` store), held to the rules of the commits planned here, as of `current`
+        (`read_built`, which its findings were made on): an entry that moved since is a
+        VersionMismatch, so the client reads again and plans again."""
         tracked = []
         for op in ops:
             cur = current.get((op.scope, op.manifest.skill))
@@ -353,14 +365,18 @@ class _Attempt:
     commit_id: str
     actor: str
     strict: bool
-    prepared_files: dict[int, Prepared]
-    #: The digests of the new bytes the commit uploaded before its attempts.
-    uploaded: set[str]
+    #: Each command's entry and checked file table (`Committer._prepare`).
+    tables: dict[int, tuple[str, dict[str, FileEntry]]]
+    #: The commit's new bytes, uploaded by its first attempt once judged (`sent`).
+    new: dict[str, bytes]
+    sent: bool = False
     now: float = 0.0
     #: The caller named the commit id (a retry may reuse it): it is looked for in history.
     given_id: bool = False
     current: dict[tuple[Scope, str], Manifest] = field(default_factory=dict)
     _markets: dict[str, bool] = field(default_factory=dict)
+    #: What each command's SKILL.md says under the profiles its scope was read with.
+    _readings: dict[tuple[int, Profiles], Prepared] = field(default_factory=dict)
 
     def read(
         self, keys: Sequence[tuple[Scope, str]], *, other_domains: bool = False
@@ -384,7 +400,16 @@ class _Attempt:
         return c.retrying(c.engine.history_version, scope, entry, version)
 
     def prepared(self, command: Command) -> Prepared:
-        return self.prepared_files[id(command)]
+        """The command's files judged under the profiles its scope holds as this attempt read
+        it: a setting changed since an earlier attempt judges them again."""
+        entry, files = self.tables[id(command)]
+        profiles = self.committer.accepted(command.scope, self.current)
+        key = (id(command), profiles)
+        if key not in self._readings:
+            reading = self.committer.inspect(entry, files, profiles, self.new)
+            self.refuse_errors(EntryRef.parse(entry).name, reading.findings)
+            self._readings[key] = prepared(files, reading)
+        return self._readings[key]
 
     def missing(self, scope: Scope, entry: str, *, below: bool = False) -> NotFound:
         return self.committer.missing(scope, entry, below=below)
@@ -405,7 +430,7 @@ class _Attempt:
                 return True
         return False
 
-    def renamed(self, skill: str, files: dict[str, FileEntry], old: str) -> Prepared:
+    def renamed(self, scope: Scope, skill: str, files: dict[str, FileEntry], old: str) -> Prepared:
         c = self.committer
         md = files.get(SKILL_MD)
         blobs: dict[str, bytes] = {}
@@ -417,7 +442,7 @@ class _Attempt:
                 files = {**files, SKILL_MD: FileEntry(sha256=digest, size=len(text),
                                                      mode=md.mode, mtime=self.now)}  # fmt: skip
                 c.blobs.upload(blobs, set(), self.now)
-        return prepared(files, c.inspect(skill, files, blobs))
+        return prepared(files, c.inspect(skill, files, c.accepted(scope, self.current), blobs))
 
     def refuse_errors(self, skill: str, findings: Sequence[Finding]) -> None:
         if self.strict:
@@ -450,7 +475,7 @@ def _same_payload(s: Step, held: Manifest, attempt: _Attempt) -> None:
     """Refuse a commit id that committed `held` with another payload than step `s` writes:
     a command's files as sorted (path, sha256, mode) rows, or a removal's tombstone."""
     if s.payload is not None:
-        files = attempt.prepared(s.payload).files
+        files = attempt.tables[id(s.payload)][1]
         staged = isinstance(s.payload, Stage) and held.candidate is not None
         table = held.candidate.files if staged and held.candidate else held.files
         same = not held.deleted and rules.rows(table) == rules.rows(files)
@@ -471,9 +496,10 @@ def _checks(
     domain: str, ops: Sequence[CommitOp], current: rules.Current, markets: Sequence[str]
 ) -> list[Check]:
     """The lower-layer entries the kill switch read, compared by the engine with the commit
-    where they share its domain (a market's: read only), and the two-person rule's entry of
+    where they share its domain (a market's: read only), the two-person rule's entry of
     each scope where the commit serves new files (a rule turned on meanwhile makes the
-    commit read again)."""
+    commit read again), and the host profiles' entry of each scope where it writes files
+    (profiles changed meanwhile make it read and judge again)."""
     written = {(op.scope, op.manifest.skill) for op in ops}
     review = list(
         dict.fromkeys((op.scope, rules.REVIEW) for op in rules.held_to_review(ops, current))
@@ -481,7 +507,8 @@ def _checks(
     return [
         Check(scope=scope, skill=entry, expect=current[(scope, entry)].version
               if (scope, entry) in current else 0)
-        for scope, entry in [*rules.guarded(ops, current, markets), *review]
+        for scope, entry in [*rules.guarded(ops, current, markets), *review,
+                             *scope_profiles.judged(ops)]
         if scope.domain == domain and (scope, entry) not in written
     ]  # fmt: skip
 
