@@ -55,7 +55,7 @@ def create(call: Call, scope: Scope) -> Response:
     text = skill_template(name, description, instructions)
     files = {SKILL_MD: File(text)}
     if how != "draft" and not forced(call):
-        inspected = inspect_skill(name, {SKILL_MD: text}, call.store.profiles)
+        inspected = inspect_skill(name, {SKILL_MD: text}, call.store.host_profiles.of(scope))
         left = placeholder_findings(inspected.frontmatter, text.decode())
         if left:  # with the spec's errors, which the store would refuse next
             problems = shown([*left, *error_findings(inspected.findings)], text.decode())
@@ -136,7 +136,7 @@ def import_zip(call: Call, scope: Scope) -> Response:
         problems = {
             name: errs
             for name, files in skills.items()
-            if (errs := error_findings(findings_of(call.store, name, files)))
+            if (errs := error_findings(findings_of(call.store, scope, name, files)))
         }
         return call.render_scope(
             "import_rejected.html", scope, 422, problems=problems, policy=policy.value
