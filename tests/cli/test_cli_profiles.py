@@ -35,6 +35,7 @@ def test_cli_profiles(tmp_path: Path) -> None:
     report = as_json(url, "validate", str(source), *S)
     assert report[0]["valid"] and report[0]["errors"] == []
     ok(url, "import", str(source.parent), *S)
+    assert "accepts spec, claude-code, saa (its own setting)" in ok(url, "ls", *S).stdout
     with skillfs.open_store(url) as store:
         assert store.manifest(ALICE, "deploy").errors == []
 
