@@ -17,6 +17,7 @@ from skillfs.errors import FailedPrecondition, InvalidArgument
 from skillfs.model import Manifest, Scope
 from skillfs.model.entry import EntryKind, EntryRef
 from skillfs.model.ops import Operation, SetProfiles
+from skillfs.spec.profiles import PROFILES as KNOWN
 from skillfs.spec.profiles import Profiles
 from skillfs.store.steps import Attempt, Plan, Step
 
@@ -27,10 +28,12 @@ FIELD = "profiles"
 
 
 def named(held: Manifest | None) -> Profiles | None:
-    """The profiles a setting's entry as read names (None: never set, or cleared)."""
+    """The profiles a setting's entry as read names (None: never set, or cleared). A name
+    this skillfs does not know (written by a newer one) is left out, not an error: it would
+    refuse every write to the scope."""
     if held is None or held.deleted or held.frontmatter is None:
         return None
-    return Profiles.of(held.frontmatter.get(FIELD) or ())
+    return Profiles.of([n for n in held.frontmatter.get(FIELD) or () if n in KNOWN])
 
 
 def accepted(held: Manifest | None, store: Profiles) -> Profiles:
