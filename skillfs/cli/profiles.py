@@ -17,12 +17,10 @@ from skillfs.cli.common import (
     command,
     emit_json,
     fail,
-    iso,
     opened,
     out,
-    shown,
-    when,
 )
+from skillfs.cli.review import changed_by, last_change
 from skillfs.governance.host_profiles import ProfilesSetting
 from skillfs.model.ops import WriteOptions
 from skillfs.spec.profiles import PROFILES
@@ -70,10 +68,7 @@ def profiles(
                 "scope": str(scope),
                 "profiles": list(setting.profiles.names),
                 "own": setting.own,
-                "version": setting.version,
-                "actor": setting.actor,
-                "message": setting.message,
-                "changed_at": iso(setting.changed_at) if setting.version else None,
+                **last_change(setting),
             }
         )
     else:
@@ -84,8 +79,4 @@ def said(setting: ProfilesSetting) -> str:
     """The setting in words, with who changed it last, when and why."""
     accepted = ", ".join(setting.profiles.names)
     whose = "its own setting" if setting.own else "the store's profiles: it names none"
-    head = f"{setting.scope} accepts {accepted} ({whose})"
-    if not setting.version:
-        return head
-    why = f": {shown(setting.message)}" if setting.message else ""
-    return f"{head}; changed by {shown(setting.actor)} at {when(setting.changed_at)}{why}"
+    return changed_by(f"{setting.scope} accepts {accepted} ({whose})", setting, "changed")
