@@ -2,7 +2,8 @@
 the core (`skillfs.store.core`: reads, commits, retention) with governed change above it as
 namespaces — `store.edits` (rename, override, edit a file, import, delete, rollback),
 `store.governance` (disable, enable, audit), `store.drafts`, `store.rollouts`, `store.labels`,
-`store.archive`, `store.curation`, `store.usage`, `store.review` (the two-person rule), and
+`store.archive`, `store.curation`, `store.usage`, `store.review` (the two-person rule),
+`store.host_profiles` (the host profiles a scope accepts), and
 the core's own `store.changes`. Each
 service is built from the core's narrow protocols (`skillfs.governance.ports`), so the core
 knows nothing of them and imports run one way."""
@@ -17,6 +18,7 @@ from skillfs.governance.archive import Archive
 from skillfs.governance.curation import Curation
 from skillfs.governance.drafts import Drafts
 from skillfs.governance.edits import Edits
+from skillfs.governance.host_profiles import HostProfiles
 from skillfs.governance.labels import Labels
 from skillfs.governance.review import Review
 from skillfs.governance.rollouts import Rollouts
@@ -40,6 +42,7 @@ class Store(StoreCore):
         self.curation = Curation(self, self.archive, self.usage)
         self.edits = Edits(self, self)
         self.review = Review(self, self)
+        self.host_profiles = HostProfiles(self, self, self.profiles)
 
 
 #: The keyword options the store takes (the rest of open_store's options go to the engine).

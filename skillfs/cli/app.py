@@ -15,11 +15,22 @@ from typing import Annotated
 import typer
 
 from skillfs.cli.commands import register
-from skillfs.cli.common import JsonOption, StoreOption, emit_json, fail, out, shown
+from skillfs.cli.common import (
+    JsonOption,
+    StoreOption,
+    TokenOption,
+    emit_json,
+    fail,
+    opened,
+    out,
+    scope_option,
+    shown,
+)
 from skillfs.cli.helptext import Command, Group
 from skillfs.cli.logged import say_warnings
 from skillfs.cli.serve import GrpcOption, HttpOption, run_examples, serve
-from skillfs.errors import InvalidArgument
+from skillfs.errors import InvalidArgument, SkillfsError
+from skillfs.model import Scope
 from skillfs.spec.profiles import PROFILES, Profiles
 from skillfs.spec.skill_dirs import ValidationReport, find_skill_dirs, validate_dir
 from skillfs.spec.validation import SPEC
@@ -107,12 +118,29 @@ def validate(
             show_default=False,
         ),
     ] = None,
+    scope: Annotated[
+        Scope | None,
+        scope_option(
+            "Judge under the host profiles this scope of --store accepts (skillfs profiles), "
+            "as its commits would; instead of --profile."
+        ),
+    ] = None,
+    store_url: StoreOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Check skill directories against the Agent Skills spec; exit 1 when any has errors."""
+    if scope is not None and profile:
+        raise fail("give --profile or --scope, not both", code=2)
     try:
-        profiles = Profiles.of(profile)
+        if scope is None:
+            profiles = Profiles.of(profile)
+        else:
+            with opened(store_url, token) as store:
+                profiles = store.host_profiles.of(scope)
     except InvalidArgument as exc:
         raise fail(str(exc), code=2) from None
+    except SkillfsError as exc:
+        raise fail(str(exc)) from None
     reports = _validate_paths(paths, profiles)
     if as_json:
         emit_json([r.model_dump() for r in reports])

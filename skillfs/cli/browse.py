@@ -42,15 +42,18 @@ from skillfs.cli.common import (
     version_row,
     when,
 )
+from skillfs.cli.profiles import said as said_profiles
 from skillfs.cli.review import said
 from skillfs.cli.text import unified
 from skillfs.errors import NotFound
+from skillfs.governance.host_profiles import ProfilesSetting
 from skillfs.governance.review import ReviewRule
 from skillfs.model import FileEntry, Manifest, Scope, UsageDrop, UsageStat, usage_by_skill
 from skillfs.model.names import ARCHIVE, DRAFTS, is_hidden_dir, side_entry
 from skillfs.model.pins import labels_by_version
 from skillfs.store.core import file_of
 from skillfs.store.rules import REVIEW
+from skillfs.store.scope_profiles import PROFILES
 from skillfs.util.suggest import closest
 
 VersionOption = Annotated[int | None, version_option("A kept version (default: latest).")]
@@ -143,6 +146,8 @@ def _ls_skills(store: Store, scope: Scope, as_json: bool) -> None:
     _ls_table(store, scope, manifests, rows)
     if REVIEW in manifests:  # live: the scope's two-person rule holds
         out.print(said(ReviewRule.of(scope, manifests[REVIEW])))
+    if PROFILES in manifests:  # live: the scope names its host profiles
+        out.print(said_profiles(ProfilesSetting.of(scope, manifests[PROFILES], store.profiles)))
     for where, hint in ((DRAFTS, "skillfs drafts ls"), (ARCHIVE, "skillfs restore NAME")):
         names = sorted(n.split("/", 1)[1] for n in side if n.startswith(where + "/"))
         if names:

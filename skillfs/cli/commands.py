@@ -22,6 +22,7 @@ def register(app: typer.Typer) -> None:
         labels,
         mcp,
         ops,
+        profiles,
         review,
         rollout,
         transfer,

@@ -132,7 +132,7 @@ def _ask(question: str, choices: dict[str, str]) -> str:
 
 
 def _check(skill: str, files: dict[str, File], profiles: Profiles) -> list[Finding]:
-    """The findings under the store's host `profiles`, as its commit makes them, plus the
+    """The findings under the scope's host `profiles`, as its commit makes them, plus the
     template's placeholder text still in SKILL.md (skillfs.spec.template): it would go live
     with it, so it counts as an error here (--force saves)."""
     # a draft's or an archived skill's SKILL.md names the skill it holds, as the store checks
@@ -349,7 +349,7 @@ class _Edit:
         old = base.files.get(self.path)
         files = dict(base.files)
         files[self.path] = File(mine, mode=old.mode if old else None)
-        findings = _check(self.skill, files, self.store.profiles)
+        findings = _check(self.skill, files, self.store.host_profiles.of(self.scope))
         errors = error_findings(findings)
         if findings:
             warnings = len(findings) - len(errors)

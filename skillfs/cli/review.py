@@ -4,7 +4,7 @@ rule"), shown, turned on or off (`store.review`)."""
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any, Protocol
 
 import typer
 
@@ -25,6 +25,37 @@ from skillfs.cli.common import (
 )
 from skillfs.governance.review import ReviewRule
 from skillfs.model.ops import WriteOptions
+
+
+class Changed(Protocol):
+    """A scope setting as last changed (ReviewRule, ProfilesSetting; version 0: never)."""
+
+    @property
+    def version(self) -> int: ...
+    @property
+    def actor(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def changed_at(self) -> float: ...
+
+
+def last_change(setting: Changed) -> dict[str, Any]:
+    """The `--json` fields of a setting's last change."""
+    return {
+        "version": setting.version,
+        "actor": setting.actor,
+        "message": setting.message,
+        "changed_at": iso(setting.changed_at) if setting.version else None,
+    }
+
+
+def changed_by(head: str, setting: Changed, verb: str) -> str:
+    """`head`, then who changed the setting last, when and why (nothing when never set)."""
+    if not setting.version:
+        return head
+    why = f": {shown(setting.message)}" if setting.message else ""
+    return f"{head}; {verb} by {shown(setting.actor)} at {when(setting.changed_at)}{why}"
 
 
 class Switch(StrEnum):
@@ -63,16 +94,7 @@ def review_rule(
                 store.review.lift(scope, options=options)
         rule = store.review.rule(scope)
     if as_json:
-        emit_json(
-            {
-                "scope": str(scope),
-                "required": rule.required,
-                "version": rule.version,
-                "actor": rule.actor,
-                "message": rule.message,
-                "changed_at": iso(rule.changed_at) if rule.version else None,
-            }
-        )
+        emit_json({"scope": str(scope), "required": rule.required, **last_change(rule)})
     else:
         out.print(said(rule))
 
@@ -86,7 +108,4 @@ def said(rule: ReviewRule) -> str:
         )
     else:
         head = f"{rule.scope} does not require review: writes are live at once"
-    if not rule.version:
-        return head
-    why = f": {shown(rule.message)}" if rule.message else ""
-    return f"{head}; set by {shown(rule.actor)} at {when(rule.changed_at)}{why}"
+    return changed_by(head, rule, "set")

@@ -351,6 +351,7 @@ class _Importer:
         """The import decided for every skill (a dry run), each file hashed, not kept."""
         task = progress.add_task("checking", total=sum(s.size for s in sources))
         rows: dict[str, dict[str, FileEntry]] = {}
+        profiles = self.store.host_profiles.of(self.scope)  # the scope's, as its commits judge
         for source in sources:
             progress.update(task, description=f"checking {source.name}")
             rows[source.name] = entries = {}
@@ -363,9 +364,7 @@ class _Importer:
                     mtime=st.st_mtime,
                 )  # fmt: skip
             texts = dict.fromkeys(entries, b"") | {SKILL_MD: md}
-            self.findings[source.name] = inspect_skill(
-                source.name, texts, self.store.profiles
-            ).findings
+            self.findings[source.name] = inspect_skill(source.name, texts, profiles).findings
             self.rows[source.name] = _row(source, self.findings[source.name])
             progress.advance(task, source.size)
         result = self.store.edits.import_skills(

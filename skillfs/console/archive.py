@@ -20,7 +20,7 @@ from skillfs.errors import InvalidPath, InvalidSkill, NotFound, TooLarge
 from skillfs.model import File, Manifest
 from skillfs.model.names import check_skill_name, is_hidden_dir, normalize_path
 from skillfs.spec.skill_md import SKILL_MD, parse_skill_md
-from skillfs.store.committer import renamed_skill_md
+from skillfs.store.file_tables import renamed_skill_md
 
 #: Entries that archivers add and that are never part of a skill.
 _JUNK = ("__MACOSX/", ".DS_Store", "Thumbs.db")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from skillfs.api import Store
 from skillfs.console.diff import as_text
-from skillfs.model import File, FileEntry, Finding, Manifest
+from skillfs.model import File, FileEntry, Finding, Manifest, Scope
 from skillfs.model.names import entry_name
 from skillfs.spec.skill_md import SKILL_MD, inspect_skill
 
@@ -58,20 +58,23 @@ def finding_line(f: Finding, text: str) -> int | None:
     return None
 
 
-def findings_of(store: Store, skill: str, files: Mapping[str, File | FileEntry]) -> list[Finding]:
-    """The spec findings the skill would have with `files`: new files, or stored ones kept by
-    reference. Only SKILL.md is read."""
+def findings_of(
+    store: Store, scope: Scope, skill: str, files: Mapping[str, File | FileEntry]
+) -> list[Finding]:
+    """The spec findings the skill would have with `files` in `scope`, under the host
+    profiles the scope accepts (`store.host_profiles`), as its commit makes them: new files,
+    or stored ones kept by reference. Only SKILL.md is read."""
     md = files.get(SKILL_MD)
     texts = dict.fromkeys(files, b"")
     if md is not None:
         texts[SKILL_MD] = md.data if isinstance(md, File) else store.read_entry(md)
-    return inspect_skill(skill, texts, store.profiles).findings
+    return inspect_skill(skill, texts, store.host_profiles.of(scope)).findings
 
 
-def stored_findings(store: Store, m: Manifest) -> list[Finding]:
+def stored_findings(store: Store, scope: Scope, m: Manifest) -> list[Finding]:
     """A version's findings as the current rules see them; a draft's or an archived skill's
     SKILL.md is checked against the skill it holds (`_drafts/<name>` holds `<name>`)."""
-    return findings_of(store, entry_name(m.skill), m.files)
+    return findings_of(store, scope, entry_name(m.skill), m.files)
 
 
 def skill_md_text(store: Store, m: Manifest) -> str | None:

@@ -13,8 +13,9 @@ from skillfs.errors import InvalidPath
 from skillfs.model.names import ARCHIVE, DRAFTS, SETTINGS, check_live_name, check_skill_name
 
 #: The settings a scope may hold: `review`, the two-person rule (docs/governance.md, "The
-#: two-person rule"), on while its entry is live.
-KNOWN_SETTINGS = ("review",)
+#: two-person rule"), on while its entry is live; `profiles`, the host profiles the scope
+#: accepts (docs/validation.md, "Host profiles"), named by its live entry.
+KNOWN_SETTINGS = ("review", "profiles")
 
 
 class EntryKind(StrEnum):

@@ -43,6 +43,8 @@ class Operation(StrEnum):
     RESTORE = "restore"
     REQUIRE_REVIEW = "require-review"
     LIFT_REVIEW = "lift-review"
+    SET_PROFILES = "set-profiles"
+    CLEAR_PROFILES = "clear-profiles"
     LABEL = "label"
     UNLABEL = "unlabel"
 
@@ -321,8 +323,18 @@ class RequireReview(_Command):
     expected_version: int | None = None
 
 
+class SetProfiles(_Command):
+    """Name the host profiles a scope accepts (docs/validation.md, "Host profiles"), or with
+    None clear the setting (the store's own apply again); `expected_version` is the
+    setting's."""
+
+    scope: Scope
+    profiles: tuple[str, ...] | None
+    expected_version: int | None = None
+
+
 #: Every command a commit takes.
 Command: TypeAlias = (
     Put | Remove | Disable | Enable | Stage | Widen | Promote | Abort | SetLabel | RemoveLabel
-    | Propose | Approve | Reject | Archive | Restore | Move | Copy | RequireReview
+    | Propose | Approve | Reject | Archive | Restore | Move | Copy | RequireReview | SetProfiles
 )  # fmt: skip

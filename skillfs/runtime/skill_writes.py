@@ -362,14 +362,14 @@ class SkillWriter:
         return self._done("delete", at.name, result.versions.get(at.name), [], "deleted")
 
     def _check(self, name: str, files: Files) -> list[Finding]:
-        """The skill's findings under the store's host profiles, as its commit makes them;
-        one with errors (broken YAML, a name that is not the directory's, ...) is refused
-        before anything is written."""
+        """The skill's findings under the host profiles of the user's scope, as its commit
+        makes them; one with errors (broken YAML, a name that is not the directory's, ...) is
+        refused before anything is written."""
         skill_md = next((v for p, v in files.items() if _path(p) == SKILL_MD), None)
         if skill_md is None:
             raise InvalidArgument(f"nothing was written: {name} would have no SKILL.md")
         files_md = {SKILL_MD: self._data(skill_md)}
-        findings = inspect_skill(name, files_md, self.store.profiles).findings
+        findings = inspect_skill(name, files_md, self.store.host_profiles.of(self.scope)).findings
         errors = error_findings(findings)
         if errors:
             raise InvalidSkill(

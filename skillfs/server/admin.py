@@ -8,17 +8,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
 
 import grpc
 
 from skillfs.auth import Level, Principal, write_level
-from skillfs.engines.base import CommitOp, VersionMismatch
-from skillfs.errors import InvalidArgument, InvalidPath, NotFound, PermissionDenied, TooLarge
-from skillfs.model import Candidate, CommitResult, File, Labelled, Manifest, Scope
-from skillfs.model.import_mark import ImportMark, check_source, files_digest
+from skillfs.engines.base import CommitOp
+from skillfs.errors import InvalidArgument, NotFound, PermissionDenied, TooLarge
+from skillfs.model import CommitResult, File, Manifest, Scope
 from skillfs.model.names import check_domain, check_entry, check_id, normalize_path
 from skillfs.model.ops import WriteOptions
 from skillfs.remote import wire
@@ -37,8 +34,8 @@ from skillfs.server.rpc import (
     streaming,
     unary,
 )
+from skillfs.server.vouching import Vouching
 from skillfs.store.blobs import sha256
-from skillfs.store.limits import check_file_table
 from skillfs.store.quotas import prepaid
 from skillfs.store.rules import check_shape, storable
 from skillfs.store.who import check_commit_id, check_message
@@ -56,6 +53,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         self.backend = backend
         self.store = backend.store
         self.engine = backend.engine
+        self.vouching = Vouching(backend.store)
 
     @unary
     def TouchBlobs(
@@ -190,22 +188,29 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         for scope_text, manifest_json, expect in sent:
             m = wire.manifest_request(manifest_json)
             scope = allowed(principal, write_level(check_entry(m.skill)), scope_text)
-            checked.append((scope, self._checked(scope, m, expect), expect))
+            checked.append((scope, self.vouching.checked(scope, m, expect), expect))
         check_shape([(scope, m.skill) for scope, m, _ in checked], domain, self.store.max_ops)
         for _, m, _ in checked:
             self.backend.proofs.require_proven(principal, m, proofs)
         self._touch(checked, principal)
         moved = [(scope, m.skill, expect) for scope, m, expect in checked if m.deleted]  # sources
+        committer = self.store.committer
+        current = committer.read_built([(scope, m.skill) for scope, m, _ in checked])
         ops = [
             CommitOp(
                 scope=scope,
-                manifest=storable(scope, self._derived(m, principal, scope, expect, moved)),
+                manifest=storable(
+                    scope,
+                    self.vouching.derived(
+                        m, principal, scope, expect, moved, committer.accepted(scope, current)
+                    ),
+                ),
                 expect=expect,
             )
             for scope, m, expect in checked
         ]
         with prepaid(self.backend.proofs.prepaid(principal, domain, proofs)):
-            revision = self.store.committer.commit_built(domain, ops)
+            revision = committer.commit_built(domain, ops, current)
         for op_ in ops:
             self.backend.proofs.index.remember(op_.scope, op_.manifest)
         return pb.CommitResponse(revision=wire.rev_to_pb(revision))
@@ -232,149 +237,6 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
                 f"{where} names blob {sha}, which the store does not hold (never uploaded, or "
                 "garbage-collected since): upload it again, then commit"
             )
-
-    def _checked(self, scope: Scope, m: Manifest, expect: int) -> Manifest:
-        """A manifest a client built, held to the rules `Store` applies before a commit."""
-        check_entry(m.skill)
-        where = f"{scope}/{m.skill}"
-        if expect < 0 or m.version != expect + 1:
-            raise InvalidArgument(f"{where}: version {m.version} must be the expected {expect} + 1")
-        check_commit_id(m.commit_id)
-        if m.deleted and (m.files or m.candidate):
-            raise InvalidArgument(f"{where}: a deletion has no files (nor a staged candidate)")
-        for path, e in m.all_files():
-            if normalize_path(path) != path:
-                raise InvalidPath(f"{where}: file path {path!r} is not normalized")
-            check_sha(e.sha256)
-        check_file_table(self.store.limits, m.skill, m.files)
-        if m.candidate is not None:
-            check_file_table(self.store.limits, m.skill, m.candidate.files)
-        return m
-
-    def _derived(
-        self,
-        m: Manifest,
-        principal: Principal,
-        scope: Scope,
-        expect: int,
-        moved: Sequence[tuple[Scope, str, int]],
-    ) -> Manifest:
-        """Frontmatter and findings as the server reads them from SKILL.md (a client cannot
-        make a skill look valid; an entry without files has none, as `Store` records it),
-        and the server's clock unless a global admin commits."""
-        update: dict[str, Any] = {"actor": principal.name}  # a client cannot claim another
-        if not principal.is_global_admin:
-            update["committed_at"] = time.time()
-        if not m.deleted:  # (a staged-only skill, a hiding entry: no SKILL.md to miss)
-            reading = self.store.committer.inspect(m.skill, m.files) if m.files else None
-            update.update(
-                frontmatter=reading.frontmatter if reading else None,
-                findings=reading.findings if reading else [],
-                typed=reading.typed if reading else None,
-            )
-        # the entry as the commit expects it, read once for the candidate and the labels
-        cur = self._expected(scope, m.skill, expect) if m.candidate or m.labels else None
-        if m.candidate is not None:
-            update["candidate"] = self._staged(m, principal, scope, cur, update, moved)
-        if m.imported is not None:  # the digest of the files sent, not the client's word
-            source = check_source(m.imported.source)
-            update["imported"] = ImportMark(source=source, digest=files_digest(m.files))
-        if m.labels:
-            update["labels"] = self._labelled(m, principal, scope, cur, update)
-        return m.model_copy(update=update)
-
-    def _labelled(
-        self,
-        m: Manifest,
-        principal: Principal,
-        scope: Scope,
-        cur: Manifest | None,
-        update: dict[str, Any],
-    ) -> dict[str, Labelled]:
-        """The labels as the server vouches for them (docs/governance.md, "Labels and pins"):
-        one the entry carries already (same version and commit) stays as it is; a new or
-        moved one is made from the version the store keeps, by the token's name, so a client
-        cannot label files that version never held. `cur`: the entry as the commit expects it."""
-        held = cur.labels if cur is not None and not cur.deleted else {}
-        out: dict[str, Labelled] = {}
-        for name, sent in m.labels.items():
-            old = held.get(name)
-            if old is not None and (old.version, old.commit_id) == (sent.version, sent.commit_id):
-                out[name] = old
-                continue
-            kept = (
-                cur
-                if cur is not None and cur.version == sent.version
-                else self.engine.history_version(scope, m.skill, sent.version)
-            )
-            if kept is None or kept.deleted or kept.commit_id != sent.commit_id:
-                raise NotFound(
-                    f"{scope}/{m.skill}: label {name!r} names version {sent.version} (commit "
-                    f"{sent.commit_id!r}), which the store does not keep: label a kept version"
-                )
-            out[name] = kept.labelled(principal.name, update.get("committed_at", m.committed_at))
-        return out
-
-    def _staged(
-        self,
-        m: Manifest,
-        principal: Principal,
-        scope: Scope,
-        cur: Manifest | None,
-        update: dict[str, Any],
-        moved: Sequence[tuple[Scope, str, int]],
-    ) -> Candidate:
-        """The candidate as the server vouches for it (docs/governance.md, "Staged rollout"):
-        one the store holds (same commit id) — on this entry, or on an entry this commit
-        deletes, as archive and restore move it — keeps its files, findings and who staged
-        it, taking only the client's rule (a widen, or any edit carrying it); a new one must
-        be staged by this very commit and gets the server's reading of its SKILL.md, the
-        token's name and the commit's time. `cur`: the entry as the commit expects it."""
-        c = m.candidate
-        assert c is not None
-        held = cur.candidate if cur is not None and not cur.deleted else None
-        if held is None or held.commit_id != c.commit_id:
-            held = self._moved_candidate(c, moved)
-        if held is not None and held.commit_id == c.commit_id:
-            return held.model_copy(update={"rollout": c.rollout})
-        if c.commit_id != m.commit_id:
-            raise InvalidArgument(
-                f"{scope}/{m.skill}: a new candidate is staged by the commit that writes it "
-                f"(commit id {m.commit_id!r}), not {c.commit_id!r}"
-            )
-        reading = self.store.committer.inspect(m.skill, c.files)
-        return c.model_copy(
-            update={
-                "frontmatter": reading.frontmatter,
-                "findings": reading.findings,
-                "typed": reading.typed,
-                "actor": principal.name,
-                "staged_at": update.get("committed_at", m.committed_at),
-            }
-        )
-
-    def _expected(self, scope: Scope, skill: str, expect: int) -> Manifest | None:
-        """The entry as the commit expects it, read now; VersionMismatch (as the commit
-        itself would answer, so the client reads again and retries) when it moved since."""
-        cur = self.engine.load_skills(scope, [skill]).get(skill)
-        version = cur.version if cur is not None else 0
-        if version != expect:
-            raise VersionMismatch(scope, skill, version)
-        return cur
-
-    def _moved_candidate(
-        self, c: Candidate, moved: Sequence[tuple[Scope, str, int]]
-    ) -> Candidate | None:
-        """The candidate `c` names, held by an entry the same commit deletes (the source of
-        an archive or a restore). A source no longer at the version the commit expects lost
-        a race (a promote landed first): `_expected` says so, rather than a refusal of a
-        candidate the client never made."""
-        for scope, skill, expect in moved:
-            source = self._expected(scope, skill, expect)
-            held = source.candidate if source is not None and not source.deleted else None
-            if held is not None and held.commit_id == c.commit_id:
-                return held
-        return None
 
     @on_loop
     async def Publish(

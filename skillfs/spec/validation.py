@@ -78,7 +78,8 @@ def _unknown(key: str, known: Sequence[str]) -> Finding:
     hosts = SPEC.hosts_of(key)
     fix = (
         f"it is {hosts[0].host}'s: validate with --profile {hosts[0].name} (or accept that "
-        "profile in the store), or move it under metadata"
+        f"profile in the scope: skillfs profiles --set {hosts[0].name}), or move it under "
+        "metadata"
         if hosts
         else "move it under metadata"
     )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -22,22 +21,21 @@ from skillfs.errors import (
     NotFound,
     StoreUnavailable,
 )
-from skillfs.model import CommitResult, File, FileEntry, Finding, Manifest, Revision, Scope
+from skillfs.model import CommitResult, FileEntry, Finding, Manifest, Revision, Scope
 from skillfs.model.entry import EntryKind, EntryRef
 from skillfs.model.names import (
     check_live_name,
-    check_new_path,
     entry_name,
     name_key,
-    normalize_path,
 )
-from skillfs.model.ops import Command, FileValue, Propose, Put, Stage, WriteOptions
+from skillfs.model.ops import Command, Propose, Put, Stage, WriteOptions
 from skillfs.spec.profiles import Profiles
 from skillfs.spec.skill_md import SKILL_MD, Inspection, inspect_skill
 from skillfs.spec.validation import SPEC
-from skillfs.store import quotas, rules
+from skillfs.store import quotas, rules, scope_profiles
 from skillfs.store.blobs import Blobs, Retrying, sha256
-from skillfs.store.limits import Limits, check_file, check_file_table, default_mode
+from skillfs.store.file_tables import file_table, renamed_skill_md
+from skillfs.store.limits import Limits
 from skillfs.store.plans import plan
 from skillfs.store.retention import HistoryPolicy, prune_after_commit
 from skillfs.store.steps import Plan, Prepared, Step
@@ -65,7 +63,8 @@ class Committer:
     markets: Callable[[], list[str]]
     #: The store's own actor (default: `$SKILLFS_ACTOR`, else `user@host`).
     actor: str | None = None
-    #: The host profiles a SKILL.md is checked under (docs/validation.md, "Host profiles").
+    #: The store's own host profiles: what a scope that names none accepts
+    #: (docs/validation.md, "Host profiles"; `store.scope_profiles`).
     profiles: Profiles = SPEC
 
     def who(self, actor: str | None = None) -> str:
@@ -86,12 +85,11 @@ class Committer:
         domain = rules.check_shape([(s.scope, s.entry) for s in steps], None, self.engine.max_ops)
         message = check_message(options.message or next((p.message for p in plans), ""))
         commit_id = check_commit_id(options.commit_id or uuid.uuid4().hex)
-        prepared, uploaded, paid = self._prepare(commands, strict, domain)
-        attempt = _Attempt(self, commit_id, self.who(options.actor), strict, prepared, uploaded)
+        tables, new = self._prepare(commands)
+        attempt = _Attempt(self, commit_id, self.who(options.actor), strict, tables, new)
         attempt.domain = domain
         attempt.given_id = options.commit_id is not None
-        with quotas.prepaid(paid):
-            return self._commit(domain, plans, steps, attempt, message)
+        return self._commit(domain, plans, steps, attempt, message)
 
     def charge_token(self, domain: str, n: int, write: str) -> Charge | None:
         """Charge `n` bytes a token writes outside a commit (`write`: its uploads, the usage
@@ -108,16 +106,15 @@ class Committer:
     # ------------------------------------------------------------------ before the loop
 
     def _prepare(
-        self, commands: Sequence[Command], strict: bool, domain: str
-    ) -> tuple[dict[int, Prepared], set[str], frozenset[str]]:
-        """The files of every command that carries some: checked against the limits,
-        hashed, inspected (the strict policy applied), the new bytes uploaded together (and
-        their digests returned), those the store lacked charged to the acting token first
-        (and returned: the commit does not charge them to it again). Stored files kept by
-        reference are touched per attempt (`_touch`)."""
+        self, commands: Sequence[Command]
+    ) -> tuple[dict[int, tuple[str, dict[str, FileEntry]]], dict[str, bytes]]:
+        """The files of every command that carries some, by command: its entry and file
+        table, checked against the limits and hashed; and the new bytes. What SKILL.md says
+        is judged per attempt, under the profiles its scope holds then (`_Attempt.prepared`,
+        the strict policy applied); the first attempt uploads the new bytes (`_touch`)."""
         now = self.clock()
         blobs: dict[str, bytes] = {}
-        out: dict[int, Prepared] = {}
+        out: dict[int, tuple[str, dict[str, FileEntry]]] = {}
         for c in commands:
             if not isinstance(c, Put | Stage | Propose):
                 continue
@@ -134,28 +131,29 @@ class Committer:
                 raise InvalidArgument(
                     f"{c.scope}/{entry}: a skill needs at least one file; to delete it, delete it"
                 )
-            table = file_table(self.limits, entry, c.files, blobs, now)
-            reading = self.inspect(entry, table, blobs)
-            if strict:
-                rules.refuse_errors(ref.name, reading.findings)
-            out[id(c)] = prepared(table, reading)
-        pay = functools.partial(self.charge_token, domain, write="this upload")
-        paid = self.blobs.upload(blobs, set(), now, domain, pay)
-        return out, set(blobs), frozenset(paid)
+            out[id(c)] = (entry, file_table(self.limits, entry, c.files, blobs, now))
+        return out, blobs
 
     def inspect(
         self,
         entry: str,
         files: Mapping[str, FileEntry],
+        profiles: Profiles,
         unstored: Mapping[str, bytes] | None = None,
     ) -> Inspection:
-        """A skill's readings and findings as its SKILL.md says, read once per write; the
-        other files are named but not read. `unstored` holds bytes not uploaded yet."""
+        """A skill's readings and findings as its SKILL.md says under the host `profiles` of
+        its scope (`accepted`); the other files are named but not read. `unstored` holds
+        bytes not uploaded yet."""
         texts = dict.fromkeys(files, b"")
         md = files.get(SKILL_MD)
         if md is not None:
             texts[SKILL_MD] = (unstored or {}).get(md.sha256) or self.blobs.read(md)
-        return inspect_skill(EntryRef.parse(entry).name, texts, self.profiles)
+        return inspect_skill(EntryRef.parse(entry).name, texts, profiles)
+
+    def accepted(self, scope: Scope, current: rules.Current) -> Profiles:
+        """The host profiles `scope` accepts as `current` holds its setting
+        (`scope_profiles.accepted`, over the store's own)."""
+        return scope_profiles.accepted(current.get((scope, scope_profiles.PROFILES)), self.profiles)
 
     # ------------------------------------------------------------------ the loop
 
@@ -171,9 +169,10 @@ class Committer:
         unsure = False  # a commit was sent and its answer lost: it may have landed
         commit_id = attempt.commit_id
         review = [(scope, rules.REVIEW) for scope in dict.fromkeys(s.scope for s in steps)]
+        review += scope_profiles.entries(s.scope for s in steps)  # what its findings are under
         for n in range(1000):
             reads = [(s.scope, s.entry) for s in steps] + [r for p in plans for r in p.reads]
-            reads += review  # the two-person rule's entries, in the same read of each scope
+            reads += review  # the scopes' settings, in the same read of each scope
             current = attempt.read(reads)
             landed = _ours(steps, current, attempt)
             if not landed and (unsure or (n == 0 and attempt.given_id)):
@@ -182,7 +181,7 @@ class Committer:
                 landed = self._in_history(steps, attempt)
             if not landed:
                 try:
-                    ops, checks, charges = self._ops(domain, steps, attempt, current, message)
+                    ops, checks = self._ops(domain, steps, attempt, current, message)
                 except Conflict:  # against our own commit, another writer's on top? (C6)
                     if unsure or not self._in_history(steps, attempt):
                         raise
@@ -190,6 +189,8 @@ class Committer:
             if landed:
                 return self._already(domain, steps, current, commit_id)
             self._touch(ops, current, attempt)
+            with quotas.prepaid(attempt.paid):  # its uploads were charged to the token
+                charges = quotas.charges(ops, current, self.limits, quotas.current())
             started = time.monotonic()
             try:
                 revision = self.engine.commit(domain, ops, checks, charges)
@@ -221,9 +222,9 @@ class Committer:
         attempt: _Attempt,
         current: dict[tuple[Scope, str], Manifest],
         message: str,
-    ) -> tuple[list[CommitOp], list[Check], list[Charge]]:
-        """The attempt's next versions, held to every rule, the lower-layer entries the
-        engine compares with them, and what they add to the quotas (`store.quotas`)."""
+    ) -> tuple[list[CommitOp], list[Check]]:
+        """The attempt's next versions, held to every rule, and the lower-layer entries the
+        engine compares with them."""
         ops: list[CommitOp] = []
         for s in steps:
             cur = current.get((s.scope, s.entry))
@@ -242,8 +243,7 @@ class Committer:
         guarded = [g for g in rules.guarded(ops, current, markets) if g not in current]
         current.update(attempt.read(guarded, other_domains=True))
         rules.check_ops(ops, current, markets, self.names(ops, current))
-        charged = quotas.charges(ops, current, self.limits, quotas.current())
-        return ops, _checks(domain, ops, current, markets), charged
+        return ops, _checks(domain, ops, current, markets)
 
     def _touch(
         self,
@@ -264,18 +264,29 @@ class Committer:
             for _, e in cur.all_files()
         }
         refs = {e.sha256 for op in ops for _, e in op.manifest.all_files()}
-        fresh = refs - held - attempt.uploaded
-        if fresh:
-            self.blobs.upload({}, fresh, attempt.now)
+        fresh = refs - held - set(attempt.new)
+        new = {} if attempt.sent else attempt.new  # judged by now: uploaded once, here
+        pay = functools.partial(self.charge_token, attempt.domain, write="this upload")
+        paid = self.blobs.upload(new, fresh, attempt.now, attempt.domain, pay)
+        if not attempt.sent:  # the bytes the store lacked, charged to the acting token first
+            attempt.paid = frozenset(paid)
+        attempt.sent = True
 
-    def commit_built(self, domain: str, ops: Sequence[CommitOp]) -> Revision:
+    def read_built(self, targets: Sequence[tuple[Scope, str]]) -> dict[tuple[Scope, str], Manifest]:
+        """What a commit a client built is judged on, in one read of each scope: its entries
+        and their scopes' settings (the two-person rule, the host profiles its findings are
+        made under, `accepted`)."""
+        scopes = [scope for scope, _ in targets]
+        settings = [(scope, rules.REVIEW) for scope in scopes] + scope_profiles.entries(scopes)
+        return self.load([*targets, *settings])
+
+    def commit_built(
+        self, domain: str, ops: Sequence[CommitOp], current: dict[tuple[Scope, str], Manifest]
+    ) -> Revision:
         """A commit whose next versions a client built (a skillfs server's `Commit` from a
-        `grpc://` store), held to the rules of the commits planned here, as of what its
-        entries are now: one that moved since is a VersionMismatch, so the client reads
-        again and plans again."""
-        current = self.load(
-            [(op.scope, op.manifest.skill) for op in ops] + rules.review_entries(ops)
-        )
+        `grpc://` store), held to the rules of the commits planned here, as of `current`
+        (`read_built`, which its findings were made on): an entry that moved since is a
+        VersionMismatch, so the client reads again and plans again."""
         tracked = []
         for op in ops:
             cur = current.get((op.scope, op.manifest.skill))
@@ -370,9 +381,14 @@ class _Attempt:
     commit_id: str
     actor: str
     strict: bool
-    prepared_files: dict[int, Prepared]
-    #: The digests of the new bytes the commit uploaded before its attempts.
-    uploaded: set[str]
+    #: Each command's entry and checked file table (`Committer._prepare`).
+    tables: dict[int, tuple[str, dict[str, FileEntry]]]
+    #: The commit's new bytes, uploaded by its first attempt once judged (`sent`).
+    new: dict[str, bytes]
+    sent: bool = False
+    #: Of those, the ones the store lacked, charged to the acting token by that upload: the
+    #: commit does not charge them to it again (`quotas.prepaid`).
+    paid: frozenset[str] = frozenset()
     now: float = 0.0
     #: The caller named the commit id (a retry may reuse it): it is looked for in history.
     given_id: bool = False
@@ -380,6 +396,8 @@ class _Attempt:
     domain: str = ""
     current: dict[tuple[Scope, str], Manifest] = field(default_factory=dict)
     _markets: dict[str, bool] = field(default_factory=dict)
+    #: What each command's SKILL.md says under the profiles its scope was read with.
+    _readings: dict[tuple[int, Profiles], Prepared] = field(default_factory=dict)
 
     def read(
         self, keys: Sequence[tuple[Scope, str]], *, other_domains: bool = False
@@ -403,7 +421,16 @@ class _Attempt:
         return c.retrying(c.engine.history_version, scope, entry, version)
 
     def prepared(self, command: Command) -> Prepared:
-        return self.prepared_files[id(command)]
+        """The command's files judged under the profiles its scope holds as this attempt read
+        it: a setting changed since an earlier attempt judges them again."""
+        entry, files = self.tables[id(command)]
+        profiles = self.committer.accepted(command.scope, self.current)
+        key = (id(command), profiles)
+        if key not in self._readings:
+            reading = self.committer.inspect(entry, files, profiles, self.new)
+            self.refuse_errors(EntryRef.parse(entry).name, reading.findings)
+            self._readings[key] = prepared(files, reading)
+        return self._readings[key]
 
     def missing(self, scope: Scope, entry: str, *, below: bool = False) -> NotFound:
         return self.committer.missing(scope, entry, below=below)
@@ -424,7 +451,7 @@ class _Attempt:
                 return True
         return False
 
-    def renamed(self, skill: str, files: dict[str, FileEntry], old: str) -> Prepared:
+    def renamed(self, scope: Scope, skill: str, files: dict[str, FileEntry], old: str) -> Prepared:
         c = self.committer
         md = files.get(SKILL_MD)
         blobs: dict[str, bytes] = {}
@@ -436,7 +463,7 @@ class _Attempt:
                 files = {**files, SKILL_MD: FileEntry(sha256=digest, size=len(text),
                                                      mode=md.mode, mtime=self.now)}  # fmt: skip
                 c.blobs.upload(blobs, set(), self.now, self.domain)
-        return prepared(files, c.inspect(skill, files, blobs))
+        return prepared(files, c.inspect(skill, files, c.accepted(scope, self.current), blobs))
 
     def refuse_errors(self, skill: str, findings: Sequence[Finding]) -> None:
         if self.strict:
@@ -469,7 +496,7 @@ def _same_payload(s: Step, held: Manifest, attempt: _Attempt) -> None:
     """Refuse a commit id that committed `held` with another payload than step `s` writes:
     a command's files as sorted (path, sha256, mode) rows, or a removal's tombstone."""
     if s.payload is not None:
-        files = attempt.prepared(s.payload).files
+        files = attempt.tables[id(s.payload)][1]
         staged = isinstance(s.payload, Stage) and held.candidate is not None
         table = held.candidate.files if staged and held.candidate else held.files
         same = not held.deleted and rules.rows(table) == rules.rows(files)
@@ -490,9 +517,10 @@ def _checks(
     domain: str, ops: Sequence[CommitOp], current: rules.Current, markets: Sequence[str]
 ) -> list[Check]:
     """The lower-layer entries the kill switch read, compared by the engine with the commit
-    where they share its domain (a market's: read only), and the two-person rule's entry of
+    where they share its domain (a market's: read only), the two-person rule's entry of
     each scope where the commit serves new files (a rule turned on meanwhile makes the
-    commit read again)."""
+    commit read again), and the host profiles' entry of each scope where it writes files
+    (profiles changed meanwhile make it read and judge again)."""
     written = {(op.scope, op.manifest.skill) for op in ops}
     review = list(
         dict.fromkeys((op.scope, rules.REVIEW) for op in rules.held_to_review(ops, current))
@@ -500,7 +528,8 @@ def _checks(
     return [
         Check(scope=scope, skill=entry, expect=current[(scope, entry)].version
               if (scope, entry) in current else 0)
-        for scope, entry in [*rules.guarded(ops, current, markets), *review]
+        for scope, entry in [*rules.guarded(ops, current, markets), *review,
+                             *scope_profiles.judged(ops)]
         if scope.domain == domain and (scope, entry) not in written
     ]  # fmt: skip
 
@@ -513,71 +542,3 @@ def out_of_time(end: float, started: float) -> bool:
     may run past `end` (a lock held for a while is waited out, as before)."""
     now = time.monotonic()
     return now >= end or (bounded() and end - now < now - started)
-
-
-# ---------------------------------------------------------------------------- file tables
-
-
-def file_table(
-    limits: Limits, skill: str, files: Mapping[str, FileValue], blobs: dict[str, bytes],
-    now: float,
-) -> dict[str, FileEntry]:  # fmt: skip
-    """A write's checked file table; its new bytes are added to `blobs`. A stored file kept
-    by reference keeps its path; new bytes need a path `check_new_path` allows. Two paths
-    naming one file are refused, whichever surface wrote them."""
-    entries: dict[str, FileEntry] = {}
-    for raw_path, value in files.items():
-        path = (
-            normalize_path(raw_path) if isinstance(value, FileEntry) else check_new_path(raw_path)
-        )
-        if path in entries:
-            raise InvalidPath(f"{skill}: {raw_path!r} names the same file as another path")
-        entries[path] = _entry(limits, skill, path, value, blobs, now)
-    check_file_table(limits, skill, entries)
-    return entries
-
-
-def _entry(
-    limits: Limits, skill: str, path: str, value: FileValue, blobs: dict[str, bytes], now: float
-) -> FileEntry:
-    """A file table row: a stored file is kept by reference, new bytes are hashed."""
-    if isinstance(value, FileEntry):
-        check_file(limits, skill, path, value.size, value.mode, value.mtime)
-        return value
-    f = value if isinstance(value, File) else File(_bytes(value))
-    check_file(limits, skill, path, len(f.data), f.mode, f.mtime)
-    digest = sha256(f.data)
-    blobs[digest] = f.data
-    return FileEntry(
-        sha256=digest,
-        size=len(f.data),
-        mode=f.mode if f.mode is not None else default_mode(path, f.data),
-        mtime=f.mtime if f.mtime is not None else now,
-    )
-
-
-def _bytes(value: bytes | bytearray | str) -> bytes:
-    return value.encode() if isinstance(value, str) else bytes(value)
-
-
-def renamed_skill_md(data: bytes, old: str, new: str) -> bytes | None:
-    """SKILL.md with its frontmatter `name` changed from `old` to `new` (the spec wants the
-    name to equal the directory); None when it does not name `old`."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    if not text.startswith("---"):
-        return None
-    end = text.find("\n---", 3)
-    if end < 0:
-        return None
-    head = text[:end]
-    match = next((m for m in _NAME_LINE.finditer(head) if m.group("name").strip() == old), None)
-    if match is None:
-        return None
-    head = head[: match.start()] + f"name: {new}" + head[match.end() :]
-    return (head + text[end:]).encode()
-
-
-_NAME_LINE = re.compile(r"^name[ \t]*:[ \t]*(['\"]?)(?P<name>[^'\"\n]*)\1[ \t]*$", re.MULTILINE)

@@ -73,8 +73,8 @@ class StoreCore:
         self._tables = Tables(engine, lambda: self.clock()) if engine.table_chunks else None
         self.engine: Engine = self._tables or engine
         self.actor = actor
-        #: The host profiles whose fields and names are no errors here (docs/validation.md,
-        #: "Host profiles"): what every commit's findings are made under.
+        #: The store's own host profiles (docs/validation.md, "Host profiles"): what a scope
+        #: that names none of its own accepts (`store.host_profiles`).
         self.profiles = Profiles.of_store(profiles)
         self.limits = limits or Limits()
         self.history_policy = history_policy or HistoryPolicy()

@@ -39,11 +39,12 @@ from skillfs.model.ops import (
     RequireReview,
     Restore,
     SetLabel,
+    SetProfiles,
     Stage,
     Widen,
 )
 from skillfs.model.pins import LATEST, MAX_LABELS, check_label
-from skillfs.store import rules
+from skillfs.store import rules, scope_profiles
 from skillfs.store.steps import Attempt, Plan, Prepared, Step
 
 
@@ -490,7 +491,7 @@ def _move(c: Move) -> Plan:
         source = a.live(c.scope, c.source)
         if source is None:
             raise a.missing(c.scope, c.source)
-        moved = a.renamed(c.target, dict(source.files), c.source)
+        moved = a.renamed(target, c.target, dict(source.files), c.source)
         a.refuse_errors(c.target, moved.findings)
         return Manifest.empty(c.target).with_files(
             moved.files, moved.frontmatter, moved.findings, moved.typed, source.origin
@@ -578,4 +579,5 @@ _PLANS: dict[type, Callable[[Any], Plan]] = {
     Move: _move,
     Copy: _copy,
     RequireReview: _require_review,
+    SetProfiles: scope_profiles.plan,
 }

@@ -27,6 +27,7 @@ from skillfs.model import FileEntry, Finding, LiveEdit, Manifest, Rollout, Scope
 from skillfs.model.entry import EntryKind, EntryRef
 from skillfs.model.names import check_new_name, check_new_path, entry_name, name_key
 from skillfs.model.pins import MAX_LABELS, check_label
+from skillfs.store import scope_profiles
 
 #: What a commit read of its entries: (scope, entry) -> the manifest as it was (a tombstone
 #: included), absent when there was none.
@@ -356,16 +357,6 @@ def _off(skill: str, below: Manifest, where: str) -> str:
 REVIEW = EntryRef.setting("review").key
 
 
-def review_entries(ops: Sequence[CommitOp]) -> list[tuple[Scope, str]]:
-    """The two-person rule's entry of each scope where the commit writes a skill: read with
-    the commit's entries (the same round trip)."""
-    return list(
-        dict.fromkeys(
-            (op.scope, REVIEW) for op in ops if EntryRef.parse(op.manifest.skill).is_skill
-        )
-    )
-
-
 def goes_live(m: Manifest, before: Manifest | None) -> bool:
     """Whether version `m` serves files that the version before it (None: none) did not: a
     new file set, or a new staged candidate. A promote serves the candidate already staged, a
@@ -398,7 +389,8 @@ def check_review(ops: Sequence[CommitOp], current: Current) -> None:
     live, a write that serves new files to workers (`goes_live`) is refused unless it is the
     approval, in the same commit, of a draft holding exactly those files and written by
     another actor than the approver's. Drafts, disable, enable, abort, delete and archive are
-    not held to it. `current` holds the rule's entries (`review_entries`)."""
+    not held to it. `current` holds the rule's entries (the Committer reads them with the
+    commit's)."""
     for op in held_to_review(ops, current):
         rule = live(current.get((op.scope, REVIEW)))
         m = op.manifest
@@ -449,7 +441,8 @@ def rows(files: Mapping[str, FileEntry]) -> list[tuple[str, str, int]]:
 
 def check_settings(ops: Sequence[CommitOp]) -> None:
     """A setting's entry (`_settings/<name>`) holds no files, candidate or kill switch: it is
-    on while live, and changed only by its own command."""
+    on while live, and changed only by its own command; the profiles setting names known
+    profiles (`scope_profiles.check_setting`)."""
     for op in ops:
         m = op.manifest
         if EntryRef.parse(m.skill).kind is EntryKind.SETTING and (
@@ -457,8 +450,10 @@ def check_settings(ops: Sequence[CommitOp]) -> None:
         ):
             raise InvalidArgument(
                 f"{op.scope}/{m.skill} is a setting of the scope, not a skill: it holds no "
-                "files; turn it on or off with its own command (`skillfs review-rule`)"
+                "files; change it with its own command (`skillfs review-rule`, `skillfs "
+                "profiles`)"
             )
+        scope_profiles.check_setting(op)
 
 
 # ---------------------------------------------------------------------------- what is written

@@ -16,8 +16,8 @@ from skillfs.model.ops import Command, Propose, Put, Stage
 
 @dataclass(frozen=True)
 class Prepared:
-    """A command's files after the checks that need no store: a file table of checked,
-    hashed (and uploaded) entries, and what its SKILL.md says."""
+    """A command's files: a file table of checked, hashed entries, and what its SKILL.md
+    says under the profiles of its scope."""
 
     files: dict[str, FileEntry]
     frontmatter: dict[str, Any] | None
@@ -41,7 +41,8 @@ class Attempt(Protocol):
         """A version of the entry kept in its history (None: never written, or pruned)."""
 
     def prepared(self, command: Command) -> Prepared:
-        """The checked files of a command that carries some."""
+        """The checked files of a command that carries some, judged under the host profiles
+        its scope accepts as this attempt read them (strict: refused on errors)."""
 
     def missing(self, scope: Scope, entry: str, *, below: bool = False) -> NotFound:
         """The NotFound of an entry a command acts on that is not there, naming what is
@@ -51,9 +52,9 @@ class Attempt(Protocol):
         """Whether a lower layer of a user's scope holds `skill` live: the agent's shared
         scope, or a market."""
 
-    def renamed(self, skill: str, files: dict[str, FileEntry], old: str) -> Prepared:
-        """`files` as skill `skill`'s: SKILL.md's `name` changed from `old` where it said so
-        (stored anew), what it says inspected again."""
+    def renamed(self, scope: Scope, skill: str, files: dict[str, FileEntry], old: str) -> Prepared:
+        """`files` as skill `skill`'s in `scope`: SKILL.md's `name` changed from `old` where
+        it said so (stored anew), what it says inspected again under the scope's profiles."""
 
     def refuse_errors(self, skill: str, findings: Sequence[Finding]) -> None:
         """Under the strict policy, refuse a skill with error findings."""

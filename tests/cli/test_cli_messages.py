@@ -28,7 +28,7 @@ S = ("-s", str(SHARED))
 WRITES = {
     "edit", "rm", "rollback", "mv", "import", "disable", "enable", "stage", "widen", "promote",
     "abort", "archive", "restore", "curate", "drafts approve", "drafts reject", "drafts split",
-    "review-rule", "label set", "label rm",
+    "review-rule", "label set", "label rm", "profiles",
 }  # fmt: skip
 #: The commands that write no version of their own, and why they need no --message.
 NO_VERSIONS = {
@@ -127,6 +127,7 @@ def test_every_write_keeps_its_message(url: str, tmp_path: Path) -> None:
     write("restore", "delta")
     write("review-rule", "on")
     ok(url, "review-rule", "off", *S)
+    write("profiles", "--set", "claude-code")
     ran.add("curate")  # a domain, not a scope: no -s
     ok(url, "curate", AGENT, "--apply", "--stale-after", "0.01s", "--archive-after", "0.01s",
        "-m", "why curate")  # fmt: skip

@@ -310,3 +310,32 @@ def test_moving_a_label_reaches_a_pinned_worker_at_its_next_step(
     page.goto(f"/agents/{AGENT}/activity?skill={skill}")
     expect(page.locator("#activity tbody tr").nth(0)).to_contain_text("unlabel")
     expect(page.locator("#activity tbody tr").nth(2)).to_contain_text("the first passed review")
+
+
+def test_an_admin_names_a_scopes_host_profiles_and_its_saves_follow(
+    page: Page, store: skillfs.Store
+) -> None:
+    """alice runs Claude Code: the operator accepts its profile in her scope, and an edit
+    with `disable-model-invocation` saves there without "Save anyway"."""
+    deploy = "---\nname: deploy\ndescription: Deploys.\n---\nDeploy.\n"
+    store.publish(ALICE, "deploy", {"SKILL.md": deploy.encode()}, actor="seed")
+    page.goto(f"/{ALICE.prefix}")
+    expect(page.locator("#host-profiles")).to_contain_text("Host profiles: spec")
+    page.check('input[name="profile:claude-code"]')
+    page.fill("#profiles-why", "alice runs Claude Code")
+    page.click("#profiles-save")
+    expect(page.locator(".flash.ok")).to_contain_text("accepts spec, claude-code")
+    expect(page.locator("#host-profiles")).to_contain_text("this scope's own, set by oncall-ana")
+    expect(page.locator('input[name="profile:claude-code"]')).to_be_checked()
+
+    page.goto(f"/{ALICE.prefix}deploy/")
+    page.click("text=Edit SKILL.md")
+    set_editor(page, deploy.replace("---\nDeploy", "disable-model-invocation: true\n---\nDeploy"))
+    page.click("#save")
+    expect(page.locator(".flash.ok")).to_contain_text("Saved SKILL.md")
+    assert store.manifest(ALICE, "deploy").errors == []
+    assert store.host_profiles.setting(ALICE).message == "alice runs Claude Code"
+    page.goto(f"/{ALICE.prefix}")
+    page.click("#profiles-clear")
+    expect(page.locator(".flash.ok")).to_contain_text("the store's host profiles")
+    assert not store.host_profiles.setting(ALICE).own

@@ -10,12 +10,15 @@ from skillfs.console.call import Call, redirect
 from skillfs.console.pages.files import shown_version
 from skillfs.console.paging import paged
 from skillfs.errors import NotFound
+from skillfs.governance.host_profiles import ProfilesSetting
 from skillfs.governance.review import ReviewRule
 from skillfs.governance.rollout_rule import has_live
 from skillfs.model import Manifest, Scope
 from skillfs.model.names import check_id, is_hidden_dir
+from skillfs.spec.profiles import PROFILES as PROFILES_KNOWN
 from skillfs.spec.template import TEMPLATE_INSTRUCTIONS
 from skillfs.store.rules import REVIEW
+from skillfs.store.scope_profiles import PROFILES
 from skillfs.util.suggest import closest
 
 #: The per-user listings stop here; an agent with more users is browsed by user id.
@@ -212,5 +215,7 @@ def scope_page(call: Call, scope: Scope) -> Response:
         deleted=deleted,
         hiding=hiding,
         review=ReviewRule.of(scope, raw.get(REVIEW)),
+        profiles=ProfilesSetting.of(scope, raw.get(PROFILES), call.store.profiles),
+        known_profiles=PROFILES_KNOWN.values(),
         template_instructions=TEMPLATE_INSTRUCTIONS,
     )

@@ -80,7 +80,7 @@ def editor_page(call: Call, scope: Scope, skill: str, path: str = "") -> Respons
         m,
         path,
         content,
-        findings=shown(stored_findings(call.store, m), text),
+        findings=shown(stored_findings(call.store, scope, m), text),
         base=m.version,
         expected=m.version,
         stored=live,
@@ -185,7 +185,7 @@ def save(call: Call, scope: Scope, skill: str) -> Response:
 
     def again(status: int, **why: Any) -> Response:
         """The editor again with the text kept and its findings (the warnings too)."""
-        findings = findings_of(call.store, skill, files)
+        findings = findings_of(call.store, scope, skill, files)
         return render_editor(
             call,
             scope,
@@ -218,7 +218,7 @@ def save(call: Call, scope: Scope, skill: str) -> Response:
     except InvalidSkill:
         return refused(markers=False)
     except Conflict as exc:
-        findings = findings_of(call.store, skill, files)
+        findings = findings_of(call.store, scope, skill, files)
         return _conflict(call, scope, loaded, path, text, findings, exc, policy, rule, on_candidate)
     except (InvalidArgument, FailedPrecondition) as exc:  # a message too long, a skill switched
         return again(exc.http_status, refusal=str(exc))  # off below: the text stays
@@ -448,7 +448,7 @@ def api_validate(call: Call) -> Response:
     if too_large:
         return JSONResponse({"error": too_large}, 413)
     m = call.store.manifest(scope, skill, version=base)
-    findings = findings_of(call.store, skill, with_file(m, path, content.encode("utf-8")))
+    findings = findings_of(call.store, scope, skill, with_file(m, path, content.encode("utf-8")))
     errors = len(error_findings(findings))
     return JSONResponse(
         {

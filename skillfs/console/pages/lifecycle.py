@@ -11,6 +11,7 @@ from skillfs.console import urls
 from skillfs.console.archive import read_zip
 from skillfs.console.call import Call, HTTPError
 from skillfs.console.findings import findings_of, shown
+from skillfs.console.pages.host_profiles import set_profiles
 from skillfs.console.pages.review_rule import set_rule
 from skillfs.console.pages.rollout import rollout_of
 from skillfs.console.strict import confirm, forced
@@ -24,7 +25,8 @@ from skillfs.spec.validation import suggest_name
 
 
 def scope_post(call: Call, scope: Scope) -> Response:
-    """The scope page's forms: **New skill**, **Upload zip** and the two-person rule."""
+    """The scope page's forms: **New skill**, **Upload zip**, the two-person rule and the
+    host profiles."""
     op = call.field("op")
     if op == "new":
         return create(call, scope)
@@ -32,6 +34,8 @@ def scope_post(call: Call, scope: Scope) -> Response:
         return import_zip(call, scope)
     if op == "review":
         return set_rule(call, scope)
+    if op == "profiles":
+        return set_profiles(call, scope)
     raise HTTPError(400, "Bad request", f"unknown action {op!r}")
 
 
@@ -55,7 +59,7 @@ def create(call: Call, scope: Scope) -> Response:
     text = skill_template(name, description, instructions)
     files = {SKILL_MD: File(text)}
     if how != "draft" and not forced(call):
-        inspected = inspect_skill(name, {SKILL_MD: text}, call.store.profiles)
+        inspected = inspect_skill(name, {SKILL_MD: text}, call.store.host_profiles.of(scope))
         left = placeholder_findings(inspected.frontmatter, text.decode())
         if left:  # with the spec's errors, which the store would refuse next
             problems = shown([*left, *error_findings(inspected.findings)], text.decode())
@@ -136,7 +140,7 @@ def import_zip(call: Call, scope: Scope) -> Response:
         problems = {
             name: errs
             for name, files in skills.items()
-            if (errs := error_findings(findings_of(call.store, name, files)))
+            if (errs := error_findings(findings_of(call.store, scope, name, files)))
         }
         return call.render_scope(
             "import_rejected.html", scope, 422, problems=problems, policy=policy.value

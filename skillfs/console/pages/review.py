@@ -79,7 +79,7 @@ def draft_page(call: Call, scope: Scope, skill: str) -> Response:
         live=live,
         hiding=entry is not None and entry.hides,
         skill=skill,
-        findings=shown(stored_findings(call.store, m), text),
+        findings=shown(stored_findings(call.store, scope, m), text),
         diffs=diff_manifests(call.store, live, m),
         into_shared=into_shared,
         shared=shared,

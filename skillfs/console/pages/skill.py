@@ -61,7 +61,7 @@ def skill_page(call: Call, scope: Scope, skill: str) -> Response:
         scope,
         m=m,
         typed=typed,
-        findings=shown(stored_findings(call.store, m), text),
+        findings=shown(stored_findings(call.store, scope, m), text),
         tree=file_tree(list(m.files)),
         overrides=overrides,
         users=users,
