@@ -61,6 +61,9 @@ class Committer:
     missing: Callable[..., NotFound]
     #: The markets of the store (a user's scope may hide a market's skill).
     markets: Callable[[], list[str]]
+    #: What a version holds once stored, which its quota charge counts
+    #: (`store.tables.Tables.footprint`; a grpc:// store's server charges on its own).
+    footprint: Callable[[Manifest], quotas.Footprint]
     #: The store's own actor (default: `$SKILLFS_ACTOR`, else `user@host`).
     actor: str | None = None
     #: The store's own host profiles: what a scope that names none accepts
@@ -190,7 +193,9 @@ class Committer:
                 return self._already(domain, steps, current, commit_id)
             self._touch(ops, current, attempt)
             with quotas.prepaid(attempt.paid):  # its uploads were charged to the token
-                charges = quotas.charges(ops, current, self.limits, quotas.current())
+                charges = quotas.charges(
+                    ops, current, self.limits, quotas.current(), self.footprint
+                )
             started = time.monotonic()
             try:
                 revision = self.engine.commit(domain, ops, checks, charges)
@@ -299,7 +304,7 @@ class Committer:
         guarded = rules.guarded(ops, current, markets)
         current.update(self.load([g for g in guarded if g not in current]))
         rules.check_ops(ops, current, markets, self.names(ops, current))
-        charged = quotas.charges(ops, current, self.limits, quotas.current())
+        charged = quotas.charges(ops, current, self.limits, quotas.current(), self.footprint)
         return self.engine.commit(domain, ops, _checks(domain, ops, current, markets), charged)
 
     def names(self, ops: Sequence[CommitOp], current: rules.Current) -> dict[Scope, list[str]]:

@@ -42,6 +42,7 @@ from skillfs.store.committer import Committer, out_of_time
 from skillfs.store.limits import Limits
 from skillfs.store.locals import Locals
 from skillfs.store.log_reads import LogReads
+from skillfs.store.quotas import inline
 from skillfs.store.retention import HistoryPolicy, gc, prune
 from skillfs.store.tables import Tables
 from skillfs.util.deadline import deadline
@@ -96,6 +97,7 @@ class StoreCore:
             retrying=self.retrying,
             missing=self.missing,
             markets=self.markets,
+            footprint=self._tables.footprint if self._tables else inline,
             actor=actor,
             profiles=self.profiles,
         )

@@ -1,8 +1,9 @@
 """Byte quotas that hold fleet-wide (docs/security.md, "Quotas"): what a commit adds to the
-bytes its scopes, and the token it is made for, hold — its manifests (each kept in history
-once replaced) and the blobs its versions bring that the versions they replace did not hold
-— charged by the engine's atomic commit against persisted counters, so two servers cannot
-both pass a quota. GC re-counts each counter from what is kept (`recount`).
+bytes its scopes, and the token it is made for, hold — its manifests as stored (each kept in
+history once replaced), the file table chunks and the blobs its versions bring that the
+versions they replace did not hold — charged by the engine's atomic commit against persisted
+counters, so two servers cannot both pass a quota. GC re-counts each counter from what is
+kept (`Recount`), version by version with the same `added`.
 
 A token, at the store level, is the credential a skillfs server authenticated the write
 with: the server (gRPC and the console) names it for the call (`acting_as`), the way a
@@ -18,8 +19,9 @@ the same domain, which charges it to the scopes but not to the token again."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
@@ -84,16 +86,44 @@ def token_key(name: str) -> str:
     return f"token:{name}"
 
 
-def brought(m: Manifest, before: Manifest | None) -> dict[str, int]:
-    """The files (live and staged) a version holds that the version it replaces did not:
-    SHA-256 -> size."""
-    held = {e.sha256 for _, e in before.all_files()} if before is not None else set()
-    return {e.sha256: e.size for _, e in m.all_files() if e.sha256 not in held}
+@dataclass(frozen=True)
+class Footprint:
+    """What one version holds in the store: its manifest as stored (a big file table there is
+    a list of chunk digests), the chunks its stored tables are kept in, and the files it
+    holds (live, staged, labelled). `skillfs.store.tables.Tables` makes the footprints of
+    versions whose tables are stored in chunks."""
+
+    manifest: int  #: the stored manifest's JSON bytes
+    chunks: Mapping[str, int]  #: digest -> bytes of each table chunk it references
+    files: Mapping[str, int]  #: SHA-256 -> bytes of each file it holds
+
+    @classmethod
+    def of(cls, stored: Manifest, whole: Manifest, chunks: Mapping[str, int]) -> Footprint:
+        """A version as `stored`, as `whole` (its tables read back), and the chunks its
+        stored tables are kept in."""
+        files = {e.sha256: e.size for _, e in whole.all_files()}
+        return cls(manifest=len(stored.model_dump_json()), chunks=chunks, files=files)
 
 
-def added(m: Manifest, before: Manifest | None) -> int:
-    """What a version adds: its manifest's bytes, and the bytes of the files it brings."""
-    return len(m.model_dump_json()) + sum(brought(m, before).values())
+def inline(m: Manifest) -> Footprint:
+    """The footprint of a manifest stored as it is: its file tables inline, no chunks."""
+    return Footprint.of(m, m, {})
+
+
+def brought(now: Footprint, before: Footprint | None) -> Mapping[str, int]:
+    """The files (live, staged, labelled) a version holds that the version it replaces did
+    not: SHA-256 -> size."""
+    if before is None:
+        return now.files
+    return {sha: n for sha, n in now.files.items() if sha not in before.files}
+
+
+def added(now: Footprint, before: Footprint | None) -> int:
+    """What a version adds to the store: its stored manifest's bytes, and the bytes of the
+    chunks it references and the files it brings that the version it replaces did not."""
+    held = before.chunks if before is not None else {}
+    chunks = sum(n for d, n in now.chunks.items() if d not in held)
+    return now.manifest + chunks + sum(brought(now, before).values())
 
 
 def charges(
@@ -101,17 +131,19 @@ def charges(
     current_entries: Mapping[tuple[Scope, str], Manifest],
     limits: Limits,
     credential: Credential | None,
+    footprint: Callable[[Manifest], Footprint],
 ) -> list[Charge]:
     """A commit's charges: one per scope it writes, and one for its token, if any, less the
-    blobs its uploads paid for already (each once)."""
+    blobs its uploads paid for already (each once); each version, and the one it replaces,
+    as `footprint` says they are stored."""
     per_scope: dict[Scope, int] = {}
     new: dict[str, int] = {}
     for op in ops:
-        before = current_entries.get((op.scope, op.manifest.skill))
-        files = brought(op.manifest, before)
-        new.update(files)
-        n = len(op.manifest.model_dump_json()) + sum(files.values())
-        per_scope[op.scope] = per_scope.get(op.scope, 0) + n
+        cur = current_entries.get((op.scope, op.manifest.skill))
+        before = footprint(cur) if cur is not None else None
+        now = footprint(op.manifest)
+        new.update(brought(now, before))
+        per_scope[op.scope] = per_scope.get(op.scope, 0) + added(now, before)
     out = [
         Charge(key=scope_key(s), bytes=n, limit=limits.scope_quota) for s, n in per_scope.items()
     ]
@@ -146,14 +178,14 @@ class Recount:
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
 
-    def skill(self, scope: Scope, versions: Sequence[Manifest]) -> None:
-        """A skill's kept versions, oldest first."""
-        before: Manifest | None = None
-        for m in versions:
-            n = added(m, before)
+    def skill(self, scope: Scope, versions: Sequence[tuple[Manifest, Footprint]]) -> None:
+        """A skill's kept versions, oldest first, with their footprints."""
+        before: Footprint | None = None
+        for m, held in versions:
+            n = added(held, before)
             for key in (scope_key(scope), token_key(m.actor)):
                 self.counts[key] = self.counts.get(key, 0) + n
-            before = m
+            before = held
 
     def usage(self, scope: Scope, n: int) -> None:
         self.counts[scope_key(scope)] = self.counts.get(scope_key(scope), 0) + n

@@ -94,7 +94,8 @@ def gc(
                     gone = set(drop)
                     history = [m for m in history if m.version not in gone]
                 tables.references([current, *history], referenced)  # staged too
-                recount.skill(scope, tables.whole([*reversed(history), current]))
+                kept = [*reversed(history), current]
+                recount.skill(scope, list(zip(kept, tables.footprints(kept), strict=True)))
                 if progress:
                     progress("mark", 1)
         if counted is not None:

@@ -26,6 +26,7 @@ from skillfs.engines.base import Charge, Check, CommitOp, Engine
 from skillfs.errors import InvalidArgument
 from skillfs.model import FileEntry, Finding, Manifest, Revision, Scope
 from skillfs.model.table import TableChunk, TableRef
+from skillfs.store.quotas import Footprint
 from skillfs.util.lru import Lru
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,9 @@ CACHE_ENTRIES = 200_000
 #: Bytes of serialized chunks kept by their content, so that a commit serializes only the
 #: chunks its change touched (the tables of a few skills of 4,000 files).
 MADE_BYTES = 16 * 1024 * 1024
+#: Bytes of chunks of the manifests last priced for a commit's quota charge (`footprint`),
+#: kept with the manifests until their commit stores them: a few skills of 4,000 files.
+PRICED_BYTES = 4 * 1024 * 1024
 
 
 @functools.lru_cache(maxsize=65536)
@@ -92,6 +96,10 @@ def _made_size(made: tuple[str, bytes]) -> int:
     return len(made[1])
 
 
+def _priced_size(priced: tuple[Manifest, Manifest, dict[str, bytes]]) -> int:
+    return sum(len(data) for data in priced[2].values())
+
+
 class MissingChunk(Exception):
     """A stored table names a chunk the store does not have (or holds other bytes under)."""
 
@@ -129,6 +137,12 @@ class Tables(Engine):
         self._chunks: Lru[str, TableChunk] = Lru(CACHE_ENTRIES, _weight)
         #: A chunk's entries -> its digest and bytes, for the chunks commits made.
         self._made: Lru[tuple[Any, ...], tuple[str, bytes]] = Lru(MADE_BYTES, _made_size)
+        #: The manifests `footprint` chunked, by identity (each kept alive here, so its id
+        #: is its own), with their stored form and chunks: the commit that follows its
+        #: charge stores them without chunking them again.
+        self._priced: Lru[int, tuple[Manifest, Manifest, dict[str, bytes]]] = Lru(
+            PRICED_BYTES, _priced_size
+        )
 
     def __getattr__(self, name: str) -> Any:
         if name == "inner":  # not set yet (a copy, an unpickled object): no recursion
@@ -158,6 +172,19 @@ class Tables(Engine):
                 f"{op.scope}/{m.skill}: a manifest to commit gives its files, not a stored "
                 "table of chunks (the store makes those); nothing was written"
             )
+        priced = self._priced.get(id(m))
+        if priced is not None and priced[0] is m:
+            stored = priced[1]
+            written.update(priced[2])
+        else:
+            stored = self._stored(m, written)
+        if stored is m:
+            return op
+        return CommitOp(scope=op.scope, manifest=stored, expect=op.expect)
+
+    def _stored(self, m: Manifest, written: dict[str, bytes]) -> Manifest:
+        """`m` as it is stored: its file tables (its own, its staged candidate's, its labelled
+        versions') over INLINE_MAX rows in chunks, added to `written`."""
         if len(m.files) > INLINE_MAX:
             m = dataclasses.replace(m, files={}, table=self._table(m.files, written))
         c = m.candidate
@@ -172,7 +199,18 @@ class Tables(Engine):
                 for name, held in m.labels.items()
             }
             m = dataclasses.replace(m, labels=labels)
-        return op if m is op.manifest else CommitOp(scope=op.scope, manifest=m, expect=op.expect)
+        return m
+
+    def footprint(self, m: Manifest) -> Footprint:
+        """What `m`, a manifest with its tables whole (one to commit, or one read back),
+        holds once stored (its quota charge, `store.quotas`): its tables chunked as a
+        commit chunks them, from this object's cache of the chunks it made (no chunk is
+        read), and kept for the commit that stores `m` next."""
+        written: dict[str, bytes] = {}
+        stored = self._stored(m, written)
+        if written:
+            self._priced.put(id(m), (m, stored, written))
+        return Footprint.of(stored, m, {d: len(data) for d, data in written.items()})
 
     def _table(self, files: Mapping[str, FileEntry], written: dict[str, bytes]) -> TableRef:
         """The chunks of a file table (added to `written`) and the reference to them."""
@@ -289,8 +327,25 @@ class Tables(Engine):
         return {k: _expanded(m, chunks) for k, m in manifests.items()}
 
     def whole(self, manifests: Sequence[Manifest]) -> list[Manifest]:
-        """Stored manifests with their tables read back (GC's quota recount)."""
+        """Stored manifests with their tables read back."""
         return list(self._whole(dict(enumerate(manifests))).values())
+
+    def footprints(self, stored: Sequence[Manifest]) -> list[Footprint]:
+        """What stored manifests hold (GC's quota recount, `store.quotas.Recount`): each
+        one's bytes as stored, the chunks of its tables (a chunk's bytes are its JSON, whose
+        SHA-256 names it) and the files listed there. A chunk that cannot be read counts
+        nothing, and neither do the files it would list."""
+        roots = [d for m in stored for t in _tables(m) for d in t.chunks]
+        chunks = self._trees(roots)
+        sizes: dict[str, int] = {}
+        out = []
+        for m in stored:
+            below = [found for t in _tables(m) for found in _tree(t, chunks)]
+            for digest, chunk in below:
+                if digest not in sizes:
+                    sizes[digest] = len(chunk.model_dump_json())
+            out.append(Footprint.of(m, _expanded(m, chunks), {d: sizes[d] for d, _ in below}))
+        return out
 
     def references(self, manifests: Iterable[Manifest], into: set[str]) -> None:
         """Every blob stored manifests reference, their tables' chunks and the files listed
@@ -404,6 +459,19 @@ def _rows(table: TableRef, chunks: Mapping[str, TableChunk | None]) -> dict[str,
     if len(files) != table.count:
         raise MissingChunk(table.chunks[0] if table.chunks else "")
     return files
+
+
+def _tree(table: TableRef, chunks: Mapping[str, TableChunk | None]) -> list[tuple[str, TableChunk]]:
+    """Every chunk of a stored table that could be read, with its digest."""
+    found: list[tuple[str, TableChunk]] = []
+    pending = list(table.chunks)
+    while pending:
+        digest = pending.pop()
+        chunk = chunks.get(digest)
+        if chunk is not None:
+            found.append((digest, chunk))
+            pending.extend(chunk.chunks)
+    return found
 
 
 def _unreadable(m: Manifest, digest: str) -> Manifest:

@@ -280,8 +280,8 @@ def test_an_edit_touches_only_what_the_replaced_version_lacks(
 
 
 def test_gc_recounts_a_chunked_skill_as_its_commits_were_charged(store: skillfs.Store) -> None:
-    """Quotas (docs/security.md): GC re-counts a skill from its tables read back whole, as
-    the commits were charged, not from the stored manifests (which list no files)."""
+    """Quotas (docs/security.md): GC re-counts a skill from its stored manifests, their
+    chunks and the files their tables list, as the commits were charged."""
     if tables_of(store) is None:
         pytest.skip("a skillfs server counts its own quotas")
     store.publish(SHARED, "big", big_files())
