@@ -2,8 +2,7 @@
 4,000 files, and what each adds to what the engine holds — the sum of its keys' and values'
 sizes in the store's namespace; on etcd every put since the start counts, superseded
 revisions included, until a compaction. The new files' blobs are left out (they are the
-change itself). Used by tests/engines and tests/scenarios (test_history_growth.py) and by
-bench/history.py.
+change itself). Used by tests/engines/test_history_growth.py and by bench/history.py.
 """
 
 from __future__ import annotations
@@ -35,15 +34,18 @@ def path_of(i: int) -> str:
     return f"references/part-{i // 100:02d}/note-{i:04d}.md"
 
 
-def one_file_commits(store: skillfs.Store, commits: int, texts: int = FILES) -> tuple[float, float]:
+def publish_large(store: skillfs.Store, texts: int = FILES) -> None:
     """Publish a skill of FILES files holding `texts` different texts (fewer blobs: a faster
-    first publish, the same file table), then `commits` one-file commits (even ones change
-    a file spread over the table, odd ones add one): the bytes each added to what the
-    engine holds, on average, and the seconds each took."""
+    first publish, the same file table)."""
     files = {path_of(i): b"note %d\n" % (i % texts) for i in range(FILES - 1)}
     md = b"---\nname: large\ndescription: A skill of many files.\n---\nbody\n"
     store.publish(SHARED, "large", {"SKILL.md": md, **files})
-    held = Held(store)
+
+
+def one_file_edits(store: skillfs.Store, commits: int, held: Held) -> tuple[float, float]:
+    """`commits` one-file commits to the large skill (even ones change a file spread over the
+    table, odd ones add one): the bytes each added to what `held` counts, on average, and
+    the seconds each took."""
     new: list[str] = []
     m = store.manifest(SHARED, "large")
     started = time.monotonic()
