@@ -1,5 +1,6 @@
 """History growth: what one one-file commit to a skill of 4,000 files adds to what each engine
-holds (issue 28 §2: at most 20 KB; docs/design.md §2, "File tables").
+holds (issue 28 §2: at most 20 KB; docs/design.md §2, "File tables"), and what the quotas
+charge it (docs/security.md, "Quotas").
 
     python -m bench.history                     # 150 commits per engine; prints a table
     python -m bench.history --write-docs        # also replaces this section of docs/benchmarks.md
@@ -8,7 +9,8 @@ Memory, SQLite, Redis, a Redis Cluster of three masters, etcd and PostgreSQL, th
 started here.
 The measure is support/history_growth.py's: the sum of the engine's key and value sizes in
 the store's namespace, on etcd every put since the first commit (superseded revisions
-included, as etcd keeps them until a compaction), the new files' blobs left out.
+included, as etcd keeps them until a compaction), the new files' blobs left out. The charge
+is what the scope's quota counter grew by.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from pathlib import Path
 
 import skillfs
 from bench import common
-from support.history_growth import FILES, one_file_commits
+from support.history_growth import FILES, SHARED, Held, one_file_edits, publish_large
 from support.postgres import PostgresServer
 from support.servers import EtcdServer, RedisCluster, RedisServer
 
 
-def measure(commits: int) -> list[tuple[str, float, float]]:
-    """(engine, bytes per commit, seconds per commit) of each engine."""
+def measure(commits: int) -> list[tuple[str, float, float, float]]:
+    """(engine, bytes held per commit, bytes charged per commit, seconds per commit) of each
+    engine."""
     out = []
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         root = Path(tmp)
@@ -44,10 +47,23 @@ def measure(commits: int) -> list[tuple[str, float, float]]:
         }
         for name, url in urls.items():
             with skillfs.open_store(url) as store:
-                per_commit, seconds = one_file_commits(store, commits)
-            out.append((name, per_commit, seconds))
-            print(f"{name}: {per_commit:,.0f} B, {seconds * 1000:.0f} ms per commit", flush=True)
+                publish_large(store)
+                start = _charged(store)
+                per_commit, seconds = one_file_edits(store, commits, Held(store))
+                charged = (_charged(store) - start) / commits
+            out.append((name, per_commit, charged, seconds))
+            print(
+                f"{name}: {per_commit:,.0f} B held, {charged:,.0f} B charged, "
+                f"{seconds * 1000:.0f} ms per commit",
+                flush=True,
+            )
     return out
+
+
+def _charged(store: skillfs.Store) -> int:
+    """What the large skill's scope's quota counter holds."""
+    used = store.engine.quota_used(SHARED.domain) or {}
+    return used.get(f"scope:{SHARED}", 0)
 
 
 def main() -> None:
@@ -61,9 +77,9 @@ def main() -> None:
         f"{' --write-docs' if args.write_docs else ''}`.",
         "",
         f"| engine ({args.commits} one-file commits to {FILES:,} files) | bytes added per "
-        "commit | time per commit |",
-        "|---|---|---|",
-        *(f"| {n} | {b:,.0f} | {s * 1000:.0f} ms |" for n, b, s in rows),
+        "commit | bytes charged per commit | time per commit |",
+        "|---|---|---|---|",
+        *(f"| {n} | {b:,.0f} | {c:,.0f} | {s * 1000:.0f} ms |" for n, b, c, s in rows),
     ]
     section = "\n".join(lines)
     print(section)
