@@ -283,6 +283,12 @@ class Engine(ABC):
         market whose commit the blob is for, which a skillfs server charges the upload to
         the token's quota in (`grpc://`); a store itself keeps one blob for every domain."""
 
+    def put_blobs(self, blobs: Mapping[str, Sequence[bytes]], now: float, domain: str = "") -> None:
+        """`put_blob` of each blob (sha256 -> chunks): a grpc:// engine sends small ones
+        in a few calls instead of one call each (docs/server.md, "Blobs and hashes")."""
+        for sha, chunks in blobs.items():
+            self.put_blob(sha, chunks, now, domain)
+
     @abstractmethod
     def get_chunks(self, keys: Sequence[tuple[str, int]]) -> list[bytes | None]:
         """Chunks by (sha, index), in one round trip where the store allows; None if absent."""

@@ -41,7 +41,7 @@ from skillfs.model import (
     UsageStat,
     VersionSummary,
 )
-from skillfs.remote import wire
+from skillfs.remote import uploads, wire
 from skillfs.remote.pool import Attempt, Pool, Server
 from skillfs.remote.proto import skillfs_pb2 as pb
 from skillfs.remote.watch import GrpcWatching
@@ -137,6 +137,8 @@ class GrpcEngine(GrpcWatching, Engine):
         #: told them.
         self._limit: int | None = None
         self._protocol: int | None = None
+        #: Servers that answered UploadBlobs UNIMPLEMENTED: they get UploadBlob per blob.
+        self._single_uploads: set[str] = set()
         self._init_watching()
 
     # ------------------------------------------------------------------ calls
@@ -222,19 +224,43 @@ class GrpcEngine(GrpcWatching, Engine):
         return present
 
     def put_blob(self, sha: str, chunks: Sequence[bytes], now: float, domain: str = "") -> None:
-        size = sum(len(c) for c in chunks)
-
-        def messages() -> Iterator[pb.UploadBlobRequest]:
-            header = pb.UploadBlobHeader(sha256=sha, size=size, now=now, domain=domain)
-            yield pb.UploadBlobRequest(header=header)
-            for chunk in chunks:
-                for off in range(0, len(chunk), wire.PIECE):
-                    yield pb.UploadBlobRequest(data=chunk[off : off + wire.PIECE])
-
+        messages = functools.partial(uploads.blob_messages, sha, chunks, now, domain)
         reply = self._run(
             lambda s, t: s.admin.UploadBlob(messages(), metadata=self._metadata, timeout=t)
         )
-        self._receipts.put(sha, (size, reply.receipt))
+        self._receipts.put(sha, (sum(len(c) for c in chunks), reply.receipt))
+
+    def put_blobs(self, blobs: Mapping[str, Sequence[bytes]], now: float, domain: str = "") -> None:
+        """Small blobs in UploadBlobs batches, big ones alone (`remote.uploads`); one by one
+        to a server without UploadBlobs (before 0.2), which is remembered."""
+        alone, batches = uploads.split(blobs)
+        for sha, chunks in alone.items():
+            self.put_blob(sha, chunks, now, domain)
+        for batch in batches:
+            messages = uploads.batch_messages(batch, now, domain)
+            receipts = self._run(functools.partial(self._upload_batch, messages))
+            for i, (sha, data) in enumerate(batch):
+                if receipts is None:
+                    self.put_blob(sha, [data], now, domain)
+                else:
+                    self._receipts.put(sha, (len(data), receipts[i]))
+
+    def _upload_batch(
+        self, messages: Sequence[pb.UploadBlobsRequest], server: Server, timeout: float
+    ) -> list[bytes] | None:
+        """The receipts of one UploadBlobs call; None from a server without it."""
+        if server.target in self._single_uploads:
+            return None
+        try:
+            reply = server.admin.UploadBlobs(
+                iter(messages), metadata=self._metadata, timeout=timeout
+            )
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+            self._single_uploads.add(server.target)
+            return None
+        return list(reply.receipts)
 
     def get_chunks(self, keys: Sequence[tuple[str, int]]) -> list[bytes | None]:
         """Each blob's consecutive chunks are one range of one ReadFile call for all."""

@@ -53,6 +53,9 @@ UNBOUNDED = sys.maxsize
 #: most: a client sends more in several calls, and a server refuses more than `NAMES_MAX`.
 NAMES = 500
 NAMES_MAX = 10_000
+#: An UploadBlobs call carries at most `NAMES` blobs and this many bytes of them; a blob over
+#: `PIECE` goes alone through UploadBlob (docs/server.md, "Blobs and hashes").
+UPLOAD_BATCH_BYTES = 4 * 1024 * 1024
 #: The protocol this side speaks, and the metadata key a client declares it with.
 PROTOCOL = 2
 PROTOCOL_KEY = "skillfs-protocol"

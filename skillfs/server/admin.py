@@ -5,7 +5,6 @@ proofs of `skillfs.server.proofs` (docs/server.md)."""
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import itertools
 from collections.abc import AsyncIterator, Sequence
@@ -14,7 +13,7 @@ import grpc
 
 from skillfs.auth import Level, Principal, write_level
 from skillfs.engines.base import CommitOp
-from skillfs.errors import InvalidArgument, NotFound, PermissionDenied, TooLarge
+from skillfs.errors import InvalidArgument, NotFound, TooLarge
 from skillfs.model import CommitResult, File, Manifest, Scope
 from skillfs.model.names import check_domain, check_entry, check_id, normalize_path
 from skillfs.model.ops import WriteOptions
@@ -22,7 +21,6 @@ from skillfs.remote import wire
 from skillfs.remote.proto import skillfs_pb2 as pb
 from skillfs.remote.proto import skillfs_pb2_grpc as pb_grpc
 from skillfs.server.backend import Backend
-from skillfs.server.proofs import upload_domain
 from skillfs.server.rpc import (
     allowed,
     bearer,
@@ -34,8 +32,8 @@ from skillfs.server.rpc import (
     streaming,
     unary,
 )
+from skillfs.server.uploads import Uploads, may_upload
 from skillfs.server.vouching import Vouching
-from skillfs.store.blobs import sha256
 from skillfs.store.quotas import prepaid
 from skillfs.store.rules import check_shape, storable
 from skillfs.store.who import check_commit_id, check_message
@@ -54,6 +52,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         self.store = backend.store
         self.engine = backend.engine
         self.vouching = Vouching(backend.store)
+        self.uploads = Uploads(backend)
 
     @unary
     def TouchBlobs(
@@ -81,15 +80,8 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
         context: grpc.ServicerContext,
         principal: Principal,
     ) -> pb.UploadBlobResponse:
-        """The upload is charged to the token's quota in its domain before the bytes are
-        read (`proofs.upload_domain`), and given back if they never get stored; the bytes are
-        gathered on the event loop as they arrive (an idle stream holds no thread), checked
-        against the header's size as they come, then stored."""
-        if not any(g.level >= Level.propose for g in principal.grants):
-            raise PermissionDenied(
-                f"token {principal.name!r} may write nowhere (not even drafts), so it may not "
-                "upload"
-            )
+        """One blob: its header, then its data (`server.uploads` holds it to the rules)."""
+        may_upload(principal)
         with self.backend.streams.hold(principal):
             incoming = messages(request)
             header = await anext(incoming, None)
@@ -97,38 +89,44 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
                 raise InvalidArgument(
                     "UploadBlob: send the header (sha256, size) first, then the data"
                 )
-            sha, size = check_sha(header.header.sha256), header.header.size
-            limit = self.store.limits.max_file_size
-            if size < 0 or size > limit:
-                raise TooLarge(
-                    f"blob of {size} bytes: files may hold 0 to {limit} bytes "
-                    "(Limits.max_file_size)"
+            h = header.header
+            blobs = self.uploads.named("UploadBlob", [(h.sha256, h.size)])
+            async with self.uploads.charged(principal, h.domain, blobs) as charged_in:
+                data = await self.uploads.gathered("UploadBlob", _blob_data(incoming), h.size)
+                receipts = await self.uploads.store_all(
+                    "UploadBlob", principal, blobs, data, h.now, charged_in
                 )
-            domain = upload_domain(principal, header.header.domain)
-            self.backend.proofs.uploads.spend(principal, size)
-            charge = await self.backend.run(self.store.charge_token, domain, size, "this upload")
-            try:
-                data = await _gathered_blob(incoming, size)
-                now = self.backend.now(principal, header.header.now)
-                await self.backend.run(self._store_blob, sha, size, data, now)
-            except BaseException:
-                if charge is not None:  # given back whatever ends the call (not awaited)
-                    refund = functools.partial(self.store.refund, domain, charge, size)
-                    asyncio.get_running_loop().run_in_executor(self.backend.executor, refund)
-                raise
-        charged_in = domain if charge is not None else ""
-        receipt = self.backend.tokens.receipt(principal, sha, size, charged_in=charged_in)
-        return pb.UploadBlobResponse(receipt=receipt)
+        return pb.UploadBlobResponse(receipt=receipts[0])
 
-    def _store_blob(self, sha: str, size: int, data: bytes, now: float) -> None:
-        """The bytes stored, or InvalidArgument when they are not the blob the header named."""
-        if len(data) != size or sha256(data) != sha:
-            raise InvalidArgument(
-                f"UploadBlob: the {len(data)} bytes sent do not hash to {sha} of {size} bytes; "
-                "nothing was stored"
-            )
-        if sha not in self.engine.touch_blobs([sha], now):
-            self.store.blobs.put(sha, data, now)
+    @on_loop
+    async def UploadBlobs(
+        self,
+        request: AsyncIterator[pb.UploadBlobsRequest],
+        context: grpc.ServicerContext,
+        principal: Principal,
+    ) -> pb.UploadBlobsResponse:
+        """Many small blobs in one call (a call each cost more than their bytes): named in
+        the first message, charged as one, their bytes concatenated in the data that follows,
+        all checked before any is stored."""
+        may_upload(principal)
+        with self.backend.streams.hold(principal):
+            incoming = messages(request)
+            first = await anext(incoming, None)
+            if first is None or not first.blobs:
+                raise InvalidArgument(
+                    "UploadBlobs: name the blobs (sha256, size) in the first message, then "
+                    "send their bytes in that order"
+                )
+            named = [(b.sha256, b.size) for b in first.blobs]
+            blobs = self.uploads.named("UploadBlobs", named)
+            total = sum(size for _, size in blobs)
+            async with self.uploads.charged(principal, first.domain, blobs) as charged_in:
+                pieces = _batch_data(first.data, incoming)
+                data = await self.uploads.gathered("UploadBlobs", pieces, total)
+                receipts = await self.uploads.store_all(
+                    "UploadBlobs", principal, blobs, data, first.now, charged_in
+                )
+        return pb.UploadBlobsResponse(receipts=receipts)
 
     @on_loop
     async def Commit(
@@ -450,13 +448,20 @@ def _result(result: CommitResult) -> pb.CommitResult:
     )
 
 
-async def _gathered_blob(incoming: AsyncIterator[pb.UploadBlobRequest], size: int) -> bytes:
-    """An upload's data messages, refused as soon as they pass the header's size."""
-    buf = bytearray()
+async def _blob_data(incoming: AsyncIterator[pb.UploadBlobRequest]) -> AsyncIterator[bytes]:
+    """An UploadBlob's data after its header."""
     async for msg in incoming:
         if msg.WhichOneof("part") != "data":
             raise InvalidArgument("UploadBlob: only data may follow the header")
-        buf += msg.data
-        if len(buf) > size:
-            raise InvalidArgument(f"UploadBlob: more than the {size} bytes the header announced")
-    return bytes(buf)
+        yield msg.data
+
+
+async def _batch_data(
+    first: bytes, incoming: AsyncIterator[pb.UploadBlobsRequest]
+) -> AsyncIterator[bytes]:
+    """An UploadBlobs' data: the first message's, then the others'."""
+    yield first
+    async for msg in incoming:
+        if msg.blobs:
+            raise InvalidArgument("UploadBlobs: only the first message names blobs")
+        yield msg.data

@@ -41,6 +41,11 @@ def small_files(entries: Iterable[FileEntry], budget: int = READ_AHEAD_BYTES) ->
     return out
 
 
+def chunked(data: bytes, size: int) -> list[bytes]:
+    """A blob's bytes in chunks of `size` (an empty blob is one empty chunk)."""
+    return [data[i : i + size] for i in range(0, len(data), size)] or [b""]
+
+
 def sha256(data: bytes) -> str:
     """A blob's name: the hex SHA-256 of its bytes."""
     return hashlib.sha256(data).hexdigest()
@@ -63,11 +68,14 @@ class Blobs:
         self._cache.clear()
 
     def put(self, digest: str, data: bytes, now: float, domain: str = "") -> None:
-        """Write one blob's bytes in the engine's chunks (an empty blob is one empty chunk)
-        for a commit in `domain` (`Engine.put_blob`)."""
-        size = self._engine.chunk_size
-        chunks = [data[i : i + size] for i in range(0, len(data), size)] or [b""]
-        self._engine.put_blob(digest, chunks, now, domain)
+        """Write one blob's bytes for a commit in `domain` (`put_many`)."""
+        self.put_many({digest: data}, now, domain)
+
+    def put_many(self, blobs: Mapping[str, bytes], now: float, domain: str = "") -> None:
+        """Write blobs (digest -> bytes), each in the engine's chunks (an empty blob is one
+        empty chunk), for a commit in `domain` (`Engine.put_blobs`)."""
+        self._engine.put_blobs({digest: chunked(data, self._engine.chunk_size)
+                                for digest, data in blobs.items()}, now, domain)  # fmt: skip
 
     def upload(
         self,
@@ -93,9 +101,9 @@ class Blobs:
         fresh = {digest: data for digest, data in blobs.items() if digest not in present}
         if pay is not None and fresh:
             pay(sum(len(data) for data in fresh.values()))
+        if fresh:
+            self._retrying(self.put_many, fresh, now, domain)
         for digest, data in blobs.items():
-            if digest in fresh:
-                self._retrying(self.put, digest, data, now, domain)
             self._cache.put(digest, data)
         return set(fresh)
 

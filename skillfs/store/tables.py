@@ -26,6 +26,7 @@ from skillfs.engines.base import Charge, Check, CommitOp, Engine
 from skillfs.errors import InvalidArgument
 from skillfs.model import FileEntry, Finding, Manifest, Revision, Scope
 from skillfs.model.table import TableChunk, TableRef
+from skillfs.store.blobs import chunked
 from skillfs.store.quotas import Footprint
 from skillfs.util.lru import Lru
 
@@ -263,11 +264,8 @@ class Tables(Engine):
         stamp = self._clock()
         present = self.inner.touch_blobs(fresh, stamp) if fresh else set()
         size = self.inner.chunk_size
-        for digest in fresh:
-            if digest not in present:
-                data = written[digest]
-                parts = [data[i : i + size] for i in range(0, len(data), size)]
-                self.inner.put_blob(digest, parts, stamp)
+        missing = {d: chunked(written[d], size) for d in fresh if d not in present}
+        self.inner.put_blobs(missing, stamp)
 
     # ------------------------------------------------------------------ reading tables
 
@@ -396,6 +394,7 @@ class Tables(Engine):
     adjust_quota = _Inner()
     touch_blobs = _Inner()
     put_blob = _Inner()
+    put_blobs = _Inner()
     get_chunks = _Inner()
     blob_shas = _Inner()
     delete_blob_if_idle = _Inner()

@@ -683,6 +683,11 @@ class SkillAdminStub:
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.UploadBlobRequest.SerializeToString,
                 response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.UploadBlobResponse.FromString,
                 _registered_method=True)
+        self.UploadBlobs = channel.stream_unary(
+                '/skillfs.v1.SkillAdmin/UploadBlobs',
+                request_serializer=skillfs_dot_v1_dot_skillfs__pb2.UploadBlobsRequest.SerializeToString,
+                response_deserializer=skillfs_dot_v1_dot_skillfs__pb2.UploadBlobsResponse.FromString,
+                _registered_method=True)
         self.Commit = channel.stream_unary(
                 '/skillfs.v1.SkillAdmin/Commit',
                 request_serializer=skillfs_dot_v1_dot_skillfs__pb2.CommitRequest.SerializeToString,
@@ -756,6 +761,12 @@ class SkillAdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def UploadBlob(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UploadBlobs(self, request_iterator, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -846,6 +857,11 @@ def add_SkillAdminServicer_to_server(servicer, server):
                     servicer.UploadBlob,
                     request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.UploadBlobRequest.FromString,
                     response_serializer=skillfs_dot_v1_dot_skillfs__pb2.UploadBlobResponse.SerializeToString,
+            ),
+            'UploadBlobs': grpc.stream_unary_rpc_method_handler(
+                    servicer.UploadBlobs,
+                    request_deserializer=skillfs_dot_v1_dot_skillfs__pb2.UploadBlobsRequest.FromString,
+                    response_serializer=skillfs_dot_v1_dot_skillfs__pb2.UploadBlobsResponse.SerializeToString,
             ),
             'Commit': grpc.stream_unary_rpc_method_handler(
                     servicer.Commit,
@@ -963,6 +979,33 @@ class SkillAdmin:
             '/skillfs.v1.SkillAdmin/UploadBlob',
             skillfs_dot_v1_dot_skillfs__pb2.UploadBlobRequest.SerializeToString,
             skillfs_dot_v1_dot_skillfs__pb2.UploadBlobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UploadBlobs(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/skillfs.v1.SkillAdmin/UploadBlobs',
+            skillfs_dot_v1_dot_skillfs__pb2.UploadBlobsRequest.SerializeToString,
+            skillfs_dot_v1_dot_skillfs__pb2.UploadBlobsResponse.FromString,
             options,
             channel_credentials,
             insecure,
