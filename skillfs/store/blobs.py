@@ -7,6 +7,7 @@ The `Store` owns one `Blobs`; the server reaches it through the Store's public o
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Callable, Iterable, Mapping
 from typing import ParamSpec, Protocol, TypeVar
 
@@ -102,7 +103,19 @@ class Blobs:
         if pay is not None and fresh:
             pay(sum(len(data) for data in fresh.values()))
         if fresh:
-            self._retrying(self.put_many, fresh, now, domain)
+            tries = itertools.count()
+
+            def put_rest() -> None:
+                """`put_many`; tried again, only the blobs the store still lacks: the calls
+                before the failure stored theirs, and a skillfs server charged the token for
+                them (grpc:// uploads in batches)."""
+                rest = fresh
+                if next(tries):
+                    held = self._engine.touch_blobs(list(fresh), now)
+                    rest = {digest: data for digest, data in fresh.items() if digest not in held}
+                self.put_many(rest, now, domain)
+
+            self._retrying(put_rest)
         for digest, data in blobs.items():
             self._cache.put(digest, data)
         return set(fresh)

@@ -199,3 +199,28 @@ def test_a_skill_of_2000_small_files_is_uploaded_in_four_calls(
         m = store.manifest(SHARED, "many-files")
         stored = store.blobs.read_many(m.files.values())
         assert {path: stored[e.sha256] for path, e in m.files.items()} == files
+
+
+def test_a_retried_upload_sends_only_the_batches_that_did_not_land(
+    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second of two batches fails (the server goes away): the store's retry sends that
+    batch again, not the first, which was stored and charged (twice its bytes would pass the
+    token's quota)."""
+    original = Admin.UploadBlobs
+    seen: list[int] = []
+
+    async def flaky(self: Admin, request: object, context: grpc.aio.ServicerContext) -> object:
+        seen.append(len(seen) + 1)
+        if len(seen) == 2:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "going away")
+        return await original(self, request, context)
+
+    monkeypatch.setattr(Admin, "UploadBlobs", flaky)
+    blobs = dict(blob(f"r{i}", 50) for i in range(600))  # 30,000 bytes of a 40,000 quota
+    limits = Limits(token_quota=40_000)
+    with running(db, tmp_path / "s", http=None, limits=limits) as s, client(s, ALICE) as alice:
+        alice.blobs.upload(blobs, set(), time.time(), DOMAIN)
+        assert seen == [1, 2, 3]
+    assert held(db, list(blobs)) == set(blobs)
+    assert charged(db) == 30_000
