@@ -310,7 +310,11 @@ class SkillfsServer:
         settle_gc()
         if ready is not None and not self._stop.is_set():  # (a signal during the start)
             ready()
-        self._stopped.wait()
+        # Woken twice a second: a signal the kernel hands to another of the process's threads
+        # (gRPC's, uvicorn's) only flags it, and Python runs the handler when this thread
+        # next runs Python code; an untimed wait never did (1 SIGTERM in ~10 was left waiting).
+        while not self._stopped.wait(0.5):
+            pass
 
     async def _health(self, up: bool) -> None:
         status = (
