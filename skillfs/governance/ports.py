@@ -44,6 +44,10 @@ class TokenCharges(Protocol):
 
     def refund(self, domain: str, charge: Charge, n: int) -> None: ...
 
+    def settle_usage(self, domain: str, charge: Charge, used: int) -> None: ...
+
+    def forget_usage(self, domain: str) -> None: ...
+
 
 class Reads(Protocol):
     """Reads of manifests, listings and file bytes, retried through an outage."""

@@ -45,7 +45,9 @@ class Usage:
 
         The counters a token creates are charged to it (docs/security.md, "Quotas"): the
         batch as if every key were new, atomically against its quota (QuotaExceeded, nothing
-        recorded), then what the keys it found already there did not take is given back."""
+        recorded), then what the keys it found already there did not take is given back; what
+        the new ones took stays charged through GC, until an operator drops all of the
+        agent's usage (`drop`)."""
         check_usage(counts, last_used)
         counts = {key: n for key, n in counts.items() if n}
         if counts:
@@ -56,7 +58,7 @@ class Usage:
             charge = self._charges.charge_token(domain, most, "this batch of usage counters")
             created = self._reads.engine.add_usage(agent, counts, stamped)
             if charge is not None:
-                self._charges.refund(domain, charge, most - usage_bytes(created))
+                self._charges.settle_usage(domain, charge, usage_bytes(created))
 
     def seen(self, agent: str, keys: Iterable[Key], may_read: Callable[[Scope], bool]) -> set[Key]:
         """Of (user, skill id) `keys`, those whose skill the user's view holds live (neither
@@ -124,6 +126,8 @@ class Usage:
             reason=reason,
         )
         done = self._reads.retrying(self._reads.engine.drop_usage, agent, record)
+        if picked_users is None and picked is None:  # every counter gone: so is their charge
+            self._charges.forget_usage(f"agents/{agent}")
         log.info(
             "usage dropped: agent %s, %d counters, by %s: %s",
             agent, done.dropped, done.actor, done.reason,

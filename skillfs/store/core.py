@@ -42,7 +42,7 @@ from skillfs.store.committer import Committer, out_of_time
 from skillfs.store.limits import Limits
 from skillfs.store.locals import Locals
 from skillfs.store.log_reads import LogReads
-from skillfs.store.quotas import inline
+from skillfs.store.quotas import inline, settled, usage_forgotten
 from skillfs.store.retention import HistoryPolicy, gc, prune
 from skillfs.store.tables import Tables
 from skillfs.util.deadline import deadline
@@ -227,6 +227,19 @@ class StoreCore:
         """Give back `n` bytes of a `charge_token` the write did not use."""
         if n > 0:
             self.retrying(self.engine.adjust_quota, domain, {charge.key: -n})
+
+    def settle_usage(self, domain: str, charge: Charge, used: int) -> None:
+        """A batch of usage counters charged as `charge`, of which `used` bytes were new: the
+        rest given back, the used part kept through GC (`quotas.settled`)."""
+        self.retrying(self.engine.adjust_quota, domain, settled(charge, used))
+
+    def forget_usage(self, domain: str) -> None:
+        """Every token gets back what its usage counters in `domain` took (all of them were
+        dropped). A client of a skillfs server leaves it to the server, which drops them."""
+        used = self.retrying(self.engine.quota_used, domain)
+        deltas = usage_forgotten(used or {})
+        if deltas:
+            self.retrying(self.engine.adjust_quota, domain, deltas)
 
     # ------------------------------------------------------------------ history retention
 

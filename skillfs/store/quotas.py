@@ -86,6 +86,29 @@ def token_key(name: str) -> str:
     return f"token:{name}"
 
 
+def usage_key(token: str) -> str:
+    """The counter of what a token's usage counters took of its quota, by its counter's key
+    (`token:<name>` -> `usage:<name>`): GC keeps it, as a usage key records no token."""
+    return f"usage:{token.removeprefix('token:')}"
+
+
+def settled(charge: Charge, used: int) -> dict[str, int]:
+    """The deltas that settle a charge for a batch of usage counters of which `used` bytes
+    were new: the rest given back to the token, the used part remembered (`usage_key`)."""
+    return {charge.key: used - charge.bytes, usage_key(charge.key): used}
+
+
+def usage_forgotten(used: Mapping[str, int]) -> dict[str, int]:
+    """The deltas that give every token back what its usage counters took (`usage_key`):
+    once an operator dropped all of an agent's usage."""
+    out: dict[str, int] = {}
+    for key, n in used.items():
+        if key.startswith("usage:") and n > 0:
+            out[key] = -n
+            out[token_key(key.removeprefix("usage:"))] = -n
+    return out
+
+
 @dataclass(frozen=True)
 class Footprint:
     """What one version holds in the store: its manifest as stored (a big file table there is
@@ -194,7 +217,15 @@ class Recount:
         """What brings the counters read `before` the mark to the recount: every scope's,
         and the tokens' that had a counter (an actor without one wrote with the store's
         credentials). A commit during the mark is counted by its charge and, when the mark
-        read it, again here, until the next GC: the count errs upward, never down."""
+        read it, again here, until the next GC: the count errs upward, never down. What a
+        token's usage counters took (`usage_key`) stays in its counter, and is kept: no
+        usage key says which token made it."""
         keys = set(before) | {k for k in self.counts if k.startswith("scope:")}
-        out = {k: self.counts.get(k, 0) - before.get(k, 0) for k in keys}
+        out = {
+            k: self.counts.get(k, 0) + before.get(usage_key(k), 0) - before.get(k, 0)
+            if k.startswith("token:")
+            else self.counts.get(k, 0) - before.get(k, 0)
+            for k in keys
+            if not k.startswith("usage:")
+        }
         return {k: d for k, d in out.items() if d}
