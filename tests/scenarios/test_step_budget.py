@@ -33,10 +33,19 @@ SLACK = 1.5
 
 def _stopped(pid: int) -> Iterator[None]:
     os.kill(pid, signal.SIGSTOP)
+    # kill() returns before the process is stopped: a thread of it running on another core
+    # may still answer a call made at once (a step that then saw a store that answered)
+    wait_until(lambda: _states(pid) == {"T"}, timeout=5)
     try:
         yield
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+def _states(pid: int) -> set[str]:
+    """The state letters of the process's threads in /proc (T: stopped)."""
+    tasks = Path(f"/proc/{pid}/task").iterdir()
+    return {(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks}
 
 
 def _timed(fn: Callable[[], object]) -> tuple[float, object]:
