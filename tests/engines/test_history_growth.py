@@ -92,10 +92,12 @@ def test_one_file_commits_to_4000_files_add_and_are_charged_under_20_kb_each(
     stores: tuple[skillfs.Store, skillfs.Store],
 ) -> None:
     writer, backing = stores
+    # through a server every commit sends its whole table and is parsed there: fewer of them
+    commits = COMMITS // 2 if writer.engine.url.startswith("grpc://") else COMMITS
     publish_large(writer, texts=40)  # 40 blobs: a fast setup
     start = charged(backing)
-    grown, _ = one_file_edits(writer, COMMITS, Held(backing))
-    charge = (charged(backing) - start) / COMMITS
+    grown, _ = one_file_edits(writer, commits, Held(backing))
+    charge = (charged(backing) - start) / commits
     assert grown <= LIMIT, f"{grown:.0f} bytes per one-file commit"
     said = f"charged {charge:.0f} bytes per one-file commit; the engine grew by {grown:.0f}"
     assert charge <= LIMIT and grown / 2 <= charge <= 2 * grown, said
@@ -116,7 +118,7 @@ def test_one_file_commits_to_4000_files_add_and_are_charged_under_20_kb_each(
     for n in range(2):
         staged = files(f"references/new/staged-{n}.md", b"staged %d" % n)
         step(lambda s=staged: writer.rollouts.stage(SHARED, "large", s, Rollout(users=["bob"])))
-    assert charged(backing) - start <= (COMMITS + 4) * LIMIT
+    assert charged(backing) - start <= (commits + 4) * LIMIT
 
     # GC re-counts what the kept versions hold, each against the one before: their charges.
     counted = charged(backing)

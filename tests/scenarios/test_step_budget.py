@@ -164,6 +164,7 @@ class _Fleet:
             w.store.close()
 
 
+@pytest.mark.serial  # no step over its budget: a wall-clock bound
 @pytest.mark.slow
 def test_a_fleet_rides_out_a_hung_server_and_spreads_a_dead_ones_load(tmp_path: Path) -> None:
     """30 workers over three servers: one stopped for 15 s costs no step more than the
