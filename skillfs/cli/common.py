@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Annotated, Any, NamedTuple, ParamSpec, TypeVar
+from typing import Annotated, Any, NamedTuple, ParamSpec, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import typer
@@ -388,6 +388,37 @@ def when(timestamp: float) -> str:
 def iso(timestamp: float) -> str:
     """UTC ISO 8601, for scripts."""
     return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds")
+
+
+class Changed(Protocol):
+    """A scope setting as last changed (ReviewRule, ProfilesSetting; version 0: never)."""
+
+    @property
+    def version(self) -> int: ...
+    @property
+    def actor(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def changed_at(self) -> float: ...
+
+
+def last_change(setting: Changed) -> dict[str, Any]:
+    """The `--json` fields of a setting's last change."""
+    return {
+        "version": setting.version,
+        "actor": setting.actor,
+        "message": setting.message,
+        "changed_at": iso(setting.changed_at) if setting.version else None,
+    }
+
+
+def changed_by(head: str, setting: Changed, verb: str) -> str:
+    """`head`, then who changed the setting last, when and why (nothing when never set)."""
+    if not setting.version:
+        return head
+    why = f": {shown(setting.message)}" if setting.message else ""
+    return f"{head}; {verb} by {shown(setting.actor)} at {when(setting.changed_at)}{why}"
 
 
 def size(n: int) -> str:

@@ -14,13 +14,14 @@ from skillfs.cli.common import (
     ScopeOption,
     StoreOption,
     TokenOption,
+    changed_by,
     command,
     emit_json,
     fail,
+    last_change,
     opened,
     out,
 )
-from skillfs.cli.review import changed_by, last_change
 from skillfs.governance.host_profiles import ProfilesSetting
 from skillfs.model.ops import WriteOptions
 from skillfs.spec.profiles import PROFILES

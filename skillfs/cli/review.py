@@ -4,7 +4,7 @@ rule"), shown, turned on or off (`store.review`)."""
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, Protocol
+from typing import Annotated
 
 import typer
 
@@ -15,47 +15,15 @@ from skillfs.cli.common import (
     ScopeOption,
     StoreOption,
     TokenOption,
+    changed_by,
     command,
     emit_json,
-    iso,
+    last_change,
     opened,
     out,
-    shown,
-    when,
 )
 from skillfs.governance.review import ReviewRule
 from skillfs.model.ops import WriteOptions
-
-
-class Changed(Protocol):
-    """A scope setting as last changed (ReviewRule, ProfilesSetting; version 0: never)."""
-
-    @property
-    def version(self) -> int: ...
-    @property
-    def actor(self) -> str: ...
-    @property
-    def message(self) -> str: ...
-    @property
-    def changed_at(self) -> float: ...
-
-
-def last_change(setting: Changed) -> dict[str, Any]:
-    """The `--json` fields of a setting's last change."""
-    return {
-        "version": setting.version,
-        "actor": setting.actor,
-        "message": setting.message,
-        "changed_at": iso(setting.changed_at) if setting.version else None,
-    }
-
-
-def changed_by(head: str, setting: Changed, verb: str) -> str:
-    """`head`, then who changed the setting last, when and why (nothing when never set)."""
-    if not setting.version:
-        return head
-    why = f": {shown(setting.message)}" if setting.message else ""
-    return f"{head}; {verb} by {shown(setting.actor)} at {when(setting.changed_at)}{why}"
 
 
 class Switch(StrEnum):
