@@ -10,14 +10,9 @@ user alone and unhides it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
 import skillfs
-from skillfs.auth import Tokens, tokens_document
-from skillfs.console import ConsoleServer, make_app, serve
 from skillfs.governance.rollout_rule import gets_candidate
 from skillfs.model import Scope
 from tests.browser_helpers import (  # noqa: F401  (module_browser: a fixture)
@@ -26,36 +21,16 @@ from tests.browser_helpers import (  # noqa: F401  (module_browser: a fixture)
     set_editor,
     signed_in,
 )
+from tests.console.operator_console import (  # noqa: F401  (operator_*: fixtures)
+    AGENT,
+    ALICE,
+    OPERATOR,
+    SHARED,
+    operator_console,
+    operator_page,
+    operator_store,
+)
 from tests.console.test_console import example_files
-
-TOKEN = "oncall-ana-token-0123456789"
-OPERATOR = "oncall-ana"
-AGENT = "support-bot"
-SHARED = Scope.shared(AGENT)
-ALICE = Scope.user(AGENT, "alice")
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[skillfs.Store]:
-    s = skillfs.open_store(f"sqlite:///{tmp_path_factory.mktemp('gov') / 'skills.db'}")
-    for name in ("code-reviewer", "release-notes", "sql-query-helper"):
-        s.publish(SHARED, name, example_files(name), actor="seed")
-    yield s
-    s.close()
-
-
-@pytest.fixture(scope="module")
-def console(store: skillfs.Store) -> Iterator[ConsoleServer]:
-    tokens = Tokens(text=tokens_document([(OPERATOR, TOKEN, ["*:admin"])], "receipts"))
-    server = serve(make_app(store, tokens))
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def page(browser: Browser, console: ConsoleServer) -> Iterator[Page]:
-    with signed_in(browser, console.url, TOKEN) as pg:
-        yield pg
 
 
 def test_activity_shows_the_console_user_as_actor(page: Page, store: skillfs.Store) -> None:

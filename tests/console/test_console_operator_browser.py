@@ -9,51 +9,29 @@ One browser and one console (SQLite) for the module, as tests/console/test_conso
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Browser, Locator, Page, expect
 
 import skillfs
-from skillfs.auth import Tokens, tokens_document
-from skillfs.console import ConsoleServer, make_app, serve
-from skillfs.model import Rollout, Scope
+from skillfs.console import ConsoleServer
+from skillfs.model import Rollout
 from tests.browser_helpers import (  # noqa: F401  (module_browser: a fixture)
     editor_text,
     module_browser,
     set_editor,
     signed_in,
 )
-from tests.console.test_console import example_files
-
-TOKEN = "oncall-ana-token-0123456789"
-OPERATOR = "oncall-ana"
-AGENT = "support-bot"
-SHARED = Scope.shared(AGENT)
-ALICE = Scope.user(AGENT, "alice")
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[skillfs.Store]:
-    s = skillfs.open_store(f"sqlite:///{tmp_path_factory.mktemp('ops') / 'skills.db'}")
-    for name in ("code-reviewer", "release-notes", "sql-query-helper"):
-        s.publish(SHARED, name, example_files(name), actor="seed")
-    yield s
-    s.close()
-
-
-@pytest.fixture(scope="module")
-def console(store: skillfs.Store) -> Iterator[ConsoleServer]:
-    tokens = Tokens(text=tokens_document([(OPERATOR, TOKEN, ["*:admin"])], "receipts"))
-    server = serve(make_app(store, tokens))
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def page(browser: Browser, console: ConsoleServer) -> Iterator[Page]:
-    with signed_in(browser, console.url, TOKEN) as pg:
-        yield pg
+from tests.console.operator_console import (  # noqa: F401  (operator_*: fixtures)
+    AGENT,
+    ALICE,
+    OPERATOR,
+    SHARED,
+    TOKEN,
+    operator_console,
+    operator_page,
+    operator_store,
+)
 
 
 def _new_skill(page: Page, name: str, description: str, instructions: str | None) -> None:
