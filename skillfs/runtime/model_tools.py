@@ -167,9 +167,10 @@ def by_path(path: str, among: Sequence[SkillInfo], shown_root: PurePath | None) 
     return None
 
 
-def not_found(what: str, value: str, known: Sequence[str]) -> NotFound:
-    """NotFound for an unknown name or path, with a "did you mean" and what exists."""
-    near = closest(value, known)
+def not_found(what: str, value: object, known: Sequence[str]) -> NotFound:
+    """NotFound for an unknown name, path or id (a model may send a non-string one), with a
+    "did you mean" and what exists."""
+    near = closest(str(value), known)
     hint = f" Did you mean {near!r}?" if near else ""
     return NotFound(
         f"unknown skill {what} {value!r}.{hint} Available skill {what}s: "

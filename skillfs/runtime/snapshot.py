@@ -534,11 +534,7 @@ def _lookup(skill_id: str, by_id: Mapping[str, SkillInfo], among: Sequence[Skill
     """The skill `skill_id`; NotFound lists the ids of `among`, with a "did you mean"."""
     s = by_id.get(skill_id) if isinstance(skill_id, str) else None
     if s is None:
-        ids = [x.id for x in among]
-        near = closest(str(skill_id), ids)
-        hint = f" Did you mean {near!r}?" if near else ""
-        listing = ", ".join(ids) if ids else "(none)"
-        raise NotFound(f"unknown skill id {skill_id!r}.{hint} Available skill ids: {listing}")
+        raise not_found("id", skill_id, [x.id for x in among])
     return s
 
 

@@ -114,6 +114,8 @@ def test_wrong_skill_id_lists_every_available_id(skills: Skills) -> None:
     text = snap.call_tool("load_skill_through_path", {"skill_id": "nope", "path": "SKILL.md"})
     assert text.startswith("Error: unknown skill id 'nope'")
     assert "code-reviewer, notes, sql-helper" in text
+    with pytest.raises(NotFound, match=r"^unknown skill id 7\. Available skill ids: code-rev"):
+        snap.load(7, "SKILL.md")  # type: ignore[arg-type]  # a model's JSON may hold a number
 
 
 def test_wrong_path_lists_every_path_of_the_skill(skills: Skills) -> None:
