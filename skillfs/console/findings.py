@@ -15,6 +15,7 @@ from skillfs.api import Store
 from skillfs.console.diff import as_text
 from skillfs.model import File, FileEntry, Finding, Manifest, Scope
 from skillfs.model.names import entry_name
+from skillfs.spec.profiles import Profiles
 from skillfs.spec.skill_md import SKILL_MD, inspect_skill
 
 
@@ -59,16 +60,24 @@ def finding_line(f: Finding, text: str) -> int | None:
 
 
 def findings_of(
-    store: Store, scope: Scope, skill: str, files: Mapping[str, File | FileEntry]
+    store: Store,
+    scope: Scope,
+    skill: str,
+    files: Mapping[str, File | FileEntry],
+    *,
+    profiles: Profiles | None = None,
 ) -> list[Finding]:
     """The spec findings the skill would have with `files` in `scope`, under the host
-    profiles the scope accepts (`store.host_profiles`), as its commit makes them: new files,
-    or stored ones kept by reference. Only SKILL.md is read."""
+    profiles the scope accepts (`store.host_profiles`; `profiles`: as read already, for
+    several skills of one scope), as its commit makes them: new files, or stored ones kept
+    by reference. Only SKILL.md is read."""
     md = files.get(SKILL_MD)
     texts = dict.fromkeys(files, b"")
     if md is not None:
         texts[SKILL_MD] = md.data if isinstance(md, File) else store.read_entry(md)
-    return inspect_skill(skill, texts, store.host_profiles.of(scope)).findings
+    if profiles is None:
+        profiles = store.host_profiles.of(scope)
+    return inspect_skill(skill, texts, profiles).findings
 
 
 def stored_findings(store: Store, scope: Scope, m: Manifest) -> list[Finding]:

@@ -136,12 +136,14 @@ def import_zip(call: Call, scope: Scope) -> Response:
             strict=not forced(call),
         )
     except InvalidSkill:
-        # the store refuses at the first off-spec skill: the page lists every one of them
-        problems = {
-            name: errs
+        # the store refuses at the first off-spec skill: the page lists every one of them,
+        # judged under the scope's profiles as read once
+        profiles = call.store.host_profiles.of(scope)
+        found = {
+            name: findings_of(call.store, scope, name, files, profiles=profiles)
             for name, files in skills.items()
-            if (errs := error_findings(findings_of(call.store, scope, name, files)))
         }
+        problems = {name: errs for name, f in found.items() if (errs := error_findings(f))}
         return call.render_scope(
             "import_rejected.html", scope, 422, problems=problems, policy=policy.value
         )
