@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from skillfs.auth import Grant, Level, Principal, write_level
 from skillfs.model import Scope
-from skillfs.model.entry import EntryRef
+from skillfs.store.rules import REVIEW
 
 #: Stands for "some user" when asking whether a grant covers any user scope of an agent.
 _SOMEONE = "someone"
@@ -32,7 +32,7 @@ class Permissions:
     def configure(self, scope: Scope) -> bool:
         """Whether the token may change the scope's settings (the two-person rule): an
         admin grant on the scope (docs/security.md)."""
-        return self.principal.may(write_level(EntryRef.setting("review").key), scope)
+        return self.principal.may(write_level(REVIEW), scope)
 
     def admin(self, domain: str) -> bool:
         """Whether the token administers an agent or a market (`agents/A`, `markets/M`):

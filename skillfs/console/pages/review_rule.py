@@ -9,13 +9,13 @@ from skillfs.auth import write_level
 from skillfs.console import urls
 from skillfs.console.call import Call, HTTPError
 from skillfs.model import Scope
-from skillfs.model.entry import EntryRef
+from skillfs.store.rules import REVIEW
 
 
 def set_rule(call: Call, scope: Scope) -> Response:
     """`required=1` requires review, `required=0` lifts it; by the signed-in token, with the
     form's message (the audit lists it)."""
-    call.require(write_level(EntryRef.setting("review").key), scope)
+    call.require(write_level(REVIEW), scope)
     wanted = call.field("required")
     if wanted not in ("0", "1"):
         raise HTTPError(400, "Bad request", f"required is 0 or 1, not {wanted!r}")
