@@ -112,7 +112,8 @@ def reach(call: Call, scope: Scope, m: Manifest) -> Reach | None:
     asked_users = known[:MAX_NAMED]
     env = rule.environments[0] if rule.match == "all" and rule.environments else None
     users_in = [u for u in asked_users if gets_candidate(rule, scope, m.skill, u, env)]
-    named_only = [u for u in rule.users if u not in set(known)]
+    known_set = set(known)
+    named_only = [u for u in rule.users if u not in known_set]
     who = call.query.get("who", "").strip()
     asked = None
     if who:
