@@ -34,10 +34,10 @@ def split(
     batches: list[list[Small]] = []
     held = 0
     for sha, chunks in blobs.items():
-        data = b"".join(chunks)
-        if len(data) > wire.PIECE:
-            alone[sha] = chunks
+        if sum(len(c) for c in chunks) > wire.PIECE:
+            alone[sha] = chunks  # (not joined: sent in its own pieces)
             continue
+        data = b"".join(chunks)
         if (
             not batches
             or len(batches[-1]) == wire.NAMES

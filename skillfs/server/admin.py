@@ -199,9 +199,7 @@ class Admin(pb_grpc.SkillAdminServicer):  # type: ignore[misc]  # generated, unt
                 scope=scope,
                 manifest=storable(
                     scope,
-                    self.vouching.derived(
-                        m, principal, scope, expect, moved, committer.accepted(scope, current)
-                    ),
+                    self.vouching.derived(m, principal, scope, expect, moved, current),
                 ),
                 expect=expect,
             )

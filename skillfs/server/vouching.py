@@ -22,6 +22,7 @@ from skillfs.model.names import check_entry, normalize_path
 from skillfs.server.rpc import check_sha
 from skillfs.spec.profiles import Profiles
 from skillfs.store.limits import check_file_table
+from skillfs.store.rules import Current
 from skillfs.store.who import check_commit_id
 
 
@@ -57,12 +58,14 @@ class Vouching:
         scope: Scope,
         expect: int,
         moved: Sequence[tuple[Scope, str, int]],
-        profiles: Profiles,
+        current: Current,
     ) -> Manifest:
         """Frontmatter and findings as the server reads them from SKILL.md under the host
-        `profiles` the scope accepts (a client cannot make a skill look valid; an entry
+        profiles the scope accepts (a client cannot make a skill look valid; an entry
         without files has none, as `Store` records it; a setting's says what it is), and the
-        server's clock unless a global admin commits."""
+        server's clock unless a global admin commits. `current`: the commit's entries and
+        their scopes' settings as `Committer.read_built` read them (no entry read again)."""
+        profiles = self.store.committer.accepted(scope, current)
         update: dict[str, Any] = {"actor": principal.name}  # a client cannot claim another
         if not principal.is_global_admin:
             update["committed_at"] = time.time()
@@ -75,10 +78,12 @@ class Vouching:
                 findings=reading.findings if reading else [],
                 typed=reading.typed if reading else None,
             )
-        # the entry as the commit expects it, read once for the candidate and the labels
-        cur = self._expected(scope, m.skill, expect) if m.candidate or m.labels else None
+        # the entry as the commit expects it, for the candidate and the labels
+        cur = _expected(current, scope, m.skill, expect) if m.candidate or m.labels else None
         if m.candidate is not None:
-            update["candidate"] = self._staged(m, principal, scope, cur, update, moved, profiles)
+            update["candidate"] = self._staged(
+                m, principal, scope, cur, update, moved, current, profiles
+            )
         if m.imported is not None:  # the digest of the files sent, not the client's word
             source = check_source(m.imported.source)
             update["imported"] = ImportMark(source=source, digest=files_digest(m.files))
@@ -126,6 +131,7 @@ class Vouching:
         cur: Manifest | None,
         update: dict[str, Any],
         moved: Sequence[tuple[Scope, str, int]],
+        current: Current,
         profiles: Profiles,
     ) -> Candidate:
         """The candidate as the server vouches for it (docs/governance.md, "Staged rollout"):
@@ -138,7 +144,7 @@ class Vouching:
         assert c is not None
         held = cur.candidate if cur is not None and not cur.deleted else None
         if held is None or held.commit_id != c.commit_id:
-            held = self._moved_candidate(c, moved)
+            held = _moved_candidate(c, moved, current)
         if held is not None and held.commit_id == c.commit_id:
             return held.model_copy(update={"rollout": c.rollout})
         if c.commit_id != m.commit_id:
@@ -157,25 +163,27 @@ class Vouching:
             }
         )
 
-    def _expected(self, scope: Scope, skill: str, expect: int) -> Manifest | None:
-        """The entry as the commit expects it, read now; VersionMismatch (as the commit
-        itself would answer, so the client reads again and retries) when it moved since."""
-        cur = self.engine.load_skills(scope, [skill]).get(skill)
-        version = cur.version if cur is not None else 0
-        if version != expect:
-            raise VersionMismatch(scope, skill, version)
-        return cur
 
-    def _moved_candidate(
-        self, c: Candidate, moved: Sequence[tuple[Scope, str, int]]
-    ) -> Candidate | None:
-        """The candidate `c` names, held by an entry the same commit deletes (the source of
-        an archive or a restore). A source no longer at the version the commit expects lost
-        a race (a promote landed first): `_expected` says so, rather than a refusal of a
-        candidate the client never made."""
-        for scope, skill, expect in moved:
-            source = self._expected(scope, skill, expect)
-            held = source.candidate if source is not None and not source.deleted else None
-            if held is not None and held.commit_id == c.commit_id:
-                return held
-        return None
+def _expected(current: Current, scope: Scope, skill: str, expect: int) -> Manifest | None:
+    """The entry as the commit expects it, as `current` holds it; VersionMismatch (as the
+    commit itself would answer, so the client reads again and retries) when it moved since."""
+    cur = current.get((scope, skill))
+    version = cur.version if cur is not None else 0
+    if version != expect:
+        raise VersionMismatch(scope, skill, version)
+    return cur
+
+
+def _moved_candidate(
+    c: Candidate, moved: Sequence[tuple[Scope, str, int]], current: Current
+) -> Candidate | None:
+    """The candidate `c` names, held by an entry the same commit deletes (the source of
+    an archive or a restore, read with the commit's entries). A source no longer at the
+    version the commit expects lost a race (a promote landed first): `_expected` says so,
+    rather than a refusal of a candidate the client never made."""
+    for scope, skill, expect in moved:
+        source = _expected(current, scope, skill, expect)
+        held = source.candidate if source is not None and not source.deleted else None
+        if held is not None and held.commit_id == c.commit_id:
+            return held
+    return None
