@@ -84,6 +84,8 @@ class _Connected(NamedTuple):
     commit: Script
     changes: Script
     delete_blob: Script
+    charge: Script
+    adjust: Script
 
 
 class _Transient(rx.RedisError):
@@ -190,6 +192,8 @@ class RedisEngine(redis_lease.RedisLeases, Engine):
                         client.register_script(scripts.COMMIT),
                         client.register_script(scripts.CHANGES),
                         client.register_script(scripts.DELETE_BLOB),
+                        client.register_script(scripts.CHARGE),
+                        client.register_script(scripts.ADJUST),
                     )
                 conn = self._conn
         return conn
@@ -384,8 +388,8 @@ class RedisEngine(redis_lease.RedisLeases, Engine):
     def charge_quota(self, domain: str, charge: Charge) -> None:
         limit = -1 if charge.limit is None else charge.limit
         with self._guard:
-            held = self._client.eval(
-                scripts.CHARGE, 1, self._quota_key(domain), charge.key, charge.bytes, limit
+            held = self._c.charge(
+                keys=[self._quota_key(domain)], args=[charge.key, charge.bytes, limit]
             )
         if held is not None:  # past its quota: nothing added
             charged(domain, charge, int(cast(int, held)))
@@ -394,7 +398,7 @@ class RedisEngine(redis_lease.RedisLeases, Engine):
         if deltas:
             args = [x for key, n in deltas.items() for x in (key, n)]
             with self._guard:
-                self._client.eval(scripts.ADJUST, 1, self._quota_key(domain), *args)
+                self._c.adjust(keys=[self._quota_key(domain)], args=args)
 
     def history(self, scope: Scope, skill: str) -> list[Manifest]:
         with self._guard:
