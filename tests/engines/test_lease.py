@@ -42,6 +42,7 @@ def _until_free(engine: skillfs.Store, name: str, holder: str, limit: float) -> 
     raise AssertionError(f"lease {name} still held after {limit}s")
 
 
+@pytest.mark.serial  # expired within a second of its TTL: a wall-clock bound
 def test_one_holder_until_it_expires(store: skillfs.Store) -> None:
     engine, ttl = store.engine, _waits(store)
     taken = time.monotonic()
