@@ -6,13 +6,14 @@ app = Starlette(routes=[Mount("/mcp", app=mcp)], lifespan=lambda app: mcp.lifesp
 ```
 
 Requests carry the same bearer tokens as gRPC (`skillfs.auth.Tokens`). The view is
-(agent, user[, markets][, environment][, pins]) from the query string
-(`/mcp?agent=support-bot&user=alice&market=team&environment=prod&pin=stable`) or the headers
-`X-Skillfs-Agent`, `X-Skillfs-User`, `X-Skillfs-Market`, `X-Skillfs-Environment`,
-`X-Skillfs-Pin` (the environment staged rollouts see, the labels the view is pinned to:
-docs/governance.md); a token granted one
-user's scope needs neither. The token must be allowed to read every scope of the view, so a
-token for alice can never read bob's files, whatever URI it asks for.
+(agent, user[, markets][, environment][, pins][, tools]) from the query string
+(`/mcp?agent=support-bot&user=alice&market=team&environment=prod&pin=stable&tools=saa`) or the
+headers `X-Skillfs-Agent`, `X-Skillfs-User`, `X-Skillfs-Market`, `X-Skillfs-Environment`,
+`X-Skillfs-Pin`, `X-Skillfs-Tools` (the environment staged rollouts see, the labels the view
+is pinned to: docs/governance.md; the model tools' set: docs/runtime.md, "Tool sets"); a
+token granted one user's scope needs neither agent nor user. The token must be allowed to
+read every scope of the view, so a token for alice can never read bob's files, whatever URI it
+asks for.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from skillfs.mcp.views import SESSION_HEADER, ViewKey, Views
 from skillfs.model import Scope as SkillScope
 from skillfs.model.names import check_id
 from skillfs.model.pins import Pins
+from skillfs.runtime.model_tools import check_tool_set
 from skillfs.util.lru import Lru
 
 #: Where the resolved view travels from the ASGI layer to the MCP handlers, and the check
@@ -184,8 +186,11 @@ def view_for(principal: Principal, headers: dict[str, str], query: str) -> ViewK
         return [v for v in (query or sent) if v]
 
     agents, users, envs = values("agent"), values("user"), values("environment")
-    if len(agents) > 1 or len(users) > 1 or len(envs) > 1:
-        raise ValueError("give one agent, one user and at most one environment per MCP URL")
+    tools = values("tools")
+    if len(agents) > 1 or len(users) > 1 or len(envs) > 1 or len(tools) > 1:
+        raise ValueError(
+            "give one agent, one user, at most one environment and one tool set per MCP URL"
+        )
     if not agents or not users:
         own = sorted(
             {(g.ident, g.user) for g in principal.grants if g.part == "user" and g.ident and g.user}
@@ -202,6 +207,7 @@ def view_for(principal: Principal, headers: dict[str, str], query: str) -> ViewK
         tuple(check_id("market", m) for m in values("market")),
         check_id("environment", envs[0]) if envs else "",
         Pins.parse(values("pin")),
+        check_tool_set(tools[0]) if tools else "default",
     )
     scopes = [
         SkillScope.user(key.agent, key.user),

@@ -24,11 +24,16 @@ from mcp.shared.exceptions import MCPError
 from skillfs.errors import InvalidArgument, NotFound, PermissionDenied, SkillfsError
 from skillfs.mcp import catalog, prompts
 from skillfs.mcp.catalog import EXTENSION, BadUri
-from skillfs.mcp.views import View, Views, conversation
+from skillfs.mcp.views import View, Views, conversation, sessionless
 from skillfs.spec.skill_md import SKILL_MD
 from skillfs.util.deadline import SERVER_READS, within
 
 Ctx = ServerRequestContext[Any, Any]
+
+#: Tools that change the conversation they are called in (docs/runtime.md, "Sessions"):
+#: offered only to a request that belongs to one, so that no conversation's change reaches
+#: another through the view's shared session.
+CONVERSATION_TOOLS = frozenset({"disable_skill"})
 
 
 class ListSkillsParams(types.PaginatedRequestParams):
@@ -145,18 +150,27 @@ def build_server(views: Views, *, page_size: int = 100, ttl_ms: int = 0) -> Serv
                     name=t["name"], description=t["description"], input_schema=t["input_schema"]
                 )
                 for t in snap.tools(style="anthropic")
+                if not (t["name"] in CONVERSATION_TOOLS and sessionless(ctx))
             ]
         )
 
     async def call_tool(ctx: Ctx, params: types.CallToolRequestParams) -> Any:
-        try:
-            _, snap = await snapshot(ctx)
-        except MCPError as exc:  # a tool's failure is its result, which the model reads
-            text, failed = f"Error: {exc.error.message}", True
-        else:
-            text, failed = await anyio.to_thread.run_sync(
-                within, SERVER_READS, snap.tool_outcome, params.name, params.arguments or {}
+        if params.name in CONVERSATION_TOOLS and sessionless(ctx):
+            text, failed = (
+                f"Error: {params.name} changes a conversation, and this request belongs to "
+                "none (an MCP request without a session: protocol 2026-07-28). Connect with a "
+                "session (protocol 2025-11-25 over HTTP, or stdio) to use it.",
+                True,
             )
+        else:
+            try:
+                _, snap = await snapshot(ctx)
+            except MCPError as exc:  # a tool's failure is its result, which the model reads
+                text, failed = f"Error: {exc.error.message}", True
+            else:
+                text, failed = await anyio.to_thread.run_sync(
+                    within, SERVER_READS, snap.tool_outcome, params.name, params.arguments or {}
+                )
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)], is_error=failed
         )

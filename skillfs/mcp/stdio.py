@@ -13,6 +13,7 @@ from skillfs.mcp.server import build_server
 from skillfs.mcp.views import ViewKey, Views
 from skillfs.model.names import check_id
 from skillfs.model.pins import Pins
+from skillfs.runtime.model_tools import ToolSet
 from skillfs.runtime.skill_writes import WriteMode
 
 
@@ -24,15 +25,18 @@ def run_stdio(
     environment: str | None = None,
     skill_writes: WriteMode | None = None,
     pins: Pins | None = None,
+    tools: ToolSet = "default",
 ) -> None:
-    """Serve until stdin closes. Every request sees the same view, fresh at each request;
-    `skill_writes` adds the write tools (docs/governance.md, "Agent-written skills")."""
+    """Serve until stdin closes. Every request sees the same view, fresh at each request,
+    through the model tools of the set `tools` (docs/runtime.md, "Tool sets"); `skill_writes`
+    adds the write tools (docs/governance.md, "Agent-written skills")."""
     key = ViewKey(
         check_id("agent", agent),
         check_id("user", user),
         tuple(check_id("market", m) for m in markets),
         check_id("environment", environment) if environment else "",
         pins or Pins(),
+        tools,
     )
     server = build_server(Views(store, lambda ctx: key, skill_writes=skill_writes))
 

@@ -40,6 +40,7 @@ from skillfs.mcp import prompts
 from skillfs.mcp.catalog import uri
 from skillfs.model.pins import Pins
 from skillfs.runtime import Market, Skills, Snapshot
+from skillfs.runtime.model_tools import ToolSet
 from skillfs.runtime.skill_writes import WriteMode, check_mode
 from skillfs.util.deadline import SERVER_READS, within
 from skillfs.util.outage import Outage
@@ -54,15 +55,17 @@ MAX_SESSIONS = 1000
 
 @dataclass(frozen=True)
 class ViewKey:
-    """Which skills a session sees: the worker view `Skills(store, agent, user, markets,
-    environment=, pins=)` ("": no environment declared to staged rollouts; docs/governance.md,
-    "Labels and pins")."""
+    """Which skills a session sees, and through which tools: the worker view `Skills(store,
+    agent, user, markets, environment=, pins=, tools=)` ("": no environment declared to staged
+    rollouts; docs/governance.md, "Labels and pins"; the tool set, docs/runtime.md, "Tool
+    sets")."""
 
     agent: str
     user: str
     markets: tuple[str, ...] = ()
     environment: str = ""
     pins: Pins = field(default_factory=Pins)
+    tools: ToolSet = "default"
 
 
 class View:
@@ -221,6 +224,14 @@ def conversation(ctx: ServerRequestContext[Any, Any]) -> str | None:
     return None if headers is None else headers.get(SESSION_HEADER)
 
 
+def sessionless(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether a request belongs to no conversation: one over HTTP without a session header
+    (protocol 2026-07-28 has none), whose snapshot is the view's own session, shared by every
+    such request of the view."""
+    headers = getattr(ctx.request, "headers", None)
+    return headers is not None and headers.get(SESSION_HEADER) is None
+
+
 def always() -> bool:
     """A session that cannot lose its view (stdio: the process's own)."""
     return True
@@ -265,6 +276,7 @@ class Views:
                 layers,
                 environment=key.environment or None,
                 pins=key.pins,
+                tools=key.tools,
                 skill_writes=self.skill_writes,
             )
             view = self._views[key] = View(key, skills)

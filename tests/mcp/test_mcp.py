@@ -24,6 +24,7 @@ from mcp.shared.exceptions import MCPError
 import skillfs
 from skillfs.mcp import ViewKey, Views, build_server
 from skillfs.mcp.server import DirectoryReadParams, GetSkillParams
+from tests.cli_helpers import error_line, run
 from tests.mcp_helpers import (
     AGENT,
     AnyResult,
@@ -360,3 +361,33 @@ def test_empty_view_has_no_tools() -> None:
             assert (await sdk_list_skills(c.session))["skills"] == []
 
     anyio.run(main)
+
+
+def test_a_views_tool_set_is_what_the_host_is_offered() -> None:
+    """`skillfs mcp --tools harness9|saa`: the view's model tools are the chosen set's. Over
+    stdio the process is one conversation, so `disable_skill` is offered and holds there;
+    a set nobody makes is refused before the store is opened."""
+    store = skillfs.open_store(f"memory://{uuid.uuid4().hex}")
+    for name in ("first", "second"):
+        store.publish(ALICE, name, {"SKILL.md": md(name)})
+
+    def client(tools: Any) -> Client:
+        return Client(build_server(Views(store, lambda ctx: ViewKey(AGENT, "alice", tools=tools))))
+
+    async def main() -> None:
+        async with client("harness9") as c:
+            assert [t.name for t in (await c.list_tools()).tools] == [
+                "use_skill", "load_skill_through_path"
+            ]  # fmt: skip
+            used = await c.call_tool("use_skill", {"skill_name": "first"})
+            assert not used.is_error
+        async with client("saa") as c:
+            done = await c.call_tool("disable_skill", {"skill_name": "first"})
+            assert not done.is_error
+            refused = await c.call_tool("read_skill", {"skill_name": "first"})
+            assert refused.is_error
+
+    anyio.run(main)
+    unreachable = "redis://127.0.0.1:1/0"
+    result = run(unreachable, "mcp", "--agent", AGENT, "--user", "alice", "--tools", "claude")
+    assert "choose a tool set from default, harness9, saa" in error_line(result)

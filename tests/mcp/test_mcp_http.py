@@ -317,3 +317,62 @@ def test_a_session_is_bound_to_the_token_that_opened_it(store: skillfs.Store) ->
             assert own.status_code == 200 and "skill://mine/SKILL.md" in own.text
 
     anyio.run(main)
+
+
+def test_a_skill_disabled_in_one_mcp_session_stays_readable_in_another(
+    store: skillfs.Store,
+) -> None:
+    """`?tools=saa` serves Spring AI Alibaba's tools. `disable_skill` holds in the MCP session
+    that called it (its conversation) alone: there the skill leaves the tools' enum and reads
+    of it are refused; another session of the same user reads it. A request without a
+    session (protocol 2026-07-28) belongs to no conversation, so it is not offered
+    `disable_skill`, and a call of it changes nothing."""
+    alice = skillfs.Scope.user(AGENT, "alice")
+    for name in ("first", "second"):
+        store.publish(alice, name, {"SKILL.md": md(name)})
+
+    def text(result: Any) -> str:
+        return "".join(c.text for c in result.content)
+
+    async def main() -> None:
+        async with http_endpoint(store, tokens_text()) as base:
+            url = f"{base}/mcp?tools=saa"
+            async with sdk_client(url, ALICE, "legacy") as a, sdk_client(url, ALICE, "legacy") as b:
+                listed = await a.list_tools()
+                assert {t.name for t in listed.tools} == {
+                    "read_skill", "disable_skill", "load_skill_through_path"
+                }  # fmt: skip
+                done = await a.call_tool("disable_skill", {"skill_name": "first"})
+                assert not done.is_error, text(done)
+                refused = await a.call_tool("read_skill", {"skill_name": "first"})
+                assert refused.is_error and "disabled for the rest of this session" in text(refused)
+                again = await a.call_tool(
+                    "load_skill_through_path", {"skill_id": "first", "path": "SKILL.md"}
+                )
+                assert again.is_error
+                read = await b.call_tool("read_skill", {"skill_name": "first"})
+                assert not read.is_error and "first" in text(read)
+            async with sdk_client(url, ALICE, "auto") as modern:
+                listed = await modern.list_tools()
+                assert "disable_skill" not in {t.name for t in listed.tools}
+                refused = await modern.call_tool("disable_skill", {"skill_name": "second"})
+                assert refused.is_error and "belongs to none" in text(refused)
+                read = await modern.call_tool("read_skill", {"skill_name": "second"})
+                assert not read.is_error and "second" in text(read)
+
+    anyio.run(main)
+
+
+def test_an_unknown_tool_set_is_refused_with_the_sets_named(store: skillfs.Store) -> None:
+    async def main() -> None:
+        async with http_endpoint(store, tokens_text()) as base, httpx2.AsyncClient() as http:
+            answer = await http.post(
+                f"{base}/mcp/?tools=claude",
+                headers={"authorization": f"Bearer {ALICE}",
+                         "accept": "application/json, text/event-stream"},
+                json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+            )  # fmt: skip
+            assert answer.status_code == 400
+            assert "choose a tool set from default, harness9, saa" in answer.text
+
+    anyio.run(main)
