@@ -14,8 +14,9 @@ from skillfs.model.names import ARCHIVE, DRAFTS, SETTINGS, check_live_name, chec
 
 #: The settings a scope may hold: `review`, the two-person rule (docs/governance.md, "The
 #: two-person rule"), on while its entry is live; `profiles`, the host profiles the scope
-#: accepts (docs/validation.md, "Host profiles"), named by its live entry.
-KNOWN_SETTINGS = ("review", "profiles")
+#: accepts (docs/validation.md, "Host profiles"), named by its live entry; `names`, the
+#: register the store moves with each commit that creates a name (`store.name_register`).
+KNOWN_SETTINGS = ("review", "profiles", "names")
 
 
 class EntryKind(StrEnum):

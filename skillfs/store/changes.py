@@ -14,6 +14,7 @@ from skillfs.engines.base import EMPTY, Engine
 from skillfs.errors import InvalidArgument, StoreUnavailable
 from skillfs.model import Change, Revision, Scope, target_domain
 from skillfs.model.names import check_domain
+from skillfs.store import name_register
 from skillfs.store.feed import ChangeFeed
 from skillfs.util.outage import Outage
 
@@ -29,7 +30,9 @@ def follow_changes(
     stop: threading.Event | None,
 ) -> Iterator[Change]:
     """Changes after `since` in order; a store outage is logged and waited out, since a
-    follower's caller wants the changes, not the outage (docs/design.md §3, C8)."""
+    follower's caller wants the changes, not the outage (docs/design.md §3, C8). A scope's
+    name register moves with the commits that create a skill, which are listed: its own
+    changes are left out (`store.name_register`)."""
     end = None if timeout is None else time.monotonic() + timeout
     outage = Outage(log, f"follow {domain}")
     while not (stop and stop.is_set()):
@@ -47,7 +50,9 @@ def follow_changes(
         outage.recovered()
         for change in batch:
             since = change.revision
-            if change.scope is not None or change.op == "reset":
+            if change.op == "reset" or (
+                change.scope is not None and not name_register.is_register(change.skill or "")
+            ):
                 yield change  # else changes the token may not see (grpc://): skip them
 
 

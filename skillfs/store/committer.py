@@ -23,16 +23,12 @@ from skillfs.errors import (
 )
 from skillfs.model import CommitResult, FileEntry, Finding, Manifest, Revision, Scope
 from skillfs.model.entry import EntryKind, EntryRef
-from skillfs.model.names import (
-    check_live_name,
-    entry_name,
-    name_key,
-)
+from skillfs.model.names import SETTINGS, check_live_name, entry_name, in_side, name_key
 from skillfs.model.ops import Command, Propose, Put, Stage, WriteOptions
 from skillfs.spec.profiles import Profiles
 from skillfs.spec.skill_md import SKILL_MD, Inspection, inspect_skill
 from skillfs.spec.validation import SPEC
-from skillfs.store import quotas, rules, scope_profiles
+from skillfs.store import name_register, quotas, rules, scope_profiles
 from skillfs.store.blobs import Blobs, Retrying, sha256
 from skillfs.store.file_tables import file_table, renamed_skill_md
 from skillfs.store.limits import Limits
@@ -85,7 +81,8 @@ class Committer:
         findings is refused with InvalidSkill carrying them, before anything is uploaded."""
         plans = [plan(c) for c in commands]
         steps = [s for p in plans for s in p.steps]
-        domain = rules.check_shape([(s.scope, s.entry) for s in steps], None, self.engine.max_ops)
+        room = name_register.room(self.engine.max_ops)
+        domain = rules.check_shape([(s.scope, s.entry) for s in steps], None, room)
         message = check_message(options.message or next((p.message for p in plans), ""))
         commit_id = check_commit_id(options.commit_id or uuid.uuid4().hex)
         tables, new = self._prepare(commands)
@@ -173,6 +170,7 @@ class Committer:
         commit_id = attempt.commit_id
         review = [(scope, rules.REVIEW) for scope in dict.fromkeys(s.scope for s in steps)]
         review += scope_profiles.entries(s.scope for s in steps)  # what its findings are under
+        review += name_register.entries(s.scope for s in steps)  # read before the names
         for n in range(1000):
             reads = [(s.scope, s.entry) for s in steps] + [r for p in plans for r in p.reads]
             reads += review  # the scopes' settings, in the same read of each scope
@@ -184,7 +182,7 @@ class Committer:
                 landed = self._in_history(steps, attempt)
             if not landed:
                 try:
-                    ops, checks = self._ops(domain, steps, attempt, current, message)
+                    ops, checks, claims = self._ops(domain, steps, attempt, current, message)
                 except Conflict:  # against our own commit, another writer's on top? (C6)
                     if unsure or not self._in_history(steps, attempt):
                         raise
@@ -193,12 +191,12 @@ class Committer:
                 return self._already(domain, steps, current, commit_id)
             self._touch(ops, current, attempt)
             with quotas.prepaid(attempt.paid):  # its uploads were charged to the token
-                charges = quotas.charges(
+                charges = quotas.charges(  # (the name register is not charged)
                     ops, current, self.limits, quotas.current(), self.footprint
                 )
             started = time.monotonic()
             try:
-                revision = self.engine.commit(domain, ops, checks, charges)
+                revision = self.engine.commit(domain, [*ops, *claims], checks, charges)
             except VersionMismatch:
                 if time.monotonic() > end:
                     break
@@ -210,7 +208,7 @@ class Committer:
                 unsure = True
                 time.sleep(min(0.05 * 2**n, 1.0, max(end - time.monotonic(), 0.0)))
                 continue
-            prune_after_commit(self.engine, self.history_policy, self.clock(), ops)
+            prune_after_commit(self.engine, self.history_policy, self.clock(), [*ops, *claims])
             return CommitResult(
                 revision=revision,
                 commit_id=commit_id,
@@ -227,9 +225,10 @@ class Committer:
         attempt: _Attempt,
         current: dict[tuple[Scope, str], Manifest],
         message: str,
-    ) -> tuple[list[CommitOp], list[Check]]:
-        """The attempt's next versions, held to every rule, and the lower-layer entries the
-        engine compares with them."""
+    ) -> tuple[list[CommitOp], list[Check], list[CommitOp]]:
+        """The attempt's next versions, held to every rule; the lower-layer entries the
+        engine compares with them; and the next version of the name register of each scope
+        where they create an entry (`name_register`), as the attempt read it."""
         ops: list[CommitOp] = []
         for s in steps:
             cur = current.get((s.scope, s.entry))
@@ -247,8 +246,13 @@ class Committer:
         markets = self.markets() if rules.reads_markets(ops, current) else []
         guarded = [g for g in rules.guarded(ops, current, markets) if g not in current]
         current.update(attempt.read(guarded, other_domains=True))
-        rules.check_ops(ops, current, markets, self.names(ops, current))
-        return ops, _checks(domain, ops, current, markets)
+        names = self.names(ops, current)
+        rules.check_ops(ops, current, markets, names)
+        claims = name_register.claims(
+            names, current, commit_id=attempt.commit_id, committed_at=attempt.now,
+            actor=attempt.actor,
+        )  # fmt: skip
+        return ops, _checks(domain, ops, current, markets), claims
 
     def _touch(
         self,
@@ -280,9 +284,10 @@ class Committer:
     def read_built(self, targets: Sequence[tuple[Scope, str]]) -> dict[tuple[Scope, str], Manifest]:
         """What a commit a client built is judged on, in one read of each scope: its entries
         and their scopes' settings (the two-person rule, the host profiles its findings are
-        made under, `accepted`)."""
+        made under, `accepted`, and the name register, read before the names)."""
         scopes = [scope for scope, _ in targets]
         settings = [(scope, rules.REVIEW) for scope in scopes] + scope_profiles.entries(scopes)
+        settings += name_register.entries(scopes)
         return self.load([*targets, *settings])
 
     def commit_built(
@@ -291,7 +296,9 @@ class Committer:
         """A commit whose next versions a client built (a skillfs server's `Commit` from a
         `grpc://` store), held to the rules of the commits planned here, as of `current`
         (`read_built`, which its findings were made on): an entry that moved since is a
-        VersionMismatch, so the client reads again and plans again."""
+        VersionMismatch, so the client reads again and plans again. Where it creates an entry
+        the server writes the scope's name register (the client leaves the names to it), and
+        keeps the register's history short."""
         tracked = []
         for op in ops:
             cur = current.get((op.scope, op.manifest.skill))
@@ -303,16 +310,25 @@ class Committer:
         markets = self.markets() if rules.reads_markets(ops, current) else []
         guarded = rules.guarded(ops, current, markets)
         current.update(self.load([g for g in guarded if g not in current]))
-        rules.check_ops(ops, current, markets, self.names(ops, current))
+        names = self.names(ops, current)
+        rules.check_ops(ops, current, markets, names)
+        stamp = ops[0].manifest
+        claims = name_register.claims(
+            names, current, commit_id=stamp.commit_id, committed_at=stamp.committed_at,
+            actor=stamp.actor,
+        )  # fmt: skip
         charged = quotas.charges(ops, current, self.limits, quotas.current(), self.footprint)
-        return self.engine.commit(domain, ops, _checks(domain, ops, current, markets), charged)
+        checks = _checks(domain, ops, current, markets)
+        revision = self.engine.commit(domain, [*ops, *claims], checks, charged)
+        prune_after_commit(self.engine, self.history_policy, self.clock(), claims)
+        return revision
 
     def names(self, ops: Sequence[CommitOp], current: rules.Current) -> dict[Scope, list[str]]:
         """For the name rule (`rules.check_new_names`), in each scope where the commit
         creates an entry: the live entries whose name is or looks like a created one's. Read
         only then: the scope's entry names alone, once, then those few entries, to leave
-        tombstones out. An engine that cannot list names (`grpc://`: its server runs the
-        rule on its own reads) leaves its scopes out."""
+        tombstones out (a scope's settings take no name). An engine that cannot list names
+        (`grpc://`: its server runs the rule on its own reads) leaves its scopes out."""
         wanted: dict[Scope, set[str]] = {}
         for op in rules.created(ops, current):
             wanted.setdefault(op.scope, set()).add(name_key(entry_name(op.manifest.skill)))
@@ -321,7 +337,9 @@ class Committer:
             held = self.retrying(self.engine.entry_names, scope)
             if held is None:
                 continue
-            alike = [e for e in held if name_key(entry_name(e)) in keys]
+            alike = [
+                e for e in held if not in_side(e, SETTINGS) and name_key(entry_name(e)) in keys
+            ]
             found = self.retrying(self.engine.load_skills, scope, alike) if alike else {}
             out[scope] = [e for e, m in found.items() if not m.deleted]
         return out

@@ -36,6 +36,7 @@ from skillfs.model.names import DRAFTS, check_domain, check_entry, is_hidden_dir
 from skillfs.model.ops import DEFAULT, Command, FileValue, WriteOptions
 from skillfs.remote.hints import hints_of
 from skillfs.spec.profiles import Profiles
+from skillfs.store import name_register
 from skillfs.store.blobs import Blobs
 from skillfs.store.changes import Changes, domain_of
 from skillfs.store.committer import Committer, out_of_time
@@ -108,8 +109,9 @@ class StoreCore:
 
     @property
     def max_ops(self) -> int | None:
-        """The most skills one atomic commit may change on this store; None: no limit."""
-        return self.engine.max_ops
+        """The most skills one atomic commit may change on this store (one of the engine's
+        entries is kept for the scope's name register); None: no limit."""
+        return name_register.room(self.engine.max_ops)
 
     def access(self, scope: Scope) -> Access:
         """What the caller may do in `scope`, asked before work a refusal would waste: everything
@@ -245,7 +247,7 @@ class StoreCore:
 
     def prune(self, scope: Scope, skill: str) -> int:
         """Apply this store's history policy to one skill now; how many versions it dropped."""
-        return prune(self.engine, self.history_policy, self.clock(), scope, skill)
+        return prune(self.engine, self.history_policy.of(skill), self.clock(), scope, skill)
 
     def gc(
         self, grace: float | None = None, progress: Callable[[str, int], None] | None = None
@@ -279,8 +281,9 @@ class StoreCore:
         return {k: m for k, m in loaded.items() if m.deleted == deleted}
 
     def entries(self, scope: Scope) -> dict[str, Manifest]:
-        """Every manifest of a scope, tombstones and side entries included, in one round trip."""
-        return self.retrying(self.engine.load_scope, scope)
+        """Every manifest of a scope, tombstones and side entries included, in one round trip
+        (not the name register: the store's own, `store.name_register`)."""
+        return name_register.hidden(self.retrying(self.engine.load_scope, scope))
 
     def manifest(self, scope: Scope, skill: str, version: int | None = None) -> Manifest:
         """The latest manifest, or the given version from history (a deletion's too, as

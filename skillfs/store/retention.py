@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from skillfs.engines.base import CommitOp, Engine
 from skillfs.errors import InvalidArgument
 from skillfs.model import GcReport, Manifest, Scope, VersionSummary
+from skillfs.store import name_register
 from skillfs.store.quotas import Recount, usage_bytes
 from skillfs.store.tables import Tables
 
@@ -26,6 +27,13 @@ class HistoryPolicy(BaseModel):
 
     keep_versions: int = 50
     keep_days: float = 30.0
+
+    def of(self, entry: str) -> HistoryPolicy:
+        """The policy of one entry: a scope's name register keeps a few versions whatever
+        their age (they hold nothing but their number, `store.name_register`)."""
+        if name_register.is_register(entry):
+            return HistoryPolicy(keep_versions=name_register.KEPT_VERSIONS, keep_days=0)
+        return self
 
 
 def _to_drop(
@@ -87,7 +95,7 @@ def gc(
             now = clock()
             for skill, current in live.items():
                 history = histories.get(skill, [])
-                drop = _to_drop(policy, now, history, current)
+                drop = _to_drop(policy.of(skill), now, history, current)
                 if drop:
                     engine.drop_history(scope, skill, drop)
                     dropped += len(drop)
@@ -95,7 +103,8 @@ def gc(
                     history = [m for m in history if m.version not in gone]
                 tables.references([current, *history], referenced)  # staged too
                 kept = [*reversed(history), current]
-                recount.skill(scope, list(zip(kept, tables.footprints(kept), strict=True)))
+                if not name_register.is_register(skill):  # the store's own: no quota counts it
+                    recount.skill(scope, list(zip(kept, tables.footprints(kept), strict=True)))
                 if progress:
                     progress("mark", 1)
         if counted is not None:
@@ -138,12 +147,12 @@ def prune_after_commit(
     `keep_versions` versions keeps it within twice the policy at 1/keep_versions of a read per
     publish (gc() applies the policy to every skill). The commit has landed: a failure here
     is logged, never reported as the commit's."""
-    keep = max(policy.keep_versions, 1)
     for op in ops:
+        own = policy.of(op.manifest.skill)
         older = op.manifest.version - 1
-        if older > policy.keep_versions and older % keep == 0:
+        if older > own.keep_versions and older % max(own.keep_versions, 1) == 0:
             try:
-                prune(engine, policy, now, op.scope, op.manifest.skill)
+                prune(engine, own, now, op.scope, op.manifest.skill)
             except Exception as exc:  # the commit landed, whatever this says
                 log.warning(
                     "history retention skipped for %s/%s: %s", op.scope, op.manifest.skill, exc

@@ -27,7 +27,7 @@ from skillfs.model import FileEntry, Finding, LiveEdit, Manifest, Rollout, Scope
 from skillfs.model.entry import EntryKind, EntryRef
 from skillfs.model.names import check_new_name, check_new_path, entry_name, name_key
 from skillfs.model.pins import MAX_LABELS, check_label
-from skillfs.store import scope_profiles
+from skillfs.store import name_register, scope_profiles
 
 #: What a commit read of its entries: (scope, entry) -> the manifest as it was (a tombstone
 #: included), absent when there was none.
@@ -442,7 +442,9 @@ def rows(files: Mapping[str, FileEntry]) -> list[tuple[str, str, int]]:
 def check_settings(ops: Sequence[CommitOp]) -> None:
     """A setting's entry (`_settings/<name>`) holds no files, candidate or kill switch: it is
     on while live, and changed only by its own command; the profiles setting names known
-    profiles (`scope_profiles.check_setting`)."""
+    profiles (`scope_profiles.check_setting`); the name register is the store's own
+    (`name_register.check_not_written`)."""
+    name_register.check_not_written(ops)
     for op in ops:
         m = op.manifest
         if EntryRef.parse(m.skill).kind is EntryKind.SETTING and (

@@ -175,8 +175,9 @@ def test_import_in_batches(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyP
         _skill(tmp_path / "src", f"s{i}")
     report = as_json(url, "import", str(tmp_path / "src"), "-s", "shared:bot", "--batch", "2")
     assert [c["skills"] for c in report["commits"]] == [["s0", "s1"], ["s2", "s3"], ["s4"]]
-    # A store's own limit per atomic commit caps the batches (etcd: 128 operations).
-    monkeypatch.setattr(MemoryEngine, "max_ops", 3)
+    # A store's own limit per atomic commit caps the batches (etcd: 128 operations), less the
+    # entry its name register takes (skillfs.store.name_register).
+    monkeypatch.setattr(MemoryEngine, "max_ops", 4)
     memory = "memory://cli-batches"
     report = as_json(memory, "import", str(tmp_path / "src"), "-s", "shared:bot", "--batch", "50")
     assert [len(c["skills"]) for c in report["commits"]] == [3, 2]
@@ -192,7 +193,7 @@ def test_import_through_a_server_splits_by_its_stores_limit(
     failed where a direct client split it. The server's Ping tells it."""
     for i in range(5):
         _skill(tmp_path / "src", f"s{i}")
-    monkeypatch.setattr(MemoryEngine, "max_ops", 3)  # the server's store (in this process)
+    monkeypatch.setattr(MemoryEngine, "max_ops", 4)  # the server's store (in this process)
     url = url_for(request, "grpc", tmp_path)
     with skillfs.open_store(url) as store:
         assert store.max_ops == 3

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 import skillfs
 from skillfs import Scope, Skills, Store
-from skillfs.engines.base import CommitOp
+from skillfs.engines.base import CommitOp, Engine
 from skillfs.errors import InvalidPath
 from skillfs.fs import SkillFileSystem
 from tests.runtime_helpers import md
@@ -28,6 +30,7 @@ AGENT = "support-bot"
 SHARED = Scope.shared(AGENT)
 ALICE = Scope.user(AGENT, "alice")
 CYRILLIC_A = "\u0430"  # looks like Latin 'a'
+CYRILLIC_ER = "\u0440"  # looks like Latin 'p'
 CAFE_NFC = unicodedata.normalize("NFC", "café")
 CAFE_NFD = unicodedata.normalize("NFD", "café")
 
@@ -145,7 +148,8 @@ def test_the_scopes_names_are_read_by_key_on_redis_and_etcd(
         store.publish(SHARED, "pdf", skill("pdf"))
         store.publish(SHARED, "old", skill("old"))
         store.delete(SHARED, "old")
-        assert sorted(store.engine.entry_names(SHARED) or []) == ["old", "pdf"]
+        names = ["_settings/names", "old", "pdf"]  # the register: store.name_register
+        assert sorted(store.engine.entry_names(SHARED) or []) == names
         with pytest.raises(InvalidPath, match="looks like 'pdf'"):
             store.publish(SHARED, "PDF", skill("PDF"))
         store.publish(SHARED, "OLD", skill("OLD"))  # a deleted skill is no twin
@@ -213,6 +217,111 @@ def test_a_raw_commit_to_a_server_is_held_to_the_same_rule(tmp_path: Path) -> No
             client.close()
         assert sorted(direct.manifests(SHARED)) == ["pdf"]
     finally:
+        server.stop(0)
+
+
+# ---------------------------------------------------------------------------- at one instant
+
+
+class Gate:
+    """Holds the first `parties` reads of a scope's names until all of them have read: that
+    many writers read the names at the same instant, before any of them commits."""
+
+    def __init__(self, parties: int) -> None:
+        self.barrier = threading.Barrier(parties, timeout=10)
+        self.left = parties
+        self.lock = threading.Lock()
+
+    def wait(self) -> None:
+        with self.lock:
+            held = self.left > 0
+            self.left -= held
+        if held:
+            self.barrier.wait()
+
+
+def held_at(gate: Gate, engine: Engine) -> None:
+    """Make `engine` (the one under a store's file tables) a subclass whose name read
+    (`Engine.entry_names`, what the Committer's name rule reads) waits at `gate` once read."""
+    inner = getattr(engine, "inner", engine)
+    base = type(inner)
+    if getattr(base, "gate", None) is gate:  # memory:// stores of one name share an engine
+        return
+
+    class Held(base):  # type: ignore[valid-type, misc]
+        def entry_names(self, scope: Scope) -> list[str] | None:
+            names = super().entry_names(scope)
+            gate.wait()
+            return names
+
+    Held.gate = gate  # type: ignore[attr-defined]
+    inner.__class__ = Held
+
+
+def race(stores: Sequence[Store], names: Sequence[str]) -> list[object]:
+    """Each store publishes one of `names` to the shared scope, all at once: each one's
+    result or error."""
+    with ThreadPoolExecutor(len(stores)) as pool:
+        futures = [
+            pool.submit(s.publish, SHARED, n, skill(n)) for s, n in zip(stores, names, strict=True)
+        ]
+        return [f.exception() or f.result() for f in futures]
+
+
+def one_lands(outcomes: list[object], names: Sequence[str]) -> str:
+    """The one name that landed; every other writer was refused, naming it as the twin."""
+    pairs = list(zip(names, outcomes, strict=True))
+    landed = [n for n, o in pairs if isinstance(o, skillfs.CommitResult)]
+    assert len(landed) == 1, pairs
+    for n, o in pairs:
+        if n != landed[0]:
+            assert isinstance(o, InvalidPath), (n, o)
+            assert f"looks like {landed[0]!r}, already in {SHARED}" in str(o), o
+    return landed[0]
+
+
+TWINS = ["pdf", "PDF", f"{CYRILLIC_ER}df"]
+
+
+@pytest.mark.parametrize("engine", ["memory", "sqlite", "redis", "etcd"])
+def test_look_alikes_created_at_one_instant_do_not_both_land(
+    request: pytest.FixtureRequest, tmp_path: Path, engine: str
+) -> None:
+    """Three writers on store objects of their own read the scope's names at the same
+    instant (none there yet), then commit: one lands, the others are refused naming it."""
+    url = url_for(request, engine, tmp_path)
+    gate = Gate(len(TWINS))
+    stores = [skillfs.open_store(url) for _ in TWINS]
+    try:
+        for s in stores:
+            held_at(gate, s.engine)
+        winner = one_lands(race(stores, TWINS), TWINS)
+        assert stores[0].skills(SHARED) == [winner]
+    finally:
+        for s in stores:
+            s.close()
+
+
+@pytest.mark.server
+def test_look_alikes_sent_by_two_grpc_clients_at_one_instant_do_not_both_land(
+    tmp_path: Path,
+) -> None:
+    """Two `grpc://` clients of one server: the server reads the names for each `Commit` at
+    the same instant, then commits; one lands, the other client is refused naming it."""
+    from support.grpc_servers import ADMIN, in_process
+
+    server = in_process(f"sqlite:///{tmp_path / 'skills.db'}", tmp_path, http=None)
+    names = TWINS[:2]
+    clients = [
+        skillfs.open_store(f"grpc://127.0.0.1:{server.grpc_port}", token=ADMIN) for _ in names
+    ]
+    try:
+        held_at(Gate(len(names)), server.store.engine)
+        winner = one_lands(race(clients, names), names)
+        assert server.store.skills(SHARED) == [winner]
+    finally:
+        for c in clients:
+            c.close()
         server.stop(0)
 
 
