@@ -139,6 +139,16 @@ def test_a_deleted_skill_leaves_its_name_free(store: Store) -> None:
     assert sorted(store.manifests(SHARED)) == ["PDF"]
 
 
+def test_a_scopes_settings_take_no_name(store: Store) -> None:
+    """`_settings/review` and `_settings/profiles` are the scope's settings, not names: a skill
+    may be called `Review` (before, a live review rule made it a twin of 'review')."""
+    store.review.require(ALICE)
+    store.host_profiles.accept(ALICE, ["claude-code"])
+    for name in ("Review", "Profiles", "Names"):
+        store.drafts.propose(ALICE, name, skill(name))
+    assert sorted(d.name for d in store.drafts.list(ALICE)) == ["Names", "Profiles", "Review"]
+
+
 @pytest.mark.parametrize("engine", ["redis", "etcd"])
 def test_the_scopes_names_are_read_by_key_on_redis_and_etcd(
     request: pytest.FixtureRequest, tmp_path: Path, engine: str
