@@ -165,11 +165,13 @@ def test_a_manifest_stored_before_the_typed_reading_gets_it_on_first_serve(
     the snapshot reads SKILL.md for it, in one batch, and keeps the reading by digest."""
     path = tmp_path / "skills.db"
     store = skillfs.open_store(f"sqlite:///{path}")
-    for name in ("typed-values", "dated"):
+    names = ("typed-values", "dated")
+    for name in names:
         store.publish(ALICE, name, case_files()[name])
     store.close()
     with sqlite3.connect(path) as db:
-        for skill, body in db.execute("SELECT skill, body FROM manifests").fetchall():
+        rows = db.execute("SELECT skill, body FROM manifests WHERE skill IN (?, ?)", names)
+        for skill, body in rows.fetchall():
             doc = json.loads(body)
             assert doc.pop("typed")
             db.execute("UPDATE manifests SET body = ? WHERE skill = ?", (json.dumps(doc), skill))
