@@ -23,6 +23,7 @@ from skillfs.api import Store
 from skillfs.engines.base import EMPTY
 from skillfs.model import Change, Revision
 from skillfs.store.feed import Subscription as FeedSubscription
+from skillfs.store.name_register import is_register
 
 T = TypeVar("T")
 
@@ -114,13 +115,15 @@ class Feed:
 
     def subscribe(self, sub: Subscription) -> Revision | None:
         """Hand `sub` every change of its domain after its revision, read here and returned
-        (blocks: call it in a pool). A change at or before it may still come: the stream
-        skips it."""
+        (blocks: call it in a pool), but the name register's (`store.name_register`: it moves
+        with the commits that create skills, which are handed). A change at or before it may
+        still come: the stream skips it."""
         rev = self.store.domain_revisions([sub.domain])[sub.domain]
 
         def deliver(_before: Revision, changes: list[Change], _t0: float, _t1: float) -> None:
-            if changes:
-                sub.offer(changes)
+            shown = [c for c in changes if not is_register(c.skill or "")]  # the store's own
+            if shown:
+                sub.offer(shown)
 
         held = self.store.changes.feed.subscribe(sub.domain, deliver, since=rev or EMPTY)
         with self._lock:

@@ -20,7 +20,6 @@ from skillfs.console.call import Call
 from skillfs.errors import SkillfsError
 from skillfs.model import Change, Revision
 from skillfs.model.names import check_domain
-from skillfs.store.name_register import is_register
 
 #: How often a live-update stream sends a comment, so proxies and the browser keep it open;
 #: also the longest a stream goes without checking its session again.
@@ -99,11 +98,7 @@ def events(call: Call) -> Response:
                 session = recheck()  # the grants as of now, not as of the wait's start
                 if session is None:
                     continue  # signed out while waiting: the loop says so, naming nothing
-                if (
-                    change.scope is None
-                    or is_register(change.skill or "")  # the store's own, moved with a create
-                    or not session.principal.may(Level.read, change.scope)
-                ):
+                if change.scope is None or not session.principal.may(Level.read, change.scope):
                     yield _sse("revision", {"revision": _rev(rev)})
                     continue
                 yield _sse(
