@@ -102,14 +102,14 @@ def test_physical_layout_matches_the_doc(redis_url: str, raw: redis.Redis) -> No
     assert keys == expected
     # One hash field per skill holding the manifest JSON; history fields are versions.
     live = raw.hgetall("t1/agents/{support-bot}/users/alice/skills")
-    assert list(live) == [b"code-reviewer"]
+    assert sorted(live) == [b"_settings/names", b"code-reviewer"]  # and the name register
     assert Manifest.model_validate_json(live[b"code-reviewer"]).version == 2
     hist = raw.hgetall("t1/agents/{support-bot}/users/alice/history/code-reviewer")
     assert list(hist) == [b"1"] and Manifest.model_validate_json(hist[b"1"]).version == 1
     rev = raw.hgetall("t1/agents/{support-bot}/rev")
     assert set(rev) == {b"epoch", b"counter", b"replid"} and rev[b"counter"] == b"3"
     log = raw.xrange("t1/agents/{support-bot}/log") or []
-    assert [i for i, _ in log] == [b"1-0", b"2-0", b"3-0"]
+    assert [i for i, _ in log] == [b"1-0", b"1-1", b"2-0", b"3-0", b"3-1"]
     assert log[0][1] == {b"scope": b"user:support-bot/alice", b"skill": b"code-reviewer",
                          b"op": b"put", b"version": b"1", b"actor": b"tester",
                          b"message": b""}  # fmt: skip

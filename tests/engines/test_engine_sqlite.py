@@ -143,8 +143,11 @@ def test_physical_layout(db: Path) -> None:
     assert q(
         "SELECT idx, length(data) FROM blob_chunks WHERE key = ?", (f"tenant1/blobs/{sha}",)
     ).fetchall() == [(0, m.files["SKILL.md"].size)]
-    assert q("SELECT scope, skill, version FROM manifests ORDER BY scope").fetchall() == [
+    # each scope's name register, written by the commit that created its skill
+    assert q("SELECT scope, skill, version FROM manifests ORDER BY scope, skill").fetchall() == [
+        ("tenant1/agents/support-bot/users/alice/skills/", "_settings/names", 1),
         ("tenant1/agents/support-bot/users/alice/skills/", "code-reviewer", 2),
+        ("tenant1/markets/team/skills/", "_settings/names", 1),
         ("tenant1/markets/team/skills/", "m", 1),
     ]
     body = q("SELECT body FROM manifests WHERE skill = 'code-reviewer'").fetchone()[0]
@@ -155,14 +158,15 @@ def test_physical_layout(db: Path) -> None:
     assert q(
         "SELECT domain, epoch, counter, log_size, trimmed FROM revisions ORDER BY domain"
     ).fetchall() == [
-        ("tenant1/agents/support-bot", c1.revision.epoch, 2, 2, 0),
-        ("tenant1/markets/team", market_epoch, 1, 1, 0),
+        ("tenant1/agents/support-bot", c1.revision.epoch, 2, 3, 0),
+        ("tenant1/markets/team", market_epoch, 1, 2, 0),
     ]
     assert q(
         "SELECT domain, counter, pos, op, scope, skill, version FROM changes"
         " WHERE domain = 'tenant1/agents/support-bot'"
     ).fetchall() == [
         ("tenant1/agents/support-bot", 1, 0, "put", "user:support-bot/alice", "code-reviewer", 1),
+        ("tenant1/agents/support-bot", 1, 1, "put", "user:support-bot/alice", "_settings/names", 1),
         ("tenant1/agents/support-bot", 2, 0, "put", "user:support-bot/alice", "code-reviewer", 2),
     ]
     assert q("SELECT domain, key, scope FROM scopes ORDER BY domain").fetchall() == [
