@@ -1143,6 +1143,54 @@ def test_events_stream_revisions_as_they_commit(
         assert "".join(stream) in ("", ": keep-alive\n\n")  # ends once the console closes
 
 
+@pytest.mark.timeout(30)  # a change dropped would leave the stream waiting
+@pytest.mark.parametrize("engine", ["sqlite", "redis", "etcd"])
+def test_events_stream_every_change_of_one_commit(
+    engine: str, request: pytest.FixtureRequest, tmp_path: Path, tokens: Tokens
+) -> None:
+    """A commit's changes share its revision: each is streamed (the stream showed the first
+    of a rename or of a two-skill commit and dropped the rest as already shown)."""
+    from tests.stores import url_for
+
+    real = skillfs.open_store(url_for(request, engine, tmp_path))
+    real.publish(SHARED, "greeter", {"SKILL.md": GOOD_MD})  # the store's epoch begun
+    app = make_app(real, tokens)
+    try:
+        c = Client(app)
+        c.sign_in()
+        with c.http.stream(
+            "GET", "/events?domain=agents/support-bot", headers=c.cookie_header()
+        ) as r:
+            stream = sse_events(r.iter_raw())
+            assert next(stream) == "retry: 3000\n\n"
+            assert next(stream).startswith("event: revision")
+
+            def write_soon() -> None:
+                md = GOOD_MD.replace(b"greeter", b"{}")
+                real.commit(
+                    [
+                        skillfs.Put(SHARED, n, {"SKILL.md": md.replace(b"{}", n.encode())})
+                        for n in ("one", "two")
+                    ]
+                )
+                real.edits.rename(SHARED, "one", "uno")
+
+            threading.Timer(0.2, write_soon).start()
+            got = []
+            for event in stream:
+                if event.startswith("event: change"):
+                    data = json.loads(event.split("data: ", 1)[1])
+                    got.append((data["op"], data["skill"], data["revision"]["counter"]))
+                if len(got) == 4:
+                    break
+            assert sorted(got[:2]) == [("put", "one", got[0][2]), ("put", "two", got[0][2])]
+            assert sorted(got[2:]) == [("put", "uno", got[2][2]), ("remove", "one", got[2][2])]
+            assert got[2][2] > got[0][2]
+    finally:
+        app.close()
+        real.close()
+
+
 @pytest.mark.parametrize("engine", ["sqlite", "redis", "etcd"])
 def test_save_and_conflict_on_real_engines(
     engine: str, request: pytest.FixtureRequest, tmp_path: Path, tokens: Tokens

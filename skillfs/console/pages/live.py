@@ -38,11 +38,16 @@ def _rev(rev: Revision | None) -> dict[str, Any] | None:
     return None if rev is None else {"epoch": rev.epoch, "counter": rev.counter}
 
 
-def _after(change: Change, rev: Revision | None) -> bool:
-    """Whether `change` comes after `rev` (a stream may be handed one it already showed)."""
+def _after(change: Change, rev: Revision | None, shown: set[Change] | None) -> bool:
+    """Whether `change` is news to a stream that stands at `rev` (it may be handed one it
+    already showed): a later revision's, or `rev`'s and not in `shown`, the changes shown at
+    `rev` (one commit's changes share its revision: a rename's two, a commit of several
+    skills). None: `rev` was read from the store, and its page shows all of its changes."""
     if rev is None or change.op == "reset" or change.revision.epoch != rev.epoch:
         return True
-    return change.revision.counter > rev.counter
+    if change.revision.counter != rev.counter:
+        return change.revision.counter > rev.counter
+    return shown is not None and change not in shown
 
 
 def events(call: Call) -> Response:
@@ -63,6 +68,7 @@ def events(call: Call) -> Response:
                 return
             yield b"retry: 3000\n\n"
             rev: Revision | None = None
+            shown: set[Change] | None = None  # the changes shown at `rev` (`_after`)
             subscribed = False
             fresh = True  # read the revision (at the start, and after a reset)
             while not sub.stopped:
@@ -81,7 +87,7 @@ def events(call: Call) -> Response:
                         yield _sse("trouble", {"message": str(exc)})
                         await asyncio.sleep(TROUBLE_PAUSE)
                         continue
-                    fresh = False
+                    fresh, shown = False, None
                     yield _sse("revision", {"revision": _rev(rev)})
                     continue
                 change = await sub.next(KEEPALIVE_SECONDS)
@@ -92,9 +98,12 @@ def events(call: Call) -> Response:
                 if isinstance(change, str) or change.op == "reset":  # OVERFLOW, or a reset:
                     fresh = True  # what changed is not known: read the revision again
                     continue
-                if not _after(change, rev):
+                if not _after(change, rev, shown):
                     continue
+                if shown is None or change.revision != rev:
+                    shown = set()
                 rev = change.revision
+                shown.add(change)
                 session = recheck()  # the grants as of now, not as of the wait's start
                 if session is None:
                     continue  # signed out while waiting: the loop says so, naming nothing
