@@ -12,7 +12,7 @@ server is marked `server`: by hand where it starts one itself, and here where it
 server fixture or is parametrized with a store engine that has one (redis*, etcd*, postgres,
 grpc).
 `pytest --no-servers` (`make check`) deselects those and makes any other server fail its
-test loudly. The slow tier runs first.
+test loudly.
 """
 
 from __future__ import annotations
@@ -99,10 +99,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.server)
         if item.path.is_relative_to(scenarios):
             item.add_marker(pytest.mark.slow)
-    # The slow tier first (a stable sort: each tier keeps its order): pytest-xdist hands tests
-    # out in this order, and a 20-90 s scenario begun near the end of a lane is a tail the
-    # other workers wait out, idle (longest first is the classic remedy).
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     if config.getoption("--no-servers"):
         keep = [item for item in items if item.get_closest_marker("server") is None]
         if len(keep) < len(items):
