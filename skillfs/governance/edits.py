@@ -314,7 +314,7 @@ class Edits:
             if refusal is not None and not dry_run:
                 raise refusal
             return result
-        size = batch or self._reads.engine.max_ops or 100
+        size = batch or self._reads.max_ops or 100
         for i in range(0, len(puts), size):
             chunk = puts[i : i + size]
             done = self._commits.commit(chunk, options=options, strict=strict)

@@ -11,6 +11,7 @@ import pytest
 
 import skillfs
 from skillfs import Origin, Scope, Store
+from skillfs.engines.memory import MemoryEngine
 from skillfs.errors import (
     Conflict,
     EditConflict,
@@ -195,6 +196,23 @@ def test_import_updates_its_own_skills_and_refuses_another_writers(store: Store)
     assert {i.skill: i.status for i in replaced.skills}["b"] == "updated"
     assert read(store, SHARED, "b") == b"v2\n"
     assert store.manifest(SHARED, "b").message == "from the repo"
+
+
+@pytest.mark.parametrize("engine", ["memory", "redis"])
+def test_import_batches_by_the_stores_limit(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str
+) -> None:
+    """An import with no `batch` commits the store's limit of skills at once (`Store.max_ops`,
+    the engine's less the scope's name register), never the engine's: a batch of the
+    engine's size would be refused as too large (Redis: 64)."""
+    monkeypatch.setattr(MemoryEngine, "max_ops", 4)
+    with skillfs.open_store(url_for(request, engine, tmp_path)) as store:
+        limit = store.max_ops
+        assert limit is not None and store.engine.max_ops == limit + 1
+        skills = {f"s{i}": skill(f"s{i}") for i in range(limit + 2)}
+        done = store.edits.import_skills(SHARED, skills, source="git:many")
+        assert [len(c.versions) for c in done.commits] == [limit, 2]
+        assert sorted(store.skills(SHARED)) == sorted(skills)
 
 
 def test_delete_and_rollback_take_their_options(store: Store) -> None:
