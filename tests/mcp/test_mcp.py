@@ -18,7 +18,7 @@ import pytest
 from fastmcp import Client as FastClient
 from fastmcp.client.transports import StdioTransport
 from fastmcp.skills import SkillsClientExtension
-from mcp import Client
+from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 import skillfs
@@ -391,3 +391,26 @@ def test_a_views_tool_set_is_what_the_host_is_offered() -> None:
     unreachable = "redis://127.0.0.1:1/0"
     result = run(unreachable, "mcp", "--agent", AGENT, "--user", "alice", "--tools", "claude")
     assert "choose a tool set from default, harness9, saa" in error_line(result)
+
+
+def test_skillfs_mcp_serves_the_tool_set_it_is_given(tmp_path: Path) -> None:
+    """`skillfs mcp --tools saa` as a host starts it: the command hands its set to the view
+    (the test above builds the view itself), and `disable_skill` holds in the process's one
+    conversation."""
+    url = f"sqlite:///{tmp_path}/skills.db"
+    with skillfs.open_store(url) as store:
+        for name in ("first", "second"):
+            store.publish(ALICE, name, {"SKILL.md": md(name)})
+    command, args, env = stdio_command(url)
+    params = StdioServerParameters(command=command, args=[*args, "--tools", "saa"], env=env)
+
+    async def main() -> None:
+        async with Client(params) as c:
+            assert [t.name for t in (await c.list_tools()).tools] == [
+                "read_skill", "disable_skill", "load_skill_through_path"
+            ]  # fmt: skip
+            assert not (await c.call_tool("disable_skill", {"skill_name": "first"})).is_error
+            assert (await c.call_tool("read_skill", {"skill_name": "first"})).is_error
+            assert not (await c.call_tool("read_skill", {"skill_name": "second"})).is_error
+
+    anyio.run(main)
