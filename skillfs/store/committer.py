@@ -168,9 +168,7 @@ class Committer:
         end = deadline(self.retry_for)
         unsure = False  # a commit was sent and its answer lost: it may have landed
         commit_id = attempt.commit_id
-        review = [(scope, rules.REVIEW) for scope in dict.fromkeys(s.scope for s in steps)]
-        review += scope_profiles.entries(s.scope for s in steps)  # what its findings are under
-        review += name_register.entries(s.scope for s in steps)  # read before the names
+        review = _settings([s.scope for s in steps])
         for n in range(1000):
             reads = [(s.scope, s.entry) for s in steps] + [r for p in plans for r in p.reads]
             reads += review  # the scopes' settings, in the same read of each scope
@@ -243,16 +241,29 @@ class Committer:
             )
             m = rules.track_live(cur, m)
             ops.append(CommitOp(scope=s.scope, manifest=rules.storable(s.scope, m), expect=version))
+        checks, claims = self._judged(
+            domain, ops, current, lambda wanted: attempt.read(wanted, other_domains=True)
+        )
+        return ops, checks, claims
+
+    def _judged(
+        self,
+        domain: str,
+        ops: Sequence[CommitOp],
+        current: dict[tuple[Scope, str], Manifest],
+        load: Callable[[list[tuple[Scope, str]]], dict[tuple[Scope, str], Manifest]],
+    ) -> tuple[list[Check], list[CommitOp]]:
+        """Hold `ops` to every rule as of `current`, into which `load` reads the lower-layer
+        entries they are guarded by (the scopes' look-alike names are read here, `names`):
+        the entries the engine compares with them, and the name register's next version in
+        each scope where they create an entry (`name_register`), stamped as their commit."""
         markets = self.markets() if rules.reads_markets(ops, current) else []
         guarded = [g for g in rules.guarded(ops, current, markets) if g not in current]
-        current.update(attempt.read(guarded, other_domains=True))
+        current.update(load(guarded))
         names = self.names(ops, current)
         rules.check_ops(ops, current, markets, names)
-        claims = name_register.claims(
-            names, current, commit_id=attempt.commit_id, committed_at=attempt.now,
-            actor=attempt.actor,
-        )  # fmt: skip
-        return ops, _checks(domain, ops, current, markets), claims
+        claims = name_register.claims(names, current, stamp=ops[0].manifest)
+        return _checks(domain, ops, current, markets), claims
 
     def _touch(
         self,
@@ -285,10 +296,7 @@ class Committer:
         """What a commit a client built is judged on, in one read of each scope: its entries
         and their scopes' settings (the two-person rule, the host profiles its findings are
         made under, `accepted`, and the name register, read before the names)."""
-        scopes = [scope for scope, _ in targets]
-        settings = [(scope, rules.REVIEW) for scope in scopes] + scope_profiles.entries(scopes)
-        settings += name_register.entries(scopes)
-        return self.load([*targets, *settings])
+        return self.load([*targets, *_settings([scope for scope, _ in targets])])
 
     def commit_built(
         self, domain: str, ops: Sequence[CommitOp], current: dict[tuple[Scope, str], Manifest]
@@ -307,18 +315,8 @@ class Committer:
                 raise VersionMismatch(op.scope, op.manifest.skill, version)
             tracked.append(op.model_copy(update={"manifest": rules.track_live(cur, op.manifest)}))
         ops = tracked
-        markets = self.markets() if rules.reads_markets(ops, current) else []
-        guarded = rules.guarded(ops, current, markets)
-        current.update(self.load([g for g in guarded if g not in current]))
-        names = self.names(ops, current)
-        rules.check_ops(ops, current, markets, names)
-        stamp = ops[0].manifest
-        claims = name_register.claims(
-            names, current, commit_id=stamp.commit_id, committed_at=stamp.committed_at,
-            actor=stamp.actor,
-        )  # fmt: skip
+        checks, claims = self._judged(domain, ops, current, self.load)
         charged = quotas.charges(ops, current, self.limits, quotas.current(), self.footprint)
-        checks = _checks(domain, ops, current, markets)
         revision = self.engine.commit(domain, [*ops, *claims], checks, charged)
         prune_after_commit(self.engine, self.history_policy, self.clock(), claims)
         return revision
@@ -534,6 +532,14 @@ def _same_payload(s: Step, held: Manifest, attempt: _Attempt) -> None:
             "scope, skill and files); give this one a new id (a retry sends the same write "
             "under the same id)"
         )
+
+
+def _settings(scopes: Sequence[Scope]) -> list[tuple[Scope, str]]:
+    """The entries of the scopes' settings a commit is judged under, read with its entries in
+    the same read of each scope: the two-person rule, the host profiles its findings are made
+    under, and the name register (read before the scope's names: `name_register`)."""
+    review = [(scope, rules.REVIEW) for scope in dict.fromkeys(scopes)]
+    return review + scope_profiles.entries(scopes) + name_register.entries(scopes)
 
 
 def _checks(

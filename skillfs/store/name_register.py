@@ -60,21 +60,20 @@ def claims(
     scopes: Iterable[Scope],
     current: Mapping[tuple[Scope, str], Manifest],
     *,
-    commit_id: str,
-    committed_at: float,
-    actor: str,
+    stamp: Manifest,
 ) -> list[CommitOp]:
     """The register's next version in each of `scopes` (where the commit creates an entry),
-    expecting the version `current` read, stamped as the commit's."""
+    expecting the version `current` read, stamped as the commit's (`stamp`, one of its
+    manifests: its id, time and actor)."""
     out = []
     for scope in dict.fromkeys(scopes):
         held = current.get((scope, NAMES))
         version = held.version if held is not None else 0
         m = Manifest.empty(NAMES).stamped(
             version=version + 1,
-            commit_id=commit_id,
-            committed_at=committed_at,
-            actor=actor,
+            commit_id=stamp.commit_id,
+            committed_at=stamp.committed_at,
+            actor=stamp.actor,
             message="",
         )
         out.append(CommitOp(scope=scope, manifest=m, expect=version))
