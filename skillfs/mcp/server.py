@@ -25,15 +25,11 @@ from skillfs.errors import InvalidArgument, NotFound, PermissionDenied, SkillfsE
 from skillfs.mcp import catalog, prompts
 from skillfs.mcp.catalog import EXTENSION, BadUri
 from skillfs.mcp.views import View, Views, conversation, sessionless
+from skillfs.runtime.model_tools import CONVERSATION_TOOLS
 from skillfs.spec.skill_md import SKILL_MD
 from skillfs.util.deadline import SERVER_READS, within
 
 Ctx = ServerRequestContext[Any, Any]
-
-#: Tools that change the conversation they are called in (docs/runtime.md, "Sessions"):
-#: offered only to a request that belongs to one, so that no conversation's change reaches
-#: another through the view's shared session.
-CONVERSATION_TOOLS = frozenset({"disable_skill"})
 
 
 class ListSkillsParams(types.PaginatedRequestParams):

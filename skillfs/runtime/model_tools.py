@@ -44,6 +44,11 @@ LOAD_INSTRUCTIONS: dict[ToolSet, str] = {
 }
 #: The arguments by which `read_skill` and `disable_skill` of the "saa" set name a skill.
 SELECTORS = ("skill_id", "skill_name", "skill_path")
+#: The tools whose call changes what its conversation sees later (docs/runtime.md,
+#: "Sessions"): a surface offers them only to a call that belongs to a conversation. (Loads
+#: change a session too, but only what it binds, and a surface that binds no host tool, as
+#: MCP, shows nothing of them.)
+CONVERSATION_TOOLS = frozenset({"disable_skill"})
 
 
 def check_tool_set(name: str) -> ToolSet:
