@@ -228,8 +228,7 @@ def sessionless(ctx: ServerRequestContext[Any, Any]) -> bool:
     """Whether a request belongs to no conversation: one over HTTP without a session header
     (protocol 2026-07-28 has none), whose snapshot is the view's own session, shared by every
     such request of the view."""
-    headers = getattr(ctx.request, "headers", None)
-    return headers is not None and headers.get(SESSION_HEADER) is None
+    return getattr(ctx.request, "headers", None) is not None and conversation(ctx) is None
 
 
 def always() -> bool:
