@@ -78,18 +78,23 @@ def prepaid(blobs: frozenset[str]) -> Iterator[None]:
         yield
 
 
+#: The prefixes of a domain's quota counters: a scope's, a token's, and what a token's usage
+#: counters took (`usage_key`).
+_SCOPE, _TOKEN, _USAGE = "scope:", "token:", "usage:"
+
+
 def scope_key(scope: Scope) -> str:
-    return f"scope:{scope}"
+    return f"{_SCOPE}{scope}"
 
 
 def token_key(name: str) -> str:
-    return f"token:{name}"
+    return f"{_TOKEN}{name}"
 
 
 def usage_key(token: str) -> str:
     """The counter of what a token's usage counters took of its quota, by its counter's key
     (`token:<name>` -> `usage:<name>`): GC keeps it, as a usage key records no token."""
-    return f"usage:{token.removeprefix('token:')}"
+    return _USAGE + token.removeprefix(_TOKEN)
 
 
 def settled(charge: Charge, used: int) -> dict[str, int]:
@@ -103,9 +108,9 @@ def usage_forgotten(used: Mapping[str, int]) -> dict[str, int]:
     once an operator dropped all of an agent's usage."""
     out: dict[str, int] = {}
     for key, n in used.items():
-        if key.startswith("usage:") and n > 0:
+        if key.startswith(_USAGE) and n > 0:
             out[key] = -n
-            out[token_key(key.removeprefix("usage:"))] = -n
+            out[token_key(key.removeprefix(_USAGE))] = -n
     return out
 
 
@@ -220,12 +225,10 @@ class Recount:
         read it, again here, until the next GC: the count errs upward, never down. What a
         token's usage counters took (`usage_key`) stays in its counter, and is kept: no
         usage key says which token made it."""
-        keys = set(before) | {k for k in self.counts if k.startswith("scope:")}
-        out = {
-            k: self.counts.get(k, 0) + before.get(usage_key(k), 0) - before.get(k, 0)
-            if k.startswith("token:")
-            else self.counts.get(k, 0) - before.get(k, 0)
-            for k in keys
-            if not k.startswith("usage:")
-        }
+        keys = {k for k in before if not k.startswith(_USAGE)}
+        keys |= {k for k in self.counts if k.startswith(_SCOPE)}
+        out: dict[str, int] = {}
+        for k in keys:
+            kept = before.get(usage_key(k), 0) if k.startswith(_TOKEN) else 0
+            out[k] = self.counts.get(k, 0) + kept - before.get(k, 0)
         return {k: d for k, d in out.items() if d}

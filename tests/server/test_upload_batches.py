@@ -113,6 +113,28 @@ def test_a_batch_is_charged_to_the_token_before_its_bytes_are_read(
     assert charged(db) == 30_000
 
 
+def test_a_batch_past_the_quota_is_refused_on_its_first_message_alone(
+    server: SkillfsServer, db: str
+) -> None:
+    """No byte is sent: a server that read the bytes before charging would answer that the
+    stream ended short (INVALID_ARGUMENT), not that the quota refuses them."""
+    past = [blob(f"unsent-{i}", 6_000) for i in range(7)]  # 42,000 of a 40,000 quota
+    first = pb.UploadBlobsRequest(
+        blobs=[pb.BlobSize(sha256=s, size=len(d)) for s, d in past], domain=DOMAIN
+    )
+    with (
+        grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel,
+        pytest.raises(grpc.RpcError) as refused,
+    ):
+        pb_grpc.SkillAdminStub(channel).UploadBlobs(
+            iter([first]), metadata=[("authorization", f"Bearer {ALICE}")]
+        )
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "this upload adds 42000" in (refused.value.details() or "")
+    assert held(db, [s for s, _ in past]) == set()
+    assert charged(db) == 0
+
+
 def test_a_bad_blob_in_a_batch_stores_nothing_of_it_and_gives_the_charge_back(
     server: SkillfsServer, db: str
 ) -> None:
