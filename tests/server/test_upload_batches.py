@@ -113,6 +113,20 @@ def test_a_batch_is_charged_to_the_token_before_its_bytes_are_read(
     assert charged(db) == 30_000
 
 
+def refused_batch(
+    server: SkillfsServer, messages: list[pb.UploadBlobsRequest], token: str = ALICE
+) -> grpc.RpcError:
+    """The error a raw UploadBlobs call of `messages` gets (it must fail)."""
+    with (
+        grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel,
+        pytest.raises(grpc.RpcError) as refused,
+    ):
+        pb_grpc.SkillAdminStub(channel).UploadBlobs(
+            iter(messages), metadata=[("authorization", f"Bearer {token}")]
+        )
+    return refused.value
+
+
 def test_a_batch_past_the_quota_is_refused_on_its_first_message_alone(
     server: SkillfsServer, db: str
 ) -> None:
@@ -122,15 +136,9 @@ def test_a_batch_past_the_quota_is_refused_on_its_first_message_alone(
     first = pb.UploadBlobsRequest(
         blobs=[pb.BlobSize(sha256=s, size=len(d)) for s, d in past], domain=DOMAIN
     )
-    with (
-        grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel,
-        pytest.raises(grpc.RpcError) as refused,
-    ):
-        pb_grpc.SkillAdminStub(channel).UploadBlobs(
-            iter([first]), metadata=[("authorization", f"Bearer {ALICE}")]
-        )
-    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert "this upload adds 42000" in (refused.value.details() or "")
+    refused = refused_batch(server, [first])
+    assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "this upload adds 42000" in (refused.details() or "")
     assert held(db, [s for s, _ in past]) == set()
     assert charged(db) == 0
 
@@ -143,16 +151,9 @@ def test_a_bad_blob_in_a_batch_stores_nothing_of_it_and_gives_the_charge_back(
     first = pb.UploadBlobsRequest(
         blobs=[pb.BlobSize(sha256=s, size=len(d)) for s, d in batch], domain=DOMAIN
     )
-    with (
-        grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel,
-        pytest.raises(grpc.RpcError) as refused,
-    ):
-        pb_grpc.SkillAdminStub(channel).UploadBlobs(
-            iter([first, pb.UploadBlobsRequest(data=b"".join(sent))]),
-            metadata=[("authorization", f"Bearer {ALICE}")],
-        )
-    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    said = refused.value.details() or ""
+    refused = refused_batch(server, [first, pb.UploadBlobsRequest(data=b"".join(sent))])
+    assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT
+    said = refused.details() or ""
     assert f"blob 2 of 3 {batch[1][0]} do not hash to it; nothing was stored" in said
     assert held(db, [s for s, _ in batch]) == set()
     deadline = time.monotonic() + 5  # the refund is not awaited by the call
@@ -173,14 +174,7 @@ def test_a_batch_out_of_bounds_is_refused_before_its_bytes(
     server: SkillfsServer, blobs: list[tuple[str, int]], said: str
 ) -> None:
     first = pb.UploadBlobsRequest(blobs=[pb.BlobSize(sha256=s, size=n) for s, n in blobs])
-    with (
-        grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel,
-        pytest.raises(grpc.RpcError) as refused,
-    ):
-        pb_grpc.SkillAdminStub(channel).UploadBlobs(
-            iter([first]), metadata=[("authorization", f"Bearer {ADMIN}")]
-        )
-    assert said in (refused.value.details() or "")
+    assert said in (refused_batch(server, [first], ADMIN).details() or "")
 
 
 def test_a_server_without_upload_blobs_gets_one_upload_per_blob(
